@@ -1,0 +1,1 @@
+//! TODO(stage): filled in by its issue.

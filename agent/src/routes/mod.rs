@@ -1,0 +1,98 @@
+//! Desired cluster routes: pure computation of the routes one node needs for the pool classes
+//! routewarden programs. No I/O. The contract between the ownership engine (which decides the
+//! classes) and the dataplane (which programs them).
+//!
+//! Rules mirror Felix: `felix/calc/l3_route_resolver.go` (blocks, borrowed IPs, next hop
+//! selection, same-subnet test) and `felix/dataplane/linux/route_mgr.go` (route shapes,
+//! blackholes for own blocks). See `../shared/reference/calico-cluster-routes.md` §2.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+pub mod compute;
+
+/// Ownership class of an IP pool: the unit at which Felix and BIRD split cluster-route
+/// programming (`confd/pkg/backends/calico/bgp_processor.go` `programsPool`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PoolClass {
+    /// `ipipMode: Always` or `CrossSubnet` (IPv4 only).
+    Ipip,
+    /// `ipipMode` and `vxlanMode` both `Never` or unset (IPv4 and IPv6).
+    NoEncap,
+    /// `vxlanMode: Always` or `CrossSubnet`: always Felix's, never routewarden's or BIRD's.
+    Vxlan,
+}
+
+impl PoolClass {
+    /// Stable lowercase name, used as a metric label value (`ipip`, `noencap`, `vxlan`).
+    pub fn label(self) -> &'static str {
+        match self {
+            PoolClass::Ipip => "ipip",
+            PoolClass::NoEncap => "noencap",
+            PoolClass::Vxlan => "vxlan",
+        }
+    }
+}
+
+/// The path a packet to a cluster destination takes from this node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoutePath {
+    /// Encapsulated: `via <node> dev <tunnel device> onlink` (IPIP, `tunl0` by default).
+    Tunnel,
+    /// Native: `via <node> dev <host NIC> onlink` (no-encap, or IPIP CrossSubnet to a node in
+    /// this node's BGP subnet).
+    HostNic,
+    /// `blackhole <own block>`: this node's own IPAM blocks.
+    Blackhole,
+}
+
+impl RoutePath {
+    /// Stable lowercase name, used as a metric label value (`tunnel`, `host-nic`, `blackhole`).
+    pub fn label(self) -> &'static str {
+        match self {
+            RoutePath::Tunnel => "tunnel",
+            RoutePath::HostNic => "host-nic",
+            RoutePath::Blackhole => "blackhole",
+        }
+    }
+}
+
+/// Why a cluster route exists.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum RouteOrigin {
+    /// A remote IPAM block affine to `node` (`affinity: host:<node>`).
+    RemoteBlock { block: String, node: String },
+    /// An IP of `block` borrowed by `node` (the allocation's `secondary.node`).
+    BorrowedIp { block: String, node: String },
+    /// One of this node's own IPAM blocks (a blackhole).
+    OwnBlock { block: String },
+}
+
+/// One cluster route this node should have, independent of protocol, metric and table (those
+/// are the dataplane's settings).
+///
+/// Shapes (Felix `route_mgr.go`, reference §2.6):
+/// - [`RoutePath::Tunnel`]: `dst via gateway dev device onlink`
+/// - [`RoutePath::HostNic`]: `dst via gateway dev device onlink`
+/// - [`RoutePath::Blackhole`]: `blackhole dst` (`gateway` and `device` are `None`)
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct ClusterRoute {
+    /// Destination: an IPAM block CIDR, or a /32 (/128) for a borrowed IP.
+    pub dst: IpNet,
+    /// Tunnel, host NIC or blackhole.
+    pub path: RoutePath,
+    /// Next hop: the remote node's address (BGP address, else InternalIP, else ExternalIP).
+    pub gateway: Option<IpAddr>,
+    /// Output device name (`tunl0`, `eth0`, ...); resolved to an ifindex at apply time.
+    pub device: Option<String>,
+    /// Class of the pool the destination belongs to.
+    pub class: PoolClass,
+    /// Name of the IP pool the destination belongs to.
+    pub pool: String,
+    /// Why the route exists.
+    pub origin: RouteOrigin,
+}

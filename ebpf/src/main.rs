@@ -1,0 +1,18 @@
+//! routewarden's kernel-side programs. One program per concern, each in a file named after
+//! what it hooks; maps are declared next to the program that writes them.
+#![no_std]
+#![no_main]
+
+mod tc_count;
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // The verifier rejects any program that could reach a real panic; this is never called.
+    loop {}
+}
+
+/// The licence the kernel sees; GPL-compatible so that GPL-only helpers stay available.
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

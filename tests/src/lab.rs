@@ -1,0 +1,177 @@
+//! [`Lab`]: named network namespaces that mirror a small cluster.
+//!
+//! Layout for a lab with tag `T` and nodes `n0..nN`:
+//!
+//! ```text
+//!   netns rw-T-underlay: bridge `br0`, one veth port per node (`p0`, `p1`, ...)
+//!   netns rw-T-<node>:   `lo`, `<host_nic>` (veth to the bridge) with the node's addresses,
+//!                        `<tunnel_device>`: a stand-in veth pair end named like the tunnel
+//!                        device (this host's kernel has no ipip; the QEMU lane has a real tunl0)
+//! ```
+//!
+//! Every namespace is deleted when the [`Lab`] is dropped.
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use anyhow::{bail, Context, Result};
+
+/// One node of the lab.
+#[derive(Clone, Debug)]
+pub struct LabNodeSpec {
+    /// Calico node name (e.g. `node-a`).
+    pub name: String,
+    /// Addresses (CIDR form, e.g. `10.0.0.11/24`, `fd00::11/64`) put on the host NIC.
+    pub addresses: Vec<String>,
+}
+
+/// What to build.
+#[derive(Clone, Debug)]
+pub struct LabSpec {
+    /// The nodes; the lab holds up to 200.
+    pub nodes: Vec<LabNodeSpec>,
+    /// Name of the host NIC in each node namespace (default `eth0`).
+    pub host_nic: String,
+    /// Name of the tunnel device in each node namespace (default `tunl0`).
+    pub tunnel_device: String,
+}
+
+impl LabSpec {
+    /// A spec with `eth0` and `tunl0`.
+    pub fn new(nodes: Vec<LabNodeSpec>) -> Self {
+        LabSpec { nodes, host_nic: "eth0".into(), tunnel_device: "tunl0".into() }
+    }
+}
+
+/// A built lab; dropping it deletes every namespace it created.
+#[derive(Debug)]
+pub struct Lab {
+    tag: String,
+    spec: LabSpec,
+    namespaces: Vec<String>,
+}
+
+static LAB_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Run `ip [-n ns] <args>`; return stdout, fail with stderr.
+pub(crate) fn run_ip(netns: Option<&str>, args: &[&str]) -> Result<String> {
+    let mut cmd = Command::new("ip");
+    if let Some(ns) = netns {
+        cmd.args(["-n", ns]);
+    }
+    cmd.args(args);
+    let out = cmd.output().with_context(|| format!("run ip {}", args.join(" ")))?;
+    if !out.status.success() {
+        bail!(
+            "`ip {}{}` failed: {}",
+            netns.map(|n| format!("-n {n} ")).unwrap_or_default(),
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+impl Lab {
+    /// Build the lab. Namespace names are `rw<pid>x<n>-<node>`; unique per process and call.
+    ///
+    /// # Errors
+    /// Fails without root or when an `ip` command fails; whatever was created is removed.
+    pub fn build(spec: LabSpec) -> Result<Lab> {
+        if spec.nodes.len() > 200 {
+            bail!("a lab holds at most 200 nodes, got {}", spec.nodes.len());
+        }
+        let tag = format!("rw{}x{}", std::process::id(), LAB_COUNTER.fetch_add(1, Ordering::Relaxed));
+        let mut lab = Lab { tag, spec, namespaces: Vec::new() };
+        lab.create().inspect_err(|_| lab.teardown())?;
+        Ok(lab)
+    }
+
+    fn add_ns(&mut self, name: String) -> Result<()> {
+        run_ip(None, &["netns", "add", &name])?;
+        self.namespaces.push(name.clone());
+        run_ip(Some(&name), &["link", "set", "lo", "up"])?;
+        Ok(())
+    }
+
+    fn create(&mut self) -> Result<()> {
+        let underlay = self.underlay_ns();
+        self.add_ns(underlay.clone())?;
+        run_ip(Some(&underlay), &["link", "add", "br0", "type", "bridge"])?;
+        run_ip(Some(&underlay), &["link", "set", "br0", "up"])?;
+        let nodes = self.spec.nodes.clone();
+        for (i, node) in nodes.iter().enumerate() {
+            let ns = self.node_ns(&node.name);
+            self.add_ns(ns.clone())?;
+            let port = format!("p{i}");
+            // Create the veth in the underlay, then move the node end into the node namespace.
+            let tmp = format!("n{i}");
+            run_ip(Some(&underlay), &["link", "add", &port, "type", "veth", "peer", "name", &tmp])?;
+            run_ip(Some(&underlay), &["link", "set", &tmp, "netns", &ns])?;
+            run_ip(Some(&underlay), &["link", "set", &port, "master", "br0", "up"])?;
+            run_ip(Some(&ns), &["link", "set", &tmp, "name", &self.spec.host_nic])?;
+            for addr in &node.addresses {
+                let mut args = vec!["addr", "add", addr.as_str(), "dev", self.spec.host_nic.as_str()];
+                if addr.contains(':') {
+                    args.push("nodad");
+                }
+                run_ip(Some(&ns), &args)?;
+            }
+            run_ip(Some(&ns), &["link", "set", &self.spec.host_nic, "up"])?;
+            // Stand-in tunnel device: one end of a veth pair, named like the tunnel device.
+            run_ip(Some(&ns), &["link", "add", &self.spec.tunnel_device, "type", "veth", "peer", "name", "tunpeer"])?;
+            run_ip(Some(&ns), &["link", "set", "tunpeer", "up"])?;
+            run_ip(Some(&ns), &["link", "set", &self.spec.tunnel_device, "up"])?;
+        }
+        Ok(())
+    }
+
+    fn teardown(&mut self) {
+        for ns in self.namespaces.drain(..).rev() {
+            if let Err(e) = run_ip(None, &["netns", "del", &ns]) {
+                eprintln!("lab teardown: {e}");
+            }
+        }
+    }
+
+    /// The lab's unique tag (prefix of every namespace name).
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// Name of the underlay namespace that holds the bridge.
+    pub fn underlay_ns(&self) -> String {
+        format!("{}-underlay", self.tag)
+    }
+
+    /// Name of the network namespace of `node`.
+    pub fn node_ns(&self, node: &str) -> String {
+        format!("{}-{node}", self.tag)
+    }
+
+    /// The spec this lab was built from.
+    pub fn spec(&self) -> &LabSpec {
+        &self.spec
+    }
+
+    /// Run `ip <args>` in `node`'s namespace and return stdout.
+    ///
+    /// # Errors
+    /// Fails if `ip` fails (stderr in the error).
+    pub fn ip(&self, node: &str, args: &[&str]) -> Result<String> {
+        run_ip(Some(&self.node_ns(node)), args)
+    }
+
+    /// A `Command` that runs `program` inside `node`'s namespace (`ip netns exec`).
+    pub fn command(&self, node: &str, program: &str) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.node_ns(node), program]);
+        cmd
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}

@@ -1,0 +1,34 @@
+//! Test harness shared by routewarden's privileged integration tests and `cargo xtask run`:
+//!
+//! - [`NetNsGuard`]: move the current thread into a fresh network namespace (with `lo` up) for
+//!   the life of the guard, and back on drop (the habit of aya's integration tests).
+//! - [`Lab`]: a throw-away lab of named network namespaces that mirrors a small cluster: one
+//!   namespace per node, joined by a bridge in an underlay namespace, each with the node's
+//!   address on its host NIC and a tunnel device.
+//!
+//! SAFETY RULE: everything here changes links, routes and BPF state only inside namespaces it
+//! created itself. Nothing touches the namespace the process started in.
+
+pub mod lab;
+pub mod netns;
+
+pub use lab::{Lab, LabNodeSpec, LabSpec};
+pub use netns::NetNsGuard;
+
+/// True when the process runs as root (uid 0), which the privileged tests need.
+pub fn is_root() -> bool {
+    nix::unistd::Uid::effective().is_root()
+}
+
+/// Print why a privileged test cannot run and return `true` if it must be skipped.
+///
+/// Tests call this first: `if routewarden_lab::skip_unless_root("test_name") { return; }`.
+/// A skipped test says so on stderr; it never passes silently.
+pub fn skip_unless_root(test: &str) -> bool {
+    if is_root() {
+        false
+    } else {
+        eprintln!("SKIPPED {test}: needs root (CAP_NET_ADMIN) to create network namespaces; run `cargo xtask test` as root");
+        true
+    }
+}
