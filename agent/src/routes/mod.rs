@@ -96,3 +96,41 @@ pub struct ClusterRoute {
     /// Why the route exists.
     pub origin: RouteOrigin,
 }
+
+/// A component that programs cluster routes into the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Writer {
+    /// Calico Felix (route protocol 80 by default, `felix/dataplane/linux/dataplanedefs`).
+    Felix,
+    /// BIRD via confd's `calico_kernel_programming` filter (route protocol 12, `RTPROT_BIRD`).
+    Bird,
+    /// This agent (route protocol from `--route-protocol`).
+    Routewarden,
+}
+
+impl Writer {
+    /// Stable lowercase name, used as a metric label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Writer::Felix => "felix",
+            Writer::Bird => "bird",
+            Writer::Routewarden => "routewarden",
+        }
+    }
+}
+
+/// Names of the devices cluster routes use on this node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteDevices {
+    /// The IPIP tunnel device (`tunl0`).
+    pub tunnel: String,
+    /// The host NIC that holds the node's address (`eth0`).
+    pub host_nic: String,
+}
+
+impl Default for RouteDevices {
+    fn default() -> Self {
+        RouteDevices { tunnel: "tunl0".into(), host_nic: "eth0".into() }
+    }
+}
