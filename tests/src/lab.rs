@@ -170,6 +170,32 @@ impl Lab {
     }
 }
 
+impl Lab {
+    /// Run `f` on a new thread that has entered `node`'s network namespace, and return its
+    /// result. Sockets `f` opens live in that namespace (used to talk to an agent's loopback
+    /// HTTP server and to send test traffic between nodes).
+    ///
+    /// # Errors
+    /// Fails if the namespace cannot be entered or the thread panics.
+    pub fn in_netns<T: Send + 'static>(&self, node: &str, f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+        in_named_netns(&self.node_ns(node), f)
+    }
+}
+
+/// Run `f` on a new thread inside the named network namespace `/run/netns/<name>`.
+///
+/// # Errors
+/// Fails if the namespace cannot be opened or entered, or the thread panics.
+pub fn in_named_netns<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    let path = format!("/run/netns/{name}");
+    let file = std::fs::File::open(&path).with_context(|| format!("open {path}"))?;
+    let handle = std::thread::spawn(move || -> Result<T> {
+        nix::sched::setns(std::os::fd::AsFd::as_fd(&file), nix::sched::CloneFlags::CLONE_NEWNET).context("setns")?;
+        Ok(f())
+    });
+    handle.join().map_err(|_| anyhow::anyhow!("thread in netns {name} panicked"))?
+}
+
 impl Drop for Lab {
     fn drop(&mut self) {
         self.teardown();

@@ -1,0 +1,124 @@
+//! Command-line and environment configuration of `routewarden run` / `explain` / `audit`.
+//!
+//! Every flag can also be set with an environment variable `ROUTEWARDEN_<FLAG>` (as DaemonSet
+//! manifests need); the flag wins over the variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use clap::{Args, ValueEnum};
+
+/// Where the cluster description comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DatastoreSpec {
+    /// `file:<path>`: a YAML file or a directory of YAML files (calicoctl / kubectl output).
+    File(PathBuf),
+}
+
+impl FromStr for DatastoreSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.split_once(':') {
+            Some(("file", path)) if !path.is_empty() => Ok(DatastoreSpec::File(PathBuf::from(path))),
+            _ => Err(format!("unknown datastore {s:?}: expected file:<path to a YAML file or directory>")),
+        }
+    }
+}
+
+/// What the agent does with the routes it owns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Program the cluster routes of the classes routewarden owns.
+    Program,
+    /// Program nothing; compare the kernel with what each owner should have programmed.
+    Audit,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable on a terminal, JSON otherwise.
+    Auto,
+    /// Human-readable.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Inputs shared by `run`, `explain` and `audit`.
+#[derive(Args, Clone, Debug)]
+pub struct ClusterArgs {
+    /// Cluster description: `file:<path>` (YAML file or directory).
+    #[arg(long, env = "ROUTEWARDEN_DATASTORE")]
+    pub datastore: DatastoreSpec,
+    /// This node's name (the Calico Node name). Defaults to the host name.
+    #[arg(long, env = "ROUTEWARDEN_NODE")]
+    pub node: Option<String>,
+    /// routewarden's role: `felix` (program what FelixConfiguration gives Felix), `bird`
+    /// (what BGPConfiguration gives BIRD), or `explicit:<Disabled|EnabledIPIPOnly|EnabledNoEncapOnly|Enabled>`.
+    #[arg(long, env = "ROUTEWARDEN_ROLE", default_value = "felix")]
+    pub role: String,
+    /// Calico release line the cluster runs (changes defaults and the enum): 3.31, 3.32, 3.33.
+    #[arg(long, env = "ROUTEWARDEN_CALICO_VERSION", default_value = "3.33")]
+    pub calico_version: String,
+    /// IPIP tunnel device.
+    #[arg(long, env = "ROUTEWARDEN_TUNNEL_DEVICE", default_value = "tunl0")]
+    pub tunnel_device: String,
+    /// Host NIC used for no-encap and same-subnet routes.
+    #[arg(long, env = "ROUTEWARDEN_HOST_DEVICE", default_value = "eth0")]
+    pub host_device: String,
+    /// Route protocol of the routes routewarden writes (1-255; 80 = Felix's, so a handover
+    /// to or from Felix is an atomic replace).
+    #[arg(long, env = "ROUTEWARDEN_ROUTE_PROTOCOL", default_value_t = 80, value_parser = clap::value_parser!(u8).range(1..=255))]
+    pub route_protocol: u8,
+    /// Metric (priority) of the routes routewarden writes (1024 as BIRD and Calico's normal
+    /// priority use).
+    #[arg(long, env = "ROUTEWARDEN_ROUTE_METRIC", default_value_t = 1024)]
+    pub route_metric: u32,
+    /// Routing table id (254 = main; e.g. 48 for a dedicated cluster-route table).
+    #[arg(long, env = "ROUTEWARDEN_ROUTE_TABLE", default_value_t = 254)]
+    pub route_table: u32,
+}
+
+/// `routewarden run`.
+#[derive(Args, Clone, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// `program` (default) or `audit` (program nothing, report).
+    #[arg(long, env = "ROUTEWARDEN_MODE", value_enum, default_value = "program")]
+    pub mode: Mode,
+    /// Full resync with the kernel every this many seconds.
+    #[arg(long, env = "ROUTEWARDEN_RESYNC_INTERVAL", default_value_t = 90)]
+    pub resync_interval: u64,
+    /// Seconds to keep routes of a class routewarden lost until the new owner's route appears.
+    #[arg(long, env = "ROUTEWARDEN_HANDOVER_GRACE", default_value_t = 30)]
+    pub handover_grace: u64,
+    /// Address of the HTTP server (/metrics, /healthz, /readyz).
+    #[arg(long, env = "ROUTEWARDEN_METRICS_ADDR", default_value = "0.0.0.0:9695")]
+    pub metrics_addr: SocketAddr,
+    /// Devices the `tc_count` probe attaches to (egress), comma separated. Empty: the tunnel
+    /// device and the host NIC.
+    #[arg(long, env = "ROUTEWARDEN_TC_DEVICES", value_delimiter = ',')]
+    pub tc_devices: Vec<String>,
+    /// Log format.
+    #[arg(long, env = "ROUTEWARDEN_LOG_FORMAT", value_enum, default_value = "auto")]
+    pub log_format: LogFormat,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datastore_spec_parses_file_and_rejects_others() {
+        assert_eq!("file:examples".parse::<DatastoreSpec>(), Ok(DatastoreSpec::File("examples".into())));
+        assert_eq!("file:/a/b.yaml".parse::<DatastoreSpec>(), Ok(DatastoreSpec::File("/a/b.yaml".into())));
+        assert!("file:".parse::<DatastoreSpec>().is_err());
+        assert_eq!(
+            "etcd:x".parse::<DatastoreSpec>(),
+            Err("unknown datastore \"etcd:x\": expected file:<path to a YAML file or directory>".to_string())
+        );
+    }
+}

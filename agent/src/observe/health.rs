@@ -1,0 +1,109 @@
+//! Liveness and readiness state shared between the app loop and the HTTP server.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// State of one BPF watcher, as `/readyz` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatcherState {
+    /// Loaded, attached and delivering.
+    Ready,
+    /// Not running; the agent carries on without it. The string says why.
+    Degraded(String),
+}
+
+/// What `/healthz` and `/readyz` answer from.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// Unix time (ms) of the last main-loop iteration.
+    last_progress_ms: AtomicU64,
+    datastore_synced: AtomicBool,
+    first_apply_done: AtomicBool,
+    watchers: Mutex<BTreeMap<&'static str, WatcherState>>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Health {
+    /// Record that the main loop made progress now.
+    pub fn progress(&self) {
+        self.last_progress_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// Set whether the datastore view is synced.
+    pub fn set_datastore_synced(&self, synced: bool) {
+        self.datastore_synced.store(synced, Ordering::Relaxed);
+    }
+
+    /// Record that the first route apply finished.
+    pub fn set_first_apply_done(&self) {
+        self.first_apply_done.store(true, Ordering::Relaxed);
+    }
+
+    /// Set the state of a BPF watcher (`tc_count`, ...).
+    pub fn set_watcher(&self, name: &'static str, state: WatcherState) {
+        if let Ok(mut w) = self.watchers.lock() {
+            w.insert(name, state);
+        }
+    }
+
+    /// Liveness: the main loop made progress within `max_age`.
+    pub fn live(&self, max_age: Duration) -> bool {
+        let last = self.last_progress_ms.load(Ordering::Relaxed);
+        last != 0 && now_ms().saturating_sub(last) <= u64::try_from(max_age.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Readiness: `(ready, body)`. Ready means the datastore is synced and the first apply is
+    /// done; degraded BPF watchers are listed but do not make the agent unready (it still
+    /// programs routes).
+    pub fn ready(&self) -> (bool, String) {
+        let synced = self.datastore_synced.load(Ordering::Relaxed);
+        let applied = self.first_apply_done.load(Ordering::Relaxed);
+        let mut body = format!(
+            "datastore: {}\nroutes: {}\n",
+            if synced { "synced" } else { "not synced" },
+            if applied { "first apply done" } else { "first apply pending" }
+        );
+        if let Ok(w) = self.watchers.lock() {
+            for (name, state) in w.iter() {
+                match state {
+                    WatcherState::Ready => body.push_str(&format!("bpf {name}: ready\n")),
+                    WatcherState::Degraded(why) => body.push_str(&format!("bpf {name}: degraded: {why}\n")),
+                }
+            }
+        }
+        (synced && applied, body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_needs_sync_and_first_apply() {
+        let h = Health::default();
+        assert_eq!(h.ready().0, false);
+        h.set_datastore_synced(true);
+        assert_eq!(h.ready().0, false);
+        h.set_first_apply_done();
+        h.set_watcher("tc_count", WatcherState::Degraded("no BPF object".into()));
+        let (ready, body) = h.ready();
+        assert!(ready);
+        assert_eq!(body, "datastore: synced\nroutes: first apply done\nbpf tc_count: degraded: no BPF object\n");
+        h.set_datastore_synced(false);
+        assert_eq!(h.ready(), (false, "datastore: not synced\nroutes: first apply done\nbpf tc_count: degraded: no BPF object\n".to_string()));
+    }
+
+    #[test]
+    fn liveness_follows_progress() {
+        let h = Health::default();
+        assert!(!h.live(Duration::from_secs(60)));
+        h.progress();
+        assert!(h.live(Duration::from_secs(60)));
+    }
+}

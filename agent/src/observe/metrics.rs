@@ -1,0 +1,127 @@
+//! The `routewarden_` metric set (README "Metrics" lists every one).
+//!
+//! Every label value comes from a fixed set (`&'static str` produced by the `label()` methods
+//! of the domain enums): never a prefix, pod name or error string, so cardinality is bounded.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+
+/// Labels `{code, class}` of `routewarden_ownership_findings`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FindingLabels {
+    /// `consistent`, `double-programmed`, `unowned`, `deprecated`, `version-skew`.
+    pub code: &'static str,
+    /// `ipip`, `noencap`, `vxlan`, or `all`.
+    pub class: &'static str,
+}
+
+/// Labels `{family, class, state}` of `routewarden_routes`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    /// `ipv4` or `ipv6`.
+    pub family: &'static str,
+    /// `ipip`, `noencap`, `vxlan`.
+    pub class: &'static str,
+    /// `desired` or `programmed`.
+    pub state: &'static str,
+}
+
+/// Labels `{op, result}` of `routewarden_route_operations_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    /// `replace` or `delete`.
+    pub op: &'static str,
+    /// `ok` or `error`.
+    pub result: &'static str,
+}
+
+/// Labels `{op, kind}` of `routewarden_netlink_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NetlinkErrorLabels {
+    /// `dump`, `replace`, `delete`, `link`.
+    pub op: &'static str,
+    /// Error kind from a fixed set: `enodev`, `enetunreach`, `esrch`, `eintr`, `eexist`,
+    /// `einval`, `eperm`, `other`.
+    pub kind: &'static str,
+}
+
+/// Labels `{program}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProgramLabels {
+    /// BPF program name (`tc_count`, ...).
+    pub program: &'static str,
+}
+
+/// Labels `{reason}` of `routewarden_datastore_load_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LoadErrorLabels {
+    /// `yaml` (a file failed to parse) or `object` (an object failed validation).
+    pub reason: &'static str,
+}
+
+/// All metric handles. Cheap to share (`Arc<Metrics>`); updating a handle is lock-free.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// `routewarden_datastore_synced`: 1 when the datastore view is complete and current.
+    pub datastore_synced: Gauge,
+    /// `routewarden_datastore_load_errors_total{reason}`: broken files / objects seen.
+    pub datastore_load_errors: Family<LoadErrorLabels, Counter>,
+    /// `routewarden_datastore_invalid_objects`: objects currently skipped as invalid.
+    pub datastore_invalid_objects: Gauge,
+    /// `routewarden_ownership_findings{code,class}`: findings of the current decision.
+    pub ownership_findings: Family<FindingLabels, Gauge>,
+    /// `routewarden_routes{family,class,state}`: desired vs programmed cluster routes.
+    pub routes: Family<RouteLabels, Gauge>,
+    /// `routewarden_route_operations_total{op,result}`: netlink route writes.
+    pub route_operations: Family<OperationLabels, Counter>,
+    /// `routewarden_netlink_errors_total{op,kind}`.
+    pub netlink_errors: Family<NetlinkErrorLabels, Counter>,
+    /// `routewarden_reconcile_duration_seconds`: one apply pass (seconds).
+    pub reconcile_duration: ReconcileHistogram,
+    /// `routewarden_bpf_program_attached{program}`: 1 attached, 0 not.
+    pub bpf_program_attached: Family<ProgramLabels, Gauge>,
+    /// `routewarden_tc_count_packets_total`: packets seen by the `tc_count` probe.
+    pub tc_count_packets: Counter,
+    /// `routewarden_tc_count_bytes_total`: bytes seen by the `tc_count` probe.
+    pub tc_count_bytes: Counter,
+}
+
+/// Histogram wrapper with the reconcile buckets (1 ms .. ~16 s).
+#[derive(Debug)]
+pub struct ReconcileHistogram(pub Histogram);
+
+impl Default for ReconcileHistogram {
+    fn default() -> Self {
+        ReconcileHistogram(Histogram::new(exponential_buckets(0.001, 2.0, 15)))
+    }
+}
+
+impl Metrics {
+    /// Create the handles and register them in a fresh registry with the `routewarden` prefix.
+    pub fn new_registry() -> (Registry, std::sync::Arc<Metrics>) {
+        let m = std::sync::Arc::new(Metrics::default());
+        let mut r = Registry::with_prefix("routewarden");
+        r.register(
+            "build",
+            "Build information",
+            Info::new(vec![("version".to_string(), env!("CARGO_PKG_VERSION").to_string())]),
+        );
+        r.register("datastore_synced", "1 when the datastore view is complete and current, else 0", m.datastore_synced.clone());
+        r.register("datastore_load_errors", "Broken datastore files or objects seen, by reason", m.datastore_load_errors.clone());
+        r.register("datastore_invalid_objects", "Datastore objects currently skipped because they failed validation", m.datastore_invalid_objects.clone());
+        r.register("ownership_findings", "Findings of the current ownership decision, by code and pool class", m.ownership_findings.clone());
+        r.register("routes", "Cluster routes routewarden wants (desired) and has in the kernel (programmed)", m.routes.clone());
+        r.register("route_operations", "Netlink route writes, by operation and result", m.route_operations.clone());
+        r.register("netlink_errors", "Netlink errors, by operation and errno kind", m.netlink_errors.clone());
+        r.register("reconcile_duration_seconds", "Duration of one route-table apply pass", m.reconcile_duration.0.clone());
+        r.register("bpf_program_attached", "1 when the BPF program is loaded and attached, else 0", m.bpf_program_attached.clone());
+        r.register("tc_count_packets", "Packets seen by the tc_count probe on the watched devices", m.tc_count_packets.clone());
+        r.register("tc_count_bytes", "Bytes seen by the tc_count probe on the watched devices", m.tc_count_bytes.clone());
+        (r, m)
+    }
+}

@@ -1,0 +1,41 @@
+//! `cargo xtask build`: the BPF object, then the agent with the object embedded.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::Result;
+
+use crate::{run_cmd, setup::tools_bin, workspace_root};
+
+/// Build the kernel-side crate for `bpfel-unknown-none` with Debian's toolchain and BTF.
+/// Returns the object's path (`target/bpf/bpfel-unknown-none/release/routewarden-ebpf`).
+///
+/// The recipe (toolchain.md): `RUSTC_BOOTSTRAP=aya_ebpf` scoped to the one crate that uses
+/// `asm_experimental_arch`; `-Cdebuginfo=2 -Clink-arg=--btf` for BTF; the xtask's own cargo
+/// variables removed so `rustup run debian cargo` picks Debian's rustc.
+pub fn build_bpf() -> Result<PathBuf> {
+    let root = workspace_root();
+    let target_dir = root.join("target/bpf");
+    let mut cmd = Command::new("rustup");
+    cmd.args(["run", "debian", "cargo", "build", "-p", "routewarden-ebpf", "--release", "--target", "bpfel-unknown-none"])
+        .current_dir(&root)
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .env("RUSTC_BOOTSTRAP", "aya_ebpf")
+        .env("CARGO_ENCODED_RUSTFLAGS", "-Cdebuginfo=2\u{1f}-Clink-arg=--btf")
+        .env("PATH", format!("{}:{}", tools_bin().display(), std::env::var("PATH").unwrap_or_default()));
+    for v in ["RUSTC", "RUSTC_WORKSPACE_WRAPPER", "RUSTUP_TOOLCHAIN", "CARGO", "RUSTFLAGS"] {
+        cmd.env_remove(v);
+    }
+    run_cmd(&mut cmd)?;
+    Ok(target_dir.join("bpfel-unknown-none/release/routewarden-ebpf"))
+}
+
+/// Build the BPF object and the agent (release), embedding the object. Returns the agent's path.
+pub fn build_all() -> Result<PathBuf> {
+    let object = build_bpf()?;
+    let root = workspace_root();
+    run_cmd(Command::new("cargo").args(["build", "--release", "-p", "routewarden"]).current_dir(&root).env("CARGO_TARGET_DIR", root.join("target")).env("ROUTEWARDEN_BPF_OBJECT", &object))?;
+    let bin = root.join("target/release/routewarden");
+    eprintln!("built {} (BPF object {} embedded)", bin.display(), object.display());
+    Ok(bin)
+}
