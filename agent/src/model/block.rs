@@ -1,0 +1,288 @@
+//! IPAMBlock (`libcalico-go/lib/apis/internalapi/ipam_block.go`, model
+//! `libcalico-go/lib/backend/model/block.go`) and BlockAffinity
+//! (`api/pkg/apis/projectcalico/v3/blockaffinity.go`, `model/block_affinity.go`).
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::IpNet;
+use serde::Serialize;
+use serde_yaml_ng::Value;
+
+use super::fields::{type_name, Fields};
+use super::{FieldProblem, ModelError};
+
+/// The `affinity` of an IPAM block: `host:<node>` or `virtual:<name>`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(tag = "type", content = "name", rename_all = "kebab-case")]
+pub enum Affinity {
+    Host(String),
+    Virtual(String),
+}
+
+impl Affinity {
+    /// Parse `host:<node>` / `virtual:<name>`; `None` for any other shape.
+    pub fn parse(s: &str) -> Option<Affinity> {
+        if let Some(n) = s.strip_prefix("host:") {
+            (!n.is_empty()).then(|| Affinity::Host(n.to_owned()))
+        } else if let Some(n) = s.strip_prefix("virtual:") {
+            (!n.is_empty()).then(|| Affinity::Virtual(n.to_owned()))
+        } else {
+            None
+        }
+    }
+
+    /// The name after the prefix, as Felix's `AllocationBlock.Host()` returns it for both forms
+    /// (`model/block.go` ~L209).
+    pub fn name(&self) -> &str {
+        match self {
+            Affinity::Host(n) | Affinity::Virtual(n) => n,
+        }
+    }
+}
+
+/// One `spec.attributes[]` entry of an IPAM block.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct AllocationAttributes {
+    /// `handle_id` (`k8s-pod-network.<id>`, `ipip-tunnel-addr-<node>`).
+    pub handle_id: Option<String>,
+    /// `secondary`: the active owner's attributes (`node`, `namespace`, `pod`, `type`).
+    pub secondary: BTreeMap<String, String>,
+}
+
+impl AllocationAttributes {
+    /// `secondary.node`, the node that uses the IP (`ActiveOwnerAttrs["node"]`); `None` when
+    /// absent or empty.
+    pub fn node(&self) -> Option<&str> {
+        self.secondary.get("node").map(String::as_str).filter(|n| !n.is_empty())
+    }
+}
+
+/// One allocated IP of a block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allocation<'a> {
+    /// Ordinal within the block (IP = block base + ordinal).
+    pub ordinal: usize,
+    pub ip: IpAddr,
+    /// The allocation's attributes.
+    pub attributes: &'a AllocationAttributes,
+}
+
+/// A Calico IPAM block.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct IpamBlock {
+    pub name: String,
+    /// `spec.cidr`, truncated to its network.
+    pub cidr: IpNet,
+    /// `spec.affinity`; `None` for a block affine to no node.
+    pub affinity: Option<Affinity>,
+    /// `spec.allocations`: one entry per ordinal; `Some(i)` indexes `attributes`, `None` is free.
+    /// Validated: every index is in range and there are at most as many entries as IPs.
+    pub allocations: Vec<Option<usize>>,
+    pub attributes: Vec<AllocationAttributes>,
+    /// `spec.deleted`: the block is being deleted.
+    pub deleted: bool,
+}
+
+impl IpamBlock {
+    /// Affine node name, if any (`AllocationBlock.Host()`).
+    pub fn host(&self) -> Option<&str> {
+        self.affinity.as_ref().map(Affinity::name)
+    }
+
+    /// Every allocated IP, in ordinal order.
+    pub fn allocated(&self) -> impl Iterator<Item = Allocation<'_>> + '_ {
+        self.allocations.iter().enumerate().filter_map(|(ordinal, idx)| {
+            let attributes = self.attributes.get((*idx)?)?;
+            let ip = nth_ip(self.cidr, ordinal)?;
+            Some(Allocation { ordinal, ip, attributes })
+        })
+    }
+
+    /// Allocations whose `secondary.node` differs from the affine host: borrowed IPs, and
+    /// allocations with no recorded node (`AllocationBlock.NonAffineAllocations`,
+    /// `model/block.go` ~L234).
+    pub fn non_affine_allocations(&self) -> impl Iterator<Item = Allocation<'_>> + '_ {
+        let host = self.host();
+        self.allocated().filter(move |a| a.attributes.node() != host)
+    }
+
+    pub(crate) fn parse(f: &mut Fields<'_>, name: &str) -> Result<IpamBlock, Vec<ModelError>> {
+        let cidr = f.cidr(&["spec", "cidr"]);
+        if cidr.is_none() && f.get(&["spec", "cidr"]).is_none() {
+            f.fail("spec.cidr", FieldProblem::Missing);
+        }
+        let affinity = match f.string(&["spec", "affinity"]) {
+            None | Some("") => None,
+            Some(s) => Affinity::parse(s).or_else(|| {
+                f.fail(
+                    "spec.affinity",
+                    FieldProblem::InvalidValue { value: s.to_owned(), expected: "host:<node> or virtual:<name>" },
+                );
+                None
+            }),
+        };
+        let deleted = f.bool_lenient(&["spec", "deleted"]).unwrap_or(false);
+
+        let mut attributes = Vec::new();
+        for (i, item) in f.seq(&["spec", "attributes"]).iter().enumerate() {
+            attributes.push(parse_attributes(f, i, item));
+        }
+        let mut allocations = Vec::new();
+        for (i, item) in f.seq(&["spec", "allocations"]).iter().enumerate() {
+            let field = format!("spec.allocations[{i}]");
+            match item {
+                Value::Null => allocations.push(None),
+                Value::Number(n) => match n.as_u64().and_then(|n| usize::try_from(n).ok()) {
+                    Some(idx) if idx < attributes.len() => allocations.push(Some(idx)),
+                    _ => {
+                        f.fail(
+                            field,
+                            FieldProblem::Inconsistent(format!(
+                                "attribute index {n} out of range ({} attributes)",
+                                attributes.len()
+                            )),
+                        );
+                        allocations.push(None);
+                    }
+                },
+                other => {
+                    f.fail(field, FieldProblem::WrongType { expected: "integer or null", found: type_name(other) });
+                    allocations.push(None);
+                }
+            }
+        }
+        let Some(cidr) = cidr else { return Err(f.take_errors()) };
+        let host_bits = u32::from(cidr.max_prefix_len() - cidr.prefix_len());
+        let size = 1u128.checked_shl(host_bits).unwrap_or(u128::MAX);
+        if allocations.len() as u128 > size {
+            f.fail(
+                "spec.allocations",
+                FieldProblem::Inconsistent(format!(
+                    "{} entries for a block of {size} addresses ({cidr})",
+                    allocations.len()
+                )),
+            );
+        }
+        f.take_result(IpamBlock { name: name.to_owned(), cidr: cidr.trunc(), affinity, allocations, attributes, deleted })
+    }
+}
+
+fn parse_attributes(f: &mut Fields<'_>, i: usize, item: &Value) -> AllocationAttributes {
+    let mut out = AllocationAttributes::default();
+    let Value::Mapping(m) = item else {
+        f.fail(format!("spec.attributes[{i}]"), FieldProblem::WrongType { expected: "mapping", found: type_name(item) });
+        return out;
+    };
+    match m.get("handle_id") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => out.handle_id = Some(s.clone()),
+        Some(other) => f.fail(
+            format!("spec.attributes[{i}].handle_id"),
+            FieldProblem::WrongType { expected: "string", found: type_name(other) },
+        ),
+    }
+    match m.get("secondary") {
+        None | Some(Value::Null) => {}
+        Some(Value::Mapping(sec)) => {
+            for (k, v) in sec {
+                let (Some(k), Some(v)) = (k.as_str(), v.as_str()) else {
+                    f.fail(
+                        format!("spec.attributes[{i}].secondary"),
+                        FieldProblem::WrongType { expected: "map of strings", found: type_name(v) },
+                    );
+                    continue;
+                };
+                out.secondary.insert(k.to_owned(), v.to_owned());
+            }
+        }
+        Some(other) => f.fail(
+            format!("spec.attributes[{i}].secondary"),
+            FieldProblem::WrongType { expected: "mapping", found: type_name(other) },
+        ),
+    }
+    out
+}
+
+/// The `n`th address of `net` (network address + n); `None` past the end.
+pub fn nth_ip(net: IpNet, n: usize) -> Option<IpAddr> {
+    match net {
+        IpNet::V4(v4) => {
+            let n = u32::try_from(n).ok()?;
+            let base = u32::from(v4.network());
+            let ip = base.checked_add(n)?;
+            v4.contains(&Ipv4Addr::from(ip)).then(|| IpAddr::V4(Ipv4Addr::from(ip)))
+        }
+        IpNet::V6(v6) => {
+            let base = u128::from(v6.network());
+            let ip = base.checked_add(n as u128)?;
+            v6.contains(&Ipv6Addr::from(ip)).then(|| IpAddr::V6(Ipv6Addr::from(ip)))
+        }
+    }
+}
+
+/// `spec.state` of a BlockAffinity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum AffinityState {
+    Confirmed,
+    Pending,
+    PendingDeletion,
+}
+
+/// A Calico BlockAffinity: node `node` claims block `cidr`. confd/BIRD reads these for the
+/// node's own blackholes (`bird_aggr.cfg.template`); Felix does not read them and follows the
+/// IPAM block's `affinity` instead.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BlockAffinity {
+    pub name: String,
+    pub node: String,
+    pub cidr: IpNet,
+    /// `spec.state`; absent means confirmed (older objects carry none).
+    pub state: AffinityState,
+    /// `spec.type`: `host` (default) or `virtual`.
+    pub affinity_type: String,
+    /// `spec.deleted`: a string (`"false"`) in the v1 CRD, a bool in v3; both accepted.
+    pub deleted: bool,
+}
+
+impl BlockAffinity {
+    /// True for a live claim (not deleted, not being deleted).
+    pub fn is_active(&self) -> bool {
+        !self.deleted && self.state != AffinityState::PendingDeletion
+    }
+
+    pub(crate) fn parse(f: &mut Fields<'_>, name: &str) -> Result<BlockAffinity, Vec<ModelError>> {
+        let node = f.required_string(&["spec", "node"]);
+        let cidr = f.cidr(&["spec", "cidr"]);
+        if cidr.is_none() && f.get(&["spec", "cidr"]).is_none() {
+            f.fail("spec.cidr", FieldProblem::Missing);
+        }
+        let state = match f.string(&["spec", "state"]) {
+            None | Some("" | "confirmed") => AffinityState::Confirmed,
+            Some("pending") => AffinityState::Pending,
+            Some("pendingDeletion") => AffinityState::PendingDeletion,
+            Some(other) => {
+                f.fail(
+                    "spec.state",
+                    FieldProblem::InvalidValue {
+                        value: other.to_owned(),
+                        expected: "confirmed, pending or pendingDeletion",
+                    },
+                );
+                AffinityState::Confirmed
+            }
+        };
+        let affinity_type = f.string(&["spec", "type"]).filter(|s| !s.is_empty()).unwrap_or("host").to_owned();
+        let deleted = f.bool_lenient(&["spec", "deleted"]).unwrap_or(false);
+        let (Some(node), Some(cidr)) = (node, cidr) else { return Err(f.take_errors()) };
+        f.take_result(BlockAffinity {
+            name: name.to_owned(),
+            node: node.to_owned(),
+            cidr: cidr.trunc(),
+            state,
+            affinity_type,
+            deleted,
+        })
+    }
+}

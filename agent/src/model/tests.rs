@@ -1,0 +1,308 @@
+use std::net::IpAddr;
+
+use super::*;
+
+fn load(text: &str) -> (Cluster, Vec<ModelError>) {
+    Cluster::from_yaml_str(text).expect("valid YAML")
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("test IP")
+}
+
+const GOOD: &str = r"
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: good-pool}
+spec: {cidr: 10.244.0.0/16, ipipMode: Always}
+---
+apiVersion: projectcalico.org/v3
+kind: Node
+metadata: {name: node-a}
+spec:
+  bgp: {ipv4Address: 10.0.0.11/24}
+";
+
+/// Each malformed field gives exactly one error naming kind, name and field; the good objects
+/// of the same text still load.
+#[test]
+fn each_bad_field_is_named_and_the_rest_loads() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: pool-a}\nspec: {cidr: 10.0.0/8}",
+            r#"IPPool "pool-a": spec.cidr: invalid CIDR "10.0.0/8""#,
+        ),
+        (
+            "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: pool-b}\nspec: {ipipMode: Always}",
+            r#"IPPool "pool-b": spec.cidr: missing"#,
+        ),
+        (
+            "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: pool-c}\nspec: {cidr: 10.1.0.0/16, ipipMode: always}",
+            r#"IPPool "pool-c": spec.ipipMode: invalid value "always" (expected Never, Always or CrossSubnet)"#,
+        ),
+        (
+            "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: pool-d}\nspec: {cidr: 10.1.0.0/16, blockSize: 33}",
+            r#"IPPool "pool-d": spec.blockSize: 33 is out of range 20..=32"#,
+        ),
+        (
+            "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: pool-e}\nspec: {cidr: 'fd00::/48', ipipMode: Always}",
+            r#"IPPool "pool-e": spec.ipipMode: IPIP is not supported on IPv6 pools"#,
+        ),
+        (
+            "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: pool-f}\nspec: {cidr: 10.1.0.0/16, natOutgoing: maybe}",
+            r#"IPPool "pool-f": spec.natOutgoing: invalid value "maybe" (expected true or false)"#,
+        ),
+        (
+            "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: pool-g}\nspec: {cidr: [10.1.0.0/16]}",
+            r#"IPPool "pool-g": spec.cidr: expected string, found list"#,
+        ),
+        (
+            "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: pool-h}\nspec: {cidr: 10.1.0.0/16, ipipMode: Always, vxlanMode: Always}",
+            r#"IPPool "pool-h": spec.vxlanMode: ipipMode and vxlanMode cannot both be enabled"#,
+        ),
+        (
+            "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: b1}\nspec: {cidr: 10.244.1.0/26, affinity: node-b}",
+            r#"IPAMBlock "b1": spec.affinity: invalid value "node-b" (expected host:<node> or virtual:<name>)"#,
+        ),
+        (
+            "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: b2}\nspec: {cidr: 10.244.1.0/30, allocations: [0, 3], attributes: [{secondary: {node: x}}]}",
+            r#"IPAMBlock "b2": spec.allocations[1]: attribute index 3 out of range (1 attributes)"#,
+        ),
+        (
+            "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: b3}\nspec: {cidr: 10.244.1.0/31, allocations: [null, null, 0], attributes: [{}]}",
+            r#"IPAMBlock "b3": spec.allocations: 3 entries for a block of 2 addresses (10.244.1.0/31)"#,
+        ),
+        (
+            "apiVersion: crd.projectcalico.org/v1\nkind: BlockAffinity\nmetadata: {name: a1}\nspec: {cidr: 10.244.1.0/26, node: node-b, deleted: perhaps}",
+            r#"BlockAffinity "a1": spec.deleted: invalid value "perhaps" (expected true or false)"#,
+        ),
+        (
+            "apiVersion: crd.projectcalico.org/v1\nkind: BlockAffinity\nmetadata: {name: a2}\nspec: {cidr: 10.244.1.0/26}",
+            r#"BlockAffinity "a2": spec.node: missing"#,
+        ),
+        (
+            "apiVersion: projectcalico.org/v3\nkind: Node\nmetadata: {name: node-x}\nspec: {bgp: {ipv4Address: 10.0.0.300/24}}",
+            r#"Node "node-x": spec.bgp.ipv4Address: invalid CIDR "10.0.0.300/24""#,
+        ),
+        (
+            "apiVersion: projectcalico.org/v3\nkind: Node\nmetadata: {name: node-y}\nspec: {bgp: {ipv6Address: 10.0.0.14/24}}",
+            r#"Node "node-y": spec.bgp.ipv6Address: invalid value "10.0.0.14/24" (expected an IPv6 address)"#,
+        ),
+        (
+            "apiVersion: v1\nkind: Node\nmetadata: {name: node-z, annotations: {projectcalico.org/IPv4Address: bogus}}",
+            r#"Node "node-z": metadata.annotations[projectcalico.org/IPv4Address]: invalid CIDR "bogus""#,
+        ),
+        (
+            "apiVersion: v1\nkind: Node\nmetadata: {name: node-w}\nstatus: {addresses: [{type: InternalIP, address: 10.0.0.1.1}]}",
+            r#"Node "node-w": status.addresses[0].address: invalid IP address "10.0.0.1.1""#,
+        ),
+        (
+            "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {routeRefreshInterval: 90}",
+            r#"FelixConfiguration "default": spec.routeRefreshInterval: expected string, found number"#,
+        ),
+        (
+            "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {deviceRouteProtocol: 300}",
+            r#"FelixConfiguration "default": spec.deviceRouteProtocol: 300 is out of range 0..=255"#,
+        ),
+        (
+            "apiVersion: projectcalico.org/v3\nkind: BGPConfiguration\nmetadata: {name: default}\nspec: {programClusterRoutes: 3}",
+            r#"BGPConfiguration "default": spec.programClusterRoutes: expected string, found number"#,
+        ),
+        (
+            "apiVersion: apps/v1\nkind: IPPool\nmetadata: {name: odd}\nspec: {cidr: 10.9.0.0/16}",
+            r#"IPPool "odd": unsupported apiVersion "apps/v1" (expected projectcalico.org/v3 or crd.projectcalico.org/v1)"#,
+        ),
+        ("apiVersion: projectcalico.org/v3\nkind: IPPool\nspec: {cidr: 10.9.0.0/16}", "IPPool without metadata.name"),
+    ];
+    for (bad, want) in cases {
+        let text = format!("{GOOD}---\n{bad}\n");
+        let (cluster, errors) = load(&text);
+        let rendered: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(rendered, vec![(*want).to_owned()], "input:\n{bad}");
+        assert!(cluster.ip_pools.contains_key("good-pool"), "good pool lost for:\n{bad}");
+        assert_eq!(cluster.nodes["node-a"].bgp_ipv4, Some("10.0.0.11/24".parse().unwrap()));
+        // The bad object itself is left out.
+        let bad_name = errors[0].object().map(|(_, n)| n.to_owned());
+        if let Some(name) = bad_name.filter(|n| n != "default") {
+            assert!(!cluster.ip_pools.contains_key(&name) && !cluster.ipam_blocks.contains_key(&name));
+        }
+    }
+}
+
+#[test]
+fn two_bad_fields_in_one_object_are_both_reported() {
+    let text = "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: nope, vxlanMode: Sometimes}\n";
+    let (cluster, errors) = load(text);
+    assert!(cluster.ip_pools.is_empty());
+    let fields: Vec<&str> = errors
+        .iter()
+        .map(|e| match e {
+            ModelError::Field { field, .. } => field.as_str(),
+            _ => "",
+        })
+        .collect();
+    assert_eq!(fields, vec!["spec.cidr", "spec.vxlanMode"]);
+}
+
+#[test]
+fn unknown_fields_and_kinds_are_ignored() {
+    let text = "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: p, uid: x}\nspec: {cidr: 10.1.0.0/16, futureField: {a: 1}, assignmentMode: Automatic}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: web}\n---\napiVersion: projectcalico.org/v3\nkind: IPAMHandle\nmetadata: {name: h}\n";
+    let (cluster, errors) = load(text);
+    assert_eq!(errors, vec![]);
+    assert_eq!(cluster.ip_pools["p"].cidr, "10.1.0.0/16".parse::<IpNet>().unwrap());
+}
+
+#[test]
+fn pool_defaults_and_normalisation() {
+    let text = "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: v4}\nspec: {cidr: 10.1.2.3/16}\n---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: v6}\nspec: {cidr: 'fd00:10:244::/48', allowedUses: [LoadBalancer]}\n";
+    let (cluster, errors) = load(text);
+    assert_eq!(errors, vec![]);
+    let v4 = &cluster.ip_pools["v4"];
+    assert_eq!(v4.cidr.to_string(), "10.1.0.0/16");
+    assert_eq!((v4.block_size, v4.ipip_mode, v4.vxlan_mode), (26, EncapMode::Never, EncapMode::Never));
+    assert_eq!(v4.node_selector, "all()");
+    assert!(!v4.is_load_balancer_only());
+    let v6 = &cluster.ip_pools["v6"];
+    assert_eq!(v6.block_size, 122);
+    assert!(v6.is_load_balancer_only());
+}
+
+/// The v1 CRD stores BlockAffinity `deleted` as a string; v3 as a bool. Both load.
+#[test]
+fn block_affinity_deleted_string_and_bool() {
+    let text = r#"
+apiVersion: crd.projectcalico.org/v1
+kind: BlockAffinity
+metadata: {name: node-b-10-244-1-0-26}
+spec: {cidr: 10.244.1.0/26, node: node-b, type: host, state: confirmed, deleted: "false"}
+---
+apiVersion: projectcalico.org/v3
+kind: BlockAffinity
+metadata: {name: node-c-10-244-2-0-26}
+spec: {cidr: 10.244.2.0/26, node: node-c, state: pendingDeletion, deleted: true}
+"#;
+    let (cluster, errors) = load(text);
+    assert_eq!(errors, vec![]);
+    let b = &cluster.block_affinities["node-b-10-244-1-0-26"];
+    assert_eq!((b.deleted, b.state, b.node.as_str()), (false, AffinityState::Confirmed, "node-b"));
+    assert!(b.is_active());
+    let c = &cluster.block_affinities["node-c-10-244-2-0-26"];
+    assert_eq!((c.deleted, c.state), (true, AffinityState::PendingDeletion));
+    assert!(!c.is_active());
+}
+
+/// The reference §4.3 example: 10.244.1.3 is borrowed by node-c.
+#[test]
+fn ipam_block_borrowed_ip() {
+    let text = r#"
+apiVersion: crd.projectcalico.org/v1
+kind: IPAMBlock
+metadata: {name: 10-244-1-0-28}
+spec:
+  cidr: 10.244.1.0/28
+  affinity: host:node-b
+  allocations: [0, 1, null, 2, null, null, null, null, null, null, null, null, null, null, null, null]
+  unallocated: [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 2]
+  attributes:
+    - {handle_id: ipip-tunnel-addr-node-b, secondary: {node: node-b, type: ipipTunnelAddress}}
+    - {handle_id: k8s-pod-network.5c0f2e9b7a41, secondary: {namespace: default, node: node-b, pod: web}}
+    - {handle_id: k8s-pod-network.a17be03c9d55, secondary: {namespace: default, node: node-c, pod: api}}
+  sequenceNumber: 4
+  deleted: false
+"#;
+    let (cluster, errors) = load(text);
+    assert_eq!(errors, vec![]);
+    let b = &cluster.ipam_blocks["10-244-1-0-28"];
+    assert_eq!(b.host(), Some("node-b"));
+    let allocated: Vec<IpAddr> = b.allocated().map(|a| a.ip).collect();
+    assert_eq!(allocated, vec![ip("10.244.1.0"), ip("10.244.1.1"), ip("10.244.1.3")]);
+    let borrowed: Vec<(IpAddr, Option<&str>)> = b.non_affine_allocations().map(|a| (a.ip, a.attributes.node())).collect();
+    assert_eq!(borrowed, vec![(ip("10.244.1.3"), Some("node-c"))]);
+}
+
+/// `kubectl get nodes -o yaml` (core v1, a List) and `calicoctl get nodes -o yaml` (a
+/// NodeList) both load, with next hops chosen BGP > InternalIP > ExternalIP per family.
+#[test]
+fn core_and_calico_node_lists() {
+    let text = r#"
+apiVersion: v1
+kind: List
+items:
+  - apiVersion: v1
+    kind: Node
+    metadata:
+      name: node-b
+      annotations:
+        projectcalico.org/IPv4Address: 10.0.0.12/24
+        projectcalico.org/IPv6Address: fd00:10::12/64
+        projectcalico.org/IPv4IPIPTunnelAddr: 10.244.20.1
+        projectcalico.org/ASNumber: "64512"
+    status:
+      addresses:
+        - {type: InternalIP, address: 10.0.0.12}
+        - {type: Hostname, address: node-b}
+  - apiVersion: v1
+    kind: Node
+    metadata: {name: node-e}
+    status:
+      addresses:
+        - {type: ExternalIP, address: 203.0.113.5}
+        - {type: InternalIP, address: 10.0.2.15}
+        - {type: InternalIP, address: "fd00:20::15"}
+---
+apiVersion: projectcalico.org/v3
+kind: NodeList
+items:
+  - metadata: {name: node-c}
+    spec:
+      bgp: {ipv4Address: 10.0.0.13/24}
+      addresses: [{address: 10.0.0.13/24, type: CalicoNodeIP}]
+"#;
+    let (cluster, errors) = load(text);
+    assert_eq!(errors, vec![]);
+    let b = &cluster.nodes["node-b"];
+    assert_eq!(b.form, NodeForm::Kubernetes);
+    assert_eq!(b.next_hop(false), Some((ip("10.0.0.12"), NodeAddressSource::Bgp)));
+    assert_eq!(b.next_hop(true), Some((ip("fd00:10::12"), NodeAddressSource::Bgp)));
+    assert_eq!(b.subnet(false), Some("10.0.0.0/24".parse().unwrap()));
+    assert_eq!(b.ipv4_ipip_tunnel_addr, Some(ip("10.244.20.1")));
+    assert_eq!(b.as_number, Some(64512));
+    let e = &cluster.nodes["node-e"];
+    assert_eq!(e.next_hop(false), Some((ip("10.0.2.15"), NodeAddressSource::InternalIp)));
+    assert_eq!(e.next_hop(true), Some((ip("fd00:20::15"), NodeAddressSource::InternalIp)));
+    assert_eq!(e.subnet(false), None);
+    let c = &cluster.nodes["node-c"];
+    assert_eq!(c.form, NodeForm::Calico);
+    assert_eq!(c.next_hop(false), Some((ip("10.0.0.13"), NodeAddressSource::Bgp)));
+    assert_eq!(c.next_hop(true), None);
+}
+
+#[test]
+fn duplicates_keep_the_first() {
+    let text = "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.1.0.0/16}\n---\napiVersion: crd.projectcalico.org/v1\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.2.0.0/16}\n";
+    let (cluster, errors) = load(text);
+    assert_eq!(errors, vec![ModelError::Duplicate { kind: Kind::IpPool, name: "p".into() }]);
+    assert_eq!(cluster.ip_pools["p"].cidr.to_string(), "10.1.0.0/16");
+}
+
+#[test]
+fn felix_configuration_scopes_and_fields() {
+    let text = "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {programClusterRoutes: enabled, routeRefreshInterval: 1m30s, deviceRouteProtocol: 3, ipv4NormalRoutePriority: 1024, removeExternalRoutes: true}\n---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.node-a}\nspec: {}\n";
+    let (cluster, errors) = load(text);
+    assert_eq!(errors, vec![]);
+    let d = cluster.felix_default().unwrap();
+    assert_eq!(d.scope, FelixScope::Global);
+    assert_eq!(d.program_cluster_routes.as_deref(), Some("enabled"));
+    assert_eq!(d.route_refresh_interval, Some(std::time::Duration::from_secs(90)));
+    assert_eq!((d.device_route_protocol, d.ipv4_normal_route_priority, d.remove_external_routes), (Some(3), Some(1024), Some(true)));
+    assert_eq!(cluster.felix_for_node("node-a").unwrap().scope, FelixScope::Node("node-a".into()));
+}
+
+#[test]
+fn pool_for_picks_the_most_specific_pool() {
+    let text = "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: wide}\nspec: {cidr: 10.0.0.0/8}\n---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: narrow}\nspec: {cidr: 10.244.0.0/16}\n";
+    let (cluster, _) = load(text);
+    assert_eq!(cluster.pool_for("10.244.1.0/26".parse().unwrap()).map(|p| p.name.as_str()), Some("narrow"));
+    assert_eq!(cluster.pool_for("10.1.0.0/26".parse().unwrap()).map(|p| p.name.as_str()), Some("wide"));
+    assert!(cluster.pool_for("192.168.0.0/26".parse().unwrap()).is_none());
+}
