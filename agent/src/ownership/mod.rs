@@ -1,1 +1,786 @@
-//! TODO(stage): filled in by its issue.
+//! The ownership engine: which component programs the cluster routes of each IP pool class,
+//! mirroring Calico's own decision exactly (reference `calico-cluster-routes.md` §1), and
+//! whether the configuration is consistent.
+//!
+//! Inputs: `FelixConfiguration.spec.programClusterRoutes` (Felix's classes; per-node
+//! `node.<name>` first, then `default`), `BGPConfiguration.spec.programClusterRoutes` of the
+//! object named `default` (BIRD's classes), the IP pools, the Calico release line and
+//! routewarden's own [`Role`]. Output: an [`OwnershipDecision`] with the classes routewarden
+//! programs, every writer of every class, findings with stable codes, and a per-pool table.
+//! Every decision records its [`DecisionSource`] (field value, default or fallback) for
+//! `routewarden explain`. Pure: no I/O.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+use crate::model::{Cluster, EncapMode, IpPool};
+use crate::routes::{PoolClass, Writer};
+
+#[cfg(test)]
+mod tests;
+
+/// Errors of this module: CLI values that do not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OwnershipError {
+    #[error("invalid --role {value:?}: expected felix, bird, audit or explicit:<Disabled|EnabledIPIPOnly|EnabledNoEncapOnly|Enabled>")]
+    InvalidRole { value: String },
+    #[error("invalid --calico-version {value:?}: expected a release line 3.31, 3.32 or 3.33 (3.34 and later behave as 3.33)")]
+    InvalidVersion { value: String },
+}
+
+/// The Calico release line the cluster runs; it changes the defaults and the enum
+/// (reference §1.3).
+///
+/// | line | Felix values, default | confd values, default |
+/// |---|---|---|
+/// | 3.31 | `Enabled`/`Disabled`, `Disabled` | field absent: BIRD always programs IPIP and no-encap |
+/// | 3.32 | `Enabled`/`Disabled`, `Disabled` | anything but the exact `Disabled` means `Enabled`; default `Enabled` |
+/// | 3.33+ | 4 values, `EnabledIPIPOnly` | 4 values, `EnabledNoEncapOnly` |
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum CalicoVersion {
+    #[serde(rename = "3.31")]
+    V3_31,
+    #[serde(rename = "3.32")]
+    V3_32,
+    /// master and release-v3.33; later lines are assumed to behave the same.
+    #[default]
+    #[serde(rename = "3.33")]
+    V3_33,
+}
+
+impl CalicoVersion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CalicoVersion::V3_31 => "3.31",
+            CalicoVersion::V3_32 => "3.32",
+            CalicoVersion::V3_33 => "3.33",
+        }
+    }
+}
+
+impl fmt::Display for CalicoVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for CalicoVersion {
+    type Err = OwnershipError;
+
+    /// `3.31`, `v3.32`, `3.33.0`, `3.34` (3.34 and later map to the 3.33 line).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || OwnershipError::InvalidVersion { value: s.to_owned() };
+        let t = s.strip_prefix('v').unwrap_or(s);
+        let mut parts = t.split('.');
+        let major: u32 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(err)?;
+        let minor: u32 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(err)?;
+        if let Some(patch) = parts.next() {
+            // Allow `3.32.1` and `3.33.0-0.dev`.
+            let digits = patch.split('-').next().unwrap_or("");
+            if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
+                return Err(err());
+            }
+        }
+        match (major, minor) {
+            (3, 31) => Ok(CalicoVersion::V3_31),
+            (3, 32) => Ok(CalicoVersion::V3_32),
+            (3, m) if m >= 33 => Ok(CalicoVersion::V3_33),
+            _ => Err(err()),
+        }
+    }
+}
+
+/// A value of `programClusterRoutes`: the classes *this* component programs
+/// (`api/pkg/apis/projectcalico/v3/felixconfig.go` ~L628, `bgpconfig.go` ~L155). VXLAN is never
+/// covered: Felix always programs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum ClusterRoutes {
+    Disabled,
+    #[serde(rename = "EnabledIPIPOnly")]
+    EnabledIpipOnly,
+    EnabledNoEncapOnly,
+    Enabled,
+}
+
+impl ClusterRoutes {
+    /// The four values, in the enum's order.
+    pub const ALL: [ClusterRoutes; 4] =
+        [ClusterRoutes::Disabled, ClusterRoutes::EnabledIpipOnly, ClusterRoutes::EnabledNoEncapOnly, ClusterRoutes::Enabled];
+
+    /// Canonical spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClusterRoutes::Disabled => "Disabled",
+            ClusterRoutes::EnabledIpipOnly => "EnabledIPIPOnly",
+            ClusterRoutes::EnabledNoEncapOnly => "EnabledNoEncapOnly",
+            ClusterRoutes::Enabled => "Enabled",
+        }
+    }
+
+    /// Exact-case parse (confd's `switch`, `bgp_processor.go` `clusterRoutePolicyFromBGPConfig`).
+    pub fn parse_exact(s: &str) -> Option<ClusterRoutes> {
+        ClusterRoutes::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+
+    /// Case-insensitive parse (Felix's `OneofListParam.Parse`, `felix/config/param_types.go`
+    /// L707).
+    pub fn parse_ignore_case(s: &str) -> Option<ClusterRoutes> {
+        ClusterRoutes::ALL.into_iter().find(|v| v.as_str().eq_ignore_ascii_case(s))
+    }
+
+    /// Whether the value covers `class` (`ProgramIPIPClusterRoutes()` /
+    /// `ProgramNoEncapClusterRoutes()`, `felix/config/config_params.go` ~L608; confd
+    /// `programsPool`). Always false for VXLAN.
+    pub fn covers(self, class: PoolClass) -> bool {
+        match class {
+            PoolClass::Ipip => matches!(self, ClusterRoutes::Enabled | ClusterRoutes::EnabledIpipOnly),
+            PoolClass::NoEncap => matches!(self, ClusterRoutes::Enabled | ClusterRoutes::EnabledNoEncapOnly),
+            PoolClass::Vxlan => false,
+        }
+    }
+
+    /// Values the release line knows (3.31 and 3.32: only `Enabled` and `Disabled`).
+    pub fn known_in(self, version: CalicoVersion) -> bool {
+        version == CalicoVersion::V3_33 || matches!(self, ClusterRoutes::Enabled | ClusterRoutes::Disabled)
+    }
+}
+
+impl fmt::Display for ClusterRoutes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// routewarden's own place in Calico's contract (`--role`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(tag = "role", content = "value", rename_all = "kebab-case")]
+pub enum Role {
+    /// routewarden is the Felix side: it programs the classes `FelixConfiguration` assigns to
+    /// Felix; Felix itself is assumed absent or not programming cluster routes (VXLAN stays
+    /// Felix's).
+    #[default]
+    Felix,
+    /// routewarden is BIRD's kernel programmer: it programs the classes the `default`
+    /// `BGPConfiguration` assigns to BIRD (BIRD runs without kernel export).
+    Bird,
+    /// routewarden is a third writer with its own value; Felix and BIRD keep their fields.
+    Explicit(ClusterRoutes),
+    /// routewarden programs nothing and judges Felix against BIRD.
+    Audit,
+}
+
+impl FromStr for Role {
+    type Err = OwnershipError;
+
+    /// `felix`, `bird`, `audit`, `explicit:<value>` (value case-insensitive).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || OwnershipError::InvalidRole { value: s.to_owned() };
+        match s {
+            "felix" => Ok(Role::Felix),
+            "bird" => Ok(Role::Bird),
+            "audit" => Ok(Role::Audit),
+            _ => {
+                let v = s.strip_prefix("explicit:").ok_or_else(err)?;
+                ClusterRoutes::parse_ignore_case(v).map(Role::Explicit).ok_or_else(err)
+            }
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Role::Felix => f.write_str("felix"),
+            Role::Bird => f.write_str("bird"),
+            Role::Audit => f.write_str("audit"),
+            Role::Explicit(v) => write!(f, "explicit:{v}"),
+        }
+    }
+}
+
+/// What the engine needs besides the cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OwnershipConfig {
+    pub role: Role,
+    pub version: CalicoVersion,
+    /// The node whose Felix view is decided (`FelixConfiguration node.<node>` overrides
+    /// `default` field by field). `None`: only `default`.
+    pub node: Option<String>,
+}
+
+/// Where a component's effective value came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "source", rename_all = "kebab-case")]
+pub enum DecisionSource {
+    /// A field value, written in the canonical spelling.
+    Field { object: String, value: String },
+    /// A field value Felix accepted in another case (`enabled`): Felix ignores case, confd
+    /// would not.
+    FieldIgnoringCase { object: String, value: String },
+    /// The built-in default: no object, or the field unset.
+    Default { reason: String },
+    /// The field holds a value the component does not accept here; it uses its fallback.
+    Fallback { object: String, value: String, reason: String },
+    /// `--role explicit:<value>`.
+    Role { value: String },
+    /// Not configurable on this release line.
+    Fixed { reason: String },
+}
+
+impl DecisionSource {
+    /// `field`, `default`, `fallback`, `role` or `fixed`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DecisionSource::Field { .. } | DecisionSource::FieldIgnoringCase { .. } => "field",
+            DecisionSource::Default { .. } => "default",
+            DecisionSource::Fallback { .. } => "fallback",
+            DecisionSource::Role { .. } => "role",
+            DecisionSource::Fixed { .. } => "fixed",
+        }
+    }
+}
+
+impl fmt::Display for DecisionSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecisionSource::Field { object, value } => write!(f, "{object}: programClusterRoutes: {value}"),
+            DecisionSource::FieldIgnoringCase { object, value } => {
+                write!(f, "{object}: programClusterRoutes: {value:?} (Felix ignores case)")
+            }
+            DecisionSource::Default { reason } => write!(f, "default ({reason})"),
+            DecisionSource::Fallback { object, value, reason } => {
+                write!(f, "fallback: {object}: programClusterRoutes: {value:?} {reason}")
+            }
+            DecisionSource::Role { value } => write!(f, "--role explicit:{value}"),
+            DecisionSource::Fixed { reason } => write!(f, "fixed ({reason})"),
+        }
+    }
+}
+
+/// One component's effective `programClusterRoutes`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ComponentDecision {
+    /// Whose field: [`Writer::Felix`] (FelixConfiguration), [`Writer::Bird`]
+    /// (BGPConfiguration) or [`Writer::Routewarden`] (`--role explicit:<value>`).
+    pub field_of: Writer,
+    /// The value the component acts on.
+    pub value: ClusterRoutes,
+    pub source: DecisionSource,
+}
+
+/// How routing treats one IP pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PoolKind {
+    IpipAlways,
+    IpipCrossSubnet,
+    /// IPv4 with both modes `Never`.
+    NoEncap,
+    /// IPv6 with both modes `Never` (IPv6 pools cannot be IPIP).
+    NoEncapV6,
+    /// `vxlanMode` `Always` or `CrossSubnet` (v4 or v6).
+    Vxlan,
+    /// `allowedUses: [LoadBalancer]`: no cluster routes (`l3_route_resolver.go`
+    /// `isLoadBalancerOnlyPool`).
+    LoadBalancerOnly,
+}
+
+impl PoolKind {
+    /// Classify a pool: VXLAN first (`vxlanMode != Never`), then IPIP, else no-encap
+    /// (`l3_route_resolver.go` `poolTypeForPool`; confd `programsPool`, `poolUsesVXLAN`,
+    /// `poolUsesIPIP`).
+    pub fn of(pool: &IpPool) -> PoolKind {
+        if pool.is_load_balancer_only() {
+            PoolKind::LoadBalancerOnly
+        } else if pool.vxlan_mode.enabled() {
+            PoolKind::Vxlan
+        } else if pool.ipip_mode == EncapMode::Always {
+            PoolKind::IpipAlways
+        } else if pool.ipip_mode == EncapMode::CrossSubnet {
+            PoolKind::IpipCrossSubnet
+        } else if matches!(pool.cidr, IpNet::V6(_)) {
+            PoolKind::NoEncapV6
+        } else {
+            PoolKind::NoEncap
+        }
+    }
+
+    /// The ownership class; `None` for LoadBalancer-only pools.
+    pub fn class(self) -> Option<PoolClass> {
+        match self {
+            PoolKind::IpipAlways | PoolKind::IpipCrossSubnet => Some(PoolClass::Ipip),
+            PoolKind::NoEncap | PoolKind::NoEncapV6 => Some(PoolClass::NoEncap),
+            PoolKind::Vxlan => Some(PoolClass::Vxlan),
+            PoolKind::LoadBalancerOnly => None,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            PoolKind::IpipAlways => "ipip-always",
+            PoolKind::IpipCrossSubnet => "ipip-cross-subnet",
+            PoolKind::NoEncap => "no-encap",
+            PoolKind::NoEncapV6 => "no-encap-v6",
+            PoolKind::Vxlan => "vxlan",
+            PoolKind::LoadBalancerOnly => "load-balancer-only",
+        }
+    }
+}
+
+/// confd's verdict for a pool in BIRD's `calico_kernel_programming` filter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KernelFilter {
+    /// `accept` (with `krt_tunnel` for IPIP): BIRD programs the pool's cluster routes.
+    Accept,
+    /// `reject` ("Cluster routes are handled by Felix." / "VXLAN routes are handled by Felix.").
+    Reject,
+}
+
+/// One row of the per-pool table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PoolOwnership {
+    pub pool: String,
+    pub cidr: IpNet,
+    pub kind: PoolKind,
+    pub class: Option<PoolClass>,
+    /// Every component that programs the pool's cluster routes (sorted).
+    pub writers: Vec<Writer>,
+    /// What confd renders for this pool in BIRD's kernel filter (`bgp_processor.go`
+    /// `processIPPool`), from the `default` BGPConfiguration. Applies to BIRD's kernel export
+    /// whatever routewarden's role.
+    pub bird_kernel_filter: KernelFilter,
+}
+
+/// Severity of a finding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Severity {
+    Info,
+    Warning,
+    Error,
+}
+
+/// What a finding says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "code", rename_all = "kebab-case")]
+pub enum FindingKind {
+    /// Exactly one writer for the class.
+    Consistent { writer: Writer },
+    /// Two or three writers for the class: they fight (reference §5.1).
+    DoubleProgrammed { writers: Vec<Writer> },
+    /// No writer for a class that has pools: no cluster routes (reference §5.3).
+    Unowned,
+    /// BIRD programs IPIP cluster routes: deprecated since Calico 3.33.
+    Deprecated { bgp_value: String },
+    /// A field holds a value the selected release line does not know.
+    VersionSkew { object: String, value: String },
+}
+
+/// One finding. `code()` and `class_label()` are stable metric label values.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    #[serde(flatten)]
+    pub kind: FindingKind,
+    /// The class concerned; `None` for version skew.
+    pub class: Option<PoolClass>,
+    pub severity: Severity,
+    /// A sentence for people.
+    pub message: String,
+}
+
+impl Finding {
+    /// `consistent`, `double-programmed`, `unowned`, `deprecated` or `version-skew`.
+    pub fn code(&self) -> &'static str {
+        match self.kind {
+            FindingKind::Consistent { .. } => "consistent",
+            FindingKind::DoubleProgrammed { .. } => "double-programmed",
+            FindingKind::Unowned => "unowned",
+            FindingKind::Deprecated { .. } => "deprecated",
+            FindingKind::VersionSkew { .. } => "version-skew",
+        }
+    }
+
+    /// The class label (`ipip`, `noencap`, `vxlan`), or `none`.
+    pub fn class_label(&self) -> &'static str {
+        self.class.map_or("none", PoolClass::label)
+    }
+
+    /// Double-programmed and unowned are errors.
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+/// The engine's answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct OwnershipDecision {
+    pub config: OwnershipConfig,
+    /// Felix's effective value.
+    pub felix: ComponentDecision,
+    /// BIRD's effective value (confd's reading of BGPConfiguration `default`).
+    pub bird: ComponentDecision,
+    /// routewarden's own value in the `explicit` role.
+    pub explicit: Option<ComponentDecision>,
+    /// The classes routewarden programs (never VXLAN).
+    pub programmed: BTreeSet<PoolClass>,
+    /// Every writer of every class (all three classes, with or without pools).
+    pub writers: BTreeMap<PoolClass, BTreeSet<Writer>>,
+    /// Findings: per class with pools (consistent / double-programmed / unowned), then
+    /// deprecation, then version skew.
+    pub findings: Vec<Finding>,
+    /// One row per IP pool, by pool name.
+    pub pools: Vec<PoolOwnership>,
+}
+
+impl OwnershipDecision {
+    /// Whether routewarden programs `class`.
+    pub fn programs(&self, class: PoolClass) -> bool {
+        self.programmed.contains(&class)
+    }
+
+    /// The writers of `class`.
+    pub fn writers_of(&self, class: PoolClass) -> Vec<Writer> {
+        self.writers.get(&class).map(|w| w.iter().copied().collect()).unwrap_or_default()
+    }
+
+    /// True when a finding is an error (double-programmed, unowned).
+    pub fn has_errors(&self) -> bool {
+        self.findings.iter().any(Finding::is_error)
+    }
+}
+
+/// Decide ownership for `cluster` under `config`.
+pub fn decide(cluster: &Cluster, config: &OwnershipConfig) -> OwnershipDecision {
+    let mut skew = Vec::new();
+    let felix = felix_value(cluster, config, &mut skew);
+    let bird = bird_value(cluster, config.version, &mut skew);
+    let explicit = match config.role {
+        Role::Explicit(v) => Some(ComponentDecision {
+            field_of: Writer::Routewarden,
+            value: v,
+            source: DecisionSource::Role { value: v.as_str().to_owned() },
+        }),
+        _ => None,
+    };
+
+    let mut writers: BTreeMap<PoolClass, BTreeSet<Writer>> = BTreeMap::new();
+    for class in [PoolClass::Ipip, PoolClass::NoEncap, PoolClass::Vxlan] {
+        writers.insert(class, class_writers(class, config.role, felix.value, bird.value));
+    }
+    let programmed: BTreeSet<PoolClass> =
+        writers.iter().filter(|(_, w)| w.contains(&Writer::Routewarden)).map(|(c, _)| *c).collect();
+
+    let pools: Vec<PoolOwnership> = cluster
+        .ip_pools
+        .values()
+        .map(|p| {
+            let kind = PoolKind::of(p);
+            let class = kind.class();
+            let bird_accepts = match kind {
+                // confd's `programsPool` looks at encapsulation only [inferred for LB-only].
+                PoolKind::Vxlan => false,
+                PoolKind::IpipAlways | PoolKind::IpipCrossSubnet => bird.value.covers(PoolClass::Ipip),
+                PoolKind::NoEncap | PoolKind::NoEncapV6 | PoolKind::LoadBalancerOnly => {
+                    bird.value.covers(PoolClass::NoEncap)
+                }
+            };
+            PoolOwnership {
+                pool: p.name.clone(),
+                cidr: p.cidr,
+                kind,
+                class,
+                writers: class.and_then(|c| writers.get(&c)).map(|w| w.iter().copied().collect()).unwrap_or_default(),
+                bird_kernel_filter: if bird_accepts { KernelFilter::Accept } else { KernelFilter::Reject },
+            }
+        })
+        .collect();
+
+    let mut findings = Vec::new();
+    for (class, ws) in &writers {
+        let class_pools: Vec<&str> =
+            pools.iter().filter(|p| p.class == Some(*class)).map(|p| p.pool.as_str()).collect();
+        if class_pools.is_empty() {
+            continue;
+        }
+        findings.push(class_finding(*class, ws, &class_pools, config, &felix, &bird, explicit.as_ref()));
+    }
+    if config.version == CalicoVersion::V3_33
+        && bird.value.covers(PoolClass::Ipip)
+        && pools.iter().any(|p| p.class == Some(PoolClass::Ipip))
+    {
+        findings.push(deprecated_finding(&bird));
+    }
+    findings.extend(skew);
+
+    OwnershipDecision { config: config.clone(), felix, bird, explicit, programmed, writers, findings, pools }
+}
+
+/// Writers of one class under a role. VXLAN: always Felix (`bgp_processor.go` `programsPool`
+/// returns false for VXLAN; Felix's `vxlanManager` always runs), never routewarden.
+fn class_writers(class: PoolClass, role: Role, felix: ClusterRoutes, bird: ClusterRoutes) -> BTreeSet<Writer> {
+    let mut out = BTreeSet::new();
+    if class == PoolClass::Vxlan {
+        out.insert(Writer::Felix);
+        return out;
+    }
+    let (felix_writer, bird_writer) = match role {
+        Role::Felix => (Writer::Routewarden, Writer::Bird),
+        Role::Bird => (Writer::Felix, Writer::Routewarden),
+        Role::Explicit(_) | Role::Audit => (Writer::Felix, Writer::Bird),
+    };
+    if felix.covers(class) {
+        out.insert(felix_writer);
+    }
+    if bird.covers(class) {
+        out.insert(bird_writer);
+    }
+    if let Role::Explicit(v) = role {
+        if v.covers(class) {
+            out.insert(Writer::Routewarden);
+        }
+    }
+    out
+}
+
+/// Felix's effective value (`felix/config/config_params.go`): the highest source that sets the
+/// field wins (`node.<name>` over `default`, `SourcesInDescendingOrder` ~L86; env vars and
+/// config files are outside the datastore and not seen here); the parse ignores case
+/// (`param_types.go` `OneofListParam.Parse`); an unknown value is replaced by the built-in
+/// default with "Replacing invalid value with default" (~L845). Built-in default and accepted
+/// values per release line: see [`CalicoVersion`].
+fn felix_value(cluster: &Cluster, config: &OwnershipConfig, skew: &mut Vec<Finding>) -> ComponentDecision {
+    let version = config.version;
+    let default = if version == CalicoVersion::V3_33 { ClusterRoutes::EnabledIpipOnly } else { ClusterRoutes::Disabled };
+    let node_obj = config.node.as_deref().and_then(|n| cluster.felix_for_node(n));
+    let candidates = [node_obj, cluster.felix_default()];
+    let set = candidates
+        .into_iter()
+        .flatten()
+        .find_map(|fc| fc.program_cluster_routes.as_deref().map(|raw| (format!("FelixConfiguration {}", fc.name), raw)));
+    let Some((object, raw)) = set else {
+        let reason = match (node_obj, cluster.felix_default(), config.node.as_deref()) {
+            (None, None, Some(n)) => format!("no FelixConfiguration default or node.{n}"),
+            (None, None, None) => "no FelixConfiguration default".to_owned(),
+            _ => "programClusterRoutes unset in FelixConfiguration".to_owned(),
+        };
+        return ComponentDecision { field_of: Writer::Felix, value: default, source: DecisionSource::Default { reason } };
+    };
+    let parsed = ClusterRoutes::parse_ignore_case(raw);
+    match parsed {
+        Some(v) if v.known_in(version) => {
+            let source = if v.as_str() == raw {
+                DecisionSource::Field { object, value: raw.to_owned() }
+            } else {
+                DecisionSource::FieldIgnoringCase { object, value: raw.to_owned() }
+            };
+            ComponentDecision { field_of: Writer::Felix, value: v, source }
+        }
+        _ => {
+            let reason = format!("is not a value Felix {version} accepts; Felix uses its default {default}");
+            skew.push(skew_finding(&object, raw, version, "Felix", parsed, &format!("Felix uses its default {default}")));
+            ComponentDecision {
+                field_of: Writer::Felix,
+                value: default,
+                source: DecisionSource::Fallback { object, value: raw.to_owned(), reason },
+            }
+        }
+    }
+}
+
+/// BIRD's effective value, as confd derives it from the BGPConfiguration named `default` only
+/// (`confd/pkg/backends/calico/client.go` `getBGPConfig`):
+/// - 3.33+: exact-case `switch`, absent or unknown means `EnabledNoEncapOnly`
+///   (`bgp_processor.go` `clusterRoutePolicyFromBGPConfig` ~L1158).
+/// - 3.32: BIRD programs unless the value is exactly `Disabled` (`bgp_processor.go` ~L911 at
+///   v3.32.1).
+/// - 3.31: no field; the BIRD templates program every IPIP and no-encap pool
+///   (`bird_ipam.cfg.template` at v3.31.7).
+fn bird_value(cluster: &Cluster, version: CalicoVersion, skew: &mut Vec<Finding>) -> ComponentDecision {
+    let object = "BGPConfiguration default".to_owned();
+    let raw = cluster.bgp_default().and_then(|b| b.program_cluster_routes.as_deref());
+    let decision = |value, source| ComponentDecision { field_of: Writer::Bird, value, source };
+    match version {
+        CalicoVersion::V3_31 => {
+            if let Some(raw) = raw {
+                skew.push(skew_finding(
+                    &object,
+                    raw,
+                    version,
+                    "confd",
+                    None,
+                    "Calico 3.31 has no BGPConfiguration programClusterRoutes; BIRD programs IPIP and no-encap routes regardless",
+                ));
+            }
+            decision(
+                ClusterRoutes::Enabled,
+                DecisionSource::Fixed {
+                    reason: "Calico 3.31 BIRD templates program every IPIP and no-encap pool".into(),
+                },
+            )
+        }
+        CalicoVersion::V3_32 => match raw {
+            None => decision(ClusterRoutes::Enabled, DecisionSource::Default { reason: unset_reason(cluster) }),
+            Some("Disabled") => decision(ClusterRoutes::Disabled, DecisionSource::Field { object, value: "Disabled".into() }),
+            Some("Enabled") => decision(ClusterRoutes::Enabled, DecisionSource::Field { object, value: "Enabled".into() }),
+            Some(raw) => {
+                skew.push(skew_finding(
+                    &object,
+                    raw,
+                    version,
+                    "confd",
+                    ClusterRoutes::parse_exact(raw),
+                    "confd 3.32 turns BIRD's kernel programming off only for the exact value Disabled, so BIRD programs everything",
+                ));
+                decision(
+                    ClusterRoutes::Enabled,
+                    DecisionSource::Fallback {
+                        object,
+                        value: raw.to_owned(),
+                        reason: "is not the exact value Disabled, which is all confd 3.32 checks for; BIRD programs everything".into(),
+                    },
+                )
+            }
+        },
+        CalicoVersion::V3_33 => match raw {
+            None => decision(ClusterRoutes::EnabledNoEncapOnly, DecisionSource::Default { reason: unset_reason(cluster) }),
+            Some(raw) => match ClusterRoutes::parse_exact(raw) {
+                Some(v) => decision(v, DecisionSource::Field { object, value: raw.to_owned() }),
+                None => {
+                    skew.push(skew_finding(
+                        &object,
+                        raw,
+                        version,
+                        "confd",
+                        None,
+                        "confd compares case-sensitively and uses its default EnabledNoEncapOnly",
+                    ));
+                    decision(
+                        ClusterRoutes::EnabledNoEncapOnly,
+                        DecisionSource::Fallback {
+                            object,
+                            value: raw.to_owned(),
+                            reason: "is not a value confd 3.33 knows (exact case); confd uses its default EnabledNoEncapOnly"
+                                .into(),
+                        },
+                    )
+                }
+            },
+        },
+    }
+}
+
+fn unset_reason(cluster: &Cluster) -> String {
+    if cluster.bgp_default().is_some() {
+        "programClusterRoutes unset in BGPConfiguration default".into()
+    } else {
+        "no BGPConfiguration default".into()
+    }
+}
+
+/// A version-skew finding for `raw` in `object`'s field, read by `reader` on `version`.
+fn skew_finding(
+    object: &str,
+    raw: &str,
+    version: CalicoVersion,
+    reader: &str,
+    parsed: Option<ClusterRoutes>,
+    consequence: &str,
+) -> Finding {
+    let why = match ClusterRoutes::parse_ignore_case(raw) {
+        Some(v) if v.as_str() != raw && reader == "confd" => {
+            format!("is {v} in the wrong case, which {reader} {version} does not accept")
+        }
+        Some(v) if !v.known_in(version) || parsed.is_some_and(|p| !p.known_in(version)) => {
+            format!("is a Calico 3.33+ value that {reader} {version} does not know")
+        }
+        Some(_) => format!("is not read by {reader} {version}"),
+        None => format!("is not a programClusterRoutes value of any Calico release ({reader} {version})"),
+    };
+    Finding {
+        kind: FindingKind::VersionSkew { object: object.to_owned(), value: raw.to_owned() },
+        class: None,
+        severity: Severity::Warning,
+        message: format!("{object}: programClusterRoutes {raw:?} {why}; {consequence}"),
+    }
+}
+
+fn class_finding(
+    class: PoolClass,
+    writers: &BTreeSet<Writer>,
+    pools: &[&str],
+    config: &OwnershipConfig,
+    felix: &ComponentDecision,
+    bird: &ComponentDecision,
+    explicit: Option<&ComponentDecision>,
+) -> Finding {
+    let class_name = class_display(class);
+    let pools = pools.join(", ");
+    let mut basis = format!("Felix field {} ({}), BIRD field {} ({})", felix.value, felix.source.kind(), bird.value, bird.source.kind());
+    if let Some(e) = explicit {
+        basis.push_str(&format!(", routewarden {}", e.value));
+    }
+    let felix_side = match config.role {
+        Role::Felix => " (routewarden in Felix's place)",
+        _ => "",
+    };
+    match writers.len() {
+        0 => Finding {
+            kind: FindingKind::Unowned,
+            class: Some(class),
+            severity: Severity::Error,
+            message: format!(
+                "no component programs the {class_name} cluster routes of pools {pools}: {basis}{felix_side}; cross-node traffic to these pools fails"
+            ),
+        },
+        1 => {
+            let writer = writers.iter().next().copied().unwrap_or(Writer::Felix);
+            Finding {
+                kind: FindingKind::Consistent { writer },
+                class: Some(class),
+                severity: Severity::Info,
+                message: format!("{} alone programs the {class_name} cluster routes of pools {pools}", writer.label()),
+            }
+        }
+        _ => {
+            let ws: Vec<Writer> = writers.iter().copied().collect();
+            let names: Vec<&str> = ws.iter().map(|w| w.label()).collect();
+            Finding {
+                kind: FindingKind::DoubleProgrammed { writers: ws.clone() },
+                class: Some(class),
+                severity: Severity::Error,
+                message: format!(
+                    "{} all program the {class_name} cluster routes of pools {pools} and fight over them: {basis}{felix_side}",
+                    names.join(" and ")
+                ),
+            }
+        }
+    }
+}
+
+fn deprecated_finding(bird: &ComponentDecision) -> Finding {
+    Finding {
+        kind: FindingKind::Deprecated { bgp_value: bird.value.as_str().to_owned() },
+        class: Some(PoolClass::Ipip),
+        severity: Severity::Warning,
+        message: format!(
+            "BIRD programs the IPIP cluster routes (BGPConfiguration default programClusterRoutes {}, {}). Calico 3.33 deprecates \
+             handing IPIP routes to BIRD and drops it in 3.35. Move them to Felix: set FelixConfiguration programClusterRoutes \
+             to EnabledIPIPOnly (or Enabled) and BGPConfiguration programClusterRoutes to EnabledNoEncapOnly (or Disabled).",
+            bird.value,
+            bird.source.kind()
+        ),
+    }
+}
+
+fn class_display(class: PoolClass) -> &'static str {
+    match class {
+        PoolClass::Ipip => "IPIP",
+        PoolClass::NoEncap => "no-encap",
+        PoolClass::Vxlan => "VXLAN",
+    }
+}
