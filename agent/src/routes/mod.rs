@@ -12,6 +12,8 @@ use ipnet::IpNet;
 
 pub mod compute;
 
+pub use compute::{desired_routes, routable_classes, DesiredRoutes, RouteProblem};
+
 /// Ownership class of an IP pool: the unit at which Felix and BIRD split cluster-route
 /// programming (`confd/pkg/backends/calico/bgp_processor.go` `programsPool`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]

@@ -1,0 +1,385 @@
+//! Desired-route computation: exact routes for a scenario cluster, and properties over random
+//! clusters (never a route to an own block, exactly one route per remote block, every borrowed
+//! IP covered by a /32 to its real node, output independent of input order).
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use proptest::prelude::*;
+use routewarden::model::Cluster;
+use routewarden::routes::{
+    desired_routes, routable_classes, ClusterRoute, PoolClass, RouteDevices, RouteOrigin, RoutePath, RouteProblem,
+};
+
+/// node-a/b/c on 10.0.0.0/24, node-d on 10.0.1.0/24; one pool per class.
+const SCENARIO: &str = r#"
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: ipip-cross}
+spec: {cidr: 10.244.0.0/16, ipipMode: CrossSubnet}
+---
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: ipip-always}
+spec: {cidr: 10.245.0.0/16, ipipMode: Always}
+---
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: flat}
+spec: {cidr: 10.246.0.0/16}
+---
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: flat-v6}
+spec: {cidr: 'fd00:10:244::/48'}
+---
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: vx}
+spec: {cidr: 10.247.0.0/16, vxlanMode: Always}
+---
+apiVersion: projectcalico.org/v3
+kind: NodeList
+items:
+  - metadata: {name: node-a}
+    spec: {bgp: {ipv4Address: 10.0.0.11/24, ipv6Address: 'fd00:10::11/64'}}
+  - metadata: {name: node-b}
+    spec: {bgp: {ipv4Address: 10.0.0.12/24, ipv6Address: 'fd00:10::12/64'}}
+  - metadata: {name: node-d}
+    spec: {bgp: {ipv4Address: 10.0.1.14/24}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-c}
+status:
+  addresses: [{type: InternalIP, address: 10.0.0.13}]
+---
+apiVersion: crd.projectcalico.org/v1
+kind: IPAMBlockList
+items:
+  - metadata: {name: 10-244-10-0-26}
+    spec: {cidr: 10.244.10.0/26, affinity: "host:node-a", allocations: [0, null, 1], attributes: [{secondary: {node: node-a}}, {secondary: {node: node-c}}]}
+  - metadata: {name: 10-244-20-0-26}
+    spec: {cidr: 10.244.20.0/26, affinity: "host:node-b", allocations: [0, 1, 2], attributes: [{secondary: {node: node-b}}, {secondary: {node: node-a}}, {secondary: {node: node-d}}]}
+  - metadata: {name: 10-244-30-0-26}
+    spec: {cidr: 10.244.30.0/26, affinity: "host:node-c"}
+  - metadata: {name: 10-244-40-0-26}
+    spec: {cidr: 10.244.40.0/26, affinity: "host:node-d", allocations: [0], attributes: [{handle_id: legacy}]}
+  - metadata: {name: 10-245-20-0-26}
+    spec: {cidr: 10.245.20.0/26, affinity: "host:node-b"}
+  - metadata: {name: 10-246-20-0-26}
+    spec: {cidr: 10.246.20.0/26, affinity: "host:node-b"}
+  - metadata: {name: 10-246-50-0-26}
+    spec: {cidr: 10.246.50.0/26, allocations: [null, 0], attributes: [{secondary: {node: node-c}}]}
+  - metadata: {name: 10-246-60-0-26}
+    spec: {cidr: 10.246.60.0/26, allocations: [0], attributes: [{handle_id: orphan}]}
+  - metadata: {name: 10-247-20-0-26}
+    spec: {cidr: 10.247.20.0/26, affinity: "host:node-b"}
+  - metadata: {name: 10-99-0-0-26}
+    spec: {cidr: 10.99.0.0/26, affinity: "host:node-b"}
+  - metadata: {name: 10-244-70-0-26}
+    spec: {cidr: 10.244.70.0/26, affinity: "host:node-z"}
+  - metadata: {name: 10-244-80-0-26}
+    spec: {cidr: 10.244.80.0/26, affinity: "host:node-b", deleted: true}
+  - metadata: {name: fd00-10-244-0-20--122}
+    spec: {cidr: 'fd00:10:244:0:20::/122', affinity: "host:node-b"}
+  - metadata: {name: fd00-10-244-0-40--122}
+    spec: {cidr: 'fd00:10:244:0:40::/122', affinity: "host:node-d"}
+  - metadata: {name: fd00-10-244-0-10--122}
+    spec: {cidr: 'fd00:10:244:0:10::/122', affinity: "host:node-a"}
+---
+apiVersion: crd.projectcalico.org/v1
+kind: BlockAffinity
+metadata: {name: node-b-10-244-30-0-26}
+spec: {cidr: 10.244.30.0/26, node: node-b, state: confirmed, deleted: "false"}
+"#;
+
+fn net(s: &str) -> IpNet {
+    s.parse().unwrap()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// `ip route`-like one-liner for compact exact assertions.
+fn line(r: &ClusterRoute) -> String {
+    match r.path {
+        RoutePath::Blackhole => format!("blackhole {} [{}]", r.dst, r.pool),
+        _ => format!(
+            "{} via {} dev {} [{}]",
+            r.dst,
+            r.gateway.map(|g| g.to_string()).unwrap_or_default(),
+            r.device.clone().unwrap_or_default(),
+            r.pool
+        ),
+    }
+}
+
+#[test]
+fn scenario_routes_for_node_a_all_classes() {
+    let (cluster, errors) = Cluster::from_yaml_str(SCENARIO).unwrap();
+    assert_eq!(errors, vec![]);
+    let d = desired_routes(&cluster, "node-a", &routable_classes(), &RouteDevices::default());
+    let got: Vec<String> = d.routes.iter().map(line).collect();
+    assert_eq!(
+        got,
+        vec![
+            // CrossSubnet: node-b and node-c share node-a's subnet -> host NIC; node-d -> tunnel.
+            "blackhole 10.244.10.0/26 [ipip-cross]".to_owned(),
+            "10.244.10.2/32 via 10.0.0.13 dev eth0 [ipip-cross]".into(), // borrowed by node-c (InternalIP)
+            "10.244.20.0/26 via 10.0.0.12 dev eth0 [ipip-cross]".into(),
+            "10.244.20.2/32 via 10.0.1.14 dev tunl0 [ipip-cross]".into(), // borrowed by node-d
+            "10.244.30.0/26 via 10.0.0.13 dev eth0 [ipip-cross]".into(),
+            "10.244.40.0/26 via 10.0.1.14 dev tunl0 [ipip-cross]".into(),
+            "10.245.20.0/26 via 10.0.0.12 dev tunl0 [ipip-always]".into(),
+            "10.246.20.0/26 via 10.0.0.12 dev eth0 [flat]".into(),
+            "10.246.50.1/32 via 10.0.0.13 dev eth0 [flat]".into(), // no affinity, owner recorded
+            "blackhole fd00:10:244:0:10::/122 [flat-v6]".into(),
+            "fd00:10:244:0:20::/122 via fd00:10::12 dev eth0 [flat-v6]".into(),
+        ]
+    );
+    // 10.244.20.1 is borrowed by node-a itself: no cluster route for it.
+    assert!(d.routes.iter().all(|r| r.dst != net("10.244.20.1/32")));
+    let b20 = d.routes.iter().find(|r| r.dst == net("10.244.20.0/26")).unwrap();
+    assert_eq!(b20.origin, RouteOrigin::RemoteBlock { block: "10-244-20-0-26".into(), node: "node-b".into() });
+    assert_eq!(b20.class, PoolClass::Ipip);
+    let codes: Vec<(&str, String)> = d.problems.iter().map(|p| (p.code(), p.to_string())).collect();
+    assert_eq!(
+        codes,
+        vec![
+            ("block-outside-pools", "IPAM block 10-99-0-0-26 (10.99.0.0/26) is in no IP pool; no route computed".to_owned()),
+            ("block-deleted", "IPAM block 10-244-80-0-26 (10.244.80.0/26) is marked deleted; no route computed".to_owned()),
+            ("block-without-owner", "IPAM block 10-246-60-0-26 (10.246.60.0/26) has no affinity and no allocation with a node; no route computed".to_owned()),
+            ("allocation-without-node", "IP 10.244.40.0 of IPAM block 10-244-40-0-26 has no node in its allocation attributes; no route computed".to_owned()),
+            ("unknown-node", "no route to 10.244.70.0/26: node \"node-z\" (from IPAM block 10-244-70-0-26) is not in the cluster".to_owned()),
+            ("node-without-address", "no route to fd00:10:244:0:40::/122: node \"node-d\" has no IPv6 address (BGP address, InternalIP or ExternalIP)".to_owned()),
+            ("affinity-conflict", "IPAM block 10-244-30-0-26 (10.244.30.0/26) is affine to \"node-c\" but BlockAffinity node-b-10-244-30-0-26 claims it for \"node-b\"; routing follows the IPAM block".to_owned()),
+        ]
+    );
+}
+
+#[test]
+fn scenario_only_the_requested_classes() {
+    let (cluster, _) = Cluster::from_yaml_str(SCENARIO).unwrap();
+    let devices = RouteDevices { tunnel: "tunl0".into(), host_nic: "bond0".into() };
+    let d = desired_routes(&cluster, "node-b", &BTreeSet::from([PoolClass::NoEncap, PoolClass::Vxlan]), &devices);
+    let got: Vec<String> = d.routes.iter().map(line).collect();
+    assert_eq!(
+        got,
+        vec![
+            "blackhole 10.246.20.0/26 [flat]",
+            "10.246.50.1/32 via 10.0.0.13 dev bond0 [flat]",
+            "fd00:10:244:0:10::/122 via fd00:10::11 dev bond0 [flat-v6]",
+            "blackhole fd00:10:244:0:20::/122 [flat-v6]",
+        ]
+    );
+    // No VXLAN routes, ever; problems only for the requested classes plus data conflicts.
+    assert!(d.routes.iter().all(|r| r.class != PoolClass::Vxlan));
+    let codes: Vec<&str> = d.problems.iter().map(RouteProblem::code).collect();
+    assert_eq!(codes, vec!["block-outside-pools", "block-without-owner", "node-without-address", "affinity-conflict"]);
+}
+
+#[test]
+fn unknown_local_node_is_reported_and_cross_subnet_uses_the_tunnel() {
+    let (cluster, _) = Cluster::from_yaml_str(SCENARIO).unwrap();
+    let d = desired_routes(&cluster, "node-x", &BTreeSet::from([PoolClass::Ipip]), &RouteDevices::default());
+    assert_eq!(d.problems[0], RouteProblem::LocalNodeUnknown { node: "node-x".into() });
+    let b20 = d.routes.iter().find(|r| r.dst == net("10.244.20.0/26")).unwrap();
+    assert_eq!((b20.path, b20.device.as_deref(), b20.gateway), (RoutePath::Tunnel, Some("tunl0"), Some(ip("10.0.0.12"))));
+}
+
+#[test]
+fn block_without_any_owner_is_reported() {
+    let text = "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.244.0.0/16}\n---\napiVersion: projectcalico.org/v3\nkind: IPAMBlock\nmetadata: {name: b}\nspec: {cidr: 10.244.1.0/26}\n";
+    let (cluster, _) = Cluster::from_yaml_str(text).unwrap();
+    let d = desired_routes(&cluster, "node-a", &routable_classes(), &RouteDevices::default());
+    assert!(d.routes.is_empty());
+    assert_eq!(
+        d.problems,
+        vec![
+            RouteProblem::LocalNodeUnknown { node: "node-a".into() },
+            RouteProblem::BlockWithoutOwner { block: "b".into(), cidr: net("10.244.1.0/26") }
+        ]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Property tests
+
+/// A random cluster: nodes (with or without an address, in one of two subnets), one pool of a
+/// random mode, /28 blocks affine to a random node or none, with allocations owned by random
+/// nodes (index == nodes.len() means "no node recorded").
+#[derive(Clone, Debug)]
+struct Spec {
+    nodes: Vec<(bool, u8)>,
+    mode: &'static str,
+    blocks: Vec<(Option<usize>, Vec<Option<usize>>)>,
+    local: usize,
+}
+
+fn spec() -> impl Strategy<Value = Spec> {
+    (
+        prop::collection::vec((prop::bool::weighted(0.85), 0u8..2), 2..6),
+        prop::sample::select(vec!["Always", "CrossSubnet", "Never"]),
+        prop::collection::vec(
+            (prop::option::weighted(0.85, 0usize..8), prop::collection::vec(prop::option::of(0usize..8), 0..16)),
+            1..10,
+        ),
+        0usize..8,
+    )
+        .prop_map(|(nodes, mode, blocks, local)| {
+            let n = nodes.len();
+            let blocks = blocks
+                .into_iter()
+                .map(|(h, allocs)| (h.map(|h| h % n), allocs.into_iter().map(|a| a.map(|a| a % (n + 1))).collect()))
+                .collect();
+            Spec { local: local % n, nodes, mode, blocks }
+        })
+}
+
+fn node_name(i: usize) -> String {
+    format!("node-{i}")
+}
+
+fn node_ip(i: usize, subnet: u8) -> String {
+    format!("10.0.{subnet}.{}", 10 + i)
+}
+
+fn block_cidr(i: usize) -> IpNet {
+    format!("10.244.{}.{}/28", i / 16, (i % 16) * 16).parse().unwrap()
+}
+
+/// The spec as YAML documents (one per object).
+fn docs(s: &Spec) -> Vec<String> {
+    let mut out = vec![format!(
+        "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {{name: pool}}\nspec: {{cidr: 10.244.0.0/16, ipipMode: {}, blockSize: 28}}\n",
+        s.mode
+    )];
+    for (i, (has_addr, subnet)) in s.nodes.iter().enumerate() {
+        let spec = if *has_addr {
+            format!("{{bgp: {{ipv4Address: {}/24}}}}", node_ip(i, *subnet))
+        } else {
+            "{}".to_owned()
+        };
+        out.push(format!("apiVersion: projectcalico.org/v3\nkind: Node\nmetadata: {{name: {}}}\nspec: {spec}\n", node_name(i)));
+    }
+    for (i, (host, allocs)) in s.blocks.iter().enumerate() {
+        let cidr = block_cidr(i);
+        let affinity = host.map(|h| format!("affinity: \"host:{}\", ", node_name(h))).unwrap_or_default();
+        let mut attrs = Vec::new();
+        let mut allocations = Vec::new();
+        for a in allocs {
+            match a {
+                None => allocations.push("null".to_owned()),
+                Some(n) => {
+                    allocations.push(attrs.len().to_string());
+                    if *n < s.nodes.len() {
+                        attrs.push(format!("{{secondary: {{node: {}}}}}", node_name(*n)));
+                    } else {
+                        attrs.push("{handle_id: h}".to_owned());
+                    }
+                }
+            }
+        }
+        out.push(format!(
+            "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {{name: b{i}}}\nspec: {{cidr: {cidr}, {affinity}allocations: [{}], attributes: [{}]}}\n",
+            allocations.join(", "),
+            attrs.join(", ")
+        ));
+    }
+    out
+}
+
+fn load(docs: &[String]) -> Cluster {
+    let (cluster, errors) = Cluster::from_yaml_str(&docs.join("---\n")).unwrap();
+    assert_eq!(errors, vec![]);
+    cluster
+}
+
+fn spec_and_shuffled() -> impl Strategy<Value = (Spec, Vec<String>)> {
+    spec().prop_flat_map(|s| {
+        let d = docs(&s);
+        (Just(s), Just(d).prop_shuffle())
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn route_properties((s, shuffled) in spec_and_shuffled()) {
+        let cluster = load(&docs(&s));
+        let local = node_name(s.local);
+        let d = desired_routes(&cluster, &local, &routable_classes(), &RouteDevices::default());
+        let addr = |n: usize| s.nodes[n].0.then(|| ip(&node_ip(n, s.nodes[n].1)));
+
+        // One destination, one route.
+        let dsts: BTreeSet<IpNet> = d.routes.iter().map(|r| r.dst).collect();
+        prop_assert_eq!(dsts.len(), d.routes.len());
+
+        for (i, (host, allocs)) in s.blocks.iter().enumerate() {
+            let cidr = block_cidr(i);
+            let to_block: Vec<&ClusterRoute> = d.routes.iter().filter(|r| r.dst == cidr).collect();
+            match host {
+                // Never a route to an own block: only its blackhole.
+                Some(h) if *h == s.local => {
+                    prop_assert_eq!(to_block.len(), 1);
+                    prop_assert_eq!(to_block[0].path, RoutePath::Blackhole);
+                    prop_assert_eq!(to_block[0].gateway, None);
+                }
+                // Exactly one route per remote block, to its affine node (or a problem when
+                // that node has no address).
+                Some(h) => match addr(*h) {
+                    Some(gw) => {
+                        prop_assert_eq!(to_block.len(), 1);
+                        prop_assert_eq!(to_block[0].gateway, Some(gw));
+                        prop_assert_ne!(to_block[0].path, RoutePath::Blackhole);
+                    }
+                    None => {
+                        prop_assert!(to_block.is_empty());
+                        let problem = RouteProblem::NodeWithoutAddress { node: node_name(*h), family: 4, dst: cidr };
+                        prop_assert!(d.problems.contains(&problem));
+                    }
+                },
+                None => prop_assert!(to_block.is_empty()),
+            }
+            // Every borrowed IP is covered by a /32 to its real node.
+            for (ordinal, a) in allocs.iter().enumerate() {
+                let Some(n) = a else { continue };
+                let ipn = IpNet::from(routewarden::model::nth_ip(cidr, ordinal).unwrap());
+                let route = d.routes.iter().find(|r| r.dst == ipn);
+                if *n == s.nodes.len() {
+                    // No node recorded: never guessed.
+                    prop_assert!(route.is_none());
+                } else if Some(*n) == *host || *n == s.local {
+                    prop_assert!(route.is_none(), "unexpected /32 {}", ipn);
+                } else if let Some(gw) = addr(*n) {
+                    let route = route.expect("borrowed IP route");
+                    prop_assert_eq!(route.gateway, Some(gw));
+                    prop_assert_eq!(&route.origin, &RouteOrigin::BorrowedIp { block: format!("b{i}"), node: node_name(*n) });
+                } else {
+                    prop_assert!(route.is_none());
+                }
+            }
+        }
+        // Tunnel vs host NIC follows the pool mode and the local subnet.
+        for r in d.routes.iter().filter(|r| r.path != RoutePath::Blackhole) {
+            let gw = r.gateway.unwrap();
+            let local_subnet = addr(s.local).map(|_| net(&format!("10.0.{}.0/24", s.nodes[s.local].1)));
+            let same = local_subnet.is_some_and(|n| n.contains(&gw));
+            let want = match s.mode {
+                "Never" => RoutePath::HostNic,
+                "CrossSubnet" if same => RoutePath::HostNic,
+                _ => RoutePath::Tunnel,
+            };
+            prop_assert_eq!(r.path, want, "{}", r.dst);
+        }
+
+        // Output independent of input order.
+        let shuffled_cluster = load(&shuffled);
+        let d2 = desired_routes(&shuffled_cluster, &local, &routable_classes(), &RouteDevices::default());
+        prop_assert_eq!(d, d2);
+    }
+}
