@@ -1,0 +1,418 @@
+//! Audit: compare the kernel's routes with what each owner (Felix, BIRD, routewarden) should
+//! have programmed, and report per prefix. Programs nothing.
+//!
+//! [`audit`] is a pure function over a table's routes (all protocols); [`audit_kernel`] dumps
+//! the kernel and calls it. Findings carry stable codes ([`FindingCode`]) and serialize with
+//! serde, for `routewarden audit -o json`.
+//!
+//! Rules, per destination prefix in the audited table (only unicast and blackhole routes of
+//! universe scope count; kernel-protocol routes and link-scope routes, such as Felix's local
+//! workload routes on `cali*`, are never findings):
+//!
+//! - `missing`: the expected owner's route (its protocol, any metric) is absent.
+//! - `wrong-path`: the owner's route exists but goes another way (tunnel vs host NIC vs
+//!   blackhole, i.e. kind or device differ).
+//! - `wrong-next-hop`: same path, other gateway (a moved node IP not yet followed).
+//! - `duplicate`: more than one route for the prefix (two protocols, or one protocol at two
+//!   metrics), at any metric (reference §5.1/§5.5: Felix metric 0 vs BIRD 1024).
+//! - `stale`: a route from a known cluster-route writer (Felix, BIRD, routewarden) for a prefix
+//!   that writer should not have (not expected at all, or expected from another owner).
+//! - `foreign-writer`: a route of any other protocol on a cluster prefix (scenario S05).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+use super::model::{Family, KernelRoute, RouteKind, RTPROT_BIRD, RTPROT_FELIX, RTPROT_KERNEL, RT_SCOPE_UNIVERSE};
+use super::netlink::{NetlinkError, RouteNetlink};
+use crate::routes::{ClusterRoute, RouteDevices, RoutePath, Writer};
+
+/// What one owner should have programmed for one prefix.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ExpectedRoute {
+    /// The route.
+    pub route: ClusterRoute,
+    /// Who should program it.
+    pub owner: Writer,
+    /// The protocol that owner writes (Felix 80, BIRD 12, routewarden's configured one).
+    pub protocol: u8,
+}
+
+/// Stable finding codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FindingCode {
+    /// The owner's route is absent.
+    Missing,
+    /// A known writer's route for a prefix it should not have.
+    Stale,
+    /// More than one route for the prefix.
+    Duplicate,
+    /// The owner's route takes another path.
+    WrongPath,
+    /// The owner's route uses another gateway.
+    WrongNextHop,
+    /// Another protocol on a cluster prefix.
+    ForeignWriter,
+}
+
+impl FindingCode {
+    /// The code as printed and used as a metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingCode::Missing => "missing",
+            FindingCode::Stale => "stale",
+            FindingCode::Duplicate => "duplicate",
+            FindingCode::WrongPath => "wrong-path",
+            FindingCode::WrongNextHop => "wrong-next-hop",
+            FindingCode::ForeignWriter => "foreign-writer",
+        }
+    }
+}
+
+/// One finding.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct AuditFinding {
+    /// The prefix.
+    pub prefix: IpNet,
+    /// What is wrong.
+    pub code: FindingCode,
+    /// Who should program the prefix (`None`: nobody should).
+    pub owner: Option<Writer>,
+    /// The expected route (`ip route` form), if any.
+    pub expected: Option<String>,
+    /// The kernel routes the finding is about (`ip route` form).
+    pub found: Vec<String>,
+    /// One line for humans.
+    pub detail: String,
+}
+
+/// The result of an audit.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct AuditReport {
+    /// The audited table.
+    pub table: u32,
+    /// Expectations checked.
+    pub expected: usize,
+    /// Kernel routes considered (cluster prefixes only).
+    pub kernel_routes: usize,
+    /// Findings, sorted by prefix then code.
+    pub findings: Vec<AuditFinding>,
+}
+
+impl AuditReport {
+    /// Whether nothing was found.
+    pub fn is_clean(&self) -> bool {
+        self.findings.is_empty()
+    }
+
+    /// Finding counts by code.
+    pub fn counts(&self) -> BTreeMap<FindingCode, usize> {
+        let mut m = BTreeMap::new();
+        for f in &self.findings {
+            *m.entry(f.code).or_insert(0) += 1;
+        }
+        m
+    }
+}
+
+/// What the audit needs besides routes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditScope {
+    /// The table to audit (254 main).
+    pub table: u32,
+    /// Pool CIDRs of the audited classes: a route inside one with no expectation is stale or
+    /// foreign.
+    pub cluster_cidrs: Vec<IpNet>,
+    /// Device names, for expected routes without a device.
+    pub devices: RouteDevices,
+    /// routewarden's protocol (a known writer).
+    pub our_protocol: u8,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Path<'a> {
+    Blackhole,
+    Dev(&'a str),
+    Other,
+}
+
+fn kernel_path(r: &KernelRoute) -> Path<'_> {
+    match r.target.kind {
+        RouteKind::Blackhole => Path::Blackhole,
+        RouteKind::Unicast => r.target.device.as_deref().map_or(Path::Other, Path::Dev),
+        RouteKind::Other(_) => Path::Other,
+    }
+}
+
+fn expected_path<'a>(c: &'a ClusterRoute, devices: &'a RouteDevices) -> Path<'a> {
+    match c.path {
+        RoutePath::Blackhole => Path::Blackhole,
+        RoutePath::Tunnel => Path::Dev(c.device.as_deref().unwrap_or(&devices.tunnel)),
+        RoutePath::HostNic => Path::Dev(c.device.as_deref().unwrap_or(&devices.host_nic)),
+    }
+}
+
+fn render_expected(e: &ExpectedRoute, devices: &RouteDevices) -> String {
+    let c = &e.route;
+    let mut s = match c.path {
+        RoutePath::Blackhole => format!("blackhole {}", c.dst),
+        _ => format!("{}", c.dst),
+    };
+    if let Some(gw) = c.gateway {
+        s.push_str(&format!(" via {gw}"));
+    }
+    if let Path::Dev(d) = expected_path(c, devices) {
+        s.push_str(&format!(" dev {d}"));
+    }
+    s.push_str(&format!(" proto {} ({})", e.protocol, e.owner.label()));
+    s
+}
+
+/// Compare `kernel` (every route of the table, all protocols) with `expected`.
+/// Pure; see the module documentation for the rules.
+pub fn audit(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &AuditScope) -> AuditReport {
+    let mut writers: BTreeMap<u8, Writer> = BTreeMap::new();
+    writers.insert(RTPROT_FELIX, Writer::Felix);
+    writers.insert(RTPROT_BIRD, Writer::Bird);
+    writers.insert(scope.our_protocol, Writer::Routewarden);
+    for e in expected {
+        writers.insert(e.protocol, e.owner);
+    }
+    let mut exp_by_dst: BTreeMap<IpNet, &ExpectedRoute> = BTreeMap::new();
+    for e in expected {
+        exp_by_dst.entry(e.route.dst.trunc()).or_insert(e);
+    }
+    let relevant = |r: &&KernelRoute| {
+        r.key.table == scope.table
+            && matches!(r.target.kind, RouteKind::Unicast | RouteKind::Blackhole)
+            && r.target.scope == RT_SCOPE_UNIVERSE
+            && r.target.protocol != RTPROT_KERNEL
+            && (exp_by_dst.contains_key(&r.key.dst) || scope.cluster_cidrs.iter().any(|c| c.contains(&r.key.dst)))
+    };
+    let mut by_dst: BTreeMap<IpNet, Vec<&KernelRoute>> = BTreeMap::new();
+    let mut considered = 0;
+    for r in kernel.iter().filter(relevant) {
+        considered += 1;
+        by_dst.entry(r.key.dst).or_default().push(r);
+    }
+    let prefixes: BTreeSet<IpNet> = exp_by_dst.keys().chain(by_dst.keys()).copied().collect();
+    let mut findings = Vec::new();
+    for dst in prefixes {
+        let routes = by_dst.get(&dst).map(Vec::as_slice).unwrap_or_default();
+        let exp = exp_by_dst.get(&dst).copied();
+        let owner = exp.map(|e| e.owner);
+        let expected_str = exp.map(|e| render_expected(e, &scope.devices));
+        let mut push = |code: FindingCode, found: Vec<String>, detail: String| {
+            findings.push(AuditFinding { prefix: dst, code, owner, expected: expected_str.clone(), found, detail });
+        };
+        if let Some(e) = exp {
+            let mine: Vec<&&KernelRoute> = routes.iter().filter(|r| r.target.protocol == e.protocol).collect();
+            if mine.is_empty() {
+                push(
+                    FindingCode::Missing,
+                    routes.iter().map(ToString::to_string).collect(),
+                    format!("{} should program {dst} (proto {}) but the kernel has no such route", e.owner.label(), e.protocol),
+                );
+            }
+            let want_path = expected_path(&e.route, &scope.devices);
+            for r in &mine {
+                let have = kernel_path(r);
+                if have != want_path {
+                    push(
+                        FindingCode::WrongPath,
+                        vec![r.to_string()],
+                        format!("{dst} goes {} but should go {}", path_label(have), path_label(want_path)),
+                    );
+                } else if want_path != Path::Blackhole && r.target.gateway != e.route.gateway {
+                    push(
+                        FindingCode::WrongNextHop,
+                        vec![r.to_string()],
+                        format!(
+                            "{dst} goes via {} but should go via {}",
+                            opt_ip(r.target.gateway),
+                            opt_ip(e.route.gateway)
+                        ),
+                    );
+                }
+            }
+        }
+        for r in routes.iter().filter(|r| exp.is_none_or(|e| r.target.protocol != e.protocol)) {
+            match writers.get(&r.target.protocol) {
+                Some(w) => push(
+                    FindingCode::Stale,
+                    vec![r.to_string()],
+                    match owner {
+                        Some(o) => format!("{} route for {dst}, which {} owns", w.label(), o.label()),
+                        None => format!("{} route for {dst}, which nobody should program", w.label()),
+                    },
+                ),
+                None => push(
+                    FindingCode::ForeignWriter,
+                    vec![r.to_string()],
+                    format!("proto {} writes cluster prefix {dst}", r.target.protocol),
+                ),
+            }
+        }
+        let distinct: BTreeSet<(u8, u32)> = routes.iter().map(|r| (r.target.protocol, r.key.metric)).collect();
+        if distinct.len() > 1 {
+            push(
+                FindingCode::Duplicate,
+                routes.iter().map(ToString::to_string).collect(),
+                format!("{} routes for {dst} (protocol, metric): {distinct:?}", distinct.len()),
+            );
+        }
+    }
+    findings.sort();
+    AuditReport { table: scope.table, expected: expected.len(), kernel_routes: considered, findings }
+}
+
+fn opt_ip(ip: Option<IpAddr>) -> String {
+    ip.map_or_else(|| "-".to_string(), |i| i.to_string())
+}
+
+fn path_label(p: Path<'_>) -> String {
+    match p {
+        Path::Blackhole => "blackhole".into(),
+        Path::Dev(d) => format!("dev {d}"),
+        Path::Other => "elsewhere".into(),
+    }
+}
+
+/// Dump every route of `scope.table` (both families, all protocols) and every link, then
+/// [`audit`].
+///
+/// # Errors
+/// A failed dump ([`NetlinkError`]).
+pub async fn audit_kernel<N: RouteNetlink>(
+    nl: &mut N,
+    expected: &[ExpectedRoute],
+    scope: &AuditScope,
+) -> Result<AuditReport, NetlinkError> {
+    let links = nl.dump_links().await?;
+    let names: BTreeMap<u32, String> = links.into_iter().map(|l| (l.index, l.name)).collect();
+    let mut routes = Vec::new();
+    for family in [Family::V4, Family::V6] {
+        let observed = nl.dump_routes(family, scope.table, 0).await?;
+        routes.extend(observed.iter().filter(|r| !r.cloned).map(|r| r.named(|i| names.get(&i).cloned())));
+    }
+    Ok(audit(&routes, expected, scope))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::model::{RouteKey, RouteTarget};
+    use crate::routes::{PoolClass, RouteOrigin};
+
+    fn k(dst: &str, gw: Option<&str>, dev: Option<&str>, proto: u8, metric: u32) -> KernelRoute {
+        KernelRoute {
+            key: RouteKey::new(254, dst.parse().unwrap(), 0, metric),
+            target: RouteTarget {
+                kind: if dev.is_none() { RouteKind::Blackhole } else { RouteKind::Unicast },
+                gateway: gw.map(|g| g.parse().unwrap()),
+                device: dev.map(Into::into),
+                onlink: dev.is_some(),
+                protocol: proto,
+                scope: 0,
+            },
+        }
+    }
+
+    fn e(dst: &str, path: RoutePath, gw: Option<&str>, owner: Writer, protocol: u8) -> ExpectedRoute {
+        ExpectedRoute {
+            route: ClusterRoute {
+                dst: dst.parse().unwrap(),
+                path,
+                gateway: gw.map(|g| g.parse().unwrap()),
+                device: None,
+                class: PoolClass::Ipip,
+                pool: "default".into(),
+                origin: RouteOrigin::RemoteBlock { block: dst.into(), node: "node-b".into() },
+            },
+            owner,
+            protocol,
+        }
+    }
+
+    fn scope() -> AuditScope {
+        AuditScope {
+            table: 254,
+            cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
+            devices: RouteDevices::default(),
+            our_protocol: 201,
+        }
+    }
+
+    fn codes(r: &AuditReport) -> Vec<(String, &'static str)> {
+        r.findings.iter().map(|f| (f.prefix.to_string(), f.code.as_str())).collect()
+    }
+
+    #[test]
+    fn clean_when_everything_matches() {
+        let kernel = vec![
+            k("10.244.20.0/26", Some("10.0.0.12"), Some("tunl0"), 201, 1024),
+            k("10.244.10.0/26", None, None, 201, 1024),
+            k("0.0.0.0/0", Some("10.0.0.1"), Some("eth0"), 4, 0),
+            k("10.0.0.0/24", None, Some("eth0"), 2, 0),
+        ];
+        let exp = vec![
+            e("10.244.20.0/26", RoutePath::Tunnel, Some("10.0.0.12"), Writer::Routewarden, 201),
+            e("10.244.10.0/26", RoutePath::Blackhole, None, Writer::Routewarden, 201),
+        ];
+        let r = audit(&kernel, &exp, &scope());
+        assert!(r.is_clean(), "{:?}", r.findings);
+        assert_eq!(r.kernel_routes, 2);
+    }
+
+    #[test]
+    fn every_finding_kind() {
+        let kernel = vec![
+            // wrong path: expected tunnel, is on eth0
+            k("10.244.20.0/26", Some("10.0.0.12"), Some("eth0"), 80, 0),
+            // duplicate + stale: BIRD also has it
+            k("10.244.20.0/26", Some("10.0.0.12"), Some("tunl0"), 12, 1024),
+            // wrong next hop
+            k("10.244.30.0/26", Some("10.0.0.99"), Some("tunl0"), 80, 0),
+            // stale: nobody expects this block any more
+            k("10.244.40.0/26", Some("10.0.0.14"), Some("tunl0"), 12, 1024),
+            // foreign writer on a cluster prefix (S05)
+            k("10.244.2.0/24", Some("10.0.0.12"), Some("eth0"), 17, 0),
+            // not a cluster prefix: ignored
+            k("192.168.200.10/32", Some("10.244.10.5"), Some("cali-x"), 12, 0),
+        ];
+        let exp = vec![
+            e("10.244.20.0/26", RoutePath::Tunnel, Some("10.0.0.12"), Writer::Felix, 80),
+            e("10.244.30.0/26", RoutePath::Tunnel, Some("10.0.0.13"), Writer::Felix, 80),
+            e("10.244.50.0/26", RoutePath::HostNic, Some("10.0.0.15"), Writer::Bird, 12),
+        ];
+        let r = audit(&kernel, &exp, &scope());
+        assert_eq!(
+            codes(&r),
+            vec![
+                ("10.244.2.0/24".into(), "foreign-writer"),
+                ("10.244.20.0/26".into(), "stale"),
+                ("10.244.20.0/26".into(), "duplicate"),
+                ("10.244.20.0/26".into(), "wrong-path"),
+                ("10.244.30.0/26".into(), "wrong-next-hop"),
+                ("10.244.40.0/26".into(), "stale"),
+                ("10.244.50.0/26".into(), "missing"),
+            ]
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["findings"][0]["code"], "foreign-writer");
+        assert_eq!(r.counts()[&FindingCode::Stale], 2);
+    }
+
+    #[test]
+    fn duplicate_same_protocol_two_metrics() {
+        let kernel = vec![
+            k("10.244.20.0/26", Some("10.0.0.12"), Some("tunl0"), 80, 0),
+            k("10.244.20.0/26", Some("10.0.0.12"), Some("tunl0"), 80, 1024),
+        ];
+        let exp = vec![e("10.244.20.0/26", RoutePath::Tunnel, Some("10.0.0.12"), Writer::Felix, 80)];
+        assert_eq!(codes(&audit(&kernel, &exp, &scope())), vec![("10.244.20.0/26".into(), "duplicate")]);
+    }
+}

@@ -1,0 +1,163 @@
+//! Test doubles: a fake kernel FIB behind [`RouteNetlink`] and a manual [`Clock`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ipnet::IpNet;
+use nix::errno::Errno;
+
+use super::model::{Family, ObservedRoute, RouteKey};
+use super::netlink::{Clock, LinkInfo, NetlinkError, NetlinkOp, RouteNetlink, RouteOp};
+
+/// A manually advanced clock; clones share the time.
+#[derive(Clone, Debug)]
+pub struct FakeClock(Arc<Mutex<Instant>>);
+
+impl FakeClock {
+    pub fn new() -> Self {
+        FakeClock(Arc::new(Mutex::new(Instant::now())))
+    }
+    pub fn advance(&self, d: Duration) {
+        *self.0.lock().unwrap() += d;
+    }
+}
+
+impl Clock for FakeClock {
+    fn now(&self) -> Instant {
+        *self.0.lock().unwrap()
+    }
+}
+
+/// The fake kernel state; shared between clones so a "restarted" reconciler sees it.
+#[derive(Debug, Default)]
+pub struct FakeState {
+    pub routes: BTreeMap<RouteKey, ObservedRoute>,
+    pub links: BTreeMap<u32, LinkInfo>,
+    /// Every successful change, in order: `replace <key>`, `create <key>`, `delete <key>`.
+    pub log: Vec<String>,
+    pub dumps: usize,
+    /// Fail the next writes to these destinations with this errno (count down).
+    pub fail_writes: HashMap<IpNet, (Errno, usize)>,
+    /// Mark the next N route dumps interrupted.
+    pub interrupt_dumps: usize,
+    /// Fail every route dump with this errno.
+    pub dump_errno: Option<Errno>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct FakeNetlink(pub Arc<Mutex<FakeState>>);
+
+impl FakeNetlink {
+    pub fn with_links(links: &[(u32, &str)]) -> Self {
+        let f = FakeNetlink::default();
+        {
+            let mut s = f.0.lock().unwrap();
+            for (i, n) in links {
+                s.links.insert(*i, LinkInfo { index: *i, name: (*n).to_string(), up: true });
+            }
+        }
+        f
+    }
+    pub fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
+        self.0.lock().unwrap()
+    }
+    /// Insert a route as another writer would.
+    pub fn insert(&self, r: ObservedRoute) {
+        self.state().routes.insert(r.key, r);
+    }
+    pub fn take_log(&self) -> Vec<String> {
+        std::mem::take(&mut self.state().log)
+    }
+}
+
+impl RouteNetlink for FakeNetlink {
+    fn dump_routes(
+        &mut self,
+        family: Family,
+        table: u32,
+        protocol: u8,
+    ) -> impl std::future::Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send {
+        let mut s = self.0.lock().unwrap();
+        s.dumps += 1;
+        let res = if let Some(errno) = s.dump_errno {
+            Err(NetlinkError::Kernel { op: NetlinkOp::DumpRoutes, target: "fake".into(), errno })
+        } else if s.interrupt_dumps > 0 {
+            s.interrupt_dumps -= 1;
+            Err(NetlinkError::DumpInterrupted { op: NetlinkOp::DumpRoutes, target: "fake".into() })
+        } else {
+            Ok(s.routes
+                .values()
+                .filter(|r| r.key.family == family && r.key.table == table && (protocol == 0 || r.protocol == protocol))
+                .cloned()
+                .collect())
+        };
+        std::future::ready(res)
+    }
+
+    fn dump_links(&mut self) -> impl std::future::Future<Output = Result<Vec<LinkInfo>, NetlinkError>> + Send {
+        std::future::ready(Ok(self.0.lock().unwrap().links.values().cloned().collect()))
+    }
+
+    fn execute(&mut self, ops: &[RouteOp]) -> impl std::future::Future<Output = Vec<Result<(), NetlinkError>>> + Send {
+        let mut s = self.0.lock().unwrap();
+        let mut out = Vec::new();
+        for op in ops {
+            let err = |op: NetlinkOp, key: &RouteKey, errno| Err(NetlinkError::Kernel { op, target: key.to_string(), errno });
+            match op {
+                RouteOp::Write { route, oif, exclusive } => {
+                    let key = route.key;
+                    if let Some((errno, n)) = s.fail_writes.get_mut(&key.dst) {
+                        if *n > 0 {
+                            *n -= 1;
+                            out.push(err(NetlinkOp::WriteRoute, &key, *errno));
+                            continue;
+                        }
+                    }
+                    if let Some(i) = oif {
+                        match s.links.get(i) {
+                            None => {
+                                out.push(err(NetlinkOp::WriteRoute, &key, Errno::ENODEV));
+                                continue;
+                            }
+                            Some(l) if !l.up => {
+                                out.push(err(NetlinkOp::WriteRoute, &key, Errno::ENETDOWN));
+                                continue;
+                            }
+                            _ => {}
+                        }
+                    }
+                    if *exclusive && s.routes.contains_key(&key) {
+                        out.push(err(NetlinkOp::WriteRoute, &key, Errno::EEXIST));
+                        continue;
+                    }
+                    let t = &route.target;
+                    let observed = ObservedRoute {
+                        key,
+                        kind: t.kind,
+                        gateway: t.gateway,
+                        oif: *oif,
+                        onlink: t.onlink,
+                        protocol: t.protocol,
+                        scope: t.scope,
+                        extra: false,
+                        cloned: false,
+                    };
+                    let verb = if s.routes.contains_key(&key) { "replace" } else { "create" };
+                    s.log.push(format!("{verb} {key}"));
+                    s.routes.insert(key, observed);
+                    out.push(Ok(()));
+                }
+                RouteOp::Delete { key, protocol } => match s.routes.get(key) {
+                    Some(r) if r.protocol == *protocol => {
+                        s.routes.remove(key);
+                        s.log.push(format!("delete {key}"));
+                        out.push(Ok(()));
+                    }
+                    _ => out.push(err(NetlinkOp::DeleteRoute, key, Errno::ESRCH)),
+                },
+            }
+        }
+        std::future::ready(out)
+    }
+}

@@ -1,0 +1,581 @@
+//! Kernel route model: routes keyed exactly as the kernel FIB keys them, their target
+//! attributes, and the conversions between [`ClusterRoute`]s, this model and rtnetlink
+//! messages.
+//!
+//! Keying mirrors Felix `felix/routetable/defs.go` (`RouteKey{CIDR, TOS, Priority}`) plus the
+//! table and address family, because this agent programs one table of either family. The IPv4
+//! FIB key is (table, dst/len, tos, priority) (`fib_table_insert`); the IPv6 key is
+//! (table, dst/len, metric) (`fib6_add_rt2node`). IPv6 has no TOS (always 0) and the kernel
+//! stores an IPv6 metric of 0 as 1024 (`IP6_RT_PRIO_USER`), so keys are normalised the same way
+//! (Felix `normalizeRouteKey`, route_table.go).
+
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use rtnetlink::packet_core::{
+    NetlinkMessage, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST,
+};
+use rtnetlink::packet_route::route::{
+    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
+};
+use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
+use serde::Serialize;
+
+use crate::routes::{ClusterRoute, PoolClass, RouteDevices, RoutePath};
+
+/// `RTPROT_KERNEL`: routes the kernel made (connected subnets, `lo`).
+pub const RTPROT_KERNEL: u8 = 2;
+/// `RTPROT_BOOT`: routes added by `ip route` without `proto` (and Felix's device routes).
+pub const RTPROT_BOOT: u8 = 3;
+/// `RTPROT_STATIC`: routes an administrator marked static.
+pub const RTPROT_STATIC: u8 = 4;
+/// `RTPROT_BIRD`: routes BIRD programs (Calico's BGP daemon).
+pub const RTPROT_BIRD: u8 = 12;
+/// Felix's cluster-route protocol (`dataplanedefs.DefaultRouteProto`).
+pub const RTPROT_FELIX: u8 = 80;
+/// `RT_TABLE_MAIN`.
+pub const RT_TABLE_MAIN: u32 = 254;
+/// `RT_TABLE_COMPAT`: what `rtm_table` holds for tables above 255 (the real id is in `RTA_TABLE`).
+const RT_TABLE_COMPAT: u8 = 252;
+/// The metric the kernel gives an IPv6 route written with metric 0 (`IP6_RT_PRIO_USER`).
+pub const IP6_RT_PRIO_USER: u32 = 1024;
+
+/// Address family of a route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// `AF_INET`.
+    V4,
+    /// `AF_INET6`.
+    V6,
+}
+
+impl Family {
+    /// The family of `net`.
+    pub fn of(net: &IpNet) -> Family {
+        match net {
+            IpNet::V4(_) => Family::V4,
+            IpNet::V6(_) => Family::V6,
+        }
+    }
+
+    /// Stable lowercase name (`v4`, `v6`), usable as a metric label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Family::V4 => "v4",
+            Family::V6 => "v6",
+        }
+    }
+
+    fn address_family(self) -> AddressFamily {
+        match self {
+            Family::V4 => AddressFamily::Inet,
+            Family::V6 => AddressFamily::Inet6,
+        }
+    }
+}
+
+/// The kernel's identity of a route: two routes with the same key cannot coexist, and a route
+/// replace overwrites whatever route holds the key, whichever process wrote it.
+///
+/// Routes that differ only in `metric` are different keys (they coexist; the lower metric
+/// wins). Build keys with [`RouteKey::new`] so IPv6 metric 0 becomes 1024 and host bits of
+/// `dst` are cleared, as the kernel does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct RouteKey {
+    /// Routing table id (254 = main).
+    pub table: u32,
+    /// Address family (always equal to the family of `dst`).
+    pub family: Family,
+    /// Destination prefix.
+    pub dst: IpNet,
+    /// IPv4 TOS (always 0 for IPv6 and for routes this agent writes).
+    pub tos: u8,
+    /// Route priority (`metric` in `ip route`).
+    pub metric: u32,
+}
+
+impl RouteKey {
+    /// A normalised key: host bits of `dst` cleared, IPv6 TOS 0 and metric 0 -> 1024.
+    pub fn new(table: u32, dst: IpNet, tos: u8, metric: u32) -> RouteKey {
+        let family = Family::of(&dst);
+        let (tos, metric) = match family {
+            Family::V4 => (tos, metric),
+            Family::V6 => (0, if metric == 0 { IP6_RT_PRIO_USER } else { metric }),
+        };
+        RouteKey { table, family, dst: dst.trunc(), tos, metric }
+    }
+}
+
+impl fmt::Display for RouteKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} table {} metric {}", self.dst, self.table, self.metric)?;
+        if self.tos != 0 {
+            write!(f, " tos {:#x}", self.tos)?;
+        }
+        Ok(())
+    }
+}
+
+/// Route type (`rtm_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RouteKind {
+    /// `RTN_UNICAST`: a gateway or direct route.
+    Unicast,
+    /// `RTN_BLACKHOLE`: drop silently.
+    Blackhole,
+    /// Any other type (local, broadcast, unreachable, ...), never written by this agent.
+    Other(u8),
+}
+
+impl RouteKind {
+    fn from_kernel(kind: RouteType) -> RouteKind {
+        match kind {
+            RouteType::Unicast => RouteKind::Unicast,
+            RouteType::BlackHole => RouteKind::Blackhole,
+            other => RouteKind::Other(u8::from(other)),
+        }
+    }
+
+    fn to_kernel(self) -> RouteType {
+        match self {
+            RouteKind::Unicast => RouteType::Unicast,
+            RouteKind::Blackhole => RouteType::BlackHole,
+            RouteKind::Other(n) => RouteType::from(n),
+        }
+    }
+}
+
+/// `RT_SCOPE_UNIVERSE`: the scope of gateway, onlink and blackhole routes.
+pub const RT_SCOPE_UNIVERSE: u8 = 0;
+
+/// What a route does: everything about a route except its key.
+///
+/// Felix `TargetType` -> attributes (`felix/routetable/defs.go`): onlink and no-encap targets
+/// are `RTN_UNICAST` with `RTNH_F_ONLINK`, scope universe; blackholes are `RTN_BLACKHOLE`,
+/// scope universe, no device.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct RouteTarget {
+    /// Route type.
+    pub kind: RouteKind,
+    /// Next hop (`via`), `None` for blackholes.
+    pub gateway: Option<IpAddr>,
+    /// Output device name (`dev`); resolved to an ifindex when the route is written. `None` for
+    /// blackholes (IPv6 reports blackholes on `lo`; that is ignored).
+    pub device: Option<String>,
+    /// `RTNH_F_ONLINK`: the gateway is reachable on `device` without a connected route.
+    pub onlink: bool,
+    /// Route protocol (`proto`): 2 kernel, 3 boot, 4 static, 12 bird, 80 Felix, ...
+    pub protocol: u8,
+    /// Route scope (`rtm_scope`); 0 universe.
+    pub scope: u8,
+}
+
+/// One route in the kernel model: its key and target.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct KernelRoute {
+    /// The kernel's key for the route.
+    pub key: RouteKey,
+    /// What the route does.
+    pub target: RouteTarget,
+}
+
+impl fmt::Display for KernelRoute {
+    /// Renders like `ip route`: `blackhole 10.244.10.0/26 proto 80 metric 1024` or
+    /// `10.244.20.0/26 via 10.0.0.12 dev tunl0 proto 80 metric 1024 onlink`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = &self.target;
+        match t.kind {
+            RouteKind::Unicast => write!(f, "{}", self.key.dst)?,
+            RouteKind::Blackhole => write!(f, "blackhole {}", self.key.dst)?,
+            RouteKind::Other(n) => write!(f, "type {n} {}", self.key.dst)?,
+        }
+        if let Some(gw) = t.gateway {
+            write!(f, " via {gw}")?;
+        }
+        if let Some(dev) = &t.device {
+            write!(f, " dev {dev}")?;
+        }
+        write!(f, " proto {} metric {}", t.protocol, self.key.metric)?;
+        if self.key.table != RT_TABLE_MAIN {
+            write!(f, " table {}", self.key.table)?;
+        }
+        if t.onlink {
+            write!(f, " onlink")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a [`ClusterRoute`] cannot become a kernel route.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConversionError {
+    /// A tunnel or host-NIC route without a next hop.
+    #[error("cluster route {dst} ({path}) has no gateway")]
+    MissingGateway {
+        /// Destination of the route.
+        dst: IpNet,
+        /// Its path label.
+        path: &'static str,
+    },
+    /// Next hop of the other family than the destination (would need `RTA_VIA`).
+    #[error("cluster route {dst} has gateway {gateway} of the other address family")]
+    FamilyMismatch {
+        /// Destination of the route.
+        dst: IpNet,
+        /// The offending next hop.
+        gateway: IpAddr,
+    },
+}
+
+/// A desired kernel route plus the cluster facts it came from (for per-class reports).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DesiredRoute {
+    /// The route to program.
+    pub route: KernelRoute,
+    /// Pool class of the destination.
+    pub class: PoolClass,
+    /// Path the route takes.
+    pub path: RoutePath,
+}
+
+/// Route-writing settings: what protocol, metric and table this agent's routes carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteSettings {
+    /// Route protocol written on every route (1..=255; default 80, Felix's, so a handover to or
+    /// from Felix is an atomic replace).
+    pub protocol: u8,
+    /// Metric (priority) of every route; default 1024 (BIRD's `krt_metric`, Calico's normal
+    /// priority).
+    pub metric: u32,
+    /// Table id; default 254 (main).
+    pub table: u32,
+    /// Device names used when a [`ClusterRoute`] carries none.
+    pub devices: RouteDevices,
+}
+
+impl Default for RouteSettings {
+    fn default() -> Self {
+        RouteSettings { protocol: RTPROT_FELIX, metric: 1024, table: RT_TABLE_MAIN, devices: RouteDevices::default() }
+    }
+}
+
+/// Convert one cluster route to the kernel route this agent writes for it.
+///
+/// Shapes (Felix `route_mgr.go`, reference §2.4/§2.6): tunnel and host-NIC routes are
+/// `dst via gw dev <dev> proto P metric M onlink` (the device is the route's own or, if it has
+/// none, the configured tunnel / host NIC); blackholes are `blackhole dst proto P metric M`.
+///
+/// # Errors
+/// [`ConversionError`] for a non-blackhole route without a gateway or with a gateway of the
+/// other family.
+pub fn to_kernel_route(route: &ClusterRoute, settings: &RouteSettings) -> Result<DesiredRoute, ConversionError> {
+    let key = RouteKey::new(settings.table, route.dst, 0, settings.metric);
+    let target = match route.path {
+        RoutePath::Blackhole => RouteTarget {
+            kind: RouteKind::Blackhole,
+            gateway: None,
+            device: None,
+            onlink: false,
+            protocol: settings.protocol,
+            scope: RT_SCOPE_UNIVERSE,
+        },
+        RoutePath::Tunnel | RoutePath::HostNic => {
+            let gateway =
+                route.gateway.ok_or(ConversionError::MissingGateway { dst: route.dst, path: route.path.label() })?;
+            if gateway.is_ipv4() != matches!(route.dst, IpNet::V4(_)) {
+                return Err(ConversionError::FamilyMismatch { dst: route.dst, gateway });
+            }
+            let device = route.device.clone().unwrap_or_else(|| match route.path {
+                RoutePath::Tunnel => settings.devices.tunnel.clone(),
+                _ => settings.devices.host_nic.clone(),
+            });
+            RouteTarget {
+                kind: RouteKind::Unicast,
+                gateway: Some(gateway),
+                device: Some(device),
+                onlink: true,
+                protocol: settings.protocol,
+                scope: RT_SCOPE_UNIVERSE,
+            }
+        }
+    };
+    Ok(DesiredRoute { route: KernelRoute { key, target }, class: route.class, path: route.path })
+}
+
+/// A route as the kernel reported it: devices as ifindexes, plus whether it carries
+/// attributes this agent never writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObservedRoute {
+    /// Normalised key.
+    pub key: RouteKey,
+    /// Route type.
+    pub kind: RouteKind,
+    /// `RTA_GATEWAY`.
+    pub gateway: Option<IpAddr>,
+    /// `RTA_OIF`.
+    pub oif: Option<u32>,
+    /// `RTNH_F_ONLINK` in `rtm_flags`.
+    pub onlink: bool,
+    /// `rtm_protocol`.
+    pub protocol: u8,
+    /// `rtm_scope`.
+    pub scope: u8,
+    /// The route has attributes this agent never writes (multipath, metrics such as `mtu`,
+    /// `src`, encap, nexthop id): a route of ours with them is rewritten.
+    pub extra: bool,
+    /// `RTM_F_CLONED`: a cache/exception entry, never a FIB route.
+    pub cloned: bool,
+}
+
+impl ObservedRoute {
+    /// Name the output device with `name_of` (ifindex -> name). Blackholes get no device
+    /// (IPv6 reports them on `lo`).
+    pub fn named(&self, name_of: impl Fn(u32) -> Option<String>) -> KernelRoute {
+        let device = match self.kind {
+            RouteKind::Blackhole => None,
+            _ => self.oif.map(|i| name_of(i).unwrap_or_else(|| format!("if{i}"))),
+        };
+        KernelRoute {
+            key: self.key,
+            target: RouteTarget {
+                kind: self.kind,
+                gateway: self.gateway,
+                device,
+                onlink: self.onlink,
+                protocol: self.protocol,
+                scope: self.scope,
+            },
+        }
+    }
+}
+
+fn addr_of(a: &RouteAddress) -> Option<IpAddr> {
+    match a {
+        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
+        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
+        _ => None,
+    }
+}
+
+/// Parse a kernel route message (dump reply or notification). Returns `None` for messages
+/// that are not IPv4/IPv6 routes or carry a malformed destination; never panics on kernel
+/// data.
+///
+/// Kernel habits handled here: the real table id is in `RTA_TABLE` (`rtm_table` is 252 for
+/// ids above 255); IPv4 omits `RTA_PRIORITY` for metric 0; IPv6 reports metric 1024 for 0;
+/// a default route has no `RTA_DST`; onlink is `RTNH_F_ONLINK` in `rtm_flags`.
+pub fn parse_route(msg: &RouteMessage) -> Option<ObservedRoute> {
+    let h = &msg.header;
+    let family = match h.address_family {
+        AddressFamily::Inet => Family::V4,
+        AddressFamily::Inet6 => Family::V6,
+        _ => return None,
+    };
+    let mut table = u32::from(h.table);
+    let mut dst_addr: Option<IpAddr> = None;
+    let mut gateway = None;
+    let mut oif = None;
+    let mut metric = 0;
+    let mut extra = false;
+    for attr in &msg.attributes {
+        match attr {
+            RouteAttribute::Table(t) => table = *t,
+            RouteAttribute::Destination(a) => dst_addr = addr_of(a),
+            RouteAttribute::Gateway(a) => gateway = addr_of(a),
+            RouteAttribute::Oif(i) => oif = Some(*i),
+            RouteAttribute::Priority(p) => metric = *p,
+            RouteAttribute::Metrics(m) => extra |= !m.is_empty(),
+            RouteAttribute::MultiPath(_)
+            | RouteAttribute::PrefSource(_)
+            | RouteAttribute::Via(_)
+            | RouteAttribute::Encap(_)
+            | RouteAttribute::EncapType(_)
+            | RouteAttribute::NhId(_)
+            | RouteAttribute::Source(_) => extra = true,
+            _ => {}
+        }
+    }
+    let dst_addr = dst_addr.unwrap_or(match family {
+        Family::V4 => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        Family::V6 => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+    });
+    if dst_addr.is_ipv4() != (family == Family::V4) {
+        return None;
+    }
+    let dst = IpNet::new(dst_addr, h.destination_prefix_length).ok()?;
+    Some(ObservedRoute {
+        key: RouteKey::new(table, dst, h.tos, metric),
+        kind: RouteKind::from_kernel(h.kind),
+        gateway,
+        oif,
+        onlink: h.flags.contains(RouteFlags::Onlink),
+        protocol: u8::from(h.protocol),
+        scope: u8::from(h.scope),
+        extra,
+        cloned: h.flags.contains(RouteFlags::Cloned),
+    })
+}
+
+fn header_for(key: &RouteKey) -> RouteHeader {
+    let mut h = RouteHeader::default();
+    h.address_family = key.family.address_family();
+    h.destination_prefix_length = key.dst.prefix_len();
+    h.tos = key.tos;
+    h.table = u8::try_from(key.table).unwrap_or(RT_TABLE_COMPAT);
+    h
+}
+
+fn base_attributes(key: &RouteKey) -> Vec<RouteAttribute> {
+    let mut attrs = Vec::with_capacity(6);
+    if key.dst.prefix_len() > 0 {
+        attrs.push(RouteAttribute::Destination(RouteAddress::from(key.dst.addr())));
+    }
+    attrs.push(RouteAttribute::Table(key.table));
+    attrs.push(RouteAttribute::Priority(key.metric));
+    attrs
+}
+
+/// Build the `RTM_NEWROUTE` request that writes `route` with its device at `oif`.
+///
+/// `exclusive`: `NLM_F_CREATE|NLM_F_EXCL` (fails with `EEXIST` if any route holds the key:
+/// used for keys not known to be ours, so a foreign route is never overwritten); otherwise
+/// `NLM_F_CREATE|NLM_F_REPLACE` (atomic replace of our own route, `ip route replace`).
+pub fn write_request(route: &KernelRoute, oif: Option<u32>, exclusive: bool) -> NetlinkMessage<RouteNetlinkMessage> {
+    let key = &route.key;
+    let t = &route.target;
+    let mut msg = RouteMessage::default();
+    msg.header = header_for(key);
+    msg.header.protocol = RouteProtocol::from(t.protocol);
+    msg.header.scope = RouteScope::from(t.scope);
+    msg.header.kind = t.kind.to_kernel();
+    if t.onlink {
+        msg.header.flags = RouteFlags::Onlink;
+    }
+    msg.attributes = base_attributes(key);
+    if let Some(gw) = t.gateway {
+        msg.attributes.push(RouteAttribute::Gateway(RouteAddress::from(gw)));
+    }
+    if let Some(oif) = oif {
+        msg.attributes.push(RouteAttribute::Oif(oif));
+    }
+    let mut req = NetlinkMessage::from(RouteNetlinkMessage::NewRoute(msg));
+    req.header.flags =
+        NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | if exclusive { NLM_F_EXCL } else { NLM_F_REPLACE };
+    req
+}
+
+/// Build the `RTM_DELROUTE` request that deletes the route at `key` only if it still carries
+/// `protocol`: a route another writer put at the same key meanwhile is left alone (the kernel
+/// answers `ESRCH`). Type, scope, gateway and device are wildcards (Felix `deleteRoute`;
+/// `RT_SCOPE_NOWHERE` is the IPv4 scope wildcard in `fib_table_delete`).
+pub fn delete_request(key: &RouteKey, protocol: u8) -> NetlinkMessage<RouteNetlinkMessage> {
+    let mut msg = RouteMessage::default();
+    msg.header = header_for(key);
+    msg.header.protocol = RouteProtocol::from(protocol);
+    msg.header.scope = RouteScope::NoWhere;
+    msg.header.kind = RouteType::Unspec;
+    msg.attributes = base_attributes(key);
+    let mut req = NetlinkMessage::from(RouteNetlinkMessage::DelRoute(msg));
+    req.header.flags = NLM_F_REQUEST | NLM_F_ACK;
+    req
+}
+
+/// Build a strict, kernel-side filtered dump request: routes of `family` in `table`, of
+/// `protocol` (0 = any). With `NETLINK_GET_STRICT_CHK` the kernel filters by `rtm_protocol`
+/// and `RTA_TABLE` (`ip_valid_fib_dump_req`) and answers `ENOENT` for a table that does not
+/// exist.
+pub fn dump_request(family: Family, table: u32, protocol: u8) -> NetlinkMessage<RouteNetlinkMessage> {
+    let mut msg = RouteMessage::default();
+    msg.header.address_family = family.address_family();
+    msg.header.table = u8::try_from(table).unwrap_or(RT_TABLE_COMPAT);
+    msg.header.protocol = RouteProtocol::from(protocol);
+    msg.header.scope = RouteScope::Universe;
+    msg.header.kind = RouteType::Unspec;
+    msg.attributes.push(RouteAttribute::Table(table));
+    let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetRoute(msg));
+    req.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+    req
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routes::RouteOrigin;
+
+    fn cr(dst: &str, path: RoutePath, gw: Option<&str>) -> ClusterRoute {
+        ClusterRoute {
+            dst: dst.parse().unwrap(),
+            path,
+            gateway: gw.map(|g| g.parse().unwrap()),
+            device: None,
+            class: PoolClass::Ipip,
+            pool: "p".into(),
+            origin: RouteOrigin::OwnBlock { block: dst.into() },
+        }
+    }
+
+    #[test]
+    fn shapes_match_felix() {
+        let s = RouteSettings::default();
+        let t = to_kernel_route(&cr("10.244.20.0/26", RoutePath::Tunnel, Some("10.0.0.12")), &s).unwrap();
+        assert_eq!(t.route.to_string(), "10.244.20.0/26 via 10.0.0.12 dev tunl0 proto 80 metric 1024 onlink");
+        let n = to_kernel_route(&cr("10.244.20.0/26", RoutePath::HostNic, Some("10.0.0.12")), &s).unwrap();
+        assert_eq!(n.route.target.device.as_deref(), Some("eth0"));
+        let b = to_kernel_route(&cr("10.244.10.0/26", RoutePath::Blackhole, None), &s).unwrap();
+        assert_eq!(b.route.to_string(), "blackhole 10.244.10.0/26 proto 80 metric 1024");
+        let s48 = RouteSettings { table: 48, metric: 0, protocol: 201, ..RouteSettings::default() };
+        let v6 = to_kernel_route(&cr("fd00:10::/122", RoutePath::HostNic, Some("fd00::12")), &s48).unwrap();
+        assert_eq!(v6.route.key.metric, 1024, "IPv6 metric 0 is stored as 1024");
+        assert_eq!(v6.route.key.table, 48);
+    }
+
+    #[test]
+    fn conversion_errors() {
+        let s = RouteSettings::default();
+        assert!(matches!(
+            to_kernel_route(&cr("10.244.20.0/26", RoutePath::Tunnel, None), &s),
+            Err(ConversionError::MissingGateway { .. })
+        ));
+        assert!(matches!(
+            to_kernel_route(&cr("10.244.20.0/26", RoutePath::Tunnel, Some("fd00::1")), &s),
+            Err(ConversionError::FamilyMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn key_normalisation() {
+        let k = RouteKey::new(254, "10.244.20.7/26".parse().unwrap(), 0, 0);
+        assert_eq!(k.dst.to_string(), "10.244.20.0/26");
+        assert_eq!(k.metric, 0, "IPv4 metric 0 stays 0");
+    }
+
+    #[test]
+    fn parse_roundtrip_of_written_route() {
+        let s = RouteSettings { table: 300, ..RouteSettings::default() };
+        let d = to_kernel_route(&cr("10.244.20.0/26", RoutePath::Tunnel, Some("10.0.0.12")), &s).unwrap();
+        let req = write_request(&d.route, Some(7), false);
+        let RouteNetlinkMessage::NewRoute(msg) = req.payload.clone().into_inner_owned() else { panic!() };
+        assert_eq!(msg.header.table, RT_TABLE_COMPAT);
+        let o = parse_route(&msg).unwrap();
+        assert_eq!(o.key, d.route.key);
+        assert!(o.onlink);
+        assert_eq!(o.oif, Some(7));
+        assert!(!o.extra);
+        assert_eq!(o.named(|_| Some("tunl0".into())), d.route);
+    }
+
+    trait IntoInner {
+        fn into_inner_owned(self) -> RouteNetlinkMessage;
+    }
+    impl IntoInner for rtnetlink::packet_core::NetlinkPayload<RouteNetlinkMessage> {
+        fn into_inner_owned(self) -> RouteNetlinkMessage {
+            match self {
+                rtnetlink::packet_core::NetlinkPayload::InnerMessage(m) => m,
+                _ => panic!("not an inner message"),
+            }
+        }
+    }
+}

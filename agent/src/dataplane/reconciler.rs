@@ -1,0 +1,881 @@
+//! [`Reconciler`]: desired vs kernel route state in the shape of Felix's routetable
+//! (`felix/routetable/route_table.go`, reference §3).
+//!
+//! - State is keyed by [`RouteKey`] (table, family, dst, tos, metric), as the kernel keys it.
+//! - [`Reconciler::set_desired`] only records which keys changed (cheap, no I/O).
+//! - [`Reconciler::apply`] does the netlink work: a full resync when due (kernel-side filtered
+//!   dump of our table and protocols: at start, every `resync_interval`, after errors), then
+//!   writes (route replace for keys that hold our route, create-exclusive for keys that do not,
+//!   so a foreign route at the same key is never overwritten), then deletes (only routes the
+//!   [`OwnershipPolicy`] calls ours, only while the datastore is synced, never for a prefix
+//!   whose new route failed to write: the new route goes in before the old one goes out).
+//! - [`Reconciler::handle_event`] folds netlink notifications in: a route of ours removed or
+//!   flushed by a link going down is re-written on the next apply.
+//! - Ownership handover: a route of a class being handed to another writer is kept until that
+//!   writer's route for the prefix is seen in the kernel, at most `handover_grace`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use ipnet::IpNet;
+use nix::errno::Errno;
+use serde::Serialize;
+
+use super::events::DataplaneEvent;
+use super::model::{to_kernel_route, ConversionError, DesiredRoute, Family, KernelRoute, RouteKey, RouteKind, RouteSettings};
+use super::netlink::{Clock, LinkInfo, NetlinkError, RouteNetlink, RouteOp};
+use super::policy::{OwnershipPolicy, Verdict};
+use super::DataplaneConfig;
+use crate::routes::{ClusterRoute, PoolClass, RoutePath, Writer};
+
+/// Attempts of a dump that the kernel marked interrupted (Felix `routeListFilterAttempts`).
+const DUMP_ATTEMPTS: u32 = 5;
+/// First retry delay after a failed write or resync; doubles per failure.
+const BACKOFF_BASE: Duration = Duration::from_millis(200);
+/// Longest retry delay.
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Error kinds counted in [`ApplyReport::errors`]: fixed, label-safe values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorKind {
+    /// A dump came back `NLM_F_DUMP_INTR` more than the retry budget allows.
+    DumpInterrupted,
+    /// `EEXIST` on create: a route we do not own holds the key.
+    ForeignRouteAtKey,
+    /// The route's device does not exist (by name) or vanished (`ENODEV`).
+    NoDevice,
+    /// The route's device is down (`ENETDOWN`).
+    DeviceDown,
+    /// `ENETUNREACH`: the gateway is not reachable (or the device has no carrier).
+    NetUnreachable,
+    /// No answer within the netlink timeout.
+    Timeout,
+    /// `EPERM`/`EACCES`.
+    Permission,
+    /// `EINVAL` and friends: the kernel refused the route.
+    Invalid,
+    /// A desired cluster route that cannot be converted (no gateway, family mismatch).
+    BadDesiredRoute,
+    /// Anything else (connection lost, other errno).
+    Other,
+}
+
+impl ErrorKind {
+    /// Stable label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorKind::DumpInterrupted => "dump-interrupted",
+            ErrorKind::ForeignRouteAtKey => "foreign-route-at-key",
+            ErrorKind::NoDevice => "no-device",
+            ErrorKind::DeviceDown => "device-down",
+            ErrorKind::NetUnreachable => "net-unreachable",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Permission => "permission",
+            ErrorKind::Invalid => "invalid",
+            ErrorKind::BadDesiredRoute => "bad-desired-route",
+            ErrorKind::Other => "other",
+        }
+    }
+
+    fn of(e: &NetlinkError) -> ErrorKind {
+        match e {
+            NetlinkError::DumpInterrupted { .. } => ErrorKind::DumpInterrupted,
+            NetlinkError::Timeout { .. } => ErrorKind::Timeout,
+            NetlinkError::Connection { .. } => ErrorKind::Other,
+            NetlinkError::Kernel { errno, .. } => match *errno {
+                Errno::EEXIST => ErrorKind::ForeignRouteAtKey,
+                Errno::ENODEV => ErrorKind::NoDevice,
+                Errno::ENETDOWN => ErrorKind::DeviceDown,
+                Errno::ENETUNREACH | Errno::EHOSTUNREACH => ErrorKind::NetUnreachable,
+                Errno::EPERM | Errno::EACCES => ErrorKind::Permission,
+                Errno::EINVAL | Errno::ERANGE | Errno::EAFNOSUPPORT | Errno::EOPNOTSUPP => ErrorKind::Invalid,
+                _ => ErrorKind::Other,
+            },
+        }
+    }
+}
+
+/// A new owner for a class routewarden stops programming: its routes are kept until the new
+/// owner's route for the same prefix (`protocol` in `table`) is seen, at most the grace period.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Handover {
+    /// The class being handed over.
+    pub class: PoolClass,
+    /// Who programs it from now on.
+    pub to: Writer,
+    /// The protocol the new owner's routes carry (Felix 80, BIRD 12).
+    pub protocol: u8,
+    /// The table the new owner writes (254 for Felix and BIRD).
+    pub table: u32,
+}
+
+/// How a handover of one prefix ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HandoverEnd {
+    /// The new owner's route was seen; ours was then deleted.
+    Seen,
+    /// The grace period ran out first; ours was deleted anyway.
+    GraceExpired,
+    /// The new owner uses our protocol and table: the route was left in place for it to adopt
+    /// (the app must add the class's pools to [`OwnershipPolicy::disown`]).
+    Released,
+}
+
+/// One finished handover, for metrics and logs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HandoverOutcome {
+    /// The prefix.
+    pub dst: IpNet,
+    /// The new owner.
+    pub to: Writer,
+    /// How it ended.
+    pub end: HandoverEnd,
+    /// From the handover's start until ours was deleted (or released).
+    #[serde(with = "secs_f64")]
+    pub waited: Duration,
+}
+
+mod secs_f64 {
+    use std::time::Duration;
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+}
+
+/// A key we want but a route we do not own holds (reported, never overwritten).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Conflict {
+    /// The contested key.
+    pub key: RouteKey,
+    /// The route we wanted there.
+    pub wanted: String,
+}
+
+/// A foreign-protocol route we overwrote because the policy claims it (e.g. a BIRD leftover on
+/// the tunnel device inside an IPIP pool we own). Always reported (scenario S12).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Overwrite {
+    /// The route that was there (`ip route` form).
+    pub previous: String,
+    /// Why it was ours to overwrite.
+    pub verdict: Verdict,
+}
+
+/// Per class and path: how many routes are desired and how many are in the kernel as desired.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ClassCount {
+    /// Desired routes.
+    pub desired: usize,
+    /// Desired routes present in the kernel with the desired attributes.
+    pub programmed: usize,
+}
+
+/// What one [`Reconciler::apply`] did. Plain data: the app turns it into metrics and logs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ApplyReport {
+    /// A full resync (dump) ran.
+    pub resynced: bool,
+    /// The resync failed (apply stopped there).
+    pub resync_failed: bool,
+    /// Routes written (replace or create) successfully.
+    pub writes: u64,
+    /// Routes deleted successfully.
+    pub deletes: u64,
+    /// Deletes answered `ESRCH` (already gone, or replaced by another writer meanwhile).
+    pub deletes_already_gone: u64,
+    /// Failed writes, deletes and dumps by kind.
+    pub errors: BTreeMap<ErrorKind, u64>,
+    /// Deletes held back because the datastore view is not synced (scenario S10).
+    pub deletes_deferred_unsynced: usize,
+    /// Deletes held back during a handover grace period.
+    pub deletes_deferred_handover: usize,
+    /// Desired routes waiting for their device (missing or down).
+    pub waiting_for_device: BTreeMap<String, usize>,
+    /// Keys held by a route we do not own.
+    pub conflicts: Vec<Conflict>,
+    /// Foreign routes overwritten by claim.
+    pub overwrote: Vec<Overwrite>,
+    /// Handovers that finished.
+    pub handovers: Vec<HandoverOutcome>,
+    /// Per class, per path counts (after this apply).
+    pub by_class: BTreeMap<(PoolClass, RoutePath), ClassCount>,
+    /// Routes of ours in the kernel (after this apply).
+    pub kernel_routes: usize,
+    /// Keys still not converged (will be retried).
+    pub pending: usize,
+    /// Duration of the resync dump, if one ran.
+    #[serde(with = "opt_secs")]
+    pub resync_duration: Option<Duration>,
+    /// Wall time of the whole apply.
+    #[serde(with = "secs_f64")]
+    pub duration: Duration,
+    /// Human-readable error messages of this apply (at most 20; counts are in `errors`).
+    pub error_messages: Vec<String>,
+}
+
+mod opt_secs {
+    use std::time::Duration;
+    #[expect(clippy::ref_option, reason = "serde's `with` passes a reference to the field")]
+    pub fn serialize<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&d.as_secs_f64()),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+impl ApplyReport {
+    fn error(&mut self, kind: ErrorKind, msg: impl FnOnce() -> String) {
+        *self.errors.entry(kind).or_default() += 1;
+        if self.error_messages.len() < 20 {
+            self.error_messages.push(msg());
+        }
+    }
+
+    /// Total errors of any kind.
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+}
+
+#[derive(Clone, Debug)]
+struct KernelEntry {
+    /// The route with its device named at observation time (renames update it).
+    route: KernelRoute,
+    oif: Option<u32>,
+    /// Attributes we never write are present.
+    extra: bool,
+    /// False after the route's link went down/up: the kernel may have flushed it silently
+    /// (IPv4), so it is re-written with a replace even if it looks equal.
+    verified: bool,
+    verdict: Verdict,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Retry {
+    failures: u32,
+    not_before: Instant,
+}
+
+#[derive(Clone, Debug)]
+struct PendingHandover {
+    to: Writer,
+    protocol: u8,
+    table: u32,
+    started: Instant,
+    deadline: Instant,
+    seen: bool,
+    checked: bool,
+}
+
+fn backoff(failures: u32) -> Duration {
+    let shift = failures.saturating_sub(1).min(16);
+    BACKOFF_BASE.saturating_mul(1 << shift).min(BACKOFF_MAX)
+}
+
+/// The route reconciler. `N` talks to the kernel, `C` tells the time.
+pub struct Reconciler<N, C> {
+    config: DataplaneConfig,
+    settings: RouteSettings,
+    policy: OwnershipPolicy,
+    nl: N,
+    clock: C,
+    desired: BTreeMap<RouteKey, DesiredRoute>,
+    kernel: BTreeMap<RouteKey, KernelEntry>,
+    dirty: BTreeSet<RouteKey>,
+    retries: HashMap<RouteKey, Retry>,
+    blocked: BTreeSet<RouteKey>,
+    handovers: BTreeMap<RouteKey, PendingHandover>,
+    released: Vec<HandoverOutcome>,
+    bad_desired: Vec<ConversionError>,
+    links_by_index: HashMap<u32, LinkInfo>,
+    links_by_name: HashMap<String, u32>,
+    resync_due: Instant,
+    resync_failures: u32,
+    datastore_synced: bool,
+    refresh_links: bool,
+}
+
+impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
+    /// A reconciler with nothing desired; the first [`apply`](Self::apply) resyncs.
+    /// The datastore counts as not synced until [`set_datastore_synced`](Self::set_datastore_synced).
+    pub fn new(config: DataplaneConfig, policy: OwnershipPolicy, nl: N, clock: C) -> Self {
+        let now = clock.now();
+        Reconciler {
+            settings: config.route_settings(),
+            config,
+            policy,
+            nl,
+            clock,
+            desired: BTreeMap::new(),
+            kernel: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            retries: HashMap::new(),
+            blocked: BTreeSet::new(),
+            handovers: BTreeMap::new(),
+            released: Vec::new(),
+            bad_desired: Vec::new(),
+            links_by_index: HashMap::new(),
+            links_by_name: HashMap::new(),
+            resync_due: now,
+            resync_failures: 0,
+            datastore_synced: false,
+            refresh_links: false,
+        }
+    }
+
+    /// The netlink collaborator (tests inspect the fake kernel through it).
+    pub fn netlink(&self) -> &N {
+        &self.nl
+    }
+
+    /// Mutable access to the netlink collaborator.
+    pub fn netlink_mut(&mut self) -> &mut N {
+        &mut self.nl
+    }
+
+    /// The current ownership policy.
+    pub fn policy(&self) -> &OwnershipPolicy {
+        &self.policy
+    }
+
+    /// Replace the ownership policy; a full resync follows on the next apply (routes may have
+    /// become ours or stopped being ours).
+    pub fn set_policy(&mut self, policy: OwnershipPolicy) {
+        if policy != self.policy {
+            self.policy = policy;
+            self.request_resync();
+        }
+    }
+
+    /// Whether the datastore view is complete. While false, nothing is deleted.
+    pub fn set_datastore_synced(&mut self, synced: bool) {
+        if synced && !self.datastore_synced {
+            // Deletes held back meanwhile become due.
+            self.dirty.extend(self.kernel.keys().filter(|k| !self.desired.contains_key(k)));
+        }
+        self.datastore_synced = synced;
+    }
+
+    /// Ask for a full resync on the next apply.
+    pub fn request_resync(&mut self) {
+        self.resync_due = self.clock.now();
+    }
+
+    /// Set the complete desired route set. Records deltas only; no I/O.
+    pub fn set_desired(&mut self, routes: &[ClusterRoute]) {
+        self.set_desired_with_handover(routes, &[]);
+    }
+
+    /// Set the complete desired route set; routes of a class listed in `handovers` that leave
+    /// the set are kept until the new owner's route is seen (or the grace period ends).
+    ///
+    /// Duplicate destinations: the first route in [`ClusterRoute`] order wins (Felix resolves a
+    /// key to one target too); conversion failures are reported by the next apply.
+    pub fn set_desired_with_handover(&mut self, routes: &[ClusterRoute], handovers: &[Handover]) {
+        let now = self.clock.now();
+        let mut sorted: Vec<&ClusterRoute> = routes.iter().collect();
+        sorted.sort();
+        let mut next: BTreeMap<RouteKey, DesiredRoute> = BTreeMap::new();
+        self.bad_desired.clear();
+        for r in sorted {
+            match to_kernel_route(r, &self.settings) {
+                Ok(d) => {
+                    next.entry(d.route.key).or_insert(d);
+                }
+                Err(e) => self.bad_desired.push(e),
+            }
+        }
+        // Removed keys.
+        let removed: Vec<RouteKey> = self.desired.keys().filter(|k| !next.contains_key(k)).copied().collect();
+        for key in removed {
+            let old = self.desired.remove(&key);
+            self.dirty.insert(key);
+            let Some(old) = old else { continue };
+            let Some(h) = handovers.iter().find(|h| h.class == old.class) else { continue };
+            if !self.kernel.contains_key(&key) {
+                continue;
+            }
+            if h.protocol == self.policy.protocol && h.table == self.policy.table {
+                // Same protocol and table: the new owner adopts our route in place.
+                self.kernel.remove(&key);
+                self.dirty.remove(&key);
+                self.released.push(HandoverOutcome {
+                    dst: key.dst,
+                    to: h.to,
+                    end: HandoverEnd::Released,
+                    waited: Duration::ZERO,
+                });
+            } else {
+                self.handovers.insert(
+                    key,
+                    PendingHandover {
+                        to: h.to,
+                        protocol: h.protocol,
+                        table: h.table,
+                        started: now,
+                        deadline: now + self.config.handover_grace,
+                        seen: false,
+                        checked: false,
+                    },
+                );
+            }
+        }
+        // Added or changed keys.
+        for (key, d) in next {
+            self.handovers.remove(&key);
+            if self.desired.get(&key) != Some(&d) {
+                self.retries.remove(&key);
+                self.dirty.insert(key);
+                self.desired.insert(key, d);
+            }
+        }
+    }
+
+    /// Fold one netlink notification into the kernel view; marks keys for the next apply.
+    pub fn handle_event(&mut self, event: &DataplaneEvent) {
+        match event {
+            DataplaneEvent::RouteAdded { route, .. } => {
+                if route.cloned {
+                    return;
+                }
+                let named = self.name(route);
+                for (key, h) in &mut self.handovers {
+                    if !h.seen && key.dst == named.key.dst && h.protocol == named.target.protocol && h.table == named.key.table {
+                        h.seen = true;
+                        self.dirty.insert(*key);
+                    }
+                }
+                let verdict = self.policy.verdict(&named);
+                let key = named.key;
+                if verdict.is_ours() {
+                    self.kernel.insert(
+                        key,
+                        KernelEntry { route: named, oif: route.oif, extra: route.extra, verified: true, verdict },
+                    );
+                    self.blocked.remove(&key);
+                    self.dirty.insert(key);
+                } else if key.table == self.policy.table && (self.kernel.contains_key(&key) || self.desired.contains_key(&key)) {
+                    // Another writer took the key: never fight it, report it.
+                    self.kernel.remove(&key);
+                    self.blocked.insert(key);
+                    self.dirty.insert(key);
+                }
+            }
+            DataplaneEvent::RouteRemoved { route, .. } => {
+                let key = route.key;
+                if self.kernel.get(&key).is_some_and(|e| e.route.target.protocol == route.protocol) {
+                    self.kernel.remove(&key);
+                    self.dirty.insert(key);
+                }
+                if self.blocked.remove(&key) {
+                    self.retries.remove(&key);
+                    self.dirty.insert(key);
+                }
+            }
+            DataplaneEvent::LinkUp { index, name } => self.link_changed(*index, name, true),
+            DataplaneEvent::LinkDown { index, name } => self.link_changed(*index, name, false),
+            DataplaneEvent::LinkRenamed { index, old, new } => {
+                self.links_by_name.remove(old);
+                let up = self.links_by_index.get(index).is_some_and(|l| l.up);
+                self.link_changed(*index, new, up);
+                self.mark_device_dirty(old);
+            }
+            DataplaneEvent::LinkRemoved { index, name } => {
+                self.links_by_index.remove(index);
+                if self.links_by_name.get(name) == Some(index) {
+                    self.links_by_name.remove(name);
+                }
+                // The kernel removes every route through a device that goes away.
+                let gone: Vec<RouteKey> =
+                    self.kernel.iter().filter(|(_, e)| e.oif == Some(*index)).map(|(k, _)| *k).collect();
+                for k in gone {
+                    self.kernel.remove(&k);
+                    self.dirty.insert(k);
+                }
+                self.mark_device_dirty(name);
+            }
+            DataplaneEvent::Overrun => self.request_resync(),
+        }
+    }
+
+    fn link_changed(&mut self, index: u32, name: &str, up: bool) {
+        if let Some(old) = self.links_by_index.get(&index) {
+            if old.name != name && self.links_by_name.get(&old.name) == Some(&index) {
+                let old_name = old.name.clone();
+                self.links_by_name.remove(&old_name);
+                self.mark_device_dirty(&old_name);
+            }
+        }
+        self.links_by_index.insert(index, LinkInfo { index, name: name.to_string(), up });
+        self.links_by_name.insert(name.to_string(), index);
+        // Routes through this link: renamed device, or possibly flushed without notification
+        // (IPv4 on down); re-verify them with a replace.
+        for (k, e) in &mut self.kernel {
+            if e.oif == Some(index) {
+                e.route.target.device = Some(name.to_string());
+                e.verified = false;
+                self.dirty.insert(*k);
+            }
+        }
+        self.mark_device_dirty(name);
+    }
+
+    fn set_links(&mut self, links: &[LinkInfo]) {
+        self.links_by_index = links.iter().map(|l| (l.index, l.clone())).collect();
+        self.links_by_name = links.iter().map(|l| (l.name.clone(), l.index)).collect();
+    }
+
+    fn mark_device_dirty(&mut self, name: &str) {
+        for (k, d) in &self.desired {
+            if d.route.target.device.as_deref() == Some(name) {
+                self.retries.remove(k);
+                self.dirty.insert(*k);
+            }
+        }
+    }
+
+    fn name(&self, r: &super::model::ObservedRoute) -> KernelRoute {
+        r.named(|i| self.links_by_index.get(&i).map(|l| l.name.clone()))
+    }
+
+    /// Whether an apply has work: dirty keys whose retry time has come, or a due resync.
+    pub fn needs_apply(&self) -> bool {
+        let now = self.clock.now();
+        now >= self.resync_due || self.dirty.iter().any(|k| self.retries.get(k).is_none_or(|r| r.not_before <= now))
+    }
+
+    /// When [`apply`](Self::apply) should run next if nothing else happens: the resync timer,
+    /// the earliest retry, or the earliest handover deadline.
+    pub fn next_wakeup(&self) -> Instant {
+        let mut t = self.resync_due;
+        for k in &self.dirty {
+            if let Some(r) = self.retries.get(k) {
+                t = t.min(r.not_before);
+            }
+        }
+        for h in self.handovers.values() {
+            if !h.seen {
+                t = t.min(h.deadline);
+            }
+        }
+        t
+    }
+
+    /// Routes of ours the reconciler believes are in the kernel, `ip route` form, sorted.
+    pub fn kernel_view(&self) -> Vec<String> {
+        self.kernel.values().map(|e| e.route.to_string()).collect()
+    }
+
+    /// Full resync: refresh links, dump our table for each family and each protocol the
+    /// policy may own, keep the routes the policy calls ours, and mark every key whose kernel
+    /// state may differ from the desired state.
+    async fn full_resync(&mut self, report: &mut ApplyReport) -> Result<(), NetlinkError> {
+        let started = self.clock.now();
+        let links = self.nl.dump_links().await?;
+        self.set_links(&links);
+        let mut fresh: BTreeMap<RouteKey, KernelEntry> = BTreeMap::new();
+        for family in [Family::V4, Family::V6] {
+            for protocol in self.policy.dump_protocols() {
+                let mut attempt = 0;
+                let routes = loop {
+                    attempt += 1;
+                    match self.nl.dump_routes(family, self.policy.table, protocol).await {
+                        Ok(r) => break r,
+                        Err(NetlinkError::DumpInterrupted { .. }) if attempt < DUMP_ATTEMPTS => {
+                            *report.errors.entry(ErrorKind::DumpInterrupted).or_default() += 1;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                };
+                for r in routes.iter().filter(|r| !r.cloned) {
+                    let named = self.name(r);
+                    let verdict = self.policy.verdict(&named);
+                    if verdict.is_ours() {
+                        fresh.insert(named.key, KernelEntry { route: named, oif: r.oif, extra: r.extra, verified: true, verdict });
+                    }
+                }
+            }
+        }
+        // A key we thought foreign-held that is ours after all (written meanwhile, or claimed
+        // by a new policy): retry it at once.
+        for k in fresh.keys() {
+            if self.blocked.remove(k) {
+                self.retries.remove(k);
+            }
+        }
+        // Mark and sweep: everything desired or found is re-examined by the apply.
+        self.dirty.extend(self.desired.keys().copied());
+        self.dirty.extend(fresh.keys().copied());
+        self.dirty.extend(self.kernel.keys().copied());
+        self.kernel = fresh;
+        report.resynced = true;
+        report.resync_duration = Some(self.clock.now().saturating_duration_since(started));
+        Ok(())
+    }
+
+    /// Check pending handovers against the kernel once (the new owner may have been there
+    /// before we started to hand over).
+    async fn check_handovers(&mut self) {
+        let mut wanted: BTreeSet<(Family, u32, u8)> = BTreeSet::new();
+        for (k, h) in &self.handovers {
+            if !h.checked {
+                wanted.insert((k.family, h.table, h.protocol));
+            }
+        }
+        for (family, table, protocol) in wanted {
+            let Ok(routes) = self.nl.dump_routes(family, table, protocol).await else { continue };
+            let dsts: BTreeSet<IpNet> = routes.iter().filter(|r| !r.cloned).map(|r| r.key.dst).collect();
+            for (k, h) in &mut self.handovers {
+                if k.family == family && h.table == table && h.protocol == protocol {
+                    h.checked = true;
+                    if dsts.contains(&k.dst) {
+                        h.seen = true;
+                        self.dirty.insert(*k);
+                    }
+                }
+            }
+        }
+    }
+
+    fn resolve(&self, device: Option<&str>) -> Result<Option<u32>, (ErrorKind, String)> {
+        let Some(name) = device else { return Ok(None) };
+        let Some(index) = self.links_by_name.get(name) else { return Err((ErrorKind::NoDevice, name.to_string())) };
+        match self.links_by_index.get(index) {
+            Some(l) if l.up => Ok(Some(*index)),
+            _ => Err((ErrorKind::DeviceDown, name.to_string())),
+        }
+    }
+
+    fn in_sync(d: &KernelRoute, oif: Option<u32>, k: &KernelEntry) -> bool {
+        let (dt, kt) = (&d.target, &k.route.target);
+        k.verified
+            && !k.extra
+            && dt.kind == kt.kind
+            && dt.protocol == kt.protocol
+            && dt.scope == kt.scope
+            && match dt.kind {
+                RouteKind::Blackhole => true,
+                _ => dt.gateway == kt.gateway && dt.onlink == kt.onlink && oif == k.oif,
+            }
+    }
+
+    fn fail(&mut self, key: RouteKey) {
+        let now = self.clock.now();
+        let failures = self.retries.get(&key).map_or(0, |r| r.failures) + 1;
+        self.retries.insert(key, Retry { failures, not_before: now + backoff(failures) });
+    }
+
+    /// Do the netlink work: resync if due, then writes, then deletes. Never fails as a whole;
+    /// everything that went wrong is in the report and is retried later.
+    pub async fn apply(&mut self) -> ApplyReport {
+        let started = self.clock.now();
+        let mut report = ApplyReport::default();
+        for e in &self.bad_desired {
+            report.error(ErrorKind::BadDesiredRoute, || e.to_string());
+        }
+        if started >= self.resync_due {
+            match self.full_resync(&mut report).await {
+                Ok(()) => {
+                    self.resync_failures = 0;
+                    self.resync_due = self.clock.now() + self.config.resync_interval;
+                }
+                Err(e) => {
+                    self.resync_failures += 1;
+                    self.resync_due = self.clock.now() + backoff(self.resync_failures);
+                    report.resync_failed = true;
+                    report.error(ErrorKind::of(&e), || e.to_string());
+                    self.finish_report(&mut report, started);
+                    return report;
+                }
+            }
+        }
+        if std::mem::take(&mut self.refresh_links) && !report.resynced {
+            match self.nl.dump_links().await {
+                Ok(links) => self.set_links(&links),
+                Err(e) => report.error(ErrorKind::of(&e), || e.to_string()),
+            }
+        }
+        if self.handovers.values().any(|h| !h.checked) {
+            self.check_handovers().await;
+        }
+        let now = self.clock.now();
+
+        // Pass 1: writes.
+        let mut writes: Vec<RouteOp> = Vec::new();
+        let mut delete_candidates: Vec<RouteKey> = Vec::new();
+        let dirty: Vec<RouteKey> = self.dirty.iter().copied().collect();
+        for key in dirty {
+            if self.retries.get(&key).is_some_and(|r| r.not_before > now) {
+                continue;
+            }
+            match (self.desired.get(&key), self.kernel.get(&key)) {
+                (Some(d), k) => {
+                    let oif = match self.resolve(d.route.target.device.as_deref()) {
+                        Ok(oif) => oif,
+                        Err((kind, name)) => {
+                            *report.waiting_for_device.entry(name.clone()).or_default() += 1;
+                            if kind == ErrorKind::NoDevice {
+                                // Missing device (e.g. no tunl0 yet): reported, retried with
+                                // backoff; the retry refreshes the link list.
+                                report.error(kind, || format!("route {key}: device {name} does not exist"));
+                                self.refresh_links = true;
+                                self.fail(key);
+                            } else {
+                                // Down: the link-up event (or the next resync) marks it again.
+                                self.dirty.remove(&key);
+                            }
+                            continue;
+                        }
+                    };
+                    if let Some(k) = k {
+                        if Self::in_sync(&d.route, oif, k) {
+                            self.dirty.remove(&key);
+                            self.retries.remove(&key);
+                            continue;
+                        }
+                    }
+                    writes.push(RouteOp::Write { route: d.route.clone(), oif, exclusive: k.is_none() });
+                }
+                (None, Some(_)) => delete_candidates.push(key),
+                (None, None) => {
+                    self.dirty.remove(&key);
+                    self.retries.remove(&key);
+                }
+            }
+        }
+        let results = if writes.is_empty() { Vec::new() } else { self.nl.execute(&writes).await };
+        let mut failed_dsts: BTreeSet<(u32, IpNet)> = BTreeSet::new();
+        for (op, res) in writes.iter().zip(results) {
+            let RouteOp::Write { route, oif, exclusive } = op else { continue };
+            let key = route.key;
+            match res {
+                Ok(()) => {
+                    report.writes += 1;
+                    if let Some(prev) = self.kernel.get(&key) {
+                        if prev.route.target.protocol != route.target.protocol {
+                            report.overwrote.push(Overwrite { previous: prev.route.to_string(), verdict: prev.verdict });
+                        }
+                    }
+                    self.kernel.insert(
+                        key,
+                        KernelEntry {
+                            route: route.clone(),
+                            oif: *oif,
+                            extra: false,
+                            verified: true,
+                            verdict: Verdict::OursByProtocol,
+                        },
+                    );
+                    self.dirty.remove(&key);
+                    self.retries.remove(&key);
+                    self.blocked.remove(&key);
+                }
+                Err(e) => {
+                    let kind = ErrorKind::of(&e);
+                    failed_dsts.insert((key.table, key.dst));
+                    if *exclusive && e.errno() == Some(Errno::EEXIST) {
+                        report.conflicts.push(Conflict { key, wanted: route.to_string() });
+                        // First time: maybe the route is ours after all (written meanwhile);
+                        // a resync tells.
+                        if self.blocked.insert(key) {
+                            self.resync_due = self.resync_due.min(now);
+                        }
+                    } else if matches!(kind, ErrorKind::NoDevice | ErrorKind::DeviceDown | ErrorKind::Other | ErrorKind::Timeout)
+                    {
+                        // Our view of links or of the socket is stale: resync soon.
+                        self.resync_due = self.resync_due.min(now + backoff(1));
+                    }
+                    report.error(kind, || e.to_string());
+                    self.fail(key);
+                }
+            }
+        }
+
+        // Pass 2: deletes, after the new routes are in.
+        let mut deletes: Vec<RouteOp> = Vec::new();
+        for key in delete_candidates {
+            if !self.datastore_synced {
+                report.deletes_deferred_unsynced += 1;
+                self.dirty.remove(&key); // re-marked when the datastore syncs
+                continue;
+            }
+            if failed_dsts.contains(&(key.table, key.dst)) {
+                // The replacement for this prefix failed: keep the old route (no hole).
+                continue;
+            }
+            if let Some(h) = self.handovers.get(&key) {
+                if !h.seen && now < h.deadline {
+                    report.deletes_deferred_handover += 1;
+                    continue;
+                }
+            }
+            let Some(k) = self.kernel.get(&key) else { continue };
+            deletes.push(RouteOp::Delete { key, protocol: k.route.target.protocol });
+        }
+        let results = if deletes.is_empty() { Vec::new() } else { self.nl.execute(&deletes).await };
+        for (op, res) in deletes.iter().zip(results) {
+            let key = *op.key();
+            let ok = match res {
+                Ok(()) => {
+                    report.deletes += 1;
+                    true
+                }
+                Err(e) if e.errno() == Some(Errno::ESRCH) => {
+                    report.deletes_already_gone += 1;
+                    true
+                }
+                Err(e) => {
+                    report.error(ErrorKind::of(&e), || e.to_string());
+                    self.fail(key);
+                    false
+                }
+            };
+            if ok {
+                self.kernel.remove(&key);
+                self.dirty.remove(&key);
+                self.retries.remove(&key);
+                if let Some(h) = self.handovers.remove(&key) {
+                    report.handovers.push(HandoverOutcome {
+                        dst: key.dst,
+                        to: h.to,
+                        end: if h.seen { HandoverEnd::Seen } else { HandoverEnd::GraceExpired },
+                        waited: self.clock.now().saturating_duration_since(h.started),
+                    });
+                }
+            }
+        }
+        // Handovers whose route vanished on its own.
+        let done: Vec<RouteKey> =
+            self.handovers.keys().filter(|k| !self.kernel.contains_key(k)).copied().collect();
+        for k in done {
+            if let Some(h) = self.handovers.remove(&k) {
+                report.handovers.push(HandoverOutcome {
+                    dst: k.dst,
+                    to: h.to,
+                    end: if h.seen { HandoverEnd::Seen } else { HandoverEnd::GraceExpired },
+                    waited: self.clock.now().saturating_duration_since(h.started),
+                });
+            }
+        }
+        report.handovers.append(&mut self.released);
+        self.finish_report(&mut report, started);
+        report
+    }
+
+    fn finish_report(&self, report: &mut ApplyReport, started: Instant) {
+        for d in self.desired.values() {
+            let c = report.by_class.entry((d.class, d.path)).or_default();
+            c.desired += 1;
+            let oif = self.resolve(d.route.target.device.as_deref()).ok().flatten();
+            if self.kernel.get(&d.route.key).is_some_and(|k| Self::in_sync(&d.route, oif, k)) {
+                c.programmed += 1;
+            }
+        }
+        report.kernel_routes = self.kernel.len();
+        report.pending = self.dirty.len();
+        report.duration = self.clock.now().saturating_duration_since(started);
+    }
+}

@@ -1,0 +1,376 @@
+//! Reconciler logic against the fake kernel (no root needed).
+
+use std::time::Duration;
+
+use nix::errno::Errno;
+
+use super::events::DataplaneEvent;
+use super::fake::{FakeClock, FakeNetlink};
+use super::model::{Family, ObservedRoute, RouteKey, RouteKind};
+use super::reconciler::{ErrorKind, Handover, HandoverEnd, Reconciler};
+use super::{DataplaneConfig, OwnershipPolicy};
+use crate::routes::{ClusterRoute, PoolClass, RouteOrigin, RoutePath, Writer};
+
+const ETH0: u32 = 2;
+const TUNL0: u32 = 3;
+
+fn cr(dst: &str, path: RoutePath, gw: Option<&str>) -> ClusterRoute {
+    ClusterRoute {
+        dst: dst.parse().unwrap(),
+        path,
+        gateway: gw.map(|g| g.parse().unwrap()),
+        device: None,
+        class: if path == RoutePath::HostNic { PoolClass::NoEncap } else { PoolClass::Ipip },
+        pool: "default".into(),
+        origin: RouteOrigin::RemoteBlock { block: dst.into(), node: "n".into() },
+    }
+}
+
+fn cluster() -> Vec<ClusterRoute> {
+    vec![
+        cr("10.244.10.0/26", RoutePath::Blackhole, None),
+        cr("10.244.20.0/26", RoutePath::HostNic, Some("10.0.0.12")),
+        cr("10.244.30.0/26", RoutePath::Tunnel, Some("10.0.1.13")),
+        cr("10.244.10.7/32", RoutePath::Tunnel, Some("10.0.1.13")),
+        cr("fd00:10:244:20::/122", RoutePath::HostNic, Some("fd00::12")),
+        cr("fd00:10:244:10::/122", RoutePath::Blackhole, None),
+    ]
+}
+
+fn foreign(dst: &str, proto: u8, oif: Option<u32>, kind: RouteKind) -> ObservedRoute {
+    ObservedRoute {
+        key: RouteKey::new(254, dst.parse().unwrap(), 0, 1024),
+        kind,
+        gateway: None,
+        oif,
+        onlink: false,
+        protocol: proto,
+        scope: 0,
+        extra: false,
+        cloned: false,
+    }
+}
+
+fn setup(policy: Option<OwnershipPolicy>) -> (Reconciler<FakeNetlink, FakeClock>, FakeNetlink, FakeClock) {
+    let nl = FakeNetlink::with_links(&[(1, "lo"), (ETH0, "eth0"), (TUNL0, "tunl0")]);
+    let clock = FakeClock::new();
+    let cfg = DataplaneConfig::default();
+    let policy = policy.unwrap_or_else(|| cfg.base_policy());
+    let mut r = Reconciler::new(cfg, policy, nl.clone(), clock.clone());
+    r.set_datastore_synced(true);
+    (r, nl, clock)
+}
+
+fn block(d: &str) -> ipnet::IpNet {
+    d.parse().unwrap()
+}
+
+#[tokio::test]
+async fn cold_start_then_zero_writes_on_resync_and_restart() {
+    let (mut r, nl, clock) = setup(None);
+    r.set_desired(&cluster());
+    let rep = r.apply().await;
+    assert!(rep.resynced);
+    assert_eq!(rep.writes, 6, "{rep:?}");
+    assert_eq!(rep.error_count(), 0);
+    assert_eq!(nl.take_log().len(), 6);
+    // No-change apply and no-change resync: nothing written.
+    let rep = r.apply().await;
+    assert_eq!((rep.writes, rep.deletes), (0, 0));
+    clock.advance(Duration::from_secs(91));
+    let rep = r.apply().await;
+    assert!(rep.resynced);
+    assert_eq!((rep.writes, rep.deletes), (0, 0));
+    // Restart: a new reconciler over the same kernel, same input.
+    let mut r2 = Reconciler::new(DataplaneConfig::default(), r.policy().clone(), nl.clone(), clock.clone());
+    r2.set_datastore_synced(true);
+    r2.set_desired(&cluster());
+    let rep = r2.apply().await;
+    assert_eq!((rep.writes, rep.deletes), (0, 0), "{rep:?}");
+    assert!(nl.take_log().is_empty());
+    let c = rep.by_class[&(PoolClass::Ipip, RoutePath::Tunnel)];
+    assert_eq!((c.desired, c.programmed), (2, 2));
+}
+
+#[tokio::test]
+async fn foreign_routes_survive() {
+    let (mut r, nl, clock) = setup(None);
+    let foreigners = [
+        foreign("10.0.0.0/24", 2, Some(ETH0), RouteKind::Unicast),
+        foreign("0.0.0.0/0", 4, Some(ETH0), RouteKind::Unicast),
+        foreign("10.244.2.0/24", 17, Some(ETH0), RouteKind::Unicast),
+        foreign("192.168.200.10/32", 12, Some(ETH0), RouteKind::Unicast),
+        foreign("10.244.40.0/26", 12, Some(TUNL0), RouteKind::Unicast),
+        foreign("10.244.50.0/26", 3, Some(TUNL0), RouteKind::Unicast),
+        foreign("10.0.0.11/32", 80, Some(ETH0), RouteKind::Other(2)),
+        foreign("fe80::/64", 80, Some(ETH0), RouteKind::Unicast),
+    ];
+    for f in &foreigners {
+        nl.insert(f.clone());
+    }
+    r.set_desired(&cluster());
+    for _ in 0..5 {
+        r.apply().await;
+        clock.advance(Duration::from_secs(100));
+    }
+    for f in &foreigners {
+        assert_eq!(nl.state().routes.get(&f.key), Some(f), "{}", f.key);
+    }
+    assert!(nl.take_log().iter().all(|l| l.starts_with("create")));
+}
+
+#[tokio::test]
+async fn stale_routes_deleted_only_when_synced() {
+    let (mut r, nl, _clock) = setup(None);
+    r.set_datastore_synced(false);
+    nl.insert(foreign("10.244.90.0/26", 80, Some(TUNL0), RouteKind::Unicast));
+    r.set_desired(&cluster());
+    let rep = r.apply().await;
+    assert_eq!(rep.deletes, 0);
+    assert_eq!(rep.deletes_deferred_unsynced, 1);
+    r.set_datastore_synced(true);
+    let rep = r.apply().await;
+    assert_eq!(rep.deletes, 1);
+    assert!(!nl.state().routes.keys().any(|k| k.dst == block("10.244.90.0/26")));
+}
+
+#[tokio::test]
+async fn attribute_change_is_one_replace_and_new_key_goes_in_before_old_goes_out() {
+    let (mut r, nl, _clock) = setup(None);
+    r.set_desired(&cluster());
+    r.apply().await;
+    nl.take_log();
+    // Path change tunnel -> host NIC, and a node IP change.
+    let mut c = cluster();
+    c[2] = cr("10.244.30.0/26", RoutePath::HostNic, Some("10.0.0.13"));
+    c[3] = cr("10.244.10.7/32", RoutePath::Tunnel, Some("10.0.1.99"));
+    r.set_desired(&c);
+    let rep = r.apply().await;
+    assert_eq!((rep.writes, rep.deletes), (2, 0));
+    let log = nl.take_log();
+    assert!(log.iter().all(|l| l.starts_with("replace")), "{log:?}");
+    // Metric change: new key created, then old deleted.
+    let cfg = DataplaneConfig { metric: 100, ..DataplaneConfig::default() };
+    let mut r2 = Reconciler::new(cfg, r.policy().clone(), nl.clone(), FakeClock::new());
+    r2.set_datastore_synced(true);
+    r2.set_desired(&c[..1]);
+    r2.apply().await;
+    let log = nl.take_log();
+    let create = log.iter().position(|l| l == "create 10.244.10.0/26 table 254 metric 100").unwrap();
+    let delete = log.iter().position(|l| l == "delete 10.244.10.0/26 table 254 metric 1024").unwrap();
+    assert!(create < delete, "{log:?}");
+}
+
+#[tokio::test]
+async fn foreign_route_at_our_key_is_reported_not_overwritten() {
+    let (mut r, nl, _clock) = setup(None);
+    let f = ObservedRoute { gateway: Some("10.0.0.12".parse().unwrap()), ..foreign("10.244.20.0/26", 17, Some(ETH0), RouteKind::Unicast) };
+    nl.insert(f.clone());
+    r.set_desired(&cluster());
+    let rep = r.apply().await;
+    assert_eq!(rep.conflicts.len(), 1, "{rep:?}");
+    assert_eq!(rep.errors[&ErrorKind::ForeignRouteAtKey], 1);
+    assert_eq!(nl.state().routes[&f.key], f);
+    // Many more applies (including resyncs) never overwrite it.
+    for _ in 0..3 {
+        r.request_resync();
+        r.apply().await;
+    }
+    assert_eq!(nl.state().routes[&f.key], f);
+    // The foreign writer removes it: we install ours promptly.
+    nl.state().routes.remove(&f.key);
+    r.handle_event(&DataplaneEvent::RouteRemoved { route: f.clone(), writer_port: 1 });
+    let rep = r.apply().await;
+    assert_eq!(rep.writes, 1);
+    assert_eq!(nl.state().routes[&f.key].protocol, 80);
+}
+
+#[tokio::test]
+async fn bird_leftover_claimed_only_with_policy() {
+    let bird = ObservedRoute {
+        gateway: Some("10.0.1.13".parse().unwrap()),
+        onlink: true,
+        ..foreign("10.244.30.0/26", 12, Some(TUNL0), RouteKind::Unicast)
+    };
+    let stale_bird = ObservedRoute { gateway: Some("10.0.1.14".parse().unwrap()), onlink: true, ..foreign("10.244.40.0/26", 12, Some(TUNL0), RouteKind::Unicast) };
+    // Without the claim: untouched.
+    let (mut r, nl, _c) = setup(None);
+    nl.insert(bird.clone());
+    nl.insert(stale_bird.clone());
+    r.set_desired(&cluster());
+    let rep = r.apply().await;
+    assert_eq!(nl.state().routes[&bird.key], bird);
+    assert_eq!(nl.state().routes[&stale_bird.key], stale_bird);
+    assert_eq!(rep.conflicts.len(), 1);
+    // With the claim (routewarden owns IPIP, BIRD does not): replaced and the stale one deleted.
+    let policy = OwnershipPolicy { claim_bird_on_tunnel: vec![block("10.244.0.0/16")], ..DataplaneConfig::default().base_policy() };
+    r.set_policy(policy);
+    let rep = r.apply().await;
+    assert_eq!(nl.state().routes[&bird.key].protocol, 80);
+    assert!(!nl.state().routes.contains_key(&stale_bird.key));
+    assert_eq!(rep.overwrote.len(), 1, "{rep:?}");
+    assert!(rep.overwrote[0].previous.contains("proto 12"));
+    assert_eq!(rep.deletes, 1);
+}
+
+#[tokio::test]
+async fn dump_interrupted_is_retried_and_errors_back_off() {
+    let (mut r, nl, clock) = setup(None);
+    nl.state().interrupt_dumps = 2;
+    nl.state().fail_writes.insert(block("10.244.20.0/26"), (Errno::ENETUNREACH, 2));
+    r.set_desired(&cluster());
+    let rep = r.apply().await;
+    assert!(rep.resynced && !rep.resync_failed);
+    assert_eq!(rep.errors[&ErrorKind::DumpInterrupted], 2);
+    assert_eq!(rep.errors[&ErrorKind::NetUnreachable], 1);
+    assert_eq!(rep.writes, 5);
+    // Not yet due: nothing retried.
+    let rep = r.apply().await;
+    assert_eq!(rep.writes + rep.error_count(), 0);
+    clock.advance(Duration::from_millis(250));
+    let rep = r.apply().await;
+    assert_eq!(rep.errors[&ErrorKind::NetUnreachable], 1);
+    clock.advance(Duration::from_millis(450));
+    let rep = r.apply().await;
+    assert_eq!(rep.writes, 1);
+    assert_eq!(rep.pending, 0);
+}
+
+#[tokio::test]
+async fn failed_resync_reports_and_retries() {
+    let (mut r, nl, clock) = setup(None);
+    nl.state().dump_errno = Some(Errno::EBUSY);
+    r.set_desired(&cluster());
+    let rep = r.apply().await;
+    assert!(rep.resync_failed);
+    assert_eq!(rep.writes, 0);
+    nl.state().dump_errno = None;
+    clock.advance(Duration::from_secs(1));
+    let rep = r.apply().await;
+    assert_eq!(rep.writes, 6);
+}
+
+#[tokio::test]
+async fn missing_tunnel_device_reported_and_retried() {
+    let (mut r, nl, clock) = setup(None);
+    nl.state().links.remove(&TUNL0);
+    r.set_desired(&cluster());
+    let rep = r.apply().await;
+    assert_eq!(rep.waiting_for_device["tunl0"], 2);
+    assert_eq!(rep.errors[&ErrorKind::NoDevice], 2);
+    assert_eq!(rep.writes, 4);
+    nl.state().links.insert(9, super::LinkInfo { index: 9, name: "tunl0".into(), up: true });
+    clock.advance(Duration::from_secs(1));
+    let rep = r.apply().await;
+    assert_eq!(rep.writes, 2, "{rep:?}");
+    assert!(nl.state().routes.values().any(|o| o.oif == Some(9)));
+}
+
+#[tokio::test]
+async fn link_flap_reinstalls_flushed_routes() {
+    let (mut r, nl, _clock) = setup(None);
+    r.set_desired(&cluster());
+    r.apply().await;
+    nl.take_log();
+    // eth0 goes down: the kernel flushes IPv4 routes silently.
+    nl.state().links.get_mut(&ETH0).unwrap().up = false;
+    nl.state().routes.retain(|_, o| o.oif != Some(ETH0) || o.key.family == Family::V6);
+    r.handle_event(&DataplaneEvent::LinkDown { index: ETH0, name: "eth0".into() });
+    let rep = r.apply().await;
+    assert_eq!(rep.writes, 0, "nothing written to a down device");
+    nl.state().links.get_mut(&ETH0).unwrap().up = true;
+    r.handle_event(&DataplaneEvent::LinkUp { index: ETH0, name: "eth0".into() });
+    let rep = r.apply().await;
+    assert_eq!(rep.writes, 2, "{rep:?}");
+    assert!(nl.state().routes.contains_key(&RouteKey::new(254, block("10.244.20.0/26"), 0, 1024)));
+}
+
+#[tokio::test]
+async fn route_deleted_by_someone_else_is_reinstalled() {
+    let (mut r, nl, _clock) = setup(None);
+    r.set_desired(&cluster());
+    r.apply().await;
+    let key = RouteKey::new(254, block("10.244.30.0/26"), 0, 1024);
+    let gone = nl.state().routes.remove(&key).unwrap();
+    r.handle_event(&DataplaneEvent::RouteRemoved { route: gone, writer_port: 4242 });
+    assert!(r.needs_apply());
+    let rep = r.apply().await;
+    assert_eq!(rep.writes, 1);
+    assert!(nl.state().routes.contains_key(&key));
+}
+
+#[tokio::test]
+async fn handover_keeps_route_until_new_owner_seen() {
+    let (mut r, nl, clock) = setup(None);
+    r.set_desired(&cluster());
+    r.apply().await;
+    let handover = Handover { class: PoolClass::Ipip, to: Writer::Bird, protocol: 12, table: 254 };
+    let without_ipip: Vec<ClusterRoute> = cluster().into_iter().filter(|c| c.class != PoolClass::Ipip).collect();
+    r.set_desired_with_handover(&without_ipip, &[handover]);
+    let rep = r.apply().await;
+    assert_eq!(rep.deletes, 0);
+    assert_eq!(rep.deletes_deferred_handover, 4);
+    // BIRD's route for one prefix shows up at metric 0 (another key).
+    let bird = ObservedRoute { key: RouteKey::new(254, block("10.244.30.0/26"), 0, 0), ..foreign("10.244.30.0/26", 12, Some(TUNL0), RouteKind::Unicast) };
+    nl.insert(bird.clone());
+    r.handle_event(&DataplaneEvent::RouteAdded { route: bird, writer_port: 7 });
+    clock.advance(Duration::from_secs(2));
+    let rep = r.apply().await;
+    assert_eq!(rep.deletes, 1);
+    assert_eq!(rep.handovers.len(), 1);
+    assert_eq!(rep.handovers[0].end, HandoverEnd::Seen);
+    assert_eq!(rep.handovers[0].waited, Duration::from_secs(2));
+    // The others expire after the grace period.
+    assert!(r.next_wakeup() <= super::Clock::now(&clock) + Duration::from_secs(28));
+    clock.advance(Duration::from_secs(29));
+    let rep = r.apply().await;
+    assert_eq!(rep.deletes, 3);
+    assert_eq!(rep.handovers.len(), 3);
+    assert!(rep.handovers.iter().all(|h| h.end == HandoverEnd::GraceExpired));
+}
+
+#[tokio::test]
+async fn handover_to_same_protocol_releases_in_place() {
+    let (mut r, nl, _clock) = setup(None);
+    r.set_desired(&cluster());
+    r.apply().await;
+    nl.insert(ObservedRoute { key: RouteKey::new(254, block("10.244.30.0/26"), 0, 0), ..foreign("10.244.30.0/26", 80, Some(TUNL0), RouteKind::Unicast) });
+    let cfg_policy = OwnershipPolicy { protocol: 80, ..r.policy().clone() };
+    r.set_policy(cfg_policy);
+    // Felix at protocol 80 in table 254 == ours: released in place, nothing deleted.
+    let handover = Handover { class: PoolClass::Ipip, to: Writer::Felix, protocol: 80, table: 254 };
+    let without_ipip: Vec<ClusterRoute> = cluster().into_iter().filter(|c| c.class != PoolClass::Ipip).collect();
+    let mut disowning = r.policy().clone();
+    disowning.disown =
+        vec![block("10.244.30.0/26"), block("10.244.10.7/32"), block("10.244.10.0/26"), block("fd00:10:244:10::/122")];
+    r.set_desired_with_handover(&without_ipip, &[handover]);
+    r.set_policy(disowning);
+    let rep = r.apply().await;
+    assert_eq!(rep.deletes, 0, "{rep:?}");
+    assert!(rep.handovers.iter().all(|h| h.end == HandoverEnd::Released));
+}
+
+#[tokio::test]
+async fn custom_table_and_protocol() {
+    let nl = FakeNetlink::with_links(&[(ETH0, "eth0"), (TUNL0, "tunl0")]);
+    let cfg = DataplaneConfig { table: 48, protocol: 201, ..DataplaneConfig::default() };
+    let mut r = Reconciler::new(cfg.clone(), cfg.base_policy(), nl.clone(), FakeClock::new());
+    r.set_datastore_synced(true);
+    // Our protocol in the main table is not ours in table 48.
+    nl.insert(ObservedRoute { protocol: 201, ..foreign("10.244.90.0/26", 201, Some(TUNL0), RouteKind::Unicast) });
+    r.set_desired(&cluster());
+    let rep = r.apply().await;
+    assert_eq!((rep.writes, rep.deletes), (6, 0));
+    assert!(nl.state().routes.keys().filter(|k| k.table == 48).count() == 6);
+}
+
+#[tokio::test]
+async fn bad_desired_route_is_reported() {
+    let (mut r, _nl, _clock) = setup(None);
+    let mut c = cluster();
+    c.push(cr("10.244.60.0/26", RoutePath::Tunnel, None));
+    r.set_desired(&c);
+    let rep = r.apply().await;
+    assert_eq!(rep.errors[&ErrorKind::BadDesiredRoute], 1);
+    assert_eq!(rep.writes, 6);
+}
