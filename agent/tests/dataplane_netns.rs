@@ -1,0 +1,483 @@
+//! Route programming in a real kernel, each test in its own network namespace: exact routes,
+//! updates, foreign routes, zero-write resync/restart and the scenarios S02–S13 that concern
+//! the dataplane (`../shared/reference/scenarios.md`).
+
+mod dataplane_support;
+
+use std::time::{Duration, Instant};
+
+use dataplane_support::{example_cluster, example_lines, ip, reconciler, route, routes, with_proto, Monitor, Netns};
+use routewarden::dataplane::{
+    self, audit_kernel, AuditScope, DataplaneCommand, DataplaneConfig, ErrorKind, ExpectedRoute, FindingCode,
+    OwnershipPolicy, RtNetlink,
+};
+use routewarden::routes::{RouteDevices, RoutePath, Writer};
+use routewarden_lab::skip_unless_root;
+
+const SETTLE: Duration = Duration::from_millis(300);
+
+#[test]
+fn exact_routes_for_example_cluster() {
+    if skip_unless_root("exact_routes_for_example_cluster") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.rt.block_on(async {
+        let mut r = reconciler(DataplaneConfig::default(), None);
+        r.set_desired(&example_cluster());
+        let rep = r.apply().await;
+        assert_eq!(rep.writes, 6, "{rep:#?}");
+        assert_eq!(rep.error_count(), 0, "{rep:#?}");
+        assert_eq!(with_proto(254, "80"), example_lines());
+        // Nothing else in the main table but the connected route.
+        assert_eq!(
+            routes(false, 254),
+            [
+                "10.0.0.0/24 dev eth0 proto kernel scope link src 10.0.0.11",
+                "blackhole 10.244.10.0/26 proto 80 metric 1024",
+                "10.244.10.7 via 10.0.1.13 dev tunl0 proto 80 metric 1024 onlink",
+                "10.244.20.0/26 via 10.0.0.12 dev eth0 proto 80 metric 1024 onlink",
+                "10.244.30.0/26 via 10.0.1.13 dev tunl0 proto 80 metric 1024 onlink",
+            ]
+        );
+    });
+}
+
+#[test]
+fn custom_table_protocol_and_metric() {
+    if skip_unless_root("custom_table_protocol_and_metric") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.rt.block_on(async {
+        let cfg = DataplaneConfig { table: 48, protocol: 201, metric: 300, ..DataplaneConfig::default() };
+        let mut r = reconciler(cfg, None);
+        r.set_desired(&example_cluster());
+        let rep = r.apply().await;
+        assert_eq!(rep.writes, 6, "{rep:#?}");
+        assert_eq!(
+            with_proto(48, "201"),
+            [
+                "blackhole 10.244.10.0/26 proto 201 metric 300",
+                "10.244.10.7 via 10.0.1.13 dev tunl0 proto 201 metric 300 onlink",
+                "10.244.20.0/26 via 10.0.0.12 dev eth0 proto 201 metric 300 onlink",
+                "10.244.30.0/26 via 10.0.1.13 dev tunl0 proto 201 metric 300 onlink",
+                "blackhole fd00:10:244:10::/122 dev lo proto 201 metric 300 pref medium",
+                "fd00:10:244:20::/122 via fd00::12 dev eth0 proto 201 metric 300 onlink pref medium",
+            ]
+        );
+        assert!(with_proto(254, "201").is_empty());
+        r.request_resync();
+        let rep = r.apply().await;
+        assert_eq!((rep.writes, rep.deletes), (0, 0));
+    });
+}
+
+/// Updates: a block moves to another node, a node IP changes, a borrowed IP appears and
+/// disappears, a path changes tunnel -> host NIC, a route is removed. Attribute changes are a
+/// single replace: the monitor sees no delete for those prefixes (S13).
+#[test]
+fn updates_are_exact_and_attribute_changes_never_delete() {
+    if skip_unless_root("updates_are_exact_and_attribute_changes_never_delete") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.rt.block_on(async {
+        let mut r = reconciler(DataplaneConfig::default(), None);
+        r.set_desired(&example_cluster());
+        r.apply().await;
+        let mut mon = Monitor::start();
+
+        // Block 10.244.30.0/26 moves from node-c (10.0.1.13, tunnel) to node-b (10.0.0.12,
+        // same subnet: host NIC); node-b's IP changes to 10.0.0.22; a borrowed IP appears.
+        let mut c = example_cluster();
+        c[1] = route("10.244.20.0/26", RoutePath::HostNic, Some("10.0.0.22"));
+        c[2] = route("10.244.30.0/26", RoutePath::HostNic, Some("10.0.0.22"));
+        c.push(route("10.244.10.9/32", RoutePath::Tunnel, Some("10.0.1.13")));
+        r.set_desired(&c);
+        let rep = r.apply().await;
+        assert_eq!((rep.writes, rep.deletes, rep.error_count()), (3, 0, 0), "{rep:#?}");
+        assert_eq!(
+            with_proto(254, "80"),
+            [
+                "blackhole 10.244.10.0/26 proto 80 metric 1024",
+                "10.244.10.7 via 10.0.1.13 dev tunl0 proto 80 metric 1024 onlink",
+                "10.244.10.9 via 10.0.1.13 dev tunl0 proto 80 metric 1024 onlink",
+                "10.244.20.0/26 via 10.0.0.22 dev eth0 proto 80 metric 1024 onlink",
+                "10.244.30.0/26 via 10.0.0.22 dev eth0 proto 80 metric 1024 onlink",
+                "blackhole fd00:10:244:10::/122 dev lo proto 80 metric 1024 pref medium",
+                "fd00:10:244:20::/122 via fd00::12 dev eth0 proto 80 metric 1024 onlink pref medium",
+            ]
+        );
+        let ev = mon.route_events(SETTLE).await;
+        assert!(ev.iter().all(|e| e.starts_with('+')), "S13: no delete on an attribute change: {ev:?}");
+        assert_eq!(ev.len(), 3, "{ev:?}");
+
+        // The borrowed IP disappears, the IPv6 route is removed.
+        c.retain(|x| x.dst.to_string() != "10.244.10.9/32" && x.dst.to_string() != "fd00:10:244:20::/122");
+        r.set_desired(&c);
+        let rep = r.apply().await;
+        assert_eq!((rep.writes, rep.deletes), (0, 2), "{rep:#?}");
+        assert_eq!(
+            with_proto(254, "80"),
+            [
+                "blackhole 10.244.10.0/26 proto 80 metric 1024",
+                "10.244.10.7 via 10.0.1.13 dev tunl0 proto 80 metric 1024 onlink",
+                "10.244.20.0/26 via 10.0.0.22 dev eth0 proto 80 metric 1024 onlink",
+                "10.244.30.0/26 via 10.0.0.22 dev eth0 proto 80 metric 1024 onlink",
+                "blackhole fd00:10:244:10::/122 dev lo proto 80 metric 1024 pref medium",
+            ]
+        );
+        // Path change host NIC -> tunnel (CrossSubnet peer left the subnet): one replace.
+        c[2] = route("10.244.30.0/26", RoutePath::Tunnel, Some("10.0.1.22"));
+        r.set_desired(&c);
+        mon.drain(SETTLE).await;
+        let rep = r.apply().await;
+        assert_eq!((rep.writes, rep.deletes), (1, 0));
+        assert_eq!(mon.route_events(SETTLE).await, ["+ 10.244.30.0/26 table 254 metric 1024 proto 80"]);
+    });
+}
+
+fn add_foreign_routes() -> Vec<String> {
+    ip("link add cali-x type veth peer name cali-xp");
+    ip("link set cali-xp up");
+    ip("link set cali-x up");
+    for cmd in [
+        "route add 10.1.0.0/24 dev eth0 proto kernel",
+        "route add 10.2.0.0/24 dev eth0 proto boot",
+        "route add 10.3.0.0/24 via 10.0.0.1 dev eth0 proto static",
+        "route add 10.4.0.0/24 via 10.0.0.1 dev eth0 proto 17",
+        "route add 10.5.0.0/24 via 10.0.0.1 dev eth0 proto bird",
+        // S05: another daemon on a cluster prefix.
+        "route add 10.244.2.0/24 via 10.0.0.12 dev eth0 proto 17",
+        // S12: the host's default route.
+        "route add default via 10.0.0.1 dev eth0 proto static",
+        // S03: a route BIRD learned from a pod peer, on a workload interface.
+        "route add 192.168.200.10 via 10.244.10.5 dev cali-x proto bird onlink",
+        // A BIRD route on the tunnel device outside any claimed pool.
+        "route add 10.244.40.0/26 via 10.0.1.14 dev tunl0 proto bird metric 1024 onlink",
+        // Another protocol holding one of our keys (same prefix and metric).
+        "route add 10.244.30.0/26 via 10.0.1.13 dev tunl0 proto 17 metric 1024 onlink",
+        // IPv6 of other writers.
+        "-6 route add fd00:99::/64 via fd00::1 dev eth0 proto static",
+        "-6 route add fd00:10:244:30::/122 via fd00::13 dev eth0 proto 17",
+    ] {
+        ip(cmd);
+    }
+    let mut all = routes(false, 254);
+    all.extend(routes(true, 254));
+    all.extend(routes(false, 255));
+    all.retain(|l| !l.contains("proto 80"));
+    all
+}
+
+/// Foreign routes of every kind survive many resyncs untouched (S03, S05, S12); the key held
+/// by another protocol is reported, never overwritten.
+#[test]
+fn foreign_routes_survive_many_resyncs() {
+    if skip_unless_root("foreign_routes_survive_many_resyncs") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.rt.block_on(async {
+        let before = add_foreign_routes();
+        let mut mon = Monitor::start();
+        let mut r = reconciler(DataplaneConfig::default(), None);
+        r.set_desired(&example_cluster());
+        let rep = r.apply().await;
+        assert_eq!(rep.writes, 5, "{rep:#?}");
+        assert_eq!(rep.conflicts.len(), 1);
+        assert_eq!(rep.conflicts[0].key.dst.to_string(), "10.244.30.0/26");
+        mon.drain(SETTLE).await;
+        for _ in 0..10 {
+            r.request_resync();
+            let rep = r.apply().await;
+            assert_eq!((rep.writes, rep.deletes), (0, 0), "{rep:#?}");
+        }
+        assert_eq!(mon.route_events(SETTLE).await, Vec::<String>::new());
+        let mut after = routes(false, 254);
+        after.extend(routes(true, 254));
+        after.extend(routes(false, 255));
+        after.retain(|l| !l.contains("proto 80"));
+        assert_eq!(after, before);
+        assert!(routes(false, 254).contains(&"10.244.30.0/26 via 10.0.1.13 dev tunl0 proto 17 metric 1024 onlink".to_string()));
+    });
+}
+
+/// S02 and S04: a no-change resync and a restart with unchanged input write nothing: the
+/// monitoring socket sees zero route notifications.
+#[test]
+fn zero_writes_on_resync_and_restart() {
+    if skip_unless_root("zero_writes_on_resync_and_restart") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.rt.block_on(async {
+        let mut r = reconciler(DataplaneConfig::default(), None);
+        r.set_desired(&example_cluster());
+        r.apply().await;
+        let mut mon = Monitor::start();
+        mon.drain(SETTLE).await;
+        for _ in 0..5 {
+            r.request_resync();
+            let rep = r.apply().await;
+            assert!(rep.resynced);
+            assert_eq!((rep.writes, rep.deletes, rep.error_count()), (0, 0, 0), "{rep:#?}");
+        }
+        drop(r);
+        // Restart: new connection, empty state, same input.
+        let mut r = reconciler(DataplaneConfig::default(), None);
+        r.set_desired(&example_cluster());
+        let rep = r.apply().await;
+        assert_eq!((rep.writes, rep.deletes, rep.error_count()), (0, 0, 0), "{rep:#?}");
+        assert_eq!(mon.route_events(SETTLE).await, Vec::<String>::new());
+        assert_eq!(with_proto(254, "80"), example_lines());
+    });
+}
+
+/// S09: while the agent was down node-c left (its block released) and node-b's IP changed.
+#[test]
+fn restart_with_changed_input() {
+    if skip_unless_root("restart_with_changed_input") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.rt.block_on(async {
+        let mut r = reconciler(DataplaneConfig::default(), None);
+        r.set_desired(&example_cluster());
+        r.apply().await;
+        drop(r);
+        let mut c = example_cluster();
+        c.retain(|x| x.dst.to_string() != "10.244.30.0/26" && x.dst.to_string() != "10.244.10.7/32");
+        c[1] = route("10.244.20.0/26", RoutePath::HostNic, Some("10.0.0.22"));
+        let mut r = reconciler(DataplaneConfig::default(), None);
+        r.set_desired(&c);
+        let rep = r.apply().await;
+        assert_eq!((rep.writes, rep.deletes), (1, 2), "{rep:#?}");
+        assert_eq!(
+            with_proto(254, "80"),
+            [
+                "blackhole 10.244.10.0/26 proto 80 metric 1024",
+                "10.244.20.0/26 via 10.0.0.22 dev eth0 proto 80 metric 1024 onlink",
+                "blackhole fd00:10:244:10::/122 dev lo proto 80 metric 1024 pref medium",
+                "fd00:10:244:20::/122 via fd00::12 dev eth0 proto 80 metric 1024 onlink pref medium",
+            ]
+        );
+    });
+}
+
+/// Nothing is deleted while the datastore is not synced (S10's dataplane half).
+#[test]
+fn no_deletes_while_datastore_unsynced() {
+    if skip_unless_root("no_deletes_while_datastore_unsynced") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.rt.block_on(async {
+        let mut r = reconciler(DataplaneConfig::default(), None);
+        r.set_desired(&example_cluster());
+        r.apply().await;
+        r.set_datastore_synced(false);
+        r.set_desired(&[]);
+        let rep = r.apply().await;
+        assert_eq!((rep.deletes, rep.deletes_deferred_unsynced), (0, 6));
+        assert_eq!(with_proto(254, "80"), example_lines());
+        r.set_datastore_synced(true);
+        let rep = r.apply().await;
+        assert_eq!(rep.deletes, 6);
+        assert!(with_proto(254, "80").is_empty());
+    });
+}
+
+/// S11: eth0 down for 2 s, then up: the kernel flushes the routes via eth0 (IPv4 without a
+/// notification); the event path re-installs them within 1 s of the link coming back, with the
+/// periodic resync far away.
+#[test]
+fn link_flap_reinstalls_within_one_second() {
+    if skip_unless_root("link_flap_reinstalls_within_one_second") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.rt.block_on(async {
+        let cfg = DataplaneConfig { resync_interval: Duration::from_secs(3600), ..DataplaneConfig::default() };
+        let r = reconciler(cfg, None);
+        let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(16);
+        let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(10_000);
+        let (rep_tx, mut rep_rx) = tokio::sync::mpsc::channel(1000);
+        dataplane::spawn_watcher(ev_tx).unwrap();
+        let driver = tokio::spawn(dataplane::run(r, cmd_rx, ev_rx, rep_tx, dataplane::DEFAULT_DEBOUNCE));
+        cmd_tx.send(DataplaneCommand::SetDatastoreSynced(true)).await.unwrap();
+        cmd_tx.send(DataplaneCommand::SetDesired { routes: example_cluster(), handovers: vec![] }).await.unwrap();
+        // The driver may apply once before it has read the commands; wait for the programmed state.
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while with_proto(254, "80") != example_lines() {
+                rep_rx.recv().await.unwrap();
+            }
+        })
+        .await
+        .expect("initial programming");
+
+        ip("link set eth0 down");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let down = with_proto(254, "80");
+        assert_eq!(down.len(), 4, "routes via eth0 are flushed while it is down: {down:?}");
+        ip("link set eth0 up");
+        let up_at = Instant::now();
+        loop {
+            if with_proto(254, "80") == example_lines() {
+                break;
+            }
+            assert!(up_at.elapsed() < Duration::from_secs(1), "not re-installed within 1 s: {:?}", with_proto(254, "80"));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        eprintln!("S11: routes via eth0 re-installed {:?} after link up", up_at.elapsed());
+
+        // A route of ours deleted by someone else comes back within 1 s too.
+        ip("route del 10.244.30.0/26 proto 80");
+        let del_at = Instant::now();
+        loop {
+            if with_proto(254, "80") == example_lines() {
+                break;
+            }
+            assert!(del_at.elapsed() < Duration::from_secs(1), "not re-installed within 1 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        eprintln!("route deleted by another process re-installed after {:?}", del_at.elapsed());
+        drop(cmd_tx);
+        driver.await.unwrap();
+    });
+}
+
+/// S12: a BIRD leftover on the tunnel device inside an IPIP pool is replaced (and a stale one
+/// deleted) only when routewarden owns IPIP and BIRD does not; a proto-static route on a
+/// cluster prefix is reported, not touched, in both cases.
+#[test]
+fn bird_leftovers_claimed_only_when_policy_says_so() {
+    if skip_unless_root("bird_leftovers_claimed_only_when_policy_says_so") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.rt.block_on(async {
+        ip("route add 10.244.30.0/26 via 10.0.1.13 dev tunl0 proto bird metric 1024 onlink");
+        ip("route add 10.244.40.0/26 via 10.0.1.14 dev tunl0 proto bird metric 1024 onlink");
+        ip("route add 10.244.20.0/26 via 10.0.0.1 dev eth0 proto static metric 1024");
+        let cfg = DataplaneConfig::default();
+        // BIRD still owns IPIP: no claim.
+        let mut r = reconciler(cfg.clone(), None);
+        r.set_desired(&example_cluster());
+        let rep = r.apply().await;
+        let mut conflicts: Vec<String> = rep.conflicts.iter().map(|c| c.key.dst.to_string()).collect();
+        conflicts.sort();
+        assert_eq!(conflicts, ["10.244.20.0/26", "10.244.30.0/26"]);
+        let main = routes(false, 254);
+        for l in [
+            "10.244.30.0/26 via 10.0.1.13 dev tunl0 proto bird metric 1024 onlink",
+            "10.244.40.0/26 via 10.0.1.14 dev tunl0 proto bird metric 1024 onlink",
+            "10.244.20.0/26 via 10.0.0.1 dev eth0 proto static metric 1024",
+        ] {
+            assert!(main.contains(&l.to_string()), "{l} missing from {main:#?}");
+        }
+        // routewarden owns IPIP, BIRD does not: BIRD's tunnel routes in the pool are ours.
+        let policy = OwnershipPolicy { claim_bird_on_tunnel: vec!["10.244.0.0/16".parse().unwrap()], ..cfg.base_policy() };
+        r.set_policy(policy);
+        let rep = r.apply().await;
+        assert_eq!(rep.overwrote.len(), 1, "{rep:#?}");
+        assert_eq!(rep.overwrote[0].previous, "10.244.30.0/26 via 10.0.1.13 dev tunl0 proto 12 metric 1024 onlink");
+        assert_eq!(rep.deletes, 1);
+        // The static route's key stays blocked (re-reported whenever its retry comes due).
+        assert!(rep.conflicts.iter().all(|c| c.key.dst.to_string() == "10.244.20.0/26"), "{rep:#?}");
+        assert_eq!(
+            routes(false, 254),
+            [
+                "10.0.0.0/24 dev eth0 proto kernel scope link src 10.0.0.11",
+                "blackhole 10.244.10.0/26 proto 80 metric 1024",
+                "10.244.10.7 via 10.0.1.13 dev tunl0 proto 80 metric 1024 onlink",
+                "10.244.20.0/26 via 10.0.0.1 dev eth0 proto static metric 1024",
+                "10.244.30.0/26 via 10.0.1.13 dev tunl0 proto 80 metric 1024 onlink",
+            ]
+        );
+        // The audit names the static writer on the cluster prefix.
+        let mut nl = RtNetlink::connect().unwrap();
+        let expected: Vec<ExpectedRoute> = example_cluster()
+            .into_iter()
+            .map(|route| ExpectedRoute { route, owner: Writer::Routewarden, protocol: 80 })
+            .collect();
+        let scope = AuditScope {
+            table: 254,
+            cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap(), "fd00:10:244::/48".parse().unwrap()],
+            devices: RouteDevices::default(),
+            our_protocol: 80,
+        };
+        let audit = audit_kernel(&mut nl, &expected, &scope).await.unwrap();
+        let codes: Vec<(String, &str)> = audit.findings.iter().map(|f| (f.prefix.to_string(), f.code.as_str())).collect();
+        assert_eq!(codes, [("10.244.20.0/26".to_string(), "missing"), ("10.244.20.0/26".to_string(), "foreign-writer")]);
+        assert_eq!(audit.findings[1].found, ["10.244.20.0/26 via 10.0.0.1 dev eth0 proto 4 metric 1024"]);
+        assert_eq!(audit.counts().get(&FindingCode::ForeignWriter), Some(&1));
+    });
+}
+
+/// A missing tunnel device is reported and retried; once it exists the routes go in.
+#[test]
+fn missing_tunnel_device_reported_then_programmed() {
+    if skip_unless_root("missing_tunnel_device_reported_then_programmed") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.rt.block_on(async {
+        ip("link del tunl0");
+        let mut r = reconciler(DataplaneConfig::default(), None);
+        r.set_desired(&example_cluster());
+        let rep = r.apply().await;
+        assert_eq!(rep.waiting_for_device.get("tunl0"), Some(&2), "{rep:#?}");
+        assert_eq!(rep.errors.get(&ErrorKind::NoDevice), Some(&2));
+        assert_eq!(rep.writes, 4);
+        ip("link add tunl0 type veth peer name tunpeer");
+        ip("link set tunpeer up");
+        ip("link set tunl0 up");
+        tokio::time::sleep(r.next_wakeup().saturating_duration_since(Instant::now())).await;
+        let rep = r.apply().await;
+        assert_eq!(rep.writes, 2, "{rep:#?}");
+        assert_eq!(with_proto(254, "80"), example_lines());
+    });
+}
+
+/// Cold start of 10,000 routes into an empty table: pipelined writes on one connection.
+#[test]
+fn cold_start_10k_routes_timing() {
+    if skip_unless_root("cold_start_10k_routes_timing") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.rt.block_on(async {
+        let cluster: Vec<_> = (0..10_000u32)
+            .map(|i| {
+                let dst = format!("10.{}.{}.{}/26", 128 + i / 1024, (i / 4) % 256, (i % 4) * 64);
+                let (path, gw) = if i % 2 == 0 { (RoutePath::Tunnel, "10.0.1.13") } else { (RoutePath::HostNic, "10.0.0.12") };
+                route(&dst, path, Some(gw))
+            })
+            .collect();
+        let mut r = reconciler(DataplaneConfig::default(), None);
+        r.set_desired(&cluster);
+        let t = Instant::now();
+        let rep = r.apply().await;
+        let cold = t.elapsed();
+        assert_eq!((rep.writes, rep.error_count()), (10_000, 0), "{:?}", rep.error_messages);
+        assert_eq!(with_proto(254, "80").len(), 10_000);
+        r.request_resync();
+        let t = Instant::now();
+        let rep = r.apply().await;
+        let resync = t.elapsed();
+        assert_eq!(rep.writes, 0);
+        eprintln!("10,000 routes cold start: {cold:?}; no-change full resync of 10,000: {resync:?}");
+        assert!(cold < Duration::from_secs(30), "sanity bound");
+        // The same without pipelining (one request in flight), into another table, for scale.
+        let cfg = DataplaneConfig { table: 49, ..DataplaneConfig::default() };
+        let nl = RtNetlink::connect().unwrap().with_window(1);
+        let mut serial = routewarden::dataplane::Reconciler::new(cfg.clone(), cfg.base_policy(), nl, routewarden::dataplane::SystemClock);
+        serial.set_desired(&cluster);
+        let t = Instant::now();
+        let rep = serial.apply().await;
+        assert_eq!(rep.writes, 10_000);
+        eprintln!("10,000 routes cold start, one request at a time: {:?}", t.elapsed());
+    });
+}

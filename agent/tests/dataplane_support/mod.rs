@@ -1,0 +1,161 @@
+//! Shared helpers for the dataplane's network-namespace tests.
+#![allow(dead_code, reason = "each test file uses a different subset")]
+
+use std::process::Command;
+use std::time::Duration;
+
+use routewarden::dataplane::{
+    spawn_watcher, DataplaneConfig, DataplaneEvent, OwnershipPolicy, Reconciler, RtNetlink, SystemClock,
+};
+use routewarden::routes::{ClusterRoute, PoolClass, RouteOrigin, RoutePath};
+use routewarden_lab::NetNsGuard;
+use tokio::sync::mpsc;
+
+/// A fresh network namespace with `lo`, an `eth0` stand-in (10.0.0.11/24, fd00::11/64) and a
+/// `tunl0` stand-in (veth), all up, plus a current-thread runtime whose sockets live there.
+pub struct Netns {
+    pub guard: NetNsGuard,
+    pub rt: tokio::runtime::Runtime,
+}
+
+impl Netns {
+    pub fn new() -> Netns {
+        let guard = NetNsGuard::new().expect("create netns");
+        for cmd in [
+            "link add eth0 type veth peer name eth0p",
+            "addr add 10.0.0.11/24 dev eth0",
+            "addr add fd00::11/64 dev eth0 nodad",
+            "link set eth0p up",
+            "link set eth0 up",
+            "link add tunl0 type veth peer name tunpeer",
+            "link set tunpeer up",
+            "link set tunl0 up",
+        ] {
+            ip(cmd);
+        }
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        Netns { guard, rt }
+    }
+}
+
+/// Run `ip <args>` (whitespace-split) in the current thread's namespace; panic on failure.
+pub fn ip(args: &str) -> String {
+    let out = Command::new("ip").args(args.split_whitespace()).output().expect("run ip");
+    assert!(out.status.success(), "ip {args}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Lines of `ip [-6] route show table <table>`, trimmed, in kernel order.
+pub fn routes(v6: bool, table: u32) -> Vec<String> {
+    let fam = if v6 { "-6 " } else { "" };
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("ip {fam}route show table {table} 2>/dev/null"))
+        .output()
+        .expect("run ip route");
+    String::from_utf8_lossy(&out.stdout).lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect()
+}
+
+/// Lines of both families in `table` that carry `proto <p>`.
+pub fn with_proto(table: u32, proto: &str) -> Vec<String> {
+    let needle = format!(" proto {proto} ");
+    let mut v: Vec<String> = routes(false, table).into_iter().chain(routes(true, table)).collect();
+    v.retain(|l| format!("{l} ").contains(&needle));
+    v
+}
+
+pub fn route(dst: &str, path: RoutePath, gw: Option<&str>) -> ClusterRoute {
+    route_class(dst, path, gw, if path == RoutePath::HostNic { PoolClass::NoEncap } else { PoolClass::Ipip })
+}
+
+pub fn route_class(dst: &str, path: RoutePath, gw: Option<&str>, class: PoolClass) -> ClusterRoute {
+    ClusterRoute {
+        dst: dst.parse().unwrap(),
+        path,
+        gateway: gw.map(|g| g.parse().unwrap()),
+        device: None,
+        class,
+        pool: "default-ipv4-ippool".into(),
+        origin: match path {
+            RoutePath::Blackhole => RouteOrigin::OwnBlock { block: dst.into() },
+            _ => RouteOrigin::RemoteBlock { block: dst.into(), node: "node-x".into() },
+        },
+    }
+}
+
+/// The example node-a view: own block blackholed, node-b (same subnet) via eth0, node-c
+/// (other subnet) via the tunnel, a borrowed /32 of node-a's block used on node-c, IPv6 too.
+pub fn example_cluster() -> Vec<ClusterRoute> {
+    vec![
+        route("10.244.10.0/26", RoutePath::Blackhole, None),
+        route("10.244.20.0/26", RoutePath::HostNic, Some("10.0.0.12")),
+        route("10.244.30.0/26", RoutePath::Tunnel, Some("10.0.1.13")),
+        route("10.244.10.7/32", RoutePath::Tunnel, Some("10.0.1.13")),
+        route("fd00:10:244:10::/122", RoutePath::Blackhole, None),
+        route("fd00:10:244:20::/122", RoutePath::HostNic, Some("fd00::12")),
+    ]
+}
+
+/// `ip route` lines routewarden should leave for [`example_cluster`] (protocol 80, table
+/// main), IPv4 then IPv6, each in kernel order.
+pub fn example_lines() -> Vec<String> {
+    [
+        "blackhole 10.244.10.0/26 proto 80 metric 1024",
+        "10.244.10.7 via 10.0.1.13 dev tunl0 proto 80 metric 1024 onlink",
+        "10.244.20.0/26 via 10.0.0.12 dev eth0 proto 80 metric 1024 onlink",
+        "10.244.30.0/26 via 10.0.1.13 dev tunl0 proto 80 metric 1024 onlink",
+        "blackhole fd00:10:244:10::/122 dev lo proto 80 metric 1024 pref medium",
+        "fd00:10:244:20::/122 via fd00::12 dev eth0 proto 80 metric 1024 onlink pref medium",
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect()
+}
+
+pub type RealReconciler = Reconciler<RtNetlink, SystemClock>;
+
+/// A reconciler on a fresh rtnetlink connection, datastore synced. Must run inside the
+/// namespace's runtime.
+pub fn reconciler(cfg: DataplaneConfig, policy: Option<OwnershipPolicy>) -> RealReconciler {
+    let policy = policy.unwrap_or_else(|| cfg.base_policy());
+    let nl = RtNetlink::connect().expect("rtnetlink");
+    let mut r = Reconciler::new(cfg, policy, nl, SystemClock);
+    r.set_datastore_synced(true);
+    r
+}
+
+/// Route notifications seen on a monitoring socket (the test's own watcher).
+pub struct Monitor {
+    rx: mpsc::Receiver<DataplaneEvent>,
+}
+
+impl Monitor {
+    pub fn start() -> Monitor {
+        let (tx, rx) = mpsc::channel(100_000);
+        spawn_watcher(tx).expect("subscribe");
+        Monitor { rx }
+    }
+
+    /// Wait `settle`, then return every event received so far.
+    pub async fn drain(&mut self, settle: Duration) -> Vec<DataplaneEvent> {
+        tokio::time::sleep(settle).await;
+        let mut v = Vec::new();
+        while let Ok(e) = self.rx.try_recv() {
+            v.push(e);
+        }
+        v
+    }
+
+    /// Route notifications only (adds and removes), rendered `+ dst proto p` / `- dst proto p`.
+    pub async fn route_events(&mut self, settle: Duration) -> Vec<String> {
+        self.drain(settle)
+            .await
+            .into_iter()
+            .filter_map(|e| match e {
+                DataplaneEvent::RouteAdded { route, .. } => Some(format!("+ {} proto {}", route.key, route.protocol)),
+                DataplaneEvent::RouteRemoved { route, .. } => Some(format!("- {} proto {}", route.key, route.protocol)),
+                _ => None,
+            })
+            .collect()
+    }
+}
