@@ -19,6 +19,7 @@ pub mod app;
 pub mod bpf;
 pub mod dataplane;
 pub mod datastore;
+pub mod explain;
 pub mod model;
 pub mod observe;
 pub mod ownership;

@@ -1,0 +1,113 @@
+//! `explain` over the shipped example cluster (examples/cluster/: calicoctl v3 objects, a
+//! kubectl core-Node List and a kubectl crd.projectcalico.org/v1 List).
+
+use routewarden::datastore::FileDatastore;
+use routewarden::explain::{explain, ip_route_line, ExplainOptions, OutputFormat};
+use routewarden::ownership::{OwnershipConfig, Role};
+use routewarden::routes::RouteDevices;
+
+fn example() -> routewarden::datastore::Snapshot {
+    FileDatastore::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/cluster")).expect("example loads")
+}
+
+fn opts(node: Option<&str>, format: OutputFormat) -> ExplainOptions {
+    ExplainOptions { node: node.map(Into::into), format, route_protocol: 80, metric: None, devices: RouteDevices::default() }
+}
+
+#[test]
+fn example_loads_cleanly_in_both_forms() {
+    let s = example();
+    assert_eq!(s.object_errors, vec![]);
+    assert_eq!(s.inputs, 3);
+    assert_eq!(s.cluster.ip_pools.len(), 6);
+    assert_eq!(s.cluster.nodes.keys().collect::<Vec<_>>(), vec!["node-a", "node-b", "node-c", "node-d"]);
+    assert_eq!(s.cluster.ipam_blocks.len(), 11);
+    assert_eq!(s.cluster.block_affinities.len(), 11);
+}
+
+#[test]
+fn felix_role_on_node_a() {
+    let s = example();
+    let e = explain(&s.cluster, &s.object_errors, &OwnershipConfig::default(), &opts(Some("node-a"), OutputFormat::Table)).unwrap();
+    print!("{}", e.text);
+    assert!(!e.has_errors);
+    let routes: Vec<&str> = e
+        .text
+        .lines()
+        .skip_while(|l| !l.starts_with("Routes routewarden programs on node-a (classes: ipip)"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .collect();
+    assert_eq!(
+        routes,
+        vec![
+            "blackhole 10.244.10.0/26 proto 80",
+            "10.244.20.0/26 via 10.0.0.12 dev eth0 proto 80 onlink",
+            "10.244.20.5 via 10.0.0.13 dev eth0 proto 80 onlink",
+            "10.244.30.0/26 via 10.0.0.13 dev eth0 proto 80 onlink",
+            "10.244.40.0/26 via 10.0.1.14 dev tunl0 proto 80 onlink",
+            "10.245.20.0/26 via 10.0.0.12 dev tunl0 proto 80 onlink",
+            "10.245.40.0/26 via 10.0.1.14 dev tunl0 proto 80 onlink",
+        ]
+    );
+    assert!(e.text.contains("felix      EnabledIPIPOnly     FelixConfiguration default: programClusterRoutes: EnabledIPIPOnly"), "{}", e.text);
+    assert!(e.text.contains("default-ipv4-ippool  10.244.0.0/16     ipip-cross-subnet   ipip     routewarden    reject"), "{}", e.text);
+    assert!(e.text.contains("loadbalancers        10.96.100.0/24    load-balancer-only  -        nobody         accept"), "{}", e.text);
+}
+
+#[test]
+fn explicit_enabled_is_an_error_and_json_is_structured() {
+    let s = example();
+    let cfg = OwnershipConfig { role: "explicit:Enabled".parse::<Role>().unwrap(), ..Default::default() };
+    let e = explain(&s.cluster, &s.object_errors, &cfg, &opts(Some("node-b"), OutputFormat::Json)).unwrap();
+    assert!(e.has_errors);
+    let v: serde_json::Value = serde_json::from_str(&e.text).unwrap();
+    assert_eq!(v["role"], "explicit:Enabled");
+    assert_eq!(v["calico_version"], "3.33");
+    assert_eq!(v["has_errors"], true);
+    let codes: Vec<(String, String)> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["code"].as_str().unwrap().to_owned(), f["class"].as_str().unwrap_or("none").to_owned()))
+        .collect();
+    assert_eq!(
+        codes,
+        vec![
+            ("double-programmed".into(), "ipip".into()),
+            ("double-programmed".into(), "no-encap".into()),
+            ("consistent".into(), "vxlan".into()),
+        ]
+    );
+    assert_eq!(v["programmed_classes"], serde_json::json!(["ipip", "no-encap"]));
+    // node-b: its own blocks are blackholes; the no-encap v6 route to node-a uses eth0.
+    let lines: Vec<&str> = v["routes"].as_array().unwrap().iter().map(|r| r["ip_route"].as_str().unwrap()).collect();
+    assert!(lines.contains(&"blackhole 10.244.20.0/26 proto 80"), "{lines:?}");
+    assert!(lines.contains(&"fd00:10:244:0:10::/122 via fd00:10::11 dev eth0 proto 80 onlink"), "{lines:?}");
+    assert!(lines.contains(&"10.246.10.0/26 via 10.0.0.11 dev eth0 proto 80 onlink"), "{lines:?}");
+}
+
+#[test]
+fn audit_yaml_shows_every_class_and_no_errors() {
+    let s = example();
+    let cfg = OwnershipConfig { role: Role::Audit, ..Default::default() };
+    let e = explain(&s.cluster, &s.object_errors, &cfg, &opts(Some("node-d"), OutputFormat::Yaml)).unwrap();
+    assert!(!e.has_errors);
+    let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&e.text).unwrap();
+    assert_eq!(v["felix"]["value"].as_str(), Some("EnabledIPIPOnly"));
+    assert_eq!(v["bird"]["source"]["source"].as_str(), Some("field"));
+    let routes = v["routes"].as_sequence().unwrap();
+    assert!(routes.iter().any(|r| r["class"].as_str() == Some("no-encap")), "audit covers no-encap too");
+    // node-d has no IPv6 address, but v6 routes only go to nodes with blocks; no problem here.
+    assert_eq!(v["route_problems"].as_sequence().map(Vec::len), Some(0));
+}
+
+#[test]
+fn ip_route_metric_and_protocol_names() {
+    let s = example();
+    let d = routewarden::routes::desired_routes(&s.cluster, "node-c", &routewarden::routes::routable_classes(), &RouteDevices::default());
+    let lines: Vec<String> = d.routes.iter().map(|r| ip_route_line(r, 12, Some(1024))).collect();
+    assert!(lines.contains(&"10.244.10.0/26 via 10.0.0.11 dev eth0 proto bird metric 1024 onlink".to_owned()), "{lines:?}");
+    assert!(lines.contains(&"blackhole 10.246.30.0/26 proto bird metric 1024".to_owned()), "{lines:?}");
+}
