@@ -177,7 +177,7 @@ fn confd_scenarios_felix_side_findings() {
         let input = std::fs::read_to_string(testdata().join(dir).join("input.yaml")).unwrap();
         let (cluster, _) = Cluster::from_yaml_str(&input).unwrap();
         let d = decide(&cluster, &OwnershipConfig { role: Role::Audit, ..Default::default() });
-        let code = |c: PoolClass| d.findings.iter().find(|f| f.class == Some(c) && f.code() != "deprecated").map(|f| f.code());
+        let code = |c: PoolClass| d.findings.iter().find(|f| f.class == Some(c) && f.code() != "deprecated").map(routewarden::ownership::Finding::code);
         assert_eq!((code(PoolClass::Ipip), code(PoolClass::NoEncap)), (Some(ipip), Some(noencap)), "{dir}");
     }
 }

@@ -168,13 +168,14 @@ impl IpamBlock {
     }
 }
 
-fn parse_attributes(f: &mut Fields<'_>, i: usize, item: &Value) -> AllocationAttributes {
+fn parse_attributes(f: &mut Fields<'_>, index: usize, item: &Value) -> AllocationAttributes {
+    let i = index;
     let mut out = AllocationAttributes::default();
-    let Value::Mapping(m) = item else {
+    let Value::Mapping(map) = item else {
         f.fail(format!("spec.attributes[{i}]"), FieldProblem::WrongType { expected: "mapping", found: type_name(item) });
         return out;
     };
-    match m.get("handle_id") {
+    match map.get("handle_id") {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => out.handle_id = Some(s.clone()),
         Some(other) => f.fail(
@@ -182,18 +183,18 @@ fn parse_attributes(f: &mut Fields<'_>, i: usize, item: &Value) -> AllocationAtt
             FieldProblem::WrongType { expected: "string", found: type_name(other) },
         ),
     }
-    match m.get("secondary") {
+    match map.get("secondary") {
         None | Some(Value::Null) => {}
         Some(Value::Mapping(sec)) => {
-            for (k, v) in sec {
-                let (Some(k), Some(v)) = (k.as_str(), v.as_str()) else {
+            for (key, val) in sec {
+                let (Some(key), Some(val)) = (key.as_str(), val.as_str()) else {
                     f.fail(
                         format!("spec.attributes[{i}].secondary"),
-                        FieldProblem::WrongType { expected: "map of strings", found: type_name(v) },
+                        FieldProblem::WrongType { expected: "map of strings", found: type_name(val) },
                     );
                     continue;
                 };
-                out.secondary.insert(k.to_owned(), v.to_owned());
+                out.secondary.insert(key.to_owned(), val.to_owned());
             }
         }
         Some(other) => f.fail(

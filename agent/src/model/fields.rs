@@ -145,26 +145,22 @@ impl<'a> Fields<'a> {
     /// its subnet: `10.0.0.11/24`).
     pub(crate) fn cidr(&mut self, path: &[&str]) -> Option<IpNet> {
         let s = self.string(path)?;
-        match s.parse::<IpNet>() {
-            Ok(net) => Some(net),
-            Err(_) => {
-                self.fail(path_label(path), FieldProblem::InvalidCidr(s.to_owned()));
-                None
-            }
+        let parsed = s.parse::<IpNet>().ok();
+        if parsed.is_none() {
+            self.fail(path_label(path), FieldProblem::InvalidCidr(s.to_owned()));
         }
+        parsed
     }
 
     /// An IP address; a CIDR is accepted and its address part taken (Calico stores some tunnel
     /// addresses either way).
     pub(crate) fn ip(&mut self, path: &[&str]) -> Option<IpAddr> {
         let s = self.string(path)?;
-        match parse_ip_or_cidr(s) {
-            Some((ip, _)) => Some(ip),
-            None => {
-                self.fail(path_label(path), FieldProblem::InvalidIp(s.to_owned()));
-                None
-            }
+        let parsed = parse_ip_or_cidr(s).map(|(ip, _)| ip);
+        if parsed.is_none() {
+            self.fail(path_label(path), FieldProblem::InvalidIp(s.to_owned()));
         }
+        parsed
     }
 
     /// A sequence; absent is an empty slice.

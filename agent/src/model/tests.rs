@@ -194,7 +194,7 @@ spec: {cidr: 10.244.2.0/26, node: node-c, state: pendingDeletion, deleted: true}
 /// The reference §4.3 example: 10.244.1.3 is borrowed by node-c.
 #[test]
 fn ipam_block_borrowed_ip() {
-    let text = r#"
+    let text = r"
 apiVersion: crd.projectcalico.org/v1
 kind: IPAMBlock
 metadata: {name: 10-244-1-0-28}
@@ -209,7 +209,7 @@ spec:
     - {handle_id: k8s-pod-network.a17be03c9d55, secondary: {namespace: default, node: node-c, pod: api}}
   sequenceNumber: 4
   deleted: false
-"#;
+";
     let (cluster, errors) = load(text);
     assert_eq!(errors, vec![]);
     let b = &cluster.ipam_blocks["10-244-1-0-28"];

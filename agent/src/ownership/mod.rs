@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::fmt::Write as _;
 use std::str::FromStr;
 
 use ipnet::IpNet;
@@ -648,9 +649,10 @@ fn bird_value(cluster: &Cluster, version: CalicoVersion, skew: &mut Vec<Finding>
         },
         CalicoVersion::V3_33 => match raw {
             None => decision(ClusterRoutes::EnabledNoEncapOnly, DecisionSource::Default { reason: unset_reason(cluster) }),
-            Some(raw) => match ClusterRoutes::parse_exact(raw) {
-                Some(v) => decision(v, DecisionSource::Field { object, value: raw.to_owned() }),
-                None => {
+            Some(raw) => {
+                if let Some(v) = ClusterRoutes::parse_exact(raw) {
+                    decision(v, DecisionSource::Field { object, value: raw.to_owned() })
+                } else {
                     skew.push(skew_finding(
                         &object,
                         raw,
@@ -722,7 +724,7 @@ fn class_finding(
     let pools = pools.join(", ");
     let mut basis = format!("Felix field {} ({}), BIRD field {} ({})", felix.value, felix.source.kind(), bird.value, bird.source.kind());
     if let Some(e) = explicit {
-        basis.push_str(&format!(", routewarden {}", e.value));
+        let _ = write!(basis, ", routewarden {}", e.value);
     }
     let felix_side = match config.role {
         Role::Felix => " (routewarden in Felix's place)",
