@@ -299,7 +299,7 @@ fn link_flap_reinstalls_within_one_second() {
     }
     let ns = Netns::new();
     ns.rt.block_on(async {
-        let cfg = DataplaneConfig { resync_interval: Duration::from_secs(3600), ..DataplaneConfig::default() };
+        let cfg = DataplaneConfig { resync_interval: Duration::from_secs(1 << 12), ..DataplaneConfig::default() };
         let r = reconciler(cfg, None);
         let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(16);
         let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(10_000);
@@ -479,5 +479,49 @@ fn cold_start_10k_routes_timing() {
         let rep = serial.apply().await;
         assert_eq!(rep.writes, 10_000);
         eprintln!("10,000 routes cold start, one request at a time: {:?}", t.elapsed());
+    });
+}
+
+/// S04 through the production path: a driver with its own netlink watcher, restarted with
+/// unchanged input, writes nothing, also when links send unrelated notifications.
+#[test]
+fn driver_restart_with_watcher_writes_nothing() {
+    if skip_unless_root("driver_restart_with_watcher_writes_nothing") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.rt.block_on(async {
+        let mut r = reconciler(DataplaneConfig::default(), None);
+        r.set_desired(&example_cluster());
+        r.apply().await;
+        drop(r);
+        let mut mon = Monitor::start();
+        let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(16);
+        let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(10_000);
+        let (rep_tx, mut rep_rx) = tokio::sync::mpsc::channel(1000);
+        dataplane::spawn_watcher(ev_tx).unwrap();
+        let r = reconciler(DataplaneConfig::default(), None);
+        let driver = tokio::spawn(dataplane::run(r, cmd_rx, ev_rx, rep_tx, dataplane::DEFAULT_DEBOUNCE));
+        cmd_tx.send(DataplaneCommand::SetDatastoreSynced(true)).await.unwrap();
+        cmd_tx.send(DataplaneCommand::SetDesired { routes: example_cluster(), handovers: vec![] }).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Unrelated link notifications (the watcher has not seen these links before).
+        ip("link set eth0 mtu 1400");
+        ip("link set tunl0 mtu 1400");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(cmd_tx);
+        driver.await.unwrap();
+        let mut writes = 0;
+        let mut applies = 0;
+        while let Ok(rep) = rep_rx.try_recv() {
+            applies += 1;
+            writes += rep.writes + rep.deletes;
+        }
+        assert!(applies >= 1);
+        assert_eq!(writes, 0);
+        // The MTU changes make the kernel re-announce its own IPv6 routes (proto 2); none of ours.
+        let ours: Vec<String> = mon.route_events(SETTLE).await.into_iter().filter(|e| e.ends_with("proto 80")).collect();
+        assert_eq!(ours, Vec::<String>::new());
+        assert_eq!(with_proto(254, "80"), example_lines());
     });
 }

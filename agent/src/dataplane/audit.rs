@@ -20,6 +20,7 @@
 //! - `foreign-writer`: a route of any other protocol on a cluster prefix (scenario S05).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
@@ -162,12 +163,12 @@ fn render_expected(e: &ExpectedRoute, devices: &RouteDevices) -> String {
         _ => format!("{}", c.dst),
     };
     if let Some(gw) = c.gateway {
-        s.push_str(&format!(" via {gw}"));
+        let _ = write!(s, " via {gw}");
     }
     if let Path::Dev(d) = expected_path(c, devices) {
-        s.push_str(&format!(" dev {d}"));
+        let _ = write!(s, " dev {d}");
     }
-    s.push_str(&format!(" proto {} ({})", e.protocol, e.owner.label()));
+    let _ = write!(s, " proto {} ({})", e.protocol, e.owner.label());
     s
 }
 

@@ -420,12 +420,13 @@ pub fn parse_route(msg: &RouteMessage) -> Option<ObservedRoute> {
 }
 
 fn header_for(key: &RouteKey) -> RouteHeader {
-    let mut h = RouteHeader::default();
-    h.address_family = key.family.address_family();
-    h.destination_prefix_length = key.dst.prefix_len();
-    h.tos = key.tos;
-    h.table = u8::try_from(key.table).unwrap_or(RT_TABLE_COMPAT);
-    h
+    RouteHeader {
+        address_family: key.family.address_family(),
+        destination_prefix_length: key.dst.prefix_len(),
+        tos: key.tos,
+        table: u8::try_from(key.table).unwrap_or(RT_TABLE_COMPAT),
+        ..RouteHeader::default()
+    }
 }
 
 fn base_attributes(key: &RouteKey) -> Vec<RouteAttribute> {

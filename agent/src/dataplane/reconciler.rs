@@ -270,6 +270,14 @@ struct PendingHandover {
     checked: bool,
 }
 
+/// About a year (2^25 s): "never" for timers, without overflowing `Instant`.
+const FAR_FUTURE: Duration = Duration::from_secs(1 << 25);
+
+/// `now + d`, saturating at [`FAR_FUTURE`] instead of overflowing `Instant`.
+fn later(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d).unwrap_or_else(|| now + FAR_FUTURE)
+}
+
 fn backoff(failures: u32) -> Duration {
     let shift = failures.saturating_sub(1).min(16);
     BACKOFF_BASE.saturating_mul(1 << shift).min(BACKOFF_MAX)
@@ -416,7 +424,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                         protocol: h.protocol,
                         table: h.table,
                         started: now,
-                        deadline: now + self.config.handover_grace,
+                        deadline: later(now, self.config.handover_grace),
                         seen: false,
                         checked: false,
                     },
@@ -502,7 +510,15 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     }
 
     fn link_changed(&mut self, index: u32, name: &str, up: bool) {
-        if let Some(old) = self.links_by_index.get(&index) {
+        let prev = self.links_by_index.get(&index).cloned();
+        if prev.as_ref().is_some_and(|p| p.name == name && p.up == up) {
+            // Nothing we care about changed (the watcher reports a link it had not seen yet).
+            return;
+        }
+        // A link that went down or came back up may have lost its IPv4 routes without a
+        // notification: re-verify them with a replace. A rename alone loses nothing.
+        let maybe_flushed = prev.as_ref().is_none_or(|p| p.up != up);
+        if let Some(old) = &prev {
             if old.name != name && self.links_by_name.get(&old.name) == Some(&index) {
                 let old_name = old.name.clone();
                 self.links_by_name.remove(&old_name);
@@ -516,7 +532,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         for (k, e) in &mut self.kernel {
             if e.oif == Some(index) {
                 e.route.target.device = Some(name.to_string());
-                e.verified = false;
+                e.verified &= !maybe_flushed;
                 self.dirty.insert(*k);
             }
         }
@@ -680,7 +696,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             match self.full_resync(&mut report).await {
                 Ok(()) => {
                     self.resync_failures = 0;
-                    self.resync_due = self.clock.now() + self.config.resync_interval;
+                    self.resync_due = later(self.clock.now(), self.config.resync_interval);
                 }
                 Err(e) => {
                     self.resync_failures += 1;
@@ -702,8 +718,22 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             self.check_handovers().await;
         }
         let now = self.clock.now();
+        // Pass 1: writes. Pass 2: deletes, after the new routes are in.
+        let (writes, delete_candidates) = self.plan(now, &mut report);
+        let results = if writes.is_empty() { Vec::new() } else { self.nl.execute(&writes).await };
+        let failed_dsts = self.record_writes(&writes, results, now, &mut report);
+        let deletes = self.plan_deletes(delete_candidates, &failed_dsts, now, &mut report);
+        let results = if deletes.is_empty() { Vec::new() } else { self.nl.execute(&deletes).await };
+        self.record_deletes(&deletes, results, &mut report);
+        self.finish_handovers(&mut report);
+        report.handovers.append(&mut self.released);
+        self.finish_report(&mut report, started);
+        report
+    }
 
-        // Pass 1: writes.
+    /// Sort the dirty keys into writes (desired, not in sync) and delete candidates (ours,
+    /// not desired); drop keys that need nothing.
+    fn plan(&mut self, now: Instant, report: &mut ApplyReport) -> (Vec<RouteOp>, Vec<RouteKey>) {
         let mut writes: Vec<RouteOp> = Vec::new();
         let mut delete_candidates: Vec<RouteKey> = Vec::new();
         let dirty: Vec<RouteKey> = self.dirty.iter().copied().collect();
@@ -730,12 +760,10 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                             continue;
                         }
                     };
-                    if let Some(k) = k {
-                        if Self::in_sync(&d.route, oif, k) {
-                            self.dirty.remove(&key);
-                            self.retries.remove(&key);
-                            continue;
-                        }
+                    if k.is_some_and(|k| Self::in_sync(&d.route, oif, k)) {
+                        self.dirty.remove(&key);
+                        self.retries.remove(&key);
+                        continue;
                     }
                     writes.push(RouteOp::Write { route: d.route.clone(), oif, exclusive: k.is_none() });
                 }
@@ -746,8 +774,19 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 }
             }
         }
-        let results = if writes.is_empty() { Vec::new() } else { self.nl.execute(&writes).await };
-        let mut failed_dsts: BTreeSet<(u32, IpNet)> = BTreeSet::new();
+        (writes, delete_candidates)
+    }
+
+    /// Fold write results into the kernel view; returns the (table, dst) pairs whose write
+    /// failed (their old routes must stay).
+    fn record_writes(
+        &mut self,
+        writes: &[RouteOp],
+        results: Vec<Result<(), NetlinkError>>,
+        now: Instant,
+        report: &mut ApplyReport,
+    ) -> BTreeSet<(u32, IpNet)> {
+        let mut failed_dsts = BTreeSet::new();
         for (op, res) in writes.iter().zip(results) {
             let RouteOp::Write { route, oif, exclusive } = op else { continue };
             let key = route.key;
@@ -759,16 +798,14 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                             report.overwrote.push(Overwrite { previous: prev.route.to_string(), verdict: prev.verdict });
                         }
                     }
-                    self.kernel.insert(
-                        key,
-                        KernelEntry {
-                            route: route.clone(),
-                            oif: *oif,
-                            extra: false,
-                            verified: true,
-                            verdict: Verdict::OursByProtocol,
-                        },
-                    );
+                    let entry = KernelEntry {
+                        route: route.clone(),
+                        oif: *oif,
+                        extra: false,
+                        verified: true,
+                        verdict: Verdict::OursByProtocol,
+                    };
+                    self.kernel.insert(key, entry);
                     self.dirty.remove(&key);
                     self.retries.remove(&key);
                     self.blocked.remove(&key);
@@ -793,10 +830,20 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 }
             }
         }
+        failed_dsts
+    }
 
-        // Pass 2: deletes, after the new routes are in.
-        let mut deletes: Vec<RouteOp> = Vec::new();
-        for key in delete_candidates {
+    /// The deletes that may go out now: datastore synced, the prefix's replacement did not
+    /// fail, no handover grace pending.
+    fn plan_deletes(
+        &mut self,
+        candidates: Vec<RouteKey>,
+        failed_dsts: &BTreeSet<(u32, IpNet)>,
+        now: Instant,
+        report: &mut ApplyReport,
+    ) -> Vec<RouteOp> {
+        let mut deletes = Vec::new();
+        for key in candidates {
             if !self.datastore_synced {
                 report.deletes_deferred_unsynced += 1;
                 self.dirty.remove(&key); // re-marked when the datastore syncs
@@ -815,54 +862,43 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             let Some(k) = self.kernel.get(&key) else { continue };
             deletes.push(RouteOp::Delete { key, protocol: k.route.target.protocol });
         }
-        let results = if deletes.is_empty() { Vec::new() } else { self.nl.execute(&deletes).await };
+        deletes
+    }
+
+    fn record_deletes(&mut self, deletes: &[RouteOp], results: Vec<Result<(), NetlinkError>>, report: &mut ApplyReport) {
         for (op, res) in deletes.iter().zip(results) {
             let key = *op.key();
-            let ok = match res {
-                Ok(()) => {
-                    report.deletes += 1;
-                    true
-                }
-                Err(e) if e.errno() == Some(Errno::ESRCH) => {
-                    report.deletes_already_gone += 1;
-                    true
-                }
+            match res {
+                Ok(()) => report.deletes += 1,
+                // ESRCH: already gone, or another writer's route holds the key now.
+                Err(e) if e.errno() == Some(Errno::ESRCH) => report.deletes_already_gone += 1,
                 Err(e) => {
                     report.error(ErrorKind::of(&e), || e.to_string());
                     self.fail(key);
-                    false
-                }
-            };
-            if ok {
-                self.kernel.remove(&key);
-                self.dirty.remove(&key);
-                self.retries.remove(&key);
-                if let Some(h) = self.handovers.remove(&key) {
-                    report.handovers.push(HandoverOutcome {
-                        dst: key.dst,
-                        to: h.to,
-                        end: if h.seen { HandoverEnd::Seen } else { HandoverEnd::GraceExpired },
-                        waited: self.clock.now().saturating_duration_since(h.started),
-                    });
+                    continue;
                 }
             }
+            self.kernel.remove(&key);
+            self.dirty.remove(&key);
+            self.retries.remove(&key);
         }
-        // Handovers whose route vanished on its own.
-        let done: Vec<RouteKey> =
-            self.handovers.keys().filter(|k| !self.kernel.contains_key(k)).copied().collect();
+    }
+
+    /// Report handovers whose route is gone (deleted by us after the new owner's route was
+    /// seen or the grace ended, or removed by someone else).
+    fn finish_handovers(&mut self, report: &mut ApplyReport) {
+        let now = self.clock.now();
+        let done: Vec<RouteKey> = self.handovers.keys().filter(|k| !self.kernel.contains_key(k)).copied().collect();
         for k in done {
             if let Some(h) = self.handovers.remove(&k) {
                 report.handovers.push(HandoverOutcome {
                     dst: k.dst,
                     to: h.to,
                     end: if h.seen { HandoverEnd::Seen } else { HandoverEnd::GraceExpired },
-                    waited: self.clock.now().saturating_duration_since(h.started),
+                    waited: now.saturating_duration_since(h.started),
                 });
             }
         }
-        report.handovers.append(&mut self.released);
-        self.finish_report(&mut report, started);
-        report
     }
 
     fn finish_report(&self, report: &mut ApplyReport, started: Instant) {
