@@ -3,6 +3,11 @@
 #![no_std]
 #![no_main]
 
+mod route_detector;
+mod route_watch_fentry;
+mod route_watch_fib;
+mod route_watch_kprobe;
+mod route_watch_netlink;
 mod tc_count;
 
 #[cfg(not(test))]

@@ -64,6 +64,41 @@ pub struct LoadErrorLabels {
     pub reason: &'static str,
 }
 
+/// Labels `{family, op, writer}` of `routewarden_route_writes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteWriteLabels {
+    /// `ipv4` or `ipv6`.
+    pub family: &'static str,
+    /// `add`, `replace`, `delete`.
+    pub op: &'static str,
+    /// Writer class: `self`, `felix`, `bird`, `kernel`, `boot`, `static`, `other`.
+    pub writer: &'static str,
+}
+
+/// Labels `{family, writers}` of `routewarden_route_conflicts_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteConflictLabels {
+    /// `ipv4` or `ipv6`.
+    pub family: &'static str,
+    /// The two writer classes in class order joined by `+` (`self+bird`, `bird+bird`): at most
+    /// 28 values.
+    pub writers: String,
+}
+
+/// Labels `{family}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FamilyLabels {
+    /// `ipv4` or `ipv6`.
+    pub family: &'static str,
+}
+
+/// Labels `{backend}` of `routewarden_route_watch_backend_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendLabels {
+    /// `fentry`, `kprobe`, `socket-filter`, or `none` (watch degraded).
+    pub backend: &'static str,
+}
+
 /// All metric handles. Cheap to share (`Arc<Metrics>`); updating a handle is lock-free.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -89,6 +124,21 @@ pub struct Metrics {
     pub tc_count_packets: Counter,
     /// `routewarden_tc_count_bytes_total`: bytes seen by the `tc_count` probe.
     pub tc_count_bytes: Counter,
+    /// `routewarden_route_writes_total{family,op,writer}`: kernel route writes seen by the watch.
+    pub route_writes: Family<RouteWriteLabels, Counter>,
+    /// `routewarden_route_conflicts_total{family,writers}`: conflict episodes (a prefix entering
+    /// conflict; at most one per prefix per window).
+    pub route_conflicts: Family<RouteConflictLabels, Counter>,
+    /// `routewarden_route_flaps_total{family}`: flap episodes (at most one per prefix per window).
+    pub route_flaps: Family<FamilyLabels, Counter>,
+    /// `routewarden_route_flushes_total{family}`: routes removed by the kernel without a writer.
+    pub route_flushes: Family<FamilyLabels, Counter>,
+    /// `routewarden_flapping_prefixes`: prefixes in flap or conflict now.
+    pub flapping_prefixes: Gauge,
+    /// `routewarden_route_watch_backend_info{backend}`: 1 for the running backend.
+    pub route_watch_backend: Family<BackendLabels, Gauge>,
+    /// `routewarden_route_watch_events_lost_total`: ring-buffer records dropped (buffer full).
+    pub route_watch_events_lost: Counter,
 }
 
 /// Histogram wrapper with the reconcile buckets (1 ms .. ~16 s).
@@ -122,6 +172,13 @@ impl Metrics {
         r.register("bpf_program_attached", "1 when the BPF program is loaded and attached, else 0", m.bpf_program_attached.clone());
         r.register("tc_count_packets", "Packets seen by the tc_count probe on the watched devices", m.tc_count_packets.clone());
         r.register("tc_count_bytes", "Bytes seen by the tc_count probe on the watched devices", m.tc_count_bytes.clone());
+        r.register("route_writes", "Kernel route writes seen by the route watch, by family, operation and writer class", m.route_writes.clone());
+        r.register("route_conflicts", "Conflict episodes: two writers overwrote or deleted each other's route for a prefix within the window", m.route_conflicts.clone());
+        r.register("route_flaps", "Flap episodes: a prefix changed at least threshold times within the window", m.route_flaps.clone());
+        r.register("route_flushes", "Routes removed by the kernel without a writer (link down flush)", m.route_flushes.clone());
+        r.register("flapping_prefixes", "Prefixes in flap or conflict now", m.flapping_prefixes.clone());
+        r.register("route_watch_backend_info", "In-kernel route watch backend in use (1), none when degraded", m.route_watch_backend.clone());
+        r.register("route_watch_events_lost", "Route-watch ring-buffer records lost because the buffer was full", m.route_watch_events_lost.clone());
         (r, m)
     }
 }

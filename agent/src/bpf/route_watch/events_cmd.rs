@@ -1,0 +1,142 @@
+//! `routewarden events [-o json]`: stream route writes, flushes, conflicts and flaps live, like
+//! `ip monitor route` but with the writer's process and the detector's verdict.
+//!
+//! It loads its own copy of the watch with write streaming on (the agent's copy only emits
+//! conflict/flap records), in the calling thread's network namespace.
+
+use std::io::Write;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::{RouteWatch, RouteWatchBackend, RouteWatchConfig, RouteWatchError, RouteWatchEvent};
+
+/// Output format of `routewarden events`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EventsFormat {
+    /// One human-readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line (`{"event":"conflict","route":{...},"previous":{...}}`).
+    Json,
+}
+
+/// Options of `routewarden events`.
+#[derive(Clone, Debug)]
+pub struct EventsOptions {
+    /// Output format.
+    pub format: EventsFormat,
+    /// Force a backend (`--route-watch-backend`).
+    pub backend: Option<RouteWatchBackend>,
+    /// Detector window (same meaning as the agent's).
+    pub window: Duration,
+    /// Flap threshold.
+    pub flap_threshold: u32,
+    /// The agent's route protocol (shown as writer class `self`).
+    pub self_protocol: u8,
+    /// Stop after this many events (`None`: until Ctrl-C / SIGTERM).
+    pub max_events: Option<usize>,
+    /// Stop after this long (`None`: until Ctrl-C / SIGTERM).
+    pub duration: Option<Duration>,
+}
+
+impl Default for EventsOptions {
+    fn default() -> Self {
+        EventsOptions {
+            format: EventsFormat::Text,
+            backend: None,
+            window: Duration::from_secs(30),
+            flap_threshold: 3,
+            self_protocol: 0,
+            max_events: None,
+            duration: None,
+        }
+    }
+}
+
+/// Errors of `routewarden events`.
+#[derive(Debug, thiserror::Error)]
+pub enum EventsError {
+    /// The watch did not start.
+    #[error(transparent)]
+    Watch(#[from] RouteWatchError),
+    /// Writing to the output failed (closed pipe).
+    #[error("writing events: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+/// Stream events of the embedded object's watch to `out` until Ctrl-C, SIGTERM, `max_events`
+/// or `duration`. Returns the number of events written.
+pub async fn stream_events(opts: &EventsOptions, out: impl Write) -> Result<usize, EventsError> {
+    let object = crate::bpf::embedded_object().ok_or(RouteWatchError::NoObject)?;
+    stream_events_with(object, opts, out).await
+}
+
+/// [`stream_events`] with an explicit BPF object.
+pub async fn stream_events_with(object: &[u8], opts: &EventsOptions, mut out: impl Write) -> Result<usize, EventsError> {
+    let config = RouteWatchConfig {
+        backend: opts.backend,
+        window: opts.window,
+        flap_threshold: opts.flap_threshold,
+        self_protocol: opts.self_protocol,
+        stream_writes: true,
+        ring_buffer_bytes: Some(1 << 22),
+    };
+    let mut watch = RouteWatch::start(object, &config)?;
+    if opts.format == EventsFormat::Text {
+        writeln!(out, "# route watch backend {}; window {:?}, flap threshold {}", watch.backend(), opts.window, opts.flap_threshold)?;
+        out.flush()?;
+    }
+    let (tx, mut rx) = mpsc::channel::<RouteWatchEvent>(4096);
+    let reader = watch.spawn_reader(tx)?;
+    let deadline = opts.duration.map(|d| tokio::time::Instant::now() + d);
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let mut written = 0usize;
+    let mut last_lost = 0u64;
+    loop {
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let term = async {
+            match sigterm.as_mut() {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            ev = rx.recv() => {
+                let Some(ev) = ev else { break };
+                match opts.format {
+                    EventsFormat::Text => writeln!(out, "{ev}")?,
+                    EventsFormat::Json => {
+                        serde_json::to_writer(&mut out, &ev).map_err(std::io::Error::other)?;
+                        writeln!(out)?;
+                    }
+                }
+                out.flush()?;
+                written += 1;
+                if opts.max_events.is_some_and(|m| written >= m) {
+                    break;
+                }
+                if let Ok(c) = watch.counters() {
+                    if c.records_lost > last_lost {
+                        if opts.format == EventsFormat::Text {
+                            writeln!(out, "# {} records lost (ring buffer full)", c.records_lost - last_lost)?;
+                        }
+                        last_lost = c.records_lost;
+                    }
+                }
+            }
+            () = sleep => break,
+            () = term => break,
+            _ = tokio::signal::ctrl_c() => break,
+        }
+    }
+    reader.abort();
+    Ok(written)
+}

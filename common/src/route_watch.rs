@@ -1,0 +1,479 @@
+//! Types of the route-churn watch (issue 5), shared by the kernel-side hooks
+//! (`ebpf/src/route_watch_*.rs`), the in-kernel detector (`ebpf/src/route_detector.rs`) and the
+//! agent (`agent/src/bpf/route_watch.rs`).
+//!
+//! Data flow: a hook (socket filter on a NETLINK_ROUTE socket, fentry or kprobe on
+//! `fib_table_insert`/`fib_table_delete`/`fib6_add`/`fib6_del`) turns one kernel route change
+//! into a [`RouteWrite`]; the detector keeps one [`PrefixState`] per [`PrefixKey`] in an LRU map,
+//! counts every write in [`RouteWatchCounters`] (per CPU) and pushes a [`RouteWatchRecord`] to a
+//! ring buffer only when a prefix crosses into conflict or flap (at most once per prefix per
+//! window), on a link going down, and for every write when write streaming is on.
+
+/// `AF_INET`.
+pub const AF_INET: u8 = 2;
+/// `AF_INET6`.
+pub const AF_INET6: u8 = 10;
+
+/// Number of address families counted (index 0 IPv4, 1 IPv6).
+pub const FAMILIES: usize = 2;
+/// Number of write operations counted (see [`WriteOp`]).
+pub const OPS: usize = 3;
+/// Number of writer classes counted (see [`WriterClass`]).
+pub const WRITER_CLASSES: usize = 7;
+
+/// Index of a family in the counter arrays: 0 for IPv4, 1 for IPv6.
+#[inline(always)]
+pub const fn family_index(family: u8) -> usize {
+    if family == AF_INET6 {
+        1
+    } else {
+        0
+    }
+}
+
+/// What a write did to the route table.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteOp {
+    /// A route was created (`NLM_F_CREATE` without an existing route).
+    Add = 0,
+    /// An existing route was overwritten (`NLM_F_REPLACE` set in the notification / request).
+    Replace = 1,
+    /// A route was deleted.
+    Delete = 2,
+}
+
+impl WriteOp {
+    /// Decode the `op` byte of a [`RouteWrite`]; unknown values are `None`.
+    pub const fn from_u8(v: u8) -> Option<WriteOp> {
+        match v {
+            0 => Some(WriteOp::Add),
+            1 => Some(WriteOp::Replace),
+            2 => Some(WriteOp::Delete),
+            _ => None,
+        }
+    }
+
+    /// `add`, `replace`, `delete` (metric label value).
+    pub const fn label(self) -> &'static str {
+        match self {
+            WriteOp::Add => "add",
+            WriteOp::Replace => "replace",
+            WriteOp::Delete => "delete",
+        }
+    }
+}
+
+/// Writer class derived from the route protocol (and the agent's own protocol, the global
+/// `SELF_PROTOCOL`). Fixed set, so usable as a metric label.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WriterClass {
+    /// routewarden itself (route protocol == the agent's configured protocol).
+    SelfAgent = 0,
+    /// Calico Felix, route protocol 80.
+    Felix = 1,
+    /// BIRD, route protocol 12 (`RTPROT_BIRD`).
+    Bird = 2,
+    /// The kernel, route protocol 2 (`RTPROT_KERNEL`), or a kernel-made change (no sender).
+    Kernel = 3,
+    /// `RTPROT_BOOT` (3): `ip route` without `proto`.
+    Boot = 4,
+    /// `RTPROT_STATIC` (4).
+    Static = 5,
+    /// Any other protocol.
+    Other = 6,
+}
+
+impl WriterClass {
+    /// All classes, in index order.
+    pub const ALL: [WriterClass; WRITER_CLASSES] = [
+        WriterClass::SelfAgent,
+        WriterClass::Felix,
+        WriterClass::Bird,
+        WriterClass::Kernel,
+        WriterClass::Boot,
+        WriterClass::Static,
+        WriterClass::Other,
+    ];
+
+    /// Class of a route `protocol`, given the agent's own protocol (0: none configured).
+    #[inline(always)]
+    pub const fn classify(protocol: u8, self_protocol: u8) -> WriterClass {
+        if self_protocol != 0 && protocol == self_protocol {
+            return WriterClass::SelfAgent;
+        }
+        match protocol {
+            80 => WriterClass::Felix,
+            12 => WriterClass::Bird,
+            2 => WriterClass::Kernel,
+            3 => WriterClass::Boot,
+            4 => WriterClass::Static,
+            _ => WriterClass::Other,
+        }
+    }
+
+    /// Decode a class byte; out-of-range values are [`WriterClass::Other`].
+    pub const fn from_u8(v: u8) -> WriterClass {
+        match v {
+            0 => WriterClass::SelfAgent,
+            1 => WriterClass::Felix,
+            2 => WriterClass::Bird,
+            3 => WriterClass::Kernel,
+            4 => WriterClass::Boot,
+            5 => WriterClass::Static,
+            _ => WriterClass::Other,
+        }
+    }
+
+    /// `self`, `felix`, `bird`, `kernel`, `boot`, `static`, `other` (metric label value).
+    pub const fn label(self) -> &'static str {
+        match self {
+            WriterClass::SelfAgent => "self",
+            WriterClass::Felix => "felix",
+            WriterClass::Bird => "bird",
+            WriterClass::Kernel => "kernel",
+            WriterClass::Boot => "boot",
+            WriterClass::Static => "static",
+            WriterClass::Other => "other",
+        }
+    }
+}
+
+/// How [`Writer::id`] identifies the writer.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriterIdKind {
+    /// `id` is the netlink port id of the sending socket (socket-filter backend); 0 means the
+    /// kernel made the change itself.
+    NetlinkPort = 0,
+    /// `id` is the thread-group id (PID) of the current task and `comm` is its command name
+    /// (fentry/kprobe backends).
+    Process = 1,
+}
+
+/// Who made a write. 24 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Writer {
+    /// Netlink port id or PID, see `id_kind`.
+    pub id: u32,
+    /// [`WriterIdKind`] as a byte.
+    pub id_kind: u8,
+    /// Route protocol (`rtm_protocol`): of the written route for add/replace, of the deleted
+    /// route for a delete (netlink notifications carry the deleted route's attributes).
+    pub protocol: u8,
+    /// [`WriterClass`] as a byte.
+    pub class: u8,
+    /// Padding, zero.
+    pub _pad: u8,
+    /// Command name (`task->comm`, NUL padded) when the backend knows it, else zeros.
+    pub comm: [u8; 16],
+}
+
+/// One route change as seen by a hook, the detector's input. 80 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouteWrite {
+    /// Kernel time of the write (`bpf_ktime_get_ns`, CLOCK_MONOTONIC, nanoseconds).
+    pub ts_ns: u64,
+    /// Full routing table id (RTA_TABLE, or `rtm_table` when absent).
+    pub table: u32,
+    /// Route metric (RTA_PRIORITY, 0 when absent).
+    pub metric: u32,
+    /// Output interface index (RTA_OIF, 0 when absent or multipath).
+    pub oif: u32,
+    /// [`AF_INET`] or [`AF_INET6`].
+    pub family: u8,
+    /// [`WriteOp`] as a byte.
+    pub op: u8,
+    /// Destination prefix length.
+    pub dst_len: u8,
+    /// Padding, zero.
+    pub _pad: u8,
+    /// Destination address, network order; IPv4 in the first 4 bytes, rest zero.
+    pub dst: [u8; 16],
+    /// Gateway address (RTA_GATEWAY), network order; zeros when absent.
+    pub gateway: [u8; 16],
+    /// Who wrote.
+    pub writer: Writer,
+}
+
+/// Detector map key: one per (family, table, destination prefix). 24 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PrefixKey {
+    /// Full table id.
+    pub table: u32,
+    /// Address family.
+    pub family: u8,
+    /// Prefix length.
+    pub dst_len: u8,
+    /// Padding, zero.
+    pub _pad: [u8; 2],
+    /// Destination, network order, host bits as written.
+    pub dst: [u8; 16],
+}
+
+/// [`PrefixState::flags`]: the prefix is in conflict in the current window.
+pub const STATE_CONFLICT: u8 = 1;
+/// [`PrefixState::flags`]: the prefix is flapping in the current window.
+pub const STATE_FLAP: u8 = 2;
+/// [`PrefixState::flags`]: the last change removed the route.
+pub const STATE_REMOVED: u8 = 4;
+/// [`PrefixState::flags`]: the last removal was a flush (kernel-made), not a writer's delete.
+pub const STATE_FLUSHED: u8 = 8;
+
+/// Detector state for one prefix (LRU map value). 80 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefixState {
+    /// Time of the last write (ns, CLOCK_MONOTONIC).
+    pub last_ts_ns: u64,
+    /// Start of the current counting window (ns).
+    pub window_start_ns: u64,
+    /// Time of the last conflict event sent for this prefix (ns, 0 never).
+    pub last_conflict_event_ns: u64,
+    /// Time of the last flap event sent for this prefix (ns, 0 never).
+    pub last_flap_event_ns: u64,
+    /// Changes in the current window (delete-then-add, replace changing attributes or writer).
+    pub changes: u32,
+    /// Writes in the current window.
+    pub writes: u32,
+    /// Hash of the route attributes of the last add/replace (protocol, metric, oif, gateway).
+    pub attrs: u32,
+    /// Metric of the last add/replace.
+    pub metric: u32,
+    /// Output interface of the last add/replace.
+    pub oif: u32,
+    /// Last [`WriteOp`].
+    pub last_op: u8,
+    /// `STATE_*` bits.
+    pub flags: u8,
+    /// Padding, zero.
+    pub _pad: [u8; 2],
+    /// The last writer.
+    pub last_writer: Writer,
+}
+
+/// What a [`RouteWatchRecord`] reports.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordKind {
+    /// One route write (only when the `STREAM_WRITES` global is set: `routewarden events`).
+    Write = 0,
+    /// The prefix crossed into conflict: `write.writer` overwrote or deleted `previous`'s route.
+    Conflict = 1,
+    /// The prefix crossed into flap: `changes` reached the threshold within the window.
+    Flap = 2,
+    /// A route disappeared without a writer (kernel flush, e.g. its link went down); `write`
+    /// describes the route that was removed or the re-add that revealed the removal.
+    Flush = 3,
+    /// A link went administratively down (`write.oif` is its ifindex); IPv4 flushes the
+    /// link's routes without any route notification.
+    LinkDown = 4,
+}
+
+impl RecordKind {
+    /// Decode the kind byte; unknown values are `None`.
+    pub const fn from_u8(v: u8) -> Option<RecordKind> {
+        match v {
+            0 => Some(RecordKind::Write),
+            1 => Some(RecordKind::Conflict),
+            2 => Some(RecordKind::Flap),
+            3 => Some(RecordKind::Flush),
+            4 => Some(RecordKind::LinkDown),
+            _ => None,
+        }
+    }
+}
+
+/// One ring-buffer record. 112 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouteWatchRecord {
+    /// [`RecordKind`] as a byte.
+    pub kind: u8,
+    /// Padding, zero.
+    pub _pad: [u8; 3],
+    /// Changes of the prefix in the current window (flap) / writes in it (conflict).
+    pub changes: u32,
+    /// The write that triggered the record.
+    pub write: RouteWrite,
+    /// The previous writer of the prefix (conflict), else zeros.
+    pub previous: Writer,
+}
+
+/// Per-CPU counters (index 0 of `ROUTE_WATCH_COUNTERS`); userspace sums over CPUs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouteWatchCounters {
+    /// Writes by `[family_index][WriteOp][WriterClass]`.
+    pub writes: [[[u64; WRITER_CLASSES]; OPS]; FAMILIES],
+    /// Conflict episodes by `[family_index][class of the writer][class of the previous writer]`.
+    pub conflicts: [[[u64; WRITER_CLASSES]; WRITER_CLASSES]; FAMILIES],
+    /// Flap episodes by family.
+    pub flaps: [u64; FAMILIES],
+    /// Routes removed by the kernel without a writer (flushes), by family.
+    pub flushes: [u64; FAMILIES],
+    /// Records that did not fit in the ring buffer (`bpf_ringbuf_output` failed).
+    pub records_lost: u64,
+    /// Notifications / arguments that could not be decoded.
+    pub decode_errors: u64,
+    /// Writes outside the watched network namespace (fentry/kprobe), ignored.
+    pub other_netns: u64,
+}
+
+impl Default for RouteWatchCounters {
+    fn default() -> Self {
+        RouteWatchCounters {
+            writes: [[[0; WRITER_CLASSES]; OPS]; FAMILIES],
+            conflicts: [[[0; WRITER_CLASSES]; WRITER_CLASSES]; FAMILIES],
+            flaps: [0; FAMILIES],
+            flushes: [0; FAMILIES],
+            records_lost: 0,
+            decode_errors: 0,
+            other_netns: 0,
+        }
+    }
+}
+
+/// Kernel struct member offsets (bytes) the fentry/kprobe hooks read, resolved from the
+/// running kernel's BTF at load time and passed in as the global `ROUTE_WATCH_OFFSETS`.
+/// Names are `<struct>_<member>`; nested members are summed (e.g. `net_ns_inum` is
+/// `offsetof(struct net, ns) + offsetof(struct ns_common, inum)`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelOffsets {
+    /// `struct net`: `ns.inum` (u32).
+    pub net_ns_inum: u32,
+    /// `struct fib_config`: `fc_dst_len` (u8).
+    pub fc_dst_len: u32,
+    /// `struct fib_config`: `fc_protocol` (u8).
+    pub fc_protocol: u32,
+    /// `struct fib_config`: `fc_table` (u32).
+    pub fc_table: u32,
+    /// `struct fib_config`: `fc_dst` (__be32).
+    pub fc_dst: u32,
+    /// `struct fib_config`: `fc_priority` (u32).
+    pub fc_priority: u32,
+    /// `struct fib_config`: `fc_oif` (int).
+    pub fc_oif: u32,
+    /// `struct fib_config`: `fc_gw4` (__be32, in the gateway union).
+    pub fc_gw4: u32,
+    /// `struct fib_config`: `fc_nlflags` (u16).
+    pub fc_nlflags: u32,
+    /// `struct fib_config`: `fc_nlinfo.portid` (u32).
+    pub fc_portid: u32,
+    /// `struct fib6_info`: `fib6_table` (pointer).
+    pub f6i_table: u32,
+    /// `struct fib6_table`: `tb6_id` (u32).
+    pub tb6_id: u32,
+    /// `struct fib6_info`: `fib6_dst.addr` (in6_addr).
+    pub f6i_dst_addr: u32,
+    /// `struct fib6_info`: `fib6_dst.plen` (int).
+    pub f6i_dst_plen: u32,
+    /// `struct fib6_info`: `fib6_metric` (u32).
+    pub f6i_metric: u32,
+    /// `struct fib6_info`: `fib6_protocol` (u8).
+    pub f6i_protocol: u32,
+    /// `struct fib6_info`: `fib6_nh[0].nh_common.nhc_gw.ipv6` (in6_addr).
+    pub f6i_nh_gw: u32,
+    /// `struct fib6_info`: `fib6_nh[0].nh_common.nhc_dev` (pointer to net_device).
+    pub f6i_nh_dev: u32,
+    /// `struct net_device`: `ifindex` (int).
+    pub dev_ifindex: u32,
+    /// `struct nl_info`: `nlh` (pointer to nlmsghdr, NULL for kernel-made changes).
+    pub nli_nlh: u32,
+    /// `struct nl_info`: `portid` (u32).
+    pub nli_portid: u32,
+    /// `struct nl_info`: `nl_net` (pointer to net).
+    pub nli_net: u32,
+    /// Set to 1 by userspace once every offset above is resolved.
+    pub valid: u32,
+}
+
+impl KernelOffsets {
+    /// All zero, `valid == 0`: the hooks count a decode error and ignore the write.
+    pub const UNRESOLVED: KernelOffsets = KernelOffsets {
+        net_ns_inum: 0,
+        fc_dst_len: 0,
+        fc_protocol: 0,
+        fc_table: 0,
+        fc_dst: 0,
+        fc_priority: 0,
+        fc_oif: 0,
+        fc_gw4: 0,
+        fc_nlflags: 0,
+        fc_portid: 0,
+        f6i_table: 0,
+        tb6_id: 0,
+        f6i_dst_addr: 0,
+        f6i_dst_plen: 0,
+        f6i_metric: 0,
+        f6i_protocol: 0,
+        f6i_nh_gw: 0,
+        f6i_nh_dev: 0,
+        dev_ifindex: 0,
+        nli_nlh: 0,
+        nli_portid: 0,
+        nli_net: 0,
+        valid: 0,
+    };
+}
+
+/// Ring buffer of [`RouteWatchRecord`]s.
+pub const ROUTE_WATCH_EVENTS_MAP: &str = "ROUTE_WATCH_EVENTS";
+/// Per-CPU array holding one [`RouteWatchCounters`] at index 0.
+pub const ROUTE_WATCH_COUNTERS_MAP: &str = "ROUTE_WATCH_COUNTERS";
+/// LRU hash map [`PrefixKey`] -> [`PrefixState`].
+pub const ROUTE_WATCH_STATE_MAP: &str = "ROUTE_WATCH_STATE";
+
+/// Global: conflict/flap window in nanoseconds (u64, default 30 s).
+pub const GLOBAL_WINDOW_NS: &str = "ROUTE_WATCH_WINDOW_NS";
+/// Global: changes within the window that make a flap (u32, default 3).
+pub const GLOBAL_FLAP_THRESHOLD: &str = "ROUTE_WATCH_FLAP_THRESHOLD";
+/// Global: the agent's own route protocol, classified `self` (u8 in a u32, 0 = none).
+pub const GLOBAL_SELF_PROTOCOL: &str = "ROUTE_WATCH_SELF_PROTOCOL";
+/// Global: 1 to push a [`RecordKind::Write`] record for every write (u32, default 0).
+pub const GLOBAL_STREAM_WRITES: &str = "ROUTE_WATCH_STREAM_WRITES";
+/// Global: network namespace inode the fentry/kprobe hooks watch (u32, 0 = all).
+pub const GLOBAL_NETNS_INUM: &str = "ROUTE_WATCH_NETNS_INUM";
+/// Global: [`KernelOffsets`].
+pub const GLOBAL_OFFSETS: &str = "ROUTE_WATCH_OFFSETS";
+
+/// Socket-filter program on a NETLINK_ROUTE socket.
+pub const PROG_SOCKET_FILTER: &str = "route_watch_netlink";
+/// fentry programs: `fib_table_insert`, `fib_table_delete`, `fib6_add`, `fib6_del`.
+pub const PROGS_FENTRY: [&str; 4] = [
+    "route_watch_fentry_fib_table_insert",
+    "route_watch_fentry_fib_table_delete",
+    "route_watch_fentry_fib6_add",
+    "route_watch_fentry_fib6_del",
+];
+/// kprobe programs, same functions and order as [`PROGS_FENTRY`].
+pub const PROGS_KPROBE: [&str; 4] = [
+    "route_watch_kprobe_fib_table_insert",
+    "route_watch_kprobe_fib_table_delete",
+    "route_watch_kprobe_fib6_add",
+    "route_watch_kprobe_fib6_del",
+];
+/// Kernel functions hooked by fentry/kprobe, same order as [`PROGS_FENTRY`].
+pub const HOOKED_FUNCTIONS: [&str; 4] = ["fib_table_insert", "fib_table_delete", "fib6_add", "fib6_del"];
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY (all four): `#[repr(C)]`, `Copy`, made of integers and byte arrays with explicit
+    // padding fields, so every bit pattern of their size is a valid value.
+    unsafe impl aya::Pod for super::RouteWatchCounters {}
+    unsafe impl aya::Pod for super::PrefixKey {}
+    unsafe impl aya::Pod for super::PrefixState {}
+    unsafe impl aya::Pod for super::KernelOffsets {}
+}
+
+// The kernel writes these bytes and userspace reads them: pin the layouts.
+const _: () = assert!(core::mem::size_of::<Writer>() == 24);
+const _: () = assert!(core::mem::size_of::<RouteWrite>() == 80);
+const _: () = assert!(core::mem::size_of::<PrefixKey>() == 24);
+const _: () = assert!(core::mem::size_of::<PrefixState>() == 80);
+const _: () = assert!(core::mem::size_of::<RouteWatchRecord>() == 112);

@@ -1,0 +1,297 @@
+//! The route-churn detector, run in the kernel by every route-watch hook
+//! (`route_watch_netlink`, `route_watch_fentry`, `route_watch_kprobe`).
+//!
+//! Input: one [`RouteWrite`] per kernel route change. State: one [`PrefixState`] per
+//! (family, table, prefix) in the LRU map `ROUTE_WATCH_STATE`. Output: per-CPU
+//! [`RouteWatchCounters`] for every write, and a [`RouteWatchRecord`] in the ring buffer
+//! `ROUTE_WATCH_EVENTS` only when a prefix crosses into conflict or flap (at most one of each
+//! per prefix per window), plus one record per write when `ROUTE_WATCH_STREAM_WRITES` is set.
+//!
+//! Definitions (issue 5; window `ROUTE_WATCH_WINDOW_NS`, default 30 s; threshold
+//! `ROUTE_WATCH_FLAP_THRESHOLD`, default 3):
+//! - conflict: a write by a writer different from the prefix's last writer (different route
+//!   protocol, or same protocol from another process / netlink port), within the window of
+//!   the last write, that overwrites (replace) or deletes the other's route;
+//! - flap: the prefix changes (re-add after a writer's delete, or a replace that changes the
+//!   attributes or the writer) at least threshold times within the window;
+//! - flush: a route removed by the kernel itself (delete with no sender: IPv6 link down), or a
+//!   plain add (no overwrite) of a prefix believed present at the same metric, which proves the
+//!   route vanished without a notification (IPv4 flushes a downed link's routes silently).
+//!   Flushes are counted apart and are never changes or conflicts.
+//! A first write of a prefix (cold start) creates its state and is neither.
+use aya_ebpf::{
+    helpers::bpf_ktime_get_ns,
+    macros::map,
+    maps::{LruHashMap, PerCpuArray, RingBuf},
+};
+use routewarden_common::route_watch::{
+    family_index, PrefixKey, PrefixState, RecordKind, RouteWatchCounters, RouteWatchRecord, RouteWrite, WriteOp, Writer,
+    WriterClass, WriterIdKind, STATE_CONFLICT, STATE_FLAP, STATE_FLUSHED, STATE_REMOVED,
+};
+
+/// Detector state per prefix. 32768 entries x ~150 bytes (key, value, LRU overhead) ≈ 5 MB.
+#[map(name = "ROUTE_WATCH_STATE")]
+static STATE: LruHashMap<PrefixKey, PrefixState> = LruHashMap::with_max_entries(32768, 0);
+
+/// One [`RouteWatchCounters`] per CPU at index 0.
+#[map(name = "ROUTE_WATCH_COUNTERS")]
+static COUNTERS: PerCpuArray<RouteWatchCounters> = PerCpuArray::with_max_entries(1, 0);
+
+/// Records for userspace (256 KiB ≈ 2,300 records of 112 + 8 bytes).
+#[map(name = "ROUTE_WATCH_EVENTS")]
+static EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+/// Conflict / flap window, nanoseconds.
+#[unsafe(no_mangle)]
+static ROUTE_WATCH_WINDOW_NS: u64 = 30_000_000_000;
+/// Changes within the window that make a flap.
+#[unsafe(no_mangle)]
+static ROUTE_WATCH_FLAP_THRESHOLD: u32 = 3;
+/// The agent's own route protocol (classified `self`), 0 = none.
+#[unsafe(no_mangle)]
+static ROUTE_WATCH_SELF_PROTOCOL: u32 = 0;
+/// 1: push one `Write` record per write (used by `routewarden events`).
+#[unsafe(no_mangle)]
+static ROUTE_WATCH_STREAM_WRITES: u32 = 0;
+
+#[inline(always)]
+fn global_u32(v: &'static u32) -> u32 {
+    // SAFETY: reading a static; volatile so the loader's value (set_global) is not folded away.
+    unsafe { core::ptr::read_volatile(v) }
+}
+
+#[inline(always)]
+fn global_u64(v: &'static u64) -> u64 {
+    // SAFETY: as above.
+    unsafe { core::ptr::read_volatile(v) }
+}
+
+/// This CPU's counters, or `None` if the lookup fails (never for index 0 of an array).
+#[inline(always)]
+pub fn counters() -> Option<&'static mut RouteWatchCounters> {
+    // SAFETY: per-CPU slot of this CPU, valid for the program's run; no other CPU touches it.
+    COUNTERS.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+}
+
+/// Count an undecodable notification or argument.
+#[inline(always)]
+pub fn count_decode_error() {
+    if let Some(c) = counters() {
+        c.decode_errors += 1;
+    }
+}
+
+/// Count a write outside the watched network namespace.
+#[inline(always)]
+pub fn count_other_netns() {
+    if let Some(c) = counters() {
+        c.other_netns += 1;
+    }
+}
+
+/// Current kernel time, ns (CLOCK_MONOTONIC).
+#[inline(always)]
+pub fn now_ns() -> u64 {
+    // SAFETY: helper without arguments.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// Push a record; count it as lost when the ring buffer is full.
+#[inline(always)]
+fn emit(kind: RecordKind, changes: u32, write: &RouteWrite, previous: &Writer) {
+    match EVENTS.reserve::<RouteWatchRecord>(0) {
+        Some(mut entry) => {
+            entry.write(RouteWatchRecord { kind: kind as u8, _pad: [0; 3], changes, write: *write, previous: *previous });
+            entry.submit(0);
+        }
+        None => {
+            if let Some(c) = counters() {
+                c.records_lost += 1;
+            }
+        }
+    }
+}
+
+/// Report a link that went administratively down (socket-filter backend).
+#[inline(always)]
+pub fn link_down(write: &RouteWrite) {
+    emit(RecordKind::LinkDown, 0, write, &Writer::default());
+}
+
+/// FNV-1a over the attributes that make a route different: protocol, metric, oif, gateway.
+#[inline(always)]
+fn attrs_hash(w: &RouteWrite) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    let mut mix = |b: u8| {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    };
+    mix(w.writer.protocol);
+    for b in w.metric.to_le_bytes() {
+        mix(b);
+    }
+    for b in w.oif.to_le_bytes() {
+        mix(b);
+    }
+    for b in w.gateway {
+        mix(b);
+    }
+    h
+}
+
+#[inline(always)]
+fn same_writer(a: &Writer, b: &Writer, op: WriteOp) -> bool {
+    // A delete carries the deleted route's protocol, not the deleter's: compare the process.
+    a.id == b.id && a.id_kind == b.id_kind && (matches!(op, WriteOp::Delete) || a.protocol == b.protocol)
+}
+
+/// True for a removal the kernel made on its own (no sending socket).
+#[inline(always)]
+fn is_kernel_removal(w: &RouteWrite) -> bool {
+    w.writer.id == 0 && w.writer.id_kind == WriterIdKind::NetlinkPort as u8
+}
+
+/// Run the detector on one write. `w.ts_ns` must be set; `w.writer.class` is filled in here.
+#[inline(always)]
+pub fn observe(w: &mut RouteWrite) {
+    let Some(op) = WriteOp::from_u8(w.op) else {
+        count_decode_error();
+        return;
+    };
+    let self_protocol = global_u32(&ROUTE_WATCH_SELF_PROTOCOL);
+    #[expect(clippy::cast_possible_truncation, reason = "a route protocol is one byte; the global holds it in a u32")]
+    let class = WriterClass::classify(w.writer.protocol, self_protocol as u8);
+    w.writer.class = class as u8;
+    let fi = family_index(w.family);
+    let Some(c) = counters() else { return };
+    if let Some(slot) = c.writes.get_mut(fi).and_then(|f| f.get_mut(op as usize)).and_then(|o| o.get_mut(class as usize)) {
+        *slot += 1;
+    }
+    let stream = global_u32(&ROUTE_WATCH_STREAM_WRITES) != 0;
+    if stream {
+        emit(RecordKind::Write, 0, w, &Writer::default());
+    }
+
+    let key = PrefixKey { table: w.table, family: w.family, dst_len: w.dst_len, _pad: [0; 2], dst: w.dst };
+    let now = w.ts_ns;
+    let window = global_u64(&ROUTE_WATCH_WINDOW_NS);
+    let threshold = global_u32(&ROUTE_WATCH_FLAP_THRESHOLD);
+    let attrs = attrs_hash(w);
+
+    let Some(st) = STATE.get_ptr_mut(&key) else {
+        // First write of this prefix since the watch started (or since LRU eviction).
+        if matches!(op, WriteOp::Delete) {
+            if is_kernel_removal(w) {
+                c.flushes[fi & 1] += 1;
+            }
+            return;
+        }
+        let st = PrefixState {
+            last_ts_ns: now,
+            window_start_ns: now,
+            last_conflict_event_ns: 0,
+            last_flap_event_ns: 0,
+            changes: 0,
+            writes: 1,
+            attrs,
+            metric: w.metric,
+            oif: w.oif,
+            last_op: op as u8,
+            flags: 0,
+            _pad: [0; 2],
+            last_writer: w.writer,
+        };
+        let _ = STATE.insert(&key, &st, 0);
+        return;
+    };
+    // SAFETY: pointer from the map lookup, valid for this run. Two CPUs may update the same
+    // prefix concurrently; the worst case is a lost increment of `changes`, acceptable for a
+    // heuristic that needs `threshold` changes.
+    let st = unsafe { &mut *st };
+
+    if now.wrapping_sub(st.window_start_ns) > window {
+        st.window_start_ns = now;
+        st.changes = 0;
+        st.writes = 0;
+        st.flags &= !(STATE_CONFLICT | STATE_FLAP);
+    }
+    st.writes += 1;
+    let recent = now.wrapping_sub(st.last_ts_ns) <= window;
+    let same = same_writer(&st.last_writer, &w.writer, op);
+    let removed = st.flags & STATE_REMOVED != 0;
+    let flushed = st.flags & STATE_FLUSHED != 0;
+    let mut change = false;
+    let mut conflict = false;
+    let mut flush = false;
+    match op {
+        WriteOp::Delete => {
+            if is_kernel_removal(w) {
+                flush = !removed;
+                st.flags |= STATE_REMOVED | STATE_FLUSHED;
+            } else {
+                conflict = !same && !removed && recent;
+                st.flags = (st.flags | STATE_REMOVED) & !STATE_FLUSHED;
+            }
+        }
+        WriteOp::Add => {
+            if removed {
+                // Re-add after a writer's delete is a change; after a flush it is recovery.
+                change = !flushed;
+            } else if st.metric == w.metric {
+                // Created while we believed it present: it vanished without a notification.
+                flush = true;
+            }
+            st.flags &= !(STATE_REMOVED | STATE_FLUSHED);
+        }
+        WriteOp::Replace => {
+            if removed {
+                change = !flushed;
+            } else {
+                change = attrs != st.attrs || !same;
+                conflict = !same && recent;
+            }
+            st.flags &= !(STATE_REMOVED | STATE_FLUSHED);
+        }
+    }
+
+    let previous = st.last_writer;
+    if flush {
+        c.flushes[fi & 1] += 1;
+        if stream {
+            emit(RecordKind::Flush, st.changes, w, &previous);
+        }
+    }
+    if change {
+        st.changes += 1;
+    }
+    if conflict {
+        st.flags |= STATE_CONFLICT;
+        if st.last_conflict_event_ns == 0 || now.wrapping_sub(st.last_conflict_event_ns) >= window {
+            st.last_conflict_event_ns = now;
+            let pc = WriterClass::from_u8(previous.class) as usize;
+            if let Some(slot) = c.conflicts.get_mut(fi).and_then(|f| f.get_mut(class as usize)).and_then(|x| x.get_mut(pc)) {
+                *slot += 1;
+            }
+            emit(RecordKind::Conflict, st.writes, w, &previous);
+        }
+    }
+    if change && st.changes >= threshold {
+        st.flags |= STATE_FLAP;
+        if st.last_flap_event_ns == 0 || now.wrapping_sub(st.last_flap_event_ns) >= window {
+            st.last_flap_event_ns = now;
+            c.flaps[fi & 1] += 1;
+            emit(RecordKind::Flap, st.changes, w, &previous);
+        }
+    }
+
+    st.last_ts_ns = now;
+    st.last_op = op as u8;
+    if !(matches!(op, WriteOp::Delete) && is_kernel_removal(w)) {
+        st.last_writer = w.writer;
+    }
+    if !matches!(op, WriteOp::Delete) {
+        st.attrs = attrs;
+        st.metric = w.metric;
+        st.oif = w.oif;
+    }
+}

@@ -1,0 +1,172 @@
+//! Decoding of the kernel FIB functions' arguments, shared by the fentry and kprobe hooks
+//! (`route_watch_fentry.rs`, `route_watch_kprobe.rs`).
+//!
+//! Struct member offsets are never hard-coded: userspace resolves them from the running
+//! kernel's BTF (`/sys/kernel/btf/vmlinux`) and passes them in the global
+//! `ROUTE_WATCH_OFFSETS` ([`KernelOffsets`]); memory is read with `bpf_probe_read_kernel`, so
+//! the same code serves fentry (typed arguments) and kprobes (registers). Writes outside the
+//! network namespace `ROUTE_WATCH_NETNS_INUM` (0 = all) are counted and ignored.
+//!
+//! The writer is the current task (tgid and `comm`). A change with no netlink sender
+//! (`fc_nlinfo.portid == 0` for IPv4 deletes, `info->nlh == NULL` for IPv6 deletes) is a
+//! kernel-made removal, i.e. a flush.
+use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel};
+use routewarden_common::route_watch::{KernelOffsets, RouteWrite, WriteOp, Writer, WriterIdKind, AF_INET, AF_INET6};
+
+use crate::route_detector::{count_decode_error, count_other_netns, now_ns, observe};
+
+/// Network namespace inode number to watch (`stat -L /proc/<agent>/ns/net`), 0 = all.
+#[unsafe(no_mangle)]
+static ROUTE_WATCH_NETNS_INUM: u32 = 0;
+/// Member offsets from BTF, see [`KernelOffsets`].
+#[unsafe(no_mangle)]
+static ROUTE_WATCH_OFFSETS: KernelOffsets = KernelOffsets::UNRESOLVED;
+
+const NLM_F_REPLACE: u16 = 0x100;
+
+macro_rules! off {
+    ($field:ident) => {
+        // SAFETY: volatile read of a field of a static, so the loader's value is used.
+        u64::from(unsafe { core::ptr::read_volatile(core::ptr::addr_of!(ROUTE_WATCH_OFFSETS.$field)) })
+    };
+}
+
+/// Read a `T` from kernel memory at `base + off`.
+#[inline(always)]
+fn rd<T>(base: u64, off: u64) -> Result<T, ()> {
+    if base == 0 {
+        return Err(());
+    }
+    // SAFETY: bpf_probe_read_kernel validates the address and fails instead of faulting.
+    unsafe { bpf_probe_read_kernel(base.wrapping_add(off) as *const T).map_err(|_| ()) }
+}
+
+#[inline(always)]
+fn offsets_valid() -> bool {
+    off!(valid) == 1
+}
+
+/// True when `net` is the watched namespace (or all are watched).
+#[inline(always)]
+fn in_watched_netns(net: u64) -> Result<bool, ()> {
+    // SAFETY: volatile read of a static.
+    let want = unsafe { core::ptr::read_volatile(&raw const ROUTE_WATCH_NETNS_INUM) };
+    if want == 0 {
+        return Ok(true);
+    }
+    let inum: u32 = rd(net, off!(net_ns_inum))?;
+    Ok(inum == want)
+}
+
+#[inline(always)]
+fn current_writer(protocol: u8) -> Writer {
+    #[expect(clippy::cast_possible_truncation, reason = "the upper 32 bits of pid_tgid are the tgid")]
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    Writer { id: tgid, id_kind: WriterIdKind::Process as u8, protocol, class: 0, _pad: 0, comm }
+}
+
+/// `fib_table_insert(net, tb, cfg, extack)` / `fib_table_delete(net, tb, cfg, extack)`.
+#[inline(always)]
+pub fn fib4(net: u64, cfg: u64, delete: bool) {
+    if fib4_inner(net, cfg, delete).is_err() {
+        count_decode_error();
+    }
+}
+
+#[inline(always)]
+fn fib4_inner(net: u64, cfg: u64, delete: bool) -> Result<(), ()> {
+    if !offsets_valid() {
+        return Err(());
+    }
+    if !in_watched_netns(net)? {
+        count_other_netns();
+        return Ok(());
+    }
+    let protocol: u8 = rd(cfg, off!(fc_protocol))?;
+    let nlflags: u16 = rd(cfg, off!(fc_nlflags))?;
+    let portid: u32 = rd(cfg, off!(fc_portid))?;
+    let dst: [u8; 4] = rd(cfg, off!(fc_dst))?;
+    let gw: [u8; 4] = rd(cfg, off!(fc_gw4))?;
+    let mut w = RouteWrite {
+        ts_ns: now_ns(),
+        table: rd(cfg, off!(fc_table))?,
+        metric: rd(cfg, off!(fc_priority))?,
+        oif: rd(cfg, off!(fc_oif))?,
+        family: AF_INET,
+        op: if delete {
+            WriteOp::Delete as u8
+        } else if nlflags & NLM_F_REPLACE != 0 {
+            WriteOp::Replace as u8
+        } else {
+            WriteOp::Add as u8
+        },
+        dst_len: rd(cfg, off!(fc_dst_len))?,
+        _pad: 0,
+        dst: [dst[0], dst[1], dst[2], dst[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        gateway: [gw[0], gw[1], gw[2], gw[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        writer: current_writer(protocol),
+    };
+    if delete && portid == 0 {
+        w.writer.id = 0;
+        w.writer.id_kind = WriterIdKind::NetlinkPort as u8;
+    }
+    observe(&mut w);
+    Ok(())
+}
+
+/// `fib6_add(root, rt, info, extack)` / `fib6_del(rt, info)`.
+#[inline(always)]
+pub fn fib6(rt: u64, info: u64, delete: bool) {
+    if fib6_inner(rt, info, delete).is_err() {
+        count_decode_error();
+    }
+}
+
+#[inline(always)]
+fn fib6_inner(rt: u64, info: u64, delete: bool) -> Result<(), ()> {
+    if !offsets_valid() {
+        return Err(());
+    }
+    let net: u64 = rd(info, off!(nli_net))?;
+    if !in_watched_netns(net)? {
+        count_other_netns();
+        return Ok(());
+    }
+    let nlh: u64 = rd(info, off!(nli_nlh))?;
+    // nlmsghdr.nlmsg_flags is at byte 6 (uapi, stable).
+    let nlflags: u16 = if nlh == 0 { 0 } else { rd(nlh, 6)? };
+    let table_ptr: u64 = rd(rt, off!(f6i_table))?;
+    let table: u32 = rd(table_ptr, off!(tb6_id))?;
+    let plen: i32 = rd(rt, off!(f6i_dst_plen))?;
+    let protocol: u8 = rd(rt, off!(f6i_protocol))?;
+    let dev: u64 = rd(rt, off!(f6i_nh_dev)).unwrap_or(0);
+    let oif: u32 = if dev == 0 { 0 } else { rd(dev, off!(dev_ifindex)).unwrap_or(0) };
+    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "an IPv6 prefix length is 0..=128")]
+    let dst_len = (plen & 0xff) as u8;
+    let mut w = RouteWrite {
+        ts_ns: now_ns(),
+        table,
+        metric: rd(rt, off!(f6i_metric))?,
+        oif,
+        family: AF_INET6,
+        op: if delete {
+            WriteOp::Delete as u8
+        } else if nlflags & NLM_F_REPLACE != 0 {
+            WriteOp::Replace as u8
+        } else {
+            WriteOp::Add as u8
+        },
+        dst_len,
+        _pad: 0,
+        dst: rd(rt, off!(f6i_dst_addr))?,
+        gateway: rd(rt, off!(f6i_nh_gw)).unwrap_or([0; 16]),
+        writer: current_writer(protocol),
+    };
+    if delete && nlh == 0 {
+        w.writer.id = 0;
+        w.writer.id_kind = WriterIdKind::NetlinkPort as u8;
+    }
+    observe(&mut w);
+    Ok(())
+}

@@ -1,0 +1,152 @@
+//! `route_watch_netlink`: socket filter on a NETLINK_ROUTE socket joined to
+//! `RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE`. The backend that works on every
+//! kernel (this host refuses fentry and has no kprobes).
+//!
+//! The kernel runs it once per notification of the socket's network namespace; the skb starts
+//! at the `nlmsghdr` (facts measured in `../shared/reference/toolchain.md`):
+//!
+//! ```text
+//! 0  nlmsghdr { u32 len; u16 type; u16 flags; u32 seq; u32 pid }   pid = writer's port id
+//! 16 rtmsg { u8 family, dst_len, src_len, tos, table, protocol, scope, type; u32 flags }
+//! 28 rtattr { u16 len; u16 type } + payload, each 4-byte aligned
+//! 16 ifinfomsg { u8 family, pad; u16 type; i32 index; u32 flags; u32 change }  (RTM_NEWLINK)
+//! ```
+//!
+//! `NLM_F_REPLACE` (0x100) in a RTM_NEWROUTE means the write overwrote an existing route.
+//! Returns 0: the copy for this socket is dropped (nothing reads it); map and ring-buffer
+//! writes stay.
+use aya_ebpf::{macros::socket_filter, programs::SkBuffContext};
+use routewarden_common::route_watch::{RouteWrite, WriteOp, Writer, WriterIdKind, AF_INET, AF_INET6};
+
+use crate::route_detector::{count_decode_error, link_down, now_ns, observe};
+
+const RTM_NEWLINK: u16 = 16;
+const RTM_NEWROUTE: u16 = 24;
+const RTM_DELROUTE: u16 = 25;
+const NLM_F_REPLACE: u16 = 0x100;
+const IFF_UP: u32 = 1;
+const RTM_F_CLONED: u32 = 0x200;
+const RTA_DST: u16 = 1;
+const RTA_OIF: u16 = 4;
+const RTA_GATEWAY: u16 = 5;
+const RTA_PRIORITY: u16 = 6;
+const RTA_TABLE: u16 = 15;
+/// Upper bound on attributes walked per message (a route message has about 8).
+const MAX_ATTRS: u32 = 24;
+
+#[socket_filter]
+pub fn route_watch_netlink(ctx: SkBuffContext) -> i64 {
+    let _ = try_route_watch_netlink(&ctx);
+    0
+}
+
+#[inline(always)]
+fn try_route_watch_netlink(ctx: &SkBuffContext) -> Result<(), i64> {
+    let msg_type: u16 = ctx.load(4).map_err(|_| decode_error())?;
+    match msg_type {
+        RTM_NEWROUTE | RTM_DELROUTE => route_message(ctx, msg_type),
+        RTM_NEWLINK => link_message(ctx),
+        _ => Ok(()),
+    }
+}
+
+#[inline(always)]
+fn decode_error() -> i64 {
+    count_decode_error();
+    -1
+}
+
+#[inline(always)]
+fn link_message(ctx: &SkBuffContext) -> Result<(), i64> {
+    let index: u32 = ctx.load(20).map_err(|_| decode_error())?;
+    let flags: u32 = ctx.load(24).map_err(|_| decode_error())?;
+    let change: u32 = ctx.load(28).map_err(|_| decode_error())?;
+    // Only an up -> down transition of an existing link (a new link reports change = ~0).
+    if change & IFF_UP != 0 && change != u32::MAX && flags & IFF_UP == 0 {
+        let write = RouteWrite {
+            ts_ns: now_ns(),
+            table: 0,
+            metric: 0,
+            oif: index,
+            family: 0,
+            op: WriteOp::Delete as u8,
+            dst_len: 0,
+            _pad: 0,
+            dst: [0; 16],
+            gateway: [0; 16],
+            writer: Writer::default(),
+        };
+        link_down(&write);
+    }
+    Ok(())
+}
+
+#[inline(always)]
+fn route_message(ctx: &SkBuffContext, msg_type: u16) -> Result<(), i64> {
+    let nl_flags: u16 = ctx.load(6).map_err(|_| decode_error())?;
+    let port: u32 = ctx.load(12).map_err(|_| decode_error())?;
+    let rtm: [u8; 8] = ctx.load(16).map_err(|_| decode_error())?;
+    let rtm_flags: u32 = ctx.load(24).map_err(|_| decode_error())?;
+    if rtm_flags & RTM_F_CLONED != 0 {
+        return Ok(()); // IPv6 cache / exception entries, not FIB routes.
+    }
+    let family = rtm[0];
+    if family != AF_INET && family != AF_INET6 {
+        return Ok(());
+    }
+    let op = if msg_type == RTM_DELROUTE {
+        WriteOp::Delete
+    } else if nl_flags & NLM_F_REPLACE != 0 {
+        WriteOp::Replace
+    } else {
+        WriteOp::Add
+    };
+    let mut w = RouteWrite {
+        ts_ns: now_ns(),
+        table: u32::from(rtm[4]),
+        metric: 0,
+        oif: 0,
+        family,
+        op: op as u8,
+        dst_len: rtm[1],
+        _pad: 0,
+        dst: [0; 16],
+        gateway: [0; 16],
+        writer: Writer { id: port, id_kind: WriterIdKind::NetlinkPort as u8, protocol: rtm[5], class: 0, _pad: 0, comm: [0; 16] },
+    };
+    let len = ctx.len() as usize;
+    let mut off: usize = 28;
+    for _ in 0..MAX_ATTRS {
+        if off + 4 > len {
+            break;
+        }
+        let Ok(hdr) = ctx.load::<[u16; 2]>(off) else { break };
+        let alen = usize::from(hdr[0]);
+        if alen < 4 {
+            break;
+        }
+        let payload = off + 4;
+        match hdr[1] {
+            RTA_DST => load_addr(ctx, payload, family, &mut w.dst),
+            RTA_GATEWAY => load_addr(ctx, payload, family, &mut w.gateway),
+            RTA_OIF => w.oif = ctx.load(payload).unwrap_or(0),
+            RTA_PRIORITY => w.metric = ctx.load(payload).unwrap_or(0),
+            RTA_TABLE => w.table = ctx.load(payload).unwrap_or(w.table),
+            _ => {}
+        }
+        off += (alen + 3) & !3;
+    }
+    observe(&mut w);
+    Ok(())
+}
+
+#[inline(always)]
+fn load_addr(ctx: &SkBuffContext, off: usize, family: u8, out: &mut [u8; 16]) {
+    if family == AF_INET6 {
+        if let Ok(a) = ctx.load::<[u8; 16]>(off) {
+            *out = a;
+        }
+    } else if let Ok(a) = ctx.load::<[u8; 4]>(off) {
+        out[..4].copy_from_slice(&a);
+    }
+}
