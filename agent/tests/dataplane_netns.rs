@@ -525,3 +525,91 @@ fn driver_restart_with_watcher_writes_nothing() {
         assert_eq!(with_proto(254, "80"), example_lines());
     });
 }
+
+/// Handover without a gap: routewarden stops programming IPIP, BIRD takes over. Our routes stay
+/// until BIRD's route for the same prefix is in the kernel; then ours go. The monitor sees
+/// BIRD's add before our delete, for every prefix (no instant without a route).
+#[test]
+fn handover_to_bird_keeps_routes_until_bird_route_seen() {
+    if skip_unless_root("handover_to_bird_keeps_routes_until_bird_route_seen") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.rt.block_on(async {
+        let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(16);
+        let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(10_000);
+        let (rep_tx, mut rep_rx) = tokio::sync::mpsc::channel(1000);
+        dataplane::spawn_watcher(ev_tx).unwrap();
+        let cfg = DataplaneConfig { handover_grace: Duration::from_secs(5), ..DataplaneConfig::default() };
+        let r = reconciler(cfg, None);
+        let driver = tokio::spawn(dataplane::run(r, cmd_rx, ev_rx, rep_tx, dataplane::DEFAULT_DEBOUNCE));
+        cmd_tx.send(DataplaneCommand::SetDatastoreSynced(true)).await.unwrap();
+        cmd_tx.send(DataplaneCommand::SetDesired { routes: example_cluster(), handovers: vec![] }).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while with_proto(254, "80") != example_lines() {
+                rep_rx.recv().await.unwrap();
+            }
+        })
+        .await
+        .expect("initial programming");
+        let mut mon = Monitor::start();
+
+        // IPIP goes to BIRD: routewarden keeps only the no-encap routes.
+        let no_encap: Vec<_> =
+            example_cluster().into_iter().filter(|c| c.class == routewarden::routes::PoolClass::NoEncap).collect();
+        let handover = dataplane::Handover {
+            class: routewarden::routes::PoolClass::Ipip,
+            to: Writer::Bird,
+            protocol: 12,
+            table: 254,
+        };
+        let started = Instant::now();
+        cmd_tx.send(DataplaneCommand::SetDesired { routes: no_encap, handovers: vec![handover] }).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(with_proto(254, "80"), example_lines(), "nothing removed before BIRD's routes exist");
+        // BIRD installs its routes (metric 0 here, so both keys coexist for a moment).
+        for cmd in [
+            "route add 10.244.30.0/26 via 10.0.1.13 dev tunl0 proto bird onlink",
+            "route add 10.244.10.7/32 via 10.0.1.13 dev tunl0 proto bird onlink",
+            "route add blackhole 10.244.10.0/26 proto bird",
+            "-6 route add blackhole fd00:10:244:10::/122 proto bird metric 1",
+        ] {
+            ip(cmd);
+        }
+        let seen_at = Instant::now();
+        tokio::time::timeout(Duration::from_secs(2), async {
+            while with_proto(254, "80").len() != 2 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("our IPIP routes removed once BIRD's are seen");
+        eprintln!(
+            "handover: our routes removed {:?} after BIRD's appeared ({:?} after the handover began)",
+            seen_at.elapsed(),
+            started.elapsed()
+        );
+        assert_eq!(
+            with_proto(254, "80"),
+            [
+                "10.244.20.0/26 via 10.0.0.12 dev eth0 proto 80 metric 1024 onlink",
+                "fd00:10:244:20::/122 via fd00::12 dev eth0 proto 80 metric 1024 onlink pref medium",
+            ],
+            "the no-encap routes stay"
+        );
+        let ev = mon.route_events(SETTLE).await;
+        for dst in ["10.244.30.0/26", "10.244.10.7/32", "10.244.10.0/26", "fd00:10:244:10::/122"] {
+            let add = ev.iter().position(|e| e.starts_with(&format!("+ {dst} ")) && e.ends_with("proto 12"));
+            let del = ev.iter().position(|e| e.starts_with(&format!("- {dst} ")) && e.ends_with("proto 80"));
+            assert!(add.is_some() && del.is_some() && add < del, "{dst}: {ev:#?}");
+        }
+        let mut handovers = Vec::new();
+        while let Ok(rep) = rep_rx.try_recv() {
+            handovers.extend(rep.handovers);
+        }
+        assert_eq!(handovers.len(), 4, "{handovers:#?}");
+        assert!(handovers.iter().all(|h| h.end == dataplane::HandoverEnd::Seen));
+        drop(cmd_tx);
+        driver.await.unwrap();
+    });
+}
