@@ -1,0 +1,468 @@
+//! Scenarios shared by the route-watch backend tests (`route_watch_socket_filter.rs`,
+//! `route_watch_fentry.rs`, `route_watch_kprobe.rs`): the same assertions for every backend,
+//! each run in a fresh network namespace.
+//!
+//! A backend the running kernel cannot load prints `SKIPPED <test>: <why>` and returns, unless
+//! `ROUTEWARDEN_REQUIRE_BACKENDS` lists it (the QEMU lane sets `fentry,kprobe,socket-filter`):
+//! then failing to start is a test failure.
+#![allow(dead_code, reason = "each test binary uses a subset of the scenarios")]
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::net::Ipv4Addr;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prometheus_client::registry::Registry;
+use routewarden::bpf::route_watch::{RouteWatch, RouteWatchBackend, RouteWatchConfig, RouteWatchEvent, RouteWatchMetrics};
+use routewarden::observe::metrics::Metrics;
+use routewarden_lab::NetNsGuard;
+use tokio::sync::mpsc;
+
+/// Route protocol of the routewarden-like writer (classified `self` by the watch).
+pub const SELF_PROTO: u8 = 80;
+/// Test window: short, so "the gauge returns to 0" happens within seconds.
+pub const WINDOW: Duration = Duration::from_secs(2);
+
+/// Run `cmd args` and fail with its stderr.
+pub fn sh(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("spawn {cmd}: {e}"));
+    assert!(out.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A child process killed on drop.
+pub struct ChildGuard(pub Child);
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A shell loop in the test's namespace (children inherit the thread's namespace).
+pub fn shell_loop(script: &str) -> ChildGuard {
+    ChildGuard(Command::new("sh").args(["-c", script]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn sh"))
+}
+
+/// A long-lived `ip -batch -` process: one process, one netlink socket, commands fed by line.
+pub struct IpBatch(ChildGuard);
+impl IpBatch {
+    pub fn spawn() -> IpBatch {
+        let child = Command::new("ip")
+            .args(["-force", "-batch", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn ip -batch");
+        IpBatch(ChildGuard(child))
+    }
+    pub fn pid(&self) -> u32 {
+        self.0 .0.id()
+    }
+    pub fn send(&mut self, line: &str) {
+        let stdin = self.0 .0.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{line}").expect("write to ip -batch");
+        stdin.flush().expect("flush");
+    }
+}
+
+/// Namespace with `veth0` (10.0.0.11/24, fd00::11/64) <-> `veth1` (10.0.0.12/24), both up.
+pub fn lab() -> NetNsGuard {
+    let ns = NetNsGuard::new().expect("netns (root needed)");
+    ns.ip(&["link", "add", "veth0", "type", "veth", "peer", "name", "veth1"]).unwrap();
+    ns.ip(&["addr", "add", "10.0.0.11/24", "dev", "veth0"]).unwrap();
+    ns.ip(&["addr", "add", "10.0.0.12/24", "dev", "veth1"]).unwrap();
+    // Keep the IPv6 address over a link down/up (S11), as a node's static address does.
+    sh("sysctl", &["-qw", "net.ipv6.conf.veth0.keep_addr_on_down=1"]);
+    ns.ip(&["-6", "addr", "add", "fd00::11/64", "dev", "veth0", "nodad"]).unwrap();
+    ns.ip(&["link", "set", "veth0", "up"]).unwrap();
+    ns.ip(&["link", "set", "veth1", "up"]).unwrap();
+    ns
+}
+
+/// ifindex of `dev` in the current namespace.
+pub fn ifindex(dev: &str) -> u32 {
+    let out = sh("ip", &["-o", "link", "show", dev]);
+    out.split(':').next().and_then(|s| s.trim().parse().ok()).expect("ifindex")
+}
+
+/// Start the forced backend or explain why this kernel cannot (returns None: skip).
+pub fn start_or_skip(test: &str, backend: RouteWatchBackend, config: &RouteWatchConfig) -> Option<RouteWatch> {
+    if routewarden_lab::skip_unless_root(test) {
+        return None;
+    }
+    let Some(object) = routewarden::bpf::embedded_object() else {
+        eprintln!("SKIPPED {test}: this test binary was built without the BPF object; `cargo xtask test` embeds it");
+        return None;
+    };
+    let config = RouteWatchConfig { backend: Some(backend), ..config.clone() };
+    match RouteWatch::start(object, &config) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            let required = std::env::var("ROUTEWARDEN_REQUIRE_BACKENDS").unwrap_or_default();
+            assert!(!required.split(',').any(|b| b == backend.label()), "{test}: backend {backend} is required here but failed: {e}");
+            eprintln!("SKIPPED {test}: the {backend} backend cannot run on this kernel: {e}");
+            None
+        }
+    }
+}
+
+/// Default test config: short window, threshold 3, self protocol 80.
+pub fn config() -> RouteWatchConfig {
+    RouteWatchConfig { window: WINDOW, flap_threshold: 3, self_protocol: SELF_PROTO, ..RouteWatchConfig::default() }
+}
+
+/// The routewarden-like writer: an in-process rtnetlink handle writing at protocol 80.
+pub struct SelfWriter {
+    handle: rtnetlink::Handle,
+}
+
+impl SelfWriter {
+    pub fn new() -> SelfWriter {
+        let (conn, handle, _) = rtnetlink::new_connection().expect("rtnetlink");
+        tokio::spawn(conn);
+        SelfWriter { handle }
+    }
+
+    pub async fn replace_v4(&self, dst: Ipv4Addr, len: u8, gw: Ipv4Addr, oif: u32) -> Result<(), rtnetlink::Error> {
+        let msg = rtnetlink::RouteMessageBuilder::<Ipv4Addr>::new()
+            .destination_prefix(dst, len)
+            .gateway(gw)
+            .output_interface(oif)
+            .priority(1024)
+            .protocol(SELF_PROTO.into())
+            .build();
+        self.handle.route().add(msg).replace().execute().await
+    }
+
+    pub async fn replace_v6(&self, dst: std::net::Ipv6Addr, len: u8, gw: std::net::Ipv6Addr, oif: u32) -> Result<(), rtnetlink::Error> {
+        let msg = rtnetlink::RouteMessageBuilder::<std::net::Ipv6Addr>::new()
+            .destination_prefix(dst, len)
+            .gateway(gw)
+            .output_interface(oif)
+            .priority(1024)
+            .protocol(SELF_PROTO.into())
+            .build();
+        self.handle.route().add(msg).replace().execute().await
+    }
+}
+
+/// Collected events, counters applied to a fresh metrics registry.
+pub struct Harness {
+    pub watch: RouteWatch,
+    pub rx: mpsc::Receiver<RouteWatchEvent>,
+    pub events: Vec<(Instant, RouteWatchEvent)>,
+    pub metrics: Arc<Metrics>,
+    pub registry: Registry,
+    pub state: RouteWatchMetrics,
+}
+
+impl Harness {
+    /// Start the ring-buffer reader and the metrics state (must run inside the runtime).
+    pub fn new(mut watch: RouteWatch) -> Harness {
+        let (tx, rx) = mpsc::channel(65536);
+        watch.spawn_reader(tx).expect("reader");
+        let (registry, metrics) = Metrics::new_registry();
+        let state = RouteWatchMetrics::new(watch.window());
+        state.set_backend(&metrics, Some(watch.backend()));
+        Harness { watch, rx, events: Vec::new(), metrics, registry, state }
+    }
+
+    /// Drain pending events (waiting up to `wait` for the first) and apply counters.
+    pub async fn pump(&mut self, wait: Duration) {
+        let deadline = tokio::time::Instant::now() + wait;
+        while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, self.rx.recv()).await {
+            let now = Instant::now();
+            self.state.apply_event(&self.metrics, &ev, now);
+            self.events.push((now, ev));
+        }
+        let c = self.watch.counters().expect("counters");
+        self.state.apply_counters(&self.metrics, &c);
+        self.state.tick(&self.metrics, Instant::now());
+    }
+
+    pub fn conflicts(&self) -> Vec<&RouteWatchEvent> {
+        self.events.iter().map(|(_, e)| e).filter(|e| matches!(e, RouteWatchEvent::Conflict { .. })).collect()
+    }
+
+    pub fn flaps(&self) -> Vec<&RouteWatchEvent> {
+        self.events.iter().map(|(_, e)| e).filter(|e| matches!(e, RouteWatchEvent::Flap { .. })).collect()
+    }
+
+    pub fn exposition(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).unwrap();
+        out
+    }
+}
+
+/// `n` lines of an `ip -batch` file.
+fn batch_lines(n: u32, line: impl Fn(u32) -> String) -> String {
+    (0..n).map(|i| line(i) + "\n").collect()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+fn gw(s: &str) -> Ipv4Addr {
+    s.parse().unwrap()
+}
+
+/// Wait until the flapping gauge is 0 (bounded by `limit`); returns how long it took.
+async fn gauge_clears(h: &mut Harness, limit: Duration) -> Option<Duration> {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        h.pump(Duration::from_millis(200)).await;
+        if h.metrics.flapping_prefixes.get() == 0 {
+            return Some(t0.elapsed());
+        }
+    }
+    None
+}
+
+/// Scenario: routewarden (proto 80, in-process netlink) and a shell loop running
+/// `ip route replace ... proto 12` fight over 10.244.20.0/26 at metric 1024. A conflict naming
+/// both writers arrives within one cycle (1 s); the fight flaps; the flapping gauge returns to
+/// 0 after the fight stops.
+pub fn fight(test: &str, backend: RouteWatchBackend) {
+    if routewarden_lab::skip_unless_root(test) {
+        return;
+    }
+    let ns = lab();
+    let Some(watch) = start_or_skip(test, backend, &config()) else { return };
+    runtime().block_on(async {
+        let mut h = Harness::new(watch);
+        let me = SelfWriter::new();
+        let oif = ifindex("veth0");
+        me.replace_v4(gw("10.244.20.0"), 26, gw("10.0.0.12"), oif).await.unwrap();
+        h.pump(Duration::from_millis(100)).await;
+        let started = Instant::now();
+        let fighter = shell_loop("while :; do ip route replace 10.244.20.0/26 via 10.0.0.13 dev veth0 proto 12 metric 1024; sleep 0.2; done");
+        let mut first_conflict = None;
+        while started.elapsed() < Duration::from_secs(3) {
+            me.replace_v4(gw("10.244.20.0"), 26, gw("10.0.0.12"), oif).await.unwrap();
+            h.pump(Duration::from_millis(150)).await;
+            if first_conflict.is_none() && !h.conflicts().is_empty() {
+                first_conflict = Some(started.elapsed());
+            }
+        }
+        drop(fighter);
+        let latency = first_conflict.unwrap_or_else(|| panic!("{test}: no conflict in 3 s; events {:?}", h.events));
+        assert!(latency <= Duration::from_secs(1), "{test}: conflict after {latency:?}, want within one cycle (1 s)");
+        let RouteWatchEvent::Conflict { route, previous, .. } = h.conflicts()[0] else { unreachable!() };
+        assert_eq!(route.dst.to_string(), "10.244.20.0/26");
+        assert_eq!((route.table, route.metric), (254, 1024));
+        let protos: HashSet<u8> = [route.writer.protocol, previous.protocol].into();
+        assert_eq!(protos, HashSet::from([SELF_PROTO, 12]), "{test}: both writers named: {route:?} over {previous:?}");
+        let classes: HashSet<&str> = [route.writer.class, previous.class].into();
+        assert_eq!(classes, HashSet::from(["self", "bird"]));
+        if matches!(backend, RouteWatchBackend::Fentry | RouteWatchBackend::Kprobe) {
+            let ip_writer = if route.writer.protocol == 12 { &route.writer } else { previous };
+            assert_eq!(ip_writer.comm.as_deref(), Some("ip"), "{test}: process name from the hook");
+            let me_writer = if route.writer.protocol == 12 { previous } else { &route.writer };
+            assert_eq!(me_writer.pid, Some(std::process::id()), "{test}: our pid from the hook");
+        } else {
+            let me_writer = if route.writer.protocol == 12 { previous } else { &route.writer };
+            assert!(me_writer.netlink_port.is_some(), "{test}: netlink port id of the writer");
+            assert_eq!(me_writer.pid, Some(std::process::id()), "{test}: our port id resolved to our pid through /proc");
+        }
+        assert!(!h.flaps().is_empty(), "{test}: the fight is a flap too: {:?}", h.events);
+        let expo = h.exposition();
+        assert!(expo.contains(r#"routewarden_route_conflicts_total{family="ipv4",writers="self+bird"}"#), "{expo}");
+        assert!(expo.contains(r#"routewarden_route_flaps_total{family="ipv4"}"#), "{expo}");
+        assert!(h.metrics.flapping_prefixes.get() >= 1);
+        let cleared = gauge_clears(&mut h, WINDOW * 3).await;
+        assert!(cleared.is_some(), "{test}: flapping gauge still {} after the fight stopped", h.metrics.flapping_prefixes.get());
+        eprintln!("{test}: conflict after {latency:?}; gauge back to 0 {cleared:?} after the fight stopped");
+    });
+    drop(ns);
+}
+
+/// Scenario S01: two long-lived processes, same protocol 12, overwrite each other's route for
+/// 10.244.30.0/26. A conflict between two distinct writers of protocol 12 (`bird+bird`) and a
+/// flap are reported; once one stops, the other's route stays and the gauge returns to 0.
+pub fn s01(test: &str, backend: RouteWatchBackend) {
+    if routewarden_lab::skip_unless_root(test) {
+        return;
+    }
+    let ns = lab();
+    let Some(watch) = start_or_skip(test, backend, &config()) else { return };
+    runtime().block_on(async {
+        let mut h = Harness::new(watch);
+        let mut a = IpBatch::spawn();
+        let mut b = IpBatch::spawn();
+        let started = Instant::now();
+        let mut first_conflict = None;
+        for _ in 0..8 {
+            a.send("route replace 10.244.30.0/26 via 10.0.0.12 dev veth0 proto 12 metric 1024");
+            h.pump(Duration::from_millis(150)).await;
+            b.send("route replace 10.244.30.0/26 via 10.0.0.13 dev veth0 proto 12 metric 1024");
+            h.pump(Duration::from_millis(150)).await;
+            if first_conflict.is_none() && !h.conflicts().is_empty() {
+                first_conflict = Some(started.elapsed());
+            }
+        }
+        drop(b);
+        // A is the survivor: its next export stands.
+        a.send("route replace 10.244.30.0/26 via 10.0.0.12 dev veth0 proto 12 metric 1024");
+        let latency = first_conflict.unwrap_or_else(|| panic!("{test}: no conflict; events {:?}", h.events));
+        assert!(latency <= Duration::from_secs(1), "{test}: conflict after {latency:?}");
+        let RouteWatchEvent::Conflict { route, previous, .. } = h.conflicts()[0] else { unreachable!() };
+        assert_eq!((route.writer.protocol, previous.protocol), (12, 12));
+        assert!(!route.writer.same_identity(previous), "{test}: two distinct writers: {route:?} / {previous:?}");
+        let pids: HashSet<Option<u32>> = [route.writer.pid, previous.pid].into();
+        if matches!(backend, RouteWatchBackend::Fentry | RouteWatchBackend::Kprobe) {
+            assert_eq!(pids, HashSet::from([Some(a.pid()), Some(b_pid_of(&h, a.pid()))]));
+        }
+        assert!(!h.flaps().is_empty(), "{test}: flap expected: {:?}", h.events);
+        assert!(h.exposition().contains(r#"routewarden_route_conflicts_total{family="ipv4",writers="bird+bird"}"#));
+        let cleared = gauge_clears(&mut h, WINDOW * 3).await;
+        assert!(cleared.is_some(), "{test}: gauge did not clear after one writer stopped");
+        let routes = sh("ip", &["route", "show", "10.244.30.0/26"]);
+        assert!(routes.contains("via 10.0.0.12") && routes.contains("proto bird"), "{test}: A's route stays: {routes}");
+        drop(a);
+    });
+    drop(ns);
+}
+
+/// The other pid in the first conflict (helper for S01's pid assertion).
+fn b_pid_of(h: &Harness, a: u32) -> u32 {
+    let RouteWatchEvent::Conflict { route, previous, .. } = h.conflicts()[0] else { return 0 };
+    [route.writer.pid, previous.pid].into_iter().flatten().find(|p| *p != a).unwrap_or(0)
+}
+
+/// Scenario S11: `ip link set veth0 down; up` flushes the routes via veth0 (IPv4 silently,
+/// IPv6 with notifications); routewarden re-adds them. Reported as flushes, never as a
+/// conflict or flap.
+pub fn s11(test: &str, backend: RouteWatchBackend) {
+    if routewarden_lab::skip_unless_root(test) {
+        return;
+    }
+    let ns = lab();
+    let Some(watch) = start_or_skip(test, backend, &config()) else { return };
+    runtime().block_on(async {
+        let mut h = Harness::new(watch);
+        let me = SelfWriter::new();
+        let oif = ifindex("veth0");
+        let v4 = [gw("10.244.20.0"), gw("10.244.30.0"), gw("10.244.40.0")];
+        let v6: std::net::Ipv6Addr = "fd00:244:20::".parse().unwrap();
+        let v6gw: std::net::Ipv6Addr = "fd00::12".parse().unwrap();
+        let install = || async {
+            for d in v4 {
+                me.replace_v4(d, 26, gw("10.0.0.12"), oif).await?;
+            }
+            me.replace_v6(v6, 122, v6gw, oif).await
+        };
+        install().await.unwrap();
+        h.pump(Duration::from_millis(200)).await;
+        for _ in 0..2 {
+            sh("ip", &["link", "set", "veth0", "down"]);
+            h.pump(Duration::from_millis(300)).await;
+            sh("ip", &["link", "set", "veth0", "up"]);
+            // Re-install as soon as the kernel accepts the gateways again (S11: within 1 s).
+            let t0 = Instant::now();
+            while let Err(e) = install().await {
+                assert!(t0.elapsed() < Duration::from_secs(5), "{test}: cannot re-install after link up: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            h.pump(Duration::from_millis(300)).await;
+        }
+        h.pump(Duration::from_millis(300)).await;
+        let c = h.watch.counters().unwrap();
+        assert!(h.conflicts().is_empty(), "{test}: a flush is not a conflict: {:?}", h.conflicts());
+        assert!(h.flaps().is_empty(), "{test}: a flush is not a flap: {:?}", h.flaps());
+        assert_eq!(h.metrics.flapping_prefixes.get(), 0);
+        assert!(c.flushes[1] >= 2, "{test}: IPv6 flushes counted (kernel deletes): {:?}", c.flushes);
+        if backend == RouteWatchBackend::SocketFilter {
+            assert!(c.flushes[0] >= 6, "{test}: IPv4 silent flushes revealed by the re-adds: {:?}", c.flushes);
+            let link_downs = h.events.iter().filter(|(_, e)| matches!(e, RouteWatchEvent::LinkDown { ifindex, .. } if *ifindex == oif)).count();
+            assert_eq!(link_downs, 2, "{test}: one link-down event per down: {:?}", h.events);
+        }
+        let expo = h.exposition();
+        assert!(expo.contains(r#"routewarden_route_flushes_total{family="ipv6"}"#), "{expo}");
+        assert!(!expo.contains("routewarden_route_conflicts_total{"), "{expo}");
+        eprintln!("{test}: flushes ipv4 {} ipv6 {}, no conflict, no flap", c.flushes[0], c.flushes[1]);
+    });
+    drop(ns);
+}
+
+/// Scenario: a cold start of 10,000 routes (one `ip -batch` writer) raises neither flap nor
+/// conflict; every write is counted. Prints the measured write rate.
+pub fn cold_start(test: &str, backend: RouteWatchBackend) {
+    if routewarden_lab::skip_unless_root(test) {
+        return;
+    }
+    let ns = lab();
+    let Some(watch) = start_or_skip(test, backend, &config()) else { return };
+    runtime().block_on(async {
+        let mut h = Harness::new(watch);
+        let dir = std::env::temp_dir().join(format!("rw-cold-{}-{}", std::process::id(), backend.label()));
+        // 10,000 distinct /24s: 10.100.0.0/24 .. 10.139.15.0/24.
+        let batch = batch_lines(10_000, |i| format!("route add 10.{}.{}.0/24 via 10.0.0.12 dev veth0 proto 80 metric 1024", 100 + i / 256, i % 256));
+        std::fs::write(&dir, batch).unwrap();
+        let before = h.watch.counters().unwrap();
+        let t0 = Instant::now();
+        sh("ip", &["-batch", dir.to_str().unwrap()]);
+        let took = t0.elapsed();
+        let _ = std::fs::remove_file(&dir);
+        h.pump(Duration::from_millis(500)).await;
+        let c = h.watch.counters().unwrap();
+        let adds = c.writes[0][0].iter().sum::<u64>() - before.writes[0][0].iter().sum::<u64>();
+        assert_eq!(adds, 10_000, "{test}: every add counted");
+        assert!(h.conflicts().is_empty() && h.flaps().is_empty(), "{test}: cold start is neither: {:?}", &h.events[..h.events.len().min(5)]);
+        assert_eq!(c.flaps, [0, 0]);
+        assert_eq!(c.conflicts.iter().flatten().flatten().sum::<u64>(), 0);
+        assert_eq!(h.metrics.flapping_prefixes.get(), 0);
+        let rate = 10_000.0 / took.as_secs_f64();
+        eprintln!("{test}: 10,000 route adds in {took:?} ({rate:.0} writes/s through the detector), no flap, no conflict");
+    });
+    drop(ns);
+}
+
+/// Scenario: with write streaming on and a one-page ring buffer nobody reads, records that
+/// do not fit are counted as lost (and exported), not dropped silently; what was kept plus
+/// what was lost accounts for every record.
+pub fn ring_overflow(test: &str, backend: RouteWatchBackend) {
+    if routewarden_lab::skip_unless_root(test) {
+        return;
+    }
+    let ns = lab();
+    let cfg = RouteWatchConfig { stream_writes: true, ring_buffer_bytes: Some(4096), ..config() };
+    let Some(mut watch) = start_or_skip(test, backend, &cfg) else { return };
+    let dir = std::env::temp_dir().join(format!("rw-ring-{}-{}", std::process::id(), backend.label()));
+    let batch = batch_lines(300, |i| format!("route add 10.200.{}.{}/32 dev veth0 proto 80", i / 256, i % 256));
+    std::fs::write(&dir, batch).unwrap();
+    sh("ip", &["-batch", dir.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&dir);
+    runtime().block_on(async {
+        let c = watch.counters().unwrap();
+        assert!(c.records_lost > 0, "{test}: overflow must be counted: {c:?}");
+        let (tx, mut rx) = mpsc::channel(65536);
+        watch.spawn_reader(tx).unwrap();
+        let mut kept = 0u64;
+        let mut writes = 0u64;
+        while let Ok(Some(ev)) = tokio::time::timeout(Duration::from_millis(500), rx.recv()).await {
+            kept += 1;
+            if matches!(ev, RouteWatchEvent::Write { ref route } if route.writer.protocol == SELF_PROTO) {
+                writes += 1;
+            }
+        }
+        let c = watch.counters().unwrap();
+        let total: u64 = c.writes.iter().flatten().flatten().sum();
+        assert!(kept + c.records_lost >= 300, "{test}: kept {kept} + lost {} < 300 writes", c.records_lost);
+        assert!(kept + c.records_lost <= total + 8, "{test}: kept {kept} + lost {} vs {total} writes", c.records_lost);
+        assert!(writes > 0 && writes < 300, "{test}: some records kept, the rest lost: {writes}");
+        let (registry, metrics) = Metrics::new_registry();
+        let mut state = RouteWatchMetrics::new(WINDOW);
+        state.apply_counters(&metrics, &c);
+        let mut expo = String::new();
+        prometheus_client::encoding::text::encode(&mut expo, &registry).unwrap();
+        assert!(expo.contains(&format!("routewarden_route_watch_events_lost_total {}", c.records_lost)), "{expo}");
+        eprintln!("{test}: ring of 4096 bytes kept {kept} records, counted {} lost", c.records_lost);
+    });
+    drop(ns);
+}

@@ -1,0 +1,35 @@
+//! The route watch with the `kprobe` backend forced: the shared scenarios of
+//! `route_watch_common` (conflict between two writers, S01, S11, cold start, ring overflow).
+//! Each runs in its own network namespace; a kernel that cannot run this backend skips with
+//! the reason (this host: fentry EPERM, no kprobes; the QEMU lane runs them).
+
+mod route_watch_common;
+
+use routewarden::bpf::route_watch::RouteWatchBackend;
+
+const BACKEND: RouteWatchBackend = RouteWatchBackend::Kprobe;
+
+#[test]
+fn kprobe_two_writers_conflict_and_flap_clears() {
+    route_watch_common::fight("kprobe_two_writers_conflict_and_flap_clears", BACKEND);
+}
+
+#[test]
+fn kprobe_s01_same_protocol_two_processes() {
+    route_watch_common::s01("kprobe_s01_same_protocol_two_processes", BACKEND);
+}
+
+#[test]
+fn kprobe_s11_link_flush_is_not_a_conflict() {
+    route_watch_common::s11("kprobe_s11_link_flush_is_not_a_conflict", BACKEND);
+}
+
+#[test]
+fn kprobe_cold_start_10k_routes_is_quiet() {
+    route_watch_common::cold_start("kprobe_cold_start_10k_routes_is_quiet", BACKEND);
+}
+
+#[test]
+fn kprobe_ring_overflow_is_counted() {
+    route_watch_common::ring_overflow("kprobe_ring_overflow_is_counted", BACKEND);
+}
