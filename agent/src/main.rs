@@ -1,1 +1,123 @@
-fn main() {}
+//! The `routewarden` command: `run` (the agent), `explain` (who programs what, and this
+//! node's routes), `audit` (compare the kernel with the ownership matrix).
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use routewarden::app::config::{AuditArgs, ClusterArgs, DatastoreSpec, ExplainArgs, LogFormat, Mode, Output, RunArgs};
+use routewarden::app::{self, plan};
+use routewarden::dataplane::{audit_kernel, RtNetlink};
+use routewarden::datastore::{FileDatastore, Snapshot};
+use routewarden::explain::{explain, ExplainOptions, OutputFormat};
+use routewarden::routes::RouteDevices;
+
+#[derive(Parser)]
+#[command(name = "routewarden", version, about = "Decides, programs and watches Calico cluster routes on a Kubernetes node")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the agent: watch the cluster, program the routes routewarden owns, serve metrics.
+    Run(Box<RunArgs>),
+    /// Show who programs each IP pool's cluster routes, the findings, and a node's routes.
+    /// Exits 1 when a finding is an error (double-programmed, unowned).
+    Explain(ExplainArgs),
+    /// Compare the kernel's routes with what each owner should have programmed (programs
+    /// nothing). Exits 1 on findings.
+    Audit(AuditArgs),
+}
+
+fn load(cluster: &ClusterArgs) -> Result<Snapshot> {
+    let DatastoreSpec::File(path) = &cluster.datastore;
+    FileDatastore::load(path).with_context(|| format!("load the cluster description from {}", path.display()))
+}
+
+fn devices(c: &ClusterArgs) -> RouteDevices {
+    RouteDevices { tunnel: c.tunnel_device.clone(), host_nic: c.host_device.clone() }
+}
+
+fn cmd_explain(args: &ExplainArgs) -> Result<ExitCode> {
+    let snap = load(&args.cluster)?;
+    let role = args.cluster.role.clone().unwrap_or_else(|| "felix".into());
+    let node = args.cluster.node.clone();
+    let config = app::ownership_config(&role, &args.cluster.calico_version, Mode::Program, node.as_deref().unwrap_or(""))?;
+    let format = match args.output {
+        Output::Table => OutputFormat::Table,
+        Output::Json => OutputFormat::Json,
+        Output::Yaml => OutputFormat::Yaml,
+    };
+    let opts = ExplainOptions {
+        node,
+        format,
+        route_protocol: args.cluster.route_protocol,
+        metric: Some(args.cluster.route_metric),
+        devices: devices(&args.cluster),
+    };
+    let out = explain(&snap.cluster, &snap.object_errors, &config, &opts)?;
+    print!("{}", out.text);
+    for e in &snap.object_errors {
+        eprintln!("warning: skipped: {e}");
+    }
+    Ok(if out.has_errors { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+async fn cmd_audit(args: &AuditArgs) -> Result<ExitCode> {
+    let snap = load(&args.cluster)?;
+    let node = app::node_name(args.cluster.node.as_deref())?;
+    let role = args.cluster.role.clone().unwrap_or_else(|| "audit".into());
+    let mode = if role == "audit" { Mode::Audit } else { Mode::Program };
+    let ownership = app::ownership_config(&role, &args.cluster.calico_version, mode, &node)?;
+    let config = plan::PlanConfig {
+        node,
+        ownership,
+        devices: devices(&args.cluster),
+        protocol: args.cluster.route_protocol,
+        table: args.cluster.route_table,
+    };
+    let p = plan::plan(&snap, &config, &std::collections::BTreeSet::new());
+    let mut nl = RtNetlink::connect().context("open the rtnetlink socket")?;
+    let report = audit_kernel(&mut nl, &p.expected, &p.audit_scope).await.context("dump the kernel's routes")?;
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Output::Yaml => print!("{}", serde_yaml_ng::to_string(&report)?),
+        Output::Table => {
+            println!("audit of table {}: {} expected routes, {} kernel routes on cluster prefixes", report.table, report.expected, report.kernel_routes);
+            if report.is_clean() {
+                println!("clean: every owner's routes are present and nothing else writes cluster prefixes");
+            }
+            for f in &report.findings {
+                println!("{:<16} {:<20} {}", f.code.as_str(), f.prefix.to_string(), f.detail);
+            }
+        }
+    }
+    Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => {
+            app::logging::init(args.log_format);
+            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(anyhow::Error::from).and_then(|rt| rt.block_on(app::run(*args))).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Explain(args) => {
+            app::logging::init(LogFormat::Text);
+            cmd_explain(&args)
+        }
+        Command::Audit(args) => {
+            app::logging::init(LogFormat::Text);
+            tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(anyhow::Error::from).and_then(|rt| rt.block_on(cmd_audit(&args)))
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("routewarden: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

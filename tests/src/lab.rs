@@ -43,6 +43,22 @@ impl LabSpec {
     }
 }
 
+/// The network of an address in CIDR form (`10.0.1.14/24` -> `10.0.1.0/24`), IPv4 and IPv6.
+fn subnet_of(cidr: &str) -> Option<String> {
+    let (addr, len) = cidr.split_once('/')?;
+    let len: u32 = len.parse().ok()?;
+    match addr.parse::<std::net::IpAddr>().ok()? {
+        std::net::IpAddr::V4(a) => {
+            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len.min(32)) };
+            Some(format!("{}/{len}", std::net::Ipv4Addr::from(u32::from(a) & mask)))
+        }
+        std::net::IpAddr::V6(a) => {
+            let mask = if len == 0 { 0 } else { u128::MAX << (128 - len.min(128)) };
+            Some(format!("{}/{len}", std::net::Ipv6Addr::from(u128::from(a) & mask)))
+        }
+    }
+}
+
 /// A built lab; dropping it deletes every namespace it created.
 #[derive(Debug)]
 pub struct Lab {
@@ -123,6 +139,21 @@ impl Lab {
             run_ip(Some(&ns), &["link", "set", "tunpeer", "up"])?;
             run_ip(Some(&ns), &["link", "set", &self.spec.tunnel_device, "up"])?;
         }
+        // Nodes in other subnets (CrossSubnet) share the bridge; give each node an on-link
+        // route to the other subnets so the underlay reaches every node. (The multi-node lab
+        // of issue 9 replaces this with a router namespace.)
+        let subnets: Vec<String> = nodes.iter().flat_map(|n| n.addresses.iter().filter_map(|a| subnet_of(a))).collect();
+        for node in &nodes {
+            let own: Vec<String> = node.addresses.iter().filter_map(|a| subnet_of(a)).collect();
+            let mut added = Vec::new();
+            for subnet in subnets.iter().filter(|s| !own.contains(s)) {
+                if added.contains(subnet) {
+                    continue;
+                }
+                added.push(subnet.clone());
+                run_ip(Some(&self.node_ns(&node.name)), &["route", "add", subnet, "dev", &self.spec.host_nic])?;
+            }
+        }
         Ok(())
     }
 
@@ -199,5 +230,18 @@ pub fn in_named_netns<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Sen
 impl Drop for Lab {
     fn drop(&mut self) {
         self.teardown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::subnet_of;
+
+    #[test]
+    fn subnet_of_masks_host_bits() {
+        assert_eq!(subnet_of("10.0.1.14/24").as_deref(), Some("10.0.1.0/24"));
+        assert_eq!(subnet_of("10.0.0.11/16").as_deref(), Some("10.0.0.0/16"));
+        assert_eq!(subnet_of("fd00:10::11/64").as_deref(), Some("fd00:10::/64"));
+        assert_eq!(subnet_of("10.0.0.1"), None);
     }
 }

@@ -5,6 +5,7 @@
 
 mod build;
 mod lab_nodes;
+mod qemu;
 mod run;
 mod setup;
 mod test;

@@ -30,7 +30,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub duration: Option<u64>,
     /// The cluster description (file or directory of YAML).
-    #[arg(long, default_value = "examples")]
+    #[arg(long, default_value = "examples/cluster")]
     pub datastore: PathBuf,
     /// Extra arguments for `routewarden run` (after `--`).
     #[arg(trailing_var_arg = true)]
@@ -67,6 +67,16 @@ fn send_udp(lab: &Lab, from: &str, to_addr: std::net::IpAddr, count: u32) -> Res
         }
         Ok(())
     })?
+}
+
+/// Stops the agent (SIGTERM, then SIGKILL after 10 s) on every exit path, before the lab is
+/// removed.
+struct AgentGuard(Child);
+
+impl Drop for AgentGuard {
+    fn drop(&mut self) {
+        stop_child(&mut self.0);
+    }
 }
 
 fn stop_child(child: &mut Child) {
@@ -115,7 +125,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
         .args(&args.agent_args)
         .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
     eprintln!("+ {}", crate::display(&cmd));
-    let mut child = cmd.spawn().context("start the agent")?;
+    let mut agent = AgentGuard(cmd.spawn().context("start the agent")?);
+    let child = &mut agent.0;
 
     // Give the agent time to load, program and attach; then show the result.
     std::thread::sleep(Duration::from_secs(3));
@@ -125,7 +136,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     for peer in nodes.iter().filter(|n| n.name != args.node) {
         if let Some(addr) = peer.addresses.iter().find(|a| !a.contains(':')) {
             let ip: std::net::IpAddr = addr.split('/').next().unwrap_or_default().parse()?;
-            send_udp(&lab, &args.node, ip, 5)?;
+            if let Err(e) = send_udp(&lab, &args.node, ip, 5) {
+                eprintln!("lab: UDP probe from {} to {} ({ip}) failed: {e}", args.node, peer.name);
+            }
         }
     }
     std::thread::sleep(Duration::from_secs(2));
@@ -160,7 +173,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    stop_child(&mut child);
+    drop(agent);
     drop(lab);
     eprintln!("lab: removed");
     Ok(())

@@ -26,6 +26,9 @@ pub const APT_PACKAGES: &[&str] = &[
     "libzstd-dev",
     "iproute2",
     "bpftool",
+    // The QEMU lane (xtask/src/qemu.rs): emulator, static busybox for the initramfs.
+    "qemu-system-x86",
+    "busybox-static",
 ];
 
 /// The bpf-linker release that works with LLVM 22 and rustc 1.95/1.96.

@@ -3,6 +3,9 @@
 //! 1. Build the BPF object (so the agent under test embeds it and the BPF tests run).
 //! 2. `cargo test --workspace`: unit tests, property tests, and the privileged network-namespace
 //!    integration tests (each in namespaces it creates; root needed, as in CI).
+//! 3. The QEMU lane ([`crate::qemu`]): the privileged tests that need fentry, kprobes or a real
+//!    `tunl0`, under Debian's stock kernel in QEMU. Skip with `--no-qemu`; run alone with
+//!    `--qemu-only`.
 
 use std::process::Command;
 
@@ -14,6 +17,13 @@ use crate::{build::build_bpf, run_cmd, workspace_root};
 /// Options of `cargo xtask test`.
 #[derive(Args)]
 pub struct TestArgs {
+    /// Do not run the QEMU lane.
+    #[arg(long)]
+    pub no_qemu: bool,
+    /// Run only the QEMU lane.
+    #[arg(long, conflicts_with = "no_qemu")]
+    pub qemu_only: bool,
+    #[expect(clippy::struct_field_names, reason = "the flag is `cargo test`'s arguments; renaming it would change the CLI")]
     /// Extra arguments passed to `cargo test` after `--` (test name filters, `--nocapture`).
     #[arg(trailing_var_arg = true)]
     pub cargo_test_args: Vec<String>,
@@ -23,6 +33,9 @@ pub struct TestArgs {
 pub fn test(args: &TestArgs) -> Result<()> {
     let root = workspace_root();
     let object = build_bpf()?;
+    if args.qemu_only {
+        return crate::qemu::run(&object).map(|_| ());
+    }
     if !routewarden_lab::is_root() {
         eprintln!("NOTE: not root: the network-namespace and BPF tests will print SKIPPED; CI runs as root");
     }
@@ -34,5 +47,11 @@ pub fn test(args: &TestArgs) -> Result<()> {
     if !args.cargo_test_args.is_empty() {
         cmd.arg("--").args(&args.cargo_test_args);
     }
-    run_cmd(&mut cmd)
+    let host = run_cmd(&mut cmd);
+    if args.no_qemu {
+        return host;
+    }
+    // Run the lane even when host tests failed: both results are useful in one CI run.
+    let lane = crate::qemu::run(&object);
+    host.and(lane.map(|_| ()))
 }

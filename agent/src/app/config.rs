@@ -55,10 +55,12 @@ pub struct ClusterArgs {
     /// This node's name (the Calico Node name). Defaults to the host name.
     #[arg(long, env = "ROUTEWARDEN_NODE")]
     pub node: Option<String>,
-    /// routewarden's role: `felix` (program what FelixConfiguration gives Felix), `bird`
-    /// (what BGPConfiguration gives BIRD), or `explicit:<Disabled|EnabledIPIPOnly|EnabledNoEncapOnly|Enabled>`.
-    #[arg(long, env = "ROUTEWARDEN_ROLE", default_value = "felix")]
-    pub role: String,
+    /// routewarden's role: `felix` (program what FelixConfiguration gives Felix; the default
+    /// for `run` and `explain`), `bird` (what BGPConfiguration gives BIRD),
+    /// `explicit:<Disabled|EnabledIPIPOnly|EnabledNoEncapOnly|Enabled>` (a third writer), or
+    /// `audit` (program nothing, judge Felix against BIRD; the default for `audit`).
+    #[arg(long, env = "ROUTEWARDEN_ROLE")]
+    pub role: Option<String>,
     /// Calico release line the cluster runs (changes defaults and the enum): 3.31, 3.32, 3.33.
     #[arg(long, env = "ROUTEWARDEN_CALICO_VERSION", default_value = "3.33")]
     pub calico_version: String,
@@ -79,6 +81,37 @@ pub struct ClusterArgs {
     /// Routing table id (254 = main; e.g. 48 for a dedicated cluster-route table).
     #[arg(long, env = "ROUTEWARDEN_ROUTE_TABLE", default_value_t = 254)]
     pub route_table: u32,
+}
+
+/// Output format of `explain` and `audit`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Human-readable table.
+    Table,
+    /// JSON.
+    Json,
+    /// YAML.
+    Yaml,
+}
+
+/// `routewarden explain`.
+#[derive(Args, Clone, Debug)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    pub output: Output,
+}
+
+/// `routewarden audit`: one-shot comparison of the kernel with the ownership matrix.
+#[derive(Args, Clone, Debug)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    pub output: Output,
 }
 
 /// `routewarden run`.

@@ -15,7 +15,7 @@ pub fn init(format: LogFormat) {
         LogFormat::Text => false,
         LogFormat::Auto => !std::io::stderr().is_terminal(),
     };
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal());
     // A second init (tests) is harmless: keep the first subscriber.
     let _ = if json { builder.json().flatten_event(true).try_init() } else { builder.try_init() };
 }

@@ -1,1 +1,373 @@
-//! TODO(stage): filled in by its issue.
+//! The agent's event loop (`routewarden run`).
+//!
+//! Watchers only observe and send typed events; handlers own the logic and the state and are
+//! the only places with side effects (DESIGN.md):
+//!
+//! - watchers: the datastore task ([`crate::datastore`]), the netlink route/link watcher
+//!   ([`crate::dataplane::spawn_watcher`]), timers, signals;
+//! - handlers: this loop's cluster handler ([`plan::plan`] → dataplane commands, ownership
+//!   metrics), the dataplane task ([`crate::dataplane::run`], which owns the route table),
+//!   the BPF handler (TC probe counters), and the metrics/health state read by the HTTP server.
+
+pub mod config;
+pub mod logging;
+pub mod plan;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tokio::sync::mpsc;
+use tracing::{error, info, warn};
+
+use crate::bpf::tc_count::{Direction, TcCounter};
+use crate::dataplane::{self, ApplyReport, DataplaneCommand, DataplaneConfig, Family, Reconciler, RtNetlink, SystemClock};
+use crate::datastore::{DatastoreEvent, FileDatastore, Snapshot};
+use crate::observe::metrics::{FindingLabels, LoadErrorLabels, NetlinkErrorLabels, OperationLabels, ProgramLabels, RouteLabels};
+use crate::observe::{Health, Metrics, WatcherState};
+use crate::ownership::{CalicoVersion, OwnershipConfig, Role};
+use crate::routes::{routable_classes, PoolClass, RouteDevices};
+use config::{DatastoreSpec, Mode, RunArgs};
+use plan::{Plan, PlanConfig};
+
+/// How often the TC probe's counters are read into metrics.
+const COUNTER_POLL: Duration = Duration::from_secs(1);
+
+/// Resolve this node's name: `--node`, else the host name.
+///
+/// # Errors
+/// Fails when neither is available.
+pub fn node_name(node: Option<&str>) -> Result<String> {
+    match node {
+        Some(n) if !n.is_empty() => Ok(n.to_string()),
+        _ => nix::unistd::gethostname()
+            .context("--node not given and the host name is unreadable")?
+            .into_string()
+            .map_err(|_| anyhow::anyhow!("--node not given and the host name is not UTF-8")),
+    }
+}
+
+/// Build the ownership config from the flags.
+///
+/// # Errors
+/// An unknown role or release line, naming the flag.
+pub fn ownership_config(role: &str, version: &str, mode: Mode, node: &str) -> Result<OwnershipConfig> {
+    let role: Role = if mode == Mode::Audit { Role::Audit } else { role.parse().map_err(|e| anyhow::anyhow!("--role {role:?}: {e}"))? };
+    let version: CalicoVersion = version.parse().map_err(|e| anyhow::anyhow!("--calico-version {version:?}: {e}"))?;
+    Ok(OwnershipConfig { role, version, node: Some(node.to_string()) })
+}
+
+fn family_label(f: Family) -> &'static str {
+    match f {
+        Family::V4 => "ipv4",
+        Family::V6 => "ipv6",
+    }
+}
+
+/// The cluster handler: holds the last plan, turns snapshots into dataplane commands and
+/// ownership metrics.
+struct ClusterHandler {
+    config: PlanConfig,
+    mode: Mode,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    programmed: BTreeSet<PoolClass>,
+    synced: bool,
+    last: Option<Plan>,
+    commands: Option<mpsc::Sender<DataplaneCommand>>,
+}
+
+impl ClusterHandler {
+    async fn on_datastore(&mut self, ev: DatastoreEvent) {
+        match ev {
+            DatastoreEvent::LoadFailed(e) => {
+                error!(file = %e.file.display(), line = e.line, error = %e.message, "cluster description failed to load; keeping the last good state");
+                self.metrics.datastore_load_errors.get_or_create(&LoadErrorLabels { reason: "yaml" }).inc();
+            }
+            DatastoreEvent::Synced => {
+                self.synced = true;
+                info!("datastore synced");
+                self.publish_synced().await;
+            }
+            DatastoreEvent::Snapshot(s) => self.on_snapshot(&s).await,
+        }
+    }
+
+    /// Deletes are allowed only when the view is synced and the last snapshot was complete.
+    fn view_complete(&self) -> bool {
+        self.synced && self.last.as_ref().is_some_and(|p| !p.input_incomplete)
+    }
+
+    async fn publish_synced(&self) {
+        let complete = self.view_complete();
+        self.metrics.datastore_synced.set(i64::from(complete));
+        self.health.set_datastore_synced(complete);
+        if let Some(tx) = &self.commands {
+            let _ = tx.send(DataplaneCommand::SetDatastoreSynced(complete)).await;
+        }
+    }
+
+    async fn on_snapshot(&mut self, snap: &Snapshot) {
+        for e in &snap.object_errors {
+            warn!(file = %e.file.display(), error = %e.error, "object skipped");
+        }
+        for e in &snap.load_errors {
+            warn!(file = %e.file.display(), line = e.line, error = %e.message, "input broken; its last good content is used");
+        }
+        self.metrics.datastore_invalid_objects.set(i64::try_from(snap.object_errors.len()).unwrap_or(i64::MAX));
+        if !snap.object_errors.is_empty() {
+            self.metrics.datastore_load_errors.get_or_create(&LoadErrorLabels { reason: "object" }).inc_by(snap.object_errors.len() as u64);
+        }
+        let plan = plan::plan(snap, &self.config, &self.programmed);
+        self.report_plan(&plan, snap);
+        let classes = plan.decision.programmed.clone();
+        if let Some(tx) = &self.commands {
+            let _ = tx.send(DataplaneCommand::SetPolicy(plan.policy.clone())).await;
+            let _ = tx.send(DataplaneCommand::SetDesired { routes: plan.desired.clone(), handovers: plan.handovers.clone() }).await;
+        }
+        if self.mode == Mode::Program {
+            self.programmed = classes;
+        }
+        self.last = Some(plan);
+        self.publish_synced().await;
+    }
+
+    fn report_plan(&self, plan: &Plan, snap: &Snapshot) {
+        let d = &plan.decision;
+        let changed = self.last.as_ref().is_none_or(|l| l.decision.programmed != d.programmed || l.decision.findings != d.findings);
+        if changed {
+            info!(
+                node = %self.config.node,
+                role = ?self.config.ownership.role,
+                felix = %d.felix.value.as_str(),
+                bird = %d.bird.value.as_str(),
+                programs = ?d.programmed.iter().map(|c| c.label()).collect::<Vec<_>>(),
+                pools = d.pools.len(),
+                blocks = snap.cluster.ipam_blocks.len(),
+                nodes = snap.cluster.nodes.len(),
+                "ownership decided"
+            );
+            for f in &d.findings {
+                if f.is_error() {
+                    error!(code = f.code(), class = f.class_label(), "{}", f.message);
+                } else {
+                    info!(code = f.code(), class = f.class_label(), "{}", f.message);
+                }
+            }
+            for p in &plan.problems {
+                warn!(code = p.code(), "{p}");
+            }
+            for h in &plan.handovers {
+                info!(class = h.class.label(), to = h.to.label(), protocol = h.protocol, "handing class over; keeping our routes until the new owner's appear");
+            }
+        }
+        self.metrics.ownership_findings.clear();
+        for f in &d.findings {
+            self.metrics.ownership_findings.get_or_create(&FindingLabels { code: f.code(), class: f.class_label() }).inc();
+        }
+        // Desired counts by family and class (programmed counts come from apply reports).
+        for class in routable_classes() {
+            for fam in [Family::V4, Family::V6] {
+                let n = plan.desired.iter().filter(|r| r.class == class && Family::of(&r.dst) == fam).count();
+                self.metrics
+                    .routes
+                    .get_or_create(&RouteLabels { family: family_label(fam), class: class.label(), state: "desired" })
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+        }
+    }
+}
+
+fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport) {
+    metrics.route_operations.get_or_create(&OperationLabels { op: "replace", result: "ok" }).inc_by(report.writes);
+    metrics.route_operations.get_or_create(&OperationLabels { op: "delete", result: "ok" }).inc_by(report.deletes + report.deletes_already_gone);
+    for (kind, n) in &report.errors {
+        metrics.netlink_errors.get_or_create(&NetlinkErrorLabels { op: "apply", kind: kind.label() }).inc_by(*n);
+        metrics.route_operations.get_or_create(&OperationLabels { op: "replace", result: "error" }).inc_by(*n);
+    }
+    metrics.reconcile_duration.0.observe(report.duration.as_secs_f64());
+    for class in routable_classes() {
+        for fam in [Family::V4, Family::V6] {
+            let programmed: usize = report.by_class.iter().filter(|((f, c, _), _)| *f == fam && *c == class).map(|(_, v)| v.programmed).sum();
+            metrics
+                .routes
+                .get_or_create(&RouteLabels { family: family_label(fam), class: class.label(), state: "programmed" })
+                .set(i64::try_from(programmed).unwrap_or(i64::MAX));
+        }
+    }
+    if report.writes + report.deletes > 0 || !report.errors.is_empty() {
+        info!(
+            writes = report.writes,
+            deletes = report.deletes,
+            errors = report.errors.values().sum::<u64>(),
+            pending = report.pending,
+            kernel_routes = report.kernel_routes,
+            duration_ms = report.duration.as_millis() as u64,
+            "routes applied"
+        );
+    }
+    for m in &report.error_messages {
+        warn!("{m}");
+    }
+    for c in &report.conflicts {
+        warn!(key = ?c.key, wanted = %c.wanted, "a route we do not own holds this key; not overwriting it");
+    }
+    for o in &report.overwrote {
+        warn!(previous = %o.previous, verdict = ?o.verdict, "overwrote a route the ownership policy claims");
+    }
+    for (dev, n) in &report.waiting_for_device {
+        warn!(device = %dev, routes = n, "device missing or down; routes wait for it");
+    }
+    if !report.resync_failed {
+        health.set_first_apply_done();
+    }
+}
+
+/// The BPF handler: the `tc_count` probe and its counters.
+struct BpfHandler {
+    counter: Option<TcCounter>,
+    last: routewarden_common::TcCounters,
+}
+
+impl BpfHandler {
+    fn start(devices: &[String], metrics: &Metrics, health: &Health) -> BpfHandler {
+        let labels = ProgramLabels { program: routewarden_common::TC_COUNT_PROGRAM };
+        let result = match crate::bpf::embedded_object() {
+            None => Err(crate::bpf::BpfError::NoObject),
+            Some(obj) => TcCounter::attach(obj, devices, Direction::Egress),
+        };
+        match result {
+            Ok(counter) => {
+                info!(program = "tc_count", devices = ?devices, "TC probe attached (egress)");
+                metrics.bpf_program_attached.get_or_create(&labels).set(1);
+                health.set_watcher("tc_count", WatcherState::Ready);
+                BpfHandler { counter: Some(counter), last: routewarden_common::TcCounters::default() }
+            }
+            Err(e) => {
+                warn!(program = "tc_count", error = %e, "TC probe not running; routes are still programmed");
+                metrics.bpf_program_attached.get_or_create(&labels).set(0);
+                health.set_watcher("tc_count", WatcherState::Degraded(e.to_string()));
+                BpfHandler { counter: None, last: routewarden_common::TcCounters::default() }
+            }
+        }
+    }
+
+    fn poll(&mut self, metrics: &Metrics) {
+        let Some(c) = &self.counter else { return };
+        match c.read() {
+            Ok(now) => {
+                metrics.tc_count_packets.inc_by(now.packets.saturating_sub(self.last.packets));
+                metrics.tc_count_bytes.inc_by(now.bytes.saturating_sub(self.last.bytes));
+                self.last = now;
+            }
+            Err(e) => warn!(error = %e, "reading tc_count counters"),
+        }
+    }
+}
+
+/// `routewarden run`: run until SIGTERM/SIGINT.
+///
+/// # Errors
+/// Bad flags, an HTTP address that cannot be bound, or a netlink socket that cannot be opened.
+/// Datastore and BPF failures are reported and survived, never fatal.
+pub async fn run(args: RunArgs) -> Result<()> {
+    let node = node_name(args.cluster.node.as_deref())?;
+    let ownership = ownership_config(args.cluster.role.as_deref().unwrap_or("felix"), &args.cluster.calico_version, args.mode, &node)?;
+    let devices = RouteDevices { tunnel: args.cluster.tunnel_device.clone(), host_nic: args.cluster.host_device.clone() };
+    let dp_config = DataplaneConfig {
+        protocol: args.cluster.route_protocol,
+        metric: args.cluster.route_metric,
+        table: args.cluster.route_table,
+        devices: devices.clone(),
+        resync_interval: Duration::from_secs(args.resync_interval.max(1)),
+        handover_grace: Duration::from_secs(args.handover_grace),
+    };
+    dp_config.validate()?;
+    info!(
+        version = env!("CARGO_PKG_VERSION"),
+        %node,
+        mode = ?args.mode,
+        role = ?ownership.role,
+        calico_version = %args.cluster.calico_version,
+        protocol = dp_config.protocol,
+        metric = dp_config.metric,
+        table = dp_config.table,
+        bpf_object = crate::bpf::embedded_object().map_or("not embedded", |_| "embedded"),
+        "routewarden starting"
+    );
+
+    let (registry, metrics) = Metrics::new_registry();
+    let health = Arc::new(Health::default());
+    health.progress();
+    let listener = tokio::net::TcpListener::bind(args.metrics_addr).await.with_context(|| format!("bind --metrics-addr {}", args.metrics_addr))?;
+    info!(addr = %args.metrics_addr, "serving /metrics, /healthz, /readyz");
+    let http = tokio::spawn({
+        let health = health.clone();
+        async move { axum::serve(listener, crate::observe::http::router(registry, health)).await }
+    });
+
+    // Watchers.
+    let DatastoreSpec::File(path) = &args.cluster.datastore;
+    let (ds_tx, mut ds_rx) = mpsc::channel(16);
+    let datastore = FileDatastore::new(path.clone()).spawn(ds_tx);
+
+    // The dataplane handler (program mode) owns the route table.
+    let (report_tx, mut report_rx) = mpsc::channel::<ApplyReport>(64);
+    let mut dataplane_task = None;
+    let commands = if args.mode == Mode::Program {
+        let (cmd_tx, cmd_rx) = mpsc::channel(16);
+        let (ev_tx, ev_rx) = mpsc::channel(4096);
+        let watcher = dataplane::spawn_watcher(ev_tx).context("subscribe to route and link notifications")?;
+        let nl = RtNetlink::connect().context("open the rtnetlink socket")?;
+        let reconciler = Reconciler::new(dp_config.clone(), dp_config.base_policy(), nl, SystemClock);
+        dataplane_task = Some((watcher, tokio::spawn(dataplane::run(reconciler, cmd_rx, ev_rx, report_tx, dataplane::DEFAULT_DEBOUNCE))));
+        Some(cmd_tx)
+    } else {
+        // Audit mode programs nothing: the first "apply" is trivially done.
+        health.set_first_apply_done();
+        None
+    };
+
+    let tc_devices = if args.tc_devices.is_empty() { vec![devices.host_nic.clone(), devices.tunnel.clone()] } else { args.tc_devices.clone() };
+    let mut bpf = BpfHandler::start(&tc_devices, &metrics, &health);
+
+    let mut cluster = ClusterHandler {
+        config: PlanConfig { node: node.clone(), ownership, devices, protocol: dp_config.protocol, table: dp_config.table },
+        mode: args.mode,
+        metrics: metrics.clone(),
+        health: health.clone(),
+        programmed: BTreeSet::new(),
+        synced: false,
+        last: None,
+        commands,
+    };
+
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut counters = tokio::time::interval(COUNTER_POLL);
+    let mut heartbeat = tokio::time::interval(Duration::from_secs(5));
+    let reason = loop {
+        tokio::select! {
+            ev = ds_rx.recv() => match ev {
+                Some(ev) => cluster.on_datastore(ev).await,
+                None => break "datastore task ended",
+            },
+            Some(report) = report_rx.recv() => record_report(&metrics, &health, &report),
+            _ = counters.tick() => bpf.poll(&metrics),
+            _ = heartbeat.tick() => {},
+            _ = tokio::signal::ctrl_c() => break "SIGINT",
+            _ = sigterm.recv() => break "SIGTERM",
+        }
+        health.progress();
+    };
+    info!(reason, "shutting down; programmed routes stay in the kernel");
+    // Routes stay: a restart must not make peers or this node lose routes (scenario S04).
+    datastore.abort();
+    if let Some((watcher, task)) = dataplane_task {
+        watcher.abort();
+        task.abort();
+    }
+    http.abort();
+    drop(bpf);
+    Ok(())
+}

@@ -200,7 +200,7 @@ pub struct ApplyReport {
     /// Handovers that finished.
     pub handovers: Vec<HandoverOutcome>,
     /// Per class, per path counts (after this apply).
-    pub by_class: BTreeMap<(PoolClass, RoutePath), ClassCount>,
+    pub by_class: BTreeMap<(Family, PoolClass, RoutePath), ClassCount>,
     /// Routes of ours in the kernel (after this apply).
     pub kernel_routes: usize,
     /// Keys still not converged (will be retried).
@@ -903,7 +903,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
 
     fn finish_report(&self, report: &mut ApplyReport, started: Instant) {
         for d in self.desired.values() {
-            let c = report.by_class.entry((d.class, d.path)).or_default();
+            let c = report.by_class.entry((Family::of(&d.route.key.dst), d.class, d.path)).or_default();
             c.desired += 1;
             let oif = self.resolve(d.route.target.device.as_deref()).ok().flatten();
             if self.kernel.get(&d.route.key).is_some_and(|k| Self::in_sync(&d.route, oif, k)) {

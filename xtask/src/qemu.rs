@@ -1,0 +1,401 @@
+//! The QEMU lane of `cargo xtask test`: the privileged tests that need what this host's kernel
+//! lacks (fentry, kprobes, a real `tunl0`), run under Debian's stock cloud kernel in QEMU with
+//! software emulation (facts and the boot recipe: `../shared/reference/toolchain.md`).
+//!
+//! Steps, everything under `target/qemu/` (inside the repo):
+//! 1. `apt-get download linux-image-<ver>-cloud-amd64-unsigned`, `dpkg-deb -x` it: `vmlinuz`
+//!    and the modules the tests need (veth, bridge, dummy, ipip + deps, clsact, cls_bpf).
+//! 2. `cargo test --no-run --message-format=json` for [`GUEST_TESTS`] with the BPF object
+//!    embedded; the executables are found in cargo's JSON and stripped of debug info.
+//! 3. A busybox initramfs (`busybox cpio -o -H newc`, gzip): busybox applets, iproute2's `ip`,
+//!    the test binaries, every shared library `ldd` lists, the modules, and an `/init` that
+//!    mounts proc/sys/dev/bpffs/debugfs/tracefs, loads the modules and runs each test binary
+//!    with `ROUTEWARDEN_REQUIRE_BACKENDS=fentry,kprobe,socket-filter` (a backend that fails to
+//!    start there is a failure, not a skip).
+//! 4. `qemu-system-x86_64 -accel tcg -cpu max -m 1024 -smp 2 ... -nographic -no-reboot` with a
+//!    wall-clock timeout; the guest's console is echoed and saved to
+//!    `target/qemu/console.log`, and each binary's `test result:` line is parsed.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::{run_cmd, workspace_root};
+
+/// The Debian kernel package booted in the lane (6.1: fentry, kprobes, BTF, ipip as module).
+/// Override with `ROUTEWARDEN_QEMU_KERNEL_PACKAGE`.
+pub const KERNEL_PACKAGE: &str = "linux-image-6.1.0-50-cloud-amd64-unsigned";
+
+/// Integration-test targets of the `routewarden` package run in the guest.
+pub const GUEST_TESTS: &[&str] = &["bpf_tc_count", "route_watch_fentry", "route_watch_kprobe", "route_watch_socket_filter"];
+
+/// Modules loaded in the guest, dependencies first (missing ones are reported and skipped).
+const MODULES: &[&str] = &[
+    "drivers/net/veth",
+    "drivers/net/dummy",
+    "net/llc/llc",
+    "net/802/stp",
+    "net/bridge/bridge",
+    "net/ipv4/tunnel4",
+    "net/ipv4/ip_tunnel",
+    "net/ipv4/ipip",
+    "net/sched/sch_ingress",
+    "net/sched/cls_bpf",
+];
+
+/// Busybox applets linked in the initramfs (`ip` is iproute2's, not busybox's).
+const APPLETS: &[&str] = &[
+    "sh", "mount", "insmod", "mkdir", "cat", "echo", "poweroff", "sleep", "sysctl", "uname", "ls", "rm", "cp", "ln",
+    "true", "false", "grep", "kill", "ps", "dmesg", "env", "seq", "mv", "touch",
+];
+
+/// Guest wall-clock limit.
+const GUEST_TIMEOUT: Duration = Duration::from_secs(270);
+
+/// Result of the lane.
+#[derive(Debug, Default)]
+pub struct LaneSummary {
+    /// Tests passed in the guest.
+    pub passed: u32,
+    /// Tests failed in the guest (plus binaries that crashed without a result line).
+    pub failed: u32,
+    /// `SKIPPED` lines printed in the guest.
+    pub skipped: u32,
+    /// Test binaries that exited non-zero.
+    pub failed_binaries: Vec<String>,
+}
+
+fn qemu_dir() -> PathBuf {
+    workspace_root().join("target/qemu")
+}
+
+/// Fetch and unpack the kernel package; returns (vmlinuz, modules dir).
+fn kernel() -> Result<(PathBuf, PathBuf)> {
+    let dir = qemu_dir();
+    std::fs::create_dir_all(&dir)?;
+    let package = std::env::var("ROUTEWARDEN_QEMU_KERNEL_PACKAGE").unwrap_or_else(|_| KERNEL_PACKAGE.to_string());
+    let unpacked = dir.join(&package);
+    if !unpacked.join("boot").is_dir() {
+        let has_deb = |d: &Path| {
+            std::fs::read_dir(d).ok().and_then(|rd| {
+                rd.flatten().map(|e| e.path()).find(|p| {
+                    p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("{package}_"))) && p.extension().is_some_and(|e| e == "deb")
+                })
+            })
+        };
+        if has_deb(&dir).is_none() {
+            run_cmd(Command::new("apt-get").args(["download", &package]).current_dir(&dir))
+                .with_context(|| format!("download {package} (run `apt-get update` first; list candidates with `apt-cache search cloud-amd64-unsigned`)"))?;
+        }
+        let deb = has_deb(&dir).context("downloaded kernel .deb not found")?;
+        let tmp = dir.join(format!("{package}.tmp"));
+        let _ = std::fs::remove_dir_all(&tmp);
+        run_cmd(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tmp))?;
+        std::fs::rename(&tmp, &unpacked)?;
+    }
+    let vmlinuz = std::fs::read_dir(unpacked.join("boot"))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("vmlinuz-")))
+        .context("no boot/vmlinuz-* in the kernel package")?;
+    let modules = std::fs::read_dir(unpacked.join("lib/modules"))?.flatten().map(|e| e.path()).next().context("no lib/modules/<ver>")?;
+    Ok((vmlinuz, modules.join("kernel")))
+}
+
+/// Build the guest test binaries with the object embedded; return their paths by target name.
+fn build_tests(object: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let root = workspace_root();
+    let mut cmd = Command::new("cargo");
+    cmd.args(["test", "--no-run", "--message-format=json", "-p", "routewarden"])
+        .current_dir(&root)
+        .env("CARGO_TARGET_DIR", root.join("target"))
+        .env("ROUTEWARDEN_BPF_OBJECT", object)
+        .stderr(Stdio::inherit());
+    for t in GUEST_TESTS {
+        cmd.args(["--test", t]);
+    }
+    eprintln!("+ {}", crate::display(&cmd));
+    let out = cmd.output().context("cargo test --no-run")?;
+    if !out.status.success() {
+        bail!("building the guest tests failed");
+    }
+    let mut found = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if !line.contains(r#""reason":"compiler-artifact""#) {
+            continue;
+        }
+        let Some(exe) = json_str(line, "executable") else { continue };
+        if let Some(name) = GUEST_TESTS.iter().find(|t| line.contains(&format!(r#""name":"{t}""#))) {
+            found.push(((*name).to_string(), PathBuf::from(exe)));
+        }
+    }
+    for t in GUEST_TESTS {
+        if !found.iter().any(|(n, _)| n == t) {
+            bail!("cargo did not report an executable for test target {t}");
+        }
+    }
+    Ok(found)
+}
+
+/// The string value of `"key":"..."` in one line of cargo's JSON (paths have no quotes).
+fn json_str<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let pat = format!(r#""{key}":""#);
+    let start = line.find(&pat)? + pat.len();
+    let end = line[start..].find('"')? + start;
+    Some(&line[start..end])
+}
+
+/// Shared libraries `ldd` lists for `bin` (absolute paths).
+fn shared_libs(bin: &Path) -> Result<BTreeSet<PathBuf>> {
+    let out = Command::new("ldd").arg(bin).output().context("ldd")?;
+    let mut libs = BTreeSet::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let path = match line.split_once("=>") {
+            Some((_, rhs)) => rhs.split_whitespace().next(),
+            None => line.split_whitespace().next(),
+        };
+        if let Some(p) = path.filter(|p| p.starts_with('/')) {
+            libs.insert(PathBuf::from(p));
+        }
+    }
+    Ok(libs)
+}
+
+fn copy_into(stage: &Path, src: &Path, dest_rel: &str) -> Result<()> {
+    let dest = stage.join(dest_rel.trim_start_matches('/'));
+    std::fs::create_dir_all(dest.parent().context("dest parent")?)?;
+    std::fs::copy(src, &dest).with_context(|| format!("copy {} -> {}", src.display(), dest.display()))?;
+    Ok(())
+}
+
+fn init_script(tests: &[(String, PathBuf)], modules: &[String]) -> String {
+    let mut s = String::from(
+        "#!/bin/sh\n\
+         export PATH=/bin:/sbin:/usr/bin:/usr/sbin\n\
+         mkdir -p /proc /sys /dev /tmp /run\n\
+         mount -t proc proc /proc\n\
+         mount -t sysfs sys /sys\n\
+         mount -t devtmpfs dev /dev\n\
+         mount -t tmpfs tmp /tmp\n\
+         mount -t tmpfs run /run\n\
+         mount -t bpf bpf /sys/fs/bpf\n\
+         mount -t debugfs debugfs /sys/kernel/debug\n\
+         mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null\n",
+    );
+    for m in modules {
+        let _ = writeln!(s, "insmod /lib/modules/{m}.ko || echo RW-LANE-MODULE-FAILED {m}");
+    }
+    s.push_str("ip link set lo up\necho RW-LANE-READY $(uname -r)\n");
+    for (name, _) in tests {
+        let _ = write!(
+            s,
+            "echo RW-LANE-BEGIN {name}\n\
+             ROUTEWARDEN_REQUIRE_BACKENDS=fentry,kprobe,socket-filter RUST_BACKTRACE=0 /tests/{name} --test-threads=1 --nocapture 2>&1\n\
+             echo RW-LANE-EXIT {name} $?\n"
+        );
+    }
+    s.push_str("echo RW-LANE-DONE\npoweroff -f\n");
+    s
+}
+
+/// Build the initramfs; returns its path.
+fn initramfs(tests: &[(String, PathBuf)], modules_dir: &Path) -> Result<PathBuf> {
+    let dir = qemu_dir();
+    let stage = dir.join("initramfs");
+    let _ = std::fs::remove_dir_all(&stage);
+    for d in ["bin", "sbin", "usr/bin", "usr/sbin", "tests", "lib/modules", "proc", "sys", "dev", "tmp", "run", "etc"] {
+        std::fs::create_dir_all(stage.join(d))?;
+    }
+    copy_into(&stage, Path::new("/bin/busybox"), "/bin/busybox").context("busybox-static not installed?")?;
+    for a in APPLETS {
+        std::os::unix::fs::symlink("busybox", stage.join("bin").join(a))?;
+    }
+    let ip = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"].into_iter().map(Path::new).find(|p| p.exists()).context("iproute2 `ip` not found")?;
+    copy_into(&stage, ip, "/usr/sbin/ip")?;
+    let mut libs = shared_libs(ip)?;
+    for (name, bin) in tests {
+        let dest = stage.join("tests").join(name);
+        run_cmd(Command::new("strip").arg("--strip-debug").arg("-o").arg(&dest).arg(bin))?;
+        libs.extend(shared_libs(bin)?);
+    }
+    for lib in &libs {
+        copy_into(&stage, lib, &lib.to_string_lossy())?;
+    }
+    let mut loaded = Vec::new();
+    for m in MODULES {
+        let src = modules_dir.join(format!("{m}.ko"));
+        if src.exists() {
+            let base = m.rsplit('/').next().unwrap_or(m).to_string();
+            copy_into(&stage, &src, &format!("/lib/modules/{base}.ko"))?;
+            loaded.push(base);
+        } else {
+            eprintln!("qemu lane: module {m} not in the kernel package (built in?), skipped");
+        }
+    }
+    std::fs::write(stage.join("etc/passwd"), "root:x:0:0:root:/:/bin/sh\n")?;
+    let init = stage.join("init");
+    std::fs::write(&init, init_script(tests, &loaded))?;
+    run_cmd(Command::new("chmod").arg("755").arg(&init))?;
+    let out = dir.join("initrd.gz");
+    run_cmd(Command::new("sh").arg("-c").arg(format!(
+        "cd '{}' && find . | /bin/busybox cpio -o -H newc 2>/dev/null | gzip -1 > '{}'",
+        stage.display(),
+        out.display()
+    )))?;
+    eprintln!("qemu lane: initramfs {} ({} MiB)", out.display(), std::fs::metadata(&out)?.len() >> 20);
+    Ok(out)
+}
+
+/// Boot the guest and run the tests; returns the console lines.
+fn boot(vmlinuz: &Path, initrd: &Path) -> Result<Vec<String>> {
+    let mut cmd = Command::new("qemu-system-x86_64");
+    cmd.args(["-accel", "tcg", "-cpu", "max", "-m", "1024", "-smp", "2", "-kernel"])
+        .arg(vmlinuz)
+        .arg("-initrd")
+        .arg(initrd)
+        .args(["-append", "console=ttyS0 quiet panic=-1", "-nographic", "-no-reboot"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    eprintln!("+ {}", crate::display(&cmd));
+    let mut child = cmd.spawn().context("start qemu-system-x86_64 (apt-get install qemu-system-x86)")?;
+    let stdout = child.stdout.take().context("qemu stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut log = std::fs::File::create(qemu_dir().join("console.log"))?;
+    let started = Instant::now();
+    let mut lines = Vec::new();
+    let mut timed_out = false;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) => {
+                let line = line.trim_end_matches('\r').to_string();
+                println!("guest| {line}");
+                writeln!(log, "{line}")?;
+                lines.push(line);
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if started.elapsed() > GUEST_TIMEOUT {
+            timed_out = true;
+            let _ = child.kill();
+            break;
+        }
+    }
+    let _ = child.wait();
+    let _ = reader.join();
+    eprintln!("qemu lane: guest ran {:.1} s", started.elapsed().as_secs_f64());
+    if timed_out {
+        lines.push(format!("RW-LANE-TIMEOUT after {GUEST_TIMEOUT:?}"));
+    }
+    Ok(lines)
+}
+
+/// Parse the guest console: libtest `test result:` lines, `SKIPPED` lines, exit codes.
+pub fn parse_console(lines: &[String]) -> LaneSummary {
+    let mut s = LaneSummary::default();
+    let mut current: Option<String> = None;
+    let mut saw_result = false;
+    for line in lines {
+        if let Some(name) = line.strip_prefix("RW-LANE-BEGIN ") {
+            current = Some(name.trim().to_string());
+            saw_result = false;
+        } else if let Some(rest) = line.strip_prefix("RW-LANE-EXIT ") {
+            let mut it = rest.split_whitespace();
+            let (name, code) = (it.next().unwrap_or("?"), it.next().unwrap_or("?"));
+            if code != "0" {
+                s.failed_binaries.push(name.to_string());
+                if !saw_result {
+                    s.failed += 1; // crashed before libtest's summary
+                }
+            }
+            current = None;
+        } else if let Some(idx) = line.find("test result: ") {
+            saw_result = true;
+            for part in line[idx..].split(';') {
+                let n = part.split_whitespace().rev().nth(1).and_then(|x| x.parse::<u32>().ok()).unwrap_or(0);
+                if part.trim_end().ends_with("passed") {
+                    s.passed += n;
+                } else if part.trim_end().ends_with("failed") {
+                    s.failed += n;
+                }
+            }
+        } else if line.contains("SKIPPED ") {
+            s.skipped += 1;
+        }
+    }
+    if current.is_some() || !lines.iter().any(|l| l.starts_with("RW-LANE-DONE")) {
+        s.failed += 1;
+        s.failed_binaries.push(current.unwrap_or_else(|| "guest (did not finish)".into()));
+    }
+    s
+}
+
+/// Run the lane. Prints `qemu lane: N passed, N failed` and fails if any test failed.
+pub fn run(object: &Path) -> Result<LaneSummary> {
+    let t0 = Instant::now();
+    let (vmlinuz, modules) = kernel()?;
+    let tests = build_tests(object)?;
+    let initrd = initramfs(&tests, &modules)?;
+    let lines = boot(&vmlinuz, &initrd)?;
+    let s = parse_console(&lines);
+    eprintln!(
+        "qemu lane ({}): {} passed, {} failed, {} skipped in {:.0} s{}",
+        vmlinuz.file_name().and_then(|n| n.to_str()).unwrap_or("?"),
+        s.passed,
+        s.failed,
+        s.skipped,
+        t0.elapsed().as_secs_f64(),
+        if s.failed_binaries.is_empty() { String::new() } else { format!(" (failing: {})", s.failed_binaries.join(", ")) }
+    );
+    if s.failed > 0 || s.passed == 0 {
+        bail!("qemu lane failed: {} passed, {} failed (console: target/qemu/console.log)", s.passed, s.failed);
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(s: &str) -> Vec<String> {
+        s.lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn parses_results_skips_and_crashes() {
+        let ok = lines(
+            "RW-LANE-READY 6.1.0\nRW-LANE-BEGIN a\nSKIPPED x: why\ntest result: ok. 4 passed; 0 failed; 0 ignored\nRW-LANE-EXIT a 0\n\
+             RW-LANE-BEGIN b\ntest result: FAILED. 2 passed; 1 failed; 0 ignored\nRW-LANE-EXIT b 101\n\
+             RW-LANE-BEGIN c\nSegmentation fault\nRW-LANE-EXIT c 139\nRW-LANE-DONE\n",
+        );
+        let s = parse_console(&ok);
+        assert_eq!((s.passed, s.failed, s.skipped), (6, 2, 1));
+        assert_eq!(s.failed_binaries, vec!["b", "c"]);
+    }
+
+    #[test]
+    fn unfinished_guest_fails() {
+        let s = parse_console(&lines("RW-LANE-BEGIN a\ntest result: ok. 1 passed; 0 failed;\n"));
+        assert_eq!(s.failed, 1);
+    }
+
+    #[test]
+    fn finds_executable_in_cargo_json() {
+        let l = r#"{"reason":"compiler-artifact","target":{"name":"bpf_tc_count"},"executable":"/x/target/debug/deps/bpf_tc_count-1"}"#;
+        assert_eq!(json_str(l, "executable"), Some("/x/target/debug/deps/bpf_tc_count-1"));
+    }
+}
