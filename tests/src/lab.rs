@@ -213,6 +213,28 @@ impl Lab {
     }
 }
 
+impl Lab {
+    /// HTTP/1.0 GET `http://127.0.0.1:<port><path>` from inside `node`'s namespace (the agent's
+    /// metrics server listens on the node's loopback). Returns the status code and the body.
+    ///
+    /// # Errors
+    /// Connection refused or timed out (5 s), or a malformed response.
+    pub fn http_get(&self, node: &str, port: u16, path: &str) -> Result<(u16, String)> {
+        use std::io::{Read, Write};
+        let path = path.to_string();
+        self.in_netns(node, move || -> Result<(u16, String)> {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+            s.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+            write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+            let mut raw = String::new();
+            s.read_to_string(&mut raw)?;
+            let (head, body) = raw.split_once("\r\n\r\n").context("no end of HTTP headers")?;
+            let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).context("no HTTP status")?;
+            Ok((status, body.to_string()))
+        })?
+    }
+}
+
 /// Run `f` on a new thread inside the named network namespace `/run/netns/<name>`.
 ///
 /// # Errors

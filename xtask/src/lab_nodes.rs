@@ -12,7 +12,7 @@ pub fn from_cluster(datastore: &Path) -> Result<Vec<LabNodeSpec>> {
     let snap = FileDatastore::load(datastore).with_context(|| format!("load {}", datastore.display()))?;
     let mut nodes = Vec::new();
     for node in snap.cluster.nodes.values() {
-        let addresses: Vec<String> = [node.bgp_ipv4, node.bgp_ipv6].into_iter().flatten().map(|a| a.to_string()).collect();
+        let addresses: Vec<String> = node.bgp_addresses().iter().map(ToString::to_string).collect();
         if addresses.is_empty() {
             eprintln!("lab: node {} has no BGP address; not in the lab", node.name);
             continue;

@@ -7,8 +7,7 @@
 //! tears the lab down on Ctrl-C or after `--duration`. The machine's own namespace is never
 //! touched.
 
-use std::io::{Read, Write};
-use std::net::{TcpStream, UdpSocket};
+use std::net::UdpSocket;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,15 +46,7 @@ const METRICS_PORT: u16 = 9695;
 
 /// Fetch `path` from the agent's HTTP server on the node's loopback.
 fn http_get(lab: &Lab, node: &str, path: &str) -> Result<String> {
-    let path = path.to_string();
-    lab.in_netns(node, move || -> Result<String> {
-        let mut s = TcpStream::connect(("127.0.0.1", METRICS_PORT))?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-        let mut body = String::new();
-        s.read_to_string(&mut body)?;
-        Ok(body.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or(body))
-    })?
+    lab.http_get(node, METRICS_PORT, path).map(|(_, body)| body)
 }
 
 /// Send `count` UDP datagrams from `from` to `to_addr:9` (discard) across the lab bridge.

@@ -74,6 +74,12 @@ pub struct Node {
 }
 
 impl Node {
+    /// The BGP addresses with their prefix length (`spec.bgp.ipv4Address`, then
+    /// `ipv6Address`), those that are set.
+    pub fn bgp_addresses(&self) -> Vec<IpNet> {
+        [self.bgp_ipv4, self.bgp_ipv6].into_iter().flatten().collect()
+    }
+
     /// The node's BGP address of the family, with its subnet.
     pub fn bgp_address(&self, v6: bool) -> Option<IpNet> {
         if v6 {

@@ -1,0 +1,236 @@
+//! The agent binary end to end in the network-namespace lab: the example cluster, one node
+//! namespace per node, `routewarden run` started as a process inside a node namespace, and its
+//! effects read back from the kernel (`ip route`) and from its own `/metrics` and `/readyz`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use routewarden::datastore::FileDatastore;
+use routewarden_lab::{skip_unless_root, Lab, LabNodeSpec, LabSpec};
+
+const PORT: u16 = 9695;
+
+fn example_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster")
+}
+
+/// A copy of the example cluster in a temp dir the test can edit.
+fn copy_examples() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(example_dir()).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+    }
+    dir
+}
+
+fn lab() -> Lab {
+    let snap = FileDatastore::load(example_dir()).unwrap();
+    let nodes = snap
+        .cluster
+        .nodes
+        .values()
+        .map(|n| LabNodeSpec { name: n.name.clone(), addresses: n.bgp_addresses().iter().map(ToString::to_string).collect() })
+        .collect();
+    Lab::build(LabSpec::new(nodes)).unwrap()
+}
+
+/// The agent process; SIGTERM on drop.
+struct Agent(Child);
+
+impl Agent {
+    fn start(lab: &Lab, node: &str, datastore: &Path, extra: &[&str]) -> Agent {
+        let child = lab
+            .command(node, env!("CARGO_BIN_EXE_routewarden"))
+            .args(["run", "--node", node, "--metrics-addr", &format!("127.0.0.1:{PORT}"), "--log-format", "text", "--datastore"])
+            .arg(format!("file:{}", datastore.display()))
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        Agent(child)
+    }
+
+    fn stop(mut self) -> std::process::ExitStatus {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.0.id()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let status = self.0.wait().unwrap();
+        std::mem::forget(self);
+        status
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Poll until `f` returns Some, or panic after `timeout` naming `what`.
+fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn metrics(lab: &Lab, node: &str) -> String {
+    lab.http_get(node, PORT, "/metrics").map(|(_, b)| b).unwrap_or_default()
+}
+
+/// The value of the sample `name{labels}` (exact text before the value).
+fn sample(body: &str, series: &str) -> Option<f64> {
+    body.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+}
+
+fn wait_ready(lab: &Lab, node: &str) -> String {
+    wait_for("/readyz 200", Duration::from_secs(20), || match lab.http_get(node, PORT, "/readyz") {
+        Ok((200, body)) => Some(body),
+        _ => None,
+    })
+}
+
+fn routes(lab: &Lab, node: &str, proto: &str) -> Vec<String> {
+    let mut out: Vec<String> = lab.ip(node, &["route", "show", "proto", proto]).unwrap().lines().map(|l| l.trim().to_string()).collect();
+    out.extend(lab.ip(node, &["-6", "route", "show", "proto", proto]).unwrap().lines().map(|l| l.trim().to_string()));
+    out
+}
+
+const NODE_A_IPIP: [&str; 7] = [
+    "blackhole 10.244.10.0/26 metric 1024",
+    "10.244.20.0/26 via 10.0.0.12 dev eth0 metric 1024 onlink",
+    "10.244.20.5 via 10.0.0.13 dev eth0 metric 1024 onlink",
+    "10.244.30.0/26 via 10.0.0.13 dev eth0 metric 1024 onlink",
+    "10.244.40.0/26 via 10.0.1.14 dev tunl0 metric 1024 onlink",
+    "10.245.20.0/26 via 10.0.0.12 dev tunl0 metric 1024 onlink",
+    "10.245.40.0/26 via 10.0.1.14 dev tunl0 metric 1024 onlink",
+];
+
+#[test]
+fn felix_role_programs_ipip_and_a_restart_writes_nothing() {
+    if skip_unless_root("felix_role_programs_ipip_and_a_restart_writes_nothing") {
+        return;
+    }
+    let lab = lab();
+    let agent = Agent::start(&lab, "node-a", &example_dir(), &[]);
+    let ready = wait_ready(&lab, "node-a");
+    assert!(ready.starts_with("datastore: synced\nroutes: first apply done\n"), "{ready}");
+    // IPIP CrossSubnet pool: same-subnet peers via eth0, node-d (10.0.1.0/24) via tunl0;
+    // IPIP Always pool: everything via tunl0; own block blackholed; borrowed /32 to node-c.
+    assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
+    let m = metrics(&lab, "node-a");
+    assert_eq!(sample(&m, r#"routewarden_routes{family="ipv4",class="ipip",state="desired"}"#), Some(7.0), "{m}");
+    assert_eq!(sample(&m, r#"routewarden_routes{family="ipv4",class="ipip",state="programmed"}"#), Some(7.0), "{m}");
+    assert_eq!(sample(&m, r#"routewarden_route_operations_total{op="replace",result="ok"}"#), Some(7.0), "{m}");
+    assert_eq!(sample(&m, "routewarden_datastore_synced"), Some(1.0));
+    assert_eq!(sample(&m, r#"routewarden_ownership_findings{code="consistent",class="ipip"}"#), Some(1.0));
+    assert_eq!(sample(&m, r#"routewarden_ownership_findings{code="consistent",class="noencap"}"#), Some(1.0));
+    assert!(agent.stop().success());
+    // Routes survive the agent (S04: a restart must not remove them) ...
+    assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
+    // ... and the restarted agent finds them in place and writes nothing.
+    let agent = Agent::start(&lab, "node-a", &example_dir(), &[]);
+    wait_ready(&lab, "node-a");
+    let m = metrics(&lab, "node-a");
+    assert_eq!(sample(&m, r#"routewarden_route_operations_total{op="replace",result="ok"}"#), Some(0.0), "{m}");
+    assert_eq!(sample(&m, r#"routewarden_route_operations_total{op="delete",result="ok"}"#), Some(0.0), "{m}");
+    assert_eq!(sample(&m, r#"routewarden_routes{family="ipv4",class="ipip",state="programmed"}"#), Some(7.0), "{m}");
+    assert!(agent.stop().success());
+}
+
+#[test]
+fn bird_role_programs_noencap_v4_and_v6() {
+    if skip_unless_root("bird_role_programs_noencap_v4_and_v6") {
+        return;
+    }
+    let lab = lab();
+    let _agent = Agent::start(&lab, "node-b", &example_dir(), &["--role", "bird", "--route-protocol", "201"]);
+    wait_ready(&lab, "node-b");
+    assert_eq!(
+        routes(&lab, "node-b", "201"),
+        [
+            "10.246.10.0/26 via 10.0.0.11 dev eth0 metric 1024 onlink",
+            "10.246.30.0/26 via 10.0.0.13 dev eth0 metric 1024 onlink",
+            "fd00:10:244:0:10::/122 via fd00:10::11 dev eth0 metric 1024 onlink pref medium",
+            "blackhole fd00:10:244:0:20::/122 dev lo metric 1024 pref medium",
+        ]
+    );
+    let m = metrics(&lab, "node-b");
+    assert_eq!(sample(&m, r#"routewarden_routes{family="ipv6",class="noencap",state="programmed"}"#), Some(2.0), "{m}");
+    assert_eq!(sample(&m, r#"routewarden_routes{family="ipv4",class="noencap",state="programmed"}"#), Some(2.0), "{m}");
+}
+
+#[test]
+fn broken_input_keeps_routes_and_blocks_deletes_until_fixed() {
+    if skip_unless_root("broken_input_keeps_routes_and_blocks_deletes_until_fixed") {
+        return;
+    }
+    let lab = lab();
+    let dir = copy_examples();
+    let _agent = Agent::start(&lab, "node-a", dir.path(), &[]);
+    wait_ready(&lab, "node-a");
+    assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
+
+    // Break one file (S10 for the file datastore) and release node-d's block in another.
+    let calico = dir.path().join("calico.yaml");
+    let good = std::fs::read_to_string(&calico).unwrap();
+    std::fs::write(&calico, format!("{good}\n---\nkind: IPPool\nspec: [unclosed\n")).unwrap();
+    let ipam = dir.path().join("ipam.yaml");
+    let ipam_good = std::fs::read_to_string(&ipam).unwrap();
+    let released = ipam_good.replace("spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: false}", "spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: true}");
+    assert_ne!(released, ipam_good);
+    std::fs::write(&ipam, &released).unwrap();
+    wait_for("datastore_synced 0", Duration::from_secs(10), || (sample(&metrics(&lab, "node-a"), "routewarden_datastore_synced") == Some(0.0)).then_some(()));
+    let (status, body) = lab.http_get("node-a", PORT, "/readyz").unwrap();
+    assert_eq!((status, body.lines().next()), (503, Some("datastore: not synced")));
+    std::thread::sleep(Duration::from_millis(500));
+    // Nothing deleted while the input is broken: the released block's route stays.
+    assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
+
+    // Fixed: the view is complete again and the released block's route goes.
+    std::fs::write(&calico, good).unwrap();
+    wait_for("route to the released block removed", Duration::from_secs(10), || {
+        (routes(&lab, "node-a", "80").len() == NODE_A_IPIP.len() - 1).then_some(())
+    });
+    let expected: Vec<&str> = NODE_A_IPIP.iter().copied().filter(|r| !r.starts_with("10.245.40.0/26")).collect();
+    assert_eq!(routes(&lab, "node-a", "80"), expected);
+    assert_eq!(sample(&metrics(&lab, "node-a"), "routewarden_datastore_synced"), Some(1.0));
+}
+
+#[test]
+fn explain_and_audit_commands_report_the_lab() {
+    if skip_unless_root("explain_and_audit_commands_report_the_lab") {
+        return;
+    }
+    let lab = lab();
+    let ds = format!("file:{}", example_dir().display());
+    // Before anything is programmed, the one-shot audit (Felix vs BIRD) finds every route missing.
+    let out = lab.command("node-a", env!("CARGO_BIN_EXE_routewarden")).args(["audit", "--node", "node-a", "--datastore", &ds, "-o", "json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let findings = report["findings"].as_array().unwrap();
+    assert!(!findings.is_empty());
+    assert!(findings.iter().all(|f| f["code"] == "missing"), "{report:#}");
+    // After routewarden programs IPIP (role felix) and a stand-in BIRD programs no-encap, the
+    // audit with routewarden as the Felix side is clean.
+    let agent = Agent::start(&lab, "node-a", &example_dir(), &[]);
+    wait_ready(&lab, "node-a");
+    for r in ["blackhole 10.246.10.0/26", "10.246.30.0/26 via 10.0.0.13 dev eth0", "blackhole fd00:10:244:0:10::/122", "fd00:10:244:0:20::/122 via fd00:10::12 dev eth0"] {
+        let mut args: Vec<&str> = if r.contains(':') { vec!["-6", "route", "add"] } else { vec!["route", "add"] };
+        args.extend(r.split(' '));
+        args.extend(["proto", "bird", "metric", "1024"]);
+        lab.ip("node-a", &args).unwrap();
+    }
+    let out = lab.command("node-a", env!("CARGO_BIN_EXE_routewarden")).args(["audit", "--node", "node-a", "--role", "felix", "--datastore", &ds]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("clean:"), "{text}");
+    drop(agent);
+}
