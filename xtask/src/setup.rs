@@ -31,6 +31,45 @@ pub const APT_PACKAGES: &[&str] = &[
     "busybox-static",
 ];
 
+/// Debian packages only the test suite needs: `promtool` (alert rule tests), BIRD 2 (a real
+/// second route writer), `kubectl` comes with the machine image (kustomize builds).
+pub const TEST_APT_PACKAGES: &[&str] = &["prometheus", "bird2", "procps"];
+
+/// PyPI packages only the test suite needs (offline Kubernetes schema validation).
+pub const TEST_PIP_PACKAGES: &[&str] = &["kubernetes-validate==1.37.0"];
+
+/// Install the test-only tools (root, Debian/Ubuntu); prints what it does. Without root,
+/// prints the commands and carries on (the tests that need a missing tool print SKIPPED).
+///
+/// # Errors
+/// An install command that fails.
+pub fn ensure_test_tools() -> Result<()> {
+    let missing: Vec<&str> = TEST_APT_PACKAGES.iter().copied().filter(|p| !dpkg_installed(p)).collect();
+    let pip_missing = !Command::new("kubernetes-validate").arg("--version").output().is_ok_and(|o| o.status.success());
+    if missing.is_empty() && !pip_missing {
+        return Ok(());
+    }
+    if !nix_is_root() || !is_debian_like() {
+        eprintln!("setup: test tools missing; as root run: apt-get install -y {} && python3 -m pip install {}", TEST_APT_PACKAGES.join(" "), TEST_PIP_PACKAGES.join(" "));
+        return Ok(());
+    }
+    if !missing.is_empty() {
+        eprintln!("setup: installing test tools: {}", missing.join(" "));
+        run_cmd(Command::new("apt-get").arg("update"))?;
+        // The prometheus package would start a server under systemd; nothing here runs one.
+        run_cmd(Command::new("apt-get").args(["install", "-y", "--no-install-recommends"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))?;
+    }
+    if pip_missing {
+        run_cmd(Command::new("python3").args(["-m", "pip", "install", "--quiet"]).args(TEST_PIP_PACKAGES))?;
+    }
+    Ok(())
+}
+
+fn dpkg_installed(p: &str) -> bool {
+    let out = Command::new("dpkg-query").args(["-W", "-f=${Status}", p]).output();
+    matches!(out, Ok(o) if String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+}
+
 /// The bpf-linker release that works with LLVM 22 and rustc 1.95/1.96.
 pub const BPF_LINKER_VERSION: &str = "0.13.0";
 
@@ -43,10 +82,7 @@ fn missing_packages() -> Vec<&'static str> {
     APT_PACKAGES
         .iter()
         .copied()
-        .filter(|p| {
-            let out = Command::new("dpkg-query").args(["-W", "-f=${Status}", p]).output();
-            !matches!(out, Ok(o) if String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
-        })
+        .filter(|p| !dpkg_installed(p))
         .collect()
 }
 

@@ -32,6 +32,7 @@ pub struct TestArgs {
 /// Run the suite.
 pub fn test(args: &TestArgs) -> Result<()> {
     let root = workspace_root();
+    crate::setup::ensure_test_tools()?;
     let object = build_bpf()?;
     if args.qemu_only {
         return crate::qemu::run(&object).map(|_| ());
