@@ -15,7 +15,11 @@
 //! `NLM_F_REPLACE` (0x100) in a RTM_NEWROUTE means the write overwrote an existing route.
 //! Returns 0: the copy for this socket is dropped (nothing reads it); map and ring-buffer
 //! writes stay.
-use aya_ebpf::{macros::socket_filter, programs::SkBuffContext};
+use aya_ebpf::{
+    macros::{map, socket_filter},
+    maps::PerCpuArray,
+    programs::SkBuffContext,
+};
 use routewarden_common::route_watch::{RouteWrite, WriteOp, Writer, WriterIdKind, AF_INET, AF_INET6};
 
 use crate::route_detector::{count_decode_error, link_down, now_ns, observe};
@@ -31,8 +35,16 @@ const RTA_OIF: u16 = 4;
 const RTA_GATEWAY: u16 = 5;
 const RTA_PRIORITY: u16 = 6;
 const RTA_TABLE: u16 = 15;
-/// Upper bound on attributes walked per message (a route message has about 8).
-const MAX_ATTRS: u32 = 24;
+/// Upper bound on attributes walked per message. The kernel puts the ones read here first
+/// (`fib_dump_info`, `rt6_fill_node`: table, dst, [src, iif, prefsrc, metrics], gateway, oif,
+/// priority); 16 leaves room for the optional ones.
+const MAX_ATTRS: u32 = 16;
+
+/// Scratch [`RouteWrite`] per CPU. The attribute walk writes into map memory rather than the
+/// stack so that the verifier's states at the loop head do not multiply with which fields were
+/// written (Linux 6.1 hit the 1M-instruction limit with a stack-allocated write).
+#[map(name = "ROUTE_WATCH_NL_SCRATCH")]
+static SCRATCH: PerCpuArray<RouteWrite> = PerCpuArray::with_max_entries(1, 0);
 
 #[socket_filter]
 pub fn route_watch_netlink(ctx: SkBuffContext) -> i64 {
@@ -101,7 +113,10 @@ fn route_message(ctx: &SkBuffContext, msg_type: u16) -> Result<(), i64> {
     } else {
         WriteOp::Add
     };
-    let mut w = RouteWrite {
+    let Some(w) = SCRATCH.get_ptr_mut(0) else { return Err(decode_error()) };
+    // SAFETY: this CPU's slot, valid for the program's run and not shared with other CPUs.
+    let w = unsafe { &mut *w };
+    *w = RouteWrite {
         ts_ns: now_ns(),
         table: u32::from(rtm[4]),
         metric: 0,
@@ -117,7 +132,7 @@ fn route_message(ctx: &SkBuffContext, msg_type: u16) -> Result<(), i64> {
     let len = ctx.len() as usize;
     let mut off: usize = 28;
     for _ in 0..MAX_ATTRS {
-        if off + 4 > len {
+        if off + 4 > len || off > 4096 {
             break;
         }
         let Ok(hdr) = ctx.load::<[u16; 2]>(off) else { break };
@@ -136,7 +151,7 @@ fn route_message(ctx: &SkBuffContext, msg_type: u16) -> Result<(), i64> {
         }
         off += (alen + 3) & !3;
     }
-    observe(&mut w);
+    observe(w);
     Ok(())
 }
 

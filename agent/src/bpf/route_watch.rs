@@ -139,7 +139,7 @@ pub enum RouteWatchError {
     #[error("no BPF object is embedded in this build (build with `cargo xtask build`)")]
     NoObject,
     /// Every backend tried failed; each attempt's reason, best backend first.
-    #[error("route watch degraded, no backend works: {}", attempts.iter().map(|(b, e)| format!("{b}: {e}")).collect::<Vec<_>>().join("; "))]
+    #[error("route watch degraded, no backend works: {}", attempts.iter().map(|(_, e)| e.as_str()).collect::<Vec<_>>().join("; "))]
     NoBackend { attempts: Vec<(RouteWatchBackend, String)> },
     /// BTF is missing or does not match the hooks (fentry/kprobe only).
     #[error("{backend}: kernel BTF: {source}")]

@@ -54,6 +54,51 @@ impl Default for EventsOptions {
     }
 }
 
+/// Command-line arguments of `routewarden events` (for the CLI's `Events(EventsArgs)` arm).
+#[derive(Clone, Debug, clap::Args)]
+pub struct EventsArgs {
+    /// Output: `text` (one line per event) or `json` (one JSON object per line).
+    #[arg(short = 'o', long = "output", default_value = "text", value_parser = ["text", "json"])]
+    pub output: String,
+    /// Force a backend: fentry, kprobe or socket-filter (default: the best that loads).
+    #[arg(long = "route-watch-backend")]
+    pub backend: Option<RouteWatchBackend>,
+    /// Conflict / flap window, seconds.
+    #[arg(long, default_value_t = 30)]
+    pub window_seconds: u64,
+    /// Changes within the window that make a flap.
+    #[arg(long, default_value_t = 3)]
+    pub flap_threshold: u32,
+    /// routewarden's route protocol (its writes show as writer class `self`).
+    #[arg(long, default_value_t = 80)]
+    pub route_protocol: u8,
+    /// Stop after this many events.
+    #[arg(long)]
+    pub count: Option<usize>,
+}
+
+impl EventsArgs {
+    /// The options these arguments describe.
+    pub fn options(&self) -> EventsOptions {
+        EventsOptions {
+            format: if self.output == "json" { EventsFormat::Json } else { EventsFormat::Text },
+            backend: self.backend,
+            window: Duration::from_secs(self.window_seconds),
+            flap_threshold: self.flap_threshold,
+            self_protocol: self.route_protocol,
+            max_events: self.count,
+            duration: None,
+        }
+    }
+}
+
+/// `routewarden events`: run [`stream_events`] to stdout on a current-thread runtime. For the
+/// CLI: `Command::Events(args) => routewarden::bpf::route_watch::events_cmd::main(&args)`.
+pub fn main(args: &EventsArgs) -> Result<(), EventsError> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(stream_events(&args.options(), std::io::stdout().lock())).map(|_| ())
+}
+
 /// Errors of `routewarden events`.
 #[derive(Debug, thiserror::Error)]
 pub enum EventsError {
