@@ -32,7 +32,7 @@ use crate::{run_cmd, workspace_root};
 pub const KERNEL_PACKAGE: &str = "linux-image-6.1.0-50-cloud-amd64-unsigned";
 
 /// Integration-test targets of the `routewarden` package run in the guest.
-pub const GUEST_TESTS: &[&str] = &["bpf_tc_count", "route_watch_fentry", "route_watch_kprobe", "route_watch_socket_filter"];
+pub const GUEST_TESTS: &[&str] = &["bpf_tc_count", "route_watch_fentry", "route_watch_kprobe", "route_watch_socket_filter", "route_watch_events"];
 
 /// Modules loaded in the guest, dependencies first (missing ones are reported and skipped).
 const MODULES: &[&str] = &[
