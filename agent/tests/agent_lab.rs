@@ -234,3 +234,44 @@ fn explain_and_audit_commands_report_the_lab() {
     assert!(text.contains("clean:"), "{text}");
     drop(agent);
 }
+
+#[test]
+fn audit_mode_programs_nothing_and_reports_findings() {
+    if skip_unless_root("audit_mode_programs_nothing_and_reports_findings") {
+        return;
+    }
+    let lab = lab();
+    let _agent = Agent::start(&lab, "node-a", &example_dir(), &["--mode", "audit", "--resync-interval", "1"]);
+    wait_ready(&lab, "node-a");
+    // Felix (IPIP, 7 routes on node-a) and BIRD (no-encap: 2 v4 + 2 v6) have programmed
+    // nothing yet: 11 missing, and routewarden itself wrote nothing.
+    let m = wait_for("first audit", Duration::from_secs(10), || {
+        let m = metrics(&lab, "node-a");
+        sample(&m, r#"routewarden_audit_findings{code="missing"}"#).is_some().then_some(m)
+    });
+    assert_eq!(sample(&m, r#"routewarden_audit_findings{code="missing"}"#), Some(11.0), "{m}");
+    assert_eq!(sample(&m, r#"routewarden_audit_findings{code="foreign-writer"}"#), Some(0.0), "{m}");
+    assert!(routes(&lab, "node-a", "80").is_empty());
+    // Felix's and BIRD's routes appear (written here by `ip` with their protocols), plus a
+    // foreign proto-17 route on a cluster prefix (S05): the audit follows within a resync.
+    for r in NODE_A_IPIP {
+        let mut args = vec!["route", "add"];
+        args.extend(r.split(' '));
+        args.extend(["proto", "80"]);
+        lab.ip("node-a", &args).unwrap();
+    }
+    for r in ["blackhole 10.246.10.0/26", "10.246.30.0/26 via 10.0.0.13 dev eth0", "blackhole fd00:10:244:0:10::/122", "fd00:10:244:0:20::/122 via fd00:10::12 dev eth0"] {
+        let mut args: Vec<&str> = if r.contains(':') { vec!["-6", "route", "add"] } else { vec!["route", "add"] };
+        args.extend(r.split(' '));
+        args.extend(["proto", "bird", "metric", "1024"]);
+        lab.ip("node-a", &args).unwrap();
+    }
+    lab.ip("node-a", &["route", "add", "10.246.99.0/26", "via", "10.0.0.12", "dev", "eth0", "proto", "17"]).unwrap();
+    let m = wait_for("audit with only the foreign writer left", Duration::from_secs(10), || {
+        let m = metrics(&lab, "node-a");
+        (sample(&m, r#"routewarden_audit_findings{code="missing"}"#) == Some(0.0)).then_some(m)
+    });
+    assert_eq!(sample(&m, r#"routewarden_audit_findings{code="foreign-writer"}"#), Some(1.0), "{m}");
+    assert_eq!(sample(&m, r#"routewarden_audit_findings{code="duplicate"}"#), Some(0.0), "{m}");
+    assert_eq!(sample(&m, r#"routewarden_route_operations_total{op="replace",result="ok"}"#), None, "audit mode must not write: {m}");
+}

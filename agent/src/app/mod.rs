@@ -24,7 +24,7 @@ use tracing::{error, info, warn};
 use crate::bpf::tc_count::{Direction, TcCounter};
 use crate::dataplane::{self, ApplyReport, DataplaneCommand, DataplaneConfig, Family, Reconciler, RtNetlink, SystemClock};
 use crate::datastore::{DatastoreEvent, FileDatastore, Snapshot};
-use crate::observe::metrics::{FindingLabels, LoadErrorLabels, NetlinkErrorLabels, OperationLabels, ProgramLabels, RouteLabels};
+use crate::observe::metrics::{AuditLabels, FindingLabels, LoadErrorLabels, NetlinkErrorLabels, OperationLabels, ProgramLabels, RouteLabels};
 use crate::observe::{Health, Metrics, WatcherState};
 use crate::ownership::{CalicoVersion, OwnershipConfig, Role};
 use crate::routes::{routable_classes, PoolClass, RouteDevices};
@@ -88,6 +88,11 @@ impl ClusterHandler {
             DatastoreEvent::Synced => {
                 self.synced = true;
                 info!("datastore synced");
+                self.publish_synced().await;
+            }
+            DatastoreEvent::Unsynced { reason } => {
+                warn!(%reason, "datastore not synced; keeping every route, deleting none");
+                self.synced = false;
                 self.publish_synced().await;
             }
             DatastoreEvent::Snapshot(s) => self.on_snapshot(&s).await,
@@ -224,6 +229,41 @@ fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport) {
     }
 }
 
+/// The audit handler (`--mode audit`): compares the kernel with what each owner should have
+/// programmed, on every plan change and every resync interval; programs nothing.
+struct AuditHandler {
+    nl: RtNetlink,
+    last_findings: Vec<crate::dataplane::AuditFinding>,
+}
+
+impl AuditHandler {
+    async fn audit(&mut self, plan: &Plan, metrics: &Metrics, health: &Health) {
+        match crate::dataplane::audit_kernel(&mut self.nl, &plan.expected, &plan.audit_scope).await {
+            Ok(report) => {
+                metrics.audit_findings.clear();
+                for code in crate::dataplane::FindingCode::ALL {
+                    let n = report.findings.iter().filter(|f| f.code == code).count();
+                    metrics.audit_findings.get_or_create(&AuditLabels { code: code.as_str() }).set(i64::try_from(n).unwrap_or(i64::MAX));
+                }
+                if report.findings != self.last_findings {
+                    if report.is_clean() {
+                        info!(expected = report.expected, kernel_routes = report.kernel_routes, "audit clean");
+                    }
+                    for f in &report.findings {
+                        warn!(code = f.code.as_str(), prefix = %f.prefix, owner = f.owner.map(crate::routes::Writer::label), "{}", f.detail);
+                    }
+                    self.last_findings = report.findings;
+                }
+                health.set_first_apply_done();
+            }
+            Err(e) => {
+                metrics.netlink_errors.get_or_create(&NetlinkErrorLabels { op: "dump", kind: "other" }).inc();
+                warn!(error = %e, "audit: dumping the kernel's routes failed");
+            }
+        }
+    }
+}
+
 /// The BPF handler: the `tc_count` probe and its counters.
 struct BpfHandler {
     counter: Option<TcCounter>,
@@ -324,8 +364,11 @@ pub async fn run(args: RunArgs) -> Result<()> {
         dataplane_task = Some((watcher, tokio::spawn(dataplane::run(reconciler, cmd_rx, ev_rx, report_tx, dataplane::DEFAULT_DEBOUNCE))));
         Some(cmd_tx)
     } else {
-        // Audit mode programs nothing: the first "apply" is trivially done.
-        health.set_first_apply_done();
+        None
+    };
+    let mut auditor = if args.mode == Mode::Audit {
+        Some(AuditHandler { nl: RtNetlink::connect().context("open the rtnetlink socket")?, last_findings: Vec::new() })
+    } else {
         None
     };
 
@@ -346,12 +389,23 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut counters = tokio::time::interval(COUNTER_POLL);
     let mut heartbeat = tokio::time::interval(Duration::from_secs(5));
+    let mut audit_tick = tokio::time::interval(dp_config.resync_interval);
     let reason = loop {
         tokio::select! {
             ev = ds_rx.recv() => match ev {
-                Some(ev) => cluster.on_datastore(ev).await,
+                Some(ev) => {
+                    cluster.on_datastore(ev).await;
+                    if let (Some(a), Some(plan)) = (auditor.as_mut(), cluster.last.as_ref()) {
+                        a.audit(plan, &metrics, &health).await;
+                    }
+                }
                 None => break "datastore task ended",
             },
+            _ = audit_tick.tick(), if auditor.is_some() => {
+                if let (Some(a), Some(plan)) = (auditor.as_mut(), cluster.last.as_ref()) {
+                    a.audit(plan, &metrics, &health).await;
+                }
+            }
             Some(report) = report_rx.recv() => record_report(&metrics, &health, &report),
             _ = counters.tick() => bpf.poll(&metrics),
             _ = heartbeat.tick() => {},

@@ -60,6 +60,16 @@ pub enum FindingCode {
 }
 
 impl FindingCode {
+    /// Every code, in declaration order (for metrics that report zeros too).
+    pub const ALL: [FindingCode; 6] = [
+        FindingCode::Missing,
+        FindingCode::Stale,
+        FindingCode::Duplicate,
+        FindingCode::WrongPath,
+        FindingCode::WrongNextHop,
+        FindingCode::ForeignWriter,
+    ];
+
     /// The code as printed and used as a metric label.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -50,6 +50,13 @@ pub struct NetlinkErrorLabels {
     pub kind: &'static str,
 }
 
+/// Labels `{code}` of `routewarden_audit_findings`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AuditLabels {
+    /// `missing`, `stale`, `duplicate`, `wrong-path`, `wrong-next-hop`, `foreign-writer`.
+    pub code: &'static str,
+}
+
 /// Labels `{program}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProgramLabels {
@@ -99,6 +106,34 @@ pub struct BackendLabels {
     pub backend: &'static str,
 }
 
+/// Labels `{pool, path}` of `routewarden_forwarded_packets_total` / `_bytes_total` (issue 6).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ForwardPathLabels {
+    /// IP pool name: bounded by the cluster's pools (a fixed set from the datastore), never a
+    /// prefix.
+    pub pool: String,
+    /// Path taken: `tunnel`, `host` (`local` never leaves the node).
+    pub path: &'static str,
+}
+
+/// Labels `{pool, expected, actual}` of `routewarden_wrong_path_packets_total` (issue 6).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WrongPathLabels {
+    /// IP pool name.
+    pub pool: String,
+    /// Expected path: `tunnel`, `host`, `local`.
+    pub expected: &'static str,
+    /// Path taken: `tunnel`, `host`.
+    pub actual: &'static str,
+}
+
+/// Labels `{pool}` of `routewarden_forwarding_flaps_total` (issue 6).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    /// IP pool name.
+    pub pool: String,
+}
+
 /// All metric handles. Cheap to share (`Arc<Metrics>`); updating a handle is lock-free.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -118,6 +153,8 @@ pub struct Metrics {
     pub netlink_errors: Family<NetlinkErrorLabels, Counter>,
     /// `routewarden_reconcile_duration_seconds`: one apply pass (seconds).
     pub reconcile_duration: ReconcileHistogram,
+    /// `routewarden_audit_findings{code}`: findings of the last audit (`--mode audit`).
+    pub audit_findings: Family<AuditLabels, Gauge>,
     /// `routewarden_bpf_program_attached{program}`: 1 attached, 0 not.
     pub bpf_program_attached: Family<ProgramLabels, Gauge>,
     /// `routewarden_tc_count_packets_total`: packets seen by the `tc_count` probe.
@@ -139,6 +176,18 @@ pub struct Metrics {
     pub route_watch_backend: Family<BackendLabels, Gauge>,
     /// `routewarden_route_watch_events_lost_total`: ring-buffer records dropped (buffer full).
     pub route_watch_events_lost: Counter,
+    /// `routewarden_forwarded_packets_total{pool,path}`: packets to cluster destinations by
+    /// path taken, each packet once (issue 6, `bpf::forward`).
+    pub forwarded_packets: Family<ForwardPathLabels, Counter>,
+    /// `routewarden_forwarded_bytes_total{pool,path}`: bytes (`skb->len` at the hook), likewise.
+    pub forwarded_bytes: Family<ForwardPathLabels, Counter>,
+    /// `routewarden_wrong_path_packets_total{pool,expected,actual}`.
+    pub wrong_path_packets: Family<WrongPathLabels, Counter>,
+    /// `routewarden_forwarding_flaps_total{pool}`: blocks whose egress path changed at least
+    /// threshold times within the window (one per block per window).
+    pub forwarding_flaps: Family<PoolLabels, Counter>,
+    /// `routewarden_forwarding_events_lost_total`: forwarding-watch ring-buffer records lost.
+    pub forwarding_events_lost: Counter,
 }
 
 /// Histogram wrapper with the reconcile buckets (1 ms .. ~16 s).
@@ -169,6 +218,7 @@ impl Metrics {
         r.register("route_operations", "Netlink route writes, by operation and result", m.route_operations.clone());
         r.register("netlink_errors", "Netlink errors, by operation and errno kind", m.netlink_errors.clone());
         r.register("reconcile_duration_seconds", "Duration of one route-table apply pass", m.reconcile_duration.0.clone());
+        r.register("audit_findings", "Findings of the last audit of the kernel against the ownership matrix, by code (--mode audit)", m.audit_findings.clone());
         r.register("bpf_program_attached", "1 when the BPF program is loaded and attached, else 0", m.bpf_program_attached.clone());
         r.register("tc_count_packets", "Packets seen by the tc_count probe on the watched devices", m.tc_count_packets.clone());
         r.register("tc_count_bytes", "Bytes seen by the tc_count probe on the watched devices", m.tc_count_bytes.clone());
@@ -179,6 +229,11 @@ impl Metrics {
         r.register("flapping_prefixes", "Prefixes in flap or conflict now", m.flapping_prefixes.clone());
         r.register("route_watch_backend_info", "In-kernel route watch backend in use (1), none when degraded", m.route_watch_backend.clone());
         r.register("route_watch_events_lost", "Route-watch ring-buffer records lost because the buffer was full", m.route_watch_events_lost.clone());
+        r.register("forwarded_packets", "Packets leaving for cluster destinations, by IP pool and path taken (each packet once)", m.forwarded_packets.clone());
+        r.register("forwarded_bytes", "Bytes leaving for cluster destinations, by IP pool and path taken", m.forwarded_bytes.clone());
+        r.register("wrong_path_packets", "Packets to a cluster destination that left on a different path than expected", m.wrong_path_packets.clone());
+        r.register("forwarding_flaps", "Blocks whose egress path changed at least threshold times within the window", m.forwarding_flaps.clone());
+        r.register("forwarding_events_lost", "Forwarding-watch ring-buffer records lost because the buffer was full", m.forwarding_events_lost.clone());
         (r, m)
     }
 }
