@@ -29,6 +29,9 @@ enum Command {
     /// Compare the kernel's routes with what each owner should have programmed (programs
     /// nothing). Exits 1 on findings.
     Audit(AuditArgs),
+    /// Stream route writes, flushes, conflicts and flaps live from the in-kernel route watch
+    /// (like `ip monitor route`, with the writer's process and the verdict).
+    Events(routewarden::bpf::route_watch::events_cmd::EventsArgs),
 }
 
 fn load(cluster: &ClusterArgs) -> Result<Snapshot> {
@@ -112,6 +115,7 @@ fn main() -> ExitCode {
             app::logging::init(LogFormat::Text);
             tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(anyhow::Error::from).and_then(|rt| rt.block_on(cmd_audit(&args)))
         }
+        Command::Events(args) => routewarden::bpf::route_watch::events_cmd::main(&args).map(|()| ExitCode::SUCCESS).map_err(anyhow::Error::from),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,101 @@
+//! A real BIRD 2 as the second writer: its static protocol exports 10.244.20.0/26 to the
+//! kernel (proto bird, metric 1024, kernel scan every second) while routewarden (proto 80)
+//! overwrites the same route. BIRD 2.0.12 does not overwrite a foreign route at the same
+//! metric (its add fails with EEXIST) but re-installs its route within a scan once the
+//! foreign one is deleted, so the fight is: routewarden replaces, routewarden deletes, BIRD
+//! re-adds, and again. The watch reports a conflict naming `self` and `bird` (BIRD's process
+//! name resolved from its netlink socket) within one cycle, and the flapping gauge returns to
+//! 0 once the fight stops. Runs with the best backend this kernel has (socket filter here).
+
+mod route_watch_common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use route_watch_common::{config, ifindex, lab, ChildGuard, Harness, SelfWriter};
+use routewarden::bpf::route_watch::{RouteWatch, RouteWatchEvent};
+
+const TEST: &str = "bird_and_routewarden_fight_is_a_conflict";
+
+#[test]
+fn bird_and_routewarden_fight_is_a_conflict() {
+    if routewarden_lab::skip_unless_root(TEST) {
+        return;
+    }
+    if !std::path::Path::new("/usr/sbin/bird").exists() {
+        eprintln!("SKIPPED {TEST}: BIRD 2 is not installed (apt-get install bird2)");
+        return;
+    }
+    let Some(object) = routewarden::bpf::embedded_object() else {
+        eprintln!("SKIPPED {TEST}: built without the BPF object; `cargo xtask test` embeds it");
+        return;
+    };
+    let ns = lab();
+    let dir = std::env::temp_dir().join(format!("rw-bird-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("bird.conf");
+    std::fs::write(
+        &conf,
+        "router id 10.0.0.11;\n\
+         protocol device { scan time 10; }\n\
+         protocol kernel { ipv4 { import none; export all; }; scan time 1; metric 1024; learn off; }\n\
+         protocol static { ipv4; route 10.244.20.0/26 via 10.0.0.13; }\n",
+    )
+    .unwrap();
+    let watch = RouteWatch::start(object, &config()).expect("route watch");
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+        let mut h = Harness::new(watch);
+        let bird = ChildGuard(
+            Command::new("/usr/sbin/bird")
+                .args(["-f", "-c"])
+                .arg(&conf)
+                .arg("-s")
+                .arg(dir.join("bird.ctl"))
+                .arg("-P")
+                .arg(dir.join("bird.pid"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start bird"),
+        );
+        let me = SelfWriter::new();
+        let oif = ifindex("veth0");
+        let bird_route = || route_watch_common::sh("ip", &["route", "show", "10.244.20.0/26", "proto", "bird"]).contains("10.244.20.0/26");
+        let mut t0 = Instant::now();
+        for _ in 0..3 {
+            let wait = Instant::now();
+            while !bird_route() {
+                assert!(wait.elapsed() < Duration::from_secs(5), "{TEST}: BIRD did not (re-)install its route");
+                h.pump(Duration::from_millis(100)).await;
+            }
+            t0 = Instant::now();
+            me.replace_v4("10.244.20.0".parse().unwrap(), 26, "10.0.0.12".parse().unwrap(), oif).await.unwrap();
+            h.pump(Duration::from_millis(300)).await;
+            if !h.conflicts().is_empty() {
+                break;
+            }
+            route_watch_common::sh("ip", &["route", "del", "10.244.20.0/26", "proto", "80", "metric", "1024"]);
+        }
+        let conflict = h.conflicts().first().copied().cloned().unwrap_or_else(|| panic!("{TEST}: no conflict: {:?}", h.events));
+        let RouteWatchEvent::Conflict { route, previous, .. } = &conflict else { unreachable!() };
+        let mut classes = [route.writer.class, previous.class];
+        classes.sort_unstable();
+        assert_eq!(classes, ["bird", "self"], "{TEST}: {conflict:?}");
+        let bird_writer = if route.writer.class == "bird" { &route.writer } else { previous };
+        if bird_writer.netlink_port.is_some() {
+            assert_eq!(bird_writer.comm.as_deref(), Some("bird"), "{TEST}: BIRD's port resolved to its process: {bird_writer:?}");
+        } else {
+            assert_eq!(bird_writer.comm.as_deref(), Some("bird"));
+        }
+        assert!(t0.elapsed() < Duration::from_secs(1), "{TEST}: conflict within one cycle");
+        eprintln!("{TEST}: conflict {:?} after the overwrite: {conflict}", t0.elapsed());
+        drop(bird);
+        let t1 = Instant::now();
+        while h.metrics.flapping_prefixes.get() != 0 && t1.elapsed() < Duration::from_secs(8) {
+            h.pump(Duration::from_millis(200)).await;
+        }
+        assert_eq!(h.metrics.flapping_prefixes.get(), 0, "{TEST}: gauge back to 0 after BIRD stopped");
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    drop(ns);
+}
