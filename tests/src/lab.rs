@@ -103,22 +103,22 @@ impl Lab {
         Ok(lab)
     }
 
-    fn add_ns(&mut self, name: String) -> Result<()> {
-        run_ip(None, &["netns", "add", &name])?;
-        self.namespaces.push(name.clone());
-        run_ip(Some(&name), &["link", "set", "lo", "up"])?;
+    fn add_ns(&mut self, name: &str) -> Result<()> {
+        run_ip(None, &["netns", "add", name])?;
+        self.namespaces.push(name.to_string());
+        run_ip(Some(name), &["link", "set", "lo", "up"])?;
         Ok(())
     }
 
     fn create(&mut self) -> Result<()> {
         let underlay = self.underlay_ns();
-        self.add_ns(underlay.clone())?;
+        self.add_ns(&underlay)?;
         run_ip(Some(&underlay), &["link", "add", "br0", "type", "bridge"])?;
         run_ip(Some(&underlay), &["link", "set", "br0", "up"])?;
         let nodes = self.spec.nodes.clone();
         for (i, node) in nodes.iter().enumerate() {
             let ns = self.node_ns(&node.name);
-            self.add_ns(ns.clone())?;
+            self.add_ns(&ns)?;
             let port = format!("p{i}");
             // Create the veth in the underlay, then move the node end into the node namespace.
             let tmp = format!("n{i}");

@@ -54,6 +54,9 @@ fn main() -> Result<()> {
 }
 
 /// The workspace root (xtask lives in `<root>/xtask`).
+///
+/// # Panics
+/// Never in practice: `CARGO_MANIFEST_DIR` of xtask always has a parent.
 pub fn workspace_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is inside the workspace").to_path_buf()
 }

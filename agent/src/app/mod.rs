@@ -23,7 +23,7 @@ use tracing::{error, info, warn};
 
 use crate::bpf::tc_count::{Direction, TcCounter};
 use crate::dataplane::{self, ApplyReport, DataplaneCommand, DataplaneConfig, Family, Reconciler, RtNetlink, SystemClock};
-use crate::datastore::{DatastoreEvent, FileDatastore, Snapshot};
+use crate::datastore::{Datastore, DatastoreEvent, FileDatastore, KubernetesDatastore, Snapshot};
 use crate::observe::metrics::{AuditLabels, FindingLabels, LoadErrorLabels, NetlinkErrorLabels, OperationLabels, ProgramLabels, RouteLabels};
 use crate::observe::{Health, Metrics, WatcherState};
 use crate::ownership::{CalicoVersion, OwnershipConfig, Role};
@@ -208,7 +208,7 @@ fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport) {
             errors = report.errors.values().sum::<u64>(),
             pending = report.pending,
             kernel_routes = report.kernel_routes,
-            duration_ms = report.duration.as_millis() as u64,
+            duration_ms = u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX),
             "routes applied"
         );
     }
@@ -307,6 +307,7 @@ impl BpfHandler {
 }
 
 /// `routewarden run`: run until SIGTERM/SIGINT.
+#[expect(clippy::too_many_lines, reason = "one linear start-up sequence: watchers, handlers, then the loop; splitting it hides the data flow")]
 ///
 /// # Errors
 /// Bad flags, an HTTP address that cannot be bound, or a netlink socket that cannot be opened.
@@ -348,9 +349,15 @@ pub async fn run(args: RunArgs) -> Result<()> {
     });
 
     // Watchers.
-    let DatastoreSpec::File(path) = &args.cluster.datastore;
     let (ds_tx, mut ds_rx) = mpsc::channel(16);
-    let datastore = FileDatastore::new(path.clone()).spawn(ds_tx);
+    let datastore = match args.cluster.datastore_spec() {
+        DatastoreSpec::File(path) => FileDatastore::new(path).spawn(ds_tx),
+        DatastoreSpec::Kubernetes(opts) => {
+            let ds = KubernetesDatastore::connect(&opts).await.context("--datastore kubernetes")?;
+            info!(datastore = %ds.describe(), "reading the cluster from the API server");
+            ds.spawn(ds_tx)
+        }
+    };
 
     // The dataplane handler (program mode) owns the route table.
     let (report_tx, mut report_rx) = mpsc::channel::<ApplyReport>(64);

@@ -1,6 +1,7 @@
 //! Liveness and readiness state shared between the app loop and the HTTP server.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -70,10 +71,10 @@ impl Health {
         );
         if let Ok(w) = self.watchers.lock() {
             for (name, state) in w.iter() {
-                match state {
-                    WatcherState::Ready => body.push_str(&format!("bpf {name}: ready\n")),
-                    WatcherState::Degraded(why) => body.push_str(&format!("bpf {name}: degraded: {why}\n")),
-                }
+                let _ = match state {
+                    WatcherState::Ready => writeln!(body, "bpf {name}: ready"),
+                    WatcherState::Degraded(why) => writeln!(body, "bpf {name}: degraded: {why}"),
+                };
             }
         }
         (synced && applied, body)

@@ -14,7 +14,7 @@ use prometheus_client::registry::Registry;
 use super::Health;
 
 /// `/healthz` fails when the main loop has not made progress for this long.
-pub const LIVENESS_MAX_AGE: Duration = Duration::from_secs(60);
+pub const LIVENESS_MAX_AGE: Duration = Duration::from_mins(1);
 
 struct Shared {
     registry: Registry,
