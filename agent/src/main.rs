@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use routewarden::app::config::{AuditArgs, ClusterArgs, DatastoreSpec, ExplainArgs, LogFormat, Mode, Output, RunArgs};
 use routewarden::app::{self, plan};
 use routewarden::dataplane::{audit_kernel, RtNetlink};
-use routewarden::datastore::{FileDatastore, Snapshot};
+use routewarden::datastore::{Datastore, FileDatastore, KubernetesDatastore, Snapshot};
 use routewarden::explain::{explain, ExplainOptions, OutputFormat};
 use routewarden::routes::RouteDevices;
 
@@ -34,9 +34,19 @@ enum Command {
     Events(routewarden::bpf::route_watch::events_cmd::EventsArgs),
 }
 
-fn load(cluster: &ClusterArgs) -> Result<Snapshot> {
-    let DatastoreSpec::File(path) = &cluster.datastore;
-    FileDatastore::load(path).with_context(|| format!("load the cluster description from {}", path.display()))
+async fn load(cluster: &ClusterArgs) -> Result<Snapshot> {
+    match cluster.datastore_spec() {
+        DatastoreSpec::File(path) => FileDatastore::load(&path).with_context(|| format!("load the cluster description from {}", path.display())),
+        DatastoreSpec::Kubernetes(opts) => {
+            let ds = KubernetesDatastore::connect(&opts).await?;
+            ds.load().await.with_context(|| format!("list the cluster from {}", ds.describe()))
+        }
+    }
+}
+
+/// [`load`] for the synchronous commands.
+fn load_blocking(cluster: &ClusterArgs) -> Result<Snapshot> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(load(cluster))
 }
 
 fn devices(c: &ClusterArgs) -> RouteDevices {
@@ -44,7 +54,7 @@ fn devices(c: &ClusterArgs) -> RouteDevices {
 }
 
 fn cmd_explain(args: &ExplainArgs) -> Result<ExitCode> {
-    let snap = load(&args.cluster)?;
+    let snap = load_blocking(&args.cluster)?;
     let role = args.cluster.role.clone().unwrap_or_else(|| "felix".into());
     let node = args.cluster.node.clone();
     let config = app::ownership_config(&role, &args.cluster.calico_version, Mode::Program, node.as_deref().unwrap_or(""))?;
@@ -69,7 +79,7 @@ fn cmd_explain(args: &ExplainArgs) -> Result<ExitCode> {
 }
 
 async fn cmd_audit(args: &AuditArgs) -> Result<ExitCode> {
-    let snap = load(&args.cluster)?;
+    let snap = load(&args.cluster).await?;
     let node = app::node_name(args.cluster.node.as_deref())?;
     let role = args.cluster.role.clone().unwrap_or_else(|| "audit".into());
     let mode = if role == "audit" { Mode::Audit } else { Mode::Program };

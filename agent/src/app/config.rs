@@ -9,11 +9,16 @@ use std::str::FromStr;
 
 use clap::{Args, ValueEnum};
 
+use crate::datastore::{ApiGroupChoice, KubernetesOptions};
+
 /// Where the cluster description comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DatastoreSpec {
     /// `file:<path>`: a YAML file or a directory of YAML files (calicoctl / kubectl output).
     File(PathBuf),
+    /// `kubernetes`: the API server (in-cluster service account, or a kubeconfig). The options
+    /// come from `--kubeconfig` and `--calico-api-group` ([`ClusterArgs::datastore_spec`]).
+    Kubernetes(KubernetesOptions),
 }
 
 impl FromStr for DatastoreSpec {
@@ -21,7 +26,8 @@ impl FromStr for DatastoreSpec {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.split_once(':') {
             Some(("file", path)) if !path.is_empty() => Ok(DatastoreSpec::File(PathBuf::from(path))),
-            _ => Err(format!("unknown datastore {s:?}: expected file:<path to a YAML file or directory>")),
+            None if s == "kubernetes" => Ok(DatastoreSpec::Kubernetes(KubernetesOptions::default())),
+            _ => Err(format!("unknown datastore {s:?}: expected file:<path to a YAML file or directory>, or kubernetes")),
         }
     }
 }
@@ -49,9 +55,18 @@ pub enum LogFormat {
 /// Inputs shared by `run`, `explain` and `audit`.
 #[derive(Args, Clone, Debug)]
 pub struct ClusterArgs {
-    /// Cluster description: `file:<path>` (YAML file or directory).
+    /// Cluster description: `file:<path>` (YAML file or directory), or `kubernetes` (watch the
+    /// API server).
     #[arg(long, env = "ROUTEWARDEN_DATASTORE")]
     pub datastore: DatastoreSpec,
+    /// With `--datastore kubernetes`: a kubeconfig file. Default: `KUBECONFIG` or
+    /// `~/.kube/config` when present, else the in-cluster service account.
+    #[arg(long, env = "ROUTEWARDEN_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// With `--datastore kubernetes`: the Calico API group to read: `auto` (crd.projectcalico.org/v1
+    /// when served, else projectcalico.org/v3), `crd.projectcalico.org/v1` or `projectcalico.org/v3`.
+    #[arg(long, env = "ROUTEWARDEN_CALICO_API_GROUP", default_value = "auto")]
+    pub calico_api_group: ApiGroupChoice,
     /// This node's name (the Calico Node name). Defaults to the host name.
     #[arg(long, env = "ROUTEWARDEN_NODE")]
     pub node: Option<String>,
@@ -81,6 +96,19 @@ pub struct ClusterArgs {
     /// Routing table id (254 = main; e.g. 48 for a dedicated cluster-route table).
     #[arg(long, env = "ROUTEWARDEN_ROUTE_TABLE", default_value_t = 254)]
     pub route_table: u32,
+}
+
+impl ClusterArgs {
+    /// `--datastore` with the Kubernetes flags applied (they are ignored for `file:`).
+    pub fn datastore_spec(&self) -> DatastoreSpec {
+        match &self.datastore {
+            DatastoreSpec::File(p) => DatastoreSpec::File(p.clone()),
+            DatastoreSpec::Kubernetes(_) => DatastoreSpec::Kubernetes(KubernetesOptions {
+                kubeconfig: self.kubeconfig.clone(),
+                api_group: self.calico_api_group,
+            }),
+        }
+    }
 }
 
 /// Output format of `explain` and `audit`.
@@ -151,7 +179,35 @@ mod tests {
         assert!("file:".parse::<DatastoreSpec>().is_err());
         assert_eq!(
             "etcd:x".parse::<DatastoreSpec>(),
-            Err("unknown datastore \"etcd:x\": expected file:<path to a YAML file or directory>".to_string())
+            Err("unknown datastore \"etcd:x\": expected file:<path to a YAML file or directory>, or kubernetes".to_string())
         );
+        assert_eq!("kubernetes".parse::<DatastoreSpec>(), Ok(DatastoreSpec::Kubernetes(KubernetesOptions::default())));
+        assert!("kubernetes:x".parse::<DatastoreSpec>().is_err());
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    }
+
+    #[test]
+    fn kubernetes_flags_fill_the_datastore_spec() {
+        use crate::datastore::CalicoGroup;
+        use clap::Parser;
+        let c = Cli::try_parse_from(["x", "--datastore", "kubernetes", "--kubeconfig", "/k", "--calico-api-group", "projectcalico.org/v3"]).unwrap();
+        assert_eq!(
+            c.cluster.datastore_spec(),
+            DatastoreSpec::Kubernetes(KubernetesOptions { kubeconfig: Some("/k".into()), api_group: ApiGroupChoice::Forced(CalicoGroup::V3) })
+        );
+        let c = Cli::try_parse_from(["x", "--datastore", "kubernetes"]).unwrap();
+        assert_eq!(c.cluster.datastore_spec(), DatastoreSpec::Kubernetes(KubernetesOptions::default()));
+        let c = Cli::try_parse_from(["x", "--datastore", "kubernetes", "--calico-api-group", "crd.projectcalico.org/v1"]).unwrap();
+        assert_eq!(c.cluster.calico_api_group, ApiGroupChoice::Forced(CalicoGroup::CrdV1));
+        let err = Cli::try_parse_from(["x", "--datastore", "kubernetes", "--calico-api-group", "v3"]).err().unwrap().to_string();
+        assert!(err.contains("unknown Calico API group \"v3\""), "{err}");
+        // The Kubernetes flags do not change a file datastore.
+        let c = Cli::try_parse_from(["x", "--datastore", "file:/a", "--calico-api-group", "projectcalico.org/v3"]).unwrap();
+        assert_eq!(c.cluster.datastore_spec(), DatastoreSpec::File("/a".into()));
     }
 }

@@ -373,6 +373,7 @@ mod tests {
                 DatastoreEvent::Snapshot(_) => "snapshot",
                 DatastoreEvent::Synced => "synced",
                 DatastoreEvent::LoadFailed(_) => "load-failed",
+                DatastoreEvent::Unsynced { .. } => "unsynced",
             })
             .collect()
     }

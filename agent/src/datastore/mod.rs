@@ -1,15 +1,17 @@
 //! Datastores: where the cluster model comes from. The I/O edge of the pure core.
 //!
 //! A datastore runs as a task and sends [`DatastoreEvent`]s: complete [`Snapshot`]s of the
-//! cluster, [`DatastoreEvent::Synced`] once after the first complete snapshot, and
+//! cluster, [`DatastoreEvent::Synced`] after the first complete snapshot, and
 //! [`DatastoreEvent::LoadFailed`] for every input it could not read. Until `Synced` arrives the
 //! datastore is **not synced**: the app must not delete routes on its view (reference S10).
 //! After `Synced`, a broken input keeps its last good content in every snapshot and is listed
-//! in [`Snapshot::load_errors`].
+//! in [`Snapshot::load_errors`]. A datastore that loses its source (the Kubernetes API server
+//! going away) sends [`DatastoreEvent::Unsynced`], and `Synced` again once it has re-read
+//! everything.
 //!
 //! [`FileDatastore`] is the embedded default (a directory of YAML files or one multi-document
-//! file, as calicoctl and kubectl print them); a Kubernetes datastore implements the same
-//! [`Datastore`] trait.
+//! file, as calicoctl and kubectl print them); [`KubernetesDatastore`] watches the API server.
+//! Both implement the same [`Datastore`] trait and feed the same model parser.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -21,8 +23,10 @@ use tokio::sync::mpsc;
 use crate::model::{Cluster, ModelError};
 
 mod file;
+pub mod kubernetes;
 
 pub use file::FileDatastore;
+pub use kubernetes::{ApiGroupChoice, CalicoGroup, KubernetesDatastore, KubernetesError, KubernetesOptions};
 
 /// Errors of the datastore module.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +40,9 @@ pub enum DatastoreError {
     /// Filesystem notifications could not be set up.
     #[error("datastore {path}: cannot watch for changes: {source}")]
     Watch { path: PathBuf, source: notify::Error },
+    /// The Kubernetes datastore could not be configured or read.
+    #[error(transparent)]
+    Kubernetes(#[from] KubernetesError),
 }
 
 /// An input that could not be read or parsed, with the position of the problem.
@@ -86,8 +93,14 @@ pub struct Snapshot {
 pub enum DatastoreEvent {
     /// A new complete view; sent only when something changed.
     Snapshot(Snapshot),
-    /// Sent once, right after the first snapshot: from now on the view is trustworthy.
+    /// Sent right after the first snapshot: from now on the view is trustworthy. Sent again
+    /// after an [`DatastoreEvent::Unsynced`] once the view is complete and current again.
     Synced,
+    /// The view stopped being current (the API server is unreachable, a watch failed and the
+    /// kind is being re-listed): keep every route, delete nothing, until the next `Synced`.
+    /// `reason` names the resource and the error. Sent on the transition and when the reason
+    /// changes, not on every retry.
+    Unsynced { reason: String },
     /// An input could not be loaded (sent once per distinct failure). Before `Synced` this
     /// means the datastore stays not synced; after, the last good state is kept.
     LoadFailed(LoadError),

@@ -1,0 +1,541 @@
+//! The Kubernetes datastore: the Calico objects of a live cluster, read from the API server.
+//!
+//! ```text
+//!  GET /apis ─> choose the Calico group ─> GET /apis/<group>/<version> (5 resources served?)
+//!                                                    │
+//!  per resource: kube-runtime watcher (list, then watch with allowWatchBookmarks)
+//!      ippools, ipamblocks, blockaffinities,          │  Init/InitApply/InitDone/Apply/Delete
+//!      felixconfigurations, bgpconfigurations,        ▼
+//!      core nodes                       reflector store (stripped objects) ─┐
+//!                                                                           │ debounced (100 ms)
+//!  last good version per object  <── parse each changed object alone <──────┘
+//!            │
+//!            └─> ClusterBuilder ─> Snapshot ─> DatastoreEvent::{Snapshot, Synced, Unsynced}
+//! ```
+//!
+//! Rules, and where they come from:
+//!
+//! - **API group.** `--calico-api-group auto` (the default) lists `/apis` once at start and reads
+//!   `crd.projectcalico.org/v1` when it is served (the common case, and also when the Calico API
+//!   server serves `projectcalico.org/v3` on top of it), else `projectcalico.org/v3` (clusters on
+//!   Calico's native v3 CRDs). This is the operator's rule (`tigera/operator`
+//!   `useV3CRDs`: "v1 present stays v1", "both present stays v1"). A cluster that migrated to v3
+//!   CRDs but still has the old v1 CRDs installed must be forced with
+//!   `--calico-api-group projectcalico.org/v3` (the operator detects that case from its
+//!   `DatastoreMigration` object, which routewarden has no RBAC to read). The chosen group must
+//!   serve all five resources with `list` and `watch`, or the datastore stays not synced and
+//!   retries, saying which are missing.
+//! - **Watches.** One kube-runtime [`watcher`] per resource (list with `limit=500` pages, then
+//!   watch from the list's resourceVersion with `allowWatchBookmarks=true`, 290 s server
+//!   timeout), feeding a reflector [`Writer`]: a re-list replaces the store atomically at
+//!   `InitDone`, so objects deleted while the watch was down disappear then, not before.
+//! - **Errors.** Any watch error (API server unreachable, 5xx, 403, `410 Gone` from an expired
+//!   resourceVersion) marks the resource failed and sends [`DatastoreEvent::Unsynced`]; the
+//!   watcher is restarted after kube-runtime's [`DefaultBackoff`] (800 ms doubling to 30 s, with
+//!   jitter, reset after 120 s without errors) and re-lists. The resource counts as synced again
+//!   only when that list is complete, and [`DatastoreEvent::Synced`] follows once every
+//!   resource is. While not synced the last view is kept (snapshots still flow, with the failed
+//!   resources in [`Snapshot::load_errors`], so the app deletes nothing).
+//! - **Objects that do not parse** are logged with kind, name and field, listed in
+//!   [`Snapshot::object_errors`] (the app counts them in `routewarden_datastore_invalid_objects`)
+//!   and skipped. Their last good version stays in the model until the object is deleted or
+//!   fixed. Both API forms and the core Node go through the one model parser
+//!   ([`ClusterBuilder::add`]) the file datastore uses.
+//! - **Live changes.** Every change is a new snapshot (debounced): a `programClusterRoutes`
+//!   change in FelixConfiguration or BGPConfiguration takes effect without a restart.
+//! - **Read-only.** Only `list` and `watch` are requested ([`RBAC`]); discovery uses the
+//!   non-resource URLs every authenticated client may read (`system:discovery`).
+//! - **Memory.** Stores keep only what the model reads: Calico objects their `metadata.name`
+//!   and `spec`; Nodes their `projectcalico.org/*` annotations and `status.addresses`. Node
+//!   status heartbeats therefore change nothing and produce no snapshot.
+
+mod view;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{BoxStream, SelectAll};
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::{self, DefaultBackoff, Event};
+use kube::Client;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::{Datastore, DatastoreError, DatastoreEvent, Snapshot};
+use crate::model::{ClusterBuilder, Kind};
+pub(crate) use view::View;
+
+/// Default debounce window: changes within it become one snapshot (an initial list of 10,000
+/// IPAM blocks is one snapshot, not 10,000).
+pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// The verbs routewarden uses on every resource it reads.
+pub const VERBS: [&str; 2] = ["list", "watch"];
+
+/// Verbs the manifest grants that the code does not use (kept so `kubectl get` with the
+/// agent's service account works when debugging). Checked against `deploy/clusterrole.yaml`
+/// by a test, so the two cannot drift silently.
+pub const GRANTED_UNUSED_VERBS: [&str; 1] = ["get"];
+
+/// A resource routewarden watches: the model kind and the plural resource name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Watched {
+    pub kind: Kind,
+    pub plural: &'static str,
+}
+
+/// The five Calico resources, in the order they are added to the model. The same plurals exist
+/// in both Calico groups (`../shared/calico-testdata/crds/`).
+pub const CALICO_RESOURCES: [Watched; 5] = [
+    Watched { kind: Kind::IpPool, plural: "ippools" },
+    Watched { kind: Kind::IpamBlock, plural: "ipamblocks" },
+    Watched { kind: Kind::BlockAffinity, plural: "blockaffinities" },
+    Watched { kind: Kind::FelixConfiguration, plural: "felixconfigurations" },
+    Watched { kind: Kind::BgpConfiguration, plural: "bgpconfigurations" },
+];
+
+/// The core Node resource (group `""`, version `v1`).
+pub const NODE_RESOURCE: Watched = Watched { kind: Kind::Node, plural: "nodes" };
+
+const CALICO_PLURALS: [&str; 5] = [
+    CALICO_RESOURCES[0].plural,
+    CALICO_RESOURCES[1].plural,
+    CALICO_RESOURCES[2].plural,
+    CALICO_RESOURCES[3].plural,
+    CALICO_RESOURCES[4].plural,
+];
+
+/// One RBAC rule: API group, resources, verbs (the shape of a ClusterRole `rules[]` entry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RbacRule {
+    pub api_group: &'static str,
+    pub resources: &'static [&'static str],
+    pub verbs: &'static [&'static str],
+}
+
+/// Everything the code requests from the API server: the single table the RBAC test compares
+/// with `deploy/clusterrole.yaml`. Both Calico groups are listed because the group is chosen at
+/// start (and may change when a cluster migrates).
+pub const RBAC: [RbacRule; 3] = [
+    RbacRule { api_group: CalicoGroup::CrdV1.group(), resources: &CALICO_PLURALS, verbs: &VERBS },
+    RbacRule { api_group: CalicoGroup::V3.group(), resources: &CALICO_PLURALS, verbs: &VERBS },
+    RbacRule { api_group: "", resources: &[NODE_RESOURCE.plural], verbs: &VERBS },
+];
+
+/// A Calico API group routewarden can read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CalicoGroup {
+    /// `crd.projectcalico.org/v1`: the CRDs of a Kubernetes-datastore cluster.
+    CrdV1,
+    /// `projectcalico.org/v3`: Calico's native v3 CRDs (or the Calico API server).
+    V3,
+}
+
+impl CalicoGroup {
+    /// The API group (`crd.projectcalico.org`).
+    pub const fn group(self) -> &'static str {
+        match self {
+            CalicoGroup::CrdV1 => "crd.projectcalico.org",
+            CalicoGroup::V3 => "projectcalico.org",
+        }
+    }
+
+    /// The version (`v1`).
+    pub const fn version(self) -> &'static str {
+        match self {
+            CalicoGroup::CrdV1 => "v1",
+            CalicoGroup::V3 => "v3",
+        }
+    }
+
+    /// `group/version`, as in `apiVersion`.
+    pub const fn api_version(self) -> &'static str {
+        match self {
+            CalicoGroup::CrdV1 => "crd.projectcalico.org/v1",
+            CalicoGroup::V3 => "projectcalico.org/v3",
+        }
+    }
+}
+
+impl fmt::Display for CalicoGroup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.api_version())
+    }
+}
+
+/// `--calico-api-group`: discover the group, or force one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ApiGroupChoice {
+    /// Discover at start (see the module docs for the rule).
+    #[default]
+    Auto,
+    /// Use this group without looking at `/apis`.
+    Forced(CalicoGroup),
+}
+
+impl FromStr for ApiGroupChoice {
+    type Err = KubernetesError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(ApiGroupChoice::Auto),
+            "crd.projectcalico.org/v1" => Ok(ApiGroupChoice::Forced(CalicoGroup::CrdV1)),
+            "projectcalico.org/v3" => Ok(ApiGroupChoice::Forced(CalicoGroup::V3)),
+            other => Err(KubernetesError::UnknownApiGroup(other.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for ApiGroupChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ApiGroupChoice::Auto => f.write_str("auto"),
+            ApiGroupChoice::Forced(g) => g.fmt(f),
+        }
+    }
+}
+
+/// How to reach the API server and which Calico group to read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KubernetesOptions {
+    /// A kubeconfig file; `None`: `KUBECONFIG` / `~/.kube/config`, else the in-cluster service
+    /// account (kube's `Config::infer`).
+    pub kubeconfig: Option<PathBuf>,
+    /// `--calico-api-group`.
+    pub api_group: ApiGroupChoice,
+}
+
+/// Errors of the Kubernetes datastore.
+#[derive(Debug, thiserror::Error)]
+pub enum KubernetesError {
+    /// `--kubeconfig` could not be read or used.
+    #[error("kubeconfig {}: {source}", path.display())]
+    Kubeconfig { path: PathBuf, source: kube::config::KubeconfigError },
+    /// Neither a kubeconfig nor the in-cluster service account is available.
+    #[error("no Kubernetes client configuration (KUBECONFIG, ~/.kube/config or the in-cluster service account): {source}")]
+    InferConfig { source: kube::config::InferConfigError },
+    /// The HTTP client could not be built from the configuration (TLS, proxy).
+    #[error("Kubernetes client: {source}")]
+    Client { source: kube::Error },
+    /// A discovery request failed.
+    #[error("API discovery {request}: {source}")]
+    Discovery { request: String, source: kube::Error },
+    /// `/apis` lists neither Calico group.
+    #[error("the API server serves neither crd.projectcalico.org/v1 nor projectcalico.org/v3: are Calico's CRDs installed?")]
+    NoCalicoGroup,
+    /// The chosen group lacks resources routewarden reads.
+    #[error("{group} does not serve {} with list and watch{hint}", missing.join(", "), hint = match group { CalicoGroup::V3 => " (the Calico API server may not serve IPAM objects; try --calico-api-group crd.projectcalico.org/v1)", CalicoGroup::CrdV1 => "" })]
+    MissingResources { group: CalicoGroup, missing: Vec<&'static str> },
+    /// A one-shot list failed (`explain`, `audit`).
+    #[error("list {resource}: {source}")]
+    List { resource: String, source: watcher::Error },
+    /// `--calico-api-group` value.
+    #[error("unknown Calico API group {0:?}: expected auto, crd.projectcalico.org/v1 or projectcalico.org/v3")]
+    UnknownApiGroup(String),
+}
+
+/// Makes the backoff policy of one watcher (one per resource, plus one for discovery).
+pub type BackoffFactory = Arc<dyn Fn() -> Box<dyn Backoff> + Send + Sync>;
+
+/// The datastore. Cheap to clone (the client is shared).
+#[derive(Clone)]
+pub struct KubernetesDatastore {
+    client: Client,
+    api_group: ApiGroupChoice,
+    debounce: Duration,
+    backoff: BackoffFactory,
+    watcher_config: watcher::Config,
+    description: String,
+}
+
+impl fmt::Debug for KubernetesDatastore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubernetesDatastore")
+            .field("api_group", &self.api_group)
+            .field("debounce", &self.debounce)
+            .field("description", &self.description)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubernetesDatastore {
+    /// A datastore reading through `client` (tests pass a client over a mocked service).
+    pub fn new(client: Client, api_group: ApiGroupChoice) -> KubernetesDatastore {
+        KubernetesDatastore {
+            client,
+            api_group,
+            debounce: DEFAULT_DEBOUNCE,
+            backoff: Arc::new(|| Box::new(DefaultBackoff::default())),
+            watcher_config: watcher::Config::default(),
+            description: format!("kubernetes (calico api group: {api_group})"),
+        }
+    }
+
+    /// Build the client from `--kubeconfig`, else `KUBECONFIG` / `~/.kube/config`, else the
+    /// in-cluster service account. Makes no request.
+    ///
+    /// Errors: [`KubernetesError::Kubeconfig`], [`KubernetesError::InferConfig`],
+    /// [`KubernetesError::Client`].
+    pub async fn connect(options: &KubernetesOptions) -> Result<KubernetesDatastore, KubernetesError> {
+        let config = match &options.kubeconfig {
+            Some(path) => {
+                let kc = kube::config::Kubeconfig::read_from(path)
+                    .map_err(|source| KubernetesError::Kubeconfig { path: path.clone(), source })?;
+                kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                    .await
+                    .map_err(|source| KubernetesError::Kubeconfig { path: path.clone(), source })?
+            }
+            None => kube::Config::infer().await.map_err(|source| KubernetesError::InferConfig { source })?,
+        };
+        let url = config.cluster_url.to_string();
+        let client = Client::try_from(config).map_err(|source| KubernetesError::Client { source })?;
+        let mut ds = KubernetesDatastore::new(client, options.api_group);
+        ds.description = format!("kubernetes:{url} (calico api group: {})", options.api_group);
+        Ok(ds)
+    }
+
+    /// Debounce window (default 100 ms).
+    #[must_use]
+    pub fn with_debounce(mut self, debounce: Duration) -> KubernetesDatastore {
+        self.debounce = debounce;
+        self
+    }
+
+    /// Backoff between retries of discovery and restarts of a failed watcher (default:
+    /// kube-runtime's [`DefaultBackoff`]).
+    #[must_use]
+    pub fn with_backoff(mut self, backoff: BackoffFactory) -> KubernetesDatastore {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Watcher settings (default: kube-runtime's, i.e. pages of 500, bookmarks on, 290 s
+    /// watch timeout, consistent lists).
+    #[must_use]
+    pub fn with_watcher_config(mut self, config: watcher::Config) -> KubernetesDatastore {
+        self.watcher_config = config;
+        self
+    }
+
+    /// One-shot load (for `explain` and `audit`): discovery, then one complete list of every
+    /// resource. No watch is started.
+    ///
+    /// Errors: discovery errors, and [`KubernetesError::List`] for the first resource that
+    /// could not be listed. Object errors do not fail the load; they are in
+    /// [`Snapshot::object_errors`].
+    pub async fn load(&self) -> Result<Snapshot, DatastoreError> {
+        let group = discover(&self.client, self.api_group).await?;
+        let mut view = View::new(group);
+        for (index, resource) in view.api_resources().into_iter().enumerate() {
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+            let mut stream = watcher::watcher(api, self.watcher_config.clone()).boxed();
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok(event) => {
+                        let done = matches!(event, Event::InitDone);
+                        view.apply(index, Ok(event));
+                        if done {
+                            break;
+                        }
+                    }
+                    Err(source) => {
+                        return Err(KubernetesError::List { resource: view.resource_label(index), source }.into());
+                    }
+                }
+            }
+        }
+        Ok(view.snapshot())
+    }
+
+    /// Spawn [`Datastore::run`] on the current Tokio runtime.
+    pub fn spawn(self, tx: mpsc::Sender<DatastoreEvent>) -> tokio::task::JoinHandle<Result<(), DatastoreError>> {
+        tokio::spawn(self.run(tx))
+    }
+
+    /// Discover the Calico group, retrying with backoff until it succeeds or `tx` closes.
+    /// Each distinct failure is sent once as [`DatastoreEvent::Unsynced`].
+    async fn discover_until_ok(&self, tx: &mpsc::Sender<DatastoreEvent>) -> Option<CalicoGroup> {
+        let mut backoff = (self.backoff)();
+        let mut last: Option<String> = None;
+        loop {
+            match discover(&self.client, self.api_group).await {
+                Ok(group) => return Some(group),
+                Err(e) => {
+                    let reason = e.to_string();
+                    tracing::warn!(error = %reason, "kubernetes datastore: API discovery failed; retrying");
+                    if last.as_deref() != Some(reason.as_str()) {
+                        if tx.send(DatastoreEvent::Unsynced { reason: reason.clone() }).await.is_err() {
+                            return None;
+                        }
+                        last = Some(reason);
+                    }
+                }
+            }
+            let wait = backoff.next().unwrap_or(Duration::from_secs(30));
+            tokio::select! {
+                () = tx.closed() => return None,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}
+
+impl Datastore for KubernetesDatastore {
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    async fn run(self, tx: mpsc::Sender<DatastoreEvent>) -> Result<(), DatastoreError> {
+        let Some(group) = self.discover_until_ok(&tx).await else { return Ok(()) };
+        tracing::info!(group = %group, "kubernetes datastore: watching Calico objects and Nodes");
+        let mut view = View::new(group);
+        let mut streams: SelectAll<BoxStream<'static, (usize, watcher::Result<Event<DynamicObject>>)>> = SelectAll::new();
+        for (index, resource) in view.api_resources().into_iter().enumerate() {
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+            streams.push(relisting_watcher(api, self.watcher_config.clone(), (self.backoff)()).map(move |item| (index, item)).boxed());
+        }
+        let mut deadline: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                () = tx.closed() => return Ok(()),
+                next = streams.next() => {
+                    let Some((index, item)) = next else { return Ok(()) };
+                    for ev in view.apply(index, item) {
+                        if tx.send(ev).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    if view.is_dirty() && deadline.is_none() {
+                        deadline = Some(Instant::now() + self.debounce);
+                    }
+                }
+                () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                    deadline = None;
+                    for ev in view.flush() {
+                        if tx.send(ev).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The [`ApiResource`] of a watched resource in `group` (core v1 for Nodes).
+pub(crate) fn api_resource(group: CalicoGroup, w: Watched) -> ApiResource {
+    if w.kind == Kind::Node {
+        ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: w.kind.as_str().into(),
+            plural: w.plural.into(),
+        }
+    } else {
+        ApiResource {
+            group: group.group().into(),
+            version: group.version().into(),
+            api_version: group.api_version().into(),
+            kind: w.kind.as_str().into(),
+            plural: w.plural.into(),
+        }
+    }
+}
+
+/// Choose the Calico group (`GET /apis`, unless forced) and check that it serves the five
+/// resources with list and watch (`GET /apis/<group>/<version>`).
+///
+/// Errors: [`KubernetesError::Discovery`] (request failed), [`KubernetesError::NoCalicoGroup`],
+/// [`KubernetesError::MissingResources`].
+pub async fn discover(client: &Client, choice: ApiGroupChoice) -> Result<CalicoGroup, KubernetesError> {
+    let group = match choice {
+        ApiGroupChoice::Forced(g) => g,
+        ApiGroupChoice::Auto => {
+            let list = client
+                .list_api_groups()
+                .await
+                .map_err(|source| KubernetesError::Discovery { request: "GET /apis".into(), source })?;
+            let served = |g: CalicoGroup| {
+                list.groups.iter().any(|ag| ag.name == g.group() && ag.versions.iter().any(|v| v.version == g.version()))
+            };
+            if served(CalicoGroup::CrdV1) {
+                CalicoGroup::CrdV1
+            } else if served(CalicoGroup::V3) {
+                CalicoGroup::V3
+            } else {
+                return Err(KubernetesError::NoCalicoGroup);
+            }
+        }
+    };
+    let resources = client.list_api_group_resources(group.api_version()).await.map_err(|source| {
+        KubernetesError::Discovery { request: format!("GET /apis/{}", group.api_version()), source }
+    })?;
+    let missing: Vec<&'static str> = CALICO_RESOURCES
+        .iter()
+        .map(|w| w.plural)
+        .filter(|plural| {
+            !resources.resources.iter().any(|r| {
+                r.name == *plural && VERBS.iter().all(|verb| r.verbs.iter().any(|v| v == verb))
+            })
+        })
+        .collect();
+    if !missing.is_empty() {
+        return Err(KubernetesError::MissingResources { group, missing });
+    }
+    Ok(group)
+}
+
+/// A watcher that restarts (and so re-lists) after every error, after the next backoff delay.
+///
+/// kube-runtime's own watcher resumes a failed watch from its last resourceVersion without
+/// telling its consumer when the resumed watch is healthy again; restarting gives an explicit
+/// `Init` … `InitDone` after every failure, which is what "synced again" means here. `410
+/// Gone` re-lists either way. The stream never ends.
+fn relisting_watcher(
+    api: Api<DynamicObject>,
+    config: watcher::Config,
+    backoff: Box<dyn Backoff>,
+) -> impl futures::Stream<Item = watcher::Result<Event<DynamicObject>>> + Send {
+    struct State {
+        api: Api<DynamicObject>,
+        config: watcher::Config,
+        backoff: Box<dyn Backoff>,
+        inner: Option<BoxStream<'static, watcher::Result<Event<DynamicObject>>>>,
+        wait: Option<Duration>,
+    }
+    let state = State { api, config, backoff, inner: None, wait: None };
+    futures::stream::unfold(state, |mut s| async move {
+        if let Some(wait) = s.wait.take() {
+            tokio::time::sleep(wait).await;
+        }
+        let inner = s.inner.get_or_insert_with(|| watcher::watcher(s.api.clone(), s.config.clone()).boxed());
+        let item = inner.next().await?;
+        if item.is_err() {
+            s.inner = None;
+            s.wait = Some(s.backoff.next().unwrap_or(Duration::from_secs(30)));
+        }
+        Some((item, s))
+    })
+}
+
+/// Parse one object alone with the model parser: `Ok(())` when it is good.
+pub(crate) fn parse_alone(value: &serde_yaml_ng::Value) -> Result<(), Vec<crate::model::ModelError>> {
+    let errors = ClusterBuilder::default().add(value);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+/// Keep a store's writer type nameable for the view.
+pub(crate) type StoreWriter = Writer<DynamicObject>;

@@ -1,0 +1,320 @@
+//! The synchronous core of the Kubernetes datastore: reflector stores fed with watcher events,
+//! the last good version of every object, sync state, and what to send. No I/O; the async
+//! loop in the parent module only moves events in and out.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use kube::api::{ApiResource, DynamicObject, TypeMeta};
+use kube::runtime::reflector::store::Store;
+use kube::runtime::watcher::{self, Event};
+use kube::ResourceExt;
+use serde_yaml_ng::Value;
+
+use super::{api_resource, parse_alone, CalicoGroup, StoreWriter, Watched, CALICO_RESOURCES, NODE_RESOURCE};
+use crate::datastore::{DatastoreEvent, LoadError, ObjectError, Snapshot};
+use crate::model::{ClusterBuilder, Kind, ModelError};
+
+/// Annotation prefix the model reads on core Nodes (`libcalico-go/lib/backend/k8s/resources/node.go`).
+const NODE_ANNOTATION_PREFIX: &str = "projectcalico.org/";
+
+/// Sync state of one resource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Status {
+    /// Never listed completely yet.
+    Listing,
+    /// Listed; watching.
+    Ready,
+    /// The watch failed; the last view is kept until a re-list completes.
+    Failed(String),
+}
+
+/// What is known about one object.
+#[derive(Debug)]
+struct Entry {
+    /// `metadata.resourceVersion` last looked at.
+    resource_version: String,
+    /// Hash of the stripped object last looked at (an update that changes nothing the model
+    /// reads, such as a Node heartbeat, keeps the hash).
+    hash: u64,
+    /// The last version that parsed.
+    good: Option<Value>,
+    /// The errors of the current version (empty when it is the good one).
+    errors: Vec<ModelError>,
+}
+
+/// One watched resource: its store and its objects' last good versions.
+struct Resource {
+    watched: Watched,
+    api: ApiResource,
+    writer: StoreWriter,
+    reader: Store<DynamicObject>,
+    status: Status,
+    entries: BTreeMap<String, Entry>,
+}
+
+/// See the module docs.
+pub(crate) struct View {
+    resources: Vec<Resource>,
+    /// Something changed since the last flush.
+    dirty: bool,
+    /// `Synced` was sent and no `Unsynced` since.
+    announced_synced: bool,
+    /// A first complete view was reached (snapshots may flow from then on).
+    ever_synced: bool,
+    /// The last `Unsynced` reason sent (not repeated while unchanged).
+    last_unsynced: Option<String>,
+    /// The last snapshot sent.
+    last_sent: Option<Snapshot>,
+    /// Object versions that failed to parse, since start.
+    pub(crate) parse_failures: u64,
+}
+
+impl View {
+    /// A view of the five Calico resources in `group` and the core Nodes, nothing listed yet.
+    pub(crate) fn new(group: CalicoGroup) -> View {
+        let resources = CALICO_RESOURCES
+            .iter()
+            .chain(std::iter::once(&NODE_RESOURCE))
+            .map(|w| {
+                let api = api_resource(group, *w);
+                let writer = StoreWriter::new(api.clone());
+                let reader = writer.as_reader();
+                Resource { watched: *w, api, writer, reader, status: Status::Listing, entries: BTreeMap::new() }
+            })
+            .collect();
+        View {
+            resources,
+            dirty: false,
+            announced_synced: false,
+            ever_synced: false,
+            last_unsynced: None,
+            last_sent: None,
+            parse_failures: 0,
+        }
+    }
+
+    /// The API resources to watch, indexed as [`View::apply`] expects.
+    pub(crate) fn api_resources(&self) -> Vec<ApiResource> {
+        self.resources.iter().map(|r| r.api.clone()).collect()
+    }
+
+    /// `ipamblocks.crd.projectcalico.org` (kubectl's resource.group form); `nodes` for Nodes.
+    pub(crate) fn resource_label(&self, index: usize) -> String {
+        let r = &self.resources[index];
+        if r.api.group.is_empty() {
+            r.api.plural.clone()
+        } else {
+            format!("{}.{}", r.api.plural, r.api.group)
+        }
+    }
+
+    /// True when every resource has completed a list since its last failure.
+    pub(crate) fn all_ready(&self) -> bool {
+        self.resources.iter().all(|r| r.status == Status::Ready)
+    }
+
+    /// True when a flush may have something to send.
+    pub(crate) fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
+    /// Apply one watcher item for resource `index`. Returns what must be sent now (an
+    /// `Unsynced` on a failure); everything else waits for [`View::flush`].
+    pub(crate) fn apply(&mut self, index: usize, item: watcher::Result<Event<DynamicObject>>) -> Vec<DatastoreEvent> {
+        let label = self.resource_label(index);
+        let r = &mut self.resources[index];
+        match item {
+            Ok(event) => {
+                let (kind, api) = (r.watched.kind, r.api.clone());
+                let event = event.modify(|obj| strip(kind, &api, obj));
+                r.writer.apply_watcher_event(&event);
+                match event {
+                    Event::InitDone => {
+                        if r.status != Status::Ready {
+                            tracing::info!(resource = %label, objects = r.reader.len(), "kubernetes datastore: listed");
+                        }
+                        r.status = Status::Ready;
+                        self.dirty = true;
+                    }
+                    Event::Apply(_) | Event::Delete(_) => self.dirty = true,
+                    Event::Init | Event::InitApply(_) => {}
+                }
+                Vec::new()
+            }
+            Err(e) => {
+                let reason = format!("watch {label}: {e}");
+                tracing::warn!(resource = %label, error = %e, "kubernetes datastore: watch failed; keeping the last view, re-listing after backoff");
+                r.status = Status::Failed(reason.clone());
+                self.dirty = true;
+                let send = self.announced_synced || self.last_unsynced.as_deref() != Some(reason.as_str());
+                self.announced_synced = false;
+                if send {
+                    self.last_unsynced = Some(reason.clone());
+                    vec![DatastoreEvent::Unsynced { reason }]
+                } else {
+                    Vec::new()
+                }
+            }
+        }
+    }
+
+    /// End of a debounce window: a snapshot when the view changed (never before the first
+    /// complete list of every resource), then `Synced` when every resource is listed and it was
+    /// not announced yet.
+    pub(crate) fn flush(&mut self) -> Vec<DatastoreEvent> {
+        self.dirty = false;
+        let ready = self.all_ready();
+        if !ready && !self.ever_synced {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let snap = self.snapshot();
+        if self.last_sent.as_ref() != Some(&snap) {
+            self.last_sent = Some(snap.clone());
+            out.push(DatastoreEvent::Snapshot(snap));
+        }
+        if ready && !self.announced_synced {
+            self.announced_synced = true;
+            self.ever_synced = true;
+            self.last_unsynced = None;
+            out.push(DatastoreEvent::Synced);
+        }
+        out
+    }
+
+    /// The current snapshot: every object's last good version, the objects that do not parse,
+    /// and the resources whose watch is failing.
+    pub(crate) fn snapshot(&mut self) -> Snapshot {
+        for index in 0..self.resources.len() {
+            let label = self.resource_label(index);
+            self.parse_failures += refresh(&mut self.resources[index], &label);
+        }
+        let mut builder = ClusterBuilder::default();
+        let mut object_errors = Vec::new();
+        let mut load_errors = Vec::new();
+        let mut inputs = 0;
+        for (index, r) in self.resources.iter().enumerate() {
+            let label = self.resource_label(index);
+            inputs += r.entries.len();
+            for (name, e) in &r.entries {
+                if let Some(good) = &e.good {
+                    // Parsed alone already; a second object of the same name cannot exist.
+                    let _ = builder.add(good);
+                }
+                let file = PathBuf::from(format!("{label}/{name}"));
+                object_errors.extend(e.errors.iter().map(|error| ObjectError { file: file.clone(), error: error.clone() }));
+            }
+            if let Status::Failed(reason) = &r.status {
+                load_errors.push(LoadError { file: PathBuf::from(label), line: None, message: reason.clone() });
+            }
+        }
+        Snapshot { cluster: Arc::new(builder.finish()), object_errors, load_errors, inputs }
+    }
+}
+
+/// Bring a resource's entries in line with its store: parse what changed, keep the last good
+/// version of what does not parse, drop what was deleted. Returns the number of object versions
+/// that failed to parse.
+fn refresh(r: &mut Resource, label: &str) -> u64 {
+    let mut failures = 0;
+    let mut seen = BTreeSet::new();
+    for obj in r.reader.state() {
+        let name = obj.name_any();
+        let rv = obj.resource_version().unwrap_or_default();
+        seen.insert(name.clone());
+        if let Some(e) = r.entries.get(&name) {
+            if !rv.is_empty() && e.resource_version == rv {
+                continue;
+            }
+        }
+        let value = match serde_yaml_ng::to_value(&*obj) {
+            Ok(v) => v,
+            Err(err) => {
+                // Not expected: a DynamicObject always serializes. Treat as unparseable.
+                let error = ModelError::NotAnObject { reason: format!("{label}/{name}: {err}") };
+                let e = r.entries.entry(name).or_insert_with(|| Entry { resource_version: String::new(), hash: 0, good: None, errors: Vec::new() });
+                e.resource_version = rv;
+                e.errors = vec![error];
+                failures += 1;
+                continue;
+            }
+        };
+        let hash = hash_value(&value);
+        if let Some(e) = r.entries.get_mut(&name) {
+            if e.hash == hash {
+                e.resource_version = rv;
+                continue;
+            }
+        }
+        let e = r.entries.entry(name.clone()).or_insert_with(|| Entry { resource_version: String::new(), hash: 0, good: None, errors: Vec::new() });
+        e.resource_version = rv;
+        e.hash = hash;
+        match parse_alone(&value) {
+            Ok(()) => {
+                e.good = Some(value);
+                e.errors.clear();
+            }
+            Err(errors) => {
+                failures += 1;
+                for error in &errors {
+                    tracing::warn!(
+                        kind = %r.watched.kind,
+                        name = %name,
+                        resource = %label,
+                        error = %error,
+                        kept_last_good = e.good.is_some(),
+                        "kubernetes datastore: object does not parse; skipped"
+                    );
+                }
+                e.errors = errors;
+            }
+        }
+    }
+    r.entries.retain(|name, _| seen.contains(name));
+    failures
+}
+
+fn hash_value(v: &Value) -> u64 {
+    let mut h = DefaultHasher::new();
+    v.hash(&mut h);
+    h.finish()
+}
+
+/// Keep only what the model reads, and give every object its `apiVersion`/`kind` (list items
+/// of core types come without them).
+///
+/// - Calico kinds: `metadata.name`, `metadata.resourceVersion`, `spec`.
+/// - Nodes: the same metadata plus `projectcalico.org/*` annotations, and `status.addresses`.
+pub(crate) fn strip(kind: Kind, api: &ApiResource, obj: &mut DynamicObject) {
+    obj.types = Some(TypeMeta { api_version: api.api_version.clone(), kind: api.kind.clone() });
+    let m = &mut obj.metadata;
+    m.managed_fields = None;
+    m.labels = None;
+    m.owner_references = None;
+    m.finalizers = None;
+    m.generate_name = None;
+    m.creation_timestamp = None;
+    m.uid = None;
+    m.generation = None;
+    if kind == Kind::Node {
+        if let Some(a) = &mut m.annotations {
+            a.retain(|k, _| k.starts_with(NODE_ANNOTATION_PREFIX));
+        }
+        let addresses = obj.data.pointer("/status/addresses").cloned();
+        obj.data = match addresses {
+            Some(a) => serde_json::json!({ "status": { "addresses": a } }),
+            None => serde_json::json!({}),
+        };
+    } else {
+        m.annotations = None;
+        let spec = obj.data.get("spec").cloned();
+        obj.data = match spec {
+            Some(s) => serde_json::json!({ "spec": s }),
+            None => serde_json::json!({}),
+        };
+    }
+}
