@@ -275,3 +275,73 @@ fn audit_mode_programs_nothing_and_reports_findings() {
     assert_eq!(sample(&m, r#"routewarden_audit_findings{code="duplicate"}"#), Some(0.0), "{m}");
     assert_eq!(sample(&m, r#"routewarden_route_operations_total{op="replace",result="ok"}"#), None, "audit mode must not write: {m}");
 }
+
+#[test]
+fn losing_ipip_to_bird_hands_over_per_prefix_without_a_gap() {
+    if skip_unless_root("losing_ipip_to_bird_hands_over_per_prefix_without_a_gap") {
+        return;
+    }
+    let lab = lab();
+    let dir = copy_examples();
+    let _agent = Agent::start(&lab, "node-a", dir.path(), &["--handover-grace", "4"]);
+    wait_ready(&lab, "node-a");
+    assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
+
+    // The operator hands IPIP to BIRD (Felix Disabled, BGP Enabled: the pre-3.33 default).
+    let calico = dir.path().join("calico.yaml");
+    let text = std::fs::read_to_string(&calico).unwrap();
+    let edited = text
+        .replace("programClusterRoutes: EnabledIPIPOnly", "programClusterRoutes: Disabled")
+        .replace("programClusterRoutes: EnabledNoEncapOnly", "programClusterRoutes: Enabled");
+    assert_ne!(edited, text);
+    let started = Instant::now();
+    std::fs::write(&calico, edited).unwrap();
+    wait_for("ownership change seen", Duration::from_secs(10), || {
+        (sample(&metrics(&lab, "node-a"), r#"routewarden_routes{family="ipv4",class="ipip",state="desired"}"#) == Some(0.0)).then_some(())
+    });
+    // Our routes stay while BIRD has not programmed its own yet ...
+    assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
+    // ... the new owner's route for one prefix appears (at the same key, so it must replace
+    // ours, as Felix's RouteReplace does; BIRD 2.0.12 adds with NLM_F_EXCL and retries every
+    // scan instead, see DESIGN.md "Handover"): ours for that prefix goes, the others stay.
+    lab.ip("node-a", &["route", "replace", "10.245.20.0/26", "via", "10.0.0.12", "dev", "tunl0", "onlink", "proto", "bird", "metric", "1024"]).unwrap();
+    wait_for("our 10.245.20.0/26 released", Duration::from_secs(3), || {
+        (!routes(&lab, "node-a", "80").iter().any(|r| r.starts_with("10.245.20.0/26"))).then_some(())
+    });
+    assert!(started.elapsed() < Duration::from_secs(4), "released by the new owner's route, not by the grace period");
+    let rest: Vec<&str> = NODE_A_IPIP.iter().copied().filter(|r| !r.starts_with("10.245.20.0/26")).collect();
+    assert_eq!(routes(&lab, "node-a", "80"), rest);
+    assert_eq!(routes(&lab, "node-a", "bird"), ["10.245.20.0/26 via 10.0.0.12 dev tunl0 metric 1024 onlink"]);
+    // The grace period (4 s) bounds the wait for the prefixes BIRD never programmed.
+    wait_for("grace period over", Duration::from_secs(10), || routes(&lab, "node-a", "80").is_empty().then_some(()));
+    assert!(started.elapsed() >= Duration::from_secs(4));
+    assert_eq!(routes(&lab, "node-a", "bird"), ["10.245.20.0/26 via 10.0.0.12 dev tunl0 metric 1024 onlink"]);
+}
+
+#[test]
+fn the_agent_attaches_its_tc_probe_in_the_lab_and_counts() {
+    if skip_unless_root("the_agent_attaches_its_tc_probe_in_the_lab_and_counts") {
+        return;
+    }
+    if routewarden::bpf::embedded_object().is_none() {
+        eprintln!("SKIPPED the_agent_attaches_its_tc_probe_in_the_lab_and_counts: built without the BPF object; `cargo xtask test` embeds it");
+        return;
+    }
+    let lab = lab();
+    let _agent = Agent::start(&lab, "node-a", &example_dir(), &["--tc-devices", "eth0"]);
+    let ready = wait_ready(&lab, "node-a");
+    assert!(ready.contains("bpf tc_count: ready\n"), "{ready}");
+    lab.in_netns("node-a", || {
+        let s = std::net::UdpSocket::bind("10.0.0.11:0").unwrap();
+        for _ in 0..20 {
+            s.send_to(b"probe", "10.0.0.12:9").unwrap();
+        }
+    })
+    .unwrap();
+    // 20 datagrams plus the ARP/ND packets the kernel sends on its own: at least 20.
+    let m = wait_for("tc_count to see the datagrams", Duration::from_secs(5), || {
+        let m = metrics(&lab, "node-a");
+        (sample(&m, "routewarden_tc_count_packets_total").unwrap_or(0.0) >= 20.0).then_some(m)
+    });
+    assert_eq!(sample(&m, r#"routewarden_bpf_program_attached{program="tc_count"}"#), Some(1.0));
+}
