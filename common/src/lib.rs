@@ -29,4 +29,5 @@ pub const TC_COUNTERS_MAP: &str = "TC_COUNTERS";
 /// Name of the TC classifier program that counts packets (see `ebpf/src/tc_count.rs`).
 pub const TC_COUNT_PROGRAM: &str = "tc_count";
 
+pub mod forward;
 pub mod route_watch;

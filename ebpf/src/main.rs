@@ -9,6 +9,7 @@ mod route_watch_fib;
 mod route_watch_kprobe;
 mod route_watch_netlink;
 mod tc_count;
+mod tc_forward;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -1,0 +1,304 @@
+//! Types of the TC forwarding watch (issue 6), shared by the kernel-side classifiers
+//! (`ebpf/src/tc_forward.rs`) and the agent (`agent/src/bpf/forward.rs`).
+//!
+//! Data flow:
+//!
+//! ```text
+//! Plan (desired routes / ownership expectation)
+//!   └─> userspace: FORWARD_DESTINATIONS  LPM trie  Key<[u8; 16]> -> ForwardTarget
+//!                                               (IPv4 as ::ffff:a.b.c.d, prefix len + 96)
+//! egress skb on the tunnel device / host NIC
+//!   └─> tc_forward_tunnel / tc_forward_host: dst (or inner dst of IPIP on the NIC)
+//!         ├─ not in the trie: return TC_ACT_UNSPEC, nothing else touched
+//!         ├─ FORWARD_COUNTERS[counter_index(pool, expected, observation)] += (1, skb->len)
+//!         ├─ expected != actual: FORWARD_COUNTERS already says so; sample -> FORWARD_EVENTS
+//!         │                      (at most one per block per FORWARD_SAMPLE_INTERVAL_NS)
+//!         └─ FORWARD_BLOCKS[block] last path; FORWARD_FLAP_THRESHOLD changes within
+//!            FORWARD_WINDOW_NS -> FORWARD_FLAPS[pool] += 1 and a Flap record
+//! ```
+//!
+//! All structs are `#[repr(C)]`, padding-free and `Copy`: the kernel writes these bytes and
+//! userspace reads them back.
+
+/// Number of pool ids the counters have room for (`pool` in [`ForwardTarget`] is `0..MAX_POOLS`).
+pub const MAX_POOLS: usize = 256;
+
+/// Number of [`ForwardPath`] values (indices `0..PATHS`).
+pub const PATHS: usize = 3;
+
+/// Number of [`Observation`] values (indices `0..OBSERVATIONS`).
+pub const OBSERVATIONS: usize = 3;
+
+/// Entries of the `FORWARD_COUNTERS` per-CPU array.
+pub const COUNTER_SLOTS: usize = MAX_POOLS * PATHS * OBSERVATIONS;
+
+/// Offset added to an IPv4 prefix length in the trie, whose keys are IPv4-mapped IPv6
+/// addresses (`::ffff:0:0/96`, RFC 4291 §2.5.5.2).
+pub const V4_MAPPED_PREFIX_LEN: u32 = 96;
+
+/// Egress path of a packet, or the path it should take.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ForwardPath {
+    /// Through the IPIP tunnel device (on the host NIC: IP protocol 4 around the packet).
+    Tunnel = 0,
+    /// Natively through the host NIC.
+    Host = 1,
+    /// Not leaving the node: this node's own block (Felix's blackhole route); any egress on a
+    /// watched device is then wrong.
+    Local = 2,
+}
+
+impl ForwardPath {
+    /// All paths, in index order.
+    pub const ALL: [ForwardPath; PATHS] = [ForwardPath::Tunnel, ForwardPath::Host, ForwardPath::Local];
+
+    /// Decode a path byte; out-of-range values are `None`.
+    pub const fn from_u8(v: u8) -> Option<ForwardPath> {
+        match v {
+            0 => Some(ForwardPath::Tunnel),
+            1 => Some(ForwardPath::Host),
+            2 => Some(ForwardPath::Local),
+            _ => None,
+        }
+    }
+
+    /// `tunnel`, `host`, `local`: the `path`, `expected` and `actual` metric label values
+    /// (deploy/README.md "Metrics").
+    pub const fn label(self) -> &'static str {
+        match self {
+            ForwardPath::Tunnel => "tunnel",
+            ForwardPath::Host => "host",
+            ForwardPath::Local => "local",
+        }
+    }
+}
+
+/// Where a packet was seen, which decides the path it took.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Observation {
+    /// On egress of a tunnel device (the inner packet, before encapsulation): path tunnel.
+    TunnelDevice = 0,
+    /// On egress of a host NIC, IP protocol 4 (IPIP), attributed to the inner destination:
+    /// path tunnel. The same packet was usually seen as [`Observation::TunnelDevice`] first.
+    HostIpip = 1,
+    /// On egress of a host NIC, not encapsulated: path host.
+    HostNative = 2,
+}
+
+impl Observation {
+    /// All observations, in index order.
+    pub const ALL: [Observation; OBSERVATIONS] = [Observation::TunnelDevice, Observation::HostIpip, Observation::HostNative];
+
+    /// Decode an observation byte; out-of-range values are `None`.
+    pub const fn from_u8(v: u8) -> Option<Observation> {
+        match v {
+            0 => Some(Observation::TunnelDevice),
+            1 => Some(Observation::HostIpip),
+            2 => Some(Observation::HostNative),
+            _ => None,
+        }
+    }
+
+    /// The path a packet seen this way took.
+    pub const fn path(self) -> ForwardPath {
+        match self {
+            Observation::TunnelDevice | Observation::HostIpip => ForwardPath::Tunnel,
+            Observation::HostNative => ForwardPath::Host,
+        }
+    }
+
+    /// `tunnel-device`, `host-ipip`, `host-native` (logs and events only).
+    pub const fn label(self) -> &'static str {
+        match self {
+            Observation::TunnelDevice => "tunnel-device",
+            Observation::HostIpip => "host-ipip",
+            Observation::HostNative => "host-native",
+        }
+    }
+}
+
+/// Index into `FORWARD_COUNTERS` of `(pool, expected path, observation)`; `None` when `pool`
+/// is out of range. Layout: `(pool * PATHS + expected) * OBSERVATIONS + observation`.
+#[inline(always)]
+pub const fn counter_index(pool: u16, expected: u8, observation: u8) -> Option<u32> {
+    // `as` widening: `From` is not const.
+    let (pool, expected, observation) = (pool as u32, expected as u32, observation as u32);
+    if pool >= MAX_POOLS as u32 || expected >= PATHS as u32 || observation >= OBSERVATIONS as u32 {
+        return None;
+    }
+    Some((pool * PATHS as u32 + expected) * OBSERVATIONS as u32 + observation)
+}
+
+/// Value of the `FORWARD_DESTINATIONS` LPM trie: one IPAM block or borrowed IP.
+///
+/// `block`/`prefix_len` repeat the trie key (an LPM lookup returns the value, not the matched
+/// key) so the kernel can key per-block state and name the block in records.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ForwardTarget {
+    /// The block in trie form: IPv6, or IPv4-mapped IPv6 (`::ffff:a.b.c.d`).
+    pub block: [u8; 16],
+    /// Prefix length in trie form (IPv4: length + [`V4_MAPPED_PREFIX_LEN`]).
+    pub prefix_len: u32,
+    /// Pool id (`0..MAX_POOLS`), assigned by the agent; names live in userspace.
+    pub pool: u16,
+    /// Pool class: 0 IPIP, 1 no-encap, 2 VXLAN (information only).
+    pub class: u8,
+    /// Expected [`ForwardPath`] as a byte.
+    pub expected: u8,
+}
+
+/// Key of the `FORWARD_BLOCKS` LRU map: a destination block in trie form.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BlockKey {
+    /// Prefix length in trie form.
+    pub prefix_len: u32,
+    /// The block address in trie form.
+    pub block: [u8; 16],
+}
+
+/// Value of `FORWARD_BLOCKS`: the kernel's memory of a block's egress path.
+///
+/// Updated racily from several CPUs (no lock on the fast path): two CPUs sending the same
+/// block on two paths at the same instant is itself a path change, so the race only shifts
+/// which packet counts it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockState {
+    /// Last egress [`ForwardPath`] byte.
+    pub last_path: u8,
+    /// Padding, zero.
+    pub _pad: [u8; 3],
+    /// Path changes since `window_start_ns`.
+    pub changes: u32,
+    /// Start of the current change window, `bpf_ktime_get_ns` (CLOCK_MONOTONIC, ns).
+    pub window_start_ns: u64,
+    /// Last wrong-path sample pushed for this block (ns; 0: never).
+    pub last_sample_ns: u64,
+}
+
+/// Packets and bytes of one `FORWARD_COUNTERS` slot on one CPU.
+///
+/// `bytes` is `skb->len` at the hook: the L3 packet on a real tunnel device, the L2 frame on
+/// an Ethernet device, the outer packet for [`Observation::HostIpip`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ForwardCounters {
+    /// Packets.
+    pub packets: u64,
+    /// Bytes (`skb->len`).
+    pub bytes: u64,
+}
+
+/// Global per-CPU statistics at index 0 of `FORWARD_STATS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ForwardStats {
+    /// Records not pushed because the ring buffer was full.
+    pub events_lost: u64,
+    /// Wrong-path samples pushed.
+    pub samples: u64,
+    /// Wrong-path samples suppressed by the per-block rate limit.
+    pub samples_suppressed: u64,
+    /// Packets to a cluster destination whose pool id has no counter slot (>= MAX_POOLS).
+    pub pool_out_of_range: u64,
+}
+
+/// Kind of a [`ForwardRecord`].
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForwardRecordKind {
+    /// A packet left on a path other than the expected one (rate-limited sample).
+    WrongPath = 1,
+    /// A block's path changed `changes` (= threshold) times within the window.
+    Flap = 2,
+}
+
+impl ForwardRecordKind {
+    /// Decode a kind byte.
+    pub const fn from_u8(v: u8) -> Option<ForwardRecordKind> {
+        match v {
+            1 => Some(ForwardRecordKind::WrongPath),
+            2 => Some(ForwardRecordKind::Flap),
+            _ => None,
+        }
+    }
+}
+
+/// One ring-buffer record of `FORWARD_EVENTS` (64 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ForwardRecord {
+    /// [`ForwardRecordKind`] byte.
+    pub kind: u8,
+    /// Expected [`ForwardPath`] byte.
+    pub expected: u8,
+    /// Path this packet took ([`ForwardPath`] byte).
+    pub actual: u8,
+    /// [`Observation`] byte.
+    pub observation: u8,
+    /// Pool id.
+    pub pool: u16,
+    /// Pool class byte (0 IPIP, 1 no-encap, 2 VXLAN).
+    pub class: u8,
+    /// Previous path of the block ([`ForwardPath`] byte; flap records), else = `actual`.
+    pub previous: u8,
+    /// Path changes within the window (flap records), 0 otherwise.
+    pub changes: u32,
+    /// `skb->ifindex` of the device the packet left on.
+    pub ifindex: u32,
+    /// `bpf_ktime_get_ns` at the packet (ns, CLOCK_MONOTONIC).
+    pub ts_ns: u64,
+    /// The matched block (trie form).
+    pub block: [u8; 16],
+    /// The packet's destination (inner destination for IPIP on the NIC), trie form.
+    pub dst: [u8; 16],
+    /// Prefix length of `block` (trie form).
+    pub prefix_len: u32,
+    /// Padding, zero.
+    pub _pad: u32,
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY (all four): `#[repr(C)]`, `Copy`, integer fields and byte arrays laid out without
+    // padding (checked by the size assertions below), so any bit pattern is a valid value.
+    unsafe impl aya::Pod for super::ForwardTarget {}
+    unsafe impl aya::Pod for super::BlockKey {}
+    unsafe impl aya::Pod for super::BlockState {}
+    unsafe impl aya::Pod for super::ForwardCounters {}
+    unsafe impl aya::Pod for super::ForwardStats {}
+}
+
+const _: () = assert!(core::mem::size_of::<ForwardTarget>() == 24);
+const _: () = assert!(core::mem::size_of::<BlockKey>() == 20);
+const _: () = assert!(core::mem::size_of::<BlockState>() == 24);
+const _: () = assert!(core::mem::size_of::<ForwardRecord>() == 64);
+
+/// Name of the LPM trie of cluster destinations.
+pub const FORWARD_DESTINATIONS_MAP: &str = "FORWARD_DESTINATIONS";
+/// Name of the per-CPU counter array ([`COUNTER_SLOTS`] x [`ForwardCounters`]).
+pub const FORWARD_COUNTERS_MAP: &str = "FORWARD_COUNTERS";
+/// Name of the per-CPU flap counters (`MAX_POOLS` x `u64`).
+pub const FORWARD_FLAPS_MAP: &str = "FORWARD_FLAPS";
+/// Name of the per-CPU [`ForwardStats`] array (index 0).
+pub const FORWARD_STATS_MAP: &str = "FORWARD_STATS";
+/// Name of the LRU map of per-block state.
+pub const FORWARD_BLOCKS_MAP: &str = "FORWARD_BLOCKS";
+/// Name of the ring buffer of [`ForwardRecord`]s.
+pub const FORWARD_EVENTS_MAP: &str = "FORWARD_EVENTS";
+
+/// Classifier for tunnel devices (every packet's path is tunnel).
+pub const PROG_TC_FORWARD_TUNNEL: &str = "tc_forward_tunnel";
+/// Classifier for host NICs (IPIP: tunnel, attributed to the inner destination; else host).
+pub const PROG_TC_FORWARD_HOST: &str = "tc_forward_host";
+
+/// Global: path changes within the window that make a flap (u32, default 3).
+pub const GLOBAL_FLAP_THRESHOLD: &str = "FORWARD_FLAP_THRESHOLD";
+/// Global: flap window (u64 ns, default 30 s).
+pub const GLOBAL_WINDOW_NS: &str = "FORWARD_WINDOW_NS";
+/// Global: minimum interval between two wrong-path samples of one block (u64 ns, default 1 s).
+pub const GLOBAL_SAMPLE_INTERVAL_NS: &str = "FORWARD_SAMPLE_INTERVAL_NS";

@@ -1,0 +1,293 @@
+//! The TC forwarding watch (issue 6): which path cluster traffic really takes, and when a
+//! destination block's path flips.
+//!
+//! Two classifiers, attached to egress (TCX where the kernel has it, clsact otherwise):
+//! - `tc_forward_tunnel` on tunnel devices (`tunl0`): every packet took the tunnel;
+//! - `tc_forward_host` on host NICs (`eth0`): an IPv4 packet with protocol 4 (IPIP) took the
+//!   tunnel and is attributed to its inner destination; anything else took the host path.
+//!
+//! Context: `struct __sk_buff` of a `BPF_PROG_TYPE_SCHED_CLS` program at egress
+//! (`sch_handle_egress` / `tcx_run`, net/core/dev.c). Headers are read with
+//! `long bpf_skb_load_bytes_relative(const void *skb, u32 offset, void *to, u32 len,
+//! u32 start_header)` from `BPF_HDR_START_NET` (include/uapi/linux/bpf.h): the network
+//! header is set on egress, so the same code reads a real `tunl0` (no L2 header, ARPHRD_TUNNEL),
+//! a veth stand-in and an Ethernet NIC, and after `iptunnel_xmit` on the NIC it points at the
+//! outer header.
+//!
+//! Contract with the rest of the hook: the programs never drop, redirect or modify a packet
+//! and always return `TC_ACT_UNSPEC` (-1), which is `TCX_NEXT` for TCX and "continue with the
+//! next filter" for clsact, so Calico's and Cilium's programs on the same hook still run.
+//!
+//! Cost on a non-cluster destination: one header load and one LPM trie miss. Types and the
+//! data flow: `routewarden_common::forward`.
+use aya_ebpf::{
+    bindings::{bpf_hdr_start_off::BPF_HDR_START_NET, TC_ACT_UNSPEC},
+    helpers::{bpf_ktime_get_ns, bpf_skb_load_bytes_relative},
+    macros::{classifier, map},
+    maps::{
+        lpm_trie::{Key, LpmTrie},
+        LruHashMap, PerCpuArray, RingBuf,
+    },
+    programs::TcContext,
+};
+use routewarden_common::forward::{
+    counter_index, BlockKey, BlockState, ForwardCounters, ForwardRecord, ForwardRecordKind, ForwardStats,
+    ForwardTarget, Observation, COUNTER_SLOTS, MAX_POOLS,
+};
+
+/// Cluster destinations: IPAM blocks and borrowed IPs, IPv4 as IPv4-mapped IPv6. Filled and
+/// diffed by the agent. 65536 entries is a 5,000-node cluster with ten blocks per node and
+/// 15,000 borrowed IPs; memory is allocated per entry (`BPF_F_NO_PREALLOC`).
+#[map(name = "FORWARD_DESTINATIONS")]
+static DESTINATIONS: LpmTrie<[u8; 16], ForwardTarget> = LpmTrie::with_max_entries(65536, 0);
+
+/// Packets and bytes per (pool, expected path, observation); see `counter_index`.
+#[map(name = "FORWARD_COUNTERS")]
+#[expect(clippy::cast_possible_truncation, reason = "COUNTER_SLOTS is 2304")]
+static COUNTERS: PerCpuArray<ForwardCounters> = PerCpuArray::with_max_entries(COUNTER_SLOTS as u32, 0);
+
+/// Forwarding flaps per pool id.
+#[map(name = "FORWARD_FLAPS")]
+#[expect(clippy::cast_possible_truncation, reason = "MAX_POOLS is 256")]
+static FLAPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_POOLS as u32, 0);
+
+/// Global statistics at index 0.
+#[map(name = "FORWARD_STATS")]
+static STATS: PerCpuArray<ForwardStats> = PerCpuArray::with_max_entries(1, 0);
+
+/// Last egress path per destination block (16384 blocks with traffic x ~100 bytes ≈ 1.6 MB).
+#[map(name = "FORWARD_BLOCKS")]
+static BLOCKS: LruHashMap<BlockKey, BlockState> = LruHashMap::with_max_entries(16384, 0);
+
+/// Wrong-path samples and flaps (64 KiB = 910 records of 64 + 8 bytes).
+#[map(name = "FORWARD_EVENTS")]
+static EVENTS: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
+
+/// Path changes of one block within the window that make a forwarding flap.
+#[unsafe(no_mangle)]
+static FORWARD_FLAP_THRESHOLD: u32 = 3;
+/// Flap window, nanoseconds.
+#[unsafe(no_mangle)]
+static FORWARD_WINDOW_NS: u64 = 30_000_000_000;
+/// Minimum interval between two wrong-path samples of one block, nanoseconds.
+#[unsafe(no_mangle)]
+static FORWARD_SAMPLE_INTERVAL_NS: u64 = 1_000_000_000;
+
+/// `ETH_P_IP` / `ETH_P_IPV6` (include/uapi/linux/if_ether.h), host order.
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_IPV6: u16 = 0x86DD;
+/// `IPPROTO_IPIP` (include/uapi/linux/in.h).
+const IPPROTO_IPIP: u8 = 4;
+
+#[classifier]
+pub fn tc_forward_tunnel(ctx: TcContext) -> i32 {
+    watch(&ctx, false);
+    TC_ACT_UNSPEC
+}
+
+#[classifier]
+pub fn tc_forward_host(ctx: TcContext) -> i32 {
+    watch(&ctx, true);
+    TC_ACT_UNSPEC
+}
+
+#[inline(always)]
+fn global_u32(v: &'static u32) -> u32 {
+    // SAFETY: reading a static; volatile so the loader's value (override_global) is not folded.
+    unsafe { core::ptr::read_volatile(v) }
+}
+
+#[inline(always)]
+fn global_u64(v: &'static u64) -> u64 {
+    // SAFETY: as above.
+    unsafe { core::ptr::read_volatile(v) }
+}
+
+#[inline(always)]
+fn now_ns() -> u64 {
+    // SAFETY: helper without arguments.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+#[inline(always)]
+fn stats() -> Option<&'static mut ForwardStats> {
+    // SAFETY: this CPU's slot, valid for the program's run; no other CPU touches it.
+    STATS.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+}
+
+/// Copy `N` bytes from `offset` past the network header; `None` if the packet is shorter.
+#[inline(always)]
+fn load_net<const N: usize>(ctx: &TcContext, offset: u32) -> Option<[u8; N]> {
+    let mut buf = [0u8; N];
+    #[expect(clippy::cast_possible_truncation, reason = "N is 20 or 40")]
+    // SAFETY: `buf` is N writable bytes on the stack; the helper checks `offset + N` against
+    // the packet and fails without writing past `buf`.
+    let rc = unsafe { bpf_skb_load_bytes_relative(ctx.skb.skb.cast(), offset, buf.as_mut_ptr().cast(), N as u32, BPF_HDR_START_NET) };
+    if rc == 0 {
+        Some(buf)
+    } else {
+        None
+    }
+}
+
+/// IPv4 address bytes as the trie's IPv4-mapped IPv6 form.
+#[inline(always)]
+fn mapped(a: u8, b: u8, c: u8, d: u8) -> [u8; 16] {
+    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a, b, c, d]
+}
+
+#[inline(always)]
+fn watch(ctx: &TcContext, host_nic: bool) {
+    // `skb->protocol` is a __be16 held in a u32.
+    #[expect(clippy::cast_possible_truncation, reason = "the field holds a 16-bit value")]
+    let proto = u16::from_be(ctx.skb.protocol() as u16);
+    if proto == ETH_P_IP {
+        let Some(h) = load_net::<20>(ctx, 0) else { return };
+        if h[0] >> 4 != 4 {
+            return;
+        }
+        if host_nic && h[9] == IPPROTO_IPIP {
+            // Outer header of IPIP: only a first fragment carries the inner header.
+            if (u16::from(h[6] & 0x1f) << 8 | u16::from(h[7])) != 0 {
+                return;
+            }
+            let ihl = u32::from(h[0] & 0x0f) * 4;
+            if ihl < 20 {
+                return;
+            }
+            let Some(inner) = load_net::<20>(ctx, ihl) else { return };
+            if inner[0] >> 4 != 4 {
+                return;
+            }
+            lookup_and_account(ctx, mapped(inner[16], inner[17], inner[18], inner[19]), Observation::HostIpip);
+        } else {
+            let obs = if host_nic { Observation::HostNative } else { Observation::TunnelDevice };
+            lookup_and_account(ctx, mapped(h[16], h[17], h[18], h[19]), obs);
+        }
+    } else if proto == ETH_P_IPV6 {
+        let Some(h) = load_net::<40>(ctx, 0) else { return };
+        let mut dst = [0u8; 16];
+        dst.copy_from_slice(&h[24..40]);
+        let obs = if host_nic { Observation::HostNative } else { Observation::TunnelDevice };
+        lookup_and_account(ctx, dst, obs);
+    }
+}
+
+#[inline(always)]
+fn lookup_and_account(ctx: &TcContext, dst: [u8; 16], obs: Observation) {
+    let Some(target) = DESTINATIONS.get(Key::new(128, dst)) else { return };
+    let target = *target;
+    account(ctx, &target, &dst, obs);
+}
+
+#[inline(always)]
+fn account(ctx: &TcContext, target: &ForwardTarget, dst: &[u8; 16], obs: Observation) {
+    let actual = obs.path() as u8;
+    match counter_index(target.pool, target.expected, obs as u8) {
+        Some(i) => {
+            if let Some(c) = COUNTERS.get_ptr_mut(i) {
+                // SAFETY: this CPU's slot of an array element that exists (i < COUNTER_SLOTS).
+                unsafe {
+                    (*c).packets += 1;
+                    (*c).bytes += u64::from(ctx.len());
+                }
+            }
+        }
+        None => {
+            if let Some(s) = stats() {
+                s.pool_out_of_range += 1;
+            }
+        }
+    }
+    let wrong = target.expected != actual;
+    let key = BlockKey { prefix_len: target.prefix_len, block: target.block };
+    let Some(state) = BLOCKS.get_ptr_mut(&key) else {
+        // First packet of this block (or evicted): remember its path; a first packet is never a
+        // change.
+        let now = if wrong { now_ns() } else { 0 };
+        let fresh = BlockState { last_path: actual, _pad: [0; 3], changes: 0, window_start_ns: 0, last_sample_ns: now };
+        let _ = BLOCKS.insert(&key, &fresh, 0);
+        if wrong {
+            emit(ctx, ForwardRecordKind::WrongPath, target, dst, obs, actual, 0, now);
+        }
+        return;
+    };
+    // SAFETY: value pointer from the lookup, valid for this run (RCU); racy by design (see
+    // `BlockState`).
+    let state = unsafe { &mut *state };
+    let mut now = 0;
+    if wrong {
+        now = now_ns();
+        if state.last_sample_ns == 0 || now.wrapping_sub(state.last_sample_ns) >= global_u64(&FORWARD_SAMPLE_INTERVAL_NS) {
+            state.last_sample_ns = now;
+            emit(ctx, ForwardRecordKind::WrongPath, target, dst, obs, actual, 0, now);
+        } else if let Some(s) = stats() {
+            s.samples_suppressed += 1;
+        }
+    }
+    if state.last_path != actual {
+        if now == 0 {
+            now = now_ns();
+        }
+        let previous = state.last_path;
+        state.last_path = actual;
+        if state.changes == 0 || now.wrapping_sub(state.window_start_ns) > global_u64(&FORWARD_WINDOW_NS) {
+            state.window_start_ns = now;
+            state.changes = 1;
+        } else {
+            state.changes = state.changes.saturating_add(1);
+        }
+        // Equality: one flap per block per window however long the flipping goes on.
+        if state.changes == global_u32(&FORWARD_FLAP_THRESHOLD) {
+            if let Some(f) = FLAPS.get_ptr_mut(u32::from(target.pool)) {
+                // SAFETY: this CPU's slot.
+                unsafe { *f += 1 };
+            }
+            emit(ctx, ForwardRecordKind::Flap, target, dst, obs, previous, state.changes, now);
+        }
+    }
+}
+
+#[inline(always)]
+#[expect(clippy::too_many_arguments, reason = "one record's fields; inlined")]
+fn emit(
+    ctx: &TcContext,
+    kind: ForwardRecordKind,
+    target: &ForwardTarget,
+    dst: &[u8; 16],
+    obs: Observation,
+    previous: u8,
+    changes: u32,
+    now: u64,
+) {
+    let Some(mut entry) = EVENTS.reserve::<ForwardRecord>(0) else {
+        if let Some(s) = stats() {
+            s.events_lost += 1;
+        }
+        return;
+    };
+    // SAFETY: reading `ifindex` of the context struct (always readable for TC programs).
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    entry.write(ForwardRecord {
+        kind: kind as u8,
+        expected: target.expected,
+        actual: obs.path() as u8,
+        observation: obs as u8,
+        pool: target.pool,
+        class: target.class,
+        previous,
+        changes,
+        ifindex,
+        ts_ns: now,
+        block: target.block,
+        dst: *dst,
+        prefix_len: target.prefix_len,
+        _pad: 0,
+    });
+    entry.submit(0);
+    if kind == ForwardRecordKind::WrongPath {
+        if let Some(s) = stats() {
+            s.samples += 1;
+        }
+    }
+}
