@@ -2,6 +2,7 @@
 //! against a mocked API server (tower-test) that asserts the exact requests.
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 
 use super::*;
 
@@ -61,4 +62,928 @@ fn rbac_table_matches_deploy_clusterrole_exactly() {
     for v in VERBS.iter().chain(GRANTED_UNUSED_VERBS.iter()) {
         assert!(["get", "list", "watch"].contains(v), "{v} is not a read verb");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The mocked API server.
+
+mod fake {
+    use std::collections::{HashMap, VecDeque};
+    use std::sync::{Arc, Mutex};
+
+    use bytes::Bytes;
+    use futures::channel::mpsc::{unbounded, UnboundedReceiver, UnboundedSender};
+    use futures::StreamExt;
+    use http::{Request, Response, StatusCode};
+    use http_body_util::combinators::BoxBody;
+    use http_body_util::{BodyExt, Full, StreamBody};
+    use http_body::Frame;
+    use kube::client::Body;
+    use kube::Client;
+    use serde_json::{json, Value};
+
+    type RespBody = BoxBody<Bytes, std::io::Error>;
+
+    /// One scripted answer.
+    pub enum Reply {
+        /// A complete JSON response.
+        Json(StatusCode, Value),
+        /// A streaming (watch) response, one chunk per sent line; ends when the sender drops.
+        Stream(UnboundedReceiver<Bytes>),
+        /// A transport error (the API server is unreachable).
+        Unreachable,
+        /// Hold the request until the test sends the reply.
+        Deferred(tokio::sync::oneshot::Receiver<Reply>),
+    }
+
+    /// A fake API server: scripted replies per `"GET <path>"` / `"WATCH <path>"`, and a log of
+    /// every request as `"GET <path and query>"`. An unscripted watch hangs (as an idle watch
+    /// does); an unscripted GET is answered 404.
+    #[derive(Default)]
+    pub struct FakeApi {
+        replies: Mutex<HashMap<String, VecDeque<Reply>>>,
+        log: Mutex<Vec<String>>,
+        parked: Mutex<Vec<UnboundedSender<Bytes>>>,
+    }
+
+    impl FakeApi {
+        /// Script the next reply for `key` (`"GET /apis"`, `"WATCH /api/v1/nodes"`).
+        pub fn on(&self, key: &str, reply: Reply) {
+            self.replies.lock().unwrap().entry(key.to_owned()).or_default().push_back(reply);
+        }
+
+        /// Script a JSON 200.
+        pub fn json(&self, key: &str, body: Value) {
+            self.on(key, Reply::Json(StatusCode::OK, body));
+        }
+
+        /// Script a watch stream and return its sender.
+        pub fn watch(&self, path: &str) -> UnboundedSender<Bytes> {
+            let (tx, rx) = unbounded();
+            self.on(&format!("WATCH {path}"), Reply::Stream(rx));
+            tx
+        }
+
+        /// Script a deferred reply and return the trigger.
+        pub fn deferred(&self, key: &str) -> tokio::sync::oneshot::Sender<Reply> {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            self.on(key, Reply::Deferred(rx));
+            tx
+        }
+
+        /// Drop the scripted replies of `key`.
+        pub fn replies_clear(&self, key: &str) {
+            self.replies.lock().unwrap().remove(key);
+        }
+
+        /// Every request so far, in arrival order.
+        pub fn log(&self) -> Vec<String> {
+            self.log.lock().unwrap().clone()
+        }
+
+        /// The requests since the last call.
+        pub fn take_log(&self) -> Vec<String> {
+            std::mem::take(&mut *self.log.lock().unwrap())
+        }
+
+        fn next_reply(&self, req: &Request<Body>) -> Reply {
+            let uri = req.uri();
+            let watch = uri.query().is_some_and(|q| q.split('&').any(|kv| kv == "watch=true"));
+            let key = format!("{} {}", if watch { "WATCH" } else { "GET" }, uri.path());
+            assert_eq!(req.method(), http::Method::GET, "the datastore is read-only: {} {uri}", req.method());
+            self.log.lock().unwrap().push(format!("GET {}", uri.path_and_query().map_or("", |p| p.as_str())));
+            let next = self.replies.lock().unwrap().get_mut(&key).and_then(VecDeque::pop_front);
+            match next {
+                Some(r) => r,
+                None if watch => {
+                    let (tx, rx) = unbounded();
+                    self.parked.lock().unwrap().push(tx);
+                    Reply::Stream(rx)
+                }
+                None => Reply::Json(StatusCode::NOT_FOUND, status(404, "NotFound", &format!("unscripted {key}"))),
+            }
+        }
+
+        /// A kube client served by this fake.
+        pub fn client(self: &Arc<FakeApi>) -> Client {
+            let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<RespBody>>();
+            let api = self.clone();
+            tokio::spawn(async move {
+                while let Some((req, send)) = handle.next_request().await {
+                    let mut reply = Some(api.next_reply(&req));
+                    tokio::spawn(async move {
+                        while let Some(Reply::Deferred(rx)) = reply {
+                            reply = rx.await.ok();
+                        }
+                        match reply {
+                            Some(Reply::Json(code, body)) => {
+                                let full = Full::new(Bytes::from(body.to_string())).map_err(|e| match e {});
+                                send.send_response(Response::builder().status(code).body(full.boxed()).unwrap());
+                            }
+                            Some(Reply::Stream(rx)) => {
+                                let body = StreamBody::new(rx.map(|b| Ok::<_, std::io::Error>(Frame::data(b))));
+                                send.send_response(Response::builder().status(StatusCode::OK).body(BodyExt::boxed(body)).unwrap());
+                            }
+                            Some(Reply::Unreachable) | None => send.send_error("connection refused"),
+                            Some(Reply::Deferred(_)) => unreachable!(),
+                        }
+                    });
+                }
+            });
+            Client::new(service, "default")
+        }
+    }
+
+    /// A `Status` object.
+    pub fn status(code: u16, reason: &str, message: &str) -> Value {
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code})
+    }
+
+    /// One watch event line.
+    pub fn event(kind: &str, object: &Value) -> Bytes {
+        Bytes::from(format!("{}\n", json!({"type": kind, "object": object})))
+    }
+}
+
+use std::collections::BTreeMap;
+use std::sync::Arc as StdArc;
+
+use bytes::Bytes;
+use fake::{event, status, FakeApi, Reply};
+use futures::channel::mpsc::UnboundedSender;
+use http::StatusCode;
+use serde_json::{json, Value as Json};
+
+use crate::model::{parse_yaml_documents, Cluster};
+use crate::ownership::{decide, CalicoVersion, OwnershipConfig, Role};
+use crate::routes::PoolClass;
+
+const CALICO_PLURAL_KINDS: [(&str, &str); 5] = [
+    ("ippools", "IPPool"),
+    ("ipamblocks", "IPAMBlock"),
+    ("blockaffinities", "BlockAffinity"),
+    ("felixconfigurations", "FelixConfiguration"),
+    ("bgpconfigurations", "BGPConfiguration"),
+];
+
+/// The collection path of a resource: `/apis/<group>/<version>/<plural>`, `/api/v1/nodes`.
+fn path(group: CalicoGroup, plural: &str) -> String {
+    if plural == "nodes" {
+        "/api/v1/nodes".to_owned()
+    } else {
+        format!("/apis/{}/{plural}", group.api_version())
+    }
+}
+
+fn kind_of(plural: &str) -> &'static str {
+    CALICO_PLURAL_KINDS.iter().find(|(p, _)| *p == plural).map_or("Node", |(_, k)| k)
+}
+
+fn api_version_of(group: CalicoGroup, plural: &str) -> &'static str {
+    if plural == "nodes" {
+        "v1"
+    } else {
+        group.api_version()
+    }
+}
+
+/// `/apis` serving the given groups.
+fn api_groups(groups: &[CalicoGroup]) -> Json {
+    let groups: Vec<Json> = groups
+        .iter()
+        .map(|g| {
+            let v = json!({"groupVersion": g.api_version(), "version": g.version()});
+            json!({"name": g.group(), "versions": [v.clone()], "preferredVersion": v})
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// `/apis/<group>/<version>` serving `plurals`.
+fn api_resources(group: CalicoGroup, plurals: &[&str]) -> Json {
+    let resources: Vec<Json> = plurals
+        .iter()
+        .map(|p| {
+            json!({"name": p, "singularName": "", "namespaced": false, "kind": kind_of(p),
+                   "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]})
+        })
+        .collect();
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group.api_version(), "resources": resources})
+}
+
+/// Script discovery of a cluster serving `group` with all five resources.
+fn script_discovery(api: &FakeApi, group: CalicoGroup) {
+    api.json("GET /apis", api_groups(&[group]));
+    api.json(&format!("GET /apis/{}", group.api_version()), api_resources(group, &CALICO_PLURALS));
+}
+
+/// A list response as the API server sends it (items of core types without apiVersion/kind).
+fn list(group: CalicoGroup, plural: &str, rv: &str, items: &[Json]) -> Json {
+    let items: Vec<Json> = items
+        .iter()
+        .map(|o| {
+            let mut o = o.clone();
+            if plural == "nodes" {
+                let m = o.as_object_mut().unwrap();
+                m.remove("apiVersion");
+                m.remove("kind");
+            }
+            o
+        })
+        .collect();
+    json!({"apiVersion": api_version_of(group, plural), "kind": format!("{}List", kind_of(plural)),
+           "metadata": {"resourceVersion": rv}, "items": items})
+}
+
+/// Objects by plural.
+type Objects = BTreeMap<&'static str, Vec<Json>>;
+
+/// Script one list per resource and a watch stream per resource; returns the watch senders.
+fn script_lists(api: &FakeApi, group: CalicoGroup, objects: &Objects, rv: &str) -> BTreeMap<&'static str, UnboundedSender<Bytes>> {
+    let mut watches = BTreeMap::new();
+    for plural in CALICO_PLURALS.iter().copied().chain(["nodes"]) {
+        let items = objects.get(plural).cloned().unwrap_or_default();
+        api.json(&format!("GET {}", path(group, plural)), list(group, plural, rv, &items));
+        watches.insert(plural, api.watch(&path(group, plural)));
+    }
+    watches
+}
+
+/// A Kubernetes object of `plural` in `group`, with server-side metadata the model must not
+/// need (uid, managedFields, labels, status).
+fn object(group: CalicoGroup, plural: &str, name: &str, rv: &str, spec: &Json) -> Json {
+    json!({
+        "apiVersion": api_version_of(group, plural),
+        "kind": kind_of(plural),
+        "metadata": {
+            "name": name, "resourceVersion": rv, "uid": format!("uid-{name}"), "generation": 1,
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "labels": {"app": "x"},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+            "managedFields": [{"manager": "calico", "operation": "Update", "apiVersion": api_version_of(group, plural)}]
+        },
+        "spec": spec,
+        "status": {"whatever": true}
+    })
+}
+
+/// A core Node with Calico's annotations, `status.addresses` and the usual noise.
+fn node(name: &str, rv: &str, annotations: &Json, addresses: &Json) -> Json {
+    let mut ann = json!({"node.alpha.kubernetes.io/ttl": "0", "volumes.kubernetes.io/controller-managed-attach-detach": "true"});
+    for (k, v) in annotations.as_object().unwrap() {
+        ann[k] = v.clone();
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "resourceVersion": rv, "uid": format!("uid-{name}"), "labels": {"kubernetes.io/hostname": name}, "annotations": ann},
+        "spec": {"podCIDR": "10.0.0.0/24"},
+        "status": {
+            "addresses": addresses,
+            "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-01-01T00:00:00Z"}],
+            "images": [{"names": ["registry/x:1"], "sizeBytes": 1}]
+        }
+    })
+}
+
+/// Convert a calicoctl-format cluster (v3 Calico objects, Calico Nodes, core Nodes) into the
+/// objects a Kubernetes-datastore cluster serves in `group`: Calico kinds in `group`, Calico
+/// Nodes as core Nodes with `projectcalico.org/*` annotations (as calico-node writes them,
+/// `libcalico-go/lib/backend/k8s/resources/node.go`).
+fn cluster_objects(yaml: &str, group: CalicoGroup) -> Objects {
+    let mut out: Objects = BTreeMap::new();
+    let mut items = Vec::new();
+    for doc in parse_yaml_documents(yaml).unwrap() {
+        let doc: Json = serde_json::to_value(&doc).unwrap();
+        match doc.get("items") {
+            Some(Json::Array(list)) => items.extend(list.iter().cloned()),
+            _ => items.push(doc),
+        }
+    }
+    for (i, item) in items.iter().enumerate() {
+        let kind = item["kind"].as_str().unwrap();
+        let name = item["metadata"]["name"].as_str().unwrap();
+        let rv = format!("{}", 10 + i);
+        if kind == "Node" {
+            let (ann, addrs) = if item["apiVersion"] == "v1" {
+                (item["metadata"]["annotations"].clone(), item["status"]["addresses"].clone())
+            } else {
+                let bgp = &item["spec"]["bgp"];
+                let mut ann = json!({});
+                for (field, key) in [("ipv4Address", "IPv4Address"), ("ipv6Address", "IPv6Address"), ("ipv4IPIPTunnelAddr", "IPv4IPIPTunnelAddr")] {
+                    if let Some(v) = bgp.get(field) {
+                        ann[format!("projectcalico.org/{key}")] = v.clone();
+                    }
+                }
+                let addrs: Vec<Json> = item["spec"]["addresses"]
+                    .as_array()
+                    .map(|a| a.iter().filter(|x| x["type"] == "InternalIP").cloned().collect())
+                    .unwrap_or_default();
+                (ann, Json::Array(addrs))
+            };
+            out.entry("nodes").or_default().push(node(name, &rv, &ann, &addrs));
+        } else {
+            let plural = CALICO_PLURAL_KINDS.iter().find(|(_, k)| *k == kind).map(|(p, _)| *p).unwrap();
+            out.entry(plural).or_default().push(object(group, plural, name, &rv, &item["spec"]));
+        }
+    }
+    out
+}
+
+/// What the model makes of exactly these objects, parsed directly (the oracle for the
+/// datastore path: list → store → strip → parse).
+fn direct_model(objects: &Objects) -> Cluster {
+    let values: Vec<serde_yaml_ng::Value> = objects.values().flatten().map(|o| serde_yaml_ng::to_value(o).unwrap()).collect();
+    let (cluster, errors) = Cluster::from_values(values.iter());
+    assert!(errors.is_empty(), "{errors:?}");
+    cluster
+}
+
+fn examples_cluster() -> String {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/cluster");
+    ["calico.yaml", "ipam.yaml", "nodes.yaml"]
+        .iter()
+        .map(|f| std::fs::read_to_string(format!("{dir}/{f}")).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
+/// A backoff of 10 ms, always (the production one starts at 800 ms).
+struct Quick;
+impl Iterator for Quick {
+    type Item = Duration;
+    fn next(&mut self) -> Option<Duration> {
+        Some(Duration::from_millis(10))
+    }
+}
+impl Backoff for Quick {
+    fn reset(&mut self) {}
+}
+
+/// A running datastore over a fake API server.
+struct Running {
+    rx: mpsc::Receiver<DatastoreEvent>,
+    task: tokio::task::JoinHandle<Result<(), DatastoreError>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Running {
+    fn start(api: &StdArc<FakeApi>, choice: ApiGroupChoice) -> Running {
+        let (tx, rx) = mpsc::channel(64);
+        let ds = KubernetesDatastore::new(api.client(), choice)
+            .with_debounce(Duration::from_millis(30))
+            .with_backoff(Arc::new(|| Box::new(Quick)));
+        let task = ds.spawn(tx);
+        Running { rx, task }
+    }
+
+    async fn next(&mut self) -> DatastoreEvent {
+        tokio::time::timeout(Duration::from_secs(10), self.rx.recv()).await.expect("an event within 10 s").expect("datastore running")
+    }
+
+    async fn snapshot(&mut self) -> Snapshot {
+        match self.next().await {
+            DatastoreEvent::Snapshot(s) => s,
+            other => panic!("expected a snapshot, got {other:?}"),
+        }
+    }
+
+    /// Assert nothing is sent for `ms` milliseconds.
+    async fn quiet(&mut self, ms: u64) {
+        if let Ok(ev) = tokio::time::timeout(Duration::from_millis(ms), self.rx.recv()).await {
+            panic!("expected no event, got {ev:?}");
+        }
+    }
+
+    /// Events up to and including the next `Synced`.
+    async fn until_synced(&mut self) -> Vec<DatastoreEvent> {
+        let mut out = Vec::new();
+        loop {
+            let ev = self.next().await;
+            let done = ev == DatastoreEvent::Synced;
+            out.push(ev);
+            if done {
+                return out;
+            }
+        }
+    }
+}
+
+fn felix(node: &str) -> OwnershipConfig {
+    OwnershipConfig { role: Role::Felix, version: CalicoVersion::V3_33, node: Some(node.to_owned()) }
+}
+
+fn programmed(cluster: &Cluster, config: &OwnershipConfig) -> Vec<PoolClass> {
+    decide(cluster, config).programmed.into_iter().collect()
+}
+
+/// The request log with the discovery requests first (in order), then per resource its
+/// requests (in order); resources interleave freely.
+fn per_resource(log: &[String]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in log {
+        let p = line.trim_start_matches("GET ").split('?').next().unwrap().to_owned();
+        out.entry(p).or_default().push(line.clone());
+    }
+    out
+}
+
+fn list_url(group: CalicoGroup, plural: &str) -> String {
+    format!("GET {}?&limit=500", path(group, plural))
+}
+
+fn watch_url(group: CalicoGroup, plural: &str, rv: &str) -> String {
+    format!("GET {}?&watch=true&timeoutSeconds=290&allowWatchBookmarks=true&resourceVersion={rv}", path(group, plural))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Discovery.
+
+async fn discover_with(script: impl FnOnce(&FakeApi), choice: ApiGroupChoice) -> (Result<CalicoGroup, KubernetesError>, Vec<String>) {
+    let api = StdArc::new(FakeApi::default());
+    script(&api);
+    let got = discover(&api.client(), choice).await;
+    (got, api.log())
+}
+
+#[tokio::test]
+async fn discovery_picks_the_served_group_and_prefers_crd_v1() {
+    use CalicoGroup::{CrdV1, V3};
+    // v1 only, v3 only, both.
+    for (served, want) in [(vec![CrdV1], CrdV1), (vec![V3], V3), (vec![V3, CrdV1], CrdV1)] {
+        let (got, log) = discover_with(
+            |api| {
+                api.json("GET /apis", api_groups(&served));
+                api.json(&format!("GET /apis/{}", want.api_version()), api_resources(want, &CALICO_PLURALS));
+            },
+            ApiGroupChoice::Auto,
+        )
+        .await;
+        assert_eq!(got.unwrap(), want, "served {served:?}");
+        assert_eq!(log, vec!["GET /apis".to_owned(), format!("GET /apis/{}", want.api_version())]);
+    }
+}
+
+#[tokio::test]
+async fn discovery_errors_name_what_is_missing() {
+    // Neither group: one request, a clear error.
+    let (got, log) = discover_with(|api| api.json("GET /apis", api_groups(&[])), ApiGroupChoice::Auto).await;
+    assert!(matches!(got, Err(KubernetesError::NoCalicoGroup)), "{got:?}");
+    assert_eq!(log, vec!["GET /apis"]);
+
+    // A v3 group without IPAM resources (the Calico API server).
+    let (got, _) = discover_with(
+        |api| {
+            api.json("GET /apis", api_groups(&[CalicoGroup::V3]));
+            api.json("GET /apis/projectcalico.org/v3", api_resources(CalicoGroup::V3, &["ippools", "felixconfigurations", "bgpconfigurations"]));
+        },
+        ApiGroupChoice::Auto,
+    )
+    .await;
+    let err = got.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "projectcalico.org/v3 does not serve ipamblocks, blockaffinities with list and watch (the Calico API server may not serve IPAM objects; try --calico-api-group crd.projectcalico.org/v1)"
+    );
+
+    // API server down.
+    let (got, _) = discover_with(|api| api.on("GET /apis", Reply::Unreachable), ApiGroupChoice::Auto).await;
+    assert!(matches!(got, Err(KubernetesError::Discovery { ref request, .. }) if request == "GET /apis"), "{got:?}");
+}
+
+#[tokio::test]
+async fn forced_group_skips_the_group_list() {
+    let (got, log) = discover_with(
+        |api| api.json("GET /apis/projectcalico.org/v3", api_resources(CalicoGroup::V3, &CALICO_PLURALS)),
+        ApiGroupChoice::Forced(CalicoGroup::V3),
+    )
+    .await;
+    assert_eq!(got.unwrap(), CalicoGroup::V3);
+    assert_eq!(log, vec!["GET /apis/projectcalico.org/v3"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Watching.
+
+#[tokio::test]
+async fn v1_cluster_not_synced_until_every_resource_listed_then_exact_requests() {
+    let group = CalicoGroup::CrdV1;
+    let objects = cluster_objects(&examples_cluster(), group);
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    // Everything but the Nodes answers at once; the Node list is held back.
+    let mut watches = BTreeMap::new();
+    for plural in CALICO_PLURALS {
+        api.json(&format!("GET {}", path(group, plural)), list(group, plural, "100", objects.get(plural).map_or(&[][..], Vec::as_slice)));
+        watches.insert(plural, api.watch(&path(group, plural)));
+    }
+    let nodes_list = api.deferred("GET /api/v1/nodes");
+    let _node_watch = api.watch("/api/v1/nodes");
+    let mut ds = Running::start(&api, ApiGroupChoice::Auto);
+
+    // Five of six listed: nothing is sent (no snapshot, not synced).
+    ds.quiet(300).await;
+    nodes_list.send(Reply::Json(StatusCode::OK, list(group, "nodes", "100", &objects["nodes"]))).ok().unwrap();
+    let snap = ds.snapshot().await;
+    assert_eq!(ds.next().await, DatastoreEvent::Synced);
+
+    // The exact model: what the parser makes of these objects directly.
+    assert_eq!(*snap.cluster, direct_model(&objects));
+    assert!(snap.object_errors.is_empty() && snap.load_errors.is_empty());
+    assert_eq!(snap.cluster.ip_pools.len(), 6);
+    assert_eq!(snap.cluster.ipam_blocks.len(), objects["ipamblocks"].len());
+    assert_eq!(snap.cluster.nodes.keys().collect::<Vec<_>>(), vec!["node-a", "node-b", "node-c", "node-d"]);
+    assert_eq!(snap.cluster.nodes["node-b"].bgp_ipv4.unwrap().to_string(), "10.0.0.12/24");
+    assert_eq!(snap.inputs, objects.values().map(Vec::len).sum::<usize>());
+    // The examples' FelixConfiguration gives Felix IPIP only.
+    assert_eq!(programmed(&snap.cluster, &felix("node-a")), programmed(&direct_model(&objects), &felix("node-a")));
+
+    // Exact requests: discovery in order, then per resource one list and one watch from the
+    // list's resourceVersion with bookmarks.
+    let log = api.log();
+    assert_eq!(log[..2], ["GET /apis".to_owned(), "GET /apis/crd.projectcalico.org/v1".to_owned()]);
+    let per = per_resource(&log[2..]);
+    let mut want = BTreeMap::new();
+    for plural in CALICO_PLURALS.iter().copied().chain(["nodes"]) {
+        want.insert(path(group, plural), vec![list_url(group, plural), watch_url(group, plural, "100")]);
+    }
+    assert_eq!(per, want);
+    drop(watches);
+}
+
+#[tokio::test]
+async fn v3_cluster_loads_and_bgp_decision_matches_the_calicoctl_input() {
+    let group = CalicoGroup::V3;
+    let input = std::fs::read_to_string("/work/shared/calico-testdata/confd/cluster_routes/enabled/input.yaml")
+        .or_else(|_| std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/calico-testdata/confd/cluster_routes/enabled/input.yaml")))
+        .expect("confd test input");
+    let objects = cluster_objects(&input, group);
+    let api = StdArc::new(FakeApi::default());
+    api.json("GET /apis", api_groups(&[CalicoGroup::V3]));
+    api.json("GET /apis/projectcalico.org/v3", api_resources(group, &CALICO_PLURALS));
+    let _w = script_lists(&api, group, &objects, "7");
+    let mut ds = Running::start(&api, ApiGroupChoice::Auto);
+    let snap = ds.snapshot().await;
+    assert_eq!(ds.next().await, DatastoreEvent::Synced);
+
+    assert_eq!(*snap.cluster, direct_model(&objects));
+    assert_eq!(snap.cluster.ip_pools.len(), 5);
+    assert_eq!(snap.cluster.bgp_default().and_then(|b| b.program_cluster_routes.as_deref()), Some("Enabled"));
+    assert_eq!(snap.cluster.nodes["kube-node-1"].bgp_ipv4.unwrap().to_string(), "10.192.0.3/16");
+    // The ownership decision equals the one from the calicoctl file itself: BIRD programs
+    // IPIP and no-encap (programClusterRoutes: Enabled).
+    let (from_file, _) = Cluster::from_yaml_str(&input).unwrap();
+    let bird = OwnershipConfig { role: Role::Bird, ..felix("kube-node-1") };
+    assert_eq!(programmed(&snap.cluster, &bird), programmed(&from_file, &bird));
+    assert_eq!(programmed(&snap.cluster, &bird), vec![PoolClass::Ipip, PoolClass::NoEncap]);
+    // v3 URLs.
+    assert!(api.log().contains(&list_url(group, "ipamblocks")));
+    assert!(api.log().contains(&watch_url(group, "bgpconfigurations", "7")));
+}
+
+fn pool(name: &str, rv: &str, cidr: &str) -> Json {
+    object(CalicoGroup::CrdV1, "ippools", name, rv, &json!({"cidr": cidr, "ipipMode": "Always", "vxlanMode": "Never"}))
+}
+
+fn cidr_of(s: &Snapshot, pool: &str) -> Option<String> {
+    s.cluster.ip_pools.get(pool).map(|p| p.cidr.to_string())
+}
+
+#[tokio::test]
+async fn unparseable_object_is_skipped_and_its_last_good_version_kept() {
+    let group = CalicoGroup::CrdV1;
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    let mut objects = Objects::new();
+    // A bad object among good ones in the initial list: skipped, the others load, synced.
+    objects.insert("ippools", vec![pool("pool-a", "1", "10.244.0.0/16"), pool("pool-x", "2", "banana"), pool("pool-b", "3", "10.245.0.0/16")]);
+    let watches = script_lists(&api, group, &objects, "10");
+    let mut ds = Running::start(&api, ApiGroupChoice::Auto);
+    let s = ds.snapshot().await;
+    assert_eq!(ds.next().await, DatastoreEvent::Synced);
+    assert_eq!(s.cluster.ip_pools.keys().collect::<Vec<_>>(), vec!["pool-a", "pool-b"]);
+    assert_eq!(
+        s.object_errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        vec!["ippools.crd.projectcalico.org/pool-x: IPPool \"pool-x\": spec.cidr: invalid CIDR \"banana\""]
+    );
+
+    let w = &watches["ippools"];
+    // A good object turns bad: its last good version stays.
+    w.unbounded_send(event("MODIFIED", &pool("pool-a", "11", "10.0.0/8"))).unwrap();
+    let s = ds.snapshot().await;
+    assert_eq!(cidr_of(&s, "pool-a").as_deref(), Some("10.244.0.0/16"));
+    assert_eq!(cidr_of(&s, "pool-b").as_deref(), Some("10.245.0.0/16"));
+    assert_eq!(
+        s.object_errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        vec![
+            "ippools.crd.projectcalico.org/pool-a: IPPool \"pool-a\": spec.cidr: invalid CIDR \"10.0.0/8\"",
+            "ippools.crd.projectcalico.org/pool-x: IPPool \"pool-x\": spec.cidr: invalid CIDR \"banana\"",
+        ]
+    );
+    // Fixed: the new version replaces the last good one; deleting the bad one clears its error.
+    w.unbounded_send(event("MODIFIED", &pool("pool-a", "12", "10.250.0.0/16"))).unwrap();
+    w.unbounded_send(event("DELETED", &pool("pool-x", "13", "banana"))).unwrap();
+    let s = ds.snapshot().await;
+    assert_eq!(cidr_of(&s, "pool-a").as_deref(), Some("10.250.0.0/16"));
+    assert!(s.object_errors.is_empty());
+    // Added, then deleted: gone.
+    w.unbounded_send(event("ADDED", &pool("pool-c", "14", "10.251.0.0/16"))).unwrap();
+    let s = ds.snapshot().await;
+    assert_eq!(cidr_of(&s, "pool-c").as_deref(), Some("10.251.0.0/16"));
+    w.unbounded_send(event("DELETED", &pool("pool-c", "15", "10.251.0.0/16"))).unwrap();
+    let s = ds.snapshot().await;
+    assert_eq!(s.cluster.ip_pools.keys().collect::<Vec<_>>(), vec!["pool-a", "pool-b"]);
+    // Never unsynced by bad objects.
+    ds.quiet(100).await;
+}
+
+fn felix_config(rv: &str, value: &str) -> Json {
+    object(CalicoGroup::CrdV1, "felixconfigurations", "default", rv, &json!({"programClusterRoutes": value, "ipipEnabled": true}))
+}
+
+fn bgp_config(rv: &str, value: &str) -> Json {
+    object(CalicoGroup::CrdV1, "bgpconfigurations", "default", rv, &json!({"programClusterRoutes": value}))
+}
+
+#[tokio::test]
+async fn program_cluster_routes_changes_take_effect_live() {
+    let group = CalicoGroup::CrdV1;
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    let mut objects = Objects::new();
+    objects.insert("ippools", vec![pool("ipip", "1", "10.244.0.0/16"), object(group, "ippools", "flat", "2", &json!({"cidr": "10.246.0.0/16", "ipipMode": "Never", "vxlanMode": "Never"}))]);
+    objects.insert("felixconfigurations", vec![felix_config("3", "EnabledIPIPOnly")]);
+    objects.insert("bgpconfigurations", vec![bgp_config("4", "EnabledNoEncapOnly")]);
+    let watches = script_lists(&api, group, &objects, "10");
+    let mut ds = Running::start(&api, ApiGroupChoice::Auto);
+    let s = ds.snapshot().await;
+    assert_eq!(ds.next().await, DatastoreEvent::Synced);
+    let bird = OwnershipConfig { role: Role::Bird, ..felix("n") };
+    assert_eq!(programmed(&s.cluster, &felix("n")), vec![PoolClass::Ipip]);
+    assert_eq!(programmed(&s.cluster, &bird), vec![PoolClass::NoEncap]);
+
+    // FelixConfiguration default → Enabled: Felix's side now has both classes.
+    watches["felixconfigurations"].unbounded_send(event("MODIFIED", &felix_config("11", "Enabled"))).unwrap();
+    let s = ds.snapshot().await;
+    assert_eq!(s.cluster.felix_default().unwrap().program_cluster_routes.as_deref(), Some("Enabled"));
+    assert_eq!(programmed(&s.cluster, &felix("n")), vec![PoolClass::Ipip, PoolClass::NoEncap]);
+
+    // BGPConfiguration default → Enabled: BIRD's side too.
+    watches["bgpconfigurations"].unbounded_send(event("MODIFIED", &bgp_config("12", "Enabled"))).unwrap();
+    let s = ds.snapshot().await;
+    assert_eq!(programmed(&s.cluster, &bird), vec![PoolClass::Ipip, PoolClass::NoEncap]);
+
+    // Same content, new resourceVersion (e.g. a status-only update): nothing sent.
+    watches["bgpconfigurations"].unbounded_send(event("MODIFIED", &bgp_config("13", "Enabled"))).unwrap();
+    ds.quiet(150).await;
+}
+
+fn block(name: &str, rv: &str, cidr: &str, node: &str) -> Json {
+    object(CalicoGroup::CrdV1, "ipamblocks", name, rv, &json!({"cidr": cidr, "affinity": format!("host:{node}"), "allocations": [], "attributes": [], "deleted": false}))
+}
+
+#[tokio::test]
+async fn gone_410_during_watch_relists_and_applies_deletions_only_then() {
+    let group = CalicoGroup::CrdV1;
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    let mut objects = Objects::new();
+    objects.insert("ippools", vec![pool("p", "1", "10.244.0.0/16")]);
+    objects.insert("ipamblocks", vec![block("10-244-1-0-26", "2", "10.244.1.0/26", "a"), block("10-244-2-0-26", "3", "10.244.2.0/26", "b")]);
+    let watches = script_lists(&api, group, &objects, "100");
+    let blocks = path(group, "ipamblocks");
+    // The re-list after 410: one block was deleted while the watch was behind.
+    api.json(&format!("GET {blocks}"), list(group, "ipamblocks", "200", &[block("10-244-1-0-26", "2", "10.244.1.0/26", "a")]));
+    let _relisted_watch = api.watch(&blocks);
+    let mut ds = Running::start(&api, ApiGroupChoice::Auto);
+    let s = ds.snapshot().await;
+    assert_eq!(ds.next().await, DatastoreEvent::Synced);
+    assert_eq!(s.cluster.ipam_blocks.len(), 2);
+    api.take_log();
+
+    // A bookmark moves the resourceVersion on; then the server says 410 Gone.
+    let w = &watches["ipamblocks"];
+    w.unbounded_send(event("BOOKMARK", &json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMBlock", "metadata": {"resourceVersion": "150"}}))).unwrap();
+    w.unbounded_send(event("ERROR", &status(410, "Expired", "too old resource version: 150 (190)"))).unwrap();
+    let DatastoreEvent::Unsynced { reason } = ds.next().await else { panic!("expected Unsynced") };
+    assert_eq!(
+        reason,
+        "ipamblocks.crd.projectcalico.org: watch ended with an error: too old resource version: 150 (190) (410 Expired)"
+    );
+    let events = ds.until_synced().await;
+    // Until the re-list completes, every snapshot keeps both blocks and marks the resource
+    // broken (the app deletes nothing); the last one, after the re-list, has the deletion.
+    let snaps: Vec<&Snapshot> = events.iter().filter_map(|e| if let DatastoreEvent::Snapshot(s) = e { Some(s) } else { None }).collect();
+    let (last, before) = snaps.split_last().expect("a snapshot after the re-list");
+    for s in before {
+        assert_eq!(s.cluster.ipam_blocks.len(), 2);
+        assert_eq!(s.load_errors.len(), 1);
+    }
+    assert_eq!(last.cluster.ipam_blocks.keys().collect::<Vec<_>>(), vec!["10-244-1-0-26"]);
+    assert!(last.load_errors.is_empty());
+    // Exactly one re-list of that resource, then a watch from the new list's version.
+    assert_eq!(api.take_log(), vec![list_url(group, "ipamblocks"), watch_url(group, "ipamblocks", "200")]);
+}
+
+#[tokio::test]
+async fn api_server_away_keeps_the_view_and_recovery_syncs_again() {
+    let group = CalicoGroup::CrdV1;
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    let mut objects = Objects::new();
+    objects.insert("ippools", vec![pool("p", "1", "10.244.0.0/16")]);
+    objects.insert("nodes", vec![node("a", "5", &json!({"projectcalico.org/IPv4Address": "10.0.0.1/24"}), &json!([{"type": "InternalIP", "address": "10.0.0.1"}]))]);
+    let mut watches = script_lists(&api, group, &objects, "100");
+    let mut ds = Running::start(&api, ApiGroupChoice::Auto);
+    let _ = ds.snapshot().await;
+    assert_eq!(ds.next().await, DatastoreEvent::Synced);
+    api.take_log();
+
+    // The API server goes away: the pool watch ends, re-watching fails, then listing fails
+    // with 503, then the list works again.
+    let pools = path(group, "ippools");
+    api.on(&format!("WATCH {pools}"), Reply::Unreachable);
+    api.on(&format!("GET {pools}"), Reply::Json(StatusCode::SERVICE_UNAVAILABLE, status(503, "ServiceUnavailable", "apiserver is shutting down")));
+    let back = api.deferred(&format!("GET {pools}"));
+    let _w2 = api.watch(&pools);
+    drop(watches.remove("ippools"));
+
+    // While it is away: Unsynced (the watch could not be restarted), again when the reason
+    // changes (the list fails with 503), and a snapshot that keeps every object and names the
+    // broken resource (so the app deletes nothing).
+    let mut reasons = Vec::new();
+    let outage = loop {
+        match ds.next().await {
+            DatastoreEvent::Unsynced { reason } => reasons.push(reason),
+            DatastoreEvent::Snapshot(s) => break s,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    while reasons.len() < 2 {
+        let DatastoreEvent::Unsynced { reason } = ds.next().await else { panic!("expected Unsynced") };
+        reasons.push(reason);
+    }
+    assert_eq!(
+        reasons,
+        vec![
+            "ippools.crd.projectcalico.org: watch failed to start: ServiceError: connection refused".to_owned(),
+            "ippools.crd.projectcalico.org: list failed: apiserver is shutting down (503 ServiceUnavailable)".to_owned(),
+        ]
+    );
+    assert!(outage.cluster.ip_pools.contains_key("p") && outage.cluster.nodes.contains_key("a"));
+    assert_eq!(outage.load_errors.len(), 1);
+    assert_eq!(outage.load_errors[0].file, PathBuf::from("ippools.crd.projectcalico.org"));
+    // Retries of a list that keeps failing the same way are not reported again.
+    ds.quiet(100).await;
+
+    // Back: one snapshot without the load error, then Synced.
+    back.send(Reply::Json(StatusCode::OK, list(group, "ippools", "300", &[pool("p", "1", "10.244.0.0/16")]))).ok().unwrap();
+    let events = ds.until_synced().await;
+    let [DatastoreEvent::Snapshot(s), DatastoreEvent::Synced] = &events[..] else { panic!("{events:?}") };
+    assert!(s.load_errors.is_empty() && s.cluster.ip_pools.contains_key("p"));
+    // Requests: re-watch from the last version (kube-runtime), failed; a fresh list (503);
+    // the held list (ok), then a watch from it.
+    assert_eq!(
+        api.take_log(),
+        vec![
+            watch_url(group, "ippools", "100"),
+            list_url(group, "ippools"),
+            list_url(group, "ippools"),
+            watch_url(group, "ippools", "300"),
+        ]
+    );
+    ds.quiet(100).await;
+}
+
+#[tokio::test]
+async fn node_heartbeats_change_nothing_and_annotations_do() {
+    let group = CalicoGroup::CrdV1;
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    let addrs = json!([{"type": "InternalIP", "address": "10.0.0.1"}, {"type": "Hostname", "address": "a"}]);
+    let mut objects = Objects::new();
+    objects.insert("nodes", vec![node("a", "5", &json!({"projectcalico.org/IPv4Address": "10.0.0.1/24"}), &addrs)]);
+    let watches = script_lists(&api, group, &objects, "100");
+    let mut ds = Running::start(&api, ApiGroupChoice::Auto);
+    let s = ds.snapshot().await;
+    assert_eq!(ds.next().await, DatastoreEvent::Synced);
+    assert_eq!(s.cluster.nodes["a"].bgp_ipv4.unwrap().to_string(), "10.0.0.1/24");
+
+    let mut beat = node("a", "6", &json!({"projectcalico.org/IPv4Address": "10.0.0.1/24", "other/annotation": "x"}), &addrs);
+    beat["status"]["conditions"][0]["lastHeartbeatTime"] = json!("2026-01-01T00:05:00Z");
+    watches["nodes"].unbounded_send(event("MODIFIED", &beat)).unwrap();
+    ds.quiet(150).await;
+
+    let moved = node("a", "7", &json!({"projectcalico.org/IPv4Address": "10.0.1.1/24"}), &addrs);
+    watches["nodes"].unbounded_send(event("MODIFIED", &moved)).unwrap();
+    let s = ds.snapshot().await;
+    assert_eq!(s.cluster.nodes["a"].bgp_ipv4.unwrap().to_string(), "10.0.1.1/24");
+}
+
+#[tokio::test]
+async fn initial_list_in_pages_is_one_snapshot() {
+    let group = CalicoGroup::CrdV1;
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    let blocks: Vec<Json> = (0..1200u32).map(|i| block(&format!("10-{}-{}-0-26", 100 + i / 256, i % 256), "1", &format!("10.{}.{}.0/26", 100 + i / 256, i % 256), "n")).collect();
+    let mut objects = Objects::new();
+    objects.insert("ippools", vec![pool("p", "1", "10.0.0.0/8")]);
+    let _w = script_lists(&api, group, &objects, "100");
+    // Replace the block list with three pages.
+    let bpath = path(group, "ipamblocks");
+    api.replies_clear(&format!("GET {bpath}"));
+    for (i, chunk) in blocks.chunks(500).enumerate() {
+        let mut page = list(group, "ipamblocks", "100", chunk);
+        if i < 2 {
+            page["metadata"]["continue"] = json!(format!("page{}", i + 1));
+        }
+        api.json(&format!("GET {bpath}"), page);
+    }
+    let mut ds = Running::start(&api, ApiGroupChoice::Auto);
+    let s = ds.snapshot().await;
+    assert_eq!(ds.next().await, DatastoreEvent::Synced);
+    assert_eq!(s.cluster.ipam_blocks.len(), 1200);
+    ds.quiet(200).await;
+    let per = per_resource(&api.log());
+    assert_eq!(
+        per[&bpath],
+        vec![
+            list_url(group, "ipamblocks"),
+            format!("GET {bpath}?&limit=500&continue=page1"),
+            format!("GET {bpath}?&limit=500&continue=page2"),
+            watch_url(group, "ipamblocks", "100"),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn one_shot_load_lists_everything_and_watches_nothing() {
+    let group = CalicoGroup::CrdV1;
+    let objects = cluster_objects(&examples_cluster(), group);
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    for plural in CALICO_PLURALS.iter().copied().chain(["nodes"]) {
+        api.json(&format!("GET {}", path(group, plural)), list(group, plural, "100", objects.get(plural).map_or(&[][..], Vec::as_slice)));
+    }
+    let ds = KubernetesDatastore::new(api.client(), ApiGroupChoice::Auto);
+    let snap = ds.load().await.unwrap();
+    assert_eq!(*snap.cluster, direct_model(&objects));
+    let log = api.log();
+    assert_eq!(log.len(), 2 + 6);
+    assert!(log.iter().all(|l| !l.contains("watch=true")), "{log:?}");
+
+    // A list that fails fails the load, naming the resource.
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    api.on("GET /apis/crd.projectcalico.org/v1/ippools", Reply::Json(StatusCode::FORBIDDEN, status(403, "Forbidden", "ippools is forbidden")));
+    let err = KubernetesDatastore::new(api.client(), ApiGroupChoice::Auto).load().await.unwrap_err();
+    assert!(err.to_string().starts_with("list ippools.crd.projectcalico.org: failed to perform initial object list"), "{err}");
+}
+
+#[tokio::test]
+async fn discovery_failure_is_reported_unsynced_and_retried() {
+    let group = CalicoGroup::CrdV1;
+    let api = StdArc::new(FakeApi::default());
+    api.on("GET /apis", Reply::Unreachable);
+    api.on("GET /apis", Reply::Unreachable);
+    script_discovery(&api, group);
+    let _w = script_lists(&api, group, &Objects::new(), "1");
+    let mut ds = Running::start(&api, ApiGroupChoice::Auto);
+    let DatastoreEvent::Unsynced { reason } = ds.next().await else { panic!("expected Unsynced") };
+    assert!(reason.starts_with("API discovery GET /apis:"), "{reason}");
+    // The same failure again is not repeated; then discovery succeeds and the view syncs.
+    let _ = ds.snapshot().await;
+    assert_eq!(ds.next().await, DatastoreEvent::Synced);
+    assert_eq!(api.log()[..4], ["GET /apis", "GET /apis", "GET /apis", "GET /apis/crd.projectcalico.org/v1"]);
+}
+
+#[test]
+fn strip_keeps_only_what_the_model_reads() {
+    let ar = api_resource(CalicoGroup::CrdV1, NODE_RESOURCE);
+    let mut obj: DynamicObject = serde_json::from_value(node(
+        "a",
+        "5",
+        &json!({"projectcalico.org/IPv4Address": "10.0.0.1/24"}),
+        &json!([{"type": "InternalIP", "address": "10.0.0.1"}]),
+    ))
+    .unwrap();
+    obj.types = None; // as in a list
+    view::strip(Kind::Node, &ar, &mut obj);
+    assert_eq!(
+        serde_json::to_value(&obj).unwrap(),
+        json!({"apiVersion": "v1", "kind": "Node",
+               "metadata": {"name": "a", "resourceVersion": "5", "annotations": {"projectcalico.org/IPv4Address": "10.0.0.1/24"}},
+               "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}})
+    );
+    let ar = api_resource(CalicoGroup::V3, CALICO_RESOURCES[0]);
+    let mut obj: DynamicObject = serde_json::from_value(object(CalicoGroup::V3, "ippools", "p", "9", &json!({"cidr": "10.0.0.0/8"}))).unwrap();
+    view::strip(Kind::IpPool, &ar, &mut obj);
+    assert_eq!(
+        serde_json::to_value(&obj).unwrap(),
+        json!({"apiVersion": "projectcalico.org/v3", "kind": "IPPool", "metadata": {"name": "p", "resourceVersion": "9"}, "spec": {"cidr": "10.0.0.0/8"}})
+    );
 }

@@ -146,7 +146,7 @@ impl View {
                 Vec::new()
             }
             Err(e) => {
-                let reason = format!("watch {label}: {e}");
+                let reason = format!("{label}: {}", describe_watch_error(&e));
                 tracing::warn!(resource = %label, error = %e, "kubernetes datastore: watch failed; keeping the last view, re-listing after backoff");
                 r.status = Status::Failed(reason.clone());
                 self.dirty = true;
@@ -276,6 +276,21 @@ fn refresh(r: &mut Resource, label: &str) -> u64 {
     }
     r.entries.retain(|name, _| seen.contains(name));
     failures
+}
+
+/// A one-line description of a watcher error: what failed, then the API server's message,
+/// HTTP code and reason (`list failed: apiserver is shutting down (503 ServiceUnavailable)`).
+fn describe_watch_error(e: &watcher::Error) -> String {
+    let status = |s: &kube::core::Status| format!("{} ({} {})", s.message, s.code, s.reason);
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s)) => format!("list failed: {}", status(s)),
+        watcher::Error::InitialListFailed(other) => format!("list failed: {other}"),
+        watcher::Error::WatchStartFailed(kube::Error::Api(s)) => format!("watch failed to start: {}", status(s)),
+        watcher::Error::WatchStartFailed(other) => format!("watch failed to start: {other}"),
+        watcher::Error::WatchError(s) => format!("watch ended with an error: {}", status(s)),
+        watcher::Error::WatchFailed(other) => format!("watch failed: {other}"),
+        watcher::Error::NoResourceVersion => e.to_string(),
+    }
 }
 
 fn hash_value(v: &Value) -> u64 {
