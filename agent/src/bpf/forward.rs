@@ -338,6 +338,23 @@ impl ForwardWatch {
         }
     }
 
+    /// Kernel program ids of the two classifiers (`tc_forward_tunnel`, `tc_forward_host`), for
+    /// `bpftool prog show id N` / `bpftool prog run id N` (per-packet cost measurements).
+    ///
+    /// # Errors
+    /// [`ForwardError::Program`] if the kernel cannot describe a program.
+    pub fn program_ids(&self) -> Result<Vec<(&'static str, u32)>, ForwardError> {
+        [PROG_TC_FORWARD_TUNNEL, PROG_TC_FORWARD_HOST]
+            .into_iter()
+            .map(|name| {
+                let prog: &SchedClassifier =
+                    self.bpf.program(name).ok_or(ForwardError::Missing(name))?.try_into().map_err(|e| ForwardError::Program { program: name, source: Box::new(e) })?;
+                let info = prog.info().map_err(|e| ForwardError::Program { program: name, source: Box::new(e) })?;
+                Ok((name, info.id()))
+            })
+            .collect()
+    }
+
     /// Devices the programs are attached to.
     pub fn attached(&self) -> &[AttachedDevice] {
         &self.attached
