@@ -381,6 +381,9 @@ pub async fn run(args: RunArgs) -> Result<()> {
 
     let tc_devices = if args.tc_devices.is_empty() { vec![devices.host_nic.clone(), devices.tunnel.clone()] } else { args.tc_devices.clone() };
     let mut bpf = BpfHandler::start(&tc_devices, &metrics, &health);
+    // Forwarding watch (issue 6, `bpf::forward`): TC egress on the tunnel device and host NIC.
+    let forward_config = crate::bpf::forward::ForwardConfig::for_devices(std::slice::from_ref(&devices.tunnel), std::slice::from_ref(&devices.host_nic));
+    let mut forward = crate::bpf::forward::ForwardHandler::start(&forward_config, &metrics, &health);
 
     let mut cluster = ClusterHandler {
         config: PlanConfig { node: node.clone(), ownership, devices, protocol: dp_config.protocol, table: dp_config.table },
@@ -402,6 +405,9 @@ pub async fn run(args: RunArgs) -> Result<()> {
             ev = ds_rx.recv() => match ev {
                 Some(ev) => {
                     cluster.on_datastore(ev).await;
+                    if let Some(plan) = cluster.last.as_ref() {
+                        forward.on_plan(plan, &metrics);
+                    }
                     if let (Some(a), Some(plan)) = (auditor.as_mut(), cluster.last.as_ref()) {
                         a.audit(plan, &metrics, &health).await;
                     }
@@ -414,7 +420,11 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 }
             }
             Some(report) = report_rx.recv() => record_report(&metrics, &health, &report),
-            _ = counters.tick() => bpf.poll(&metrics),
+            _ = counters.tick() => {
+                bpf.poll(&metrics);
+                forward.poll(&metrics);
+            }
+            Some(ev) = forward.next_event() => crate::bpf::forward::log_event(&ev),
             _ = heartbeat.tick() => {},
             _ = tokio::signal::ctrl_c() => break "SIGINT",
             _ = sigterm.recv() => break "SIGTERM",
@@ -430,5 +440,6 @@ pub async fn run(args: RunArgs) -> Result<()> {
     }
     http.abort();
     drop(bpf);
+    drop(forward);
     Ok(())
 }

@@ -15,7 +15,7 @@
 //! destination). The kernel keeps both observations apart ([`Observation`]); the metrics count
 //! the NIC's IPIP observation only when no tunnel device is watched ([`ForwardMetrics`]).
 //!
-//! Use (the app):
+//! The app uses [`ForwardHandler`], which wraps the steps below:
 //! ```ignore
 //! let mut watch = ForwardWatch::start(object, &ForwardConfig::for_devices(&tunnels, &nics))?;
 //! let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
@@ -543,6 +543,129 @@ pub fn log_event(ev: &ForwardEvent) {
             changes = ev.changes.unwrap_or(0), expected = ev.expected, device,
             "forwarding flap: this block's egress path keeps changing"
         ),
+    }
+}
+
+/// Name of the watch in `/readyz` and the `program` label of `routewarden_bpf_program_attached`.
+pub const WATCHER_NAME: &str = "tc_forward";
+
+/// The app's handler for the watch: owns the [`ForwardWatch`] (if it started), its metric
+/// state and the event receiver. Never fails: a watch that cannot start is reported degraded
+/// in `/readyz` and the handler does nothing.
+pub struct ForwardHandler {
+    watch: Option<ForwardWatch>,
+    metrics_state: ForwardMetrics,
+    events: Option<mpsc::Receiver<ForwardEvent>>,
+    reader: Option<tokio::task::JoinHandle<()>>,
+    last_entries: Vec<ForwardEntry>,
+}
+
+impl std::fmt::Debug for ForwardHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForwardHandler").field("watch", &self.watch).finish_non_exhaustive()
+    }
+}
+
+impl ForwardHandler {
+    /// Start the watch with the embedded object in the calling thread's namespace (must run
+    /// inside a tokio runtime: the ring-buffer reader is a task).
+    pub fn start(config: &ForwardConfig, metrics: &Metrics, health: &crate::observe::Health) -> ForwardHandler {
+        let labels = crate::observe::metrics::ProgramLabels { program: WATCHER_NAME };
+        let started = crate::bpf::embedded_object()
+            .ok_or(ForwardError::NoObject)
+            .and_then(|obj| ForwardWatch::start(obj, config))
+            .and_then(|mut w| {
+                let (tx, rx) = mpsc::channel(1024);
+                let reader = w.spawn_reader(tx)?;
+                Ok((w, rx, reader))
+            });
+        match started {
+            Ok((watch, rx, reader)) => {
+                tracing::info!(attached = ?watch.attached(), missing = ?watch.missing(), "forwarding watch running (TC egress)");
+                metrics.bpf_program_attached.get_or_create(&labels).set(1);
+                health.set_watcher(WATCHER_NAME, crate::observe::WatcherState::Ready);
+                ForwardHandler {
+                    metrics_state: ForwardMetrics::new(watch.tunnel_watched()),
+                    watch: Some(watch),
+                    events: Some(rx),
+                    reader: Some(reader),
+                    last_entries: Vec::new(),
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "forwarding watch not running; routes are still programmed");
+                metrics.bpf_program_attached.get_or_create(&labels).set(0);
+                health.set_watcher(WATCHER_NAME, crate::observe::WatcherState::Degraded(e.to_string()));
+                ForwardHandler { watch: None, metrics_state: ForwardMetrics::new(false), events: None, reader: None, last_entries: Vec::new() }
+            }
+        }
+    }
+
+    /// A new plan: bring the trie in step (diffed; nothing written when the entries did not
+    /// change) and declare the new series at 0.
+    pub fn on_plan(&mut self, plan: &crate::app::plan::Plan, metrics: &Metrics) {
+        let Some(watch) = self.watch.as_mut() else { return };
+        let entries = entries_from_plan(plan);
+        if entries == self.last_entries {
+            return;
+        }
+        match watch.set_destinations(&entries) {
+            Ok(up) => {
+                if up.inserted + up.updated + up.removed > 0 {
+                    tracing::info!(inserted = up.inserted, updated = up.updated, removed = up.removed, total = up.total, "forwarding watch destinations updated");
+                }
+                for (prefix, why) in up.failed.iter().take(10) {
+                    tracing::warn!(%prefix, error = %why, "forwarding watch: destination not written; retried on the next plan");
+                }
+                if up.failed.is_empty() {
+                    self.last_entries.clone_from(&entries);
+                } else {
+                    self.last_entries.clear();
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "forwarding watch: updating destinations failed"),
+        }
+        ForwardMetrics::declare(metrics, &entries);
+    }
+
+    /// Timer: attach devices that appeared, read the counters into the metrics.
+    pub fn poll(&mut self, metrics: &Metrics) {
+        let Some(watch) = self.watch.as_mut() else { return };
+        if !watch.missing().is_empty() {
+            match watch.attach_missing() {
+                Ok(newly) if !newly.is_empty() => {
+                    tracing::info!(attached = ?newly, "forwarding watch attached to devices that appeared");
+                    self.metrics_state.set_tunnel_watched(watch.tunnel_watched());
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "forwarding watch: attaching a device failed"),
+            }
+        }
+        match watch.counts() {
+            Ok(c) => self.metrics_state.apply(metrics, &c),
+            Err(e) => tracing::warn!(error = %e, "forwarding watch: reading counters failed"),
+        }
+    }
+
+    /// The next wrong-path sample or flap; pending forever when the watch is not running (for
+    /// `tokio::select!`).
+    pub async fn next_event(&mut self) -> Option<ForwardEvent> {
+        if let Some(rx) = self.events.as_mut() {
+            if let Some(ev) = rx.recv().await {
+                return Some(ev);
+            }
+            tracing::warn!("forwarding watch: the ring-buffer reader stopped; counters still work, samples and flap events do not");
+            self.events = None;
+        }
+        std::future::pending().await
+    }
+}
+
+impl Drop for ForwardHandler {
+    fn drop(&mut self) {
+        if let Some(r) = self.reader.take() {
+            r.abort();
+        }
     }
 }
 

@@ -1,0 +1,108 @@
+//! The agent binary's forwarding watch end to end in the lab: `routewarden run` on node-a of
+//! the example cluster fills the trie from its plan, and its `/metrics` count the datagrams
+//! the test sends through the programmed routes, per pool and path.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use routewarden::datastore::FileDatastore;
+use routewarden_lab::{skip_unless_root, Lab, LabNodeSpec, LabSpec};
+
+const PORT: u16 = 9695;
+
+fn example_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster")
+}
+
+/// The agent process; killed on drop.
+struct Agent(Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn sample(body: &str, series: &str) -> Option<f64> {
+    body.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+}
+
+#[test]
+fn the_agent_counts_cluster_traffic_per_pool_and_path() {
+    if skip_unless_root("the_agent_counts_cluster_traffic_per_pool_and_path") {
+        return;
+    }
+    if routewarden::bpf::embedded_object().is_none() {
+        eprintln!("SKIPPED the_agent_counts_cluster_traffic_per_pool_and_path: built without the BPF object; `cargo xtask test` embeds it");
+        return;
+    }
+    let snap = FileDatastore::load(example_dir()).unwrap();
+    let nodes = snap
+        .cluster
+        .nodes
+        .values()
+        .map(|n| LabNodeSpec { name: n.name.clone(), addresses: n.bgp_addresses().iter().map(ToString::to_string).collect() })
+        .collect();
+    let lab = Lab::build(LabSpec::new(nodes)).unwrap();
+    // Permanent neighbours: no ARP queueing, every datagram leaves at once.
+    lab.ip("node-a", &["neigh", "replace", "10.0.1.14", "lladdr", "02:00:00:00:00:14", "dev", "tunl0", "nud", "permanent"]).unwrap();
+    lab.ip("node-a", &["neigh", "replace", "10.0.0.12", "lladdr", "02:00:00:00:00:12", "dev", "eth0", "nud", "permanent"]).unwrap();
+    let _agent = Agent(
+        lab.command("node-a", env!("CARGO_BIN_EXE_routewarden"))
+            .args(["run", "--node", "node-a", "--metrics-addr", &format!("127.0.0.1:{PORT}"), "--log-format", "text", "--datastore"])
+            .arg(format!("file:{}", example_dir().display()))
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let metrics = || lab.http_get("node-a", PORT, "/metrics").map(|(_, b)| b).unwrap_or_default();
+    let ready = wait_for("/readyz 200", Duration::from_secs(20), || match lab.http_get("node-a", PORT, "/readyz") {
+        Ok((200, body)) => Some(body),
+        _ => None,
+    });
+    assert!(ready.contains("tc_forward: ready"), "{ready}");
+    // The plan reached the trie: its series are declared at 0, wrong-path ones included.
+    let m = wait_for("forwarding series declared", Duration::from_secs(10), || {
+        let m = metrics();
+        sample(&m, r#"routewarden_wrong_path_packets_total{pool="ipip-always",expected="tunnel",actual="host"}"#).map(|_| m)
+    });
+    assert_eq!(sample(&m, r#"routewarden_bpf_program_attached{program="tc_forward"}"#), Some(1.0), "{m}");
+
+    lab.in_netns("node-a", || {
+        let s = std::net::UdpSocket::bind("10.0.0.11:0").unwrap();
+        for _ in 0..20 {
+            s.send_to(&[0u8; 64], "10.245.40.9:9").unwrap(); // ipip-always: tunl0 to node-d
+        }
+        for _ in 0..15 {
+            s.send_to(&[0u8; 64], "10.244.20.9:9").unwrap(); // CrossSubnet, same subnet: eth0
+        }
+        for _ in 0..5 {
+            s.send_to(&[0u8; 64], "10.0.0.12:9").unwrap(); // a node address: not cluster
+        }
+    })
+    .unwrap();
+    let m = wait_for("the datagrams in /metrics", Duration::from_secs(5), || {
+        let m = metrics();
+        (sample(&m, r#"routewarden_forwarded_packets_total{pool="default-ipv4-ippool",path="host"}"#) == Some(15.0)).then_some(m)
+    });
+    assert_eq!(sample(&m, r#"routewarden_forwarded_packets_total{pool="ipip-always",path="tunnel"}"#), Some(20.0), "{m}");
+    assert_eq!(sample(&m, r#"routewarden_forwarded_packets_total{pool="ipip-always",path="host"}"#), Some(0.0), "{m}");
+    // Ethernet 14 + IPv4 20 + UDP 8 + 64 on the veth stand-in.
+    assert_eq!(sample(&m, r#"routewarden_forwarded_bytes_total{pool="ipip-always",path="tunnel"}"#), Some(20.0 * 106.0), "{m}");
+    assert_eq!(sample(&m, r#"routewarden_wrong_path_packets_total{pool="ipip-always",expected="tunnel",actual="host"}"#), Some(0.0), "{m}");
+    assert_eq!(sample(&m, r#"routewarden_forwarding_flaps_total{pool="ipip-always"}"#), Some(0.0), "{m}");
+}
