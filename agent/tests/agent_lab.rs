@@ -345,3 +345,41 @@ fn the_agent_attaches_its_tc_probe_in_the_lab_and_counts() {
     });
     assert_eq!(sample(&m, r#"routewarden_bpf_program_attached{program="tc_count"}"#), Some(1.0));
 }
+
+#[test]
+fn the_agent_reports_a_second_writer_fighting_over_its_route() {
+    if skip_unless_root("the_agent_reports_a_second_writer_fighting_over_its_route") {
+        return;
+    }
+    if routewarden::bpf::embedded_object().is_none() {
+        eprintln!("SKIPPED the_agent_reports_a_second_writer_fighting_over_its_route: built without the BPF object; `cargo xtask test` embeds it");
+        return;
+    }
+    let lab = lab();
+    let _agent = Agent::start(&lab, "node-a", &example_dir(), &["--route-watch-window", "2", "--route-watch-backend", "socket-filter"]);
+    let ready = wait_ready(&lab, "node-a");
+    assert!(ready.contains("bpf route_watch: ready\n"), "{ready}");
+    let m = metrics(&lab, "node-a");
+    assert_eq!(sample(&m, r#"routewarden_route_watch_backend_info{backend="socket-filter"}"#), Some(1.0), "{m}");
+    assert_eq!(sample(&m, "routewarden_flapping_prefixes"), Some(0.0), "a cold start is no flap: {m}");
+    // A BIRD-like writer overwrites our route to node-b's IPIP block, then puts it back as ours
+    // would look, five times.
+    for i in 0..5 {
+        let proto = if i % 2 == 0 { "bird" } else { "80" };
+        lab.ip("node-a", &["route", "replace", "10.245.20.0/26", "via", "10.0.0.12", "dev", "tunl0", "onlink", "metric", "1024", "proto", proto]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The gauge follows the event at once; the kernel's counters are read every second.
+    let m = wait_for("conflict and flap reported", Duration::from_secs(5), || {
+        let m = metrics(&lab, "node-a");
+        let flapping = sample(&m, "routewarden_flapping_prefixes").unwrap_or(0.0) >= 1.0;
+        let conflicts = sample(&m, r#"routewarden_route_conflicts_total{family="ipv4",writers="self+bird"}"#).unwrap_or(0.0) >= 1.0;
+        (flapping && conflicts).then_some(m)
+    });
+    assert!(sample(&m, r#"routewarden_route_flaps_total{family="ipv4"}"#).unwrap_or(0.0) >= 1.0, "{m}");
+    assert!(sample(&m, r#"routewarden_route_writes_total{family="ipv4",op="replace",writer="bird"}"#).unwrap_or(0.0) >= 3.0, "{m}");
+    // The fight stops: the gauge returns to 0 once the window (2 s) has passed.
+    wait_for("flapping_prefixes back to 0", Duration::from_secs(10), || {
+        (sample(&metrics(&lab, "node-a"), "routewarden_flapping_prefixes") == Some(0.0)).then_some(())
+    });
+}

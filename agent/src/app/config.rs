@@ -163,6 +163,31 @@ pub struct RunArgs {
     /// device and the host NIC.
     #[arg(long, env = "ROUTEWARDEN_TC_DEVICES", value_delimiter = ',')]
     pub tc_devices: Vec<String>,
+    /// Tunnel devices the forwarding watch attaches to (egress), comma separated. Empty: the
+    /// tunnel device (`--tunnel-device`).
+    #[arg(long, env = "ROUTEWARDEN_FORWARD_TUNNEL_DEVICES", value_delimiter = ',')]
+    pub forward_tunnel_devices: Vec<String>,
+    /// Host NICs the forwarding watch attaches to (egress), comma separated (e.g. both members'
+    /// of a bond, or the NIC of each node pool). Empty: the host device (`--host-device`).
+    #[arg(long, env = "ROUTEWARDEN_FORWARD_HOST_DEVICES", value_delimiter = ',')]
+    pub forward_host_devices: Vec<String>,
+    /// A destination block whose egress path changes this many times within
+    /// `--forward-flap-window` is a forwarding flap.
+    #[arg(long, env = "ROUTEWARDEN_FORWARD_FLAP_THRESHOLD", default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..))]
+    pub forward_flap_threshold: u32,
+    /// Window of the forwarding-flap detector, in seconds.
+    #[arg(long, env = "ROUTEWARDEN_FORWARD_FLAP_WINDOW", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub forward_flap_window: u64,
+    /// Force one route-watch backend (`fentry`, `kprobe`, `socket-filter`); default: the best
+    /// that loads and attaches, in that order.
+    #[arg(long, env = "ROUTEWARDEN_ROUTE_WATCH_BACKEND")]
+    pub route_watch_backend: Option<crate::bpf::route_watch::RouteWatchBackend>,
+    /// Route-watch conflict/flap window, in seconds.
+    #[arg(long, env = "ROUTEWARDEN_ROUTE_WATCH_WINDOW", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub route_watch_window: u64,
+    /// Changes of one prefix within the window that make a route flap.
+    #[arg(long, env = "ROUTEWARDEN_ROUTE_WATCH_FLAP_THRESHOLD", default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..))]
+    pub route_watch_flap_threshold: u32,
     /// Log format.
     #[arg(long, env = "ROUTEWARDEN_LOG_FORMAT", value_enum, default_value = "auto")]
     pub log_format: LogFormat,

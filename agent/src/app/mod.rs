@@ -12,6 +12,7 @@
 pub mod config;
 pub mod logging;
 pub mod plan;
+pub mod route_watch;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -382,8 +383,23 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let tc_devices = if args.tc_devices.is_empty() { vec![devices.host_nic.clone(), devices.tunnel.clone()] } else { args.tc_devices.clone() };
     let mut bpf = BpfHandler::start(&tc_devices, &metrics, &health);
     // Forwarding watch (issue 6, `bpf::forward`): TC egress on the tunnel device and host NIC.
-    let forward_config = crate::bpf::forward::ForwardConfig::for_devices(std::slice::from_ref(&devices.tunnel), std::slice::from_ref(&devices.host_nic));
+    let or_default = |list: &[String], dev: &String| if list.is_empty() { vec![dev.clone()] } else { list.to_vec() };
+    let mut forward_config = crate::bpf::forward::ForwardConfig::for_devices(
+        &or_default(&args.forward_tunnel_devices, &devices.tunnel),
+        &or_default(&args.forward_host_devices, &devices.host_nic),
+    );
+    forward_config.flap_threshold = args.forward_flap_threshold;
+    forward_config.window = Duration::from_secs(args.forward_flap_window);
     let mut forward = crate::bpf::forward::ForwardHandler::start(&forward_config, &metrics, &health);
+    // Route-churn watch (issue 5, `bpf::route_watch`): every route write in this namespace.
+    let route_watch_config = crate::bpf::route_watch::RouteWatchConfig {
+        backend: args.route_watch_backend,
+        window: Duration::from_secs(args.route_watch_window),
+        flap_threshold: args.route_watch_flap_threshold,
+        self_protocol: dp_config.protocol,
+        ..Default::default()
+    };
+    let mut route_watch = route_watch::RouteWatchHandler::start(&route_watch_config, &metrics, &health);
 
     let mut cluster = ClusterHandler {
         config: PlanConfig { node: node.clone(), ownership, devices, protocol: dp_config.protocol, table: dp_config.table },
@@ -423,8 +439,10 @@ pub async fn run(args: RunArgs) -> Result<()> {
             _ = counters.tick() => {
                 bpf.poll(&metrics);
                 forward.poll(&metrics);
+                route_watch.poll(&metrics);
             }
             Some(ev) = forward.next_event() => crate::bpf::forward::log_event(&ev),
+            Some(ev) = route_watch.next_event() => route_watch.on_event(&metrics, &ev),
             _ = heartbeat.tick() => {},
             _ = tokio::signal::ctrl_c() => break "SIGINT",
             _ = sigterm.recv() => break "SIGTERM",
@@ -441,5 +459,6 @@ pub async fn run(args: RunArgs) -> Result<()> {
     http.abort();
     drop(bpf);
     drop(forward);
+    drop(route_watch);
     Ok(())
 }
