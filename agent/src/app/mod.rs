@@ -188,9 +188,10 @@ impl ClusterHandler {
 fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport) {
     metrics.route_operations.get_or_create(&OperationLabels { op: "replace", result: "ok" }).inc_by(report.writes);
     metrics.route_operations.get_or_create(&OperationLabels { op: "delete", result: "ok" }).inc_by(report.deletes + report.deletes_already_gone);
+    metrics.route_operations.get_or_create(&OperationLabels { op: "replace", result: "error" }).inc_by(report.write_errors);
+    metrics.route_operations.get_or_create(&OperationLabels { op: "delete", result: "error" }).inc_by(report.delete_errors);
     for (kind, n) in &report.errors {
         metrics.netlink_errors.get_or_create(&NetlinkErrorLabels { op: "apply", kind: kind.label() }).inc_by(*n);
-        metrics.route_operations.get_or_create(&OperationLabels { op: "replace", result: "error" }).inc_by(*n);
     }
     metrics.reconcile_duration.0.observe(report.duration.as_secs_f64());
     for class in routable_classes() {

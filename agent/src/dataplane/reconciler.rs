@@ -187,6 +187,10 @@ pub struct ApplyReport {
     pub deletes_already_gone: u64,
     /// Failed writes, deletes and dumps by kind.
     pub errors: BTreeMap<ErrorKind, u64>,
+    /// Route writes (replace or create) the kernel refused in this apply.
+    pub write_errors: u64,
+    /// Route deletes the kernel refused in this apply (`ESRCH` is not an error).
+    pub delete_errors: u64,
     /// Deletes held back because the datastore view is not synced (scenario S10).
     pub deletes_deferred_unsynced: usize,
     /// Deletes held back during a handover grace period.
@@ -826,6 +830,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                         self.resync_due = self.resync_due.min(now + backoff(1));
                     }
                     report.error(kind, || e.to_string());
+                    report.write_errors += 1;
                     self.fail(key);
                 }
             }
@@ -874,6 +879,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 Err(e) if e.errno() == Some(Errno::ESRCH) => report.deletes_already_gone += 1,
                 Err(e) => {
                     report.error(ErrorKind::of(&e), || e.to_string());
+                    report.delete_errors += 1;
                     self.fail(key);
                     continue;
                 }

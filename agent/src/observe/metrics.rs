@@ -16,7 +16,7 @@ use prometheus_client::registry::Registry;
 pub struct FindingLabels {
     /// `consistent`, `double-programmed`, `unowned`, `deprecated`, `version-skew`.
     pub code: &'static str,
-    /// `ipip`, `noencap`, `vxlan`, or `all`.
+    /// `ipip`, `noencap`, `vxlan`, or `none` (version skew).
     pub class: &'static str,
 }
 
@@ -43,10 +43,12 @@ pub struct OperationLabels {
 /// Labels `{op, kind}` of `routewarden_netlink_errors_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NetlinkErrorLabels {
-    /// `dump`, `replace`, `delete`, `link`.
+    /// `apply` (route writes, deletes, link and resync dumps of one apply pass) or `dump`
+    /// (the audit's dumps).
     pub op: &'static str,
-    /// Error kind from a fixed set: `enodev`, `enetunreach`, `esrch`, `eintr`, `eexist`,
-    /// `einval`, `eperm`, `other`.
+    /// Error kind from a fixed set (`dataplane::ErrorKind::label`): `dump-interrupted`,
+    /// `foreign-route-at-key`, `no-device`, `device-down`, `net-unreachable`, `timeout`,
+    /// `permission`, `invalid`, `bad-desired-route`, `other`.
     pub kind: &'static str,
 }
 
