@@ -987,3 +987,22 @@ fn strip_keeps_only_what_the_model_reads() {
         json!({"apiVersion": "projectcalico.org/v3", "kind": "IPPool", "metadata": {"name": "p", "resourceVersion": "9"}, "spec": {"cidr": "10.0.0.0/8"}})
     );
 }
+
+#[tokio::test]
+async fn connect_builds_a_tls_client_from_a_kubeconfig_without_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://10.96.0.1:6443\", insecure-skip-tls-verify: true}\n\
+         users:\n- name: u\n  user: {token: abc}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let opts = KubernetesOptions { kubeconfig: Some(path.clone()), api_group: ApiGroupChoice::Forced(CalicoGroup::CrdV1) };
+    let ds = KubernetesDatastore::connect(&opts).await.expect("rustls (ring) client");
+    assert_eq!(ds.describe(), "kubernetes:https://10.96.0.1:6443/ (calico api group: crd.projectcalico.org/v1)");
+
+    let missing = KubernetesOptions { kubeconfig: Some(dir.path().join("nope")), ..KubernetesOptions::default() };
+    let err = KubernetesDatastore::connect(&missing).await.unwrap_err();
+    assert!(err.to_string().starts_with(&format!("kubeconfig {}:", dir.path().join("nope").display())), "{err}");
+}

@@ -14,9 +14,9 @@ use kube::runtime::watcher::{self, Event};
 use kube::ResourceExt;
 use serde_yaml_ng::Value;
 
-use super::{api_resource, parse_alone, CalicoGroup, StoreWriter, Watched, CALICO_RESOURCES, NODE_RESOURCE};
+use super::{api_resource, CalicoGroup, StoreWriter, Watched, CALICO_RESOURCES, NODE_RESOURCE};
 use crate::datastore::{DatastoreEvent, LoadError, ObjectError, Snapshot};
-use crate::model::{ClusterBuilder, Kind, ModelError};
+use crate::model::{Cluster, Kind, ModelError};
 
 /// Annotation prefix the model reads on core Nodes (`libcalico-go/lib/backend/k8s/resources/node.go`).
 const NODE_ANNOTATION_PREFIX: &str = "projectcalico.org/";
@@ -40,8 +40,8 @@ struct Entry {
     /// Hash of the stripped object last looked at (an update that changes nothing the model
     /// reads, such as a Node heartbeat, keeps the hash).
     hash: u64,
-    /// The last version that parsed.
-    good: Option<Value>,
+    /// A version parsed once (it is in the view's cluster).
+    good: bool,
     /// The errors of the current version (empty when it is the good one).
     errors: Vec<ModelError>,
 }
@@ -57,10 +57,16 @@ struct Resource {
 }
 
 /// See the module docs.
+#[expect(clippy::struct_excessive_bools, reason = "independent flags of one state machine, each documented")]
 pub(crate) struct View {
     resources: Vec<Resource>,
+    /// The last good version of every object, updated in place (a snapshot is a clone, never
+    /// a re-parse of every object).
+    cluster: Cluster,
     /// Something changed since the last flush.
     dirty: bool,
+    /// A resource's sync status changed since the last refresh.
+    status_changed: bool,
     /// `Synced` was sent and no `Unsynced` since.
     announced_synced: bool,
     /// A first complete view was reached (snapshots may flow from then on).
@@ -88,7 +94,9 @@ impl View {
             .collect();
         View {
             resources,
+            cluster: Cluster::default(),
             dirty: false,
+            status_changed: false,
             announced_synced: false,
             ever_synced: false,
             last_unsynced: None,
@@ -136,6 +144,7 @@ impl View {
                     Event::InitDone => {
                         if r.status != Status::Ready {
                             tracing::info!(resource = %label, objects = r.reader.len(), "kubernetes datastore: listed");
+                            self.status_changed = true;
                         }
                         r.status = Status::Ready;
                         self.dirty = true;
@@ -150,6 +159,7 @@ impl View {
                 tracing::warn!(resource = %label, error = %e, "kubernetes datastore: watch failed; keeping the last view, re-listing after backoff");
                 r.status = Status::Failed(reason.clone());
                 self.dirty = true;
+                self.status_changed = true;
                 let send = self.announced_synced || self.last_unsynced.as_deref() != Some(reason.as_str());
                 self.announced_synced = false;
                 if send {
@@ -172,10 +182,13 @@ impl View {
             return Vec::new();
         }
         let mut out = Vec::new();
-        let snap = self.snapshot();
-        if self.last_sent.as_ref() != Some(&snap) {
-            self.last_sent = Some(snap.clone());
-            out.push(DatastoreEvent::Snapshot(snap));
+        // Building a snapshot clones the cluster: only when something the model reads changed.
+        if self.refresh_all() || self.last_sent.is_none() {
+            let snap = self.build();
+            if self.last_sent.as_ref() != Some(&snap) {
+                self.last_sent = Some(snap.clone());
+                out.push(DatastoreEvent::Snapshot(snap));
+            }
         }
         if ready && !self.announced_synced {
             self.announced_synced = true;
@@ -189,11 +202,24 @@ impl View {
     /// The current snapshot: every object's last good version, the objects that do not parse,
     /// and the resources whose watch is failing.
     pub(crate) fn snapshot(&mut self) -> Snapshot {
+        self.refresh_all();
+        self.build()
+    }
+
+    /// Refresh every resource from its store; true when the model or an error changed.
+    fn refresh_all(&mut self) -> bool {
+        let mut changed = std::mem::take(&mut self.status_changed);
         for index in 0..self.resources.len() {
             let label = self.resource_label(index);
-            self.parse_failures += refresh(&mut self.resources[index], &label);
+            let (failures, c) = refresh(&mut self.resources[index], &label, &mut self.cluster);
+            self.parse_failures += failures;
+            changed |= c;
         }
-        let mut builder = ClusterBuilder::default();
+        changed
+    }
+
+    /// The snapshot of the current state (O(objects): clones the cluster).
+    fn build(&self) -> Snapshot {
         let mut object_errors = Vec::new();
         let mut load_errors = Vec::new();
         let mut inputs = 0;
@@ -201,10 +227,6 @@ impl View {
             let label = self.resource_label(index);
             inputs += r.entries.len();
             for (name, e) in &r.entries {
-                if let Some(good) = &e.good {
-                    // Parsed alone already; a second object of the same name cannot exist.
-                    let _ = builder.add(good);
-                }
                 let file = PathBuf::from(format!("{label}/{name}"));
                 object_errors.extend(e.errors.iter().map(|error| ObjectError { file: file.clone(), error: error.clone() }));
             }
@@ -212,15 +234,17 @@ impl View {
                 load_errors.push(LoadError { file: PathBuf::from(label), line: None, message: reason.clone() });
             }
         }
-        Snapshot { cluster: Arc::new(builder.finish()), object_errors, load_errors, inputs }
+        Snapshot { cluster: Arc::new(self.cluster.clone()), object_errors, load_errors, inputs }
     }
 }
 
-/// Bring a resource's entries in line with its store: parse what changed, keep the last good
-/// version of what does not parse, drop what was deleted. Returns the number of object versions
-/// that failed to parse.
-fn refresh(r: &mut Resource, label: &str) -> u64 {
+/// Bring a resource's entries and its objects in `cluster` in line with its store: parse what
+/// changed, keep the last good version of what does not parse, drop what was deleted. Returns
+/// the number of object versions that failed to parse, and whether anything changed.
+fn refresh(r: &mut Resource, label: &str, cluster: &mut Cluster) -> (u64, bool) {
+    let kind = r.watched.kind;
     let mut failures = 0;
+    let mut changed = false;
     let mut seen = BTreeSet::new();
     for obj in r.reader.state() {
         let name = obj.name_any();
@@ -231,42 +255,40 @@ fn refresh(r: &mut Resource, label: &str) -> u64 {
                 continue;
             }
         }
-        let value = match serde_yaml_ng::to_value(&*obj) {
-            Ok(v) => v,
+        let e = r.entries.entry(name.clone()).or_insert_with(|| Entry { resource_version: String::new(), hash: 0, good: false, errors: Vec::new() });
+        e.resource_version = rv;
+        let parsed = match serde_yaml_ng::to_value(&*obj) {
+            Ok(value) => {
+                let hash = hash_value(&value);
+                if e.hash == hash && (e.good || !e.errors.is_empty()) {
+                    continue; // nothing the model reads changed (a Node heartbeat)
+                }
+                e.hash = hash;
+                changed = true;
+                super::parse_alone(&value)
+            }
+            // Not expected: a DynamicObject always serializes.
             Err(err) => {
-                // Not expected: a DynamicObject always serializes. Treat as unparseable.
-                let error = ModelError::NotAnObject { reason: format!("{label}/{name}: {err}") };
-                let e = r.entries.entry(name).or_insert_with(|| Entry { resource_version: String::new(), hash: 0, good: None, errors: Vec::new() });
-                e.resource_version = rv;
-                e.errors = vec![error];
-                failures += 1;
-                continue;
+                changed = true;
+                Err(vec![ModelError::NotAnObject { reason: format!("{label}/{name}: {err}") }])
             }
         };
-        let hash = hash_value(&value);
-        if let Some(e) = r.entries.get_mut(&name) {
-            if e.hash == hash {
-                e.resource_version = rv;
-                continue;
-            }
-        }
-        let e = r.entries.entry(name.clone()).or_insert_with(|| Entry { resource_version: String::new(), hash: 0, good: None, errors: Vec::new() });
-        e.resource_version = rv;
-        e.hash = hash;
-        match parse_alone(&value) {
-            Ok(()) => {
-                e.good = Some(value);
+        match parsed {
+            Ok(one) => {
+                remove(cluster, kind, &name);
+                merge(cluster, one);
+                e.good = true;
                 e.errors.clear();
             }
             Err(errors) => {
                 failures += 1;
                 for error in &errors {
                     tracing::warn!(
-                        kind = %r.watched.kind,
+                        kind = %kind,
                         name = %name,
                         resource = %label,
                         error = %error,
-                        kept_last_good = e.good.is_some(),
+                        kept_last_good = e.good,
                         "kubernetes datastore: object does not parse; skipped"
                     );
                 }
@@ -274,8 +296,37 @@ fn refresh(r: &mut Resource, label: &str) -> u64 {
             }
         }
     }
-    r.entries.retain(|name, _| seen.contains(name));
-    failures
+    r.entries.retain(|name, _| {
+        let keep = seen.contains(name);
+        if !keep {
+            remove(cluster, kind, name);
+            changed = true;
+        }
+        keep
+    });
+    (failures, changed)
+}
+
+/// Remove object `name` of `kind` from `cluster`.
+fn remove(cluster: &mut Cluster, kind: Kind, name: &str) {
+    match kind {
+        Kind::IpPool => drop(cluster.ip_pools.remove(name)),
+        Kind::IpamBlock => drop(cluster.ipam_blocks.remove(name)),
+        Kind::BlockAffinity => drop(cluster.block_affinities.remove(name)),
+        Kind::Node => drop(cluster.nodes.remove(name)),
+        Kind::FelixConfiguration => drop(cluster.felix_configurations.remove(name)),
+        Kind::BgpConfiguration => drop(cluster.bgp_configurations.remove(name)),
+    }
+}
+
+/// Add every object of `one` (a one-object cluster) to `cluster`.
+fn merge(cluster: &mut Cluster, one: Cluster) {
+    cluster.ip_pools.extend(one.ip_pools);
+    cluster.ipam_blocks.extend(one.ipam_blocks);
+    cluster.block_affinities.extend(one.block_affinities);
+    cluster.nodes.extend(one.nodes);
+    cluster.felix_configurations.extend(one.felix_configurations);
+    cluster.bgp_configurations.extend(one.bgp_configurations);
 }
 
 /// A one-line description of a watcher error: what failed, then the API server's message,
