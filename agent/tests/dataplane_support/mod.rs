@@ -147,10 +147,18 @@ impl Monitor {
     }
 
     /// Route notifications only (adds and removes), rendered `+ dst proto p` / `- dst proto p`.
+    ///
+    /// Kernel-protocol (2) routes are left out: the kernel adds IPv6 `fe80::/64` and
+    /// `ff00::/8` for a link some time after it comes up (later still on a loaded machine),
+    /// and those are nobody's writes.
     pub async fn route_events(&mut self, settle: Duration) -> Vec<String> {
         self.drain(settle)
             .await
             .into_iter()
+            .filter(|e| match e {
+                DataplaneEvent::RouteAdded { route, .. } | DataplaneEvent::RouteRemoved { route, .. } => route.protocol != 2,
+                _ => true,
+            })
             .filter_map(|e| match e {
                 DataplaneEvent::RouteAdded { route, .. } => Some(format!("+ {} proto {}", route.key, route.protocol)),
                 DataplaneEvent::RouteRemoved { route, .. } => Some(format!("- {} proto {}", route.key, route.protocol)),
