@@ -41,7 +41,8 @@ pub fn test(args: &TestArgs) -> Result<()> {
         eprintln!("NOTE: not root: the network-namespace and BPF tests will print SKIPPED; CI runs as root");
     }
     let mut cmd = Command::new("cargo");
-    cmd.args(["test", "--workspace"])
+    // --no-fail-fast: one failing test binary must not hide the results of the others.
+    cmd.args(["test", "--workspace", "--no-fail-fast"])
         .current_dir(&root)
         .env("CARGO_TARGET_DIR", root.join("target"))
         .env("ROUTEWARDEN_BPF_OBJECT", &object);
