@@ -226,7 +226,9 @@ fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport) {
     for (dev, n) in &report.waiting_for_device {
         warn!(device = %dev, routes = n, "device missing or down; routes wait for it");
     }
-    if !report.resync_failed {
+    // Ready only once an apply has run with the datastore's routes in it: the driver's first
+    // apply (kernel view only) may come before the first desired set.
+    if !report.resync_failed && report.desired_sets > 0 {
         health.set_first_apply_done();
     }
 }

@@ -172,6 +172,7 @@ pub async fn run<N: RouteNetlink, C: Clock>(
 ) -> Reconciler<N, C> {
     let mut burst_deadline: Option<tokio::time::Instant> = None;
     let mut events_open = true;
+    let mut desired_sets = 0u64;
     loop {
         let timer_at = {
             let wake = reconciler.next_wakeup();
@@ -185,6 +186,7 @@ pub async fn run<N: RouteNetlink, C: Clock>(
                 let Some(cmd) = cmd else { return reconciler };
                 match cmd {
                     DataplaneCommand::SetDesired { routes, handovers } => {
+                        desired_sets += 1;
                         reconciler.set_desired_with_handover(&routes, &handovers);
                     }
                     DataplaneCommand::SetPolicy(p) => reconciler.set_policy(p),
@@ -206,7 +208,8 @@ pub async fn run<N: RouteNetlink, C: Clock>(
             }
             () = tokio::time::sleep_until(timer_at) => {
                 burst_deadline = None;
-                let report = reconciler.apply().await;
+                let mut report = reconciler.apply().await;
+                report.desired_sets = desired_sets;
                 let _ = reports.try_send(report);
             }
         }

@@ -187,6 +187,9 @@ pub struct ApplyReport {
     pub deletes_already_gone: u64,
     /// Failed writes, deletes and dumps by kind.
     pub errors: BTreeMap<ErrorKind, u64>,
+    /// How many `SetDesired` commands the driver ([`super::run`]) had folded in before this
+    /// apply (0: the apply ran on the kernel view alone, before any desired set arrived).
+    pub desired_sets: u64,
     /// Route writes (replace or create) the kernel refused in this apply.
     pub write_errors: u64,
     /// Route deletes the kernel refused in this apply (`ESRCH` is not an error).
