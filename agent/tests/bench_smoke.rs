@@ -1,0 +1,75 @@
+//! The benchmark harness (`agent/examples/bench`, run by `cargo xtask bench`) cannot rot: a
+//! tiny instance of each benchmark that exists (100 routes, one run, in its own network
+//! namespaces) prints one well-formed `bench <name> ratio=<value> target=<value> ...` line.
+//! Figures are not checked here: the benchmarks are too slow and noisy for CI.
+
+#[allow(dead_code, reason = "the harness's CLI entry point is not used by the test")]
+#[path = "../examples/bench/harness.rs"]
+mod harness;
+
+use harness::{Options, Outcome, Shared, ALL};
+use routewarden_lab::skip_unless_root;
+
+/// Check `line` is `bench <name> ratio=<number> target=<op><number> met=<yes|no> k=v...` or
+/// `bench <name> skipped reason="..."`.
+fn well_formed(name: &str, line: &str) -> Result<(), String> {
+    let rest = line.strip_prefix(&format!("bench {name} ")).ok_or("no `bench <name> ` prefix")?;
+    if let Some(reason) = rest.strip_prefix("skipped reason=") {
+        return if reason.len() > 2 && reason.starts_with('"') && reason.ends_with('"') { Ok(()) } else { Err("bad reason".into()) };
+    }
+    let mut fields = rest.split(' ');
+    let ratio: f64 = fields.next().and_then(|f| f.strip_prefix("ratio=")).and_then(|v| v.parse().ok()).ok_or("no numeric ratio")?;
+    if !ratio.is_finite() || ratio < 0.0 {
+        return Err(format!("ratio {ratio}"));
+    }
+    let target = fields.next().and_then(|f| f.strip_prefix("target=")).ok_or("no target")?;
+    let value = target.strip_prefix("<=").or_else(|| target.strip_prefix(">=")).ok_or("target without <= or >=")?;
+    value.parse::<f64>().map_err(|e| format!("target {value:?}: {e}"))?;
+    match fields.next() {
+        Some("met=yes" | "met=no") => {}
+        other => return Err(format!("met field {other:?}")),
+    }
+    for f in fields {
+        let (k, v) = f.split_once('=').ok_or_else(|| format!("detail {f:?} is not key=value"))?;
+        if k.is_empty() || v.is_empty() {
+            return Err(format!("detail {f:?}"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn line_format_checker_accepts_and_rejects() {
+    assert!(well_formed("x", "bench x ratio=1.02 target=<=1.5 met=yes routes=100 rw_ms=1.5").is_ok());
+    assert!(well_formed("x", "bench x skipped reason=\"pending\"").is_ok());
+    assert!(well_formed("x", "bench x ratio=NaN target=<=1.5 met=yes").is_err());
+    assert!(well_formed("x", "bench x ratio=1 target=1.5 met=yes").is_err());
+    assert!(well_formed("x", "bench x failed reason=\"boom\"").is_err());
+}
+
+#[test]
+fn tiny_run_of_every_benchmark_prints_one_well_formed_line() {
+    if skip_unless_root("tiny_run_of_every_benchmark_prints_one_well_formed_line") {
+        return;
+    }
+    // The agent binary is not built by `cargo test`'s example/test build in release mode;
+    // agent-footprint is exercised with the debug binary Cargo builds for integration tests.
+    let mut opts = Options::tiny();
+    opts.agent_bin = Some(env!("CARGO_BIN_EXE_routewarden").into());
+    let mut shared = Shared::default();
+    for name in ALL {
+        let out = harness::run_one(name, &opts, &mut shared);
+        let line = out.to_string();
+        eprintln!("{line}");
+        assert!(!line.contains('\n'), "one line: {line}");
+        if let Err(e) = well_formed(name, &line) {
+            panic!("{name}: malformed line ({e}): {line}");
+        }
+        if let Outcome::Measured { ok, details, .. } = &out {
+            assert!(*ok, "{name}: a side condition failed: {line}");
+            if name == "resync-100k" {
+                assert!(details.iter().any(|(k, v)| k == "writes" && v == "0"), "{line}");
+            }
+        }
+    }
+}
