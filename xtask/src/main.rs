@@ -3,6 +3,7 @@
 //! Every command first checks the build toolchain ([`setup::ensure`]) and installs what is
 //! missing, so a fresh Debian machine needs no extra step.
 
+mod bench;
 mod build;
 mod lab_nodes;
 mod qemu;
@@ -32,6 +33,9 @@ enum Command {
     Run(run::RunArgs),
     /// The whole test suite: unit tests, network-namespace integration tests.
     Test(test::TestArgs),
+    /// Benchmarks (root): build in release mode, run each in network namespaces it creates,
+    /// print one `bench <name> ratio=<value> target=<value> <details>` line each.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> Result<()> {
@@ -49,6 +53,10 @@ fn main() -> Result<()> {
         Command::Test(args) => {
             setup::ensure()?;
             test::test(&args)
+        }
+        Command::Bench(args) => {
+            setup::ensure()?;
+            bench::bench(&args)
         }
     }
 }
