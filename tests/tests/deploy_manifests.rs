@@ -9,7 +9,8 @@
 //! register (and that no open issue plans), a planned metric that has since been registered
 //! (remove it from the allow-list), an env var the agent does not read, an alert without a
 //! runbook section or without a firing and a quiet promtool case, a manifest left out of the
-//! kustomization, RBAC wider than read-only.
+//! kustomization, RBAC wider than the list/watch the Kubernetes datastore uses, a leftover
+//! file-datastore ConfigMap.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -205,7 +206,6 @@ fn kustomization_builds() {
         "ServiceAccount/routewarden",
         "ClusterRole/routewarden",
         "ClusterRoleBinding/routewarden",
-        "ConfigMap/routewarden-cluster",
         "ConfigMap/routewarden-grafana-dashboard",
         "DaemonSet/routewarden",
         "PodMonitor/routewarden",
@@ -213,6 +213,11 @@ fn kustomization_builds() {
     ] {
         assert!(kinds.contains(want), "{tool} build lacks {want}: {kinds:?}");
     }
+    // The Kubernetes datastore reads the API server: the only ConfigMap is the dashboard (no
+    // file-datastore `routewarden-cluster` snapshot left behind).
+    assert!(!kinds.contains("ConfigMap/routewarden-cluster"), "{tool} build still has the file-datastore ConfigMap: {kinds:?}");
+    let configmaps: Vec<&String> = kinds.iter().filter(|k| k.starts_with("ConfigMap/")).collect();
+    assert_eq!(configmaps, ["ConfigMap/routewarden-grafana-dashboard"], "{tool} build: unexpected ConfigMaps");
     for d in &docs {
         let kind = s(d, "kind");
         if !["Namespace", "ClusterRole", "ClusterRoleBinding"].contains(&kind) {
@@ -388,6 +393,8 @@ fn daemonset_is_least_privilege_and_configured_by_env() {
     assert_eq!(spec["hostNetwork"].as_bool(), Some(true));
     assert_eq!(s(spec, "priorityClassName"), "system-node-critical");
     assert_eq!(s(spec, "serviceAccountName"), "routewarden");
+    // The Kubernetes datastore authenticates with the service account token.
+    assert_eq!(spec["automountServiceAccountToken"].as_bool(), Some(true), "the Kubernetes datastore needs the service account token");
     assert!(seq(spec, "tolerations").iter().any(|t| t.get("operator").and_then(Value::as_str) == Some("Exists") && t.get("key").is_none()), "must tolerate every taint");
     assert_eq!(s(&ds["spec"]["updateStrategy"], "type"), "RollingUpdate");
     assert_eq!(ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"].as_u64(), Some(1));
@@ -418,8 +425,13 @@ fn daemonset_is_least_privilege_and_configured_by_env() {
         .iter()
         .map(|m| (s(m, "mountPath").to_string(), m.get("readOnly").and_then(Value::as_bool).unwrap_or(false)))
         .collect();
-    for path in ["/sys/fs/bpf", "/sys/kernel/btf", "/etc/routewarden/cluster"] {
+    for path in ["/sys/fs/bpf", "/sys/kernel/btf"] {
         assert_eq!(mounts.get(path), Some(&true), "{path} must be mounted read-only");
+    }
+    // Nothing else is mounted: no file-datastore ConfigMap at /etc/routewarden/cluster.
+    assert_eq!(mounts.keys().map(String::as_str).collect::<Vec<_>>(), ["/sys/fs/bpf", "/sys/kernel/btf"], "volume mounts");
+    for v in seq(spec, "volumes") {
+        assert!(v.get("configMap").is_none(), "volume {} mounts a ConfigMap: the agent reads the API server", s(v, "name"));
     }
 
     // Every env var is a ROUTEWARDEN_* variable the agent actually reads (clap `env = ...`).
@@ -432,7 +444,13 @@ fn daemonset_is_least_privilege_and_configured_by_env() {
         env.insert(name.to_string(), e.clone());
     }
     assert_eq!(s(&env["ROUTEWARDEN_NODE"]["valueFrom"]["fieldRef"], "fieldPath"), "spec.nodeName");
-    assert!(s(&env["ROUTEWARDEN_DATASTORE"], "value").starts_with("file:/etc/routewarden/cluster"));
+    assert_eq!(s(&env["ROUTEWARDEN_DATASTORE"], "value"), "kubernetes");
+    // In-cluster service account, not a kubeconfig.
+    assert!(!env.contains_key("ROUTEWARDEN_KUBECONFIG"), "ROUTEWARDEN_KUBECONFIG must not be set: the agent uses its service account");
+    if let Some(g) = env.get("ROUTEWARDEN_CALICO_API_GROUP") {
+        let g = s(g, "value");
+        assert!(["auto", "crd.projectcalico.org/v1", "projectcalico.org/v3"].contains(&g), "ROUTEWARDEN_CALICO_API_GROUP {g:?}");
+    }
     assert!(["program", "audit"].contains(&s(&env["ROUTEWARDEN_MODE"], "value")));
     assert!(s(&env["ROUTEWARDEN_METRICS_ADDR"], "value").ends_with(":9695"), "metrics address must match the container port");
     assert_eq!(s(&env["ROUTEWARDEN_LOG_FORMAT"], "value"), "json");
@@ -458,10 +476,12 @@ fn collect_sources(dir: &Path) -> String {
 fn clusterrole_is_read_only_on_exactly_the_watched_resources() {
     let role = resource("ClusterRole");
     let calico: BTreeSet<String> = ["ippools", "ipamblocks", "blockaffinities", "felixconfigurations", "bgpconfigurations"].map(String::from).into();
-    let read_only: BTreeSet<String> = ["get", "list", "watch"].map(String::from).into();
+    // Exactly the verbs the Kubernetes datastore requests (`VERBS` in
+    // agent/src/datastore/kubernetes.rs): list and watch, not even `get`.
+    let read_only: BTreeSet<String> = ["list", "watch"].map(String::from).into();
     let mut got: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for r in seq(&role, "rules") {
-        assert_eq!(strings(&r["verbs"]), read_only, "verbs must be get/list/watch only: {r:?}");
+        assert_eq!(strings(&r["verbs"]), read_only, "verbs must be list/watch only: {r:?}");
         assert!(r.get("resourceNames").is_none() && r.get("nonResourceURLs").is_none());
         for g in strings(&r["apiGroups"]) {
             got.entry(g).or_default().extend(strings(&r["resources"]));

@@ -84,13 +84,9 @@ pub(crate) use view::View;
 /// IPAM blocks is one snapshot, not 10,000).
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
 
-/// The verbs routewarden uses on every resource it reads.
+/// The verbs routewarden uses on every resource it reads, and exactly the verbs
+/// `deploy/clusterrole.yaml` grants (a test compares the two, so neither can drift).
 pub const VERBS: [&str; 2] = ["list", "watch"];
-
-/// Verbs the manifest grants that the code does not use (kept so `kubectl get` with the
-/// agent's service account works when debugging). Checked against `deploy/clusterrole.yaml`
-/// by a test, so the two cannot drift silently.
-pub const GRANTED_UNUSED_VERBS: [&str; 1] = ["get"];
 
 /// A resource routewarden watches: the model kind and the plural resource name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
