@@ -2,106 +2,12 @@
 //! namespace per node, `routewarden run` started as a process inside a node namespace, and its
 //! effects read back from the kernel (`ip route`) and from its own `/metrics` and `/readyz`.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod lab_support;
+
 use std::time::{Duration, Instant};
 
-use routewarden::datastore::FileDatastore;
-use routewarden_lab::{skip_unless_root, Lab, LabNodeSpec, LabSpec};
-
-const PORT: u16 = 9695;
-
-fn example_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster")
-}
-
-/// A copy of the example cluster in a temp dir the test can edit.
-fn copy_examples() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for e in std::fs::read_dir(example_dir()).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
-    }
-    dir
-}
-
-fn lab() -> Lab {
-    let snap = FileDatastore::load(example_dir()).unwrap();
-    let nodes = snap
-        .cluster
-        .nodes
-        .values()
-        .map(|n| LabNodeSpec { name: n.name.clone(), addresses: n.bgp_addresses().iter().map(ToString::to_string).collect() })
-        .collect();
-    Lab::build(LabSpec::new(nodes)).unwrap()
-}
-
-/// The agent process; SIGTERM on drop.
-struct Agent(Child);
-
-impl Agent {
-    fn start(lab: &Lab, node: &str, datastore: &Path, extra: &[&str]) -> Agent {
-        let child = lab
-            .command(node, env!("CARGO_BIN_EXE_routewarden"))
-            .args(["run", "--node", node, "--metrics-addr", &format!("127.0.0.1:{PORT}"), "--log-format", "text", "--datastore"])
-            .arg(format!("file:{}", datastore.display()))
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        Agent(child)
-    }
-
-    fn stop(mut self) -> std::process::ExitStatus {
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.0.id()).unwrap());
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-        let status = self.0.wait().unwrap();
-        std::mem::forget(self);
-        status
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Poll until `f` returns Some, or panic after `timeout` naming `what`.
-fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn metrics(lab: &Lab, node: &str) -> String {
-    lab.http_get(node, PORT, "/metrics").map(|(_, b)| b).unwrap_or_default()
-}
-
-/// The value of the sample `name{labels}` (exact text before the value).
-fn sample(body: &str, series: &str) -> Option<f64> {
-    body.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
-}
-
-fn wait_ready(lab: &Lab, node: &str) -> String {
-    wait_for("/readyz 200", Duration::from_secs(20), || match lab.http_get(node, PORT, "/readyz") {
-        Ok((200, body)) => Some(body),
-        _ => None,
-    })
-}
-
-fn routes(lab: &Lab, node: &str, proto: &str) -> Vec<String> {
-    let mut out: Vec<String> = lab.ip(node, &["route", "show", "proto", proto]).unwrap().lines().map(|l| l.trim().to_string()).collect();
-    out.extend(lab.ip(node, &["-6", "route", "show", "proto", proto]).unwrap().lines().map(|l| l.trim().to_string()));
-    out
-}
+use lab_support::{copy_examples, example_dir, lab, metrics, routes, sample, wait_for, wait_ready, Agent, PORT};
+use routewarden_lab::skip_unless_root;
 
 const NODE_A_IPIP: [&str; 7] = [
     "blackhole 10.244.10.0/26 metric 1024",
