@@ -11,7 +11,7 @@
 //!    the test binaries, every shared library `ldd` lists, the modules, and an `/init` that
 //!    mounts proc/sys/dev/bpffs/debugfs/tracefs, loads the modules and runs each test binary
 //!    with `ROUTEWARDEN_REQUIRE_BACKENDS=fentry,kprobe,socket-filter` (a backend that fails to
-//!    start there is a failure, not a skip).
+//!    start there is a failure, not a skip) and `ROUTEWARDEN_QEMU_GUEST=1`.
 //! 4. `qemu-system-x86_64 -accel tcg -cpu max -m 1024 -smp 2 ... -nographic -no-reboot` with a
 //!    wall-clock timeout; the guest's console is echoed and saved to
 //!    `target/qemu/console.log`, and each binary's `test result:` line is parsed.
@@ -32,7 +32,25 @@ use crate::{run_cmd, workspace_root};
 pub const KERNEL_PACKAGE: &str = "linux-image-6.1.0-50-cloud-amd64-unsigned";
 
 /// Integration-test targets of the `routewarden` package run in the guest.
-pub const GUEST_TESTS: &[&str] = &["bpf_tc_count", "route_watch_fentry", "route_watch_kprobe", "route_watch_socket_filter", "route_watch_events"];
+/// `dataplane_tunl0` and `forward_ipip` need the guest's real ipip `tunl0` (they print `SKIPPED`
+/// on a host without it).
+pub const GUEST_TESTS: &[&str] = &[
+    "bpf_tc_count",
+    "route_watch_fentry",
+    "route_watch_kprobe",
+    "route_watch_socket_filter",
+    "route_watch_events",
+    "dataplane_tunl0",
+    "forward_ipip",
+];
+
+/// Kernel command-line marker of the lane's guest; with [`GUEST_ENV`] it tells a test it runs
+/// in the throwaway guest, where it may change global kernel settings such as
+/// `kernel.bpf_stats_enabled` (never on a host).
+pub const GUEST_CMDLINE_MARKER: &str = "routewarden.qemu_lane=1";
+
+/// Environment variable set (to `1`) for every test binary run in the guest.
+pub const GUEST_ENV: &str = "ROUTEWARDEN_QEMU_GUEST";
 
 /// Modules loaded in the guest, dependencies first (missing ones are reported and skipped).
 const MODULES: &[&str] = &[
@@ -195,7 +213,7 @@ fn init_script(tests: &[(String, PathBuf)], modules: &[String]) -> String {
         let _ = write!(
             s,
             "echo RW-LANE-BEGIN {name}\n\
-             ROUTEWARDEN_REQUIRE_BACKENDS=fentry,kprobe,socket-filter RUST_BACKTRACE=0 /tests/{name} --test-threads=1 --nocapture 2>&1\n\
+             {GUEST_ENV}=1 ROUTEWARDEN_REQUIRE_BACKENDS=fentry,kprobe,socket-filter RUST_BACKTRACE=0 /tests/{name} --test-threads=1 --nocapture 2>&1\n\
              echo RW-LANE-EXIT {name} $?\n"
         );
     }
@@ -258,7 +276,7 @@ fn boot(vmlinuz: &Path, initrd: &Path) -> Result<Vec<String>> {
         .arg(vmlinuz)
         .arg("-initrd")
         .arg(initrd)
-        .args(["-append", "console=ttyS0 quiet panic=-1", "-nographic", "-no-reboot"])
+        .args(["-append", &format!("console=ttyS0 quiet panic=-1 {GUEST_CMDLINE_MARKER}"), "-nographic", "-no-reboot"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
