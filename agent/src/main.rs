@@ -35,7 +35,11 @@ enum Command {
 }
 
 async fn load(cluster: &ClusterArgs) -> Result<Snapshot> {
-    match cluster.datastore_spec() {
+    load_spec(cluster.datastore_spec()).await
+}
+
+async fn load_spec(spec: DatastoreSpec) -> Result<Snapshot> {
+    match spec {
         DatastoreSpec::File(path) => FileDatastore::load(&path).with_context(|| format!("load the cluster description from {}", path.display())),
         DatastoreSpec::Kubernetes(opts) => {
             let ds = KubernetesDatastore::connect(&opts).await?;
@@ -47,6 +51,29 @@ async fn load(cluster: &ClusterArgs) -> Result<Snapshot> {
 /// [`load`] for the synchronous commands.
 fn load_blocking(cluster: &ClusterArgs) -> Result<Snapshot> {
     tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(load(cluster))
+}
+
+/// `routewarden events`; with `--datastore`, the forwarding watch's events too, from the same
+/// plan the agent computes.
+fn cmd_events(args: &routewarden::bpf::route_watch::events_cmd::EventsArgs) -> Result<ExitCode> {
+    use routewarden::bpf::forward::{entries_from_plan, ForwardConfig};
+    use routewarden::bpf::route_watch::events_cmd::{self, ForwardSetup};
+    let mut opts = args.options();
+    if let Some(spec) = &args.datastore {
+        let spec: DatastoreSpec = spec.parse().map_err(|e: String| anyhow::anyhow!("--datastore: {e}"))?;
+        let snap = tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(load_spec(spec))?;
+        let node = app::node_name(args.node.as_deref())?;
+        let ownership = app::ownership_config(&args.role, "3.33", Mode::Program, &node)?;
+        let devices = RouteDevices { tunnel: args.tunnel_device.clone(), host_nic: args.host_device.clone() };
+        let config = plan::PlanConfig { node, ownership, devices, protocol: args.route_protocol, table: 254 };
+        let p = plan::plan(&snap, &config, &std::collections::BTreeSet::new());
+        opts.forward = Some(ForwardSetup {
+            config: ForwardConfig::for_devices(std::slice::from_ref(&args.tunnel_device), std::slice::from_ref(&args.host_device)),
+            entries: entries_from_plan(&p),
+        });
+    }
+    events_cmd::main(&opts)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn devices(c: &ClusterArgs) -> RouteDevices {
@@ -125,7 +152,10 @@ fn main() -> ExitCode {
             app::logging::init(LogFormat::Text);
             tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(anyhow::Error::from).and_then(|rt| rt.block_on(cmd_audit(&args)))
         }
-        Command::Events(args) => routewarden::bpf::route_watch::events_cmd::main(&args).map(|()| ExitCode::SUCCESS).map_err(anyhow::Error::from),
+        Command::Events(args) => {
+            app::logging::init(LogFormat::Text);
+            cmd_events(&args)
+        }
     };
     match result {
         Ok(code) => code,

@@ -289,3 +289,61 @@ fn the_agent_reports_a_second_writer_fighting_over_its_route() {
         (sample(&metrics(&lab, "node-a"), "routewarden_flapping_prefixes") == Some(0.0)).then_some(())
     });
 }
+
+#[test]
+fn events_command_streams_wrong_path_samples_with_the_block() {
+    if skip_unless_root("events_command_streams_wrong_path_samples_with_the_block") {
+        return;
+    }
+    if routewarden::bpf::embedded_object().is_none() {
+        eprintln!("SKIPPED events_command_streams_wrong_path_samples_with_the_block: built without the BPF object; `cargo xtask test` embeds it");
+        return;
+    }
+    use std::io::BufRead;
+    let lab = lab();
+    // node-a's IPIP Always block of node-b must go through tunl0; send it out of eth0 instead.
+    lab.ip("node-a", &["route", "add", "10.245.20.0/26", "via", "10.0.0.12", "dev", "eth0"]).unwrap();
+    let mut child = lab
+        .command("node-a", env!("CARGO_BIN_EXE_routewarden"))
+        .args(["events", "-o", "json", "--datastore"])
+        .arg(format!("file:{}", example_dir().display()))
+        .args(["--node", "node-a", "--route-watch-backend", "socket-filter"])
+        .stdout(std::process::Stdio::piped())
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Traffic until the sample arrives (the watch needs a moment to attach).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let event = loop {
+        assert!(Instant::now() < deadline, "no wrong-path event from `routewarden events`");
+        lab.in_netns("node-a", || {
+            let s = std::net::UdpSocket::bind("10.0.0.11:0").unwrap();
+            for _ in 0..5 {
+                let _ = s.send_to(b"probe", "10.245.20.7:9");
+            }
+        })
+        .unwrap();
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(300)) {
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if v["event"] == "wrong-path" {
+                break v;
+            }
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(event["block"], "10.245.20.0/26", "{event}");
+    assert_eq!(event["dst"], "10.245.20.7", "{event}");
+    assert_eq!(event["pool"], "ipip-always", "{event}");
+    assert_eq!((event["expected"].as_str(), event["actual"].as_str()), (Some("tunnel"), Some("host")), "{event}");
+    assert_eq!(event["device"], "eth0", "{event}");
+}

@@ -2,7 +2,10 @@
 //! `ip monitor route` but with the writer's process and the detector's verdict.
 //!
 //! It loads its own copy of the watch with write streaming on (the agent's copy only emits
-//! conflict/flap records), in the calling thread's network namespace.
+//! conflict/flap records), in the calling thread's network namespace. Given the cluster
+//! (`--datastore`), it also attaches its own copy of the forwarding watch and streams its
+//! wrong-path samples and forwarding flaps in the same output (`"event": "wrong-path"` /
+//! `"flap"` with `"block"`): TC programs coexist, so this runs next to the agent's.
 
 use std::io::Write;
 use std::time::Duration;
@@ -10,6 +13,17 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::{RouteWatch, RouteWatchBackend, RouteWatchConfig, RouteWatchError, RouteWatchEvent};
+use crate::bpf::forward::{ForwardConfig, ForwardEntry, ForwardError, ForwardEvent, ForwardWatch};
+
+/// The forwarding watch `routewarden events` runs too: where to attach and the cluster
+/// destinations (from the plan, as the agent computes them).
+#[derive(Clone, Debug)]
+pub struct ForwardSetup {
+    /// Devices and detector settings.
+    pub config: ForwardConfig,
+    /// Every cluster destination with its pool and expected path.
+    pub entries: Vec<ForwardEntry>,
+}
 
 /// Output format of `routewarden events`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,6 +52,8 @@ pub struct EventsOptions {
     pub max_events: Option<usize>,
     /// Stop after this long (`None`: until Ctrl-C / SIGTERM).
     pub duration: Option<Duration>,
+    /// Also stream the forwarding watch's events (`None`: route events only).
+    pub forward: Option<ForwardSetup>,
 }
 
 impl Default for EventsOptions {
@@ -50,6 +66,7 @@ impl Default for EventsOptions {
             self_protocol: 0,
             max_events: None,
             duration: None,
+            forward: None,
         }
     }
 }
@@ -75,6 +92,22 @@ pub struct EventsArgs {
     /// Stop after this many events.
     #[arg(long)]
     pub count: Option<usize>,
+    /// Also stream wrong-path samples and forwarding flaps: the cluster to take the
+    /// destinations from (`file:<path>` or `kubernetes`, as for `routewarden run`).
+    #[arg(long)]
+    pub datastore: Option<String>,
+    /// This node (with `--datastore`; default: the host name).
+    #[arg(long)]
+    pub node: Option<String>,
+    /// routewarden's role, as for `routewarden run` (with `--datastore`).
+    #[arg(long, default_value = "felix")]
+    pub role: String,
+    /// Tunnel device the forwarding watch attaches to (with `--datastore`).
+    #[arg(long, default_value = "tunl0")]
+    pub tunnel_device: String,
+    /// Host NIC the forwarding watch attaches to (with `--datastore`).
+    #[arg(long, default_value = "eth0")]
+    pub host_device: String,
 }
 
 impl EventsArgs {
@@ -88,15 +121,15 @@ impl EventsArgs {
             self_protocol: self.route_protocol,
             max_events: self.count,
             duration: None,
+            forward: None,
         }
     }
 }
 
-/// `routewarden events`: run [`stream_events`] to stdout on a current-thread runtime. For the
-/// CLI: `Command::Events(args) => routewarden::bpf::route_watch::events_cmd::main(&args)`.
-pub fn main(args: &EventsArgs) -> Result<(), EventsError> {
+/// `routewarden events`: run [`stream_events`] to stdout on a current-thread runtime.
+pub fn main(opts: &EventsOptions) -> Result<(), EventsError> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(stream_events(&args.options(), std::io::stdout().lock())).map(|_| ())
+    rt.block_on(stream_events(opts, std::io::stdout().lock())).map(|_| ())
 }
 
 /// Errors of `routewarden events`.
@@ -105,6 +138,9 @@ pub enum EventsError {
     /// The watch did not start.
     #[error(transparent)]
     Watch(#[from] RouteWatchError),
+    /// The forwarding watch did not start.
+    #[error("forwarding watch: {0}")]
+    Forward(#[from] ForwardError),
     /// Writing to the output failed (closed pipe).
     #[error("writing events: {0}")]
     Output(#[from] std::io::Error),
@@ -134,6 +170,20 @@ pub async fn stream_events_with(object: &[u8], opts: &EventsOptions, mut out: im
     }
     let (tx, mut rx) = mpsc::channel::<RouteWatchEvent>(4096);
     let reader = watch.spawn_reader(tx)?;
+    let (ftx, mut frx) = mpsc::channel::<ForwardEvent>(1024);
+    let mut forward = None;
+    if let Some(setup) = &opts.forward {
+        let mut fw = ForwardWatch::start(object, &setup.config)?;
+        fw.set_destinations(&setup.entries)?;
+        let freader = fw.spawn_reader(ftx)?;
+        if opts.format == EventsFormat::Text {
+            writeln!(out, "# forwarding watch on {} device(s), {} destinations", fw.attached().len(), setup.entries.len())?;
+            out.flush()?;
+        }
+        forward = Some((fw, freader));
+    } else {
+        drop(ftx);
+    }
     let deadline = opts.duration.map(|d| tokio::time::Instant::now() + d);
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let mut written = 0usize;
@@ -177,11 +227,28 @@ pub async fn stream_events_with(object: &[u8], opts: &EventsOptions, mut out: im
                     }
                 }
             }
+            Some(fev) = frx.recv() => {
+                match opts.format {
+                    EventsFormat::Text => writeln!(out, "{fev}")?,
+                    EventsFormat::Json => {
+                        serde_json::to_writer(&mut out, &fev).map_err(std::io::Error::other)?;
+                        writeln!(out)?;
+                    }
+                }
+                out.flush()?;
+                written += 1;
+                if opts.max_events.is_some_and(|m| written >= m) {
+                    break;
+                }
+            }
             () = sleep => break,
             () = term => break,
             _ = tokio::signal::ctrl_c() => break,
         }
     }
     reader.abort();
+    if let Some((_watch, freader)) = forward {
+        freader.abort();
+    }
     Ok(written)
 }
