@@ -1159,7 +1159,7 @@ pub fn detect_latency(opts: &Options) -> Result<Outcome> {
 
 fn pending(name: &str) -> Outcome {
     let reason = match name {
-        "tc-overhead" => "the forwarding watch (agent/src/bpf/forward) is not committed yet; run_time_ns also needs kernel.bpf_stats_enabled, which is global and is not touched on the host (QEMU lane later)",
+        "tc-overhead" => "not written yet (the forwarding watch landed after the harness); run_time_ns needs kernel.bpf_stats_enabled, which is global and is not touched on the host (QEMU lane later)",
         _ => "not implemented",
     };
     Outcome::Skipped { name: name.into(), reason: reason.into() }
