@@ -16,6 +16,7 @@
 //! The pure core ([`model`], [`ownership`], [`routes`]) does no I/O.
 
 pub mod app;
+pub mod bird_filter;
 pub mod bpf;
 pub mod dataplane;
 pub mod datastore;

@@ -32,6 +32,40 @@ enum Command {
     /// Stream route writes, flushes, conflicts and flaps live from the in-kernel route watch
     /// (like `ip monitor route`, with the writer's process and the verdict).
     Events(routewarden::bpf::route_watch::events_cmd::EventsArgs),
+    /// Print BIRD 2 filter snippets (kernel export filter, iBGP export reject) consistent with
+    /// the ownership decision, for upstream BIRD running next to routewarden (no confd).
+    BirdFilter(BirdFilterArgs),
+}
+
+/// `routewarden bird-filter`.
+#[derive(clap::Args)]
+struct BirdFilterArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Path the header's `include` line names (where you save the output).
+    #[arg(long, default_value = "/etc/bird/routewarden.conf")]
+    include_path: String,
+}
+
+/// `routewarden bird-filter`: load and decide as `explain` does, then render.
+fn cmd_bird_filter(args: &BirdFilterArgs) -> Result<ExitCode> {
+    use routewarden::bird_filter::{render, BirdFilterOptions};
+    let snap = load_blocking(&args.cluster)?;
+    let role = args.cluster.role.clone().unwrap_or_else(|| "felix".into());
+    let node = args.cluster.node.clone();
+    let config = app::ownership_config(&role, &args.cluster.calico_version, Mode::Program, node.as_deref().unwrap_or(""))?;
+    let decision = routewarden::ownership::decide(&snap.cluster, &config);
+    let opts = BirdFilterOptions {
+        route_protocol: args.cluster.route_protocol,
+        tunnel_device: args.cluster.tunnel_device.clone(),
+        include_path: args.include_path.clone(),
+        ..BirdFilterOptions::default()
+    };
+    print!("{}", render(&decision, &opts));
+    for e in &snap.object_errors {
+        eprintln!("warning: skipped: {e}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn load(cluster: &ClusterArgs) -> Result<Snapshot> {
@@ -155,6 +189,10 @@ fn main() -> ExitCode {
         Command::Events(args) => {
             app::logging::init(LogFormat::Text);
             cmd_events(&args)
+        }
+        Command::BirdFilter(args) => {
+            app::logging::init(LogFormat::Text);
+            cmd_bird_filter(&args)
         }
     };
     match result {
