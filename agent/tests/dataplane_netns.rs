@@ -613,3 +613,56 @@ fn handover_to_bird_keeps_routes_until_bird_route_seen() {
         driver.await.unwrap();
     });
 }
+
+/// Writes and deletes are packed into one `sendmsg` per batch; each op still gets its own
+/// result, errors in the middle of a batch do not affect the ops after them, and the ops run
+/// in order (a delete after a write of the same key sees the write), also across batch
+/// boundaries.
+#[test]
+fn batched_ops_keep_per_op_results_and_order() {
+    use nix::errno::Errno;
+    use routewarden::dataplane::{Family, KernelRoute, RouteKey, RouteKind, RouteNetlink, RouteOp, RouteTarget};
+    if skip_unless_root("batched_ops_keep_per_op_results_and_order") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.rt.block_on(async {
+        let key = |dst: &str| RouteKey { table: 254, family: Family::V4, dst: dst.parse().unwrap(), tos: 0, metric: 1024 };
+        let via = |dst: &str, gw: &str, onlink: bool| KernelRoute {
+            key: key(dst),
+            target: RouteTarget {
+                kind: RouteKind::Unicast,
+                gateway: Some(gw.parse().unwrap()),
+                device: Some("eth0".into()),
+                onlink,
+                protocol: 80,
+                scope: 0,
+            },
+        };
+        for window in [dataplane::netlink::DEFAULT_WINDOW, 2, 1] {
+            let mut nl = RtNetlink::connect().unwrap().with_window(window);
+            let links = nl.dump_links().await.unwrap();
+            let eth0 = links.iter().find(|l| l.name == "eth0").unwrap().index;
+            let write = |route: KernelRoute, oif: u32, exclusive: bool| RouteOp::Write { route, oif: Some(oif), exclusive };
+            let ops = vec![
+                write(via("10.244.1.0/26", "10.0.0.12", true), eth0, true),
+                write(via("10.244.1.0/26", "10.0.0.12", true), eth0, true),
+                RouteOp::Delete { key: key("10.244.2.0/26"), protocol: 80 },
+                write(via("10.244.3.0/26", "10.0.0.12", true), 99_999, false),
+                write(via("10.244.4.0/26", "10.99.0.1", false), eth0, false),
+                RouteOp::Delete { key: key("10.244.1.0/26"), protocol: 80 },
+                write(via("10.244.5.0/26", "10.0.0.12", true), eth0, false),
+            ];
+            let results = nl.execute(&ops).await;
+            let errnos: Vec<Option<Errno>> =
+                results.iter().map(|r| r.as_ref().err().map(|e| e.errno().expect("a kernel errno"))).collect();
+            assert_eq!(
+                errnos,
+                [None, Some(Errno::EEXIST), Some(Errno::ESRCH), Some(Errno::ENODEV), Some(Errno::ENETUNREACH), None, None],
+                "window {window}: {results:?}"
+            );
+            assert_eq!(with_proto(254, "80"), ["10.244.5.0/26 via 10.0.0.12 dev eth0 proto 80 metric 1024 onlink"]);
+            ip("route del 10.244.5.0/26 proto 80");
+        }
+    });
+}

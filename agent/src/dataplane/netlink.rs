@@ -6,13 +6,18 @@
 //! its netlink handle and clock behind interfaces for the same reason).
 
 use std::future::Future;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::stream::{self, StreamExt};
-use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_DUMP_INTR};
+use futures::stream::StreamExt;
+use rtnetlink::packet_core::{
+    NetlinkBuffer, NetlinkMessage, NetlinkPayload, NLMSG_ALIGNTO, NLMSG_ERROR, NLM_F_ACK, NLM_F_DUMP_INTR, NLM_F_REQUEST,
+};
 use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags};
 use rtnetlink::packet_route::RouteNetlinkMessage;
-use rtnetlink::sys::AsyncSocket;
+use rtnetlink::sys::protocols::NETLINK_ROUTE;
+use rtnetlink::sys::{AsyncSocket, AsyncSocketExt, SocketAddr, TokioSocket};
 
 use super::model::{delete_request, dump_request, parse_route, write_request, Family, KernelRoute, ObservedRoute, RouteKey};
 
@@ -174,41 +179,67 @@ pub trait RouteNetlink: Send {
     fn execute(&mut self, ops: &[RouteOp]) -> impl Future<Output = Vec<Result<(), NetlinkError>>> + Send;
 }
 
-/// [`RouteNetlink`] over one rtnetlink connection with strict checking
-/// (`NETLINK_GET_STRICT_CHK`, so dumps are filtered in the kernel).
+/// [`RouteNetlink`] over rtnetlink with strict checking (`NETLINK_GET_STRICT_CHK`, so dumps
+/// are filtered in the kernel).
 ///
-/// Writes are pipelined: up to `window` requests are in flight at once on the one socket,
-/// each waiting for its own ack, instead of one round trip per route.
+/// Dumps go through an rtnetlink connection. Writes and deletes are batched on a second,
+/// plain `NETLINK_ROUTE` socket: up to `window` route messages (and at most
+/// [`MAX_BATCH_BYTES`]) are packed into one `sendmsg`, each with `NLM_F_REQUEST|NLM_F_ACK`
+/// and its own sequence number. The kernel processes the messages of one buffer in order,
+/// acknowledging each (`NLMSG_ERROR`, code 0 or a negative errno) and carrying on after a
+/// failed one, so one `sendmsg` plus one `recv` per ack replaces a round trip per route.
+/// Both sockets live in the network namespace of the thread that called
+/// [`RtNetlink::connect`]. Clones share both sockets; batches from clones are serialized.
 #[derive(Clone, Debug)]
 pub struct RtNetlink {
     handle: rtnetlink::Handle,
+    batcher: Arc<tokio::sync::Mutex<Batcher>>,
     window: usize,
     timeout: Duration,
 }
 
-/// Requests in flight at once. Each ack costs the socket's receive buffer about one skb;
-/// 128 stays far below the default `rmem` (and the buffer is raised to 4 MiB anyway).
-pub const DEFAULT_WINDOW: usize = 128;
-/// Per-request timeout (Felix `NetlinkTimeoutSecs` default 10 s).
+/// Route messages per `sendmsg` (the batch size). Each ack costs the batch socket's receive
+/// buffer one small skb (about 1 KiB of `truesize`), all queued before the first is read
+/// (the kernel handles the whole buffer inside `sendmsg`): 256 acks stay far below the
+/// 4 MiB the buffer is raised to, and below the default `rmem_max` (208 KiB, doubled).
+pub const DEFAULT_WINDOW: usize = 256;
+/// Upper bound on the bytes of one batch (`sendmsg` payload); a batch closes at `window`
+/// messages or at this size, whichever comes first. Below the default send buffer (one
+/// netlink `sendmsg` is bounded by `sk_sndbuf` - 32).
+pub const MAX_BATCH_BYTES: usize = 64 * 1024;
+/// Per-request (dumps) and per-batch (writes) timeout (Felix `NetlinkTimeoutSecs` default 10 s).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Receive buffer for one datagram on the batch socket, bytes: acks are 36 bytes, error acks
+/// echo the request plus extended-ack attributes (well under 1 KiB for a route message).
+const RECV_BUF_BYTES: usize = 64 * 1024;
+/// Socket receive buffer asked for, bytes (`SO_RCVBUF`, capped by `net.core.rmem_max`).
+const SOCKET_RCVBUF_BYTES: usize = 4 * 1024 * 1024;
 
 impl RtNetlink {
-    /// Open a strict-checking rtnetlink connection and spawn its driver on the current tokio
-    /// runtime. The socket lives in the network namespace of the calling thread.
+    /// Open a strict-checking rtnetlink connection (spawning its driver on the current tokio
+    /// runtime) and the batch socket. Both sockets live in the network namespace of the
+    /// calling thread.
     ///
     /// # Errors
-    /// [`NetlinkError::Connection`] if the socket cannot be opened or configured.
+    /// [`NetlinkError::Connection`] if a socket cannot be opened or configured.
     pub fn connect() -> Result<Self, NetlinkError> {
         let conn_err = |e: std::io::Error| NetlinkError::Connection { op: NetlinkOp::Connect, reason: e.to_string() };
         let (mut conn, handle, _unsolicited) = rtnetlink::new_connection_with_strict_check().map_err(conn_err)?;
-        // A larger receive buffer keeps pipelined acks and big dumps from hitting ENOBUFS.
-        let _ = conn.socket_mut().socket_mut().set_rx_buf_sz(4 * 1024 * 1024);
+        // A larger receive buffer keeps big dumps from hitting ENOBUFS.
+        let _ = conn.socket_mut().socket_mut().set_rx_buf_sz(SOCKET_RCVBUF_BYTES);
         conn.socket_mut().socket_mut().set_ext_ack(true).map_err(conn_err)?;
+        let batcher = Batcher::open().map_err(conn_err)?;
         tokio::spawn(conn);
-        Ok(RtNetlink { handle, window: DEFAULT_WINDOW, timeout: DEFAULT_TIMEOUT })
+        Ok(RtNetlink {
+            handle,
+            batcher: Arc::new(tokio::sync::Mutex::new(batcher)),
+            window: DEFAULT_WINDOW,
+            timeout: DEFAULT_TIMEOUT,
+        })
     }
 
-    /// Set how many requests may be in flight at once (at least 1).
+    /// Set how many route messages go into one `sendmsg` (at least 1; 1 = one round trip per
+    /// route).
     #[must_use]
     pub fn with_window(mut self, window: usize) -> Self {
         self.window = window.max(1);
@@ -219,6 +250,196 @@ impl RtNetlink {
     pub fn handle(&self) -> &rtnetlink::Handle {
         &self.handle
     }
+}
+
+/// The batch socket: a plain `NETLINK_ROUTE` socket bound to an automatic port and connected
+/// to the kernel, with the next sequence number and reusable send/receive buffers.
+struct Batcher {
+    socket: TokioSocket,
+    /// Next sequence number (wrapping). Acks carrying a number outside the batch in flight
+    /// (left over from a batch that timed out or was cancelled) are ignored.
+    seq: u32,
+    send_buf: Vec<u8>,
+    recv_buf: Vec<u8>,
+}
+
+impl std::fmt::Debug for Batcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batcher").field("fd", &self.socket.as_raw_fd()).field("seq", &self.seq).finish_non_exhaustive()
+    }
+}
+
+/// One serialized op of a batch: what its error reports.
+struct Pending {
+    op: NetlinkOp,
+    target: String,
+}
+
+/// Result slot per op of a batch, index = sequence number - the batch's first.
+type Slots = [Option<Result<(), NetlinkError>>];
+
+impl Batcher {
+    /// Open, bind and connect the socket (strict checking, extended acks, large receive
+    /// buffer) in the calling thread's network namespace.
+    fn open() -> std::io::Result<Self> {
+        let mut socket = TokioSocket::new(NETLINK_ROUTE)?;
+        let sock = socket.socket_mut();
+        sock.bind_auto()?;
+        sock.connect(&SocketAddr::new(0, 0))?;
+        sock.set_netlink_get_strict_chk(true)?;
+        sock.set_ext_ack(true)?;
+        // Best effort (capped by rmem_max); a too-small buffer shows as ENOBUFS per op.
+        let _ = sock.set_rx_buf_sz(SOCKET_RCVBUF_BYTES);
+        Ok(Batcher { socket, seq: 1, send_buf: Vec::with_capacity(MAX_BATCH_BYTES), recv_buf: Vec::with_capacity(RECV_BUF_BYTES) })
+    }
+
+    /// Run `ops` in order, in batches of at most `window` messages and [`MAX_BATCH_BYTES`]
+    /// bytes; `timeout` applies per batch. Returns one result per op, in order.
+    async fn execute(&mut self, ops: &[RouteOp], window: usize, timeout: Duration) -> Vec<Result<(), NetlinkError>> {
+        let mut results = Vec::with_capacity(ops.len());
+        let mut rest = ops;
+        while !rest.is_empty() {
+            let pending = self.serialize(rest, window);
+            rest = &rest[pending.len()..];
+            self.run_batch(pending, timeout, &mut results).await;
+        }
+        results
+    }
+
+    /// Serialize the longest prefix of `ops` that fits one batch into `send_buf` (at least one
+    /// op, even if it alone exceeds [`MAX_BATCH_BYTES`]), sequence numbers consecutive from
+    /// `self.seq`. Returns the serialized ops, in order (the prefix length is its length).
+    fn serialize(&mut self, ops: &[RouteOp], window: usize) -> Vec<Pending> {
+        self.send_buf.clear();
+        let mut pending = Vec::with_capacity(window.min(ops.len()));
+        let mut seq = self.seq;
+        for op in ops.iter().take(window) {
+            let (mut req, nlop) = match op {
+                RouteOp::Write { route, oif, exclusive } => (write_request(route, *oif, *exclusive), NetlinkOp::WriteRoute),
+                RouteOp::Delete { key, protocol } => (delete_request(key, *protocol), NetlinkOp::DeleteRoute),
+            };
+            req.header.flags |= NLM_F_REQUEST | NLM_F_ACK;
+            req.header.sequence_number = seq;
+            req.header.port_number = 0;
+            req.finalize();
+            let len = req.buffer_len();
+            let start = self.send_buf.len();
+            if !pending.is_empty() && start + align(len) > MAX_BATCH_BYTES {
+                break;
+            }
+            self.send_buf.resize(start + align(len), 0);
+            req.serialize(&mut self.send_buf[start..start + len]);
+            pending.push(Pending { op: nlop, target: op.key().to_string() });
+            seq = seq.wrapping_add(1);
+        }
+        pending
+    }
+
+    /// Send `send_buf` (the ops of `pending`, sequence numbers from `self.seq`) in one
+    /// `sendmsg` and collect one ack per op, appending one result per op to `results`.
+    ///
+    /// Per op: ack code 0 → `Ok`; negative errno → [`NetlinkError::Kernel`] with it; no ack
+    /// within `timeout` → [`NetlinkError::Timeout`]; ack dropped because the receive buffer
+    /// overflowed → `Kernel` with `ENOBUFS`; send or receive failure →
+    /// [`NetlinkError::Connection`].
+    async fn run_batch(&mut self, pending: Vec<Pending>, timeout: Duration, results: &mut Vec<Result<(), NetlinkError>>) {
+        let base = self.seq;
+        self.seq = self.seq.wrapping_add(u32::try_from(pending.len()).unwrap_or(u32::MAX));
+        let mut slots: Vec<Option<Result<(), NetlinkError>>> = vec![None; pending.len()];
+        let failure = match tokio::time::timeout(timeout, self.send_and_collect(base, &pending, &mut slots)).await {
+            // Every slot is filled: the failure is never used.
+            Ok(Ok(())) => BatchFailure::Overrun,
+            Ok(Err(f)) => f,
+            Err(_) => BatchFailure::Timeout,
+        };
+        for (slot, p) in slots.into_iter().zip(pending) {
+            results.push(slot.unwrap_or_else(|| {
+                Err(match &failure {
+                    BatchFailure::Overrun => NetlinkError::Kernel { op: p.op, target: p.target, errno: nix::errno::Errno::ENOBUFS },
+                    BatchFailure::Timeout => NetlinkError::Timeout { op: p.op, target: p.target, timeout },
+                    BatchFailure::Io(reason) => NetlinkError::Connection { op: p.op, reason: reason.clone() },
+                })
+            }));
+        }
+    }
+
+    /// Send the batch and fill `slots` from the acks until every slot is filled.
+    ///
+    /// # Errors
+    /// [`BatchFailure::Io`] if sending or receiving fails; [`BatchFailure::Overrun`] if the
+    /// kernel reported dropped messages (`recv` fails with `ENOBUFS`) and the queue is drained
+    /// with slots still empty: the kernel handles the whole batch inside `sendmsg`, so every
+    /// ack it did not drop is queued by then.
+    async fn send_and_collect(&mut self, base: u32, pending: &[Pending], slots: &mut Slots) -> Result<(), BatchFailure> {
+        let sent = self.socket.send(&self.send_buf).await.map_err(|e| BatchFailure::Io(format!("send batch: {e}")))?;
+        if sent != self.send_buf.len() {
+            return Err(BatchFailure::Io(format!("short send: {sent} of {} bytes", self.send_buf.len())));
+        }
+        let mut open = slots.len();
+        let mut overrun = false;
+        while open > 0 {
+            self.recv_buf.clear();
+            let received = if overrun {
+                match self.socket.socket_ref().recv(&mut self.recv_buf, nix::libc::MSG_DONTWAIT) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Err(BatchFailure::Overrun),
+                    other => other.map(drop),
+                }
+            } else {
+                self.socket.recv(&mut self.recv_buf).await.map(drop)
+            };
+            match received {
+                Ok(()) => open -= fill_slots(&self.recv_buf, base, pending, slots),
+                Err(e) if e.raw_os_error() == Some(nix::libc::ENOBUFS) => overrun = true,
+                Err(e) => return Err(BatchFailure::Io(format!("receive acks: {e}"))),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a batch ended with ops still unanswered.
+enum BatchFailure {
+    /// The receive buffer overflowed: the missing acks were dropped.
+    Overrun,
+    /// No ack within the timeout.
+    Timeout,
+    /// Sending or receiving failed (the reason).
+    Io(String),
+}
+
+/// `len` bytes rounded up to the netlink message alignment (`NLMSG_ALIGN`, 4 bytes).
+fn align(len: usize) -> usize {
+    len.next_multiple_of(usize::from(NLMSG_ALIGNTO))
+}
+
+/// Walk the netlink messages in one received datagram `buf` and fill the slot of every
+/// `NLMSG_ERROR` whose sequence number is in `base..base + slots.len()` and whose slot is
+/// still empty (code 0 → `Ok`, negative errno → [`NetlinkError::Kernel`] for that op). Other
+/// messages and acks of other sequence numbers are ignored; a malformed message ends the walk
+/// (nothing after it can be framed). Returns how many slots were filled.
+fn fill_slots(buf: &[u8], base: u32, pending: &[Pending], slots: &mut Slots) -> usize {
+    let mut filled = 0;
+    let mut off = 0;
+    while let Some(rest) = buf.get(off..) {
+        let Ok(nl) = NetlinkBuffer::new_checked(rest) else { break };
+        let len = nl.length() as usize;
+        let idx = nl.sequence_number().wrapping_sub(base) as usize;
+        if nl.message_type() == NLMSG_ERROR {
+            if let (Some(slot @ None), Some(p)) = (slots.get_mut(idx), pending.get(idx)) {
+                if let Ok(NetlinkMessage { payload: NetlinkPayload::Error(e), .. }) =
+                    NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rest[..len])
+                {
+                    *slot = Some(match e.code {
+                        None => Ok(()),
+                        Some(code) => Err(NetlinkError::Kernel { op: p.op, target: p.target.clone(), errno: errno_of(code.get()) }),
+                    });
+                    filled += 1;
+                }
+            }
+        }
+        off += align(len);
+    }
+    filled
 }
 
 fn errno_of(code: i32) -> nix::errno::Errno {
@@ -314,27 +535,11 @@ impl RouteNetlink for RtNetlink {
     }
 
     fn execute(&mut self, ops: &[RouteOp]) -> impl Future<Output = Vec<Result<(), NetlinkError>>> + Send {
-        let handle = self.handle.clone();
+        let batcher = Arc::clone(&self.batcher);
         let timeout = self.timeout;
         let window = self.window;
         let ops = ops.to_vec();
-        async move {
-            stream::iter(ops.into_iter().map(|op| {
-                let handle = handle.clone();
-                async move {
-                    let (req, nlop) = match &op {
-                        RouteOp::Write { route, oif, exclusive } => {
-                            (write_request(route, *oif, *exclusive), NetlinkOp::WriteRoute)
-                        }
-                        RouteOp::Delete { key, protocol } => (delete_request(key, *protocol), NetlinkOp::DeleteRoute),
-                    };
-                    request(&handle, req, nlop, op.key().to_string(), timeout).await.map(|_| ())
-                }
-            }))
-            .buffered(window)
-            .collect()
-            .await
-        }
+        async move { batcher.lock().await.execute(&ops, window, timeout).await }
     }
 }
 
