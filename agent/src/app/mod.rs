@@ -11,6 +11,7 @@
 
 pub mod config;
 pub mod logging;
+pub mod memory;
 pub mod plan;
 pub mod route_watch;
 
@@ -415,6 +416,12 @@ pub async fn run(args: RunArgs) -> Result<()> {
         commands,
     };
 
+    // The watches' start-up (kernel BTF parsed twice, ~20 MB) is done: give it back.
+    memory::release_free_heap();
+    // Set by work that allocates and frees a lot (a datastore snapshot, an apply); the free
+    // heap is released at the next counter tick, so a burst of events costs one trim.
+    let mut trim_pending = false;
+
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut counters = tokio::time::interval(COUNTER_POLL);
     let mut heartbeat = tokio::time::interval(Duration::from_secs(5));
@@ -423,6 +430,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         tokio::select! {
             ev = ds_rx.recv() => match ev {
                 Some(ev) => {
+                    trim_pending |= matches!(ev, DatastoreEvent::Snapshot(_));
                     cluster.on_datastore(ev).await;
                     if let Some(plan) = cluster.last.as_ref() {
                         forward.on_plan(plan, &metrics);
@@ -438,8 +446,14 @@ pub async fn run(args: RunArgs) -> Result<()> {
                     a.audit(plan, &metrics, &health).await;
                 }
             }
-            Some(report) = report_rx.recv() => record_report(&metrics, &health, &report),
+            Some(report) = report_rx.recv() => {
+                record_report(&metrics, &health, &report);
+                trim_pending = true;
+            }
             _ = counters.tick() => {
+                if std::mem::take(&mut trim_pending) {
+                    memory::release_free_heap();
+                }
                 bpf.poll(&metrics);
                 forward.poll(&metrics);
                 route_watch.poll(&metrics);

@@ -13,11 +13,10 @@ use std::time::Duration;
 
 use notify::RecursiveMode;
 use notify_debouncer_mini::{new_debouncer, DebounceEventResult};
-use serde_yaml_ng::Value;
 use tokio::sync::mpsc;
 
 use super::{Datastore, DatastoreError, DatastoreEvent, LoadError, ObjectError, Snapshot};
-use crate::model::{parse_yaml_documents, ClusterBuilder};
+use crate::model::{parse_yaml_documents, ClusterBuilder, ParsedObjects};
 
 /// Default debounce window for filesystem notifications.
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(300);
@@ -143,8 +142,9 @@ impl Datastore for FileDatastore {
 struct FileState {
     /// Hash of the content last read (good or not).
     seen: Option<u64>,
-    /// The last content that parsed, with its hash.
-    good: Option<(u64, Vec<Value>)>,
+    /// The last content that parsed, with its hash: the typed objects, not the YAML values
+    /// (those take about ten times the memory, and the agent keeps this for its lifetime).
+    good: Option<(u64, ParsedObjects)>,
     /// The current failure, if the last read failed.
     error: Option<LoadError>,
 }
@@ -245,7 +245,7 @@ impl Loader {
                     state.seen = Some(h);
                     match parse_yaml_documents(&text) {
                         Ok(docs) => {
-                            state.good = Some((h, docs));
+                            state.good = Some((h, ParsedObjects::from_values(&docs)));
                             state.error = None;
                         }
                         Err(e) => {
@@ -274,8 +274,9 @@ impl Loader {
         let mut builder = ClusterBuilder::default();
         let mut object_errors = Vec::new();
         for (path, f) in &self.files {
-            for doc in f.good.iter().flat_map(|g| g.1.iter()) {
-                object_errors.extend(builder.add(doc).into_iter().map(|error| ObjectError { file: path.clone(), error }));
+            if let Some((_, parsed)) = &f.good {
+                let errors = builder.add_parsed(parsed.items().iter().cloned());
+                object_errors.extend(errors.into_iter().map(|error| ObjectError { file: path.clone(), error }));
             }
         }
         Snapshot {
@@ -468,6 +469,28 @@ mod tests {
             format!("{}: IPPool \"pool-a\": spec.cidr: invalid CIDR \"10.0.0/8\"", f.display())
         );
         assert!(snap.cluster.ip_pools.contains_key("p1"));
+    }
+
+    #[test]
+    fn duplicates_across_files_keep_the_first_and_name_the_later_file() {
+        // The files are kept as typed objects; merging them must still behave as one pass over
+        // the documents in file order.
+        let dir = TempDir::new("dup");
+        dir.write("a.yaml", POOL);
+        let b = dir.write("b.yaml", &POOL.replace("10.244.0.0/16", "10.99.0.0/16"));
+        let mut l = Loader::new(dir.0.clone());
+        let ev = l.rescan();
+        let s = snapshot(&ev);
+        assert_eq!(s.cluster.ip_pools["p1"].cidr.to_string(), "10.244.0.0/16");
+        assert_eq!(s.object_errors.len(), 1);
+        assert_eq!(s.object_errors[0].file, b);
+        assert_eq!(s.object_errors[0].error.code(), "duplicate");
+        // Rebuilt from the kept objects (a.yaml broken): the same result.
+        dir.write("a.yaml", "kind: [");
+        let again = l.rescan();
+        let s2 = snapshot(&again);
+        assert_eq!(s2.cluster, s.cluster);
+        assert_eq!(s2.object_errors, s.object_errors);
     }
 
     #[test]

@@ -224,8 +224,33 @@ impl ClusterBuilder {
     /// Add one document: a Kubernetes object, or a `List` of them. Unknown kinds are ignored.
     /// Returns the errors of this document's objects.
     pub fn add(&mut self, doc: &Value) -> Vec<ModelError> {
+        let mut parsed = ParsedObjects::default();
+        parsed.add(doc);
+        self.add_parsed(parsed.items)
+    }
+
+    /// Add objects parsed earlier ([`ParsedObjects`]), in their document order, exactly as
+    /// [`ClusterBuilder::add`] of the documents they came from would. Returns their errors
+    /// (including duplicates of objects added before).
+    pub fn add_parsed(&mut self, items: impl IntoIterator<Item = ParsedObject>) -> Vec<ModelError> {
+        let c = &mut self.cluster;
         let mut errors = Vec::new();
-        self.add_inner(doc, None, &mut errors);
+        for item in items {
+            let dup = match item {
+                ParsedObject::IpPool(name, o) => insert(&mut c.ip_pools, Kind::IpPool, name, o),
+                ParsedObject::IpamBlock(name, o) => insert(&mut c.ipam_blocks, Kind::IpamBlock, name, o),
+                ParsedObject::BlockAffinity(name, o) => insert(&mut c.block_affinities, Kind::BlockAffinity, name, o),
+                ParsedObject::Node(name, o) => insert(&mut c.nodes, Kind::Node, name, o),
+                ParsedObject::FelixConfiguration(name, o) => {
+                    insert(&mut c.felix_configurations, Kind::FelixConfiguration, name, o)
+                }
+                ParsedObject::BgpConfiguration(name, o) => {
+                    insert(&mut c.bgp_configurations, Kind::BgpConfiguration, name, o)
+                }
+                ParsedObject::Error(e) => Some(e),
+            };
+            errors.extend(dup);
+        }
         errors
     }
 
@@ -233,15 +258,62 @@ impl ClusterBuilder {
     pub fn finish(self) -> Cluster {
         self.cluster
     }
+}
 
-    fn add_inner(&mut self, doc: &Value, inherited: Option<(&str, &str)>, errors: &mut Vec<ModelError>) {
+/// One parsed object (or one object's error), not yet in a [`Cluster`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ParsedObject {
+    IpPool(String, IpPool),
+    IpamBlock(String, IpamBlock),
+    BlockAffinity(String, BlockAffinity),
+    Node(String, Node),
+    FelixConfiguration(String, FelixConfiguration),
+    BgpConfiguration(String, BgpConfiguration),
+    /// An object left out, with why.
+    Error(ModelError),
+}
+
+/// The objects of some documents, parsed into the model's types in document order, before
+/// duplicates across inputs are resolved. The file datastore keeps a file's last good content
+/// in this form: a `serde_yaml_ng::Value` tree takes about ten times the memory of the typed
+/// objects (about 18 MB against under 3 MB for 10,000 IPAM blocks, heap profile of the agent).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ParsedObjects {
+    items: Vec<ParsedObject>,
+}
+
+impl ParsedObjects {
+    /// Parse documents (objects or `List`s of them). Unknown kinds are ignored.
+    pub fn from_values<'a>(docs: impl IntoIterator<Item = &'a Value>) -> ParsedObjects {
+        let mut parsed = ParsedObjects::default();
+        for doc in docs {
+            parsed.add(doc);
+        }
+        parsed.items.shrink_to_fit();
+        parsed
+    }
+
+    /// The parsed objects and errors, in document order.
+    pub fn items(&self) -> &[ParsedObject] {
+        &self.items
+    }
+
+    fn add(&mut self, doc: &Value) {
+        self.add_inner(doc, None);
+    }
+
+    fn error(&mut self, e: ModelError) {
+        self.items.push(ParsedObject::Error(e));
+    }
+
+    fn add_inner(&mut self, doc: &Value, inherited: Option<(&str, &str)>) {
         let Value::Mapping(m) = doc else {
-            errors.push(ModelError::NotAnObject { reason: format!("document is a {}", type_name(doc)) });
+            self.error(ModelError::NotAnObject { reason: format!("document is a {}", type_name(doc)) });
             return;
         };
         let api_version = m.get("apiVersion").and_then(Value::as_str).or(inherited.map(|i| i.0)).unwrap_or("");
         let Some(kind_str) = m.get("kind").and_then(Value::as_str).or(inherited.map(|i| i.1)) else {
-            errors.push(ModelError::NotAnObject { reason: "no kind".into() });
+            self.error(ModelError::NotAnObject { reason: "no kind".into() });
             return;
         };
         if kind_str == "List" || (kind_str.ends_with("List") && m.contains_key("items")) {
@@ -249,11 +321,11 @@ impl ClusterBuilder {
             match m.get("items") {
                 Some(Value::Sequence(items)) => {
                     for item in items {
-                        self.add_inner(item, item_kind.map(|k| (api_version, k)), errors);
+                        self.add_inner(item, item_kind.map(|k| (api_version, k)));
                     }
                 }
                 None | Some(Value::Null) => {}
-                Some(other) => errors.push(ModelError::NotAnObject {
+                Some(other) => self.error(ModelError::NotAnObject {
                     reason: format!("{kind_str} items is a {}", type_name(other)),
                 }),
             }
@@ -263,14 +335,14 @@ impl ClusterBuilder {
         let name = match fields::get_in(doc, &["metadata", "name"]) {
             Ok(Some(Value::String(n))) if !n.is_empty() => n.as_str(),
             _ => {
-                errors.push(ModelError::MissingName { kind });
+                self.error(ModelError::MissingName { kind });
                 return;
             }
         };
         let calico = matches!(api_version, "projectcalico.org/v3" | "crd.projectcalico.org/v1");
         let core_node = kind == Kind::Node && api_version == "v1";
         if !(calico || core_node || (api_version.is_empty() && kind != Kind::Node)) {
-            errors.push(ModelError::UnsupportedApiVersion {
+            self.error(ModelError::UnsupportedApiVersion {
                 kind,
                 name: name.to_owned(),
                 api_version: api_version.to_owned(),
@@ -278,36 +350,36 @@ impl ClusterBuilder {
             return;
         }
         let mut f = Fields::new(kind, name, doc);
-        let c = &mut self.cluster;
+        let n = name.to_owned();
         let result = match kind {
-            Kind::IpPool => IpPool::parse(&mut f, name).map(|o| insert(&mut c.ip_pools, kind, name, o)),
-            Kind::IpamBlock => IpamBlock::parse(&mut f, name).map(|o| insert(&mut c.ipam_blocks, kind, name, o)),
-            Kind::BlockAffinity => {
-                BlockAffinity::parse(&mut f, name).map(|o| insert(&mut c.block_affinities, kind, name, o))
+            Kind::IpPool => IpPool::parse(&mut f, name).map(|o| ParsedObject::IpPool(n, o)),
+            Kind::IpamBlock => IpamBlock::parse(&mut f, name).map(|o| ParsedObject::IpamBlock(n, o)),
+            Kind::BlockAffinity => BlockAffinity::parse(&mut f, name).map(|o| ParsedObject::BlockAffinity(n, o)),
+            Kind::Node if core_node => Node::parse_kubernetes(&mut f, name).map(|o| ParsedObject::Node(n, o)),
+            Kind::Node => Node::parse_calico(&mut f, name).map(|o| ParsedObject::Node(n, o)),
+            Kind::FelixConfiguration => {
+                FelixConfiguration::parse(&mut f, name).map(|o| ParsedObject::FelixConfiguration(n, o))
             }
-            Kind::Node if core_node => Node::parse_kubernetes(&mut f, name).map(|o| insert(&mut c.nodes, kind, name, o)),
-            Kind::Node => Node::parse_calico(&mut f, name).map(|o| insert(&mut c.nodes, kind, name, o)),
-            Kind::FelixConfiguration => FelixConfiguration::parse(&mut f, name)
-                .map(|o| insert(&mut c.felix_configurations, kind, name, o)),
             Kind::BgpConfiguration => {
-                BgpConfiguration::parse(&mut f, name).map(|o| insert(&mut c.bgp_configurations, kind, name, o))
+                BgpConfiguration::parse(&mut f, name).map(|o| ParsedObject::BgpConfiguration(n, o))
             }
         };
         match result {
-            Ok(None) => {}
-            Ok(Some(dup)) => errors.push(dup),
-            Err(errs) => errors.extend(errs),
+            Ok(obj) => self.items.push(obj),
+            Err(errs) => self.items.extend(errs.into_iter().map(ParsedObject::Error)),
         }
     }
 }
 
 /// Insert unless the name is taken; a duplicate is reported and the first kept.
-fn insert<T>(map: &mut BTreeMap<String, T>, kind: Kind, name: &str, obj: T) -> Option<ModelError> {
-    if map.contains_key(name) {
-        return Some(ModelError::Duplicate { kind, name: name.to_owned() });
+fn insert<T>(map: &mut BTreeMap<String, T>, kind: Kind, name: String, obj: T) -> Option<ModelError> {
+    match map.entry(name) {
+        std::collections::btree_map::Entry::Occupied(e) => Some(ModelError::Duplicate { kind, name: e.key().clone() }),
+        std::collections::btree_map::Entry::Vacant(e) => {
+            e.insert(obj);
+            None
+        }
     }
-    map.insert(name.to_owned(), obj);
-    None
 }
 
 #[cfg(test)]
