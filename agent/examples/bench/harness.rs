@@ -35,6 +35,8 @@ use routewarden::model::{
 use routewarden::bpf::route_watch::{RouteWatch, RouteWatchConfig, RouteWatchEvent};
 use routewarden::dataplane::model::to_kernel_route;
 use routewarden::routes::{desired_routes, ClusterRoute, PoolClass, RouteDevices, RouteOrigin, RoutePath};
+use routewarden::bpf::forward::{ForwardConfig, ForwardEntry, ForwardWatch};
+use routewarden_common::forward::ForwardPath;
 use routewarden_lab::{Lab, LabNodeSpec, LabSpec, NetNsGuard};
 
 /// Every benchmark, in the order a run of all of them goes.
@@ -72,6 +74,8 @@ pub struct Options {
     pub footprint_nodes: usize,
     /// Idle window of benchmark 8 (60 s; 10 s with `--quick`).
     pub idle: Duration,
+    /// Length of each UDP stream of benchmark 6 (2 s).
+    pub stream: Duration,
     /// The release agent binary for benchmark 8 (`target/release/routewarden`).
     pub agent_bin: Option<PathBuf>,
     /// This harness's own binary, re-executed for the compute-only child of benchmark 4;
@@ -102,6 +106,7 @@ impl Options {
             conflicts: 1_000,
             footprint_nodes: 500,
             idle: Duration::from_mins(1),
+            stream: Duration::from_secs(2),
             agent_bin: None,
             child_exe: None,
         }
@@ -117,6 +122,7 @@ impl Options {
             conflicts: 20,
             footprint_nodes: 10,
             idle: Duration::from_secs(1),
+            stream: Duration::from_millis(200),
             agent_bin: None,
             child_exe: None,
         }
@@ -1154,15 +1160,160 @@ pub fn detect_latency(opts: &Options) -> Result<Outcome> {
 }
 
 // ---------------------------------------------------------------------------------------
-// 6: pending
+// 6. tc-overhead
 // ---------------------------------------------------------------------------------------
 
-fn pending(name: &str) -> Outcome {
-    let reason = match name {
-        "tc-overhead" => "not written yet (the forwarding watch landed after the harness); run_time_ns needs kernel.bpf_stats_enabled, which is global and is not touched on the host (QEMU lane later)",
-        _ => "not implemented",
+/// The forwarding watch's destinations for benchmark 6: the load of `agent/tests/forward_cost.rs`
+/// (6,000 /26 blocks, 2,000 borrowed /32s) plus node-b's address as a no-encap /32, so every
+/// packet of the stream is looked up and classified (right path), not a trie miss.
+fn tc_entries() -> Vec<ForwardEntry> {
+    let mut entries = Vec::new();
+    for (base, pool, class, expected) in [
+        (u32::from_be_bytes([10, 0, 0, 0]), "ipip-pool", PoolClass::Ipip, ForwardPath::Tunnel),
+        (u32::from_be_bytes([10, 100, 0, 0]), "flat", PoolClass::NoEncap, ForwardPath::Host),
+    ] {
+        for i in 0..3000u32 {
+            entries.push(ForwardEntry { prefix: IpNet::new(IpAddr::V4(v4(base + i * 64)), 26).expect("/26"), pool: pool.into(), class, expected });
+        }
+    }
+    for i in 0..2000u32 {
+        let [_, _, b, c] = i.to_be_bytes();
+        let ip = IpAddr::V4(Ipv4Addr::new(10, 200, b, c));
+        entries.push(ForwardEntry { prefix: IpNet::new(ip, 32).expect("/32"), pool: "flat".into(), class: PoolClass::NoEncap, expected: ForwardPath::Host });
+    }
+    let ip = IpAddr::V4(Ipv4Addr::new(192, 168, 0, 11));
+    entries.push(ForwardEntry { prefix: IpNet::new(ip, 32).expect("/32"), pool: "flat".into(), class: PoolClass::NoEncap, expected: ForwardPath::Host });
+    entries
+}
+
+/// Packets received by `eth0` in namespace `ns` (`ip -s -j link`).
+fn rx_packets(ns: &str) -> Result<u64> {
+    let out = Command::new("ip").args(["-n", ns, "-s", "-j", "link", "show", "eth0"]).output()?;
+    ensure!(out.status.success(), "ip -s link in {ns}: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    v[0]["stats64"]["rx"]["packets"].as_u64().context("no stats64.rx.packets")
+}
+
+/// Send 1,400-byte UDP datagrams on `tx` for `window`; return the packets per second that
+/// arrived on the receiver's `eth0` (namespace `rx_ns`). Counted at the device, not at the
+/// socket: a receiving socket that falls behind would otherwise cap the figure, and a slower
+/// sender would then look faster (fewer socket drops).
+fn udp_stream(tx: &std::net::UdpSocket, rx_ns: &str, window: Duration) -> Result<f64> {
+    let buf = [0u8; 1400];
+    let before = rx_packets(rx_ns)?;
+    let t = Instant::now();
+    while t.elapsed() < window {
+        for _ in 0..64 {
+            let _ = tx.send(&buf); // ENOBUFS under overload: the datagram is lost, as on a link
+        }
+    }
+    let elapsed = t.elapsed();
+    std::thread::sleep(Duration::from_millis(50)); // what is in flight
+    Ok((rx_packets(rx_ns)? - before) as f64 / elapsed.as_secs_f64())
+}
+
+/// Average run time in ns of program `id` on one frame to node-b, from `BPF_PROG_TEST_RUN`
+/// (`bpftool prog run ... repeat`); `None` without bpftool.
+fn test_run_ns(id: u32) -> Option<f64> {
+    let mut frame = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+    frame.extend_from_slice(&[0x45, 0, 0, 128, 0, 0, 0x40, 0, 64, 17, 0, 0, 192, 168, 0, 10, 192, 168, 0, 11]);
+    frame.extend_from_slice(&[0x30, 0x39, 0x13, 0x89, 0, 108, 0, 0]);
+    frame.resize(14 + 128, 0);
+    let dir = tempfile::tempdir().ok()?;
+    let path = dir.path().join("frame.bin");
+    std::fs::write(&path, &frame).ok()?;
+    let out = Command::new("bpftool").args(["prog", "run", "id", &id.to_string(), "data_in"]).arg(&path).args(["repeat", "1000000"]).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    // "Return value: 4294967295, duration (average): 27ns"
+    let avg = text.split("duration (average):").nth(1)?.trim();
+    avg.split("ns").next()?.trim().parse().ok()
+}
+
+/// Benchmark 6: UDP throughput from node-a to node-b (lab namespaces on a bridge) with the
+/// forwarding watch attached to node-a's `eth0` and `tunl0` (destinations loaded), divided by
+/// without it; runs alternate. Side figure: the host-NIC program's per-packet cost from
+/// `BPF_PROG_TEST_RUN`. The kernel's run-time statistics (`run_time_ns / run_cnt`) need the
+/// global `kernel.bpf_stats_enabled`, which is not touched on the host: that figure comes from
+/// the QEMU lane (`agent/tests/forward_ipip.rs`).
+pub fn tc_overhead(opts: &Options) -> Result<Outcome> {
+    let name = "tc-overhead";
+    let Some(obj) = routewarden::bpf::embedded_object() else {
+        return Ok(Outcome::Skipped { name: name.into(), reason: "no BPF object embedded (`cargo xtask bench` builds one)".into() });
     };
-    Outcome::Skipped { name: name.into(), reason: reason.into() }
+    let lab = Lab::build(LabSpec::new(vec![
+        LabNodeSpec { name: "node-a".into(), addresses: vec!["192.168.0.10/24".into()] },
+        LabNodeSpec { name: "node-b".into(), addresses: vec!["192.168.0.11/24".into()] },
+    ]))?;
+    let rx = lab.in_netns("node-b", || std::net::UdpSocket::bind("192.168.0.11:5001"))??;
+    let tx = lab.in_netns("node-a", || -> std::io::Result<std::net::UdpSocket> {
+        let s = std::net::UdpSocket::bind("192.168.0.10:0")?;
+        s.connect("192.168.0.11:5001")?;
+        Ok(s)
+    })??;
+    // Bound so the stream draws no ICMP port unreachable; never read (the device counts).
+    let rx_ns = lab.node_ns("node-b");
+    let entries = Arc::new(tc_entries());
+    let window = opts.stream;
+    let result = (|| -> Result<(Vec<f64>, Vec<f64>, Option<f64>)> {
+        let (mut with, mut without, mut cost) = (Vec::new(), Vec::new(), None);
+        // Warm-up (ARP, caches), not counted.
+        udp_stream(&tx, &rx_ns, window / 4)?;
+        for run in 0..opts.runs {
+            for attached in if run % 2 == 0 { [false, true] } else { [true, false] } {
+                if !attached {
+                    without.push(udp_stream(&tx, &rx_ns, window)?);
+                    continue;
+                }
+                let (tx, rx_ns, entries) = (tx.try_clone()?, rx_ns.clone(), entries.clone());
+                let first = cost.is_none();
+                // Attach, stream and detach inside node-a: TC detach works on the calling
+                // thread's namespace.
+                let (pps, ns) = lab.in_netns("node-a", move || -> Result<(f64, Option<f64>)> {
+                    let cfg = ForwardConfig::for_devices(&["tunl0".into()], &["eth0".into()]);
+                    let mut watch = ForwardWatch::start(obj, &cfg).context("start the forwarding watch")?;
+                    let up = watch.set_destinations(&entries).context("load destinations")?;
+                    ensure!(up.failed.is_empty(), "{} destinations failed to load", up.failed.len());
+                    let pps = udp_stream(&tx, &rx_ns, window)?;
+                    let ns = if first { watch.program_ids()?.get(1).and_then(|(_, id)| test_run_ns(*id)) } else { None };
+                    let counts = watch.counts()?;
+                    ensure!(counts.observed("flat", routewarden_common::forward::Observation::HostNative).packets > 0, "the host-NIC program saw none of the stream");
+                    drop(watch);
+                    Ok((pps, ns))
+                })??;
+                with.push(pps);
+                if first {
+                    cost = ns;
+                }
+            }
+        }
+        Ok((with, without, cost))
+    })();
+    drop(rx);
+    drop(lab);
+    let (with, without, cost) = result?;
+    let median_f = |mut v: Vec<f64>| -> f64 {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (with_pps, without_pps) = (median_f(with), median_f(without));
+    ensure!(without_pps > 0.0, "no datagram arrived without the watch");
+    let ratio = with_pps / without_pps;
+    Ok(Outcome::Measured {
+        name: name.into(),
+        ratio,
+        target: Target::AtLeast(0.97),
+        ok: true,
+        details: vec![
+            kv("with_pps", format!("{with_pps:.0}")),
+            kv("without_pps", format!("{without_pps:.0}")),
+            kv("payload_bytes", 1400),
+            kv("destinations", entries.len()),
+            kv("test_run_ns", cost.map_or_else(|| "unavailable".into(), |ns| format!("{ns:.0}"))),
+            kv("run_time_ns", "qemu-lane"),
+            kv("stream_s", format!("{:.1}", window.as_secs_f64())),
+            kv("runs", opts.runs),
+        ],
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1177,9 +1328,10 @@ pub fn run_one(name: &str, opts: &Options, shared: &mut Shared) -> Outcome {
         "resync-100k" => resync(opts),
         "compute-100k" => compute(opts, shared),
         "agent-footprint" => footprint(opts),
+        "tc-overhead" => tc_overhead(opts),
         "watch-overhead" => watch_overhead(opts),
         "detect-latency" => detect_latency(opts),
-        other => Ok(pending(other)),
+        other => Ok(Outcome::Skipped { name: other.into(), reason: "not implemented".into() }),
     };
     r.unwrap_or_else(|e| Outcome::Failed { name: name.into(), reason: format!("{e:#}") })
 }
