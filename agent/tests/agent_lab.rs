@@ -347,3 +347,59 @@ fn events_command_streams_wrong_path_samples_with_the_block() {
     assert_eq!((event["expected"].as_str(), event["actual"].as_str()), (Some("tunnel"), Some("host")), "{event}");
     assert_eq!(event["device"], "eth0", "{event}");
 }
+
+#[test]
+fn every_example_node_gets_exactly_its_routes() {
+    if skip_unless_root("every_example_node_gets_exactly_its_routes") {
+        return;
+    }
+    let lab = lab();
+    // node-a is covered above; one agent per other node, each in its own namespace.
+    let expected: [(&str, &[&str]); 3] = [
+        (
+            "node-b",
+            &[
+                "10.244.10.0/26 via 10.0.0.11 dev eth0 metric 1024 onlink",
+                "blackhole 10.244.20.0/26 metric 1024",
+                // node-b's own block, IP borrowed by node-c: a /32 to node-c (Felix's
+                // NonAffineAllocations), native because node-c shares node-b's subnet.
+                "10.244.20.5 via 10.0.0.13 dev eth0 metric 1024 onlink",
+                "10.244.30.0/26 via 10.0.0.13 dev eth0 metric 1024 onlink",
+                "10.244.40.0/26 via 10.0.1.14 dev tunl0 metric 1024 onlink",
+                "blackhole 10.245.20.0/26 metric 1024",
+                "10.245.40.0/26 via 10.0.1.14 dev tunl0 metric 1024 onlink",
+            ],
+        ),
+        (
+            // node-c holds the borrowed 10.244.20.5 itself: no cluster route for it.
+            "node-c",
+            &[
+                "10.244.10.0/26 via 10.0.0.11 dev eth0 metric 1024 onlink",
+                "10.244.20.0/26 via 10.0.0.12 dev eth0 metric 1024 onlink",
+                "blackhole 10.244.30.0/26 metric 1024",
+                "10.244.40.0/26 via 10.0.1.14 dev tunl0 metric 1024 onlink",
+                "10.245.20.0/26 via 10.0.0.12 dev tunl0 metric 1024 onlink",
+                "10.245.40.0/26 via 10.0.1.14 dev tunl0 metric 1024 onlink",
+            ],
+        ),
+        (
+            // node-d is in another subnet: CrossSubnet goes through the tunnel to everyone.
+            "node-d",
+            &[
+                "10.244.10.0/26 via 10.0.0.11 dev tunl0 metric 1024 onlink",
+                "10.244.20.0/26 via 10.0.0.12 dev tunl0 metric 1024 onlink",
+                "10.244.20.5 via 10.0.0.13 dev tunl0 metric 1024 onlink",
+                "10.244.30.0/26 via 10.0.0.13 dev tunl0 metric 1024 onlink",
+                "blackhole 10.244.40.0/26 metric 1024",
+                "10.245.20.0/26 via 10.0.0.12 dev tunl0 metric 1024 onlink",
+                "blackhole 10.245.40.0/26 metric 1024",
+            ],
+        ),
+    ];
+    let agents: Vec<Agent> = expected.iter().map(|(node, _)| Agent::start(&lab, node, &example_dir(), &[])).collect();
+    for (node, routes_expected) in expected {
+        wait_ready(&lab, node);
+        assert_eq!(routes(&lab, node, "80"), routes_expected, "{node}");
+    }
+    drop(agents);
+}

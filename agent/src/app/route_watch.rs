@@ -36,9 +36,7 @@ impl RouteWatchHandler {
         };
         match started {
             Ok(mut watch) => {
-                for (backend, why) in watch.fallbacks() {
-                    info!(backend = backend.label(), reason = %why, "route watch: backend not available here");
-                }
+                // `RouteWatch::start` already logged each backend it could not use and why.
                 info!(backend = watch.backend().label(), window_s = config.window.as_secs(), flap_threshold = config.flap_threshold, "route watch running");
                 metrics_state.set_backend(metrics, Some(watch.backend()));
                 let (tx, rx) = mpsc::channel(1024);
