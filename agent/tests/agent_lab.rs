@@ -205,18 +205,19 @@ fn losing_ipip_to_bird_hands_over_per_prefix_without_a_gap() {
     wait_for("ownership change seen", Duration::from_secs(10), || {
         (sample(&metrics(&lab, "node-a"), r#"routewarden_routes{family="ipv4",class="ipip",state="desired"}"#) == Some(0.0)).then_some(())
     });
-    // Our routes stay while BIRD has not programmed its own yet ...
-    assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
-    // ... the new owner's route for one prefix appears (at the same key, so it must replace
-    // ours, as Felix's RouteReplace does; BIRD 2.0.12 adds with NLM_F_EXCL and retries every
-    // scan instead, see DESIGN.md "Handover"): ours for that prefix goes, the others stay.
-    lab.ip("node-a", &["route", "replace", "10.245.20.0/26", "via", "10.0.0.12", "dev", "tunl0", "onlink", "proto", "bird", "metric", "1024"]).unwrap();
+    // Our routes step aside to metric 1025 (make before break: BIRD 2 adds with NLM_F_EXCL and
+    // would get EEXIST at our key) and stay there while BIRD has not programmed its own yet.
+    let stepped: Vec<String> = NODE_A_IPIP.iter().map(|r| r.replace("metric 1024", "metric 1025")).collect();
+    wait_for("routes stepped aside to metric 1025", Duration::from_secs(5), || (routes(&lab, "node-a", "80") == stepped).then_some(()));
+    // ... BIRD adds its route for one prefix at 1024, the key we freed: ours for that prefix
+    // goes, the others stay.
+    lab.ip("node-a", &["route", "add", "10.245.20.0/26", "via", "10.0.0.12", "dev", "tunl0", "onlink", "proto", "bird", "metric", "1024"]).unwrap();
     wait_for("our 10.245.20.0/26 released", Duration::from_secs(3), || {
         (!routes(&lab, "node-a", "80").iter().any(|r| r.starts_with("10.245.20.0/26"))).then_some(())
     });
     assert!(started.elapsed() < Duration::from_secs(4), "released by the new owner's route, not by the grace period");
-    let rest: Vec<&str> = NODE_A_IPIP.iter().copied().filter(|r| !r.starts_with("10.245.20.0/26")).collect();
-    assert_eq!(routes(&lab, "node-a", "80"), rest);
+    let rest: Vec<&String> = stepped.iter().filter(|r| !r.starts_with("10.245.20.0/26")).collect();
+    assert_eq!(routes(&lab, "node-a", "80").iter().collect::<Vec<_>>(), rest);
     assert_eq!(routes(&lab, "node-a", "bird"), ["10.245.20.0/26 via 10.0.0.12 dev tunl0 metric 1024 onlink"]);
     // The grace period (4 s) bounds the wait for the prefixes BIRD never programmed.
     wait_for("grace period over", Duration::from_secs(10), || routes(&lab, "node-a", "80").is_empty().then_some(()));

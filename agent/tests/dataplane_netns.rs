@@ -562,6 +562,8 @@ fn handover_to_bird_keeps_routes_until_bird_route_seen() {
             to: Writer::Bird,
             protocol: 12,
             table: 254,
+            // BIRD here writes at metric 0 (IPv4) and 1: no step aside needed.
+            metric: Some(0),
         };
         let started = Instant::now();
         cmd_tx.send(DataplaneCommand::SetDesired { routes: no_encap, handovers: vec![handover] }).await.unwrap();

@@ -12,7 +12,10 @@
 //! - [`Reconciler::handle_event`] folds netlink notifications in: a route of ours removed or
 //!   flushed by a link going down is re-written on the next apply.
 //! - Ownership handover: a route of a class being handed to another writer is kept until that
-//!   writer's route for the prefix is seen in the kernel, at most `handover_grace`.
+//!   writer's route for the prefix is seen in the kernel, at most `handover_grace`. A writer
+//!   that cannot replace our route at its key (BIRD adds create-exclusive) gets the key freed
+//!   make-before-break: ours is copied to metric+1, then the original deleted ("step aside");
+//!   the copy is the pending handover.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -22,7 +25,10 @@ use nix::errno::Errno;
 use serde::Serialize;
 
 use super::events::DataplaneEvent;
-use super::model::{to_kernel_route, ConversionError, DesiredRoute, Family, KernelRoute, RouteKey, RouteKind, RouteSettings};
+use super::model::{
+    to_kernel_route, ConversionError, DesiredRoute, Family, KernelRoute, RouteKey, RouteKind,
+    RouteSettings, RTPROT_BIRD,
+};
 use super::netlink::{Clock, LinkInfo, NetlinkError, RouteNetlink, RouteOp};
 use super::policy::{OwnershipPolicy, Verdict};
 use super::DataplaneConfig;
@@ -89,7 +95,9 @@ impl ErrorKind {
                 Errno::ENETDOWN => ErrorKind::DeviceDown,
                 Errno::ENETUNREACH | Errno::EHOSTUNREACH => ErrorKind::NetUnreachable,
                 Errno::EPERM | Errno::EACCES => ErrorKind::Permission,
-                Errno::EINVAL | Errno::ERANGE | Errno::EAFNOSUPPORT | Errno::EOPNOTSUPP => ErrorKind::Invalid,
+                Errno::EINVAL | Errno::ERANGE | Errno::EAFNOSUPPORT | Errno::EOPNOTSUPP => {
+                    ErrorKind::Invalid
+                }
                 _ => ErrorKind::Other,
             },
         }
@@ -108,6 +116,22 @@ pub struct Handover {
     pub protocol: u8,
     /// The table the new owner writes (254 for Felix and BIRD).
     pub table: u32,
+    /// The metric of the new owner's routes, when known. A hand-over to BIRD in our route's
+    /// table steps aside (ours moves to metric+1 before BIRD's add) unless this is known to
+    /// differ from our route's metric; `None` (unknown, e.g. set by confd's `bird.cfg`) steps
+    /// aside, which costs two writes and is safe at any BIRD metric.
+    pub metric: Option<u32>,
+}
+
+impl Handover {
+    /// Whether the new owner needs our route's key free: BIRD adds with
+    /// `NLM_F_CREATE|NLM_F_EXCL` and fails with `EEXIST` while our route holds the key
+    /// (Felix replaces; a writer at another metric coexists).
+    fn needs_step_aside(&self, key: &RouteKey) -> bool {
+        self.to == Writer::Bird
+            && self.table == key.table
+            && self.metric.is_none_or(|m| m == key.metric)
+    }
 }
 
 /// How a handover of one prefix ended.
@@ -224,7 +248,10 @@ pub struct ApplyReport {
 
 mod opt_secs {
     use std::time::Duration;
-    #[expect(clippy::ref_option, reason = "serde's `with` passes a reference to the field")]
+    #[expect(
+        clippy::ref_option,
+        reason = "serde's `with` passes a reference to the field"
+    )]
     pub fn serialize<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match d {
             Some(d) => s.serialize_some(&d.as_secs_f64()),
@@ -275,6 +302,16 @@ struct PendingHandover {
     deadline: Instant,
     seen: bool,
     checked: bool,
+    /// Our route is still at its original key and must first be copied to metric+1 (then the
+    /// pending handover moves to the copy's key).
+    step_aside: bool,
+}
+
+/// The key one metric below in priority (`metric + 1`) where a route steps aside, if any.
+fn step_aside_key(key: &RouteKey) -> Option<RouteKey> {
+    key.metric
+        .checked_add(1)
+        .map(|metric| RouteKey { metric, ..*key })
 }
 
 /// About a year (2^25 s): "never" for timers, without overflowing `Instant`.
@@ -369,7 +406,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     pub fn set_datastore_synced(&mut self, synced: bool) {
         if synced && !self.datastore_synced {
             // Deletes held back meanwhile become due.
-            self.dirty.extend(self.kernel.keys().filter(|k| !self.desired.contains_key(k)));
+            self.dirty
+                .extend(self.kernel.keys().filter(|k| !self.desired.contains_key(k)));
         }
         self.datastore_synced = synced;
     }
@@ -404,12 +442,19 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             }
         }
         // Removed keys.
-        let removed: Vec<RouteKey> = self.desired.keys().filter(|k| !next.contains_key(k)).copied().collect();
+        let removed: Vec<RouteKey> = self
+            .desired
+            .keys()
+            .filter(|k| !next.contains_key(k))
+            .copied()
+            .collect();
         for key in removed {
             let old = self.desired.remove(&key);
             self.dirty.insert(key);
             let Some(old) = old else { continue };
-            let Some(h) = handovers.iter().find(|h| h.class == old.class) else { continue };
+            let Some(h) = handovers.iter().find(|h| h.class == old.class) else {
+                continue;
+            };
             if !self.kernel.contains_key(&key) {
                 continue;
             }
@@ -434,6 +479,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                         deadline: later(now, self.config.handover_grace),
                         seen: false,
                         checked: false,
+                        step_aside: h.needs_step_aside(&key),
                     },
                 );
             }
@@ -441,6 +487,14 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // Added or changed keys.
         for (key, d) in next {
             self.handovers.remove(&key);
+            // A prefix we program again: a stepped-aside copy of it goes once the new route is
+            // in (plan_deletes holds it if that write fails).
+            if let Some(copy) = step_aside_key(&key) {
+                if let Some(h) = self.handovers.get_mut(&copy) {
+                    h.deadline = now;
+                    self.dirty.insert(copy);
+                }
+            }
             if self.desired.get(&key) != Some(&d) {
                 self.retries.remove(&key);
                 self.dirty.insert(key);
@@ -458,7 +512,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 }
                 let named = self.name(route);
                 for (key, h) in &mut self.handovers {
-                    if !h.seen && key.dst == named.key.dst && h.protocol == named.target.protocol && h.table == named.key.table {
+                    if !h.seen
+                        && key.dst == named.key.dst
+                        && h.protocol == named.target.protocol
+                        && h.table == named.key.table
+                    {
                         h.seen = true;
                         self.dirty.insert(*key);
                     }
@@ -468,11 +526,19 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 if verdict.is_ours() {
                     self.kernel.insert(
                         key,
-                        KernelEntry { route: named, oif: route.oif, extra: route.extra, verified: true, verdict },
+                        KernelEntry {
+                            route: named,
+                            oif: route.oif,
+                            extra: route.extra,
+                            verified: true,
+                            verdict,
+                        },
                     );
                     self.blocked.remove(&key);
                     self.dirty.insert(key);
-                } else if key.table == self.policy.table && (self.kernel.contains_key(&key) || self.desired.contains_key(&key)) {
+                } else if key.table == self.policy.table
+                    && (self.kernel.contains_key(&key) || self.desired.contains_key(&key))
+                {
                     // Another writer took the key: never fight it, report it.
                     self.kernel.remove(&key);
                     self.blocked.insert(key);
@@ -481,7 +547,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             }
             DataplaneEvent::RouteRemoved { route, .. } => {
                 let key = route.key;
-                if self.kernel.get(&key).is_some_and(|e| e.route.target.protocol == route.protocol) {
+                if self
+                    .kernel
+                    .get(&key)
+                    .is_some_and(|e| e.route.target.protocol == route.protocol)
+                {
                     self.kernel.remove(&key);
                     self.dirty.insert(key);
                 }
@@ -504,8 +574,12 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     self.links_by_name.remove(name);
                 }
                 // The kernel removes every route through a device that goes away.
-                let gone: Vec<RouteKey> =
-                    self.kernel.iter().filter(|(_, e)| e.oif == Some(*index)).map(|(k, _)| *k).collect();
+                let gone: Vec<RouteKey> = self
+                    .kernel
+                    .iter()
+                    .filter(|(_, e)| e.oif == Some(*index))
+                    .map(|(k, _)| *k)
+                    .collect();
                 for k in gone {
                     self.kernel.remove(&k);
                     self.dirty.insert(k);
@@ -532,7 +606,14 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 self.mark_device_dirty(&old_name);
             }
         }
-        self.links_by_index.insert(index, LinkInfo { index, name: name.to_string(), up });
+        self.links_by_index.insert(
+            index,
+            LinkInfo {
+                index,
+                name: name.to_string(),
+                up,
+            },
+        );
         self.links_by_name.insert(name.to_string(), index);
         // Routes through this link: renamed device, or possibly flushed without notification
         // (IPv4 on down); re-verify them with a replace.
@@ -567,7 +648,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// Whether an apply has work: dirty keys whose retry time has come, or a due resync.
     pub fn needs_apply(&self) -> bool {
         let now = self.clock.now();
-        now >= self.resync_due || self.dirty.iter().any(|k| self.retries.get(k).is_none_or(|r| r.not_before <= now))
+        now >= self.resync_due
+            || self
+                .dirty
+                .iter()
+                .any(|k| self.retries.get(k).is_none_or(|r| r.not_before <= now))
     }
 
     /// When [`apply`](Self::apply) should run next if nothing else happens: the resync timer,
@@ -605,7 +690,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 let mut attempt = 0;
                 let routes = loop {
                     attempt += 1;
-                    match self.nl.dump_routes(family, self.policy.table, protocol).await {
+                    match self
+                        .nl
+                        .dump_routes(family, self.policy.table, protocol)
+                        .await
+                    {
                         Ok(r) => break r,
                         Err(NetlinkError::DumpInterrupted { .. }) if attempt < DUMP_ATTEMPTS => {
                             *report.errors.entry(ErrorKind::DumpInterrupted).or_default() += 1;
@@ -617,7 +706,16 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     let named = self.name(r);
                     let verdict = self.policy.verdict(&named);
                     if verdict.is_ours() {
-                        fresh.insert(named.key, KernelEntry { route: named, oif: r.oif, extra: r.extra, verified: true, verdict });
+                        fresh.insert(
+                            named.key,
+                            KernelEntry {
+                                route: named,
+                                oif: r.oif,
+                                extra: r.extra,
+                                verified: true,
+                                verdict,
+                            },
+                        );
                     }
                 }
             }
@@ -634,9 +732,44 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         self.dirty.extend(fresh.keys().copied());
         self.dirty.extend(self.kernel.keys().copied());
         self.kernel = fresh;
+        self.adopt_stepped_aside();
         report.resynced = true;
         report.resync_duration = Some(self.clock.now().saturating_duration_since(started));
         Ok(())
+    }
+
+    /// Routes of ours at our metric+1 that nothing desires are step-aside copies left by a
+    /// hand-over to BIRD that an earlier run (or an earlier apply) did not finish: keep each
+    /// as a pending handover to BIRD (deleted once BIRD's route for the prefix is seen, at most
+    /// `handover_grace` from now) instead of deleting it at once, which would leave the
+    /// prefix without a route until BIRD's next scan.
+    fn adopt_stepped_aside(&mut self) {
+        let Some(metric) = self.settings.metric.checked_add(1) else {
+            return;
+        };
+        let now = self.clock.now();
+        for (key, e) in &self.kernel {
+            if key.metric != metric
+                || e.route.target.protocol != self.policy.protocol
+                || self.desired.contains_key(key)
+                || self.handovers.contains_key(key)
+            {
+                continue;
+            }
+            self.handovers.insert(
+                *key,
+                PendingHandover {
+                    to: Writer::Bird,
+                    protocol: RTPROT_BIRD,
+                    table: key.table,
+                    started: now,
+                    deadline: later(now, self.config.handover_grace),
+                    seen: false,
+                    checked: false,
+                    step_aside: false,
+                },
+            );
+        }
     }
 
     /// Check pending handovers against the kernel once (the new owner may have been there
@@ -649,8 +782,14 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             }
         }
         for (family, table, protocol) in wanted {
-            let Ok(routes) = self.nl.dump_routes(family, table, protocol).await else { continue };
-            let dsts: BTreeSet<IpNet> = routes.iter().filter(|r| !r.cloned).map(|r| r.key.dst).collect();
+            let Ok(routes) = self.nl.dump_routes(family, table, protocol).await else {
+                continue;
+            };
+            let dsts: BTreeSet<IpNet> = routes
+                .iter()
+                .filter(|r| !r.cloned)
+                .map(|r| r.key.dst)
+                .collect();
             for (k, h) in &mut self.handovers {
                 if k.family == family && h.table == table && h.protocol == protocol {
                     h.checked = true;
@@ -665,7 +804,9 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
 
     fn resolve(&self, device: Option<&str>) -> Result<Option<u32>, (ErrorKind, String)> {
         let Some(name) = device else { return Ok(None) };
-        let Some(index) = self.links_by_name.get(name) else { return Err((ErrorKind::NoDevice, name.to_string())) };
+        let Some(index) = self.links_by_name.get(name) else {
+            return Err((ErrorKind::NoDevice, name.to_string()));
+        };
         match self.links_by_index.get(index) {
             Some(l) if l.up => Ok(Some(*index)),
             _ => Err((ErrorKind::DeviceDown, name.to_string())),
@@ -688,7 +829,13 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     fn fail(&mut self, key: RouteKey) {
         let now = self.clock.now();
         let failures = self.retries.get(&key).map_or(0, |r| r.failures) + 1;
-        self.retries.insert(key, Retry { failures, not_before: now + backoff(failures) });
+        self.retries.insert(
+            key,
+            Retry {
+                failures,
+                not_before: now + backoff(failures),
+            },
+        );
     }
 
     /// Do the netlink work: resync if due, then writes, then deletes. Never fails as a whole;
@@ -726,11 +873,21 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         }
         let now = self.clock.now();
         // Pass 1: writes. Pass 2: deletes, after the new routes are in.
-        let (writes, delete_candidates) = self.plan(now, &mut report);
-        let results = if writes.is_empty() { Vec::new() } else { self.nl.execute(&writes).await };
-        let failed_dsts = self.record_writes(&writes, results, now, &mut report);
+        let (mut writes, delete_candidates) = self.plan(now, &mut report);
+        let step_asides = self.plan_step_asides(&delete_candidates, now);
+        writes.extend(step_asides.iter().map(|(op, _)| op.clone()));
+        let results = if writes.is_empty() {
+            Vec::new()
+        } else {
+            self.nl.execute(&writes).await
+        };
+        let failed_dsts = self.record_writes(&writes, results, &step_asides, now, &mut report);
         let deletes = self.plan_deletes(delete_candidates, &failed_dsts, now, &mut report);
-        let results = if deletes.is_empty() { Vec::new() } else { self.nl.execute(&deletes).await };
+        let results = if deletes.is_empty() {
+            Vec::new()
+        } else {
+            self.nl.execute(&deletes).await
+        };
         self.record_deletes(&deletes, results, &mut report);
         self.finish_handovers(&mut report);
         report.handovers.append(&mut self.released);
@@ -757,7 +914,9 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                             if kind == ErrorKind::NoDevice {
                                 // Missing device (e.g. no tunl0 yet): reported, retried with
                                 // backoff; the retry refreshes the link list.
-                                report.error(kind, || format!("route {key}: device {name} does not exist"));
+                                report.error(kind, || {
+                                    format!("route {key}: device {name} does not exist")
+                                });
                                 self.refresh_links = true;
                                 self.fail(key);
                             } else {
@@ -772,7 +931,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                         self.retries.remove(&key);
                         continue;
                     }
-                    writes.push(RouteOp::Write { route: d.route.clone(), oif, exclusive: k.is_none() });
+                    writes.push(RouteOp::Write {
+                        route: d.route.clone(),
+                        oif,
+                        exclusive: k.is_none(),
+                    });
                 }
                 (None, Some(_)) => delete_candidates.push(key),
                 (None, None) => {
@@ -784,25 +947,131 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         (writes, delete_candidates)
     }
 
+    /// Step-aside writes for delete candidates whose pending handover needs our route's key
+    /// free: a create-exclusive copy at metric+1 (same table, dst, tos and target), each with
+    /// the original key it stands in for. The original is deleted only after its copy is in.
+    fn plan_step_asides(&self, candidates: &[RouteKey], now: Instant) -> Vec<(RouteOp, RouteKey)> {
+        let mut ops = Vec::new();
+        for key in candidates {
+            let Some(h) = self.handovers.get(key) else {
+                continue;
+            };
+            if !h.step_aside || h.seen || now >= h.deadline || !self.datastore_synced {
+                continue;
+            }
+            let (Some(copy), Some(k)) = (step_aside_key(key), self.kernel.get(key)) else {
+                continue;
+            };
+            if self.kernel.contains_key(&copy)
+                || self.desired.contains_key(&copy)
+                || self.handovers.contains_key(&copy)
+            {
+                continue;
+            }
+            let route = KernelRoute {
+                key: copy,
+                target: k.route.target.clone(),
+            };
+            ops.push((
+                RouteOp::Write {
+                    route,
+                    oif: k.oif,
+                    exclusive: true,
+                },
+                *key,
+            ));
+        }
+        ops
+    }
+
+    /// Fold a step-aside write's result in. Written: the copy is ours in the kernel and the
+    /// pending handover moves to its key (the original becomes an ordinary delete). Failed:
+    /// the original stays (its prefix is in the returned failures); an `EEXIST` (something
+    /// holds metric+1) gives up stepping aside, other errors retry with backoff.
+    fn record_step_aside(
+        &mut self,
+        original: RouteKey,
+        route: &KernelRoute,
+        oif: Option<u32>,
+        res: Result<(), NetlinkError>,
+        report: &mut ApplyReport,
+    ) -> bool {
+        match res {
+            Ok(()) => {
+                report.writes += 1;
+                let entry = KernelEntry {
+                    route: route.clone(),
+                    oif,
+                    extra: false,
+                    verified: true,
+                    verdict: Verdict::OursByProtocol,
+                };
+                self.kernel.insert(route.key, entry);
+                if let Some(mut h) = self.handovers.remove(&original) {
+                    h.step_aside = false;
+                    self.handovers.insert(route.key, h);
+                }
+                self.dirty.insert(route.key);
+                self.retries.remove(&original);
+                true
+            }
+            Err(e) => {
+                if e.errno() == Some(Errno::EEXIST) {
+                    if let Some(h) = self.handovers.get_mut(&original) {
+                        h.step_aside = false;
+                    }
+                } else {
+                    self.fail(original);
+                }
+                report.error(ErrorKind::of(&e), || {
+                    format!("step aside of {original}: {e}")
+                });
+                report.write_errors += 1;
+                false
+            }
+        }
+    }
+
     /// Fold write results into the kernel view; returns the (table, dst) pairs whose write
     /// failed (their old routes must stay).
     fn record_writes(
         &mut self,
         writes: &[RouteOp],
         results: Vec<Result<(), NetlinkError>>,
+        step_asides: &[(RouteOp, RouteKey)],
         now: Instant,
         report: &mut ApplyReport,
     ) -> BTreeSet<(u32, IpNet)> {
         let mut failed_dsts = BTreeSet::new();
+        let stepping: HashMap<RouteKey, RouteKey> = step_asides
+            .iter()
+            .map(|(op, original)| (*op.key(), *original))
+            .collect();
         for (op, res) in writes.iter().zip(results) {
-            let RouteOp::Write { route, oif, exclusive } = op else { continue };
+            let RouteOp::Write {
+                route,
+                oif,
+                exclusive,
+            } = op
+            else {
+                continue;
+            };
             let key = route.key;
+            if let Some(original) = stepping.get(&key) {
+                if !self.record_step_aside(*original, route, *oif, res, report) {
+                    failed_dsts.insert((key.table, key.dst));
+                }
+                continue;
+            }
             match res {
                 Ok(()) => {
                     report.writes += 1;
                     if let Some(prev) = self.kernel.get(&key) {
                         if prev.route.target.protocol != route.target.protocol {
-                            report.overwrote.push(Overwrite { previous: prev.route.to_string(), verdict: prev.verdict });
+                            report.overwrote.push(Overwrite {
+                                previous: prev.route.to_string(),
+                                verdict: prev.verdict,
+                            });
                         }
                     }
                     let entry = KernelEntry {
@@ -821,14 +1090,22 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     let kind = ErrorKind::of(&e);
                     failed_dsts.insert((key.table, key.dst));
                     if *exclusive && e.errno() == Some(Errno::EEXIST) {
-                        report.conflicts.push(Conflict { key, wanted: route.to_string() });
+                        report.conflicts.push(Conflict {
+                            key,
+                            wanted: route.to_string(),
+                        });
                         // First time: maybe the route is ours after all (written meanwhile);
                         // a resync tells.
                         if self.blocked.insert(key) {
                             self.resync_due = self.resync_due.min(now);
                         }
-                    } else if matches!(kind, ErrorKind::NoDevice | ErrorKind::DeviceDown | ErrorKind::Other | ErrorKind::Timeout)
-                    {
+                    } else if matches!(
+                        kind,
+                        ErrorKind::NoDevice
+                            | ErrorKind::DeviceDown
+                            | ErrorKind::Other
+                            | ErrorKind::Timeout
+                    ) {
                         // Our view of links or of the socket is stale: resync soon.
                         self.resync_due = self.resync_due.min(now + backoff(1));
                     }
@@ -867,13 +1144,23 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     continue;
                 }
             }
-            let Some(k) = self.kernel.get(&key) else { continue };
-            deletes.push(RouteOp::Delete { key, protocol: k.route.target.protocol });
+            let Some(k) = self.kernel.get(&key) else {
+                continue;
+            };
+            deletes.push(RouteOp::Delete {
+                key,
+                protocol: k.route.target.protocol,
+            });
         }
         deletes
     }
 
-    fn record_deletes(&mut self, deletes: &[RouteOp], results: Vec<Result<(), NetlinkError>>, report: &mut ApplyReport) {
+    fn record_deletes(
+        &mut self,
+        deletes: &[RouteOp],
+        results: Vec<Result<(), NetlinkError>>,
+        report: &mut ApplyReport,
+    ) {
         for (op, res) in deletes.iter().zip(results) {
             let key = *op.key();
             match res {
@@ -897,13 +1184,22 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// seen or the grace ended, or removed by someone else).
     fn finish_handovers(&mut self, report: &mut ApplyReport) {
         let now = self.clock.now();
-        let done: Vec<RouteKey> = self.handovers.keys().filter(|k| !self.kernel.contains_key(k)).copied().collect();
+        let done: Vec<RouteKey> = self
+            .handovers
+            .keys()
+            .filter(|k| !self.kernel.contains_key(k))
+            .copied()
+            .collect();
         for k in done {
             if let Some(h) = self.handovers.remove(&k) {
                 report.handovers.push(HandoverOutcome {
                     dst: k.dst,
                     to: h.to,
-                    end: if h.seen { HandoverEnd::Seen } else { HandoverEnd::GraceExpired },
+                    end: if h.seen {
+                        HandoverEnd::Seen
+                    } else {
+                        HandoverEnd::GraceExpired
+                    },
                     waited: now.saturating_duration_since(h.started),
                 });
             }
@@ -912,10 +1208,20 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
 
     fn finish_report(&self, report: &mut ApplyReport, started: Instant) {
         for d in self.desired.values() {
-            let c = report.by_class.entry((Family::of(&d.route.key.dst), d.class, d.path)).or_default();
+            let c = report
+                .by_class
+                .entry((Family::of(&d.route.key.dst), d.class, d.path))
+                .or_default();
             c.desired += 1;
-            let oif = self.resolve(d.route.target.device.as_deref()).ok().flatten();
-            if self.kernel.get(&d.route.key).is_some_and(|k| Self::in_sync(&d.route, oif, k)) {
+            let oif = self
+                .resolve(d.route.target.device.as_deref())
+                .ok()
+                .flatten();
+            if self
+                .kernel
+                .get(&d.route.key)
+                .is_some_and(|k| Self::in_sync(&d.route, oif, k))
+            {
                 c.programmed += 1;
             }
         }
