@@ -209,7 +209,18 @@ fn route_flapping_fires_through_prometheus_while_a_second_writer_fights_and_reso
             lab.ip(NODE, &["route", "replace", "10.245.20.0/26", "via", "10.0.0.12", "dev", "tunl0", "onlink", "metric", "1024", "proto", "80"]).unwrap();
             i
         });
-        let firing = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wait_firing(&lab, "RouteFlapping", Duration::from_secs(30))));
+        // The alert can fire on the flapping gauge one evaluation before the conflict counter's
+        // increase is scraped; keep the fight up until the firing alert's description names
+        // the writer pair too (its annotation is re-rendered at every evaluation).
+        let firing = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_firing(&lab, "RouteFlapping", Duration::from_secs(30));
+            wait_for("RouteFlapping's description to name self+bird", Duration::from_secs(20), || {
+                let a = alerts(&lab, "RouteFlapping");
+                a.iter()
+                    .any(|a| a["state"] == "firing" && a["annotations"]["description"].as_str().is_some_and(|d| d.contains("self+bird")))
+                    .then_some(a)
+            })
+        }));
         stop.store(true, Ordering::Relaxed);
         let writes = fight.join().unwrap();
         eprintln!("fight: {writes} replaces");
