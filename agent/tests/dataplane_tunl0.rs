@@ -9,34 +9,11 @@ mod dataplane_support;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use dataplane_support::{example_cluster, example_lines, ip, reconciler, Monitor, Netns};
+use dataplane_support::{example_cluster, example_lines, ip, reconciler, routes, with_proto, Monitor, Netns};
 use routewarden::dataplane::{self, DataplaneCommand, DataplaneConfig};
 use routewarden_lab::{skip_unless_root, NetNsGuard};
 
 const SETTLE: Duration = Duration::from_millis(300);
-
-/// Lines of `ip [-6] route show table <table>`, trimmed, in kernel order. Runs iproute2's
-/// `ip` directly, not through `sh -c` like `dataplane_support::routes`: the guest's `sh` is
-/// Debian's busybox-static, whose shell runs its own `ip` applet whatever `PATH` says, and that
-/// applet prints nothing for `route show table <id>`.
-fn routes(v6: bool, table: u32) -> Vec<String> {
-    let mut args = vec!["route", "show", "table"];
-    if v6 {
-        args.insert(0, "-6");
-    }
-    let table = table.to_string();
-    args.push(&table);
-    let out = Command::new("ip").args(&args).output().expect("run ip route");
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect()
-}
-
-/// Lines of both families in `table` that carry `proto <p>`.
-fn with_proto(table: u32, proto: &str) -> Vec<String> {
-    let needle = format!(" proto {proto} ");
-    let mut v: Vec<String> = routes(false, table).into_iter().chain(routes(true, table)).collect();
-    v.retain(|l| format!("{l} ").contains(&needle));
-    v
-}
 
 /// Whether the current namespace has a `tunl0` that is a real IPIP device (`ip -d link show`
 /// prints `link/ipip` and the `ipip ...` details line).

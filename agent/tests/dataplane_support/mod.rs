@@ -45,14 +45,16 @@ pub fn ip(args: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Lines of `ip [-6] route show table <table>`, trimmed, in kernel order.
+/// Lines of `ip [-6] route show table <table>`, trimmed, in kernel order (empty when the
+/// table does not exist). Runs iproute2's `ip` directly: in the QEMU guest `sh` is busybox,
+/// whose shell runs its own `ip` applet, which prints nothing for `route show table <id>`.
 pub fn routes(v6: bool, table: u32) -> Vec<String> {
-    let fam = if v6 { "-6 " } else { "" };
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(format!("ip {fam}route show table {table} 2>/dev/null"))
-        .output()
-        .expect("run ip route");
+    let table = table.to_string();
+    let mut args = vec!["route", "show", "table", table.as_str()];
+    if v6 {
+        args.insert(0, "-6");
+    }
+    let out = Command::new("ip").args(&args).output().expect("run ip route");
     String::from_utf8_lossy(&out.stdout).lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect()
 }
 
