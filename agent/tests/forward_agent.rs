@@ -2,43 +2,12 @@
 //! the example cluster fills the trie from its plan, and its `/metrics` count the datagrams
 //! the test sends through the programmed routes, per pool and path.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+mod lab_support;
 
-use routewarden::datastore::FileDatastore;
-use routewarden_lab::{skip_unless_root, Lab, LabNodeSpec, LabSpec};
+use std::time::Duration;
 
-const PORT: u16 = 9695;
-
-fn example_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster")
-}
-
-/// The agent process; killed on drop.
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn sample(body: &str, series: &str) -> Option<f64> {
-    body.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
-}
+use lab_support::{example_dir, lab, metrics, sample, wait_for, wait_ready, Agent};
+use routewarden_lab::skip_unless_root;
 
 #[test]
 fn the_agent_counts_cluster_traffic_per_pool_and_path() {
@@ -49,31 +18,13 @@ fn the_agent_counts_cluster_traffic_per_pool_and_path() {
         eprintln!("SKIPPED the_agent_counts_cluster_traffic_per_pool_and_path: built without the BPF object; `cargo xtask test` embeds it");
         return;
     }
-    let snap = FileDatastore::load(example_dir()).unwrap();
-    let nodes = snap
-        .cluster
-        .nodes
-        .values()
-        .map(|n| LabNodeSpec { name: n.name.clone(), addresses: n.bgp_addresses().iter().map(ToString::to_string).collect() })
-        .collect();
-    let lab = Lab::build(LabSpec::new(nodes)).unwrap();
+    let lab = lab();
     // Permanent neighbours: no ARP queueing, every datagram leaves at once.
     lab.ip("node-a", &["neigh", "replace", "10.0.1.14", "lladdr", "02:00:00:00:00:14", "dev", "tunl0", "nud", "permanent"]).unwrap();
     lab.ip("node-a", &["neigh", "replace", "10.0.0.12", "lladdr", "02:00:00:00:00:12", "dev", "eth0", "nud", "permanent"]).unwrap();
-    let _agent = Agent(
-        lab.command("node-a", env!("CARGO_BIN_EXE_routewarden"))
-            .args(["run", "--node", "node-a", "--metrics-addr", &format!("127.0.0.1:{PORT}"), "--log-format", "text", "--datastore"])
-            .arg(format!("file:{}", example_dir().display()))
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let metrics = || lab.http_get("node-a", PORT, "/metrics").map(|(_, b)| b).unwrap_or_default();
-    let ready = wait_for("/readyz 200", Duration::from_secs(20), || match lab.http_get("node-a", PORT, "/readyz") {
-        Ok((200, body)) => Some(body),
-        _ => None,
-    });
+    let _agent = Agent::start(&lab, "node-a", &example_dir(), &[]);
+    let metrics = || metrics(&lab, "node-a");
+    let ready = wait_ready(&lab, "node-a");
     assert!(ready.contains("tc_forward: ready"), "{ready}");
     // The plan reached the trie: its series are declared at 0, wrong-path ones included.
     let m = wait_for("forwarding series declared", Duration::from_secs(10), || {
