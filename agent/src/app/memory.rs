@@ -15,13 +15,10 @@
 pub fn release_free_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        extern "C" {
-            fn malloc_trim(pad: usize) -> std::ffi::c_int;
-        }
         // SAFETY: malloc_trim only walks glibc's own arenas under their locks; it has no
         // preconditions and is safe to call from any thread at any time.
         unsafe {
-            malloc_trim(0);
+            nix::libc::malloc_trim(0);
         }
     }
 }
