@@ -43,6 +43,11 @@ pub struct BirdFilterOptions {
     pub normal_metric: u32,
     /// Path the header tells users to `include`.
     pub include_path: String,
+    /// This node's IPv4 subnet (network of `Node.spec.bgp.ipv4Address`), confd's
+    /// `/calico/bgp/v1/host/<node>/network_v4`: BGP next hops inside it get native routes in
+    /// IPIP CrossSubnet pools. `None` (no `--node`, or no BGP address): every IPIP route
+    /// goes through the tunnel, as for `ipipMode: Always`.
+    pub local_subnet_v4: Option<IpNet>,
 }
 
 impl Default for BirdFilterOptions {
@@ -52,6 +57,7 @@ impl Default for BirdFilterOptions {
             tunnel_device: "tunl0".into(),
             normal_metric: 1024,
             include_path: "/etc/bird/routewarden.conf".into(),
+            local_subnet_v4: None,
         }
     }
 }
@@ -199,8 +205,18 @@ pub fn render(decision: &OwnershipDecision, opts: &BirdFilterOptions) -> String 
     let _ = writeln!(s, "#");
     let _ = writeln!(s, "# Use in bird.conf:");
     let _ = writeln!(s, "#   include \"{}\";", opts.include_path);
-    let _ = writeln!(s, "#   protocol kernel k4 {{ learn; ipv4 {{ import all; export filter {KERNEL_FILTER_V4}; }}; }}");
-    let _ = writeln!(s, "#   protocol kernel k6 {{ learn; ipv6 {{ import all; export filter {KERNEL_FILTER_V6}; }}; }}");
+    let _ = writeln!(s, "#   protocol kernel k4 {{ learn; metric 0; ipv4 {{ import all; export filter {KERNEL_FILTER_V4}; }}; }}");
+    let _ = writeln!(s, "#   protocol kernel k6 {{ learn; metric 0; ipv6 {{ import all; export filter {KERNEL_FILTER_V6}; }}; }}");
+    let _ = writeln!(s, "# `metric 0`: BIRD 2 applies the filters' krt_metric (1024, as Felix and routewarden use) only");
+    let _ = writeln!(
+        s,
+        "# when the kernel protocol's own metric is 0; with its default (32) every route gets 32."
+    );
+    let _ = writeln!(
+        s,
+        "# IPIP routes via {} need BIRD >= 2.0.12 (the `onlink` route attribute).",
+        opts.tunnel_device
+    );
     let _ = writeln!(s, "#   template bgp mesh {{ ... ipv4 {{ export filter {{ {EXPORT_FUNCTION}(); <your own-block accepts>; }}; }}; }}");
     let _ = writeln!(
         s,
@@ -241,10 +257,18 @@ fn render_kernel_filter(
             "  if (defined(source) && (source = RTS_BGP) && !defined(krt_metric)) then {{"
         );
         let _ = writeln!(s, "    krt_metric = {m};");
-        let _ = writeln!(s, "    if (defined(bgp_local_pref)) then {{");
+        let _ = writeln!(s, "    # confd derives the metric from bgp_local_pref, which Calico's BIRD carries only to elevate a");
+        let _ = writeln!(s, "    # route (live migration). Upstream BIRD 2 gives every iBGP route local_pref 100, so only a");
+        let _ = writeln!(
+            s,
+            "    # local_pref that elevates (metric below {m}) is honoured here."
+        );
+        let _ = writeln!(
+            s,
+            "    if (defined(bgp_local_pref) && (bgp_local_pref > {})) then {{",
+            2_147_483_647 - m
+        );
         let _ = writeln!(s, "      krt_metric = 2147483647 - bgp_local_pref;");
-        let _ = writeln!(s, "    }}");
-        let _ = writeln!(s, "    if (krt_metric < {m}) then {{");
         let _ = writeln!(s, "      preference = 200;");
         let _ = writeln!(s, "    }}");
         let _ = writeln!(s, "  }}");
@@ -257,14 +281,11 @@ fn render_kernel_filter(
         for v in rows {
             match v.verdict {
                 KernelFilter::Accept => {
-                    let note = match v.kind {
-                        PoolKind::IpipAlways | PoolKind::IpipCrossSubnet => format!(
-                            " # {}: IPIP; upstream BIRD has no krt_tunnel, so this route goes via the BGP next hop, not {}: give IPIP to Felix or routewarden.",
-                            v.pool, opts.tunnel_device
-                        ),
-                        _ => format!(" # {}", v.pool),
+                    let stmt = match v.kind {
+                        PoolKind::IpipAlways | PoolKind::IpipCrossSubnet => ipip_statement(v, opts),
+                        _ => format!("accept; }} # {}", v.pool),
                     };
-                    let _ = writeln!(s, "  if (net ~ {}) then {{ accept; }}{note}", v.cidr);
+                    let _ = writeln!(s, "  if (net ~ {}) then {{ {stmt}", v.cidr);
                 }
                 KernelFilter::Reject => {
                     let _ = writeln!(
@@ -277,6 +298,34 @@ fn render_kernel_filter(
         }
         let _ = writeln!(s, "  accept; # not in an IP pool (confd's final accept)");
         let _ = writeln!(s, "}}");
+    }
+}
+
+/// The body of an accepted IPIP pool's line, after `if (net ~ <cidr>) then {`.
+///
+/// confd sets `krt_tunnel="tunl0"`, which only Calico's BIRD fork knows
+/// (`bird_ipam.cfg.template`; reference §1.5: CrossSubnet keeps native routes for next hops
+/// in the local subnet). Upstream BIRD ≥ 2.0.12 expresses the same kernel route,
+/// `via <next hop> dev tunl0 onlink`, with its route attributes: `ifname` makes the route a
+/// device route on the tunnel, `onlink` (new in 2.0.12) lets `gw` name a next hop that is not
+/// on the tunnel's subnet. Only BGP-learned routes (with a `bgp_next_hop`) are changed; this
+/// node's own blackholes stay blackholes.
+fn ipip_statement(v: &PoolVerdict, opts: &BirdFilterOptions) -> String {
+    let dev = &opts.tunnel_device;
+    let tunnel = format!("ifname = \"{dev}\"; onlink = true; gw = bgp_next_hop;");
+    match (v.kind, opts.local_subnet_v4) {
+        (PoolKind::IpipCrossSubnet, Some(subnet)) => format!(
+            "if (defined(bgp_next_hop)) then {{ if !(bgp_next_hop ~ {subnet}) then {{ {tunnel} }} }} accept; }} # {}: IPIP CrossSubnet: via {dev} onlink unless the next hop is in {subnet} (confd's krt_tunnel)",
+            v.pool
+        ),
+        (PoolKind::IpipCrossSubnet, None) => format!(
+            "if (defined(bgp_next_hop)) then {{ {tunnel} }} accept; }} # {}: IPIP CrossSubnet, but this node's subnet is unknown (pass --node): every route via {dev}",
+            v.pool
+        ),
+        _ => format!(
+            "if (defined(bgp_next_hop)) then {{ {tunnel} }} accept; }} # {}: IPIP: via {dev} onlink (confd's krt_tunnel=\"{dev}\")",
+            v.pool
+        ),
     }
 }
 

@@ -59,6 +59,7 @@ fn cmd_bird_filter(args: &BirdFilterArgs) -> Result<ExitCode> {
         route_protocol: args.cluster.route_protocol,
         tunnel_device: args.cluster.tunnel_device.clone(),
         include_path: args.include_path.clone(),
+        local_subnet_v4: node.as_deref().and_then(|n| snap.cluster.nodes.get(n)).and_then(|n| n.subnet(false)),
         ..BirdFilterOptions::default()
     };
     print!("{}", render(&decision, &opts));

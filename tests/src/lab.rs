@@ -3,11 +3,26 @@
 //! Layout for a lab with tag `T` and nodes `n0..nN`:
 //!
 //! ```text
-//!   netns rw-T-underlay: bridge `br0`, one veth port per node (`p0`, `p1`, ...)
-//!   netns rw-T-<node>:   `lo`, `<host_nic>` (veth to the bridge) with the node's addresses,
-//!                        `<tunnel_device>`: a stand-in veth pair end named like the tunnel
-//!                        device (this host's kernel has no ipip; the QEMU lane has a real tunl0)
+//!   netns T-underlay:  bridge `br0` (first IPv4 subnet), one veth port per node (`p0`, ...);
+//!                      with `router`: one bridge `br<k>` per further IPv4 subnet;
+//!                      with `tunnel_overlay`: bridge `brt`, one port per node (`t0`, ...)
+//!   netns T-<node>:    `lo`, `<host_nic>` (veth to its subnet's bridge) with the node's
+//!                      addresses, and `<tunnel_device>`: a stand-in veth named like the tunnel
+//!                      device (this host's kernel has no ipip; the QEMU lane has a real tunl0)
+//!                      whose peer is `tunpeer` in the node (default) or a port of `brt`
+//!   netns T-router:    (`router`) one leg `r<k>` per subnet bridge holding the subnet's first
+//!                      host address (`10.0.1.1` for `10.0.1.0/24`), forwarding on
+//!   netns T-<node>-w<i>: (`workloads`) a workload: `eth0` with its /32 (/128), default route
+//!                      via 169.254.1.1 (IPv4) / fe80::ecee:eeff:feee:eeee (IPv6) as Calico's
+//!                      CNI sets; the node side is `cali<i>` (MAC ee:ee:ee:ee:ee:ee) with a host
+//!                      route `<ip> dev cali<i> proto static scope link`, as a CNI installs
 //! ```
+//!
+//! Without `router`, nodes in other subnets share `br0` and get on-link routes to each other's
+//! subnets. With `tunnel_overlay`, traffic a node routes `via <peer> dev tunl0 onlink` really
+//! reaches the peer (ARP on the overlay is answered by the peer, which owns that address on
+//! its NIC): an L2 stand-in for IPIP, which carries the same packets without the outer header.
+//! Every node forwards (`ip_forward`, IPv6 forwarding) and has reverse-path filtering off.
 //!
 //! Every namespace is deleted when the [`Lab`] is dropped.
 
@@ -34,13 +49,38 @@ pub struct LabSpec {
     pub host_nic: String,
     /// Name of the tunnel device in each node namespace (default `tunl0`).
     pub tunnel_device: String,
+    /// Put nodes of different IPv4 subnets on different bridges joined by a router namespace
+    /// (CrossSubnet), instead of one bridge with on-link routes.
+    pub router: bool,
+    /// Join the nodes' tunnel stand-ins on an overlay bridge so tunnelled routes carry traffic.
+    pub tunnel_overlay: bool,
+    /// Workload addresses per node name (each gets its own namespace, see the module doc).
+    pub workloads: std::collections::BTreeMap<String, Vec<std::net::IpAddr>>,
 }
 
 impl LabSpec {
-    /// A spec with `eth0` and `tunl0`.
+    /// A spec with `eth0` and `tunl0`, one bridge, no overlay, no workloads.
     pub fn new(nodes: Vec<LabNodeSpec>) -> Self {
-        LabSpec { nodes, host_nic: "eth0".into(), tunnel_device: "tunl0".into() }
+        LabSpec {
+            nodes,
+            host_nic: "eth0".into(),
+            tunnel_device: "tunl0".into(),
+            router: false,
+            tunnel_overlay: false,
+            workloads: std::collections::BTreeMap::new(),
+        }
     }
+}
+
+/// The MAC of a workload interface's host side, as Calico sets it (so the IPv6 link-local
+/// gateway `fe80::ecee:eeff:feee:eeee` is the host side's own EUI-64 address).
+pub const WORKLOAD_HOST_MAC: &str = "ee:ee:ee:ee:ee:ee";
+
+/// The router's address in `subnet` (`10.0.1.0/24` -> `10.0.1.1`): its first host address.
+fn router_address(subnet: &str) -> Option<std::net::Ipv4Addr> {
+    let (net, _) = subnet.split_once('/')?;
+    let net: std::net::Ipv4Addr = net.parse().ok()?;
+    Some(std::net::Ipv4Addr::from(u32::from(net) + 1))
 }
 
 /// The network of an address in CIDR form (`10.0.1.14/24` -> `10.0.1.0/24`), IPv4 and IPv6.
@@ -110,21 +150,66 @@ impl Lab {
         Ok(())
     }
 
+    fn sysctl(ns: &str, settings: &[(&str, &str)]) -> Result<()> {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns, "sysctl", "-q"]);
+        for (k, v) in settings {
+            cmd.arg(format!("{k}={v}"));
+        }
+        let out = cmd.output().context("run sysctl")?;
+        if !out.status.success() {
+            bail!("sysctl in {ns} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(())
+    }
+
+    /// The IPv4 subnets of the nodes, first-seen order (index = bridge number).
+    fn v4_subnets(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for n in &self.spec.nodes {
+            for s in n.addresses.iter().filter(|a| !a.contains(':')).filter_map(|a| subnet_of(a)) {
+                if !out.contains(&s) {
+                    out.push(s);
+                }
+            }
+        }
+        out
+    }
+
     fn create(&mut self) -> Result<()> {
         let underlay = self.underlay_ns();
         self.add_ns(&underlay)?;
-        run_ip(Some(&underlay), &["link", "add", "br0", "type", "bridge"])?;
-        run_ip(Some(&underlay), &["link", "set", "br0", "up"])?;
+        let subnets = self.v4_subnets();
+        let bridges = if self.spec.router { subnets.len().max(1) } else { 1 };
+        for k in 0..bridges {
+            let br = format!("br{k}");
+            run_ip(Some(&underlay), &["link", "add", &br, "type", "bridge"])?;
+            run_ip(Some(&underlay), &["link", "set", &br, "up"])?;
+        }
+        if self.spec.tunnel_overlay {
+            run_ip(Some(&underlay), &["link", "add", "brt", "type", "bridge"])?;
+            run_ip(Some(&underlay), &["link", "set", "brt", "up"])?;
+        }
         let nodes = self.spec.nodes.clone();
         for (i, node) in nodes.iter().enumerate() {
             let ns = self.node_ns(&node.name);
             self.add_ns(&ns)?;
+            let forwarding = [
+                ("net.ipv4.ip_forward", "1"),
+                ("net.ipv6.conf.all.forwarding", "1"),
+                ("net.ipv4.conf.all.rp_filter", "0"),
+                ("net.ipv4.conf.default.rp_filter", "0"),
+            ];
+            Self::sysctl(&ns, &forwarding)?;
             let port = format!("p{i}");
+            let own = node.addresses.iter().filter(|a| !a.contains(':')).find_map(|a| subnet_of(a));
+            let k = if self.spec.router { own.and_then(|o| subnets.iter().position(|s| *s == o)).unwrap_or(0) } else { 0 };
+            let bridge = format!("br{k}");
             // Create the veth in the underlay, then move the node end into the node namespace.
             let tmp = format!("n{i}");
             run_ip(Some(&underlay), &["link", "add", &port, "type", "veth", "peer", "name", &tmp])?;
             run_ip(Some(&underlay), &["link", "set", &tmp, "netns", &ns])?;
-            run_ip(Some(&underlay), &["link", "set", &port, "master", "br0", "up"])?;
+            run_ip(Some(&underlay), &["link", "set", &port, "master", &bridge, "up"])?;
             run_ip(Some(&ns), &["link", "set", &tmp, "name", &self.spec.host_nic])?;
             for addr in &node.addresses {
                 let mut args = vec!["addr", "add", addr.as_str(), "dev", self.spec.host_nic.as_str()];
@@ -134,16 +219,39 @@ impl Lab {
                 run_ip(Some(&ns), &args)?;
             }
             run_ip(Some(&ns), &["link", "set", &self.spec.host_nic, "up"])?;
-            // Stand-in tunnel device: one end of a veth pair, named like the tunnel device.
-            run_ip(Some(&ns), &["link", "add", &self.spec.tunnel_device, "type", "veth", "peer", "name", "tunpeer"])?;
-            run_ip(Some(&ns), &["link", "set", "tunpeer", "up"])?;
+            if self.spec.tunnel_overlay {
+                // Stand-in tunnel device: a veth whose peer is a port of the overlay bridge.
+                let (tport, ttmp) = (format!("t{i}"), format!("u{i}"));
+                run_ip(Some(&underlay), &["link", "add", &tport, "type", "veth", "peer", "name", &ttmp])?;
+                run_ip(Some(&underlay), &["link", "set", &ttmp, "netns", &ns])?;
+                run_ip(Some(&underlay), &["link", "set", &tport, "master", "brt", "up"])?;
+                run_ip(Some(&ns), &["link", "set", &ttmp, "name", &self.spec.tunnel_device])?;
+            } else {
+                // Stand-in tunnel device: one end of a veth pair, named like the tunnel device.
+                run_ip(Some(&ns), &["link", "add", &self.spec.tunnel_device, "type", "veth", "peer", "name", "tunpeer"])?;
+                run_ip(Some(&ns), &["link", "set", "tunpeer", "up"])?;
+            }
             run_ip(Some(&ns), &["link", "set", &self.spec.tunnel_device, "up"])?;
         }
-        // Nodes in other subnets (CrossSubnet) share the bridge; give each node an on-link
-        // route to the other subnets so the underlay reaches every node. (The multi-node lab
-        // of issue 9 replaces this with a router namespace.)
+        if self.spec.router {
+            self.create_router(&subnets)?;
+        } else {
+            self.add_onlink_subnet_routes(&nodes)?;
+        }
+        let workloads = self.spec.workloads.clone();
+        for (node, ips) in &workloads {
+            for (i, ip) in ips.iter().enumerate() {
+                self.create_workload(node, i, *ip)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Nodes in other subnets share the bridge: give each node an on-link route to the other
+    /// subnets so the underlay reaches every node.
+    fn add_onlink_subnet_routes(&self, nodes: &[LabNodeSpec]) -> Result<()> {
         let subnets: Vec<String> = nodes.iter().flat_map(|n| n.addresses.iter().filter_map(|a| subnet_of(a))).collect();
-        for node in &nodes {
+        for node in nodes {
             let own: Vec<String> = node.addresses.iter().filter_map(|a| subnet_of(a)).collect();
             let mut added = Vec::new();
             for subnet in subnets.iter().filter(|s| !own.contains(s)) {
@@ -153,6 +261,58 @@ impl Lab {
                 added.push(subnet.clone());
                 run_ip(Some(&self.node_ns(&node.name)), &["route", "add", subnet, "dev", &self.spec.host_nic])?;
             }
+        }
+        Ok(())
+    }
+
+    /// The router namespace: one leg per IPv4 subnet bridge at the subnet's first host
+    /// address; every node gets a route to each other subnet via its own subnet's router leg.
+    fn create_router(&mut self, subnets: &[String]) -> Result<()> {
+        let router = self.router_ns();
+        let underlay = self.underlay_ns();
+        self.add_ns(&router)?;
+        Self::sysctl(&router, &[("net.ipv4.ip_forward", "1"), ("net.ipv4.conf.all.rp_filter", "0")])?;
+        for (k, subnet) in subnets.iter().enumerate() {
+            let (leg, tmp) = (format!("r{k}"), format!("q{k}"));
+            run_ip(Some(&underlay), &["link", "add", &tmp, "type", "veth", "peer", "name", &leg])?;
+            run_ip(Some(&underlay), &["link", "set", &leg, "netns", &router])?;
+            run_ip(Some(&underlay), &["link", "set", &tmp, "master", &format!("br{k}"), "up"])?;
+            let gw = router_address(subnet).with_context(|| format!("router address for {subnet}"))?;
+            let len = subnet.split_once('/').map_or("24", |(_, l)| l);
+            run_ip(Some(&router), &["addr", "add", &format!("{gw}/{len}"), "dev", &leg])?;
+            run_ip(Some(&router), &["link", "set", &leg, "up"])?;
+        }
+        for node in &self.spec.nodes {
+            let Some(own) = node.addresses.iter().filter(|a| !a.contains(':')).find_map(|a| subnet_of(a)) else { continue };
+            let gw = router_address(&own).with_context(|| format!("router address for {own}"))?;
+            for other in subnets.iter().filter(|s| **s != own) {
+                run_ip(Some(&self.node_ns(&node.name)), &["route", "add", other, "via", &gw.to_string()])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn create_workload(&mut self, node: &str, i: usize, ip: std::net::IpAddr) -> Result<()> {
+        let node_ns = self.node_ns(node);
+        let wl = self.workload_ns(node, i);
+        self.add_ns(&wl)?;
+        let host = format!("cali{i}");
+        run_ip(Some(&node_ns), &["link", "add", &host, "address", WORKLOAD_HOST_MAC, "type", "veth", "peer", "name", "wl-tmp"])?;
+        run_ip(Some(&node_ns), &["link", "set", "wl-tmp", "netns", &wl])?;
+        run_ip(Some(&node_ns), &["link", "set", &host, "up"])?;
+        run_ip(Some(&wl), &["link", "set", "wl-tmp", "name", "eth0"])?;
+        run_ip(Some(&wl), &["link", "set", "eth0", "up"])?;
+        if ip.is_ipv4() {
+            run_ip(Some(&wl), &["addr", "add", &format!("{ip}/32"), "dev", "eth0"])?;
+            run_ip(Some(&wl), &["route", "add", "169.254.1.1", "dev", "eth0", "scope", "link"])?;
+            run_ip(Some(&wl), &["route", "add", "default", "via", "169.254.1.1", "dev", "eth0"])?;
+            // Calico answers for 169.254.1.1 by proxy ARP; a permanent entry does the same here.
+            run_ip(Some(&wl), &["neigh", "add", "169.254.1.1", "lladdr", WORKLOAD_HOST_MAC, "dev", "eth0", "nud", "permanent"])?;
+            run_ip(Some(&node_ns), &["route", "add", &format!("{ip}/32"), "dev", &host, "proto", "static", "scope", "link"])?;
+        } else {
+            run_ip(Some(&wl), &["addr", "add", &format!("{ip}/128"), "dev", "eth0", "nodad"])?;
+            run_ip(Some(&wl), &["-6", "route", "add", "default", "via", "fe80::ecee:eeff:feee:eeee", "dev", "eth0"])?;
+            run_ip(Some(&node_ns), &["-6", "route", "add", &format!("{ip}/128"), "dev", &host, "proto", "static"])?;
         }
         Ok(())
     }
@@ -173,6 +333,21 @@ impl Lab {
     /// Name of the underlay namespace that holds the bridge.
     pub fn underlay_ns(&self) -> String {
         format!("{}-underlay", self.tag)
+    }
+
+    /// Name of the router namespace (`router` labs).
+    pub fn router_ns(&self) -> String {
+        format!("{}-router", self.tag)
+    }
+
+    /// Name of the namespace of `node`'s `i`-th workload (`workloads` labs).
+    pub fn workload_ns(&self, node: &str, i: usize) -> String {
+        format!("{}-{node}-w{i}", self.tag)
+    }
+
+    /// The namespace of the workload holding `ip`, if the spec has one.
+    pub fn workload_ns_of(&self, ip: std::net::IpAddr) -> Option<String> {
+        self.spec.workloads.iter().find_map(|(node, ips)| ips.iter().position(|w| *w == ip).map(|i| self.workload_ns(node, i)))
     }
 
     /// Name of the network namespace of `node`.

@@ -4,13 +4,17 @@
 //!   the life of the guard, and back on drop (the habit of aya's integration tests).
 //! - [`Lab`]: a throw-away lab of named network namespaces that mirrors a small cluster: one
 //!   namespace per node, joined by a bridge in an underlay namespace, each with the node's
-//!   address on its host NIC and a tunnel device.
+//!   address on its host NIC and a tunnel device; optionally a router namespace between
+//!   subnets, a tunnel overlay and workload namespaces.
+//! - [`bird::Bird`]: a real BIRD 2 run in a lab namespace; [`traffic`]: UDP echo and probes.
 //!
 //! SAFETY RULE: everything here changes links, routes and BPF state only inside namespaces it
 //! created itself. Nothing touches the namespace the process started in.
 
+pub mod bird;
 pub mod lab;
 pub mod netns;
+pub mod traffic;
 
 pub use lab::{Lab, LabNodeSpec, LabSpec};
 pub use netns::NetNsGuard;

@@ -148,9 +148,14 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
             continue;
         }
         let routes = desired_routes(cluster, &config.node, &BTreeSet::from([class]), &config.devices).routes;
+        let me = cluster.nodes.get(&config.node);
         for w in writers {
             let protocol = writer_protocol(w, cluster, &config.node, config.protocol);
-            expected.extend(routes.iter().map(|r| ExpectedRoute { route: r.clone(), owner: w, protocol }));
+            // BIRD learns a family's routes only over BGP sessions of that family, which peer
+            // from this node's BGP address of the family (confd's mesh peers are rendered from
+            // `Node.spec.bgp.ipv4Address` / `ipv6Address`): without one, it programs none.
+            let speaks = |r: &ClusterRoute| w != Writer::Bird || me.is_none_or(|n| n.bgp_address(r.dst.addr().is_ipv6()).is_some());
+            expected.extend(routes.iter().filter(|r| speaks(r)).map(|r| ExpectedRoute { route: r.clone(), owner: w, protocol }));
         }
     }
     let mut cluster_cidrs: Vec<IpNet> = routable_classes().into_iter().flat_map(|c| pool_cidrs(cluster, &decision, c)).collect();

@@ -6,13 +6,18 @@
 //! serde, for `routewarden audit -o json`.
 //!
 //! Rules, per destination prefix in the audited table (only unicast and blackhole routes of
-//! universe scope count; kernel-protocol routes and link-scope routes, such as Felix's local
-//! workload routes on `cali*`, are never findings):
+//! universe scope count; kernel-protocol routes, link-scope routes and local workload routes
+//! (no gateway, on a device that is neither the tunnel nor the host NIC: Felix's or a CNI's
+//! routes to pods on `cali*`, which IPv6 gives universe scope) are never findings):
 //!
 //! - `missing`: the expected owner's route (its protocol, any metric) is absent.
 //! - `wrong-path`: the owner's route exists but goes another way (tunnel vs host NIC vs
 //!   blackhole, i.e. kind or device differ).
-//! - `wrong-next-hop`: same path, other gateway (a moved node IP not yet followed).
+//! - `wrong-next-hop`: same path, other gateway (a moved node IP not yet followed). BIRD's
+//!   routes may instead go via the underlay next hop toward the expected gateway (the
+//!   gateway of the table's longest non-cluster route covering it): Calico's mesh peers use
+//!   `gateway recursive` (confd `bird.cfg.template`), so a peer in another subnet is reached
+//!   through the router, as BIRD resolves it.
 //! - `duplicate`: more than one route for the prefix (two protocols, or one protocol at two
 //!   metrics), at any metric (reference §5.1/§5.5: Felix metric 0 vs BIRD 1024).
 //! - `stale`: a route from a known cluster-route writer (Felix, BIRD, routewarden) for a prefix
@@ -196,12 +201,28 @@ pub fn audit(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &AuditSc
     for e in expected {
         exp_by_dst.entry(e.route.dst.trunc()).or_insert(e);
     }
+    let is_cluster = |dst: &IpNet| exp_by_dst.contains_key(dst) || scope.cluster_cidrs.iter().any(|c| c.contains(dst));
+    let local_workload = |r: &KernelRoute| {
+        r.target.kind == RouteKind::Unicast
+            && r.target.gateway.is_none()
+            && r.target.device.as_deref().is_some_and(|d| d != scope.devices.tunnel && d != scope.devices.host_nic)
+    };
     let relevant = |r: &&KernelRoute| {
         r.key.table == scope.table
             && matches!(r.target.kind, RouteKind::Unicast | RouteKind::Blackhole)
             && r.target.scope == RT_SCOPE_UNIVERSE
             && r.target.protocol != RTPROT_KERNEL
-            && (exp_by_dst.contains_key(&r.key.dst) || scope.cluster_cidrs.iter().any(|c| c.contains(&r.key.dst)))
+            && !local_workload(r)
+            && is_cluster(&r.key.dst)
+    };
+    // The underlay's next hop toward an address: the gateway of the longest non-cluster
+    // unicast route covering it (for BIRD's recursive next hops).
+    let underlay_gateway = |addr: IpAddr| -> Option<IpAddr> {
+        kernel
+            .iter()
+            .filter(|r| r.key.table == scope.table && r.target.kind == RouteKind::Unicast && !is_cluster(&r.key.dst) && r.key.dst.contains(&addr))
+            .max_by_key(|r| (r.key.dst.prefix_len(), std::cmp::Reverse(r.key.metric)))
+            .and_then(|r| r.target.gateway)
     };
     let mut by_dst: BTreeMap<IpNet, Vec<&KernelRoute>> = BTreeMap::new();
     let mut considered = 0;
@@ -237,7 +258,10 @@ pub fn audit(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &AuditSc
                         vec![r.to_string()],
                         format!("{dst} goes {} but should go {}", path_label(have), path_label(want_path)),
                     );
-                } else if want_path != Path::Blackhole && r.target.gateway != e.route.gateway {
+                } else if want_path != Path::Blackhole
+                    && r.target.gateway != e.route.gateway
+                    && !(e.owner == Writer::Bird && r.target.gateway.is_some() && r.target.gateway == e.route.gateway.and_then(underlay_gateway))
+                {
                     push(
                         FindingCode::WrongNextHop,
                         vec![r.to_string()],
@@ -425,5 +449,31 @@ mod tests {
         ];
         let exp = vec![e("10.244.20.0/26", RoutePath::Tunnel, Some("10.0.0.12"), Writer::Felix, 80)];
         assert_eq!(codes(&audit(&kernel, &exp, &scope())), vec![("10.244.20.0/26".into(), "duplicate")]);
+    }
+
+    #[test]
+    fn local_workload_routes_are_not_findings_in_either_family() {
+        let mut wl6 = k("10.244.10.5/32", None, Some("cali0"), 4, 1024);
+        wl6.key = RouteKey::new(254, "fd00:10:244:0:10::5/128".parse().unwrap(), 0, 1024);
+        let kernel = vec![k("10.244.10.5/32", None, Some("cali0"), 4, 0), wl6, k("10.244.10.6/32", None, Some("eth0"), 4, 0)];
+        let mut sc = scope();
+        sc.cluster_cidrs.push("fd00:10:244::/48".parse().unwrap());
+        // The /32 without a gateway on the host NIC is not a workload route: still foreign.
+        assert_eq!(codes(&audit(&kernel, &[], &sc)), vec![("10.244.10.6/32".into(), "foreign-writer")]);
+    }
+
+    #[test]
+    fn bird_may_resolve_an_off_subnet_next_hop_through_the_underlay() {
+        // node-d (10.0.1.14/24) reaches node-a (10.0.0.11) through the router 10.0.1.1.
+        let underlay = k("10.0.0.0/24", Some("10.0.1.1"), Some("eth0"), 3, 0);
+        let exp = vec![e("10.244.20.0/26", RoutePath::HostNic, Some("10.0.0.11"), Writer::Bird, 12)];
+        let kernel = vec![underlay.clone(), k("10.244.20.0/26", Some("10.0.1.1"), Some("eth0"), 12, 1024)];
+        assert!(audit(&kernel, &exp, &scope()).is_clean());
+        // Any other gateway is still wrong, and Felix (onlink, no recursion) gets no such leeway.
+        let kernel = vec![underlay.clone(), k("10.244.20.0/26", Some("10.0.1.99"), Some("eth0"), 12, 1024)];
+        assert_eq!(codes(&audit(&kernel, &exp, &scope())), vec![("10.244.20.0/26".into(), "wrong-next-hop")]);
+        let exp = vec![e("10.244.20.0/26", RoutePath::HostNic, Some("10.0.0.11"), Writer::Felix, 80)];
+        let kernel = vec![underlay, k("10.244.20.0/26", Some("10.0.1.1"), Some("eth0"), 80, 1024)];
+        assert_eq!(codes(&audit(&kernel, &exp, &scope())), vec![("10.244.20.0/26".into(), "wrong-next-hop")]);
     }
 }
