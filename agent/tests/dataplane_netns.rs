@@ -407,6 +407,7 @@ fn bird_leftovers_claimed_only_when_policy_says_so() {
             cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap(), "fd00:10:244::/48".parse().unwrap()],
             devices: RouteDevices::default(),
             our_protocol: 80,
+            unowned: Vec::new(),
         };
         let audit = audit_kernel(&mut nl, &expected, &scope).await.unwrap();
         let codes: Vec<(String, &str)> = audit.findings.iter().map(|f| (f.prefix.to_string(), f.code.as_str())).collect();

@@ -26,7 +26,7 @@ use tracing::{error, info, warn};
 use crate::bpf::tc_count::{Direction, TcCounter};
 use crate::dataplane::{self, ApplyReport, DataplaneCommand, DataplaneConfig, Family, Reconciler, RtNetlink, SystemClock};
 use crate::datastore::{Datastore, DatastoreEvent, FileDatastore, KubernetesDatastore, Snapshot};
-use crate::observe::metrics::{AuditLabels, FindingLabels, LoadErrorLabels, NetlinkErrorLabels, OperationLabels, ProgramLabels, RouteLabels};
+use crate::observe::metrics::{AuditLabels, FindingLabels, ProblemLabels, LoadErrorLabels, NetlinkErrorLabels, OperationLabels, ProgramLabels, RouteLabels};
 use crate::observe::{Health, Metrics, WatcherState};
 use crate::ownership::{CalicoVersion, OwnershipConfig, Role};
 use crate::routes::{routable_classes, PoolClass, RouteDevices};
@@ -165,6 +165,10 @@ impl ClusterHandler {
             for p in &plan.problems {
                 warn!(code = p.code(), "{p}");
             }
+            self.metrics.route_problems.clear();
+            for p in &plan.problems {
+                self.metrics.route_problems.get_or_create(&ProblemLabels { code: p.code(), block: p.block().to_string() }).inc();
+            }
             for h in &plan.handovers {
                 info!(class = h.class.label(), to = h.to.label(), protocol = h.protocol, "handing class over; keeping our routes until the new owner's appear");
             }
@@ -195,6 +199,7 @@ fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport) {
         metrics.netlink_errors.get_or_create(&NetlinkErrorLabels { op: "apply", kind: kind.label() }).inc_by(*n);
     }
     metrics.reconcile_duration.0.observe(report.duration.as_secs_f64());
+    metrics.routes_held_by_others.set(i64::try_from(report.held_by_others).unwrap_or(i64::MAX));
     for class in routable_classes() {
         for fam in [Family::V4, Family::V6] {
             let programmed: usize = report.by_class.iter().filter(|((f, c, _), _)| *f == fam && *c == class).map(|(_, v)| v.programmed).sum();

@@ -18,7 +18,7 @@ use crate::dataplane::{AuditScope, ExpectedRoute, Handover, OwnershipPolicy};
 use crate::datastore::Snapshot;
 use crate::model::Cluster;
 use crate::ownership::{decide, OwnershipConfig, OwnershipDecision};
-use crate::routes::{desired_routes, routable_classes, ClusterRoute, PoolClass, RouteDevices, RouteProblem, Writer};
+use crate::routes::{desired_routes, routable_classes, ClusterRoute, PoolClass, RouteDevices, RoutePath, RouteProblem, Writer};
 
 /// Settings the plan needs from the command line.
 #[derive(Clone, Debug)]
@@ -108,9 +108,12 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
     };
     if decision.programs(PoolClass::Ipip) && !bird_writes(PoolClass::Ipip) {
         policy.claim_bird_on_tunnel = pool_cidrs(cluster, &decision, PoolClass::Ipip);
+        // CrossSubnet: BIRD routed same-subnet peers natively (confd sets `krt_tunnel=""` when
+        // the next hop is in the local subnet), so its leftovers there are on the host NIC.
+        policy.claim_bird_on_nic = decision.pools.iter().filter(|p| p.kind == crate::ownership::PoolKind::IpipCrossSubnet).map(|p| p.cidr).collect();
     }
     if decision.programs(PoolClass::NoEncap) && !bird_writes(PoolClass::NoEncap) {
-        policy.claim_bird_on_nic = pool_cidrs(cluster, &decision, PoolClass::NoEncap);
+        policy.claim_bird_on_nic.extend(pool_cidrs(cluster, &decision, PoolClass::NoEncap));
     }
     let felix_proto = writer_protocol(Writer::Felix, cluster, &config.node, config.protocol);
     if felix_proto == config.protocol {
@@ -160,7 +163,14 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
     }
     let mut cluster_cidrs: Vec<IpNet> = routable_classes().into_iter().flat_map(|c| pool_cidrs(cluster, &decision, c)).collect();
     cluster_cidrs.sort();
-    let audit_scope = AuditScope { table: config.table, cluster_cidrs, devices: config.devices.clone(), our_protocol: config.protocol };
+    // Prefixes of classes nobody programs: the audit reports each, with the ownership reason.
+    let mut unowned = Vec::new();
+    for f in decision.findings.iter().filter(|f| f.code() == "unowned") {
+        let Some(class) = f.class else { continue };
+        let routes = desired_routes(cluster, &config.node, &BTreeSet::from([class]), &config.devices).routes;
+        unowned.extend(routes.iter().filter(|r| r.path != RoutePath::Blackhole).map(|r| (r.dst, f.message.clone())));
+    }
+    let audit_scope = AuditScope { table: config.table, cluster_cidrs, devices: config.devices.clone(), our_protocol: config.protocol, unowned };
 
     Plan {
         input_incomplete: !snapshot.load_errors.is_empty() || !snapshot.object_errors.is_empty(),

@@ -62,17 +62,20 @@ pub enum FindingCode {
     WrongNextHop,
     /// Another protocol on a cluster prefix.
     ForeignWriter,
+    /// A cluster prefix of a class no component programs (the ownership finding `unowned`).
+    Unowned,
 }
 
 impl FindingCode {
     /// Every code, in declaration order (for metrics that report zeros too).
-    pub const ALL: [FindingCode; 6] = [
+    pub const ALL: [FindingCode; 7] = [
         FindingCode::Missing,
         FindingCode::Stale,
         FindingCode::Duplicate,
         FindingCode::WrongPath,
         FindingCode::WrongNextHop,
         FindingCode::ForeignWriter,
+        FindingCode::Unowned,
     ];
 
     /// The code as printed and used as a metric label.
@@ -84,6 +87,7 @@ impl FindingCode {
             FindingCode::WrongPath => "wrong-path",
             FindingCode::WrongNextHop => "wrong-next-hop",
             FindingCode::ForeignWriter => "foreign-writer",
+            FindingCode::Unowned => "unowned",
         }
     }
 }
@@ -146,6 +150,8 @@ pub struct AuditScope {
     pub devices: RouteDevices,
     /// routewarden's protocol (a known writer).
     pub our_protocol: u8,
+    /// Cluster prefixes of classes nobody programs, each with the ownership finding's reason.
+    pub unowned: Vec<(IpNet, String)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -230,7 +236,8 @@ pub fn audit(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &AuditSc
         considered += 1;
         by_dst.entry(r.key.dst).or_default().push(r);
     }
-    let prefixes: BTreeSet<IpNet> = exp_by_dst.keys().chain(by_dst.keys()).copied().collect();
+    let unowned: BTreeMap<IpNet, &String> = scope.unowned.iter().map(|(d, why)| (d.trunc(), why)).collect();
+    let prefixes: BTreeSet<IpNet> = exp_by_dst.keys().chain(by_dst.keys()).chain(unowned.keys()).copied().collect();
     let mut findings = Vec::new();
     for dst in prefixes {
         let routes = by_dst.get(&dst).map(Vec::as_slice).unwrap_or_default();
@@ -240,6 +247,9 @@ pub fn audit(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &AuditSc
         let mut push = |code: FindingCode, found: Vec<String>, detail: String| {
             findings.push(AuditFinding { prefix: dst, code, owner, expected: expected_str.clone(), found, detail });
         };
+        if let (None, Some(why)) = (exp, unowned.get(&dst)) {
+            push(FindingCode::Unowned, routes.iter().map(ToString::to_string).collect(), format!("nobody programs {dst}: {why}"));
+        }
         if let Some(e) = exp {
             let mine: Vec<&&KernelRoute> = routes.iter().filter(|r| r.target.protocol == e.protocol).collect();
             if mine.is_empty() {
@@ -378,6 +388,7 @@ mod tests {
             cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
             devices: RouteDevices::default(),
             our_protocol: 201,
+            unowned: Vec::new(),
         }
     }
 

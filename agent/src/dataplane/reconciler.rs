@@ -224,8 +224,11 @@ pub struct ApplyReport {
     pub deletes_deferred_handover: usize,
     /// Desired routes waiting for their device (missing or down).
     pub waiting_for_device: BTreeMap<String, usize>,
-    /// Keys held by a route we do not own.
+    /// Keys held by a route we do not own, found in this apply.
     pub conflicts: Vec<Conflict>,
+    /// Desired routes whose key is held by a route we do not own (and may not claim), after
+    /// this apply: another writer programs what we were told to program.
+    pub held_by_others: usize,
     /// Foreign routes overwritten by claim.
     pub overwrote: Vec<Overwrite>,
     /// Handovers that finished.
@@ -1227,6 +1230,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         }
         report.kernel_routes = self.kernel.len();
         report.pending = self.dirty.len();
+        report.held_by_others = self.blocked.iter().filter(|k| self.desired.contains_key(k)).count();
         report.duration = self.clock.now().saturating_duration_since(started);
     }
 }

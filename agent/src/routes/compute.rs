@@ -78,6 +78,19 @@ pub enum RouteProblem {
 
 impl RouteProblem {
     /// Stable label for metrics.
+    /// The IPAM block concerned (its object name), or `""` when the problem has none.
+    pub fn block(&self) -> &str {
+        match self {
+            RouteProblem::BlockOutsidePools { block, .. }
+            | RouteProblem::BlockDeleted { block, .. }
+            | RouteProblem::BlockWithoutOwner { block, .. }
+            | RouteProblem::AllocationWithoutNode { block, .. }
+            | RouteProblem::UnknownNode { block, .. }
+            | RouteProblem::AffinityConflict { block, .. } => block,
+            _ => "",
+        }
+    }
+
     pub fn code(&self) -> &'static str {
         match self {
             RouteProblem::LocalNodeUnknown { .. } => "local-node-unknown",

@@ -1,0 +1,526 @@
+//! Issue 9: the whole product on routing we did not write: four nodes (node-d behind a
+//! router, in another subnet), workloads holding IPs from their nodes' blocks, a real BIRD 2
+//! iBGP full mesh using the filters `routewarden bird-filter` prints, and routewarden on every
+//! node in program mode on one shared file datastore. Scenarios run one at a time (each builds
+//! its own lab: 14 namespaces, 4 BIRDs, 4 agents); see `cluster_support` for the layout.
+//!
+//! `RW_LAB_QUIET_SECS` sets scenario 1's no-flap window (default 60 s, as the issue asks).
+
+mod cluster_support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cluster_support::{serial, set_program_cluster_routes, skip, wait_for, ClusterLab, Options, NODES, WORKLOADS};
+use routewarden_lab::traffic::Probe;
+
+/// The IPIP-class routes routewarden programs on node-a and node-d in the example cluster
+/// (CrossSubnet: node-b/node-c natively on eth0, node-d through tunl0), exactly.
+const NODE_A_IPIP: [&str; 7] = [
+    "10.244.20.0/26 via 10.0.0.12 dev eth0 proto 80 metric 1024 onlink",
+    "10.244.20.5 via 10.0.0.13 dev eth0 proto 80 metric 1024 onlink",
+    "10.244.30.0/26 via 10.0.0.13 dev eth0 proto 80 metric 1024 onlink",
+    "10.244.40.0/26 via 10.0.1.14 dev tunl0 proto 80 metric 1024 onlink",
+    "10.245.20.0/26 via 10.0.0.12 dev tunl0 proto 80 metric 1024 onlink",
+    "10.245.40.0/26 via 10.0.1.14 dev tunl0 proto 80 metric 1024 onlink",
+    "blackhole 10.244.10.0/26 proto 80 metric 1024",
+];
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+fn sorted_strs(v: &[&str]) -> Vec<String> {
+    sorted(v.iter().map(|s| (*s).to_string()).collect())
+}
+
+/// Every same-pool pair of workloads on different nodes answers `tries` of `tries` echoes.
+fn assert_all_pairs_talk(cl: &ClusterLab, tries: u32) {
+    let mut failed = Vec::new();
+    for (a, b) in ClusterLab::same_pool_pairs() {
+        let ok = cl.echo(a.ip, b.ip, tries);
+        if ok != tries {
+            failed.push(format!("{} ({}) -> {} ({}): {ok}/{tries}", a.ip, a.node, b.ip, b.node));
+        }
+    }
+    assert!(failed.is_empty(), "cross-node workload traffic failed: {failed:#?}");
+}
+
+/// `ip -o monitor route` in every node namespace, for a replay of what happened to prefixes.
+struct RouteMonitor(Vec<(&'static str, Child, std::path::PathBuf)>);
+
+impl RouteMonitor {
+    fn start(cl: &ClusterLab) -> RouteMonitor {
+        let mut v = Vec::new();
+        for node in NODES {
+            let path = cl.bird_dir.path().join(format!("{node}.monitor"));
+            let out = std::fs::File::create(&path).unwrap();
+            let child = cl.lab.command(node, "ip").args(["-o", "monitor", "route"]).stdout(out).stderr(Stdio::null()).spawn().unwrap();
+            v.push((node, child, path));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        RouteMonitor(v)
+    }
+
+    /// Stop and return each node's event lines.
+    fn finish(mut self) -> BTreeMap<&'static str, Vec<String>> {
+        std::thread::sleep(Duration::from_millis(200));
+        let mut out = BTreeMap::new();
+        for (node, child, path) in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+            out.insert(*node, std::fs::read_to_string(&*path).unwrap().lines().map(str::to_string).collect());
+        }
+        out
+    }
+}
+
+/// Replay monitor lines for `prefixes` (kernel key: prefix + metric), starting from `start`
+/// (prefix -> metrics present); panic naming the line after which a prefix had no route.
+fn assert_never_absent(node: &str, lines: &[String], start: BTreeMap<String, BTreeSet<u32>>) {
+    let mut present = start;
+    for line in lines {
+        let (deleted, route) = match line.strip_prefix("Deleted ") {
+            Some(r) => (true, r),
+            None => (false, line.as_str()),
+        };
+        let mut words = route.split_whitespace();
+        let mut dst = words.next().unwrap_or("");
+        if dst == "blackhole" {
+            dst = words.next().unwrap_or("");
+        }
+        let dst = if dst.contains('/') { dst.to_string() } else { format!("{dst}/32") };
+        let Some(set) = present.get_mut(&dst) else { continue };
+        let ws: Vec<&str> = route.split_whitespace().collect();
+        let metric = ws.iter().position(|w| *w == "metric").and_then(|i| ws.get(i + 1)).and_then(|m| m.parse().ok()).unwrap_or(0);
+        if deleted {
+            set.remove(&metric);
+        } else {
+            set.insert(metric);
+        }
+        assert!(!set.is_empty(), "{node}: {dst} had no route after `{line}`; events: {lines:#?}");
+    }
+}
+
+/// Scenario 1: the consistent split of the example cluster (routewarden programs IPIP, BIRD
+/// no-encap). Each node has exactly its owners' routes, every same-pool workload pair talks
+/// across nodes (IPv4 and IPv6, same subnet and through the router's other subnet), nothing
+/// reports a conflict or flap for a full minute of traffic, and `routewarden audit` is clean.
+#[test]
+fn s1_consistent_split_traffic_flows_no_flap_audit_clean() {
+    const TEST: &str = "s1_consistent_split_traffic_flows_no_flap_audit_clean";
+    if skip(TEST) {
+        return;
+    }
+    let _serial = serial();
+    let cl = ClusterLab::start(Options::default());
+    assert_eq!(sorted(cl.routes("node-a", "main", Some("80"))), sorted_strs(&NODE_A_IPIP));
+    assert_eq!(
+        sorted(cl.routes("node-a", "main", Some("bird"))),
+        sorted_strs(&[
+            "10.246.30.0/26 via 10.0.0.13 dev eth0 proto bird metric 1024",
+            "blackhole 10.246.10.0/26 proto bird",
+            "fd00:10:244:0:20::/122 via fd00:10::12 dev eth0 proto bird metric 1024 pref medium",
+            "blackhole fd00:10:244:0:10::/122 dev lo proto bird metric 1024 pref medium",
+            "fd00:10::/64 dev eth0 proto bird metric 1024 pref medium",
+        ]),
+        "node-a: BIRD programs no-encap (and its direct route), nothing of the IPIP class"
+    );
+    // node-d, in the other subnet: IPIP through the tunnel; BIRD resolves no-encap through
+    // the router (`gateway recursive`), and has no IPv6 address, so no IPv6 routes.
+    assert_eq!(
+        sorted(cl.routes("node-d", "main", Some("bird"))),
+        sorted_strs(&["10.246.10.0/26 via 10.0.1.1 dev eth0 proto bird metric 1024", "10.246.30.0/26 via 10.0.1.1 dev eth0 proto bird metric 1024"])
+    );
+    assert_eq!(cl.routes("node-d", "main", Some("80")).iter().filter(|r| r.contains("dev tunl0")).count(), 5);
+
+    let quiet = Duration::from_secs(std::env::var("RW_LAB_QUIET_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60));
+    let a = WORKLOADS[0];
+    let d = WORKLOADS[3];
+    let probe = Probe::start(&cl.lab.workload_ns_of(a.ip.parse().unwrap()).unwrap(), a.ip.parse().unwrap(), d.ip.parse().unwrap(), Duration::from_millis(20)).unwrap();
+    let started = Instant::now();
+    assert_all_pairs_talk(&cl, 3);
+    std::thread::sleep(quiet.saturating_sub(started.elapsed()));
+    let result = probe.finish().unwrap();
+    eprintln!("{TEST}: probe node-a -> node-d over {quiet:?}: {} sent, {} echoed", result.sent, result.echoed);
+    assert!(result.sent > 0 && result.lost.is_empty(), "{result:?}");
+    for node in NODES {
+        let m = cl.metrics(node);
+        assert!(cl.metric_sum(node, "routewarden_route_writes_total") > 0.0, "{node}: the churn watch counted no write at all:\n{m}");
+        for name in ["routewarden_route_conflicts_total", "routewarden_route_flaps_total", "routewarden_flapping_prefixes", "routewarden_routes_held_by_others"] {
+            assert_eq!(cl.metric_sum(node, name), 0.0, "{node}: {name}\n{m}");
+        }
+        let (clean, out) = cl.audit(node, &[]);
+        assert!(clean, "{node}: audit:\n{out}");
+    }
+}
+
+/// Scenario 2: an inconsistent pair (FelixConfiguration `Enabled`: routewarden programs
+/// IPIP and no-encap; BGPConfiguration gives BIRD no-encap too). `explain` reports it before
+/// anything runs. Running, BIRD holds the no-encap keys and routewarden, which writes new
+/// keys create-exclusive, refuses to overwrite them: no fight, but every node reports the
+/// routes held by another writer and the double-programmed finding. Fixing the pair clears
+/// both, with no write conflict or flap at any time.
+#[test]
+fn s2_inconsistent_pair_reported_then_fixed() {
+    const TEST: &str = "s2_inconsistent_pair_reported_then_fixed";
+    if skip(TEST) {
+        return;
+    }
+    let _serial = serial();
+    // A short hand-over grace: node-d has no IPv6 address, so its BIRD never takes over the
+    // IPv6 no-encap routes routewarden hands back; they go when the grace period ends.
+    let options = Options { agents: false, agent_flags: vec!["--handover-grace".into(), "3".into()], ..Options::default() };
+    let cl = ClusterLab::start_with(options, |dir| set_program_cluster_routes(dir, "Enabled", "EnabledNoEncapOnly"));
+    let out = Command::new(env!("CARGO_BIN_EXE_routewarden"))
+        .args(["explain", "--node", "node-a", "--datastore"])
+        .arg(format!("file:{}", cl.datastore.path().display()))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let finding = text.lines().find(|l| l.contains("double-programmed")).unwrap_or_else(|| panic!("explain:\n{text}"));
+    assert!(finding.contains("noencap") && finding.contains("routewarden") && finding.contains("bird"), "{finding}");
+    // BIRD has programmed no-encap everywhere; now the agents start.
+    wait_for("BIRD's no-encap route on node-a", Duration::from_secs(10), || cl.routes("node-a", "main", Some("bird")).iter().any(|r| r.starts_with("10.246.30.0/26")).then_some(()));
+    let mut cl = cl;
+    for node in NODES {
+        cl.start_agent(node);
+    }
+    // Held routes per node: BIRD's no-encap routes at routewarden's key (metric 1024), as the
+    // kernel shows them (IPv4 blackholes of BIRD's static protocol have metric 0: no clash).
+    let held = |node: &str| -> f64 {
+        let flat = |r: &&String| r.trim_start_matches("blackhole ").starts_with("10.246.") || r.trim_start_matches("blackhole ").starts_with("fd00:10:244:");
+        cl.routes(node, "main", Some("bird")).iter().filter(flat).filter(|r| r.contains(" metric 1024")).count() as f64
+    };
+    for node in NODES {
+        let got = wait_for(&format!("{node}: routes held by BIRD reported"), Duration::from_secs(20), || {
+            let n = cl.metric_sum(node, "routewarden_routes_held_by_others");
+            (n > 0.0 && n == held(node)).then_some(n)
+        });
+        eprintln!("{TEST}: {node}: {got} routes held by BIRD");
+        let m = cl.metrics(node);
+        assert_eq!(cl.metric_sum(node, "routewarden_ownership_findings{code=\"double-programmed\",class=\"noencap\"}"), 1.0, "{node}\n{m}");
+    }
+    // routewarden overwrote none of BIRD's routes; only its own block's IPv4 blackhole got in
+    // (BIRD's static blackhole sits at metric 0, another key: a duplicate the audit reports).
+    let ours: Vec<String> = cl.routes("node-a", "main", Some("80")).into_iter().filter(|r| r.contains("10.246.")).collect();
+    assert_eq!(ours, ["blackhole 10.246.10.0/26 proto 80 metric 1024"]);
+    // Fix: routewarden back to IPIP only.
+    cl.set_program_cluster_routes("EnabledIPIPOnly", "EnabledNoEncapOnly");
+    for node in NODES {
+        wait_for(&format!("{node}: nothing held after the fix"), Duration::from_secs(20), || {
+            let m = cl.metrics(node);
+            (cl.metric_sum(node, "routewarden_routes_held_by_others") == 0.0 && !m.contains("code=\"double-programmed\"")).then_some(())
+        });
+        assert_eq!(cl.metric_sum(node, "routewarden_route_conflicts_total"), 0.0, "{node}: no write conflict at any time");
+        wait_for(&format!("{node}: audit clean after the fix"), Duration::from_secs(15), || cl.audit(node, &[]).0.then_some(()));
+    }
+    assert_all_pairs_talk(&cl, 2);
+}
+
+/// Scenario 3: no component owns no-encap (FelixConfiguration `EnabledIPIPOnly`,
+/// BGPConfiguration `Disabled`). The audit reports every missing no-encap route with the
+/// reason, and traffic to the flat pools fails while IPIP traffic flows.
+#[test]
+fn s3_unowned_class_audit_says_why_and_traffic_fails() {
+    const TEST: &str = "s3_unowned_class_audit_says_why_and_traffic_fails";
+    if skip(TEST) {
+        return;
+    }
+    let _serial = serial();
+    let cl = ClusterLab::start_with(Options::default(), |dir| set_program_cluster_routes(dir, "EnabledIPIPOnly", "Disabled"));
+    let (clean, out) = cl.audit("node-a", &[]);
+    eprintln!("{TEST}: audit node-a:\n{out}");
+    assert!(!clean, "{out}");
+    for prefix in ["10.246.30.0/26", "fd00:10:244:0:20::/122"] {
+        let line = out.lines().find(|l| l.contains(prefix)).unwrap_or_else(|| panic!("{prefix} not in audit:\n{out}"));
+        assert!(line.starts_with("unowned"), "{line}");
+        assert!(line.contains("nobody programs") && line.contains("no component programs the no-encap cluster routes") && line.contains("BIRD field Disabled"), "{line}");
+    }
+    assert_eq!(cl.echo("10.246.10.5", "10.246.30.5", 2), 0, "no-encap traffic needs routes nobody programs");
+    assert_eq!(cl.echo("fd00:10:244:0:10::5", "fd00:10:244:0:20::5", 2), 0);
+    assert_eq!(cl.echo("10.244.10.5", "10.244.40.5", 2), 2, "IPIP traffic is unaffected");
+    assert_eq!(cl.metric_sum("node-a", "routewarden_ownership_findings{code=\"unowned\",class=\"noencap\"}"), 1.0);
+}
+
+/// The IPIP-class prefixes node-a and node-d route in the example cluster, at metric 1024.
+fn ipip_prefixes(node: &str) -> BTreeMap<String, BTreeSet<u32>> {
+    let list: &[&str] = if node == "node-a" {
+        &["10.244.20.0/26", "10.244.20.5/32", "10.244.30.0/26", "10.244.40.0/26", "10.245.20.0/26", "10.245.40.0/26"]
+    } else {
+        &["10.244.10.0/26", "10.244.20.0/26", "10.244.20.5/32", "10.244.30.0/26", "10.245.20.0/26"]
+    };
+    list.iter().map(|p| ((*p).to_string(), BTreeSet::from([1024]))).collect()
+}
+
+fn ipip_probes(cl: &ClusterLab) -> Vec<(String, Probe)> {
+    [("10.244.10.5", "10.244.40.5"), ("10.244.10.5", "10.244.20.6"), ("10.245.20.5", "10.245.40.5"), ("10.244.40.5", "10.244.20.5")]
+        .iter()
+        .map(|(a, b)| {
+            let from = a.parse().unwrap();
+            (format!("{a} -> {b}"), Probe::start(&cl.lab.workload_ns_of(from).unwrap(), from, b.parse().unwrap(), Duration::from_millis(10)).unwrap())
+        })
+        .collect()
+}
+
+/// Scenario 4: live handover of the IPIP class BIRD -> routewarden and back, by editing the
+/// cluster files (and regenerating BIRD's filter) while four probes run; each handover
+/// loses no packet and no IPIP prefix is ever without a route on node-a or node-d.
+#[test]
+fn s4_live_handover_bird_to_routewarden_and_back_loses_nothing() {
+    const TEST: &str = "s4_live_handover_bird_to_routewarden_and_back_loses_nothing";
+    if skip(TEST) {
+        return;
+    }
+    let _serial = serial();
+    let cl = ClusterLab::start_with(Options::default(), |dir| set_program_cluster_routes(dir, "Disabled", "Enabled"));
+    wait_for("BIRD's IPIP route via tunl0 on node-a", Duration::from_secs(10), || {
+        cl.routes("node-a", "main", Some("bird")).iter().any(|r| r == "10.244.40.0/26 via 10.0.1.14 dev tunl0 proto bird metric 1024 onlink").then_some(())
+    });
+    assert_all_pairs_talk(&cl, 2);
+    let all_ipip = |proto: &str, node: &str| cl.routes(node, "main", Some(proto)).iter().filter(|r| r.starts_with("10.244.") || r.starts_with("10.245.")).filter(|r| !r.starts_with("blackhole") && !r.contains(" dev cali")).count();
+
+    for (phase, felix, bgp, proto) in [("BIRD -> routewarden", "EnabledIPIPOnly", "EnabledNoEncapOnly", "80"), ("routewarden -> BIRD", "Disabled", "Enabled", "bird")] {
+        let mon = RouteMonitor::start(&cl);
+        let probes = ipip_probes(&cl);
+        std::thread::sleep(Duration::from_millis(300));
+        let started = Instant::now();
+        // The operator's order: the cluster files first (routewarden claims BIRD's routes by
+        // replace, or steps aside for BIRD), then BIRD's regenerated filter.
+        cl.set_program_cluster_routes(felix, bgp);
+        if proto == "80" {
+            for node in ["node-a", "node-d"] {
+                wait_for(&format!("{phase}: {node} IPIP routes proto {proto}"), Duration::from_secs(20), || (all_ipip(proto, node) == ipip_prefixes(node).len()).then_some(()));
+            }
+        }
+        cl.reconfigure_birds();
+        for node in ["node-a", "node-d"] {
+            wait_for(&format!("{phase}: {node} IPIP routes proto {proto} only"), Duration::from_secs(20), || {
+                (all_ipip(proto, node) == ipip_prefixes(node).len() && all_ipip(if proto == "80" { "bird" } else { "80" }, node) == 0).then_some(())
+            });
+        }
+        let took = started.elapsed();
+        std::thread::sleep(Duration::from_millis(500));
+        let mut lost = 0;
+        for (name, p) in probes {
+            let r = p.finish().unwrap();
+            eprintln!("{TEST}: {phase}: {name}: {} sent, {} echoed, lost {:?}", r.sent, r.echoed, r.lost);
+            assert!(r.sent > 50, "{name}: {r:?}");
+            lost += r.lost.len();
+        }
+        let events = mon.finish();
+        for node in ["node-a", "node-d"] {
+            assert_never_absent(node, &events[node], ipip_prefixes(node));
+        }
+        eprintln!("{TEST}: {phase}: handed over in {took:?}, {lost} packets lost");
+        assert_eq!(lost, 0, "{phase}: packets lost during the handover");
+    }
+    assert_eq!(sorted(cl.routes("node-a", "main", Some("80"))), Vec::<String>::new(), "routewarden programs nothing after handing IPIP back");
+    assert_all_pairs_talk(&cl, 2);
+}
+
+/// Scenario 5: upgrade-style handover. BIRD (owning IPIP) is killed on every node, its
+/// routes stay; meanwhile node-d's `ipip-always` block is released. routewarden becomes the
+/// IPIP owner: it removes BIRD's leftover for the released block and replaces the rest.
+#[test]
+fn s5_upgrade_handover_after_bird_killed_removes_released_leftovers() {
+    const TEST: &str = "s5_upgrade_handover_after_bird_killed_removes_released_leftovers";
+    if skip(TEST) {
+        return;
+    }
+    let _serial = serial();
+    let mut cl = ClusterLab::start_with(Options::default(), |dir| set_program_cluster_routes(dir, "Disabled", "Enabled"));
+    wait_for("BIRD's IPIP routes on node-a", Duration::from_secs(10), || {
+        cl.routes("node-a", "main", Some("bird")).iter().any(|r| r.starts_with("10.245.40.0/26 via 10.0.1.14 dev tunl0")).then_some(())
+    });
+    for b in cl.birds.values_mut() {
+        b.kill();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(cl.routes("node-a", "main", Some("bird")).iter().any(|r| r.starts_with("10.245.40.0/26")), "BIRD's routes persist after SIGKILL");
+    // Release node-d's ipip-always block (IPAMBlock and its affinity), then hand IPIP over.
+    let ipam = cl.file("ipam.yaml");
+    let text = std::fs::read_to_string(&ipam).unwrap();
+    let kept: Vec<&str> = text.split("\n  - ").filter(|item| !item.contains("10-245-40-0-26") && !item.contains("cidr: 10.245.40.0/26")).collect();
+    std::fs::write(&ipam, kept.join("\n  - ")).unwrap();
+    cl.set_program_cluster_routes("EnabledIPIPOnly", "EnabledNoEncapOnly");
+    let want: Vec<String> = sorted_strs(&NODE_A_IPIP).into_iter().filter(|r| !r.contains("10.245.40.0/26")).collect();
+    wait_for("node-a: routewarden owns IPIP, leftovers gone", Duration::from_secs(20), || {
+        (sorted(cl.routes("node-a", "main", Some("80"))) == want && !cl.routes("node-a", "main", Some("bird")).iter().any(|r| r.starts_with("10.244.") || r.starts_with("10.245."))).then_some(())
+    });
+    assert_eq!(cl.echo("10.244.10.5", "10.244.40.5", 2), 2);
+    assert_eq!(cl.echo("10.245.20.5", "10.245.40.5", 2), 0, "the released block is routed nowhere");
+}
+
+/// Scenario 6: a dedicated cluster-route table. routewarden programs IPIP into table 48 (a
+/// rule sends every lookup there first), BIRD no-encap into main; neither touches the
+/// other's table and all traffic flows.
+#[test]
+fn s6_table_48_for_routewarden_bird_in_main() {
+    const TEST: &str = "s6_table_48_for_routewarden_bird_in_main";
+    if skip(TEST) {
+        return;
+    }
+    let _serial = serial();
+    let options = Options { agent_flags: vec!["--route-table".into(), "48".into()], ..Options::default() };
+    let cl = ClusterLab::start_with(Options { agents: false, ..options.clone() }, |_| {});
+    let mut cl = cl;
+    for node in NODES {
+        // After main (32766), so workload /32s in main win over the block blackholes in 48.
+        cl.lab.ip(node, &["rule", "add", "pref", "32767", "lookup", "48"]).unwrap();
+        cl.start_agent(node);
+    }
+    for node in NODES {
+        cl.wait_ready(node);
+    }
+    let table48: Vec<String> = NODE_A_IPIP.iter().map(|r| r.replace(" proto 80", " proto 80")).collect();
+    assert_eq!(sorted(cl.routes("node-a", "48", None)), sorted(table48));
+    assert_eq!(cl.routes("node-a", "main", Some("80")), Vec::<String>::new(), "nothing of routewarden's in main");
+    assert!(cl.routes("node-a", "main", Some("bird")).iter().any(|r| r.starts_with("10.246.30.0/26 via 10.0.0.13")));
+    assert_all_pairs_talk(&cl, 2);
+    for node in NODES {
+        assert_eq!(cl.metric_sum(node, "routewarden_routes_held_by_others"), 0.0);
+        assert_eq!(cl.metric_sum(node, "routewarden_route_conflicts_total"), 0.0);
+    }
+}
+
+/// BIRD's BGP routes per prefix on `node`: prefix -> the peers (protocol names) it came from.
+fn bgp_sources(cl: &ClusterLab, node: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for table in ["master4", "master6"] {
+        let text = cl.birds[node].birdc(&["show", "route", "table", table]).unwrap();
+        let mut current = String::new();
+        for line in text.lines() {
+            let t = line.trim_start();
+            if !line.starts_with(char::is_whitespace) && !line.starts_with("Table") && !line.is_empty() {
+                current = t.split_whitespace().next().unwrap_or("").to_string();
+            }
+            if let Some(p) = t.split('[').nth(1).and_then(|r| r.split_whitespace().next()) {
+                if p.starts_with("node_") {
+                    out.entry(current.clone()).or_default().insert(p.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Scenario 7 (S07): with the generated iBGP export reject, every node learns each block
+/// only from its owner; without it, the routes routewarden programmed (which BIRD's kernel
+/// protocol learns) are re-advertised by every node.
+#[test]
+fn s7_blocks_learned_only_from_their_owner() {
+    const TEST: &str = "s7_blocks_learned_only_from_their_owner";
+    if skip(TEST) {
+        return;
+    }
+    let _serial = serial();
+    let owner = |prefix: &str| -> &'static str {
+        match prefix {
+            p if p.starts_with("10.244.10.") || p.starts_with("10.246.10.") || p.starts_with("fd00:10:244:0:10:") => "node_a",
+            p if p.starts_with("10.244.20.5/") => "node_c",
+            p if p.starts_with("10.244.20.") || p.starts_with("10.245.20.") || p.starts_with("10.247.20.") || p.starts_with("fd00:10:244:0:20:") => "node_b",
+            p if p.starts_with("10.244.30.") || p.starts_with("10.246.30.") => "node_c",
+            p if p.starts_with("10.244.40.") || p.starts_with("10.245.40.") => "node_d",
+            _ => "",
+        }
+    };
+    for reject in [true, false] {
+        let mut cl = ClusterLab::start(Options { export_reject: reject, ..Options::default() });
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(bgp_sources(&cl, "node-a")["10.244.40.0/26"].contains("node_d_v4"), "node-a learns node-d's block from node-d");
+        // The owner's BIRD goes away (crash, upgrade): its peers withdraw what it advertised,
+        // and the route routewarden programmed, which each BIRD's kernel protocol learned,
+        // becomes their best route for the block. Let BIRD scan (1 s) and advertise.
+        cl.birds.get_mut("node-d").unwrap().kill();
+        std::thread::sleep(Duration::from_secs(4));
+        let mut wrong = Vec::new();
+        for node in ["node-a", "node-b", "node-c"] {
+            for (prefix, from) in bgp_sources(&cl, node) {
+                let o = owner(&prefix);
+                if o.is_empty() {
+                    continue;
+                }
+                for peer in from.iter().filter(|p| !p.starts_with(o)) {
+                    wrong.push(format!("{node} learns {prefix} from {peer} (owner {o})"));
+                }
+            }
+        }
+        eprintln!("{TEST}: export reject {reject}: {} re-advertisements: {wrong:#?}", wrong.len());
+        if reject {
+            assert!(wrong.is_empty(), "{wrong:#?}");
+            assert!(!bgp_sources(&cl, "node-b").contains_key("10.244.40.0/26"), "nobody else advertises node-d's block");
+        } else {
+            assert!(wrong.iter().any(|w| w.starts_with("node-b learns 10.244.40.0/26 from node_")), "{wrong:#?}");
+        }
+    }
+}
+
+/// S04: restarting routewarden on node-b (SIGTERM, start again with the same state) makes no
+/// node delete, re-add or rewrite any route.
+#[test]
+fn s04_agent_restart_changes_no_route_on_any_node() {
+    const TEST: &str = "s04_agent_restart_changes_no_route_on_any_node";
+    if skip(TEST) {
+        return;
+    }
+    let _serial = serial();
+    let mut cl = ClusterLab::start(Options::default());
+    std::thread::sleep(Duration::from_secs(2));
+    let mon = RouteMonitor::start(&cl);
+    let agent = cl.agents.remove("node-b").unwrap();
+    assert!(agent.stop().success());
+    cl.start_agent("node-b");
+    cl.wait_ready("node-b");
+    std::thread::sleep(Duration::from_secs(2));
+    let events = mon.finish();
+    for (node, lines) in events {
+        assert_eq!(lines, Vec::<String>::new(), "{node}: route events during node-b's agent restart");
+    }
+}
+
+/// S08: a stale BlockAffinity names node-b for node-d's block `10.244.40.0/26`; routes follow
+/// the IPAMBlock's affinity (node-d), never ECMP, and the conflict is reported.
+#[test]
+fn s08_stale_affinity_follows_the_block() {
+    const TEST: &str = "s08_stale_affinity_follows_the_block";
+    if skip(TEST) {
+        return;
+    }
+    let _serial = serial();
+    let cl = ClusterLab::start_with(Options::default(), |dir| {
+        let path = dir.join("ipam.yaml");
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str("  - {apiVersion: crd.projectcalico.org/v1, kind: BlockAffinity, metadata: {name: node-b-10-244-40-0-26}, spec: {cidr: 10.244.40.0/26, node: node-b, type: host, state: confirmed, deleted: \"false\"}}\n");
+        std::fs::write(&path, text).unwrap();
+    });
+    let on_a: Vec<String> = cl.routes("node-a", "main", None).into_iter().filter(|r| r.contains("10.244.40.0/26")).collect();
+    assert_eq!(on_a, ["10.244.40.0/26 via 10.0.1.14 dev tunl0 proto 80 metric 1024 onlink"]);
+    assert_eq!(cl.echo("10.244.10.5", "10.244.40.5", 2), 2);
+    let m = cl.metrics("node-a");
+    assert!(m.lines().any(|l| l == "routewarden_route_problems{code=\"affinity-conflict\",block=\"10-244-40-0-26\"} 1"), "{m}");
+}
+
+/// S06: a second writer adds the same no-encap prefix at metric 0 beside BIRD's 1024 (as
+/// Felix did before PR 13856), and a remote route that out-ranks a local workload's /32; the
+/// audit reports the duplicate and the out-ranking route.
+#[test]
+fn s06_duplicate_at_another_metric_is_reported() {
+    const TEST: &str = "s06_duplicate_at_another_metric_is_reported";
+    if skip(TEST) {
+        return;
+    }
+    let _serial = serial();
+    let cl = ClusterLab::start(Options::default());
+    cl.lab.ip("node-a", &["route", "add", "10.246.30.0/26", "via", "10.0.0.13", "dev", "eth0", "proto", "static", "metric", "0"]).unwrap();
+    let (clean, out) = cl.audit("node-a", &[]);
+    eprintln!("{TEST}: {out}");
+    assert!(!clean);
+    let dup = out.lines().find(|l| l.starts_with("duplicate") && l.contains("10.246.30.0/26")).unwrap_or_else(|| panic!("{out}"));
+    assert!(dup.contains("(4, 0)") && dup.contains("(12, 1024)"), "{dup}");
+    // The metric-0 route wins: traffic still reaches node-c (same next hop), nothing flaps.
+    assert_eq!(cl.echo("10.246.10.5", "10.246.30.5", 2), 2);
+    assert_eq!(cl.metric_sum("node-a", "routewarden_route_conflicts_total"), 0.0);
+}
