@@ -245,14 +245,19 @@ fn s3_unowned_class_audit_says_why_and_traffic_fails() {
     assert_eq!(cl.metric_sum("node-a", "routewarden_ownership_findings{code=\"unowned\",class=\"noencap\"}"), 1.0);
 }
 
-/// The IPIP-class prefixes node-a and node-d route in the example cluster, at metric 1024.
-fn ipip_prefixes(node: &str) -> BTreeMap<String, BTreeSet<u32>> {
-    let list: &[&str] = if node == "node-a" {
-        &["10.244.20.0/26", "10.244.20.5/32", "10.244.30.0/26", "10.244.40.0/26", "10.245.20.0/26", "10.245.40.0/26"]
-    } else {
-        &["10.244.10.0/26", "10.244.20.0/26", "10.244.20.5/32", "10.244.30.0/26", "10.245.20.0/26"]
-    };
-    list.iter().map(|p| ((*p).to_string(), BTreeSet::from([1024]))).collect()
+/// The IPIP-pool cluster routes of `node` now: prefix -> metrics.
+fn ipip_routes_now(cl: &ClusterLab, node: &str) -> BTreeMap<String, BTreeSet<u32>> {
+    let mut out: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
+    for r in cl.routes(node, "main", None) {
+        if !(r.starts_with("10.244.") || r.starts_with("10.245.")) || r.contains(" dev cali") {
+            continue;
+        }
+        let ws: Vec<&str> = r.split_whitespace().collect();
+        let dst = if ws[0].contains('/') { ws[0].to_string() } else { format!("{}/32", ws[0]) };
+        let metric = ws.iter().position(|w| *w == "metric").and_then(|i| ws.get(i + 1)).and_then(|m| m.parse().ok()).unwrap_or(0);
+        out.entry(dst).or_default().insert(metric);
+    }
+    out
 }
 
 fn ipip_probes(cl: &ClusterLab) -> Vec<(String, Probe)> {
@@ -267,7 +272,7 @@ fn ipip_probes(cl: &ClusterLab) -> Vec<(String, Probe)> {
 
 /// Scenario 4: live handover of the IPIP class BIRD -> routewarden and back, by editing the
 /// cluster files (and regenerating BIRD's filter) while four probes run; each handover
-/// loses no packet and no IPIP prefix is ever without a route on node-a or node-d.
+/// loses no packet and no IPIP prefix is ever without a route on any node.
 #[test]
 fn s4_live_handover_bird_to_routewarden_and_back_loses_nothing() {
     const TEST: &str = "s4_live_handover_bird_to_routewarden_and_back_loses_nothing";
@@ -283,6 +288,9 @@ fn s4_live_handover_bird_to_routewarden_and_back_loses_nothing() {
     let all_ipip = |proto: &str, node: &str| cl.routes(node, "main", Some(proto)).iter().filter(|r| r.starts_with("10.244.") || r.starts_with("10.245.")).filter(|r| !r.starts_with("blackhole") && !r.contains(" dev cali")).count();
 
     for (phase, felix, bgp, proto) in [("BIRD -> routewarden", "EnabledIPIPOnly", "EnabledNoEncapOnly", "80"), ("routewarden -> BIRD", "Disabled", "Enabled", "bird")] {
+        // Every node's IPIP-pool routes (not blackholes, not workloads) before the handover.
+        let before: BTreeMap<&str, BTreeMap<String, BTreeSet<u32>>> = NODES.iter().map(|n| (*n, ipip_routes_now(&cl, n))).collect();
+        let counts: BTreeMap<&str, usize> = NODES.iter().map(|n| (*n, all_ipip("80", n) + all_ipip("bird", n))).collect();
         let mon = RouteMonitor::start(&cl);
         let probes = ipip_probes(&cl);
         std::thread::sleep(Duration::from_millis(300));
@@ -290,16 +298,17 @@ fn s4_live_handover_bird_to_routewarden_and_back_loses_nothing() {
         // The operator's order: the cluster files first (routewarden claims BIRD's routes by
         // replace, or steps aside for BIRD), then BIRD's regenerated filter.
         cl.set_program_cluster_routes(felix, bgp);
+        let other = if proto == "80" { "bird" } else { "80" };
+        let converged = |node: &str| all_ipip(proto, node) == counts[node] && all_ipip(other, node) == 0;
         if proto == "80" {
-            for node in ["node-a", "node-d"] {
-                wait_for(&format!("{phase}: {node} IPIP routes proto {proto}"), Duration::from_secs(20), || (all_ipip(proto, node) == ipip_prefixes(node).len()).then_some(()));
+            // Every node's routewarden holds the class before any BIRD lets go of it.
+            for node in NODES {
+                wait_for(&format!("{phase}: {node} IPIP routes proto {proto}"), Duration::from_secs(20), || converged(node).then_some(()));
             }
         }
         cl.reconfigure_birds();
-        for node in ["node-a", "node-d"] {
-            wait_for(&format!("{phase}: {node} IPIP routes proto {proto} only"), Duration::from_secs(20), || {
-                (all_ipip(proto, node) == ipip_prefixes(node).len() && all_ipip(if proto == "80" { "bird" } else { "80" }, node) == 0).then_some(())
-            });
+        for node in NODES {
+            wait_for(&format!("{phase}: {node} IPIP routes proto {proto} only"), Duration::from_secs(20), || converged(node).then_some(()));
         }
         let took = started.elapsed();
         std::thread::sleep(Duration::from_millis(500));
@@ -311,8 +320,8 @@ fn s4_live_handover_bird_to_routewarden_and_back_loses_nothing() {
             lost += r.lost.len();
         }
         let events = mon.finish();
-        for node in ["node-a", "node-d"] {
-            assert_never_absent(node, &events[node], ipip_prefixes(node));
+        for node in NODES {
+            assert_never_absent(node, &events[node], before[node].clone());
         }
         eprintln!("{TEST}: {phase}: handed over in {took:?}, {lost} packets lost");
         assert_eq!(lost, 0, "{phase}: packets lost during the handover");
