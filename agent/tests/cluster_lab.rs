@@ -462,7 +462,8 @@ fn s7_blocks_learned_only_from_their_owner() {
             assert!(wrong.is_empty(), "{wrong:#?}");
             assert!(!bgp_sources(&cl, "node-b").contains_key("10.244.40.0/26"), "nobody else advertises node-d's block");
         } else {
-            assert!(wrong.iter().any(|w| w.starts_with("node-b learns 10.244.40.0/26 from node_")), "{wrong:#?}");
+            // Which node's re-advertisement wins is a race; that one happens is not.
+            assert!(wrong.iter().any(|w| w.contains(" learns 10.244.40.0/26 from node_")), "{wrong:#?}");
         }
     }
 }
