@@ -77,6 +77,18 @@ impl RouteMonitor {
     }
 }
 
+/// The destination of an `ip route` line as a prefix (`blackhole` skipped, `/32` added).
+fn dst_of(route: &str) -> String {
+    let dst = route.split_whitespace().find(|w| *w != "blackhole").unwrap_or("");
+    if dst.contains('/') { dst.to_string() } else { format!("{dst}/32") }
+}
+
+/// The metric of an `ip route` line (0 when not shown).
+fn metric_of(route: &str) -> u32 {
+    let ws: Vec<&str> = route.split_whitespace().collect();
+    ws.iter().position(|w| *w == "metric").and_then(|i| ws.get(i + 1)).and_then(|m| m.parse().ok()).unwrap_or(0)
+}
+
 /// Replay monitor lines for `prefixes` (kernel key: prefix + metric), starting from `start`
 /// (prefix -> metrics present); panic naming the line after which a prefix had no route.
 fn assert_never_absent(node: &str, lines: &[String], start: BTreeMap<String, BTreeSet<u32>>) {
@@ -86,15 +98,9 @@ fn assert_never_absent(node: &str, lines: &[String], start: BTreeMap<String, BTr
             Some(r) => (true, r),
             None => (false, line.as_str()),
         };
-        let mut words = route.split_whitespace();
-        let mut dst = words.next().unwrap_or("");
-        if dst == "blackhole" {
-            dst = words.next().unwrap_or("");
-        }
-        let dst = if dst.contains('/') { dst.to_string() } else { format!("{dst}/32") };
+        let dst = dst_of(route);
         let Some(set) = present.get_mut(&dst) else { continue };
-        let ws: Vec<&str> = route.split_whitespace().collect();
-        let metric = ws.iter().position(|w| *w == "metric").and_then(|i| ws.get(i + 1)).and_then(|m| m.parse().ok()).unwrap_or(0);
+        let metric = metric_of(route);
         if deleted {
             set.remove(&metric);
         } else {
@@ -252,10 +258,7 @@ fn ipip_routes_now(cl: &ClusterLab, node: &str) -> BTreeMap<String, BTreeSet<u32
         if !(r.starts_with("10.244.") || r.starts_with("10.245.")) || r.contains(" dev cali") {
             continue;
         }
-        let ws: Vec<&str> = r.split_whitespace().collect();
-        let dst = if ws[0].contains('/') { ws[0].to_string() } else { format!("{}/32", ws[0]) };
-        let metric = ws.iter().position(|w| *w == "metric").and_then(|i| ws.get(i + 1)).and_then(|m| m.parse().ok()).unwrap_or(0);
-        out.entry(dst).or_default().insert(metric);
+        out.entry(dst_of(&r)).or_default().insert(metric_of(&r));
     }
     out
 }

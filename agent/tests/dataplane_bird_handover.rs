@@ -7,25 +7,15 @@
 mod dataplane_support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dataplane_support::{example_cluster, reconciler, with_proto, Monitor, Netns};
 use routewarden::dataplane::{self, DataplaneCommand, DataplaneConfig, DataplaneEvent};
 use routewarden::routes::{PoolClass, Writer};
+use routewarden_lab::bird::Bird;
 use routewarden_lab::skip_unless_root;
 
 const TEST: &str = "handover_to_bird_at_same_metric_steps_aside";
-
-/// Kills and reaps the child on drop.
-struct ChildGuard(std::process::Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The IPv4 IPIP-class prefixes of [`example_cluster`]: what BIRD takes over.
 const IPIP: [&str; 3] = ["10.244.10.0/26", "10.244.10.7/32", "10.244.30.0/26"];
@@ -35,25 +25,20 @@ fn handover_to_bird_at_same_metric_steps_aside() {
     if skip_unless_root(TEST) {
         return;
     }
-    if !std::path::Path::new("/usr/sbin/bird").exists() {
+    if !routewarden_lab::bird::available() {
         eprintln!("SKIPPED {TEST}: BIRD 2 is not installed (apt-get install bird2)");
         return;
     }
     let dir = std::env::temp_dir().join(format!("rw-bird-handover-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let conf = dir.join("bird.conf");
-    std::fs::write(
-        &conf,
-        "router id 10.0.0.11;\n\
+    let conf = "router id 10.0.0.11;\n\
          protocol device { scan time 10; }\n\
          protocol kernel { ipv4 { import none; export all; }; scan time 1; metric 1024; learn off; }\n\
          protocol static { ipv4;\n\
            route 10.244.30.0/26 via 10.0.1.13%'tunl0' onlink;\n\
            route 10.244.10.7/32 via 10.0.1.13%'tunl0' onlink;\n\
            route 10.244.10.0/26 blackhole;\n\
-         }\n",
-    )
-    .unwrap();
+         }\n";
     let ns = Netns::new();
     ns.rt.block_on(async {
         // IPv4 only for the handed-over class (BIRD here exports IPv4); the no-encap routes stay.
@@ -83,19 +68,8 @@ fn handover_to_bird_at_same_metric_steps_aside() {
         let handover = dataplane::Handover { class: PoolClass::Ipip, to: Writer::Bird, protocol: 12, table: 254, metric: Some(1024) };
         let started = Instant::now();
         cmd_tx.send(DataplaneCommand::SetDesired { routes: no_encap, handovers: vec![handover] }).await.unwrap();
-        let _bird = ChildGuard(
-            Command::new("/usr/sbin/bird")
-                .args(["-f", "-c"])
-                .arg(&conf)
-                .arg("-s")
-                .arg(dir.join("bird.ctl"))
-                .arg("-P")
-                .arg(dir.join("bird.pid"))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start bird"),
-        );
+        // In this thread's namespace (the test's).
+        let _bird = Bird::start(None, &dir, "bird", conf).expect("start bird");
         let mut outcomes = Vec::new();
         let waited = tokio::time::timeout(Duration::from_secs(25), async {
             while outcomes.len() < IPIP.len() {

@@ -9,11 +9,11 @@
 
 mod route_watch_common;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use route_watch_common::{config, ifindex, lab, ChildGuard, Harness, SelfWriter};
+use route_watch_common::{config, ifindex, lab, Harness, SelfWriter};
 use routewarden::bpf::route_watch::{RouteWatch, RouteWatchEvent};
+use routewarden_lab::bird::Bird;
 
 const TEST: &str = "bird_and_routewarden_fight_is_a_conflict";
 
@@ -22,7 +22,7 @@ fn bird_and_routewarden_fight_is_a_conflict() {
     if routewarden_lab::skip_unless_root(TEST) {
         return;
     }
-    if !std::path::Path::new("/usr/sbin/bird").exists() {
+    if !routewarden_lab::bird::available() {
         eprintln!("SKIPPED {TEST}: BIRD 2 is not installed (apt-get install bird2)");
         return;
     }
@@ -33,31 +33,15 @@ fn bird_and_routewarden_fight_is_a_conflict() {
     let ns = lab();
     let dir = std::env::temp_dir().join(format!("rw-bird-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let conf = dir.join("bird.conf");
-    std::fs::write(
-        &conf,
-        "router id 10.0.0.11;\n\
+    let conf = "router id 10.0.0.11;\n\
          protocol device { scan time 10; }\n\
          protocol kernel { ipv4 { import none; export all; }; scan time 1; metric 1024; learn off; }\n\
-         protocol static { ipv4; route 10.244.20.0/26 via 10.0.0.13; }\n",
-    )
-    .unwrap();
+         protocol static { ipv4; route 10.244.20.0/26 via 10.0.0.13; }\n";
     let watch = RouteWatch::start(object, &config()).expect("route watch");
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
         let mut h = Harness::new(watch);
-        let bird = ChildGuard(
-            Command::new("/usr/sbin/bird")
-                .args(["-f", "-c"])
-                .arg(&conf)
-                .arg("-s")
-                .arg(dir.join("bird.ctl"))
-                .arg("-P")
-                .arg(dir.join("bird.pid"))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start bird"),
-        );
+        // In this thread's namespace (the lab's).
+        let bird = Bird::start(None, &dir, "bird", conf).expect("start bird");
         let me = SelfWriter::new();
         let oif = ifindex("veth0");
         let bird_route = || route_watch_common::sh("ip", &["route", "show", "10.244.20.0/26", "proto", "bird"]).contains("10.244.20.0/26");

@@ -19,7 +19,7 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-pub use lab_support::{copy_examples, metrics, wait_for, Agent, PORT};
+pub use lab_support::{copy_examples, metrics, wait_for, Agent};
 use routewarden::datastore::FileDatastore;
 use routewarden_lab::bird::Bird;
 use routewarden_lab::traffic::{echo_count, UdpEcho};
@@ -237,14 +237,7 @@ impl ClusterLab {
     }
 
     pub fn wait_ready(&self, node: &str) {
-        wait_for(
-            &format!("{node} /readyz 200"),
-            Duration::from_secs(30),
-            || match self.lab.http_get(node, PORT, "/readyz") {
-                Ok((200, body)) => Some(body),
-                _ => None,
-            },
-        );
+        lab_support::wait_ready(&self.lab, node);
     }
 
     /// BGP sessions every node should have: IPv4 to every other node, IPv6 to every other

@@ -95,7 +95,7 @@ pub fn sample(body: &str, series: &str) -> Option<f64> {
 }
 
 pub fn wait_ready(lab: &Lab, node: &str) -> String {
-    wait_for("/readyz 200", Duration::from_secs(20), || match lab.http_get(node, PORT, "/readyz") {
+    wait_for(&format!("{node} /readyz 200"), Duration::from_secs(30), || match lab.http_get(node, PORT, "/readyz") {
         Ok((200, body)) => Some(body),
         _ => None,
     })
