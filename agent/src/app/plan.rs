@@ -143,15 +143,19 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
         }
     }
 
-    // Expectations for the audit: per routable class, every writer's routes.
+    // Expectations for the audit: per routable class, every writer's routes; for a class
+    // nobody programs, its prefixes with the ownership finding's reason.
     let mut expected = Vec::new();
+    let mut unowned = Vec::new();
+    let me = cluster.nodes.get(&config.node);
     for class in routable_classes() {
+        let routes = desired_routes(cluster, &config.node, &BTreeSet::from([class]), &config.devices).routes;
         let writers = decision.writers_of(class);
         if writers.is_empty() {
+            let Some(f) = decision.findings.iter().find(|f| f.code() == "unowned" && f.class == Some(class)) else { continue };
+            unowned.extend(routes.iter().filter(|r| r.path != RoutePath::Blackhole).map(|r| (r.dst, f.message.clone())));
             continue;
         }
-        let routes = desired_routes(cluster, &config.node, &BTreeSet::from([class]), &config.devices).routes;
-        let me = cluster.nodes.get(&config.node);
         for w in writers {
             let protocol = writer_protocol(w, cluster, &config.node, config.protocol);
             // BIRD learns a family's routes only over BGP sessions of that family, which peer
@@ -163,13 +167,6 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
     }
     let mut cluster_cidrs: Vec<IpNet> = routable_classes().into_iter().flat_map(|c| pool_cidrs(cluster, &decision, c)).collect();
     cluster_cidrs.sort();
-    // Prefixes of classes nobody programs: the audit reports each, with the ownership reason.
-    let mut unowned = Vec::new();
-    for f in decision.findings.iter().filter(|f| f.code() == "unowned") {
-        let Some(class) = f.class else { continue };
-        let routes = desired_routes(cluster, &config.node, &BTreeSet::from([class]), &config.devices).routes;
-        unowned.extend(routes.iter().filter(|r| r.path != RoutePath::Blackhole).map(|r| (r.dst, f.message.clone())));
-    }
     let audit_scope = AuditScope { table: config.table, cluster_cidrs, devices: config.devices.clone(), our_protocol: config.protocol, unowned };
 
     Plan {
