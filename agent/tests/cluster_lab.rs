@@ -155,9 +155,10 @@ fn s1_consistent_split_traffic_flows_no_flap_audit_clean() {
     for node in NODES {
         let m = cl.metrics(node);
         assert!(cl.metric_sum(node, "routewarden_route_writes_total") > 0.0, "{node}: the churn watch counted no write at all:\n{m}");
-        for name in ["routewarden_route_conflicts_total", "routewarden_route_flaps_total", "routewarden_flapping_prefixes", "routewarden_routes_held_by_others"] {
+        for name in ["routewarden_route_conflicts_total", "routewarden_route_flaps_total", "routewarden_flapping_prefixes"] {
             assert_eq!(cl.metric_sum(node, name), 0.0, "{node}: {name}\n{m}");
         }
+        assert_eq!(cl.routes_in_state(node, "held"), 0.0, "{node}: held routes\n{m}");
         let (clean, out) = cl.audit(node, &[]);
         assert!(clean, "{node}: audit:\n{out}");
     }
@@ -202,7 +203,7 @@ fn s2_inconsistent_pair_reported_then_fixed() {
     };
     for node in NODES {
         let got = wait_for(&format!("{node}: routes held by BIRD reported"), Duration::from_secs(20), || {
-            let n = cl.metric_sum(node, "routewarden_routes_held_by_others");
+            let n = cl.routes_in_state(node, "held");
             (n > 0.0 && n == held(node)).then_some(n)
         });
         eprintln!("{TEST}: {node}: {got} routes held by BIRD");
@@ -218,7 +219,7 @@ fn s2_inconsistent_pair_reported_then_fixed() {
     for node in NODES {
         wait_for(&format!("{node}: nothing held after the fix"), Duration::from_secs(20), || {
             let m = cl.metrics(node);
-            (cl.metric_sum(node, "routewarden_routes_held_by_others") == 0.0 && !m.contains("code=\"double-programmed\"")).then_some(())
+            (cl.routes_in_state(node, "held") == 0.0 && !m.contains("code=\"double-programmed\"")).then_some(())
         });
         assert_eq!(cl.metric_sum(node, "routewarden_route_conflicts_total"), 0.0, "{node}: no write conflict at any time");
         wait_for(&format!("{node}: audit clean after the fix"), Duration::from_secs(15), || cl.audit(node, &[]).0.then_some(()));
@@ -393,7 +394,7 @@ fn s6_table_48_for_routewarden_bird_in_main() {
     assert!(cl.routes("node-a", "main", Some("bird")).iter().any(|r| r.starts_with("10.246.30.0/26 via 10.0.0.13")));
     assert_all_pairs_talk(&cl, 2);
     for node in NODES {
-        assert_eq!(cl.metric_sum(node, "routewarden_routes_held_by_others"), 0.0);
+        assert_eq!(cl.routes_in_state(node, "held"), 0.0);
         assert_eq!(cl.metric_sum(node, "routewarden_route_conflicts_total"), 0.0);
     }
 }

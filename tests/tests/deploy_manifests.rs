@@ -30,6 +30,7 @@ const ALERTS: &[&str] = &[
     "RouteOwnershipConflict",
     "RouteProgrammingErrors",
     "RouteDrift",
+    "RoutesHeldByOtherWriter",
     "WrongPathForwarding",
     "ForwardingFlap",
     "RouteWatchDegraded",

@@ -199,14 +199,16 @@ fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport) {
         metrics.netlink_errors.get_or_create(&NetlinkErrorLabels { op: "apply", kind: kind.label() }).inc_by(*n);
     }
     metrics.reconcile_duration.0.observe(report.duration.as_secs_f64());
-    metrics.routes_held_by_others.set(i64::try_from(report.held_by_others).unwrap_or(i64::MAX));
     for class in routable_classes() {
         for fam in [Family::V4, Family::V6] {
-            let programmed: usize = report.by_class.iter().filter(|((f, c, _), _)| *f == fam && *c == class).map(|(_, v)| v.programmed).sum();
-            metrics
-                .routes
-                .get_or_create(&RouteLabels { family: family_label(fam), class: class.label(), state: "programmed" })
-                .set(i64::try_from(programmed).unwrap_or(i64::MAX));
+            let counts = report.by_class.iter().filter(|((f, c, _), _)| *f == fam && *c == class).map(|(_, v)| v);
+            let (programmed, held) = counts.fold((0, 0), |(p, h), v| (p + v.programmed, h + v.held));
+            for (state, n) in [("programmed", programmed), ("held", held)] {
+                metrics
+                    .routes
+                    .get_or_create(&RouteLabels { family: family_label(fam), class: class.label(), state })
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
         }
     }
     if report.writes + report.deletes > 0 || !report.errors.is_empty() {

@@ -194,6 +194,9 @@ pub struct ClassCount {
     pub desired: usize,
     /// Desired routes present in the kernel with the desired attributes.
     pub programmed: usize,
+    /// Desired routes whose key holds another writer's route that we may not overwrite
+    /// (create-exclusive refused): another component programs what we were told to.
+    pub held: usize,
 }
 
 /// What one [`Reconciler::apply`] did. Plain data: the app turns it into metrics and logs.
@@ -226,9 +229,6 @@ pub struct ApplyReport {
     pub waiting_for_device: BTreeMap<String, usize>,
     /// Keys held by a route we do not own, found in this apply.
     pub conflicts: Vec<Conflict>,
-    /// Desired routes whose key is held by a route we do not own (and may not claim), after
-    /// this apply: another writer programs what we were told to program.
-    pub held_by_others: usize,
     /// Foreign routes overwritten by claim.
     pub overwrote: Vec<Overwrite>,
     /// Handovers that finished.
@@ -1226,11 +1226,12 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 .is_some_and(|k| Self::in_sync(&d.route, oif, k))
             {
                 c.programmed += 1;
+            } else if self.blocked.contains(&d.route.key) {
+                c.held += 1;
             }
         }
         report.kernel_routes = self.kernel.len();
         report.pending = self.dirty.len();
-        report.held_by_others = self.blocked.iter().filter(|k| self.desired.contains_key(k)).count();
         report.duration = self.clock.now().saturating_duration_since(started);
     }
 }

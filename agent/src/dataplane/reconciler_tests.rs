@@ -171,6 +171,10 @@ async fn foreign_route_at_our_key_is_reported_not_overwritten() {
     assert_eq!(rep.conflicts.len(), 1, "{rep:?}");
     assert_eq!(rep.errors[&ErrorKind::ForeignRouteAtKey], 1);
     assert_eq!(nl.state().routes[&f.key], f);
+    // Counted as held by another writer, not as programmed.
+    let held: usize = rep.by_class.values().map(|c| c.held).sum();
+    assert_eq!(held, 1, "{rep:?}");
+    assert_eq!(rep.by_class.values().map(|c| c.desired - c.programmed).sum::<usize>(), 1);
     // Many more applies (including resyncs) never overwrite it.
     for _ in 0..3 {
         r.request_resync();
@@ -183,6 +187,7 @@ async fn foreign_route_at_our_key_is_reported_not_overwritten() {
     let rep = r.apply().await;
     assert_eq!(rep.writes, 1);
     assert_eq!(nl.state().routes[&f.key].protocol, 80);
+    assert_eq!(rep.by_class.values().map(|c| c.held).sum::<usize>(), 0);
 }
 
 #[tokio::test]

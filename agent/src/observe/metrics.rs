@@ -36,7 +36,8 @@ pub struct RouteLabels {
     pub family: &'static str,
     /// `ipip`, `noencap`, `vxlan`.
     pub class: &'static str,
-    /// `desired` or `programmed`.
+    /// `desired`, `programmed`, or `held` (another writer's route holds the key and
+    /// routewarden will not overwrite it; not programmed, not missing).
     pub state: &'static str,
 }
 
@@ -160,7 +161,7 @@ pub struct Metrics {
     /// routes (S08: a BlockAffinity naming another node than its IPAMBlock), 1 per problem;
     /// the log line names both nodes.
     pub route_problems: Family<ProblemLabels, Gauge>,
-    /// `routewarden_routes{family,class,state}`: desired vs programmed cluster routes.
+    /// `routewarden_routes{family,class,state}`: desired vs programmed vs held cluster routes.
     pub routes: Family<RouteLabels, Gauge>,
     /// `routewarden_route_operations_total{op,result}`: netlink route writes.
     pub route_operations: Family<OperationLabels, Counter>,
@@ -187,10 +188,6 @@ pub struct Metrics {
     pub route_flushes: Family<FamilyLabels, Counter>,
     /// `routewarden_flapping_prefixes`: prefixes in flap or conflict now.
     pub flapping_prefixes: Gauge,
-    /// `routewarden_routes_held_by_others`: desired routes whose kernel key holds another
-    /// writer's route that routewarden may not overwrite (create-exclusive refused): two
-    /// components are told to program the same routes (`double-programmed`).
-    pub routes_held_by_others: Gauge,
     /// `routewarden_route_watch_backend_info{backend}`: 1 for the running backend.
     pub route_watch_backend: Family<BackendLabels, Gauge>,
     /// `routewarden_route_watch_events_lost_total`: ring-buffer records dropped (buffer full).
@@ -234,7 +231,7 @@ impl Metrics {
         r.register("datastore_invalid_objects", "Datastore objects currently skipped because they failed validation", m.datastore_invalid_objects.clone());
         r.register("ownership_findings", "Findings of the current ownership decision, by code and pool class", m.ownership_findings.clone());
         r.register("route_problems", "Problems in the IPAM data that change routes, by code and IPAM block", m.route_problems.clone());
-        r.register("routes", "Cluster routes routewarden wants (desired) and has in the kernel (programmed)", m.routes.clone());
+        r.register("routes", "Cluster routes routewarden wants (desired), has in the kernel (programmed), and finds held by another writer it will not overwrite (held)", m.routes.clone());
         r.register("route_operations", "Netlink route writes, by operation and result", m.route_operations.clone());
         r.register("netlink_errors", "Netlink errors, by operation and errno kind", m.netlink_errors.clone());
         r.register("reconcile_duration_seconds", "Duration of one route-table apply pass", m.reconcile_duration.0.clone());
@@ -247,7 +244,6 @@ impl Metrics {
         r.register("route_flaps", "Flap episodes: a prefix changed at least threshold times within the window", m.route_flaps.clone());
         r.register("route_flushes", "Routes removed by the kernel without a writer (link down flush)", m.route_flushes.clone());
         r.register("flapping_prefixes", "Prefixes in flap or conflict now", m.flapping_prefixes.clone());
-        r.register("routes_held_by_others", "Desired routes whose key holds another writer's route that routewarden will not overwrite", m.routes_held_by_others.clone());
         r.register("route_watch_backend_info", "In-kernel route watch backend in use (1), none when degraded", m.route_watch_backend.clone());
         r.register("route_watch_events_lost", "Route-watch ring-buffer records lost because the buffer was full", m.route_watch_events_lost.clone());
         r.register("forwarded_packets", "Packets leaving for cluster destinations, by IP pool and path taken (each packet once)", m.forwarded_packets.clone());

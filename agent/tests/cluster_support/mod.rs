@@ -456,6 +456,16 @@ impl ClusterLab {
             .sum()
     }
 
+    /// Sum over families and classes of `routewarden_routes{state="<state>"}` on `node`.
+    pub fn routes_in_state(&self, node: &str, state: &str) -> f64 {
+        let label = format!("state=\"{state}\"");
+        self.metrics(node)
+            .lines()
+            .filter(|l| l.starts_with("routewarden_routes{") && l.contains(&label))
+            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+            .sum()
+    }
+
     /// Path of a datastore file.
     pub fn file(&self, name: &str) -> PathBuf {
         self.datastore.path().join(name)
