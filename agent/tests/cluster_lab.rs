@@ -368,8 +368,8 @@ fn s5_upgrade_handover_after_bird_killed_removes_released_leftovers() {
 }
 
 /// Scenario 6: a dedicated cluster-route table. routewarden programs IPIP into table 48 (a
-/// rule sends every lookup there first), BIRD no-encap into main; neither touches the
-/// other's table and all traffic flows.
+/// rule looks it up after main), BIRD no-encap into main; neither touches the other's table,
+/// all traffic flows, and the audit checks each writer in its own table.
 #[test]
 fn s6_table_48_for_routewarden_bird_in_main() {
     const TEST: &str = "s6_table_48_for_routewarden_bird_in_main";
@@ -396,6 +396,9 @@ fn s6_table_48_for_routewarden_bird_in_main() {
     for node in NODES {
         assert_eq!(cl.routes_in_state(node, "held"), 0.0);
         assert_eq!(cl.metric_sum(node, "routewarden_route_conflicts_total"), 0.0);
+        // With the agents' role, routewarden's routes are audited in 48 and BIRD's in main.
+        let (clean, out) = cl.audit(node, &["--role", "felix", "--route-table", "48"]);
+        assert!(clean, "{node}: audit:\n{out}");
     }
 }
 

@@ -31,7 +31,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::model::{Family, KernelRoute, RouteKind, RTPROT_BIRD, RTPROT_FELIX, RTPROT_KERNEL, RT_SCOPE_UNIVERSE};
+use super::model::{Family, KernelRoute, RouteKind, RTPROT_BIRD, RTPROT_FELIX, RTPROT_KERNEL, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN};
 use super::netlink::{NetlinkError, RouteNetlink};
 use crate::routes::{ClusterRoute, RouteDevices, RoutePath, Writer};
 
@@ -326,8 +326,27 @@ fn path_label(p: Path<'_>) -> String {
     }
 }
 
-/// Dump every route of `scope.table` (both families, all protocols) and every link, then
-/// [`audit`].
+/// [`audit`] with routewarden in its own table (`--route-table`, e.g. 48): routewarden's
+/// expectations are checked in `scope.table`, Felix's and BIRD's in main, where they
+/// program (Felix's route table and BIRD's kernel protocol without `kernel table`, reference
+/// §1.7); the unowned prefixes are reported once, from main. With `scope.table` main this is
+/// [`audit`]. `kernel` holds the routes of both tables.
+pub fn audit_tables(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &AuditScope) -> AuditReport {
+    if scope.table == RT_TABLE_MAIN {
+        return audit(kernel, expected, scope);
+    }
+    let (ours, others): (Vec<ExpectedRoute>, Vec<ExpectedRoute>) = expected.iter().cloned().partition(|e| e.owner == Writer::Routewarden);
+    let mut report = audit(kernel, &ours, &AuditScope { unowned: Vec::new(), ..scope.clone() });
+    let main = audit(kernel, &others, &AuditScope { table: RT_TABLE_MAIN, ..scope.clone() });
+    report.expected += main.expected;
+    report.kernel_routes += main.kernel_routes;
+    report.findings.extend(main.findings);
+    report.findings.sort();
+    report
+}
+
+/// Dump every route of `scope.table` and of main (both families, all protocols) and every
+/// link, then [`audit_tables`].
 ///
 /// # Errors
 /// A failed dump ([`NetlinkError`]).
@@ -339,11 +358,13 @@ pub async fn audit_kernel<N: RouteNetlink>(
     let links = nl.dump_links().await?;
     let names: BTreeMap<u32, String> = links.into_iter().map(|l| (l.index, l.name)).collect();
     let mut routes = Vec::new();
-    for family in [Family::V4, Family::V6] {
-        let observed = nl.dump_routes(family, scope.table, 0).await?;
-        routes.extend(observed.iter().filter(|r| !r.cloned).map(|r| r.named(|i| names.get(&i).cloned())));
+    for table in BTreeSet::from([scope.table, RT_TABLE_MAIN]) {
+        for family in [Family::V4, Family::V6] {
+            let observed = nl.dump_routes(family, table, 0).await?;
+            routes.extend(observed.iter().filter(|r| !r.cloned).map(|r| r.named(|i| names.get(&i).cloned())));
+        }
     }
-    Ok(audit(&routes, expected, scope))
+    Ok(audit_tables(&routes, expected, scope))
 }
 
 #[cfg(test)]
@@ -486,5 +507,29 @@ mod tests {
         let exp = vec![e("10.244.20.0/26", RoutePath::HostNic, Some("10.0.0.11"), Writer::Felix, 80)];
         let kernel = vec![underlay, k("10.244.20.0/26", Some("10.0.1.1"), Some("eth0"), 80, 1024)];
         assert_eq!(codes(&audit(&kernel, &exp, &scope())), vec![("10.244.20.0/26".into(), "wrong-next-hop")]);
+    }
+
+    #[test]
+    fn own_table_audits_routewarden_there_and_felix_bird_in_main() {
+        let mut ours = k("10.244.20.0/26", Some("10.0.0.12"), Some("tunl0"), 201, 1024);
+        ours.key = RouteKey::new(48, ours.key.dst, 0, 1024);
+        let bird = k("10.246.30.0/26", Some("10.0.0.13"), Some("eth0"), 12, 1024);
+        let exp = vec![
+            e("10.244.20.0/26", RoutePath::Tunnel, Some("10.0.0.12"), Writer::Routewarden, 201),
+            e("10.246.30.0/26", RoutePath::HostNic, Some("10.0.0.13"), Writer::Bird, 12),
+        ];
+        let mut sc = scope();
+        sc.table = 48;
+        sc.cluster_cidrs.push("10.246.0.0/16".parse().unwrap());
+        let r = audit_tables(&[ours.clone(), bird.clone()], &exp, &sc);
+        assert!(r.is_clean(), "{:?}", r.findings);
+        assert_eq!((r.expected, r.kernel_routes), (2, 2));
+        // One table alone would call BIRD's route missing (old behaviour of the single-table audit).
+        assert_eq!(codes(&audit(&[ours.clone(), bird], &exp, &sc)), vec![("10.246.30.0/26".into(), "missing")]);
+        // routewarden's route in main instead of 48 is missing from 48 and stale in main.
+        let mut misplaced = ours;
+        misplaced.key = RouteKey::new(254, misplaced.key.dst, 0, 1024);
+        let r = audit_tables(&[misplaced], &exp[..1], &sc);
+        assert_eq!(codes(&r), vec![("10.244.20.0/26".into(), "missing"), ("10.244.20.0/26".into(), "stale")]);
     }
 }
