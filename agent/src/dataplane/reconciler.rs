@@ -227,7 +227,8 @@ pub struct ApplyReport {
     pub deletes_deferred_handover: usize,
     /// Desired routes waiting for their device (missing or down).
     pub waiting_for_device: BTreeMap<String, usize>,
-    /// Keys held by a route we do not own, found in this apply.
+    /// Keys found held by a route we do not own in this apply (each reported once per hold;
+    /// `ClassCount::held` counts them every apply).
     pub conflicts: Vec<Conflict>,
     /// Foreign routes overwritten by claim.
     pub overwrote: Vec<Overwrite>,
@@ -341,7 +342,7 @@ pub struct Reconciler<N, C> {
     kernel: BTreeMap<RouteKey, KernelEntry>,
     dirty: BTreeSet<RouteKey>,
     retries: HashMap<RouteKey, Retry>,
-    blocked: BTreeSet<RouteKey>,
+    blocked: BTreeMap<RouteKey, bool>,
     handovers: BTreeMap<RouteKey, PendingHandover>,
     released: Vec<HandoverOutcome>,
     bad_desired: Vec<ConversionError>,
@@ -368,7 +369,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             kernel: BTreeMap::new(),
             dirty: BTreeSet::new(),
             retries: HashMap::new(),
-            blocked: BTreeSet::new(),
+            blocked: BTreeMap::new(),
             handovers: BTreeMap::new(),
             released: Vec::new(),
             bad_desired: Vec::new(),
@@ -544,7 +545,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 {
                     // Another writer took the key: never fight it, report it.
                     self.kernel.remove(&key);
-                    self.blocked.insert(key);
+                    self.blocked.entry(key).or_insert(false);
                     self.dirty.insert(key);
                 }
             }
@@ -558,7 +559,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     self.kernel.remove(&key);
                     self.dirty.insert(key);
                 }
-                if self.blocked.remove(&key) {
+                if self.blocked.remove(&key).is_some() {
                     self.retries.remove(&key);
                     self.dirty.insert(key);
                 }
@@ -726,7 +727,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // A key we thought foreign-held that is ours after all (written meanwhile, or claimed
         // by a new policy): retry it at once.
         for k in fresh.keys() {
-            if self.blocked.remove(k) {
+            if self.blocked.remove(k).is_some() {
                 self.retries.remove(k);
             }
         }
@@ -1093,13 +1094,17 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     let kind = ErrorKind::of(&e);
                     failed_dsts.insert((key.table, key.dst));
                     if *exclusive && e.errno() == Some(Errno::EEXIST) {
-                        report.conflicts.push(Conflict {
-                            key,
-                            wanted: route.to_string(),
-                        });
-                        // First time: maybe the route is ours after all (written meanwhile);
-                        // a resync tells.
-                        if self.blocked.insert(key) {
+                        // Reported once per hold (until the holder's route goes or becomes
+                        // ours); the held count says it meanwhile.
+                        let reported = self.blocked.entry(key).or_insert(false);
+                        if !*reported {
+                            *reported = true;
+                            report.conflicts.push(Conflict {
+                                key,
+                                wanted: route.to_string(),
+                            });
+                            // First time: maybe the route is ours after all (written
+                            // meanwhile); a resync tells.
                             self.resync_due = self.resync_due.min(now);
                         }
                     } else if matches!(
@@ -1226,7 +1231,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 .is_some_and(|k| Self::in_sync(&d.route, oif, k))
             {
                 c.programmed += 1;
-            } else if self.blocked.contains(&d.route.key) {
+            } else if self.blocked.contains_key(&d.route.key) {
                 c.held += 1;
             }
         }

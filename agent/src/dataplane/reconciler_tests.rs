@@ -175,10 +175,11 @@ async fn foreign_route_at_our_key_is_reported_not_overwritten() {
     let held: usize = rep.by_class.values().map(|c| c.held).sum();
     assert_eq!(held, 1, "{rep:?}");
     assert_eq!(rep.by_class.values().map(|c| c.desired - c.programmed).sum::<usize>(), 1);
-    // Many more applies (including resyncs) never overwrite it.
+    // Many more applies (including resyncs) never overwrite it, and report it only once.
     for _ in 0..3 {
         r.request_resync();
-        r.apply().await;
+        let rep = r.apply().await;
+        assert!(rep.conflicts.is_empty(), "{rep:?}");
     }
     assert_eq!(nl.state().routes[&f.key], f);
     // The foreign writer removes it: we install ours promptly.
