@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cluster_support::{serial, set_program_cluster_routes, skip, wait_for, ClusterLab, Options, NODES, WORKLOADS};
+use cluster_support::{sample, serial, set_program_cluster_routes, skip, wait_for, ClusterLab, Options, NODES, WORKLOADS};
 use routewarden_lab::traffic::Probe;
 
 /// The IPIP-class routes routewarden programs on node-a and node-d in the example cluster
@@ -541,3 +541,41 @@ fn s06_duplicate_at_another_metric_is_reported() {
     assert_eq!(cl.echo("10.246.10.5", "10.246.30.5", 2), 2);
     assert_eq!(cl.metric_sum("node-a", "routewarden_route_conflicts_total"), 0.0);
 }
+
+/// S01: a second BIRD on node-a exports node-c's no-encap block at the same key (table,
+/// prefix, metric 1024) with another next hop. Each BIRD's kernel scan finds the other's
+/// route where its own should be and replaces it (BIRD 2: delete, then add), every second.
+/// The churn watch reports the conflict as `bird+bird` and the prefix as flapping; once the
+/// second BIRD is gone the gauge returns to 0 and the lab BIRD's route stays; routewarden,
+/// which shares no protocol with them, deletes nothing meanwhile.
+#[test]
+fn s01_two_birds_fight_over_a_block() {
+    const TEST: &str = "s01_two_birds_fight_over_a_block";
+    if skip(TEST) {
+        return;
+    }
+    let _serial = serial();
+    let window = ["--route-watch-window".to_string(), "3".to_string()];
+    let cl = ClusterLab::start(Options { agent_flags: window.to_vec(), ..Options::default() });
+    let deletes_before = cl.metrics("node-a").lines().find(|l| l.starts_with("routewarden_route_operations_total{op=\"delete\",result=\"ok\"}")).map(str::to_string);
+    let conf = "router id 10.0.0.111;\n\
+                protocol device { scan time 2; }\n\
+                protocol kernel { learn off; metric 0; scan time 1; ipv4 { import none; export filter { krt_metric = 1024; accept; }; }; }\n\
+                protocol static { ipv4; route 10.246.30.0/26 via 10.0.0.12; }\n";
+    let mut second = routewarden_lab::bird::Bird::start(Some(&cl.lab.node_ns("node-a")), cl.bird_dir.path(), "node-a-second", conf).unwrap();
+    let started = Instant::now();
+    let conflict = r#"routewarden_route_conflicts_total{family="ipv4",writers="bird+bird"}"#;
+    wait_for("bird+bird conflict and a flapping prefix on node-a", Duration::from_secs(15), || {
+        let m = cl.metrics("node-a");
+        (sample(&m, conflict).unwrap_or(0.0) >= 1.0 && cl.metric_sum("node-a", "routewarden_flapping_prefixes") >= 1.0).then_some(())
+    });
+    eprintln!("{TEST}: bird+bird conflict and flap reported {:?} after the second BIRD started", started.elapsed());
+    second.kill();
+    wait_for("flapping gauge back to 0", Duration::from_secs(20), || (cl.metric_sum("node-a", "routewarden_flapping_prefixes") == 0.0).then_some(()));
+    wait_for("the lab BIRD's route back", Duration::from_secs(5), || {
+        (cl.routes("node-a", "main", Some("bird")).iter().any(|r| r == "10.246.30.0/26 via 10.0.0.13 dev eth0 proto bird metric 1024")).then_some(())
+    });
+    let deletes_after = cl.metrics("node-a").lines().find(|l| l.starts_with("routewarden_route_operations_total{op=\"delete\",result=\"ok\"}")).map(str::to_string);
+    assert_eq!(deletes_after, deletes_before, "routewarden deleted routes during the BIRD fight");
+}
+

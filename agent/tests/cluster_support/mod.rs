@@ -19,7 +19,7 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-pub use lab_support::{copy_examples, metrics, wait_for, Agent};
+pub use lab_support::{copy_examples, metrics, sample, wait_for, Agent};
 use routewarden::datastore::FileDatastore;
 use routewarden_lab::bird::Bird;
 use routewarden_lab::traffic::{echo_count, UdpEcho};
