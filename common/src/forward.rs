@@ -148,7 +148,16 @@ pub struct ForwardTarget {
     pub class: u8,
     /// Expected [`ForwardPath`] as a byte.
     pub expected: u8,
+    /// The path the last packet to this destination took, written by the TC program (the
+    /// fast path: a packet on the expected path that took the same path as the last one
+    /// needs no per-block state); [`LAST_PATH_UNKNOWN`] when userspace (re)writes the entry.
+    pub last_path: u8,
+    /// Padding, zero.
+    pub _pad: [u8; 3],
 }
+
+/// [`ForwardTarget::last_path`] before the TC program has seen a packet to the entry.
+pub const LAST_PATH_UNKNOWN: u8 = 0xff;
 
 /// Key of the `FORWARD_BLOCKS` LRU map: a destination block in trie form.
 #[repr(C)]
@@ -273,7 +282,7 @@ mod pod {
     unsafe impl aya::Pod for super::ForwardStats {}
 }
 
-const _: () = assert!(core::mem::size_of::<ForwardTarget>() == 24);
+const _: () = assert!(core::mem::size_of::<ForwardTarget>() == 28);
 const _: () = assert!(core::mem::size_of::<BlockKey>() == 20);
 const _: () = assert!(core::mem::size_of::<BlockState>() == 24);
 const _: () = assert!(core::mem::size_of::<ForwardRecord>() == 64);

@@ -22,7 +22,7 @@
 //! data flow: `routewarden_common::forward`.
 use aya_ebpf::{
     bindings::{bpf_hdr_start_off::BPF_HDR_START_NET, TC_ACT_UNSPEC},
-    helpers::{bpf_ktime_get_ns, bpf_skb_load_bytes_relative},
+    helpers::{bpf_ktime_get_ns, bpf_map_lookup_elem, bpf_skb_load_bytes_relative},
     macros::{classifier, map},
     maps::{
         lpm_trie::{Key, LpmTrie},
@@ -32,7 +32,7 @@ use aya_ebpf::{
 };
 use routewarden_common::forward::{
     counter_index, BlockKey, BlockState, ForwardCounters, ForwardRecord, ForwardRecordKind, ForwardStats,
-    ForwardTarget, Observation, COUNTER_SLOTS, MAX_POOLS,
+    ForwardTarget, Observation, COUNTER_SLOTS, LAST_PATH_UNKNOWN, MAX_POOLS,
 };
 
 /// Cluster destinations: IPAM blocks and borrowed IPs, IPv4 as IPv4-mapped IPv6. Filled and
@@ -175,13 +175,23 @@ fn watch(ctx: &TcContext, host_nic: bool) {
 
 #[inline(always)]
 fn lookup_and_account(ctx: &TcContext, dst: [u8; 16], obs: Observation) {
-    let Some(target) = DESTINATIONS.get(Key::new(128, dst)) else { return };
-    let target = *target;
-    account(ctx, &target, &dst, obs);
+    let key = Key::new(128, dst);
+    // The value is written in place (`last_path`), so look it up through the helper for a
+    // writable pointer (aya-ebpf's `LpmTrie::get` hands out `&V`). `LpmTrie` is
+    // `repr(transparent)` over its map definition, which is what the helper takes.
+    // SAFETY: a lookup in this program's own map with a key of the map's type.
+    let value = unsafe { bpf_map_lookup_elem(core::ptr::addr_of!(DESTINATIONS).cast_mut().cast(), core::ptr::addr_of!(key).cast()) };
+    if value.is_null() {
+        return;
+    }
+    // SAFETY: non-null value of `FORWARD_DESTINATIONS`, a `ForwardTarget`, valid for this run
+    // (RCU); racy one-byte writes from several CPUs are benign (the slow path reconciles).
+    let target = unsafe { &mut *value.cast::<ForwardTarget>() };
+    account(ctx, target, &dst, obs);
 }
 
 #[inline(always)]
-fn account(ctx: &TcContext, target: &ForwardTarget, dst: &[u8; 16], obs: Observation) {
+fn account(ctx: &TcContext, target: &mut ForwardTarget, dst: &[u8; 16], obs: Observation) {
     let actual = obs.path() as u8;
     match counter_index(target.pool, target.expected, obs as u8) {
         Some(i) => {
@@ -200,17 +210,35 @@ fn account(ctx: &TcContext, target: &ForwardTarget, dst: &[u8; 16], obs: Observa
         }
     }
     let wrong = target.expected != actual;
-    let key = BlockKey { prefix_len: target.prefix_len, block: target.block };
-    let Some(state) = BLOCKS.get_ptr_mut(&key) else {
-        // First packet of this block (or evicted): remember its path; a first packet is never a
-        // change.
-        let now = if wrong { now_ns() } else { 0 };
-        let fresh = BlockState { last_path: actual, _pad: [0; 3], changes: 0, window_start_ns: 0, last_sample_ns: now };
-        let _ = BLOCKS.insert(&key, &fresh, 0);
-        if wrong {
-            emit(ctx, ForwardRecordKind::WrongPath, target, dst, obs, actual, 0, now);
-        }
+    // Fast path: the expected path again, as the last packet to this destination took it. The
+    // block's state would not change, so it is not looked up (about a quarter of the
+    // program's cost, `cargo xtask bench tc-overhead`).
+    if !wrong && target.last_path == actual {
         return;
+    }
+    let seen = target.last_path;
+    target.last_path = actual;
+    let key = BlockKey { prefix_len: target.prefix_len, block: target.block };
+    let state = match BLOCKS.get_ptr_mut(&key) {
+        Some(state) => state,
+        // The block's state is gone (LRU: the fast path does not refresh it) but the entry
+        // remembers another path: start from that one, so this change counts.
+        None if seen != LAST_PATH_UNKNOWN && seen != actual => {
+            let known = BlockState { last_path: seen, _pad: [0; 3], changes: 0, window_start_ns: 0, last_sample_ns: 0 };
+            let _ = BLOCKS.insert(&key, &known, 0);
+            let Some(state) = BLOCKS.get_ptr_mut(&key) else { return };
+            state
+        }
+        None => {
+            // First packet of this block: remember its path; a first packet is never a change.
+            let now = if wrong { now_ns() } else { 0 };
+            let fresh = BlockState { last_path: actual, _pad: [0; 3], changes: 0, window_start_ns: 0, last_sample_ns: now };
+            let _ = BLOCKS.insert(&key, &fresh, 0);
+            if wrong {
+                emit(ctx, ForwardRecordKind::WrongPath, target, dst, obs, actual, 0, now);
+            }
+            return;
+        }
     };
     // SAFETY: value pointer from the lookup, valid for this run (RCU); racy by design (see
     // `BlockState`).

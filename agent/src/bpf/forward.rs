@@ -44,7 +44,7 @@ use ipnet::IpNet;
 use routewarden_common::forward::{
     counter_index, ForwardCounters, ForwardPath, ForwardStats, ForwardTarget, Observation, FORWARD_COUNTERS_MAP,
     FORWARD_DESTINATIONS_MAP, FORWARD_EVENTS_MAP, FORWARD_FLAPS_MAP, FORWARD_STATS_MAP, GLOBAL_FLAP_THRESHOLD,
-    GLOBAL_SAMPLE_INTERVAL_NS, GLOBAL_WINDOW_NS, MAX_POOLS, PROG_TC_FORWARD_HOST, PROG_TC_FORWARD_TUNNEL,
+    GLOBAL_SAMPLE_INTERVAL_NS, GLOBAL_WINDOW_NS, LAST_PATH_UNKNOWN, MAX_POOLS, PROG_TC_FORWARD_HOST, PROG_TC_FORWARD_TUNNEL,
 };
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
@@ -395,7 +395,15 @@ impl ForwardWatch {
                 let (prefix_len, block) = entries::trie_key(&e.prefix);
                 want.insert(
                     e.prefix,
-                    ForwardTarget { block, prefix_len, pool, class: entries::class_byte(e.class), expected: e.expected as u8 },
+                    ForwardTarget {
+                        block,
+                        prefix_len,
+                        pool,
+                        class: entries::class_byte(e.class),
+                        expected: e.expected as u8,
+                        last_path: LAST_PATH_UNKNOWN,
+                        _pad: [0; 3],
+                    },
                 );
             }
         }
