@@ -5,8 +5,9 @@
 //!
 //! ```text
 //! Plan (desired routes / ownership expectation)
-//!   └─> userspace: FORWARD_DESTINATIONS  LPM trie  Key<[u8; 16]> -> ForwardTarget
-//!                                               (IPv4 as ::ffff:a.b.c.d, prefix len + 96)
+//!   └─> userspace: FORWARD_DESTINATIONS_V4  LPM trie  Key<[u8; 4]>  -> ForwardTarget
+//!                  FORWARD_DESTINATIONS     LPM trie  Key<[u8; 16]> -> ForwardTarget (IPv6)
+//!       (a ForwardTarget names its block in trie form: IPv4 as ::ffff:a.b.c.d, length + 96)
 //! egress skb on the tunnel device / host NIC
 //!   └─> tc_forward_tunnel / tc_forward_host: dst (or inner dst of IPIP on the NIC)
 //!         ├─ not in the trie: return TC_ACT_UNSPEC, nothing else touched
@@ -289,6 +290,9 @@ const _: () = assert!(core::mem::size_of::<ForwardRecord>() == 64);
 
 /// Name of the LPM trie of cluster destinations.
 pub const FORWARD_DESTINATIONS_MAP: &str = "FORWARD_DESTINATIONS";
+/// The IPv4 destinations trie (4-byte keys: a lookup compares a quarter of the bytes of the
+/// IPv4-mapped form).
+pub const FORWARD_DESTINATIONS_V4_MAP: &str = "FORWARD_DESTINATIONS_V4";
 /// Name of the per-CPU counter array ([`COUNTER_SLOTS`] x [`ForwardCounters`]).
 pub const FORWARD_COUNTERS_MAP: &str = "FORWARD_COUNTERS";
 /// Name of the per-CPU flap counters (`MAX_POOLS` x `u64`).

@@ -35,11 +35,16 @@ use routewarden_common::forward::{
     ForwardTarget, Observation, COUNTER_SLOTS, LAST_PATH_UNKNOWN, MAX_POOLS,
 };
 
-/// Cluster destinations: IPAM blocks and borrowed IPs, IPv4 as IPv4-mapped IPv6. Filled and
-/// diffed by the agent. 65536 entries is a 5,000-node cluster with ten blocks per node and
-/// 15,000 borrowed IPs; memory is allocated per entry (`BPF_F_NO_PREALLOC`).
+/// IPv6 cluster destinations: IPAM blocks and borrowed IPs. Filled and diffed by the agent.
+/// 65536 entries is a 5,000-node cluster with ten blocks per node and 15,000 borrowed IPs;
+/// memory is allocated per entry (`BPF_F_NO_PREALLOC`).
 #[map(name = "FORWARD_DESTINATIONS")]
 static DESTINATIONS: LpmTrie<[u8; 16], ForwardTarget> = LpmTrie::with_max_entries(65536, 0);
+
+/// IPv4 cluster destinations, as [`DESTINATIONS`] with 4-byte keys (the IPv4-mapped form
+/// made every lookup compare 16 bytes per trie node).
+#[map(name = "FORWARD_DESTINATIONS_V4")]
+static DESTINATIONS_V4: LpmTrie<[u8; 4], ForwardTarget> = LpmTrie::with_max_entries(65536, 0);
 
 /// Packets and bytes per (pool, expected path, observation); see `counter_index`.
 #[map(name = "FORWARD_COUNTERS")]
@@ -159,10 +164,10 @@ fn watch(ctx: &TcContext, host_nic: bool) {
             if inner[0] >> 4 != 4 {
                 return;
             }
-            lookup_and_account(ctx, mapped(inner[16], inner[17], inner[18], inner[19]), Observation::HostIpip);
+            lookup_and_account_v4(ctx, [inner[16], inner[17], inner[18], inner[19]], Observation::HostIpip);
         } else {
             let obs = if host_nic { Observation::HostNative } else { Observation::TunnelDevice };
-            lookup_and_account(ctx, mapped(h[16], h[17], h[18], h[19]), obs);
+            lookup_and_account_v4(ctx, [h[16], h[17], h[18], h[19]], obs);
         }
     } else if proto == ETH_P_IPV6 {
         let Some(h) = load_net::<40>(ctx, 0) else { return };
@@ -176,18 +181,29 @@ fn watch(ctx: &TcContext, host_nic: bool) {
 #[inline(always)]
 fn lookup_and_account(ctx: &TcContext, dst: [u8; 16], obs: Observation) {
     let key = Key::new(128, dst);
-    // The value is written in place (`last_path`), so look it up through the helper for a
-    // writable pointer (aya-ebpf's `LpmTrie::get` hands out `&V`). `LpmTrie` is
-    // `repr(transparent)` over its map definition, which is what the helper takes.
-    // SAFETY: a lookup in this program's own map with a key of the map's type.
-    let value = unsafe { bpf_map_lookup_elem(core::ptr::addr_of!(DESTINATIONS).cast_mut().cast(), core::ptr::addr_of!(key).cast()) };
-    if value.is_null() {
-        return;
+    if let Some(target) = target_of(&DESTINATIONS, &key) {
+        account(ctx, target, &dst, obs);
     }
-    // SAFETY: non-null value of `FORWARD_DESTINATIONS`, a `ForwardTarget`, valid for this run
-    // (RCU); racy one-byte writes from several CPUs are benign (the slow path reconciles).
-    let target = unsafe { &mut *value.cast::<ForwardTarget>() };
-    account(ctx, target, &dst, obs);
+}
+
+#[inline(always)]
+fn lookup_and_account_v4(ctx: &TcContext, dst: [u8; 4], obs: Observation) {
+    let key = Key::new(32, dst);
+    if let Some(target) = target_of(&DESTINATIONS_V4, &key) {
+        account(ctx, target, &mapped(dst[0], dst[1], dst[2], dst[3]), obs);
+    }
+}
+
+/// The trie value for `key`, writable: the program keeps `last_path` in it. aya-ebpf's
+/// `LpmTrie::get` hands out `&V`, so this calls the helper itself; `LpmTrie` is
+/// `repr(transparent)` over its map definition, which is what the helper takes.
+#[inline(always)]
+fn target_of<K>(map: &'static LpmTrie<K, ForwardTarget>, key: &Key<K>) -> Option<&'static mut ForwardTarget> {
+    // SAFETY: a lookup in this program's own map with a key of the map's type.
+    let value = unsafe { bpf_map_lookup_elem(core::ptr::from_ref(map).cast_mut().cast(), core::ptr::from_ref(key).cast()) };
+    // SAFETY: a non-null value of the map, a `ForwardTarget`, valid for this run (RCU); racy
+    // one-byte writes from several CPUs are benign (the slow path reconciles).
+    (!value.is_null()).then(|| unsafe { &mut *value.cast::<ForwardTarget>() })
 }
 
 #[inline(always)]

@@ -44,7 +44,7 @@ use ipnet::IpNet;
 use routewarden_common::forward::{
     counter_index, ForwardCounters, ForwardPath, ForwardStats, ForwardTarget, Observation, FORWARD_COUNTERS_MAP,
     FORWARD_DESTINATIONS_MAP, FORWARD_EVENTS_MAP, FORWARD_FLAPS_MAP, FORWARD_STATS_MAP, GLOBAL_FLAP_THRESHOLD,
-    GLOBAL_SAMPLE_INTERVAL_NS, GLOBAL_WINDOW_NS, LAST_PATH_UNKNOWN, MAX_POOLS, PROG_TC_FORWARD_HOST, PROG_TC_FORWARD_TUNNEL,
+    GLOBAL_SAMPLE_INTERVAL_NS, GLOBAL_WINDOW_NS, LAST_PATH_UNKNOWN, FORWARD_DESTINATIONS_V4_MAP, MAX_POOLS, PROG_TC_FORWARD_HOST, PROG_TC_FORWARD_TUNNEL,
 };
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
@@ -153,6 +153,48 @@ pub enum ForwardError {
     /// The ring-buffer reader was already started.
     #[error("the ring-buffer reader is already running")]
     ReaderTaken,
+}
+
+/// Make one family's trie hold exactly the entries of `want` that `key_of` maps to it:
+/// insert new prefixes, overwrite changed ones in place, delete gone ones; `installed` and
+/// `update` follow. Per-entry failures go to `update.failed` (retried next time).
+fn sync_trie<K: aya::Pod>(
+    trie: &mut LpmTrie<&mut MapData, K, ForwardTarget>,
+    key_of: impl Fn(&IpNet) -> Option<Key<K>>,
+    want: &BTreeMap<IpNet, ForwardTarget>,
+    installed: &mut BTreeMap<IpNet, ForwardTarget>,
+    update: &mut DestinationsUpdate,
+) {
+    for (prefix, target) in want {
+        let Some(key) = key_of(prefix) else { continue };
+        let old = installed.get(prefix);
+        if old == Some(target) {
+            continue;
+        }
+        match trie.insert(&key, *target, 0) {
+            Ok(()) => {
+                if old.is_some() {
+                    update.updated += 1;
+                } else {
+                    update.inserted += 1;
+                }
+                installed.insert(*prefix, *target);
+            }
+            Err(e) => update.failed.push((*prefix, e.to_string())),
+        }
+    }
+    let gone: Vec<IpNet> = installed.keys().filter(|p| !want.contains_key(p)).copied().collect();
+    for prefix in gone {
+        let Some(key) = key_of(&prefix) else { continue };
+        match trie.remove(&key) {
+            // Already absent (someone else removed it) is as good as removed.
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {
+                update.removed += 1;
+                installed.remove(&prefix);
+            }
+            Err(e) => update.failed.push((prefix, e.to_string())),
+        }
+    }
 }
 
 fn map_err(map: &'static str, op: &'static str) -> impl Fn(aya::maps::MapError) -> ForwardError {
@@ -407,39 +449,25 @@ impl ForwardWatch {
                 );
             }
         }
+        // One trie per family (4-byte IPv4 keys); the same diff against `installed` for each.
+        {
+            let map = self.bpf.map_mut(FORWARD_DESTINATIONS_V4_MAP).ok_or(ForwardError::Missing(FORWARD_DESTINATIONS_V4_MAP))?;
+            let mut trie: LpmTrie<&mut MapData, [u8; 4], ForwardTarget> =
+                LpmTrie::try_from(map).map_err(map_err(FORWARD_DESTINATIONS_V4_MAP, "open"))?;
+            let key_of = |p: &IpNet| match p {
+                IpNet::V4(n) => Some(Key::new(u32::from(n.prefix_len()), n.network().octets())),
+                IpNet::V6(_) => None,
+            };
+            sync_trie(&mut trie, key_of, &want, &mut self.installed, &mut update);
+        }
         let map = self.bpf.map_mut(FORWARD_DESTINATIONS_MAP).ok_or(ForwardError::Missing(FORWARD_DESTINATIONS_MAP))?;
         let mut trie: LpmTrie<&mut MapData, [u8; 16], ForwardTarget> =
             LpmTrie::try_from(map).map_err(map_err(FORWARD_DESTINATIONS_MAP, "open"))?;
-        for (prefix, target) in &want {
-            let old = self.installed.get(prefix);
-            if old == Some(target) {
-                continue;
-            }
-            let key = Key::new(target.prefix_len, target.block);
-            match trie.insert(&key, *target, 0) {
-                Ok(()) => {
-                    if old.is_some() {
-                        update.updated += 1;
-                    } else {
-                        update.inserted += 1;
-                    }
-                    self.installed.insert(*prefix, *target);
-                }
-                Err(e) => update.failed.push((*prefix, e.to_string())),
-            }
-        }
-        let gone: Vec<IpNet> = self.installed.keys().filter(|p| !want.contains_key(p)).copied().collect();
-        for prefix in gone {
-            let (len, block) = entries::trie_key(&prefix);
-            match trie.remove(&Key::new(len, block)) {
-                // Already absent (someone else removed it) is as good as removed.
-                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {
-                    update.removed += 1;
-                    self.installed.remove(&prefix);
-                }
-                Err(e) => update.failed.push((prefix, e.to_string())),
-            }
-        }
+        let key_of = |p: &IpNet| match p {
+            IpNet::V6(n) => Some(Key::new(u32::from(n.prefix_len()), n.network().octets())),
+            IpNet::V4(_) => None,
+        };
+        sync_trie(&mut trie, key_of, &want, &mut self.installed, &mut update);
         update.total = self.installed.len();
         Ok(update)
     }
