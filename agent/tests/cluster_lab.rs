@@ -363,7 +363,15 @@ fn s5_upgrade_handover_after_bird_killed_removes_released_leftovers() {
     wait_for("node-a: routewarden owns IPIP, leftovers gone", Duration::from_secs(20), || {
         (sorted(cl.routes("node-a", "main", Some("80"))) == want && !cl.routes("node-a", "main", Some("bird")).iter().any(|r| r.starts_with("10.244.") || r.starts_with("10.245."))).then_some(())
     });
-    assert_eq!(cl.echo("10.244.10.5", "10.244.40.5", 2), 2);
+    // Every node has taken over (BIRD's IPIP leftovers gone or replaced) before traffic is
+    // checked: the return path is node-d's.
+    for node in NODES {
+        wait_for(&format!("{node}: no BIRD IPIP route left"), Duration::from_secs(20), || {
+            let bird = cl.routes(node, "main", Some("bird"));
+            (!bird.iter().any(|r| (r.starts_with("10.244.") || r.starts_with("10.245.")) && !r.starts_with("blackhole"))).then_some(())
+        });
+    }
+    assert_eq!(cl.echo("10.244.10.5", "10.244.40.5", 3), 3);
     assert_eq!(cl.echo("10.245.20.5", "10.245.40.5", 2), 0, "the released block is routed nowhere");
 }
 
