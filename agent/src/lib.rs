@@ -25,3 +25,4 @@ pub mod model;
 pub mod observe;
 pub mod ownership;
 pub mod routes;
+pub mod text;

@@ -101,7 +101,7 @@ fn cmd_events(args: &routewarden::bpf::route_watch::events_cmd::EventsArgs) -> R
         let ownership = app::ownership_config(&args.role, "3.33", Mode::Program, &node)?;
         let devices = RouteDevices { tunnel: args.tunnel_device.clone(), host_nic: args.host_device.clone() };
         let config = plan::PlanConfig { node, ownership, devices, protocol: args.route_protocol, table: 254 };
-        let p = plan::plan(&snap, &config, &std::collections::BTreeSet::new());
+        let p = plan::plan(&snap, &config, &std::collections::BTreeSet::new(), &[]);
         opts.forward = Some(ForwardSetup {
             config: ForwardConfig::for_devices(std::slice::from_ref(&args.tunnel_device), std::slice::from_ref(&args.host_device)),
             entries: entries_from_plan(&p),
@@ -153,7 +153,7 @@ async fn cmd_audit(args: &AuditArgs) -> Result<ExitCode> {
         protocol: args.cluster.route_protocol,
         table: args.cluster.route_table,
     };
-    let p = plan::plan(&snap, &config, &std::collections::BTreeSet::new());
+    let p = plan::plan(&snap, &config, &std::collections::BTreeSet::new(), &[]);
     let mut nl = RtNetlink::connect().context("open the rtnetlink socket")?;
     let report = audit_kernel(&mut nl, &p.expected, &p.audit_scope).await.context("dump the kernel's routes")?;
     match args.output {

@@ -378,7 +378,7 @@ fn bird_leftovers_claimed_only_when_policy_says_so() {
             assert!(main.contains(&l.to_string()), "{l} missing from {main:#?}");
         }
         // routewarden owns IPIP, BIRD does not: BIRD's tunnel routes in the pool are ours.
-        let policy = OwnershipPolicy { claim_bird_on_tunnel: vec!["10.244.0.0/16".parse().unwrap()], ..cfg.base_policy() };
+        let policy = OwnershipPolicy { claim_bird_on_tunnel: vec!["10.244.0.0/16".parse().unwrap()], ..cfg.policy_owning(dataplane_support::POOLS) };
         r.set_policy(policy);
         let rep = r.apply().await;
         assert_eq!(rep.overwrote.len(), 1, "{rep:#?}");
@@ -474,7 +474,7 @@ fn cold_start_10k_routes_timing() {
         // The same without pipelining (one request in flight), into another table, for scale.
         let cfg = DataplaneConfig { table: 49, ..DataplaneConfig::default() };
         let nl = RtNetlink::connect().unwrap().with_window(1);
-        let mut serial = routewarden::dataplane::Reconciler::new(cfg.clone(), cfg.base_policy(), nl, routewarden::dataplane::SystemClock);
+        let mut serial = routewarden::dataplane::Reconciler::new(cfg.clone(), cfg.policy_owning(dataplane_support::POOLS), nl, routewarden::dataplane::SystemClock);
         serial.set_desired(&cluster);
         let t = Instant::now();
         let rep = serial.apply().await;

@@ -393,7 +393,7 @@ fn rw_program_once_with(routes: Arc<Vec<ClusterRoute>>, watch: bool) -> Result<(
         let work = async move {
             let cfg = DataplaneConfig::default();
             let t = Instant::now();
-            let mut r = Reconciler::new(cfg.clone(), cfg.base_policy(), RtNetlink::connect()?, SystemClock);
+            let mut r = Reconciler::new(cfg.clone(), cfg.policy_owning(&["10.0.0.0/8"]), RtNetlink::connect()?, SystemClock);
             r.set_datastore_synced(true);
             r.set_desired(&routes);
             let rep = r.apply().await;
@@ -653,7 +653,7 @@ pub fn resync(opts: &Options) -> Result<Outcome> {
         ensure!(status.success(), "ip -batch of the foreign routes failed");
         rt.block_on(async {
             let cfg = DataplaneConfig::default();
-            let mut r = Reconciler::new(cfg.clone(), cfg.base_policy(), Counting::new(RtNetlink::connect()?), SystemClock);
+            let mut r = Reconciler::new(cfg.clone(), cfg.policy_owning(&["10.0.0.0/8"]), Counting::new(RtNetlink::connect()?), SystemClock);
             r.set_datastore_synced(true);
             r.set_desired(&routes);
             let rep = r.apply().await;

@@ -96,6 +96,10 @@ pub struct ClusterArgs {
     /// Routing table id (254 = main; e.g. 48 for a dedicated cluster-route table).
     #[arg(long, env = "ROUTEWARDEN_ROUTE_TABLE", default_value_t = 254)]
     pub route_table: u32,
+    /// With `--datastore file:`: largest input file read, in bytes (a larger one is refused
+    /// unread and its last good content kept).
+    #[arg(long, env = "ROUTEWARDEN_DATASTORE_MAX_FILE_SIZE", default_value_t = crate::datastore::file_default_max_size())]
+    pub datastore_max_file_size: u64,
 }
 
 impl ClusterArgs {
@@ -156,6 +160,15 @@ pub struct RunArgs {
     /// Seconds to keep routes of a class routewarden lost until the new owner's route appears.
     #[arg(long, env = "ROUTEWARDEN_HANDOVER_GRACE", default_value_t = 30)]
     pub handover_grace: u64,
+    /// Settle period, seconds: how long the file datastore's tree must stay unchanged before a
+    /// vanished or unreadable file's objects are dropped, and how long a mass deletion must
+    /// stay wanted before it goes out.
+    #[arg(long, env = "ROUTEWARDEN_SETTLE_PERIOD", default_value_t = 30)]
+    pub settle_period: u64,
+    /// Mass-deletion breaker, percent: an apply that would delete more than this share of
+    /// routewarden's routes holds each delete for the settle period (100 turns it off).
+    #[arg(long, env = "ROUTEWARDEN_MASS_DELETION_THRESHOLD", default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub mass_deletion_threshold: u8,
     /// Address of the HTTP server (/metrics, /healthz, /readyz).
     #[arg(long, env = "ROUTEWARDEN_METRICS_ADDR", default_value = "0.0.0.0:9695")]
     pub metrics_addr: SocketAddr,

@@ -26,7 +26,7 @@ use tracing::{error, info, warn};
 use crate::bpf::tc_count::{Direction, TcCounter};
 use crate::dataplane::{self, ApplyReport, DataplaneCommand, DataplaneConfig, Family, Reconciler, RtNetlink, SystemClock};
 use crate::datastore::{Datastore, DatastoreEvent, FileDatastore, KubernetesDatastore, Snapshot};
-use crate::observe::metrics::{AuditLabels, FindingLabels, ProblemLabels, LoadErrorLabels, NetlinkErrorLabels, OperationLabels, ProgramLabels, RouteLabels};
+use crate::observe::metrics::{AuditLabels, FindingLabels, HoldLabels, LoadErrorLabels, NetlinkErrorLabels, OperationLabels, ProblemLabels, ProgramLabels, RouteLabels};
 use crate::observe::{Health, Metrics, WatcherState};
 use crate::ownership::{CalicoVersion, OwnershipConfig, Role};
 use crate::routes::{routable_classes, PoolClass, RouteDevices};
@@ -35,6 +35,8 @@ use plan::{Plan, PlanConfig};
 
 /// How often the TC probe's counters are read into metrics.
 const COUNTER_POLL: Duration = Duration::from_secs(1);
+/// Invalid objects and inputs named one by one on `/readyz` (the rest are counted).
+const READYZ_NAMED: usize = 5;
 
 /// Resolve this node's name: `--node`, else the host name.
 ///
@@ -76,6 +78,11 @@ struct ClusterHandler {
     health: Arc<Health>,
     programmed: BTreeSet<PoolClass>,
     synced: bool,
+    /// Why the datastore last said it is not synced.
+    unsynced_reason: Option<String>,
+    /// The current broken inputs and invalid objects, one line each (for `/readyz`).
+    invalid_inputs: Vec<String>,
+    invalid_objects: Vec<String>,
     last: Option<Plan>,
     commands: Option<mpsc::Sender<DataplaneCommand>>,
 }
@@ -84,49 +91,109 @@ impl ClusterHandler {
     async fn on_datastore(&mut self, ev: DatastoreEvent) {
         match ev {
             DatastoreEvent::LoadFailed(e) => {
-                error!(file = %e.file.display(), line = e.line, error = %e.message, "cluster description failed to load; keeping the last good state");
-                self.metrics.datastore_load_errors.get_or_create(&LoadErrorLabels { reason: "yaml" }).inc();
+                error!(file = %e.file.display(), line = e.line, error = %e.message, code = e.code(), "cluster description failed to load; keeping the last good state");
+                self.metrics.datastore_load_errors.get_or_create(&LoadErrorLabels { reason: e.code() }).inc();
             }
             DatastoreEvent::Synced => {
                 self.synced = true;
+                self.unsynced_reason = None;
                 info!("datastore synced");
                 self.publish_synced().await;
             }
             DatastoreEvent::Unsynced { reason } => {
                 warn!(%reason, "datastore not synced; keeping every route, deleting none");
                 self.synced = false;
+                self.unsynced_reason = Some(reason);
                 self.publish_synced().await;
             }
             DatastoreEvent::Snapshot(s) => self.on_snapshot(&s).await,
         }
     }
 
-    /// Deletes are allowed only when the view is synced and the last snapshot was complete.
-    fn view_complete(&self) -> bool {
-        self.synced && self.last.as_ref().is_some_and(|p| !p.input_incomplete)
+    /// The view is current and is this node's: synced, with this node's Node in it. This is
+    /// what readiness and `routewarden_datastore_synced` report.
+    fn view_current(&self) -> bool {
+        self.synced && self.last.as_ref().is_some_and(|p| !p.local_node_missing)
+    }
+
+    /// Deletes are allowed when the view is current and no input that never loaded is broken
+    /// (frozen ground and the mass-deletion breaker are the dataplane's).
+    fn deletions_allowed(&self) -> bool {
+        self.view_current() && self.last.as_ref().is_some_and(|p| p.hold_all.is_none())
     }
 
     async fn publish_synced(&self) {
-        let complete = self.view_complete();
-        self.metrics.datastore_synced.set(i64::from(complete));
-        self.health.set_datastore_synced(complete);
+        let current = self.view_current();
+        self.metrics.datastore_synced.set(i64::from(current));
+        self.health.set_datastore_synced(current);
+        self.health.set_notes(self.readyz_notes());
         if let Some(tx) = &self.commands {
-            let _ = tx.send(DataplaneCommand::SetDatastoreSynced(complete)).await;
+            let _ = tx.send(DataplaneCommand::SetDatastoreSynced(self.deletions_allowed())).await;
         }
+    }
+
+    /// The `/readyz` lines about the view: why it is not current, what is held, what is
+    /// broken (named up to [`READYZ_NAMED`], control characters escaped).
+    fn readyz_notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if !self.synced {
+            if let Some(r) = &self.unsynced_reason {
+                notes.push(format!("not synced: {}", crate::text::one_line(r)));
+            }
+        }
+        let Some(p) = &self.last else { return notes };
+        if p.local_node_missing {
+            notes.push(format!("not synced: this node {:?} is not in the datastore; deleting nothing until it is back", self.config.node));
+        }
+        if let Some(h) = &p.hold_all {
+            notes.push(format!("deletions held: {}", crate::text::one_line(h)));
+        }
+        if !p.frozen.is_empty() {
+            notes.push(format!("frozen ground: {} prefixes (nothing deleted or claimed there)", p.frozen.len()));
+        }
+        let mut named = 0;
+        let (inputs, objects) = (&self.invalid_inputs, &self.invalid_objects);
+        for line in inputs.iter().chain(objects.iter()) {
+            if named == READYZ_NAMED {
+                notes.push(format!("... and {} more (see the log and routewarden explain)", inputs.len() + objects.len() - named));
+                break;
+            }
+            notes.push(format!("invalid: {}", crate::text::one_line(line)));
+            named += 1;
+        }
+        notes
     }
 
     async fn on_snapshot(&mut self, snap: &Snapshot) {
         for e in &snap.object_errors {
-            warn!(file = %e.file.display(), error = %e.error, "object skipped");
+            warn!(file = %e.file.display(), error = %e.error, last_good_kept = e.last_good, "object skipped");
         }
         for e in &snap.load_errors {
-            warn!(file = %e.file.display(), line = e.line, error = %e.message, "input broken; its last good content is used");
+            warn!(file = %e.file.display(), line = e.line, error = %e.message, never_loaded = e.never_loaded, "input broken; its last good content is used");
         }
         self.metrics.datastore_invalid_objects.set(i64::try_from(snap.object_errors.len()).unwrap_or(i64::MAX));
+        self.metrics.datastore_invalid_inputs.set(i64::try_from(snap.load_errors.len()).unwrap_or(i64::MAX));
         if !snap.object_errors.is_empty() {
             self.metrics.datastore_load_errors.get_or_create(&LoadErrorLabels { reason: "object" }).inc_by(snap.object_errors.len() as u64);
         }
-        let plan = plan::plan(snap, &self.config, &self.programmed);
+        self.invalid_inputs = snap.load_errors.iter().map(ToString::to_string).collect();
+        self.invalid_objects = snap.object_errors.iter().map(ToString::to_string).collect();
+        let previous_owned = self.last.as_ref().map(|p| p.policy.owned.clone()).unwrap_or_default();
+        let plan = plan::plan(snap, &self.config, &self.programmed, &previous_owned);
+        self.metrics.frozen_prefixes.set(i64::try_from(plan.frozen.len()).unwrap_or(i64::MAX));
+        if self.last.as_ref().is_none_or(|l| l.frozen != plan.frozen) {
+            for f in &plan.frozen {
+                warn!(prefix = %f.cidr, reason = %f.reason, "frozen ground: no route here is deleted or claimed until the input is fixed");
+            }
+        }
+        if let Some(h) = &plan.hold_all {
+            if self.last.as_ref().is_none_or(|l| l.hold_all.as_ref() != Some(h)) {
+                warn!(reason = %h, "holding every route deletion");
+            }
+        }
+        if plan.local_node_missing && self.last.as_ref().is_none_or(|l| !l.local_node_missing) {
+            error!(node = %self.config.node, "this node is not in the datastore; deleting nothing and not ready until it is back");
+        }
         self.report_plan(&plan, snap);
         let classes = plan.decision.programmed.clone();
         if let Some(tx) = &self.commands {
@@ -162,16 +229,20 @@ impl ClusterHandler {
                     info!(code = f.code(), class = f.class_label(), "{}", f.message);
                 }
             }
-            for p in &plan.problems {
-                warn!(code = p.code(), "{p}");
-            }
-            self.metrics.route_problems.clear();
-            for p in &plan.problems {
-                self.metrics.route_problems.get_or_create(&ProblemLabels { code: p.code(), block: p.block().to_string() }).inc();
-            }
             for h in &plan.handovers {
                 info!(class = h.class.label(), to = h.to.label(), protocol = h.protocol, "handing class over; keeping our routes until the new owner's appear");
             }
+        }
+        // Problems: logged when they change, counted on every snapshot (a block on an unknown
+        // node appearing at runtime changes no ownership decision, but must be reported).
+        if self.last.as_ref().is_none_or(|l| l.problems != plan.problems) {
+            for p in &plan.problems {
+                warn!(code = p.code(), block = p.block(), "{p}");
+            }
+        }
+        self.metrics.route_problems.clear();
+        for p in &plan.problems {
+            self.metrics.route_problems.get_or_create(&ProblemLabels { code: p.code() }).inc();
         }
         self.metrics.ownership_findings.clear();
         for f in &d.findings {
@@ -190,7 +261,39 @@ impl ClusterHandler {
     }
 }
 
-fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport) {
+/// What the report handler remembers between applies (to log transitions, not every apply).
+#[derive(Default)]
+struct ReportLog {
+    /// The breaker held deletes in the previous apply.
+    mass_held: bool,
+}
+
+fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport, log: &mut ReportLog, percent: u8, settle: Duration) {
+    for (reason, n) in [
+        ("not-synced", report.deletes_deferred_unsynced),
+        ("frozen", report.deletes_deferred_frozen),
+        ("mass-deletion", report.deletes_held_mass),
+    ] {
+        metrics.deletions_held.get_or_create(&HoldLabels { reason }).set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    match report.mass_deletion {
+        Some((wanted, ours)) if !log.mass_held => {
+            warn!(
+                wanted,
+                ours,
+                held = report.deletes_held_mass,
+                threshold_percent = percent,
+                settle_s = settle.as_secs(),
+                "mass deletion held: this change would delete more than the threshold of our routes at once; each delete goes out once it has stayed wanted for the settle period"
+            );
+            log.mass_held = true;
+        }
+        None if log.mass_held => {
+            info!("mass deletion released: no route deletion is held by the breaker any more");
+            log.mass_held = false;
+        }
+        _ => {}
+    }
     metrics.route_operations.get_or_create(&OperationLabels { op: "replace", result: "ok" }).inc_by(report.writes);
     metrics.route_operations.get_or_create(&OperationLabels { op: "delete", result: "ok" }).inc_by(report.deletes + report.deletes_already_gone);
     metrics.route_operations.get_or_create(&OperationLabels { op: "replace", result: "error" }).inc_by(report.write_errors);
@@ -335,6 +438,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
         devices: devices.clone(),
         resync_interval: Duration::from_secs(args.resync_interval.max(1)),
         handover_grace: Duration::from_secs(args.handover_grace),
+        mass_deletion_percent: args.mass_deletion_threshold,
+        settle: Duration::from_secs(args.settle_period),
     };
     dp_config.validate()?;
     info!(
@@ -363,7 +468,13 @@ pub async fn run(args: RunArgs) -> Result<()> {
     // Watchers.
     let (ds_tx, mut ds_rx) = mpsc::channel(16);
     let datastore = match args.cluster.datastore_spec() {
-        DatastoreSpec::File(path) => FileDatastore::new(path).spawn(ds_tx),
+        DatastoreSpec::File(path) => FileDatastore::new(path)
+            .with_options(crate::datastore::FileOptions {
+                settle: Duration::from_secs(args.settle_period),
+                max_file_size: args.cluster.datastore_max_file_size,
+                ..crate::datastore::FileOptions::default()
+            })
+            .spawn(ds_tx),
         DatastoreSpec::Kubernetes(opts) => {
             let ds = KubernetesDatastore::connect(&opts).await.context("--datastore kubernetes")?;
             info!(datastore = %ds.describe(), "reading the cluster from the API server");
@@ -419,6 +530,9 @@ pub async fn run(args: RunArgs) -> Result<()> {
         health: health.clone(),
         programmed: BTreeSet::new(),
         synced: false,
+        unsynced_reason: None,
+        invalid_inputs: Vec::new(),
+        invalid_objects: Vec::new(),
         last: None,
         commands,
     };
@@ -428,6 +542,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
     // Set by work that allocates and frees a lot (a datastore snapshot, an apply); the free
     // heap is released at the next counter tick, so a burst of events costs one trim.
     let mut trim_pending = false;
+    let mut report_log = ReportLog::default();
 
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut counters = tokio::time::interval(COUNTER_POLL);
@@ -454,7 +569,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 }
             }
             Some(report) = report_rx.recv() => {
-                record_report(&metrics, &health, &report);
+                record_report(&metrics, &health, &report, &mut report_log, dp_config.mass_deletion_percent, dp_config.settle);
                 trim_pending = true;
             }
             _ = counters.tick() => {

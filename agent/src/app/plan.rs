@@ -12,6 +12,7 @@
 use std::collections::BTreeSet;
 
 use ipnet::IpNet;
+use serde::Serialize;
 
 use crate::dataplane::model::{RTPROT_BIRD, RTPROT_FELIX};
 use crate::dataplane::{AuditScope, ExpectedRoute, Handover, OwnershipPolicy};
@@ -52,9 +53,26 @@ pub struct Plan {
     pub expected: Vec<ExpectedRoute>,
     /// What the audit looks at.
     pub audit_scope: AuditScope,
-    /// True when the input is incomplete (a file or object failed to load): the dataplane must
-    /// then not delete anything (a broken input never removes routes).
-    pub input_incomplete: bool,
+    /// Frozen ground: prefixes in which nothing is deleted or claimed, each with why (the
+    /// broken object or input that mentions it, or the invalid IP pool that covers it).
+    pub frozen: Vec<FrozenPrefix>,
+    /// Why no route may be deleted anywhere now: an input that never loaded (nothing it
+    /// would say is known). The agent stays ready.
+    pub hold_all: Option<String>,
+    /// This node's Node object is not in the datastore: the view cannot be this node's, so
+    /// it counts as not synced (no deletions, not ready) until the Node is back.
+    pub local_node_missing: bool,
+    /// Pool CIDRs routewarden still owns although their pools are gone (given in, kept).
+    pub retired: Vec<IpNet>,
+}
+
+/// One prefix of frozen ground.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct FrozenPrefix {
+    /// The prefix (an address as a host prefix).
+    pub cidr: IpNet,
+    /// The object or input that freezes it (its error, naming object and field).
+    pub reason: String,
 }
 
 /// The route protocol each writer puts on its routes: Felix 80 (its `deviceRouteProtocol`
@@ -86,24 +104,82 @@ fn pool_cidrs(cluster: &Cluster, decision: &OwnershipDecision, class: PoolClass)
     v
 }
 
+/// Frozen ground of `snapshot`: the CIDRs of every rejected object without a last good version
+/// (invalid IP pools included) and of every broken input's text. Sorted, one entry per prefix.
+pub fn frozen_ground(snapshot: &Snapshot) -> Vec<FrozenPrefix> {
+    let mut out: Vec<FrozenPrefix> = Vec::new();
+    for e in snapshot.object_errors.iter().filter(|e| !e.last_good) {
+        out.extend(e.cidrs.iter().map(|c| FrozenPrefix { cidr: *c, reason: e.to_string() }));
+    }
+    for e in &snapshot.load_errors {
+        out.extend(e.cidrs.iter().map(|c| FrozenPrefix { cidr: *c, reason: e.to_string() }));
+    }
+    out.sort();
+    out.dedup_by(|a, b| a.cidr == b.cidr);
+    out
+}
+
+/// The pool CIDRs inside which a route with our protocol is ours (policy rule 3): valid pools
+/// of IPIP and no-encap, except those of a class another writer programs with our protocol
+/// number while we do not.
+fn owned_pools(decision: &OwnershipDecision, cluster: &Cluster, config: &PlanConfig) -> Vec<IpNet> {
+    let felix_proto = writer_protocol(Writer::Felix, cluster, &config.node, config.protocol);
+    let mut out: Vec<IpNet> = decision
+        .pools
+        .iter()
+        .filter(|p| matches!(p.class, Some(PoolClass::Ipip | PoolClass::NoEncap)))
+        .filter(|p| {
+            let class = p.class.unwrap_or(PoolClass::Vxlan);
+            !(felix_proto == config.protocol && decision.writers_of(class).contains(&Writer::Felix) && !decision.programs(class))
+        })
+        .map(|p| p.cidr)
+        .collect();
+    out.sort();
+    out
+}
+
+/// Most pool CIDRs kept owned after their pools are gone.
+const MAX_RETIRED: usize = 1024;
+
 /// Build the plan for `snapshot`. `previous` is the set of classes routewarden programmed
-/// under the previous plan (empty at start).
-pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolClass>) -> Plan {
+/// under the previous plan (empty at start); `previous_owned` the previous plan's
+/// [`OwnershipPolicy::owned`]: a pool CIDR in it whose pool is gone (no valid pool covers it,
+/// nothing froze it) stays owned ("retired"), so the routes we left in it are still ours to
+/// remove. Retired CIDRs are forgotten on restart (the audit then reports such routes as
+/// stale).
+pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolClass>, previous_owned: &[IpNet]) -> Plan {
     let cluster = &snapshot.cluster;
     let decision = decide(cluster, &config.ownership);
     let computed = desired_routes(cluster, &config.node, &decision.programmed, &config.devices);
+    let frozen = frozen_ground(snapshot);
+    let frozen_cidrs: Vec<IpNet> = frozen.iter().map(|f| f.cidr).collect();
+    let touches_frozen = |c: &IpNet| frozen_cidrs.iter().any(|f| f.contains(c) || c.contains(f));
 
-    // Ownership policy: our protocol in our table; BIRD leftovers only for a class we program
-    // and BIRD does not (Calico's OwnBIRDIPIPRoutes, `felix/routetable` ownership policy, and
-    // the no-encap gap it left open); disown the pools of classes Felix writes when our
-    // protocol equals Felix's, so we never delete Felix's routes.
+    // Ownership policy: our protocol in our table inside the pools we own (never Felix's
+    // classes when our protocol equals Felix's, so we never delete Felix's routes); BIRD
+    // leftovers only for a class we program and BIRD does not (Calico's OwnBIRDIPIPRoutes,
+    // `felix/routetable` ownership policy, and the no-encap gap it left open); nothing claimed
+    // in frozen ground.
     let bird_writes = |c: PoolClass| decision.writers_of(c).contains(&Writer::Bird);
-    let felix_writes = |c: PoolClass| decision.writers_of(c).contains(&Writer::Felix);
+    let mut owned = owned_pools(&decision, cluster, config);
+    // A pool CIDR we owned stays ours while no valid pool (of any class) covers it and
+    // nothing froze it.
+    let mut retired: Vec<IpNet> = previous_owned
+        .iter()
+        .copied()
+        .filter(|r| !cluster.ip_pools.values().any(|p| p.cidr.contains(r) || r.contains(&p.cidr)) && !touches_frozen(r))
+        .collect();
+    retired.truncate(MAX_RETIRED);
+    owned.extend(retired.iter().copied());
+    owned.sort();
+    owned.dedup();
     let mut policy = OwnershipPolicy {
         protocol: config.protocol,
         table: config.table,
         tunnel_dev: config.devices.tunnel.clone(),
         host_nic: config.devices.host_nic.clone(),
+        owned,
+        frozen: frozen_cidrs.clone(),
         ..OwnershipPolicy::default()
     };
     if decision.programs(PoolClass::Ipip) && !bird_writes(PoolClass::Ipip) {
@@ -114,14 +190,6 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
     }
     if decision.programs(PoolClass::NoEncap) && !bird_writes(PoolClass::NoEncap) {
         policy.claim_bird_on_nic.extend(pool_cidrs(cluster, &decision, PoolClass::NoEncap));
-    }
-    let felix_proto = writer_protocol(Writer::Felix, cluster, &config.node, config.protocol);
-    if felix_proto == config.protocol {
-        for class in [PoolClass::Ipip, PoolClass::NoEncap, PoolClass::Vxlan] {
-            if felix_writes(class) && !decision.programs(class) {
-                policy.disown.extend(pool_cidrs(cluster, &decision, class));
-            }
-        }
     }
 
     // Handovers: a class we programmed and no longer do goes to its new writer; we keep our
@@ -169,8 +237,16 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
     cluster_cidrs.sort();
     let audit_scope = AuditScope { table: config.table, cluster_cidrs, devices: config.devices.clone(), our_protocol: config.protocol, unowned };
 
+    let hold_all = snapshot
+        .load_errors
+        .iter()
+        .find(|e| e.never_loaded)
+        .map(|e| format!("input {} never loaded ({}): no deletion can be justified while it is broken", e.file.display(), e.message));
     Plan {
-        input_incomplete: !snapshot.load_errors.is_empty() || !snapshot.object_errors.is_empty(),
+        frozen,
+        hold_all,
+        local_node_missing: !cluster.nodes.contains_key(&config.node),
+        retired,
         desired: computed.routes,
         problems: computed.problems,
         decision,

@@ -18,8 +18,8 @@
 //! - [`run`]: the task that drives a reconciler from commands, events and timers.
 //!
 //! Invariants: a route is deleted only if the policy calls it ours, it is not desired, the
-//! datastore is synced, and (on handover) the new owner's route was seen or the grace period
-//! ended; deletes carry the route's protocol so a route another writer put at the same key
+//! datastore is synced, its prefix is outside frozen ground, the mass-deletion breaker lets it
+//! through, and (on handover) the new owner's route was seen or the grace period ended; deletes carry the route's protocol so a route another writer put at the same key
 //! meanwhile survives (`ESRCH`). A key not known to hold our route is written create-exclusive,
 //! so a foreign route is never overwritten unless the policy claims it.
 
@@ -87,6 +87,12 @@ pub struct DataplaneConfig {
     /// Longest time a route of a class being handed over is kept waiting for the new owner's
     /// route (default 30 s).
     pub handover_grace: Duration,
+    /// Mass-deletion breaker: an apply that would delete more than this percentage of our
+    /// routes holds each delete until it has been wanted for `settle` (default 50; 100 turns
+    /// the breaker off).
+    pub mass_deletion_percent: u8,
+    /// How long a held mass deletion must stay wanted (default 30 s, `--settle-period`).
+    pub settle: Duration,
 }
 
 impl Default for DataplaneConfig {
@@ -98,6 +104,8 @@ impl Default for DataplaneConfig {
             devices: RouteDevices::default(),
             resync_interval: Duration::from_secs(90),
             handover_grace: Duration::from_secs(30),
+            mass_deletion_percent: 50,
+            settle: Duration::from_secs(30),
         }
     }
 }
@@ -118,6 +126,9 @@ impl DataplaneConfig {
         if self.resync_interval.is_zero() {
             return Err(DataplaneError::Config { setting: "resync_interval", reason: "must be > 0".into() });
         }
+        if self.mass_deletion_percent > 100 {
+            return Err(DataplaneError::Config { setting: "mass_deletion_percent", reason: "must be 0..=100".into() });
+        }
         Ok(())
     }
 
@@ -126,7 +137,8 @@ impl DataplaneConfig {
         RouteSettings { protocol: self.protocol, metric: self.metric, table: self.table, devices: self.devices.clone() }
     }
 
-    /// A policy with our protocol, table and devices and no claims.
+    /// A policy with our protocol, table and devices, no owned pools and no claims (nothing
+    /// is ours until the first plan names the pools).
     pub fn base_policy(&self) -> OwnershipPolicy {
         OwnershipPolicy {
             protocol: self.protocol,
@@ -135,6 +147,13 @@ impl DataplaneConfig {
             host_nic: self.devices.host_nic.clone(),
             ..OwnershipPolicy::default()
         }
+    }
+
+    /// [`base_policy`](Self::base_policy) owning `pools`: routes with our protocol inside them
+    /// are ours (what the plan gives the agent for its IP pools; tests and benchmarks name
+    /// theirs).
+    pub fn policy_owning(&self, pools: &[&str]) -> OwnershipPolicy {
+        OwnershipPolicy { owned: pools.iter().filter_map(|p| p.parse().ok()).collect(), ..self.base_policy() }
     }
 }
 
@@ -152,6 +171,7 @@ pub enum DataplaneCommand {
     SetPolicy(OwnershipPolicy),
     /// Whether the datastore view is complete (no deletes while false).
     SetDatastoreSynced(bool),
+
     /// Resync with the kernel now.
     Resync,
 }

@@ -4,13 +4,19 @@
 //! narrowed to what a cluster-route agent needs (reference §3.4):
 //!
 //! 1. Only routes in our table, of type unicast or blackhole, are ever considered.
-//! 2. A route with our protocol is ours, unless its destination lies inside a `disown` prefix
-//!    (pools of a class another writer programs with the same protocol number, e.g. Felix's
-//!    VXLAN blackholes when our protocol is 80).
-//! 3. A `RTPROT_BIRD` (12) route on the tunnel device inside an IPIP pool we program while BIRD
+//! 2. A route is a cluster route only if it is a blackhole or leaves through the tunnel device
+//!    or the host NIC: a route on any other device (a workload's `cali*` route, whatever its
+//!    protocol — Felix writes those with `deviceRouteProtocol`, which can be 80) is never ours.
+//! 3. A route with our protocol is ours only inside `owned`: the CIDRs of the valid IP pools of
+//!    the classes routewarden programs, or hands over, or programmed before (IPIP and no-encap,
+//!    never VXLAN), minus pools of a class another writer programs with our protocol number
+//!    (Felix with 80). Never outside every pool (a `192.168.77.0/24 ... proto 80` is someone
+//!    else's), never in an invalid pool (those CIDRs are frozen ground).
+//! 4. A `RTPROT_BIRD` (12) route on the tunnel device inside an IPIP pool we program while BIRD
 //!    does not is ours (Felix `OwnBIRDIPIPRoutes`, limited here to the pool CIDRs); the same on
-//!    the host NIC inside a no-encap pool (a gap Felix leaves open, reference §5.2).
-//! 4. Nothing else, ever: kernel (2), boot (3), static (4) and every other protocol, local and
+//!    the host NIC inside a no-encap pool (a gap Felix leaves open, reference §5.2). Never
+//!    inside frozen ground.
+//! 5. Nothing else, ever: kernel (2), boot (3), static (4) and every other protocol, local and
 //!    broadcast routes, IPv6 link-local and multicast destinations, cloned entries, other
 //!    tables.
 
@@ -37,10 +43,11 @@ pub struct OwnershipPolicy {
     /// No-encap pool CIDRs whose BIRD routes on the host NIC we claim: set only while
     /// routewarden programs the no-encap class and BIRD does not.
     pub claim_bird_on_nic: Vec<IpNet>,
-    /// Prefixes whose routes are never ours even with our protocol: the pool CIDRs of classes
-    /// another writer programs with the same protocol number (Felix with protocol 80: VXLAN
-    /// pools always, and IPIP/no-encap pools Felix owns).
-    pub disown: Vec<IpNet>,
+    /// Prefixes inside which a route with our protocol is ours (rule 3): valid IP pools of
+    /// routable classes that no other writer programs with our protocol number.
+    pub owned: Vec<IpNet>,
+    /// Frozen ground: no BIRD leftover is claimed here (deletes are held by the reconciler).
+    pub frozen: Vec<IpNet>,
 }
 
 /// Why a route is ours, or why not. Stable kebab-case codes.
@@ -60,9 +67,12 @@ pub enum Verdict {
     NotClusterType,
     /// IPv6 link-local or multicast destination, or a cloned (exception) entry.
     KernelManaged,
-    /// Our protocol, but inside a prefix another writer with the same protocol owns.
-    Disowned,
-    /// Any other protocol, device or prefix.
+    /// Our protocol, but on a device that carries no cluster route (a workload interface).
+    OtherDevice,
+    /// Our protocol, but outside the pools we own: outside every valid pool, in a VXLAN pool,
+    /// or in a pool another writer with our protocol programs.
+    OutsideOwnedPools,
+    /// Any other protocol.
     Foreign,
 }
 
@@ -75,6 +85,10 @@ impl Verdict {
 
 fn inside(pools: &[IpNet], dst: &IpNet) -> bool {
     pools.iter().any(|p| p.contains(dst))
+}
+
+fn overlaps_any(prefixes: &[IpNet], dst: &IpNet) -> bool {
+    prefixes.iter().any(|p| p.contains(dst) || dst.contains(p))
 }
 
 fn kernel_managed_v6(dst: &IpNet) -> bool {
@@ -101,14 +115,19 @@ impl OwnershipPolicy {
         if kernel_managed_v6(&route.key.dst) {
             return Verdict::KernelManaged;
         }
+        let dev = t.device.as_deref();
+        let cluster_device =
+            t.kind == RouteKind::Blackhole || dev == Some(self.tunnel_dev.as_str()) || dev == Some(self.host_nic.as_str());
         if t.protocol == self.protocol {
-            if inside(&self.disown, &route.key.dst) {
-                return Verdict::Disowned;
+            if !cluster_device {
+                return Verdict::OtherDevice;
+            }
+            if !inside(&self.owned, &route.key.dst) {
+                return Verdict::OutsideOwnedPools;
             }
             return Verdict::OursByProtocol;
         }
-        if t.protocol == RTPROT_BIRD && t.kind == RouteKind::Unicast {
-            let dev = t.device.as_deref();
+        if t.protocol == RTPROT_BIRD && t.kind == RouteKind::Unicast && !overlaps_any(&self.frozen, &route.key.dst) {
             if dev == Some(self.tunnel_dev.as_str()) && inside(&self.claim_bird_on_tunnel, &route.key.dst) {
                 return Verdict::ClaimedBirdTunnel;
             }
@@ -148,7 +167,8 @@ mod tests {
             host_nic: "eth0".into(),
             claim_bird_on_tunnel: vec!["10.244.0.0/16".parse().unwrap()],
             claim_bird_on_nic: vec!["10.245.0.0/16".parse().unwrap()],
-            disown: vec!["10.250.0.0/16".parse().unwrap()],
+            owned: vec!["10.244.0.0/16".parse().unwrap(), "10.245.0.0/16".parse().unwrap(), "fd00:10::/48".parse().unwrap()],
+            frozen: vec!["10.244.99.0/26".parse().unwrap()],
         }
     }
 
@@ -172,8 +192,14 @@ mod tests {
         let u = RouteKind::Unicast;
         let cases: &[(KernelRoute, Verdict)] = &[
             (route("10.244.20.0/26", u, Some("tunl0"), 80, 254), Verdict::OursByProtocol),
-            (route("192.168.0.0/24", u, Some("eth0"), 80, 254), Verdict::OursByProtocol),
+            (route("10.245.20.0/26", u, Some("eth0"), 80, 254), Verdict::OursByProtocol),
             (route("10.244.20.0/26", RouteKind::Blackhole, None, 80, 254), Verdict::OursByProtocol),
+            (route("fd00:10:0:1::/122", u, Some("eth0"), 80, 254), Verdict::OursByProtocol),
+            // Our protocol outside every owned pool, or on a workload device (issue 22 row 7).
+            (route("192.168.77.0/24", u, Some("eth0"), 80, 254), Verdict::OutsideOwnedPools),
+            (route("10.250.1.0/26", RouteKind::Blackhole, None, 80, 254), Verdict::OutsideOwnedPools),
+            (route("10.244.10.5/32", u, Some("cali-x"), 80, 254), Verdict::OtherDevice),
+            (route("0.0.0.0/0", u, Some("eth0"), 80, 254), Verdict::OutsideOwnedPools),
             (route("10.244.20.0/26", u, Some("tunl0"), 80, 48), Verdict::OtherTable),
             (route("10.244.20.0/26", u, Some("tunl0"), 12, 254), Verdict::ClaimedBirdTunnel),
             (route("10.245.20.0/26", u, Some("eth0"), 12, 254), Verdict::ClaimedBirdNic),
@@ -192,7 +218,9 @@ mod tests {
             (route("10.0.0.255/32", RouteKind::Other(3), Some("eth0"), 80, 254), Verdict::NotClusterType),
             (route("fe80::/64", u, Some("eth0"), 80, 254), Verdict::KernelManaged),
             (route("ff00::/8", u, Some("eth0"), 80, 254), Verdict::KernelManaged),
-            (route("10.250.1.0/26", RouteKind::Blackhole, None, 80, 254), Verdict::Disowned),
+            // No claim in frozen ground.
+            (route("10.244.99.0/26", u, Some("tunl0"), 12, 254), Verdict::Foreign),
+            (route("10.244.99.0/26", u, Some("tunl0"), 80, 254), Verdict::OursByProtocol),
         ];
         for (r, want) in cases {
             assert_eq!(p.verdict(r), *want, "{r}");

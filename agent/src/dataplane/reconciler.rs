@@ -7,8 +7,14 @@
 //!   dump of our table and protocols: at start, every `resync_interval`, after errors), then
 //!   writes (route replace for keys that hold our route, create-exclusive for keys that do not,
 //!   so a foreign route at the same key is never overwritten), then deletes (only routes the
-//!   [`OwnershipPolicy`] calls ours, only while the datastore is synced, never for a prefix
-//!   whose new route failed to write: the new route goes in before the old one goes out).
+//!   [`OwnershipPolicy`] calls ours, only while the datastore is synced, never inside frozen
+//!   ground, never for a prefix whose new route failed to write: the new route goes in before
+//!   the old one goes out).
+//! - Mass-deletion breaker: when one apply would delete more than a threshold of our routes
+//!   (default half), each such delete waits until it has been wanted continuously for the
+//!   settle period (default 30 s) — every desired set in between agreeing — so an emptied or
+//!   truncated input, or an API server answering a re-list with nothing, costs no route, while
+//!   a deliberate large change still converges one settle period later.
 //! - [`Reconciler::handle_event`] folds netlink notifications in: a route of ours removed or
 //!   flushed by a link going down is re-written on the next apply.
 //! - Ownership handover: a route of a class being handed to another writer is kept until that
@@ -221,8 +227,16 @@ pub struct ApplyReport {
     pub write_errors: u64,
     /// Route deletes the kernel refused in this apply (`ESRCH` is not an error).
     pub delete_errors: u64,
-    /// Deletes held back because the datastore view is not synced (scenario S10).
+    /// Deletes held back because the datastore view is not synced (scenario S10), an input
+    /// never loaded, or this node's Node is missing.
     pub deletes_deferred_unsynced: usize,
+    /// Deletes held back because their prefix is in frozen ground (a broken object or input
+    /// mentions it, or an invalid IP pool covers it).
+    pub deletes_deferred_frozen: usize,
+    /// Deletes held back by the mass-deletion breaker in this apply.
+    pub deletes_held_mass: usize,
+    /// The breaker is holding deletes: (deletes wanted, routes of ours) when it engaged.
+    pub mass_deletion: Option<(usize, usize)>,
     /// Deletes held back during a handover grace period.
     pub deletes_deferred_handover: usize,
     /// Desired routes waiting for their device (missing or down).
@@ -352,6 +366,8 @@ pub struct Reconciler<N, C> {
     resync_failures: u32,
     datastore_synced: bool,
     refresh_links: bool,
+    /// Deletes held by the mass-deletion breaker, with the time each was first wanted.
+    mass_held: BTreeMap<RouteKey, Instant>,
 }
 
 impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
@@ -379,7 +395,13 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             resync_failures: 0,
             datastore_synced: false,
             refresh_links: false,
+            mass_held: BTreeMap::new(),
         }
+    }
+
+    /// Whether `dst` overlaps the policy's frozen ground (no route there is deleted).
+    fn is_frozen(&self, dst: &IpNet) -> bool {
+        self.policy.frozen.iter().any(|f| f.contains(dst) || dst.contains(f))
     }
 
     /// The netlink collaborator (tests inspect the fake kernel through it).
@@ -398,7 +420,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     }
 
     /// Replace the ownership policy; a full resync follows on the next apply (routes may have
-    /// become ours or stopped being ours).
+    /// become ours or stopped being ours, and deletes held in frozen ground are looked at
+    /// again).
     pub fn set_policy(&mut self, policy: OwnershipPolicy) {
         if policy != self.policy {
             self.policy = policy;
@@ -673,6 +696,9 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 t = t.min(h.deadline);
             }
         }
+        if let Some(first) = self.mass_held.values().min() {
+            t = t.min(later(*first, self.config.settle));
+        }
         t
     }
 
@@ -876,6 +902,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             self.check_handovers().await;
         }
         let now = self.clock.now();
+        // Deletes the breaker held come back for another look.
+        self.dirty.extend(self.mass_held.keys().copied());
         // Pass 1: writes. Pass 2: deletes, after the new routes are in.
         let (mut writes, delete_candidates) = self.plan(now, &mut report);
         let step_asides = self.plan_step_asides(&delete_candidates, now);
@@ -1126,8 +1154,9 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         failed_dsts
     }
 
-    /// The deletes that may go out now: datastore synced, the prefix's replacement did not
-    /// fail, no handover grace pending.
+    /// The deletes that may go out now: datastore synced, outside frozen ground, the prefix's
+    /// replacement did not fail, no handover grace pending, and past the mass-deletion
+    /// breaker.
     fn plan_deletes(
         &mut self,
         candidates: Vec<RouteKey>,
@@ -1135,11 +1164,17 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         now: Instant,
         report: &mut ApplyReport,
     ) -> Vec<RouteOp> {
-        let mut deletes = Vec::new();
+        let mut handed_over = Vec::new();
+        let mut plain = Vec::new();
         for key in candidates {
             if !self.datastore_synced {
                 report.deletes_deferred_unsynced += 1;
                 self.dirty.remove(&key); // re-marked when the datastore syncs
+                continue;
+            }
+            if self.is_frozen(&key.dst) {
+                report.deletes_deferred_frozen += 1;
+                self.dirty.remove(&key); // re-marked when the frozen ground changes
                 continue;
             }
             if failed_dsts.contains(&(key.table, key.dst)) {
@@ -1151,16 +1186,57 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     report.deletes_deferred_handover += 1;
                     continue;
                 }
-            }
-            let Some(k) = self.kernel.get(&key) else {
+                // A handover that ended: deliberate, and waited for already.
+                handed_over.push(key);
                 continue;
-            };
-            deletes.push(RouteOp::Delete {
-                key,
-                protocol: k.route.target.protocol,
-            });
+            }
+            if self.kernel.contains_key(&key) {
+                plain.push(key);
+            }
         }
-        deletes
+        let plain = self.mass_deletion_breaker(plain, now, report);
+        handed_over
+            .into_iter()
+            .chain(plain)
+            .filter_map(|key| {
+                self.kernel.get(&key).map(|k| RouteOp::Delete {
+                    key,
+                    protocol: k.route.target.protocol,
+                })
+            })
+            .collect()
+    }
+
+    /// The breaker: when `deletes` is more than the threshold share of our routes in the
+    /// kernel, only the deletes wanted continuously for the settle period go out; the rest
+    /// are held (and looked at again at the earliest release time).
+    fn mass_deletion_breaker(&mut self, deletes: Vec<RouteKey>, now: Instant, report: &mut ApplyReport) -> Vec<RouteKey> {
+        let wanted: BTreeSet<RouteKey> = deletes.iter().copied().collect();
+        // A delete that is not wanted any more (the route came back into the desired set)
+        // starts over if it is wanted again.
+        self.mass_held.retain(|k, _| wanted.contains(k));
+        let ours = self.kernel.len();
+        let percent = usize::from(self.config.mass_deletion_percent);
+        let over = ours > 0 && percent < 100 && deletes.len().saturating_mul(100) > percent.saturating_mul(ours);
+        if !over {
+            self.mass_held.clear();
+            return deletes;
+        }
+        let settle = self.config.settle;
+        let mut out = Vec::new();
+        for key in deletes {
+            let since = *self.mass_held.entry(key).or_insert(now);
+            if now.saturating_duration_since(since) >= settle {
+                out.push(key);
+            } else {
+                report.deletes_held_mass += 1;
+                self.dirty.remove(&key); // back at the release time (next_wakeup)
+            }
+        }
+        if report.deletes_held_mass > 0 {
+            report.mass_deletion = Some((wanted.len(), ours));
+        }
+        out
     }
 
     fn record_deletes(
@@ -1185,6 +1261,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             self.kernel.remove(&key);
             self.dirty.remove(&key);
             self.retries.remove(&key);
+            self.mass_held.remove(&key);
         }
     }
 

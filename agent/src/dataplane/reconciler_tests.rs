@@ -12,6 +12,8 @@ use super::{DataplaneConfig, OwnershipPolicy};
 use crate::routes::{ClusterRoute, PoolClass, RouteOrigin, RoutePath, Writer};
 
 const ETH0: u32 = 2;
+/// The IP pools of the test cluster: our routes inside them are ours.
+const POOLS: &[&str] = &["10.244.0.0/16", "fd00:10:244::/48"];
 const TUNL0: u32 = 3;
 
 fn cr(dst: &str, path: RoutePath, gw: Option<&str>) -> ClusterRoute {
@@ -55,7 +57,7 @@ fn setup(policy: Option<OwnershipPolicy>) -> (Reconciler<FakeNetlink, FakeClock>
     let nl = FakeNetlink::with_links(&[(1, "lo"), (ETH0, "eth0"), (TUNL0, "tunl0")]);
     let clock = FakeClock::new();
     let cfg = DataplaneConfig::default();
-    let policy = policy.unwrap_or_else(|| cfg.base_policy());
+    let policy = policy.unwrap_or_else(|| cfg.policy_owning(POOLS));
     let mut r = Reconciler::new(cfg, policy, nl.clone(), clock.clone());
     r.set_datastore_synced(true);
     (r, nl, clock)
@@ -149,8 +151,8 @@ async fn attribute_change_is_one_replace_and_new_key_goes_in_before_old_goes_out
     assert_eq!((rep.writes, rep.deletes), (2, 0));
     let log = nl.take_log();
     assert!(log.iter().all(|l| l.starts_with("replace")), "{log:?}");
-    // Metric change: new key created, then old deleted.
-    let cfg = DataplaneConfig { metric: 100, ..DataplaneConfig::default() };
+    // Metric change: new key created, then old deleted (breaker off: every old key goes).
+    let cfg = DataplaneConfig { metric: 100, mass_deletion_percent: 100, ..DataplaneConfig::default() };
     let mut r2 = Reconciler::new(cfg, r.policy().clone(), nl.clone(), FakeClock::new());
     r2.set_datastore_synced(true);
     r2.set_desired(&c[..1]);
@@ -209,7 +211,7 @@ async fn bird_leftover_claimed_only_with_policy() {
     assert_eq!(nl.state().routes[&stale_bird.key], stale_bird);
     assert_eq!(rep.conflicts.len(), 1);
     // With the claim (routewarden owns IPIP, BIRD does not): replaced and the stale one deleted.
-    let policy = OwnershipPolicy { claim_bird_on_tunnel: vec![block("10.244.0.0/16")], ..DataplaneConfig::default().base_policy() };
+    let policy = OwnershipPolicy { claim_bird_on_tunnel: vec![block("10.244.0.0/16")], ..DataplaneConfig::default().policy_owning(POOLS) };
     r.set_policy(policy);
     let rep = r.apply().await;
     assert_eq!(nl.state().routes[&bird.key].protocol, 80);
@@ -346,9 +348,10 @@ async fn handover_to_same_protocol_releases_in_place() {
     // Felix at protocol 80 in table 254 == ours: released in place, nothing deleted.
     let handover = Handover { class: PoolClass::Ipip, to: Writer::Felix, protocol: 80, table: 254, metric: None };
     let without_ipip: Vec<ClusterRoute> = cluster().into_iter().filter(|c| c.class != PoolClass::Ipip).collect();
+    // Felix programs IPIP with our protocol: its pools are not ours any more (only the
+    // no-encap prefixes stay owned).
     let mut disowning = r.policy().clone();
-    disowning.disown =
-        vec![block("10.244.30.0/26"), block("10.244.10.7/32"), block("10.244.10.0/26"), block("fd00:10:244:10::/122")];
+    disowning.owned = vec![block("10.244.20.0/26"), block("fd00:10:244:20::/122")];
     r.set_desired_with_handover(&without_ipip, &[handover]);
     r.set_policy(disowning);
     let rep = r.apply().await;
@@ -360,7 +363,7 @@ async fn handover_to_same_protocol_releases_in_place() {
 async fn custom_table_and_protocol() {
     let nl = FakeNetlink::with_links(&[(ETH0, "eth0"), (TUNL0, "tunl0")]);
     let cfg = DataplaneConfig { table: 48, protocol: 201, ..DataplaneConfig::default() };
-    let mut r = Reconciler::new(cfg.clone(), cfg.base_policy(), nl.clone(), FakeClock::new());
+    let mut r = Reconciler::new(cfg.clone(), cfg.policy_owning(POOLS), nl.clone(), FakeClock::new());
     r.set_datastore_synced(true);
     // Our protocol in the main table is not ours in table 48.
     nl.insert(ObservedRoute { protocol: 201, ..foreign("10.244.90.0/26", 201, Some(TUNL0), RouteKind::Unicast) });
@@ -487,7 +490,7 @@ async fn restart_keeps_stepped_aside_copies_until_bird_seen() {
     nl.take_log();
     drop(r);
     let cfg = DataplaneConfig::default();
-    let mut r = Reconciler::new(cfg.clone(), cfg.base_policy(), nl.clone(), clock.clone());
+    let mut r = Reconciler::new(cfg.clone(), cfg.policy_owning(POOLS), nl.clone(), clock.clone());
     r.set_datastore_synced(true);
     // The app may send the same handover again: no desired key of that class exists, so it
     // changes nothing; the copies are adopted either way.

@@ -537,11 +537,11 @@ fn relisting_watcher(
 
 /// Parse one object alone with the model parser: the one-object [`Cluster`] when it is good,
 /// its errors (kind, name, field) when not.
-pub(crate) fn parse_alone(value: &serde_yaml_ng::Value) -> Result<Cluster, Vec<crate::model::ModelError>> {
+pub(crate) fn parse_alone(value: &serde_yaml_ng::Value) -> Result<Cluster, Vec<crate::model::Rejected>> {
     let mut builder = ClusterBuilder::default();
     let errors = builder.add(value);
     if errors.is_empty() {
-        Ok(builder.finish())
+        Ok(builder.finish().0)
     } else {
         Err(errors)
     }

@@ -5,9 +5,13 @@
 //! [`DatastoreEvent::LoadFailed`] for every input it could not read. Until `Synced` arrives the
 //! datastore is **not synced**: the app must not delete routes on its view (reference S10).
 //! After `Synced`, a broken input keeps its last good content in every snapshot and is listed
-//! in [`Snapshot::load_errors`]. A datastore that loses its source (the Kubernetes API server
-//! going away) sends [`DatastoreEvent::Unsynced`], and `Synced` again once it has re-read
-//! everything.
+//! in [`Snapshot::load_errors`]; a broken object keeps its last good version and is listed in
+//! [`Snapshot::object_errors`]. Each carries the CIDRs it mentions: while no good version
+//! stands in for it, those CIDRs are frozen ground for the app (no deletion, no claim), and an
+//! input that never loaded holds every deletion (DESIGN.md, "Bad input"). A datastore that
+//! loses its source (the Kubernetes API server going away; a file datastore's files
+//! vanishing, until they have stayed gone for the settle period) sends
+//! [`DatastoreEvent::Unsynced`], and `Synced` again once it has re-read everything.
 //!
 //! [`FileDatastore`] is the embedded default (a directory of YAML files or one multi-document
 //! file, as calicoctl and kubectl print them); [`KubernetesDatastore`] watches the API server.
@@ -17,6 +21,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use ipnet::IpNet;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
@@ -25,7 +30,12 @@ use crate::model::{Cluster, ModelError};
 mod file;
 pub mod kubernetes;
 
-pub use file::FileDatastore;
+pub use file::{FileDatastore, FileOptions};
+
+/// The file datastore's default size limit per file, bytes (16 MiB).
+pub const fn file_default_max_size() -> u64 {
+    file::DEFAULT_MAX_FILE_SIZE
+}
 pub use kubernetes::{ApiGroupChoice, CalicoGroup, KubernetesDatastore, KubernetesError, KubernetesOptions};
 
 /// Errors of the datastore module.
@@ -45,6 +55,43 @@ pub enum DatastoreError {
     Kubernetes(#[from] KubernetesError),
 }
 
+/// Why an input could not be used. Stable kebab-case codes ([`LoadErrorKind::code`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadErrorKind {
+    /// The file or directory cannot be read (permissions, I/O error).
+    Io,
+    /// Not valid YAML (or nested past the depth limit): the line says where.
+    Syntax,
+    /// No document at all: empty, whitespace or comments only. An input that is empty on
+    /// purpose says so with `kind: List` and `items: []`.
+    Empty,
+    /// Larger than the size limit (`--datastore-max-file-size`); not read.
+    TooLarge,
+    /// A FIFO, socket, device or directory where a file was expected; never opened.
+    NotRegularFile,
+    /// A file that was read before and is gone (deleted, renamed away, its directory
+    /// replaced), or a symlink that now points nowhere.
+    Vanished,
+    /// A Kubernetes resource's watch is failing.
+    Watch,
+}
+
+impl LoadErrorKind {
+    /// `io`, `syntax`, `empty`, `too-large`, `not-regular-file`, `vanished`, `watch`.
+    pub fn code(self) -> &'static str {
+        match self {
+            LoadErrorKind::Io => "io",
+            LoadErrorKind::Syntax => "syntax",
+            LoadErrorKind::Empty => "empty",
+            LoadErrorKind::TooLarge => "too-large",
+            LoadErrorKind::NotRegularFile => "not-regular-file",
+            LoadErrorKind::Vanished => "vanished",
+            LoadErrorKind::Watch => "watch",
+        }
+    }
+}
+
 /// An input that could not be read or parsed, with the position of the problem.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
 #[error("{}{}: {message}", file.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
@@ -54,25 +101,46 @@ pub struct LoadError {
     /// 1-based line of a YAML syntax error, when known.
     pub line: Option<usize>,
     pub message: String,
+    /// What kind of failure.
+    pub kind: LoadErrorKind,
+    /// The CIDRs and addresses the broken text mentions (as host prefixes): frozen ground
+    /// while the input is broken, since the new version may want them.
+    pub cidrs: Vec<IpNet>,
+    /// The input never loaded: nothing it would contain is known, so no deletion anywhere can
+    /// be justified while it is broken.
+    pub never_loaded: bool,
 }
 
 impl LoadError {
-    /// Stable label for metrics: `io` (unreadable) or `syntax` (not YAML).
+    /// A failure of `kind` for `file` with no position, no CIDRs, that had loaded before.
+    pub fn new(file: impl Into<PathBuf>, kind: LoadErrorKind, message: impl Into<String>) -> LoadError {
+        LoadError { file: file.into(), line: None, message: message.into(), kind, cidrs: Vec::new(), never_loaded: false }
+    }
+
+    /// Stable label for metrics ([`LoadErrorKind::code`]).
     pub fn code(&self) -> &'static str {
-        if self.line.is_some() || self.message.starts_with("YAML") {
-            "syntax"
-        } else {
-            "io"
-        }
+        self.kind.code()
     }
 }
 
-/// An object error ([`ModelError`]) tied to the input it came from.
+/// An object error ([`ModelError`]) tied to the input it came from, with the CIDRs the object
+/// mentions and whether its last good version stands in for it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{}: {error}", file.display())]
+#[error("{}: {error}{}", file.display(), if *last_good { " (its last good version is kept)" } else { "" })]
 pub struct ObjectError {
     pub file: PathBuf,
     pub error: ModelError,
+    /// CIDRs and addresses the object mentions; frozen ground unless `last_good`.
+    pub cidrs: Vec<IpNet>,
+    /// The object's last good version is in the cluster in its place.
+    pub last_good: bool,
+}
+
+impl ObjectError {
+    /// The error of `rejected`, found in `file`.
+    pub fn from_rejected(file: PathBuf, rejected: crate::model::Rejected) -> ObjectError {
+        ObjectError { file, error: rejected.error, cidrs: rejected.cidrs, last_good: rejected.last_good }
+    }
 }
 
 /// A complete view of the cluster.

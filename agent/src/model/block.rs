@@ -10,7 +10,10 @@ use serde::Serialize;
 use serde_yaml_ng::Value;
 
 use super::fields::{type_name, Fields};
+use super::names::{block_name, is_dns1123_subdomain};
 use super::{FieldProblem, ModelError};
+
+const NODE_NAME: &str = "a node name (DNS-1123 subdomain)";
 
 /// The `affinity` of an IPAM block: `host:<node>` or `virtual:<name>`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -114,13 +117,20 @@ impl IpamBlock {
         }
         let affinity = match f.string(&["spec", "affinity"]) {
             None | Some("") => None,
-            Some(s) => Affinity::parse(s).or_else(|| {
-                f.fail(
-                    "spec.affinity",
-                    FieldProblem::InvalidValue { value: s.to_owned(), expected: "host:<node> or virtual:<name>" },
-                );
-                None
-            }),
+            Some(s) => match Affinity::parse(s) {
+                Some(a) if is_dns1123_subdomain(a.name()) => Some(a),
+                Some(_) => {
+                    f.fail("spec.affinity", FieldProblem::InvalidValue { value: s.to_owned(), expected: "host:<node> or virtual:<name> with a DNS-1123 name" });
+                    None
+                }
+                None => {
+                    f.fail(
+                        "spec.affinity",
+                        FieldProblem::InvalidValue { value: s.to_owned(), expected: "host:<node> or virtual:<name>" },
+                    );
+                    None
+                }
+            },
         };
         let deleted = f.bool_lenient(&["spec", "deleted"]).unwrap_or(false);
 
@@ -153,6 +163,12 @@ impl IpamBlock {
             }
         }
         let Some(cidr) = cidr else { return Err(f.take_errors()) };
+        // Calico names every block after its CIDR (`libcalico-go/lib/names` `CIDRToName`):
+        // a block whose name says another CIDR is not one Calico wrote.
+        let expected = block_name(cidr.trunc());
+        if name != expected {
+            f.fail("metadata.name", FieldProblem::Inconsistent(format!("an IPAM block for {} is named {expected:?}", cidr.trunc())));
+        }
         let host_bits = u32::from(cidr.max_prefix_len() - cidr.prefix_len());
         let size = 1u128.checked_shl(host_bits).unwrap_or(u128::MAX);
         if allocations.len() as u128 > size {
@@ -194,6 +210,10 @@ fn parse_attributes(f: &mut Fields<'_>, index: usize, item: &Value) -> Allocatio
                     );
                     continue;
                 };
+                if key == "node" && !val.is_empty() && !is_dns1123_subdomain(val) {
+                    f.fail(format!("spec.attributes[{i}].secondary.node"), FieldProblem::InvalidValue { value: val.to_owned(), expected: NODE_NAME });
+                    continue;
+                }
                 out.secondary.insert(key.to_owned(), val.to_owned());
             }
         }
@@ -255,6 +275,9 @@ impl BlockAffinity {
 
     pub(crate) fn parse(f: &mut Fields<'_>, name: &str) -> Result<BlockAffinity, Vec<ModelError>> {
         let node = f.required_string(&["spec", "node"]);
+        if let Some(n) = node.filter(|n| !is_dns1123_subdomain(n)) {
+            f.fail("spec.node", FieldProblem::InvalidValue { value: n.to_owned(), expected: NODE_NAME });
+        }
         let cidr = f.cidr(&["spec", "cidr"]);
         if cidr.is_none() && f.get(&["spec", "cidr"]).is_none() {
             f.fail("spec.cidr", FieldProblem::Missing);

@@ -9,7 +9,13 @@
 //! Parsing never stops at the first problem: every object is parsed on its own, a bad object is
 //! left out and reported with its kind, name and field
 //! (`IPPool "pool-a": spec.cidr: invalid CIDR "10.0.0/8"`), and the good objects are kept.
-//! Unknown fields and unknown kinds are ignored. No I/O here: the datastore reads the files.
+//! A left-out object is a [`Rejected`]: its error and the CIDRs it mentions, which the agent
+//! treats as frozen ground while no good version stands in for it (DESIGN.md, "Bad input").
+//! Names follow Kubernetes' object-name rule (a DNS-1123 subdomain), IPAM blocks are named
+//! after their CIDR, and IP pools are checked as Calico's IP pool client checks them (strictly
+//! masked, no link-local overlap, no overlap with another pool: [`check_pools`]). Unknown
+//! fields and unknown kinds are ignored. Text is read by the bounded streaming loader
+//! ([`yaml`]). No I/O here: the datastore reads the files.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -21,13 +27,17 @@ use serde_yaml_ng::Value;
 mod block;
 mod config;
 mod fields;
+mod names;
 mod node;
 mod pool;
+pub mod yaml;
 
 pub use block::{nth_ip, Affinity, AffinityState, Allocation, AllocationAttributes, BlockAffinity, IpamBlock};
 pub use config::{parse_go_duration, BgpConfiguration, FelixConfiguration, FelixScope};
 pub use node::{Node, NodeAddress, NodeAddressSource, NodeAddressType, NodeForm};
-pub use pool::{AllowedUse, EncapMode, IpPool};
+pub use names::{block_name, cidrs_in_text, is_dns1123_subdomain, mentioned_cidrs};
+pub use pool::{check_pools, AllowedUse, EncapMode, IpPool};
+pub use yaml::{YamlError, YamlLimits};
 
 use fields::{type_name, Fields};
 
@@ -115,11 +125,23 @@ pub enum ModelError {
     /// A second object of the same kind and name; the first one is kept.
     #[error("{kind} {name:?}: defined more than once; the first definition is kept")]
     Duplicate { kind: Kind, name: String },
+    /// An object the YAML loader stopped building: too large, a duplicate key, an integer out
+    /// of range ([`yaml::Chunk::Invalid`]). Kind and name are those seen before the problem.
+    #[error("{}line {line}: {reason}", object_label(*kind, name.as_deref()))]
+    Unreadable { kind: Option<Kind>, name: Option<String>, line: usize, reason: String },
+}
+
+fn object_label(kind: Option<Kind>, name: Option<&str>) -> String {
+    match (kind, name) {
+        (Some(k), Some(n)) => format!("{k} {n:?}: "),
+        (Some(k), None) => format!("{k} without a name: "),
+        _ => String::new(),
+    }
 }
 
 impl ModelError {
     /// Stable label for metrics: `field`, `missing-name`, `not-an-object`, `api-version`,
-    /// `duplicate`.
+    /// `duplicate`, `unreadable`.
     pub fn code(&self) -> &'static str {
         match self {
             ModelError::Field { .. } => "field",
@@ -127,6 +149,7 @@ impl ModelError {
             ModelError::NotAnObject { .. } => "not-an-object",
             ModelError::UnsupportedApiVersion { .. } => "api-version",
             ModelError::Duplicate { .. } => "duplicate",
+            ModelError::Unreadable { .. } => "unreadable",
         }
     }
 
@@ -136,8 +159,29 @@ impl ModelError {
             ModelError::Field { kind, name, .. }
             | ModelError::UnsupportedApiVersion { kind, name, .. }
             | ModelError::Duplicate { kind, name } => Some((*kind, name)),
-            ModelError::MissingName { .. } | ModelError::NotAnObject { .. } => None,
+            ModelError::Unreadable { kind: Some(kind), name: Some(name), .. } => Some((*kind, name)),
+            ModelError::MissingName { .. } | ModelError::NotAnObject { .. } | ModelError::Unreadable { .. } => None,
         }
+    }
+}
+
+/// An object left out of the [`Cluster`]: why, and the CIDRs and addresses it mentions
+/// ([`mentioned_cidrs`]). While no good version of it is in force, nothing inside those
+/// prefixes may be deleted or claimed (it could be the object that wants them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejected {
+    pub error: ModelError,
+    /// Sorted and deduplicated; addresses as host prefixes (`/32`, `/128`).
+    pub cidrs: Vec<IpNet>,
+    /// A last good version of the object is in the cluster in its place (the datastore sets
+    /// this when it substitutes one).
+    pub last_good: bool,
+}
+
+impl Rejected {
+    /// A rejection with no last good version.
+    pub fn new(error: ModelError, cidrs: Vec<IpNet>) -> Rejected {
+        Rejected { error, cidrs, last_good: false }
     }
 }
 
@@ -154,23 +198,30 @@ pub struct Cluster {
 
 impl Cluster {
     /// Build a cluster from parsed YAML documents. Returns the cluster of every good object and
-    /// one error per bad object (or per bad field of it).
+    /// one error per bad object (or per bad field of it), pool overlaps included.
     pub fn from_values<'a>(docs: impl IntoIterator<Item = &'a Value>) -> (Cluster, Vec<ModelError>) {
         let mut b = ClusterBuilder::default();
         let mut errors = Vec::new();
         for doc in docs {
-            errors.extend(b.add(doc));
+            errors.extend(b.add(doc).into_iter().map(|r| r.error));
         }
-        (b.finish(), errors)
+        let (cluster, rejected) = b.finish();
+        errors.extend(rejected.into_iter().map(|r| r.error));
+        (cluster, errors)
     }
 
-    /// Parse a multi-document YAML string (pure; the datastore does the file reading).
+    /// Parse a multi-document YAML string with the bounded loader and default limits (pure;
+    /// the datastore does the file reading).
     ///
-    /// Errors: a YAML syntax error fails the whole text; object errors are returned alongside
-    /// the cluster.
-    pub fn from_yaml_str(text: &str) -> Result<(Cluster, Vec<ModelError>), serde_yaml_ng::Error> {
-        let docs = parse_yaml_documents(text)?;
-        Ok(Cluster::from_values(docs.iter()))
+    /// Errors: a YAML syntax error (or nesting past the limit) fails the whole text; object
+    /// errors are returned alongside the cluster.
+    pub fn from_yaml_str(text: &str) -> Result<(Cluster, Vec<ModelError>), YamlError> {
+        let parsed = ParsedObjects::from_yaml_str(text, &YamlLimits::default())?;
+        let mut b = ClusterBuilder::default();
+        let mut errors: Vec<ModelError> = b.add_parsed(parsed.items).into_iter().map(|r| r.error).collect();
+        let (cluster, rejected) = b.finish();
+        errors.extend(rejected.into_iter().map(|r| r.error));
+        Ok((cluster, errors))
     }
 
     /// The IP pool containing `cidr`: the most specific one when pools overlap, ties broken
@@ -198,7 +249,9 @@ impl Cluster {
     }
 }
 
-/// Split a multi-document YAML string into values. Empty documents are skipped.
+/// Split a multi-document YAML string into values with `serde_yaml_ng`. Empty documents are
+/// skipped. Unbounded (the whole text in memory at once): for trusted input such as test
+/// fixtures; datastore files go through [`ParsedObjects::from_yaml_str`].
 ///
 /// Errors: the first YAML syntax error; its `location()` gives the line in `text`.
 pub fn parse_yaml_documents(text: &str) -> Result<Vec<Value>, serde_yaml_ng::Error> {
@@ -222,20 +275,21 @@ pub struct ClusterBuilder {
 
 impl ClusterBuilder {
     /// Add one document: a Kubernetes object, or a `List` of them. Unknown kinds are ignored.
-    /// Returns the errors of this document's objects.
-    pub fn add(&mut self, doc: &Value) -> Vec<ModelError> {
+    /// Returns the rejections of this document's objects.
+    pub fn add(&mut self, doc: &Value) -> Vec<Rejected> {
         let mut parsed = ParsedObjects::default();
         parsed.add(doc);
         self.add_parsed(parsed.items)
     }
 
     /// Add objects parsed earlier ([`ParsedObjects`]), in their document order, exactly as
-    /// [`ClusterBuilder::add`] of the documents they came from would. Returns their errors
-    /// (including duplicates of objects added before).
-    pub fn add_parsed(&mut self, items: impl IntoIterator<Item = ParsedObject>) -> Vec<ModelError> {
+    /// [`ClusterBuilder::add`] of the documents they came from would. Returns their
+    /// rejections (including duplicates of objects added before).
+    pub fn add_parsed(&mut self, items: impl IntoIterator<Item = ParsedObject>) -> Vec<Rejected> {
         let c = &mut self.cluster;
         let mut errors = Vec::new();
         for item in items {
+            let cidrs = item.cidrs();
             let dup = match item {
                 ParsedObject::IpPool(name, o) => insert(&mut c.ip_pools, Kind::IpPool, name, o),
                 ParsedObject::IpamBlock(name, o) => insert(&mut c.ipam_blocks, Kind::IpamBlock, name, o),
@@ -247,20 +301,26 @@ impl ClusterBuilder {
                 ParsedObject::BgpConfiguration(name, o) => {
                     insert(&mut c.bgp_configurations, Kind::BgpConfiguration, name, o)
                 }
-                ParsedObject::Error(e) => Some(e),
+                ParsedObject::Error(r) => {
+                    errors.push(r);
+                    continue;
+                }
             };
-            errors.extend(dup);
+            errors.extend(dup.map(|e| Rejected::new(e, cidrs)));
         }
         errors
     }
 
-    /// The cluster built so far.
-    pub fn finish(self) -> Cluster {
-        self.cluster
+    /// The cluster built so far, with the checks that need every object applied: IP pools
+    /// that overlap another pool are taken out and returned as rejections ([`check_pools`]).
+    pub fn finish(self) -> (Cluster, Vec<Rejected>) {
+        let mut cluster = self.cluster;
+        let rejected = check_pools(&mut cluster);
+        (cluster, rejected)
     }
 }
 
-/// One parsed object (or one object's error), not yet in a [`Cluster`].
+/// One parsed object (or one object's rejection), not yet in a [`Cluster`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ParsedObject {
     IpPool(String, IpPool),
@@ -269,8 +329,40 @@ pub enum ParsedObject {
     Node(String, Node),
     FelixConfiguration(String, FelixConfiguration),
     BgpConfiguration(String, BgpConfiguration),
-    /// An object left out, with why.
-    Error(ModelError),
+    /// An object left out, with why and the CIDRs it mentions.
+    Error(Rejected),
+}
+
+impl ParsedObject {
+    /// The object's kind and name (for a rejection: when known).
+    pub fn identity(&self) -> Option<(Kind, &str)> {
+        Some(match self {
+            ParsedObject::IpPool(n, _) => (Kind::IpPool, n.as_str()),
+            ParsedObject::IpamBlock(n, _) => (Kind::IpamBlock, n.as_str()),
+            ParsedObject::BlockAffinity(n, _) => (Kind::BlockAffinity, n.as_str()),
+            ParsedObject::Node(n, _) => (Kind::Node, n.as_str()),
+            ParsedObject::FelixConfiguration(n, _) => (Kind::FelixConfiguration, n.as_str()),
+            ParsedObject::BgpConfiguration(n, _) => (Kind::BgpConfiguration, n.as_str()),
+            ParsedObject::Error(r) => return r.error.object(),
+        })
+    }
+
+    /// The CIDRs a good object routes or claims (pool, block, affinity); the rejection's own
+    /// list for a rejection. Used when a later duplicate is rejected.
+    pub fn cidrs(&self) -> Vec<IpNet> {
+        match self {
+            ParsedObject::IpPool(_, p) => vec![p.cidr],
+            ParsedObject::IpamBlock(_, b) => vec![b.cidr],
+            ParsedObject::BlockAffinity(_, a) => vec![a.cidr],
+            ParsedObject::Error(r) => r.cidrs.clone(),
+            ParsedObject::Node(..) | ParsedObject::FelixConfiguration(..) | ParsedObject::BgpConfiguration(..) => Vec::new(),
+        }
+    }
+
+    /// Whether this is a good object (not a rejection).
+    pub fn is_good(&self) -> bool {
+        !matches!(self, ParsedObject::Error(_))
+    }
 }
 
 /// The objects of some documents, parsed into the model's types in document order, before
@@ -293,27 +385,97 @@ impl ParsedObjects {
         parsed
     }
 
+    /// Parse YAML text with the bounded streaming loader: each object is converted as soon as
+    /// the loader completes it, so memory is bounded by the largest object (module [`yaml`]).
+    /// An object the loader stopped building becomes a [`ModelError::Unreadable`] rejection.
+    ///
+    /// Errors: a [`YamlError`] that stops the text (syntax, nesting depth, unknown alias).
+    pub fn from_yaml_str(text: &str, limits: &YamlLimits) -> Result<ParsedObjects, YamlError> {
+        let mut parsed = ParsedObjects::default();
+        // The elements of a document's `items`, converted now when they name their own
+        // apiVersion and kind; kept as values to inherit the List's when they do not.
+        let mut list_items = ParsedObjects::default();
+        let mut inheriting: Vec<Value> = Vec::new();
+        yaml::for_each_chunk(text, limits, &mut |chunk| match chunk {
+            yaml::Chunk::Document(v) => parsed.add(&v),
+            yaml::Chunk::ListItem(v) => {
+                let own = v.get("apiVersion").is_some_and(Value::is_string) && v.get("kind").is_some_and(Value::is_string);
+                if own {
+                    list_items.add(&v);
+                } else {
+                    inheriting.push(v);
+                }
+            }
+            yaml::Chunk::ListHeader(header) => {
+                let items = std::mem::take(&mut list_items);
+                let rest = std::mem::take(&mut inheriting);
+                let kind = header.get("kind").and_then(Value::as_str).unwrap_or("");
+                if kind == "List" || kind.ends_with("List") {
+                    let api_version = header.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+                    let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
+                    parsed.items.extend(items.items);
+                    for v in &rest {
+                        parsed.add_inner(v, item_kind.map(|k| (api_version, k)));
+                    }
+                } else {
+                    // Not a List: the root is an object of its own; a root-level `items`
+                    // is not a field the model reads.
+                    parsed.add(&header);
+                }
+            }
+            yaml::Chunk::Invalid { partial, line, reason, in_list: _ } => parsed.unreadable(&partial, line, reason),
+        })?;
+        // A document cut short by an error never delivers its header; its items are dropped
+        // with it (the error fails the whole text).
+        parsed.items.shrink_to_fit();
+        Ok(parsed)
+    }
+
     /// The parsed objects and errors, in document order.
     pub fn items(&self) -> &[ParsedObject] {
         &self.items
+    }
+
+    /// The objects and errors, moved out.
+    pub fn into_items(self) -> Vec<ParsedObject> {
+        self.items
+    }
+
+    /// Parsed objects from items.
+    pub fn from_items(items: Vec<ParsedObject>) -> ParsedObjects {
+        ParsedObjects { items }
     }
 
     fn add(&mut self, doc: &Value) {
         self.add_inner(doc, None);
     }
 
-    fn error(&mut self, e: ModelError) {
-        self.items.push(ParsedObject::Error(e));
+    fn error(&mut self, e: ModelError, doc: &Value) {
+        let cidrs = mentioned_cidrs(doc, e.object().map(|o| o.0), e.object().map(|o| o.1));
+        self.items.push(ParsedObject::Error(Rejected::new(e, cidrs)));
+    }
+
+    /// An object the loader stopped building: named from what was built before the problem;
+    /// ignored when that shows a kind routewarden does not read.
+    fn unreadable(&mut self, partial: &Value, line: usize, reason: String) {
+        let kind_str = partial.get("kind").and_then(Value::as_str);
+        if kind_str.is_some_and(|k| Kind::from_kind(k).is_none() && !k.ends_with("List")) {
+            return;
+        }
+        let kind = kind_str.and_then(Kind::from_kind);
+        let name = fields::get_in(partial, &["metadata", "name"]).ok().flatten().and_then(Value::as_str).map(str::to_owned);
+        let cidrs = mentioned_cidrs(partial, kind, name.as_deref());
+        self.items.push(ParsedObject::Error(Rejected::new(ModelError::Unreadable { kind, name, line, reason }, cidrs)));
     }
 
     fn add_inner(&mut self, doc: &Value, inherited: Option<(&str, &str)>) {
         let Value::Mapping(m) = doc else {
-            self.error(ModelError::NotAnObject { reason: format!("document is a {}", type_name(doc)) });
+            self.error(ModelError::NotAnObject { reason: format!("document is a {}", type_name(doc)) }, doc);
             return;
         };
         let api_version = m.get("apiVersion").and_then(Value::as_str).or(inherited.map(|i| i.0)).unwrap_or("");
         let Some(kind_str) = m.get("kind").and_then(Value::as_str).or(inherited.map(|i| i.1)) else {
-            self.error(ModelError::NotAnObject { reason: "no kind".into() });
+            self.error(ModelError::NotAnObject { reason: "no kind".into() }, doc);
             return;
         };
         if kind_str == "List" || (kind_str.ends_with("List") && m.contains_key("items")) {
@@ -325,9 +487,7 @@ impl ParsedObjects {
                     }
                 }
                 None | Some(Value::Null) => {}
-                Some(other) => self.error(ModelError::NotAnObject {
-                    reason: format!("{kind_str} items is a {}", type_name(other)),
-                }),
+                Some(other) => self.error(ModelError::NotAnObject { reason: format!("{kind_str} items is a {}", type_name(other)) }, doc),
             }
             return;
         }
@@ -335,21 +495,26 @@ impl ParsedObjects {
         let name = match fields::get_in(doc, &["metadata", "name"]) {
             Ok(Some(Value::String(n))) if !n.is_empty() => n.as_str(),
             _ => {
-                self.error(ModelError::MissingName { kind });
+                self.error(ModelError::MissingName { kind }, doc);
                 return;
             }
         };
         let calico = matches!(api_version, "projectcalico.org/v3" | "crd.projectcalico.org/v1");
         let core_node = kind == Kind::Node && api_version == "v1";
         if !(calico || core_node || (api_version.is_empty() && kind != Kind::Node)) {
-            self.error(ModelError::UnsupportedApiVersion {
-                kind,
-                name: name.to_owned(),
-                api_version: api_version.to_owned(),
-            });
+            let e = ModelError::UnsupportedApiVersion { kind, name: name.to_owned(), api_version: api_version.to_owned() };
+            self.error(e, doc);
             return;
         }
         let mut f = Fields::new(kind, name, doc);
+        // Kubernetes object names (`k8s.io/apimachinery/pkg/util/validation`
+        // `IsDNS1123Subdomain`); an IPAM block is named after its CIDR (checked in its parser).
+        if !is_dns1123_subdomain(name) {
+            f.fail(
+                "metadata.name",
+                FieldProblem::InvalidValue { value: name.to_owned(), expected: "a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253 characters" },
+            );
+        }
         let n = name.to_owned();
         let result = match kind {
             Kind::IpPool => IpPool::parse(&mut f, name).map(|o| ParsedObject::IpPool(n, o)),
@@ -364,9 +529,13 @@ impl ParsedObjects {
                 BgpConfiguration::parse(&mut f, name).map(|o| ParsedObject::BgpConfiguration(n, o))
             }
         };
+        let result = result.and_then(|obj| if f.errors.is_empty() { Ok(obj) } else { Err(f.take_errors()) });
         match result {
             Ok(obj) => self.items.push(obj),
-            Err(errs) => self.items.extend(errs.into_iter().map(ParsedObject::Error)),
+            Err(errs) => {
+                let cidrs = mentioned_cidrs(doc, Some(kind), Some(name));
+                self.items.extend(errs.into_iter().map(|e| ParsedObject::Error(Rejected::new(e, cidrs.clone()))));
+            }
         }
     }
 }

@@ -1,10 +1,16 @@
-//! IPPool (`api/pkg/apis/projectcalico/v3/ippool.go`).
+//! IPPool (`api/pkg/apis/projectcalico/v3/ippool.go`), validated as Calico's IP pool client
+//! validates a pool before storing it (`libcalico-go/lib/clientv3/ippool.go`
+//! `validateAndSetDefaults`): a valid CIDR that is strictly masked, a block size in range and
+//! no larger than the pool, not both IPIP and VXLAN, no IPIP on IPv6, no overlap with the
+//! link-local ranges (so never `/0`), and no overlap with another pool ([`check_pools`]).
+//! A pool written past those checks (`kubectl apply` of the CRD, a file) is an invalid object
+//! here: its CIDR becomes frozen ground, never routed, claimed or cleaned.
 
 use ipnet::IpNet;
 use serde::Serialize;
 
 use super::fields::{path_label, Fields};
-use super::{FieldProblem, ModelError};
+use super::{Cluster, FieldProblem, Kind, ModelError, Rejected};
 
 /// `ipipMode` / `vxlanMode` of an IP pool. Absent means `Never`
 /// (`libcalico-go/lib/backend/k8s/resources/ippool.go` `IPPoolV3ToV1`).
@@ -118,6 +124,19 @@ impl IpPool {
         let node_selector = f.string(&["spec", "nodeSelector"]).unwrap_or("all()").to_owned();
 
         let Some(cidr) = cidr else { return Err(f.take_errors()) };
+        // `validateAndSetDefaults`: "IPPool CIDR is not strictly masked".
+        if cidr.addr() != cidr.network() {
+            f.fail(
+                "spec.cidr",
+                FieldProblem::Inconsistent(format!("{cidr} is not strictly masked (host bits are set; the network is {})", cidr.trunc())),
+            );
+        }
+        // `validateAndSetDefaults`: a pool must not overlap the link-local ranges; this also
+        // refuses `0.0.0.0/0` and `::/0`.
+        let link_local: IpNet = if cidr.addr().is_ipv4() { LINK_LOCAL_V4.parse().unwrap_or(cidr) } else { LINK_LOCAL_V6.parse().unwrap_or(cidr) };
+        if overlaps(cidr, link_local) {
+            f.fail("spec.cidr", FieldProblem::Inconsistent(format!("{cidr} overlaps the link-local range {link_local}")));
+        }
         let v4 = matches!(cidr, IpNet::V4(_));
         let (min, max, default) = if v4 { (20, 32, 26) } else { (116, 128, 122) };
         let block_size = f.uint(&["spec", "blockSize"], min, max).map_or(default, |n| u8::try_from(n).unwrap_or(default));
@@ -152,4 +171,54 @@ impl IpPool {
         };
         f.take_result(pool)
     }
+}
+
+const LINK_LOCAL_V4: &str = "169.254.0.0/16";
+const LINK_LOCAL_V6: &str = "fe80::/10";
+
+/// Whether two prefixes share an address (one contains the other).
+pub(crate) fn overlaps(a: IpNet, b: IpNet) -> bool {
+    a.contains(&b) || b.contains(&a)
+}
+
+/// Take every IP pool whose CIDR overlaps another pool's out of `cluster` and return one
+/// rejection per such pool, naming the pools it overlaps. Calico's IP pool client refuses to
+/// create a pool that overlaps an existing one ("IPPool(a) CIDR overlaps with IPPool(b) CIDR
+/// 10.244.0.0/16", `libcalico-go/lib/clientv3/ippool.go` `validateAndSetDefaults`); which one
+/// came first is not known here, so every pool of an overlap is invalid and a prefix inside
+/// two pools is never routed as either's. Pure; O(n log n) in the number of pools.
+pub fn check_pools(cluster: &mut Cluster) -> Vec<Rejected> {
+    let mut pools: Vec<(&String, IpNet)> = cluster.ip_pools.iter().map(|(n, p)| (n, p.cidr)).collect();
+    // Sorted by address then prefix length, a pool can only overlap later pools that start
+    // inside it; each run of overlaps is found with one pass and a running maximum.
+    pools.sort_by(|a, b| (a.1.network(), a.1.prefix_len(), a.0).cmp(&(b.1.network(), b.1.prefix_len(), b.0)));
+    let mut overlapping: std::collections::BTreeMap<String, Vec<(String, IpNet)>> = std::collections::BTreeMap::new();
+    for (i, (name, cidr)) in pools.iter().enumerate() {
+        for (other, ocidr) in pools.iter().skip(i + 1) {
+            if ocidr.addr().is_ipv4() != cidr.addr().is_ipv4() {
+                continue;
+            }
+            if !cidr.contains(ocidr) {
+                if ocidr.network() > cidr.broadcast() {
+                    break;
+                }
+                continue;
+            }
+            overlapping.entry((*name).clone()).or_default().push(((*other).clone(), *ocidr));
+            overlapping.entry((*other).clone()).or_default().push(((*name).clone(), *cidr));
+        }
+    }
+    let mut out = Vec::new();
+    for (name, others) in overlapping {
+        let Some(pool) = cluster.ip_pools.remove(&name) else { continue };
+        let list = others.iter().map(|(n, c)| format!("IPPool {n:?} ({c})")).collect::<Vec<_>>().join(", ");
+        let error = ModelError::Field {
+            kind: Kind::IpPool,
+            name: name.clone(),
+            field: "spec.cidr".into(),
+            problem: FieldProblem::Inconsistent(format!("{} overlaps {list}; overlapping pools are invalid and their CIDRs are frozen until fixed", pool.cidr)),
+        };
+        out.push(Rejected::new(error, vec![pool.cidr]));
+    }
+    out
 }

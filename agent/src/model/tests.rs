@@ -61,16 +61,16 @@ fn each_bad_field_is_named_and_the_rest_loads() {
             r#"IPPool "pool-h": spec.vxlanMode: ipipMode and vxlanMode cannot both be enabled"#,
         ),
         (
-            "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: b1}\nspec: {cidr: 10.244.1.0/26, affinity: node-b}",
-            r#"IPAMBlock "b1": spec.affinity: invalid value "node-b" (expected host:<node> or virtual:<name>)"#,
+            "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: 10-244-1-0-26}\nspec: {cidr: 10.244.1.0/26, affinity: node-b}",
+            r#"IPAMBlock "10-244-1-0-26": spec.affinity: invalid value "node-b" (expected host:<node> or virtual:<name>)"#,
         ),
         (
-            "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: b2}\nspec: {cidr: 10.244.1.0/30, allocations: [0, 3], attributes: [{secondary: {node: x}}]}",
-            r#"IPAMBlock "b2": spec.allocations[1]: attribute index 3 out of range (1 attributes)"#,
+            "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: 10-244-1-0-30}\nspec: {cidr: 10.244.1.0/30, allocations: [0, 3], attributes: [{secondary: {node: x}}]}",
+            r#"IPAMBlock "10-244-1-0-30": spec.allocations[1]: attribute index 3 out of range (1 attributes)"#,
         ),
         (
-            "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: b3}\nspec: {cidr: 10.244.1.0/31, allocations: [null, null, 0], attributes: [{}]}",
-            r#"IPAMBlock "b3": spec.allocations: 3 entries for a block of 2 addresses (10.244.1.0/31)"#,
+            "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: 10-244-1-0-31}\nspec: {cidr: 10.244.1.0/31, allocations: [null, null, 0], attributes: [{}]}",
+            r#"IPAMBlock "10-244-1-0-31": spec.allocations: 3 entries for a block of 2 addresses (10.244.1.0/31)"#,
         ),
         (
             "apiVersion: crd.projectcalico.org/v1\nkind: BlockAffinity\nmetadata: {name: a1}\nspec: {cidr: 10.244.1.0/26, node: node-b, deleted: perhaps}",
@@ -113,11 +113,52 @@ fn each_bad_field_is_named_and_the_rest_loads() {
             r#"IPPool "odd": unsupported apiVersion "apps/v1" (expected projectcalico.org/v3 or crd.projectcalico.org/v1)"#,
         ),
         ("apiVersion: projectcalico.org/v3\nkind: IPPool\nspec: {cidr: 10.9.0.0/16}", "IPPool without metadata.name"),
+        // Issue 22: names, IPAM block names, pools as Calico's IP pool client checks them.
+        (
+            "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: \"evil\\nname\"}\nspec: {cidr: 10.9.0.0/16}",
+            r#"IPPool "evil\nname": metadata.name: invalid value "evil\nname" (expected a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253 characters)"#,
+        ),
+        (
+            "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: b1}\nspec: {cidr: 10.244.1.0/26}",
+            r#"IPAMBlock "b1": metadata.name: an IPAM block for 10.244.1.0/26 is named "10-244-1-0-26""#,
+        ),
+        (
+            "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: 10-244-1-0-26}\nspec: {cidr: 10.244.1.0/26, affinity: \"host:Node_B\"}",
+            r#"IPAMBlock "10-244-1-0-26": spec.affinity: invalid value "host:Node_B" (expected host:<node> or virtual:<name> with a DNS-1123 name)"#,
+        ),
+        (
+            "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: 10-244-1-0-26}\nspec: {cidr: 10.244.1.0/26, allocations: [0], attributes: [{secondary: {node: \"a\\u001b[31m\"}}]}",
+            "IPAMBlock \"10-244-1-0-26\": spec.attributes[0].secondary.node: invalid value \"a\\u{1b}[31m\" (expected a node name (DNS-1123 subdomain))",
+        ),
+        (
+            "apiVersion: crd.projectcalico.org/v1\nkind: BlockAffinity\nmetadata: {name: a3}\nspec: {cidr: 10.244.1.0/26, node: \"../etc\"}",
+            r#"BlockAffinity "a3": spec.node: invalid value "../etc" (expected a node name (DNS-1123 subdomain))"#,
+        ),
+        (
+            "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: hostbits}\nspec: {cidr: 10.9.1.0/16}",
+            r#"IPPool "hostbits": spec.cidr: 10.9.1.0/16 is not strictly masked (host bits are set; the network is 10.9.0.0/16)"#,
+        ),
+        (
+            "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: everything}\nspec: {cidr: 0.0.0.0/0}",
+            r#"IPPool "everything": spec.cidr: 0.0.0.0/0 overlaps the link-local range 169.254.0.0/16"#,
+        ),
+        (
+            "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: everything6}\nspec: {cidr: '::/0'}",
+            r#"IPPool "everything6": spec.cidr: ::/0 overlaps the link-local range fe80::/10"#,
+        ),
+        (
+            "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: apipa}\nspec: {cidr: 169.254.0.0/24}",
+            r#"IPPool "apipa": spec.cidr: 169.254.0.0/24 overlaps the link-local range 169.254.0.0/16"#,
+        ),
+        (
+            "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: p-dup}\nspec: {cidr: 10.9.0.0/16, cidr: 10.10.0.0/16}",
+            "IPPool \"p-dup\": line 16: duplicate mapping key \"cidr\"",
+        ),
     ];
     for (bad, want) in cases {
         let text = format!("{GOOD}---\n{bad}\n");
         let (cluster, errors) = load(&text);
-        let rendered: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let rendered: Vec<String> = errors.iter().map(|e| crate::text::escape(&e.to_string()).into_owned()).collect();
         assert_eq!(rendered, vec![(*want).to_owned()], "input:\n{bad}");
         assert!(cluster.ip_pools.contains_key("good-pool"), "good pool lost for:\n{bad}");
         assert_eq!(cluster.nodes["node-a"].bgp_ipv4, Some("10.0.0.11/24".parse().unwrap()));
@@ -154,7 +195,7 @@ fn unknown_fields_and_kinds_are_ignored() {
 
 #[test]
 fn pool_defaults_and_normalisation() {
-    let text = "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: v4}\nspec: {cidr: 10.1.2.3/16}\n---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: v6}\nspec: {cidr: 'fd00:10:244::/48', allowedUses: [LoadBalancer]}\n";
+    let text = "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: v4}\nspec: {cidr: 10.1.0.0/16}\n---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: v6}\nspec: {cidr: 'fd00:10:244::/48', allowedUses: [LoadBalancer]}\n";
     let (cluster, errors) = load(text);
     assert_eq!(errors, vec![]);
     let v4 = &cluster.ip_pools["v4"];
@@ -298,11 +339,21 @@ fn felix_configuration_scopes_and_fields() {
     assert_eq!(cluster.felix_for_node("node-a").unwrap().scope, FelixScope::Node("node-a".into()));
 }
 
+/// Calico's IP pool client refuses a pool that overlaps another (`validateAndSetDefaults`):
+/// both are invalid here, named together, and neither routes a block (issue 22, row 6).
 #[test]
-fn pool_for_picks_the_most_specific_pool() {
-    let text = "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: wide}\nspec: {cidr: 10.0.0.0/8}\n---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: narrow}\nspec: {cidr: 10.244.0.0/16}\n";
-    let (cluster, _) = load(text);
-    assert_eq!(cluster.pool_for("10.244.1.0/26".parse().unwrap()).map(|p| p.name.as_str()), Some("narrow"));
-    assert_eq!(cluster.pool_for("10.1.0.0/26".parse().unwrap()).map(|p| p.name.as_str()), Some("wide"));
-    assert!(cluster.pool_for("192.168.0.0/26".parse().unwrap()).is_none());
+fn overlapping_pools_are_both_invalid() {
+    let text = "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: wide}\nspec: {cidr: 10.0.0.0/8}\n---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: narrow}\nspec: {cidr: 10.244.0.0/16}\n---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: twin}\nspec: {cidr: 10.244.0.0/16}\n---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: apart}\nspec: {cidr: 192.168.0.0/16}\n---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: v6}\nspec: {cidr: 'fd00::/48'}\n";
+    let (cluster, errors) = load(text);
+    assert_eq!(cluster.ip_pools.keys().collect::<Vec<_>>(), ["apart", "v6"]);
+    assert_eq!(
+        errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        [
+            r#"IPPool "narrow": spec.cidr: 10.244.0.0/16 overlaps IPPool "wide" (10.0.0.0/8), IPPool "twin" (10.244.0.0/16); overlapping pools are invalid and their CIDRs are frozen until fixed"#,
+            r#"IPPool "twin": spec.cidr: 10.244.0.0/16 overlaps IPPool "wide" (10.0.0.0/8), IPPool "narrow" (10.244.0.0/16); overlapping pools are invalid and their CIDRs are frozen until fixed"#,
+            r#"IPPool "wide": spec.cidr: 10.0.0.0/8 overlaps IPPool "narrow" (10.244.0.0/16), IPPool "twin" (10.244.0.0/16); overlapping pools are invalid and their CIDRs are frozen until fixed"#,
+        ]
+    );
+    assert!(cluster.pool_for("10.244.1.0/26".parse().unwrap()).is_none());
+    assert_eq!(cluster.pool_for("192.168.3.0/26".parse().unwrap()).map(|p| p.name.as_str()), Some("apart"));
 }

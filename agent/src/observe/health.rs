@@ -23,6 +23,9 @@ pub struct Health {
     datastore_synced: AtomicBool,
     first_apply_done: AtomicBool,
     watchers: Mutex<BTreeMap<&'static str, WatcherState>>,
+    /// Lines about the view for `/readyz` (why not synced; invalid inputs and objects,
+    /// frozen ground, held deletions), shown after the first two lines.
+    notes: Mutex<Vec<String>>,
 }
 
 fn now_ms() -> u64 {
@@ -38,6 +41,13 @@ impl Health {
     /// Set whether the datastore view is synced.
     pub fn set_datastore_synced(&self, synced: bool) {
         self.datastore_synced.store(synced, Ordering::Relaxed);
+    }
+
+    /// Set the lines `/readyz` shows about the view (at most a few; each one line).
+    pub fn set_notes(&self, notes: Vec<String>) {
+        if let Ok(mut n) = self.notes.lock() {
+            *n = notes;
+        }
     }
 
     /// Record that the first route apply finished.
@@ -69,6 +79,11 @@ impl Health {
             if synced { "synced" } else { "not synced" },
             if applied { "first apply done" } else { "first apply pending" }
         );
+        if let Ok(n) = self.notes.lock() {
+            for line in n.iter() {
+                let _ = writeln!(body, "{line}");
+            }
+        }
         if let Ok(w) = self.watchers.lock() {
             for (name, state) in w.iter() {
                 let _ = match state {

@@ -20,13 +20,21 @@ pub struct FindingLabels {
     pub class: &'static str,
 }
 
-/// Labels `{code, block}` of `routewarden_route_problems`.
+/// Labels `{code}` of `routewarden_route_problems`. The block concerned is in the log line
+/// and in `routewarden explain`, never a label (one series per block would grow without
+/// bound).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProblemLabels {
     /// The problem's code (`affinity-conflict`, ...; `RouteProblem::code`).
     pub code: &'static str,
-    /// The IPAM block concerned (its object name), empty when none.
-    pub block: String,
+}
+
+/// Labels `{reason}` of `routewarden_deletions_held`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HoldLabels {
+    /// `not-synced` (the view is not current, this node's Node is missing, or an input never
+    /// loaded), `frozen` (the prefix is frozen ground), `mass-deletion` (the breaker).
+    pub reason: &'static str,
 }
 
 /// Labels `{family, class, state}` of `routewarden_routes`.
@@ -79,7 +87,9 @@ pub struct ProgramLabels {
 /// Labels `{reason}` of `routewarden_datastore_load_errors_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LoadErrorLabels {
-    /// `yaml` (a file failed to parse) or `object` (an object failed validation).
+    /// An input failure's code (`datastore::LoadErrorKind::code`: `io`, `syntax`, `empty`,
+    /// `too-large`, `not-regular-file`, `vanished`, `watch`), or `object` (an object failed
+    /// validation).
     pub reason: &'static str,
 }
 
@@ -153,13 +163,21 @@ pub struct Metrics {
     pub datastore_synced: Gauge,
     /// `routewarden_datastore_load_errors_total{reason}`: broken files / objects seen.
     pub datastore_load_errors: Family<LoadErrorLabels, Counter>,
-    /// `routewarden_datastore_invalid_objects`: objects currently skipped as invalid.
+    /// `routewarden_datastore_invalid_objects`: objects currently skipped as invalid (those
+    /// whose last good version stands in included).
     pub datastore_invalid_objects: Gauge,
+    /// `routewarden_datastore_invalid_inputs`: inputs (files, watched resources) currently
+    /// broken.
+    pub datastore_invalid_inputs: Gauge,
+    /// `routewarden_frozen_prefixes`: prefixes of frozen ground now (no deletion, no claim).
+    pub frozen_prefixes: Gauge,
+    /// `routewarden_deletions_held{reason}`: route deletions held back in the last apply.
+    pub deletions_held: Family<HoldLabels, Gauge>,
     /// `routewarden_ownership_findings{code,class}`: findings of the current decision.
     pub ownership_findings: Family<FindingLabels, Gauge>,
-    /// `routewarden_route_problems{code,block}`: problems of the cluster data that change
-    /// routes (S08: a BlockAffinity naming another node than its IPAMBlock), 1 per problem;
-    /// the log line names both nodes.
+    /// `routewarden_route_problems{code}`: problems of the cluster data that change routes
+    /// (S08: a BlockAffinity naming another node than its IPAMBlock), by code, recomputed on
+    /// every snapshot; the log line and `explain` name the block and both nodes.
     pub route_problems: Family<ProblemLabels, Gauge>,
     /// `routewarden_routes{family,class,state}`: desired vs programmed vs held cluster routes.
     pub routes: Family<RouteLabels, Gauge>,
@@ -229,8 +247,11 @@ impl Metrics {
         r.register("datastore_synced", "1 when the datastore view is complete and current, else 0", m.datastore_synced.clone());
         r.register("datastore_load_errors", "Broken datastore files or objects seen, by reason", m.datastore_load_errors.clone());
         r.register("datastore_invalid_objects", "Datastore objects currently skipped because they failed validation", m.datastore_invalid_objects.clone());
+        r.register("datastore_invalid_inputs", "Datastore inputs (files, watched resources) currently broken; their last good content is used", m.datastore_invalid_inputs.clone());
+        r.register("frozen_prefixes", "Prefixes of frozen ground: named by a broken object or input, or covered by an invalid IP pool; nothing there is deleted or claimed", m.frozen_prefixes.clone());
+        r.register("deletions_held", "Route deletions held back in the last apply, by reason", m.deletions_held.clone());
         r.register("ownership_findings", "Findings of the current ownership decision, by code and pool class", m.ownership_findings.clone());
-        r.register("route_problems", "Problems in the IPAM data that change routes, by code and IPAM block", m.route_problems.clone());
+        r.register("route_problems", "Problems in the IPAM data that change routes, by code", m.route_problems.clone());
         r.register("routes", "Cluster routes routewarden wants (desired), has in the kernel (programmed), and finds held by another writer it will not overwrite (held)", m.routes.clone());
         r.register("route_operations", "Netlink route writes, by operation and result", m.route_operations.clone());
         r.register("netlink_errors", "Netlink errors, by operation and errno kind", m.netlink_errors.clone());

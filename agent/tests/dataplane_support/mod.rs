@@ -116,10 +116,13 @@ pub fn example_lines() -> Vec<String> {
 
 pub type RealReconciler = Reconciler<RtNetlink, SystemClock>;
 
+/// The IP pools of the test cluster (`cluster()`): our routes inside them are ours.
+pub const POOLS: &[&str] = &["10.244.0.0/16", "fd00:10:244::/48"];
+
 /// A reconciler on a fresh rtnetlink connection, datastore synced. Must run inside the
 /// namespace's runtime.
 pub fn reconciler(cfg: DataplaneConfig, policy: Option<OwnershipPolicy>) -> RealReconciler {
-    let policy = policy.unwrap_or_else(|| cfg.base_policy());
+    let policy = policy.unwrap_or_else(|| cfg.policy_owning(POOLS));
     let nl = RtNetlink::connect().expect("rtnetlink");
     let mut r = Reconciler::new(cfg, policy, nl, SystemClock);
     r.set_datastore_synced(true);

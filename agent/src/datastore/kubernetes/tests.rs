@@ -679,10 +679,20 @@ async fn unparseable_object_is_skipped_and_its_last_good_version_kept() {
     assert_eq!(
         s.object_errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
         vec![
-            "ippools.crd.projectcalico.org/pool-a: IPPool \"pool-a\": spec.cidr: invalid CIDR \"10.0.0/8\"",
+            "ippools.crd.projectcalico.org/pool-a: IPPool \"pool-a\": spec.cidr: invalid CIDR \"10.0.0/8\" (its last good version is kept)",
             "ippools.crd.projectcalico.org/pool-x: IPPool \"pool-x\": spec.cidr: invalid CIDR \"banana\"",
         ]
     );
+    // The one with a last good version freezes nothing; the other names no CIDR either.
+    assert_eq!(s.object_errors.iter().map(|e| (e.last_good, e.cidrs.len())).collect::<Vec<_>>(), vec![(true, 0), (false, 0)]);
+    // A never-good object freezes the CIDRs it mentions (its spec's, and the block name's).
+    w.unbounded_send(event("ADDED", &object(group, "ippools", "pool-y", "111", &json!({"cidr": "10.252.0.0/16", "ipipMode": "Sometimes"})))).unwrap();
+    let s = ds.snapshot().await;
+    let y = s.object_errors.iter().find(|e| e.file.ends_with("pool-y")).expect("pool-y rejected");
+    assert_eq!((y.last_good, y.cidrs.iter().map(ToString::to_string).collect::<Vec<_>>()), (false, vec!["10.252.0.0/16".to_string()]));
+    w.unbounded_send(event("DELETED", &object(group, "ippools", "pool-y", "112", &json!({"cidr": "10.252.0.0/16", "ipipMode": "Sometimes"})))).unwrap();
+    let s = ds.snapshot().await;
+    assert!(s.object_errors.iter().all(|e| !e.file.ends_with("pool-y")));
     // Fixed: the new version replaces the last good one; deleting the bad one clears its error.
     w.unbounded_send(event("MODIFIED", &pool("pool-a", "12", "10.250.0.0/16"))).unwrap();
     w.unbounded_send(event("DELETED", &pool("pool-x", "13", "banana"))).unwrap();

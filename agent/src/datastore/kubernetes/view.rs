@@ -15,8 +15,8 @@ use kube::ResourceExt;
 use serde_yaml_ng::Value;
 
 use super::{api_resource, CalicoGroup, StoreWriter, Watched, CALICO_RESOURCES, NODE_RESOURCE};
-use crate::datastore::{DatastoreEvent, LoadError, ObjectError, Snapshot};
-use crate::model::{Cluster, Kind, ModelError};
+use crate::datastore::{DatastoreEvent, LoadError, LoadErrorKind, ObjectError, Snapshot};
+use crate::model::{check_pools, mentioned_cidrs, Cluster, Kind, ModelError, Rejected};
 
 /// Annotation prefix the model reads on core Nodes (`libcalico-go/lib/backend/k8s/resources/node.go`).
 const NODE_ANNOTATION_PREFIX: &str = "projectcalico.org/";
@@ -44,6 +44,9 @@ struct Entry {
     good: bool,
     /// The errors of the current version (empty when it is the good one).
     errors: Vec<ModelError>,
+    /// The CIDRs the current (failing) version mentions: frozen ground while no good
+    /// version stands in for it.
+    cidrs: Vec<ipnet::IpNet>,
 }
 
 /// One watched resource: its store and its objects' last good versions.
@@ -218,23 +221,38 @@ impl View {
         changed
     }
 
-    /// The snapshot of the current state (O(objects): clones the cluster).
+    /// The snapshot of the current state (O(objects): clones the cluster). IP pools that
+    /// overlap another are taken out here ([`check_pools`]), as the file datastore does.
     fn build(&self) -> Snapshot {
         let mut object_errors = Vec::new();
         let mut load_errors = Vec::new();
         let mut inputs = 0;
+        let mut pool_resource = String::new();
         for (index, r) in self.resources.iter().enumerate() {
             let label = self.resource_label(index);
+            if r.watched.kind == Kind::IpPool {
+                pool_resource.clone_from(&label);
+            }
             inputs += r.entries.len();
             for (name, e) in &r.entries {
                 let file = PathBuf::from(format!("{label}/{name}"));
-                object_errors.extend(e.errors.iter().map(|error| ObjectError { file: file.clone(), error: error.clone() }));
+                object_errors.extend(e.errors.iter().map(|error| ObjectError {
+                    file: file.clone(),
+                    error: error.clone(),
+                    cidrs: if e.good { Vec::new() } else { e.cidrs.clone() },
+                    last_good: e.good,
+                }));
             }
             if let Status::Failed(reason) = &r.status {
-                load_errors.push(LoadError { file: PathBuf::from(label), line: None, message: reason.clone() });
+                load_errors.push(LoadError::new(label, LoadErrorKind::Watch, reason.clone()));
             }
         }
-        Snapshot { cluster: Arc::new(self.cluster.clone()), object_errors, load_errors, inputs }
+        let mut cluster = self.cluster.clone();
+        for r in check_pools(&mut cluster) {
+            let name = r.error.object().map(|(_, n)| n.to_owned()).unwrap_or_default();
+            object_errors.push(ObjectError::from_rejected(PathBuf::from(format!("{pool_resource}/{name}")), r));
+        }
+        Snapshot { cluster: Arc::new(cluster), object_errors, load_errors, inputs }
     }
 }
 
@@ -255,7 +273,7 @@ fn refresh(r: &mut Resource, label: &str, cluster: &mut Cluster) -> (u64, bool) 
                 continue;
             }
         }
-        let e = r.entries.entry(name.clone()).or_insert_with(|| Entry { resource_version: String::new(), hash: 0, good: false, errors: Vec::new() });
+        let e = r.entries.entry(name.clone()).or_insert_with(|| Entry { resource_version: String::new(), hash: 0, good: false, errors: Vec::new(), cidrs: Vec::new() });
         e.resource_version = rv;
         let parsed = match serde_yaml_ng::to_value(&*obj) {
             Ok(value) => {
@@ -270,7 +288,8 @@ fn refresh(r: &mut Resource, label: &str, cluster: &mut Cluster) -> (u64, bool) 
             // Not expected: a DynamicObject always serializes.
             Err(err) => {
                 changed = true;
-                Err(vec![ModelError::NotAnObject { reason: format!("{label}/{name}: {err}") }])
+                let cidrs = mentioned_cidrs(&serde_yaml_ng::Value::Null, Some(kind), Some(&name));
+                Err(vec![Rejected::new(ModelError::NotAnObject { reason: format!("{label}/{name}: {err}") }, cidrs)])
             }
         };
         match parsed {
@@ -279,9 +298,14 @@ fn refresh(r: &mut Resource, label: &str, cluster: &mut Cluster) -> (u64, bool) 
                 merge(cluster, one);
                 e.good = true;
                 e.errors.clear();
+                e.cidrs.clear();
             }
-            Err(errors) => {
+            Err(rejected) => {
                 failures += 1;
+                e.cidrs = rejected.iter().flat_map(|r| r.cidrs.iter().copied()).collect();
+                e.cidrs.sort();
+                e.cidrs.dedup();
+                let errors: Vec<ModelError> = rejected.into_iter().map(|r| r.error).collect();
                 for error in &errors {
                     tracing::warn!(
                         kind = %kind,
