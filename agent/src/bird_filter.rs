@@ -20,6 +20,7 @@ use ipnet::IpNet;
 
 use crate::ownership::{KernelFilter, OwnershipDecision, PoolKind, PoolOwnership, Role};
 use crate::routes::{PoolClass, Writer};
+use crate::text::escape;
 
 /// Felix's cluster-route protocol with the default `deviceRouteProtocol` 3
 /// (`calculateRouteProtocol`, `felix/dataplane/linux/route_mgr.go` L137; reference §2.5).
@@ -48,6 +49,10 @@ pub struct BirdFilterOptions {
     /// IPIP CrossSubnet pools. `None` (no `--node`, or no BGP address): every IPIP route
     /// goes through the tunnel, as for `ipipMode: Always`.
     pub local_subnet_v4: Option<IpNet>,
+    /// CIDRs of IP pools that could not be classified (invalid, overlapping, unreadable),
+    /// each with why: the kernel filters reject them first, so BIRD never programs a CIDR
+    /// whose class it cannot know is its own (fail closed).
+    pub unclassified: Vec<(IpNet, String)>,
 }
 
 impl Default for BirdFilterOptions {
@@ -58,6 +63,7 @@ impl Default for BirdFilterOptions {
             normal_metric: 1024,
             include_path: "/etc/bird/routewarden.conf".into(),
             local_subnet_v4: None,
+            unclassified: Vec::new(),
         }
     }
 }
@@ -177,15 +183,15 @@ pub fn render(decision: &OwnershipDecision, opts: &BirdFilterOptions) -> String 
     let _ = writeln!(
         s,
         "#   Felix field: {} ({})",
-        decision.felix.value, decision.felix.source
+        decision.felix.value, escape(&decision.felix.source.to_string())
     );
     let _ = writeln!(
         s,
         "#   BIRD field:  {} ({})",
-        decision.bird.value, decision.bird.source
+        decision.bird.value, escape(&decision.bird.source.to_string())
     );
     if let Some(e) = &decision.explicit {
-        let _ = writeln!(s, "#   routewarden: {} ({})", e.value, e.source);
+        let _ = writeln!(s, "#   routewarden: {} ({})", e.value, escape(&e.source.to_string()));
     }
     for class in [PoolClass::Ipip, PoolClass::NoEncap, PoolClass::Vxlan] {
         let _ = writeln!(
@@ -197,14 +203,17 @@ pub fn render(decision: &OwnershipDecision, opts: &BirdFilterOptions) -> String 
     }
     let _ = writeln!(s, "#   routewarden route protocol: {}", opts.route_protocol);
     for f in decision.findings.iter().filter(|f| f.is_error()) {
-        let _ = writeln!(s, "# WARNING ({}): {}", f.code(), f.message);
+        let _ = writeln!(s, "# WARNING ({}): {}", f.code(), escape(&f.message));
+    }
+    for (cidr, why) in &opts.unclassified {
+        let _ = writeln!(s, "# ERROR: {cidr} is rejected for BIRD: its IP pool could not be classified: {}", escape(why));
     }
     if decision.config.role == Role::Bird {
         let _ = writeln!(s, "# Role bird: routewarden programs BIRD's classes, so BIRD's kernel export rejects every pool.");
     }
     let _ = writeln!(s, "#");
     let _ = writeln!(s, "# Use in bird.conf:");
-    let _ = writeln!(s, "#   include \"{}\";", opts.include_path);
+    let _ = writeln!(s, "#   include \"{}\";", escape(&opts.include_path));
     let _ = writeln!(s, "#   protocol kernel k4 {{ learn; metric 0; ipv4 {{ import all; export filter {KERNEL_FILTER_V4}; }}; }}");
     let _ = writeln!(s, "#   protocol kernel k6 {{ learn; metric 0; ipv6 {{ import all; export filter {KERNEL_FILTER_V6}; }}; }}");
     let _ = writeln!(s, "# `metric 0`: BIRD 2 applies the filters' krt_metric (1024, as Felix and routewarden use) only");
@@ -272,6 +281,11 @@ fn render_kernel_filter(
         let _ = writeln!(s, "      preference = 200;");
         let _ = writeln!(s, "    }}");
         let _ = writeln!(s, "  }}");
+        // Fail closed: a CIDR whose pool could not be classified is rejected before any pool
+        // line can accept it.
+        for (cidr, why) in opts.unclassified.iter().filter(|(c, _)| matches!(c, IpNet::V6(_)) == v6) {
+            let _ = writeln!(s, "  if (net ~ {cidr}) then {{ reject; }} # unclassified IP pool: {}", escape(why));
+        }
         let mut rows: Vec<&PoolVerdict> = vs
             .iter()
             .filter(|v| matches!(v.cidr, IpNet::V6(_)) == v6)
@@ -285,13 +299,15 @@ fn render_kernel_filter(
                         PoolKind::IpipAlways | PoolKind::IpipCrossSubnet => ipip_statement(v, opts),
                         _ => format!("accept; }} # {}", v.pool),
                     };
-                    let _ = writeln!(s, "  if (net ~ {}) then {{ {stmt}", v.cidr);
+                    let _ = writeln!(s, "  if (net ~ {}) then {{ {}", v.cidr, escape(&stmt));
                 }
                 KernelFilter::Reject => {
                     let _ = writeln!(
                         s,
                         "  if (net ~ {}) then {{ reject; }} # {}: {}",
-                        v.cidr, v.pool, v.reason
+                        v.cidr,
+                        escape(&v.pool),
+                        v.reason
                     );
                 }
             }

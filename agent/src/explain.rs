@@ -11,6 +11,7 @@ use crate::datastore::ObjectError;
 use crate::model::Cluster;
 use crate::ownership::{decide, ComponentDecision, Finding, OwnershipConfig, OwnershipDecision, PoolOwnership, Role, Severity};
 use crate::routes::{desired_routes, routable_classes, ClusterRoute, PoolClass, RouteDevices, RouteOrigin, RoutePath};
+use crate::text::escape;
 
 /// Errors of `explain`.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +97,9 @@ struct Report<'a> {
     routes: Vec<RouteRow<'a>>,
     route_problems: Vec<Problem>,
     object_errors: Vec<String>,
+    /// IP pools left out as invalid (overlapping another pool, `/0`, host bits, a bad field):
+    /// their CIDRs are frozen ground for the agent. Any makes the explanation an error.
+    invalid_pools: Vec<String>,
     has_errors: bool,
 }
 
@@ -125,7 +129,12 @@ pub fn explain(
         .as_ref()
         .map(|d| d.problems.iter().map(|p| Problem { code: p.code(), message: p.to_string() }).collect())
         .unwrap_or_default();
-    let has_errors = decision.has_errors();
+    let invalid_pools: Vec<String> = object_errors
+        .iter()
+        .filter(|e| !e.last_good && e.error.object().is_some_and(|(k, _)| k == crate::model::Kind::IpPool))
+        .map(|e| e.error.to_string())
+        .collect();
+    let has_errors = decision.has_errors() || !invalid_pools.is_empty();
     let report = Report {
         role: config.role.to_string(),
         calico_version: config.version.as_str(),
@@ -139,6 +148,7 @@ pub fn explain(
         routes,
         route_problems,
         object_errors: object_errors.iter().map(ToString::to_string).collect(),
+        invalid_pools,
         has_errors,
     };
     let text = match opts.format {
@@ -204,12 +214,14 @@ fn protocol_name(p: u8) -> String {
     }
 }
 
-/// Left-aligned columns separated by two spaces.
+/// Left-aligned columns separated by two spaces; every cell escaped (no control character from
+/// the datastore reaches the terminal).
 fn table(out: &mut String, rows: &[Vec<String>]) {
+    let rows: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(|c| escape(c).into_owned()).collect()).collect();
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> =
         (0..cols).map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
-    for row in rows {
+    for row in &rows {
         let mut line = String::from("  ");
         for (c, cell) in row.iter().enumerate() {
             if c + 1 == row.len() {
@@ -230,7 +242,7 @@ fn render_table(r: &Report<'_>, d: &OwnershipDecision, audit: bool) -> String {
         "role {}, Calico {}{}",
         r.role,
         r.calico_version,
-        r.node.map(|n| format!(", node {n}")).unwrap_or_default()
+        r.node.map(|n| format!(", node {}", escape(n))).unwrap_or_default()
     );
     out.push_str("\nDecisions\n");
     let mut rows = vec![vec!["COMPONENT".to_owned(), "VALUE".to_owned(), "SOURCE".to_owned()]];
@@ -273,6 +285,9 @@ fn render_table(r: &Report<'_>, d: &OwnershipDecision, audit: bool) -> String {
         };
         rows.push(vec![sev.to_owned(), f.code().to_owned(), f.class_label().to_owned(), f.message.clone()]);
     }
+    for p in &r.invalid_pools {
+        rows.push(vec!["ERROR".to_owned(), "invalid-pool".to_owned(), "none".to_owned(), format!("{p}; nothing in its CIDR is routed, deleted or claimed")]);
+    }
     if rows.is_empty() {
         out.push_str("  (none)\n");
     } else {
@@ -281,11 +296,11 @@ fn render_table(r: &Report<'_>, d: &OwnershipDecision, audit: bool) -> String {
 
     if let Some(node) = r.node {
         if audit {
-            let _ = writeln!(out, "\nExpected cluster routes on {node} (every routable class; audit mode programs nothing)");
+            let _ = writeln!(out, "\nExpected cluster routes on {} (every routable class; audit mode programs nothing)", escape(node));
         } else {
             let labels: Vec<&str> = r.programmed_classes.iter().map(|c| c.label()).collect();
             let classes = if labels.is_empty() { "none".to_owned() } else { labels.join(", ") };
-            let _ = writeln!(out, "\nRoutes routewarden programs on {node} (classes: {classes})");
+            let _ = writeln!(out, "\nRoutes routewarden programs on {} (classes: {classes})", escape(node));
         }
         if r.routes.is_empty() {
             out.push_str("  (none)\n");
@@ -296,19 +311,19 @@ fn render_table(r: &Report<'_>, d: &OwnershipDecision, audit: bool) -> String {
                 RouteOrigin::BorrowedIp { block, node } => format!("borrowed by {node} from {block}"),
                 RouteOrigin::OwnBlock { .. } => "own block".to_owned(),
             };
-            let _ = writeln!(out, "  {:<60}  # {}, pool {}", row.ip_route, why, row.route.pool);
+            let _ = writeln!(out, "  {:<60}  # {}, pool {}", row.ip_route, escape(&why), escape(&row.route.pool));
         }
         if !r.route_problems.is_empty() {
             out.push_str("\nRoute problems\n");
             for p in &r.route_problems {
-                let _ = writeln!(out, "  {}: {}", p.code, p.message);
+                let _ = writeln!(out, "  {}: {}", p.code, escape(&p.message));
             }
         }
     }
     if !r.object_errors.is_empty() {
         out.push_str("\nObjects left out\n");
         for e in &r.object_errors {
-            let _ = writeln!(out, "  {e}");
+            let _ = writeln!(out, "  {}", escape(e));
         }
     }
     out

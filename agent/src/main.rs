@@ -47,10 +47,20 @@ struct BirdFilterArgs {
     include_path: String,
 }
 
-/// `routewarden bird-filter`: load and decide as `explain` does, then render.
+/// `routewarden bird-filter`: load and decide as `explain` does, then render. Fails closed: an
+/// IP pool that could not be classified (invalid, overlapping, unreadable) is rejected for
+/// BIRD in the printed filters and makes the command exit 1, naming the object and field.
 fn cmd_bird_filter(args: &BirdFilterArgs) -> Result<ExitCode> {
     use routewarden::bird_filter::{render, BirdFilterOptions};
+    devices(&args.cluster).validate()?;
     let snap = load_blocking(&args.cluster)?;
+    // Pools, and objects whose kind is not known (they may be pools), that did not make it.
+    let unclassified: Vec<_> = snap
+        .object_errors
+        .iter()
+        .filter(|e| e.error.object().is_none_or(|(k, _)| k == routewarden::model::Kind::IpPool))
+        .filter(|e| !e.cidrs.is_empty() || e.error.object().is_some())
+        .collect();
     let role = args.cluster.role.clone().unwrap_or_else(|| "felix".into());
     let node = args.cluster.node.clone();
     let config = app::ownership_config(&role, &args.cluster.calico_version, Mode::Program, node.as_deref().unwrap_or(""))?;
@@ -60,13 +70,23 @@ fn cmd_bird_filter(args: &BirdFilterArgs) -> Result<ExitCode> {
         tunnel_device: args.cluster.tunnel_device.clone(),
         include_path: args.include_path.clone(),
         local_subnet_v4: node.as_deref().and_then(|n| snap.cluster.nodes.get(n)).and_then(|n| n.subnet(false)),
+        unclassified: unclassified.iter().flat_map(|e| e.cidrs.iter().map(|c| (*c, e.error.to_string()))).collect(),
         ..BirdFilterOptions::default()
     };
     print!("{}", render(&decision, &opts));
     for e in &snap.object_errors {
-        eprintln!("warning: skipped: {e}");
+        let level = if unclassified.iter().any(|u| std::ptr::eq(*u, e)) { "error" } else { "warning" };
+        eprintln!("{level}: skipped: {}", routewarden::text::escape(&e.to_string()));
     }
-    Ok(ExitCode::SUCCESS)
+    if unclassified.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "routewarden: error: {} IP pool(s) could not be classified; their CIDRs are rejected for BIRD in the filters above (fix the objects and run again)",
+            unclassified.len()
+        );
+        Ok(ExitCode::from(1))
+    }
 }
 
 async fn load(cluster: &ClusterArgs) -> Result<Snapshot> {
@@ -135,7 +155,7 @@ fn cmd_explain(args: &ExplainArgs) -> Result<ExitCode> {
     let out = explain(&snap.cluster, &snap.object_errors, &config, &opts)?;
     print!("{}", out.text);
     for e in &snap.object_errors {
-        eprintln!("warning: skipped: {e}");
+        eprintln!("warning: skipped: {}", routewarden::text::escape(&e.to_string()));
     }
     Ok(if out.has_errors { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }

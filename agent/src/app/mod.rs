@@ -431,6 +431,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let node = node_name(args.cluster.node.as_deref())?;
     let ownership = ownership_config(args.cluster.role.as_deref().unwrap_or("felix"), &args.cluster.calico_version, args.mode, &node)?;
     let devices = RouteDevices { tunnel: args.cluster.tunnel_device.clone(), host_nic: args.cluster.host_device.clone() };
+    devices.validate()?;
     let dp_config = DataplaneConfig {
         protocol: args.cluster.route_protocol,
         metric: args.cluster.route_metric,

@@ -131,6 +131,38 @@ pub struct RouteDevices {
     pub host_nic: String,
 }
 
+/// A device name routewarden would write into a route or a BIRD filter is not a Linux
+/// interface name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--{flag} {name:?}: not an interface name (1 to 15 characters of letters, digits, '.', '_', '-', '@')")]
+pub struct DeviceNameError {
+    /// `tunnel-device` or `host-device`.
+    pub flag: &'static str,
+    /// The rejected name (escape before printing).
+    pub name: String,
+}
+
+impl RouteDevices {
+    /// Check both names as the kernel limits interface names (`IFNAMSIZ` 16 with the NUL,
+    /// no `/` or whitespace; `dev_valid_name`), narrowed to the characters that need no
+    /// quoting in a BIRD string.
+    ///
+    /// # Errors
+    /// The first invalid name.
+    pub fn validate(&self) -> Result<(), DeviceNameError> {
+        for (flag, name) in [("tunnel-device", &self.tunnel), ("host-device", &self.host_nic)] {
+            let ok = (1..=15).contains(&name.len())
+                && name != "."
+                && name != ".."
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'));
+            if !ok {
+                return Err(DeviceNameError { flag, name: crate::text::escape(name).into_owned() });
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for RouteDevices {
     fn default() -> Self {
         RouteDevices { tunnel: "tunl0".into(), host_nic: "eth0".into() }
