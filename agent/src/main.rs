@@ -176,20 +176,55 @@ async fn cmd_audit(args: &AuditArgs) -> Result<ExitCode> {
     let p = plan::plan(&snap, &config, &std::collections::BTreeSet::new(), &[]);
     let mut nl = RtNetlink::connect().context("open the rtnetlink socket")?;
     let report = audit_kernel(&mut nl, &p.expected, &p.audit_scope).await.context("dump the kernel's routes")?;
+    // What the audit could not look at: objects left out (their routes are not expected, so
+    // a route for them may show as stale or missing) and the inputs that did not load.
+    let skipped: Vec<SkippedObject> = snap
+        .object_errors
+        .iter()
+        .map(|e| SkippedObject { file: e.file.display().to_string(), error: e.error.to_string(), last_good_kept: e.last_good })
+        .chain(snap.load_errors.iter().map(|e| SkippedObject { file: e.file.display().to_string(), error: e.message.clone(), last_good_kept: !e.never_loaded }))
+        .collect();
+    let out = AuditOutput { report: &report, skipped: &skipped };
     match args.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Output::Yaml => print!("{}", serde_yaml_ng::to_string(&report)?),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&out)?),
+        Output::Yaml => print!("{}", serde_yaml_ng::to_string(&out)?),
         Output::Table => {
             println!("audit of table {}: {} expected routes, {} kernel routes on cluster prefixes", report.table, report.expected, report.kernel_routes);
-            if report.is_clean() {
+            if report.is_clean() && skipped.is_empty() {
                 println!("clean: every owner's routes are present and nothing else writes cluster prefixes");
             }
             for f in &report.findings {
                 println!("{:<16} {:<20} {}", f.code.as_str(), f.prefix.to_string(), f.detail);
             }
+            if !skipped.is_empty() {
+                println!("skipped (not audited; their routes are not expected):");
+                for s in &skipped {
+                    let kept = if s.last_good_kept { " (last good version audited instead)" } else { "" };
+                    println!("  {}: {}{kept}", routewarden::text::escape(&s.file), routewarden::text::escape(&s.error));
+                }
+            }
         }
     }
-    Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if report.is_clean() && skipped.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// An object or input `audit` did not look at, and why.
+#[derive(serde::Serialize)]
+struct SkippedObject {
+    /// The file (or Kubernetes resource/name) it came from.
+    file: String,
+    /// Why it was left out (kind, name, field).
+    error: String,
+    /// Its last good version stood in for it.
+    last_good_kept: bool,
+}
+
+/// `audit -o json|yaml`: the report and what was skipped.
+#[derive(serde::Serialize)]
+struct AuditOutput<'a> {
+    #[serde(flatten)]
+    report: &'a routewarden::dataplane::AuditReport,
+    skipped: &'a [SkippedObject],
 }
 
 fn main() -> ExitCode {

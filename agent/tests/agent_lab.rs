@@ -74,8 +74,8 @@ fn bird_role_programs_noencap_v4_and_v6() {
 }
 
 #[test]
-fn broken_input_keeps_routes_and_blocks_deletes_until_fixed() {
-    if skip_unless_root("broken_input_keeps_routes_and_blocks_deletes_until_fixed") {
+fn broken_input_keeps_routes_and_freezes_what_it_names_until_fixed() {
+    if skip_unless_root("broken_input_keeps_routes_and_freezes_what_it_names_until_fixed") {
         return;
     }
     let lab = lab();
@@ -93,21 +93,31 @@ fn broken_input_keeps_routes_and_blocks_deletes_until_fixed() {
     let released = ipam_good.replace("spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: false}", "spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: true}");
     assert_ne!(released, ipam_good);
     std::fs::write(&ipam, &released).unwrap();
-    wait_for("datastore_synced 0", Duration::from_secs(10), || (sample(&metrics(&lab, "node-a"), "routewarden_datastore_synced") == Some(0.0)).then_some(()));
+    // One broken input does not unready the agent: its last good content is used and the
+    // CIDRs its text names (every pool's) are frozen ground (issue 22).
+    wait_for("one invalid input", Duration::from_secs(10), || (sample(&metrics(&lab, "node-a"), "routewarden_datastore_invalid_inputs") == Some(1.0)).then_some(()));
+    let m = metrics(&lab, "node-a");
+    assert_eq!(sample(&m, "routewarden_datastore_synced"), Some(1.0), "{m}");
     let (status, body) = lab.http_get("node-a", PORT, "/readyz").unwrap();
-    assert_eq!((status, body.lines().next()), (503, Some("datastore: not synced")));
-    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(status, 200, "{body}");
+    let invalid: Vec<&str> = body.lines().filter(|l| l.starts_with("invalid: ")).collect();
+    assert_eq!(invalid.len(), 1, "{body}");
+    assert!(invalid[0].starts_with(&format!("invalid: {}:", calico.display())), "{body}");
+    wait_for("the released block's delete held in frozen ground", Duration::from_secs(10), || {
+        (sample(&metrics(&lab, "node-a"), r#"routewarden_deletions_held{reason="frozen"}"#) == Some(1.0)).then_some(())
+    });
     // Nothing deleted while the input is broken: the released block's route stays.
     assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
 
-    // Fixed: the view is complete again and the released block's route goes.
+    // Fixed: the frozen ground thaws and the released block's route goes.
     std::fs::write(&calico, good).unwrap();
     wait_for("route to the released block removed", Duration::from_secs(10), || {
         (routes(&lab, "node-a", "80").len() == NODE_A_IPIP.len() - 1).then_some(())
     });
     let expected: Vec<&str> = NODE_A_IPIP.iter().copied().filter(|r| !r.starts_with("10.245.40.0/26")).collect();
     assert_eq!(routes(&lab, "node-a", "80"), expected);
-    assert_eq!(sample(&metrics(&lab, "node-a"), "routewarden_datastore_synced"), Some(1.0));
+    let m = metrics(&lab, "node-a");
+    assert_eq!((sample(&m, "routewarden_datastore_synced"), sample(&m, "routewarden_datastore_invalid_inputs")), (Some(1.0), Some(0.0)), "{m}");
 }
 
 #[test]

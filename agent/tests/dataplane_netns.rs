@@ -274,7 +274,8 @@ fn no_deletes_while_datastore_unsynced() {
     }
     let ns = Netns::new();
     ns.rt.block_on(async {
-        let mut r = reconciler(DataplaneConfig::default(), None);
+        // The mass-deletion breaker off: this is about the datastore's sync state alone.
+        let mut r = reconciler(DataplaneConfig { mass_deletion_percent: 100, ..DataplaneConfig::default() }, None);
         r.set_desired(&example_cluster());
         r.apply().await;
         r.set_datastore_synced(false);

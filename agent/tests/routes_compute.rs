@@ -82,11 +82,11 @@ items:
     spec: {cidr: 10.244.70.0/26, affinity: "host:node-z"}
   - metadata: {name: 10-244-80-0-26}
     spec: {cidr: 10.244.80.0/26, affinity: "host:node-b", deleted: true}
-  - metadata: {name: fd00-10-244-0-20--122}
+  - metadata: {name: fd00-10-244-0-20---122}
     spec: {cidr: 'fd00:10:244:0:20::/122', affinity: "host:node-b"}
-  - metadata: {name: fd00-10-244-0-40--122}
+  - metadata: {name: fd00-10-244-0-40---122}
     spec: {cidr: 'fd00:10:244:0:40::/122', affinity: "host:node-d"}
-  - metadata: {name: fd00-10-244-0-10--122}
+  - metadata: {name: fd00-10-244-0-10---122}
     spec: {cidr: 'fd00:10:244:0:10::/122', affinity: "host:node-a"}
 ---
 apiVersion: crd.projectcalico.org/v1
@@ -192,7 +192,7 @@ fn unknown_local_node_is_reported_and_cross_subnet_uses_the_tunnel() {
 
 #[test]
 fn block_without_any_owner_is_reported() {
-    let text = "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.244.0.0/16}\n---\napiVersion: projectcalico.org/v3\nkind: IPAMBlock\nmetadata: {name: b}\nspec: {cidr: 10.244.1.0/26}\n";
+    let text = "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.244.0.0/16}\n---\napiVersion: projectcalico.org/v3\nkind: IPAMBlock\nmetadata: {name: 10-244-1-0-26}\nspec: {cidr: 10.244.1.0/26}\n";
     let (cluster, _) = Cluster::from_yaml_str(text).unwrap();
     let d = desired_routes(&cluster, "node-a", &routable_classes(), &RouteDevices::default());
     assert!(d.routes.is_empty());
@@ -200,7 +200,7 @@ fn block_without_any_owner_is_reported() {
         d.problems,
         vec![
             RouteProblem::LocalNodeUnknown { node: "node-a".into() },
-            RouteProblem::BlockWithoutOwner { block: "b".into(), cidr: net("10.244.1.0/26") }
+            RouteProblem::BlockWithoutOwner { block: "10-244-1-0-26".into(), cidr: net("10.244.1.0/26") }
         ]
     );
 }
@@ -284,9 +284,10 @@ fn docs(s: &Spec) -> Vec<String> {
             }
         }
         out.push(format!(
-            "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {{name: b{i}}}\nspec: {{cidr: {cidr}, {affinity}allocations: [{}], attributes: [{}]}}\n",
+            "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {{name: {name}}}\nspec: {{cidr: {cidr}, {affinity}allocations: [{}], attributes: [{}]}}\n",
             allocations.join(", "),
-            attrs.join(", ")
+            attrs.join(", "),
+            name = routewarden::model::block_name(cidr),
         ));
     }
     out
@@ -358,7 +359,7 @@ proptest! {
                 } else if let Some(gw) = addr(*n) {
                     let route = route.expect("borrowed IP route");
                     prop_assert_eq!(route.gateway, Some(gw));
-                    prop_assert_eq!(&route.origin, &RouteOrigin::BorrowedIp { block: format!("b{i}"), node: node_name(*n) });
+                    prop_assert_eq!(&route.origin, &RouteOrigin::BorrowedIp { block: routewarden::model::block_name(cidr), node: node_name(*n) });
                 } else {
                     prop_assert!(route.is_none());
                 }

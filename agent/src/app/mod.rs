@@ -14,6 +14,10 @@ pub mod logging;
 pub mod memory;
 pub mod plan;
 pub mod route_watch;
+pub mod view;
+
+#[cfg(test)]
+mod bad_input_tests;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -35,8 +39,6 @@ use plan::{Plan, PlanConfig};
 
 /// How often the TC probe's counters are read into metrics.
 const COUNTER_POLL: Duration = Duration::from_secs(1);
-/// Invalid objects and inputs named one by one on `/readyz` (the rest are counted).
-const READYZ_NAMED: usize = 5;
 
 /// Resolve this node's name: `--node`, else the host name.
 ///
@@ -77,91 +79,40 @@ struct ClusterHandler {
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     programmed: BTreeSet<PoolClass>,
-    synced: bool,
-    /// Why the datastore last said it is not synced.
-    unsynced_reason: Option<String>,
-    /// The current broken inputs and invalid objects, one line each (for `/readyz`).
-    invalid_inputs: Vec<String>,
-    invalid_objects: Vec<String>,
+    view: view::ViewState,
     last: Option<Plan>,
     commands: Option<mpsc::Sender<DataplaneCommand>>,
 }
 
 impl ClusterHandler {
     async fn on_datastore(&mut self, ev: DatastoreEvent) {
+        self.view.on_event(&ev);
         match ev {
             DatastoreEvent::LoadFailed(e) => {
                 error!(file = %e.file.display(), line = e.line, error = %e.message, code = e.code(), "cluster description failed to load; keeping the last good state");
                 self.metrics.datastore_load_errors.get_or_create(&LoadErrorLabels { reason: e.code() }).inc();
             }
             DatastoreEvent::Synced => {
-                self.synced = true;
-                self.unsynced_reason = None;
                 info!("datastore synced");
                 self.publish_synced().await;
             }
             DatastoreEvent::Unsynced { reason } => {
                 warn!(%reason, "datastore not synced; keeping every route, deleting none");
-                self.synced = false;
-                self.unsynced_reason = Some(reason);
                 self.publish_synced().await;
             }
             DatastoreEvent::Snapshot(s) => self.on_snapshot(&s).await,
         }
     }
 
-    /// The view is current and is this node's: synced, with this node's Node in it. This is
-    /// what readiness and `routewarden_datastore_synced` report.
-    fn view_current(&self) -> bool {
-        self.synced && self.last.as_ref().is_some_and(|p| !p.local_node_missing)
-    }
-
-    /// Deletes are allowed when the view is current and no input that never loaded is broken
-    /// (frozen ground and the mass-deletion breaker are the dataplane's).
-    fn deletions_allowed(&self) -> bool {
-        self.view_current() && self.last.as_ref().is_some_and(|p| p.hold_all.is_none())
-    }
-
     async fn publish_synced(&self) {
-        let current = self.view_current();
+        let plan = self.last.as_ref();
+        let current = self.view.current(plan);
         self.metrics.datastore_synced.set(i64::from(current));
         self.health.set_datastore_synced(current);
-        self.health.set_notes(self.readyz_notes());
+        self.health.set_notes(self.view.notes(plan, &self.config.node));
         if let Some(tx) = &self.commands {
-            let _ = tx.send(DataplaneCommand::SetDatastoreSynced(self.deletions_allowed())).await;
+            let _ = tx.send(DataplaneCommand::SetDatastoreSynced(self.view.deletions_allowed(plan))).await;
         }
-    }
-
-    /// The `/readyz` lines about the view: why it is not current, what is held, what is
-    /// broken (named up to [`READYZ_NAMED`], control characters escaped).
-    fn readyz_notes(&self) -> Vec<String> {
-        let mut notes = Vec::new();
-        if !self.synced {
-            if let Some(r) = &self.unsynced_reason {
-                notes.push(format!("not synced: {}", crate::text::one_line(r)));
-            }
-        }
-        let Some(p) = &self.last else { return notes };
-        if p.local_node_missing {
-            notes.push(format!("not synced: this node {:?} is not in the datastore; deleting nothing until it is back", self.config.node));
-        }
-        if let Some(h) = &p.hold_all {
-            notes.push(format!("deletions held: {}", crate::text::one_line(h)));
-        }
-        if !p.frozen.is_empty() {
-            notes.push(format!("frozen ground: {} prefixes (nothing deleted or claimed there)", p.frozen.len()));
-        }
-        let mut named = 0;
-        let (inputs, objects) = (&self.invalid_inputs, &self.invalid_objects);
-        for line in inputs.iter().chain(objects.iter()) {
-            if named == READYZ_NAMED {
-                notes.push(format!("... and {} more (see the log and routewarden explain)", inputs.len() + objects.len() - named));
-                break;
-            }
-            notes.push(format!("invalid: {}", crate::text::one_line(line)));
-            named += 1;
-        }
-        notes
     }
 
     async fn on_snapshot(&mut self, snap: &Snapshot) {
@@ -176,8 +127,6 @@ impl ClusterHandler {
         if !snap.object_errors.is_empty() {
             self.metrics.datastore_load_errors.get_or_create(&LoadErrorLabels { reason: "object" }).inc_by(snap.object_errors.len() as u64);
         }
-        self.invalid_inputs = snap.load_errors.iter().map(ToString::to_string).collect();
-        self.invalid_objects = snap.object_errors.iter().map(ToString::to_string).collect();
         let previous_owned = self.last.as_ref().map(|p| p.policy.owned.clone()).unwrap_or_default();
         let plan = plan::plan(snap, &self.config, &self.programmed, &previous_owned);
         self.metrics.frozen_prefixes.set(i64::try_from(plan.frozen.len()).unwrap_or(i64::MAX));
@@ -286,6 +235,7 @@ fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport, log: 
                 settle_s = settle.as_secs(),
                 "mass deletion held: this change would delete more than the threshold of our routes at once; each delete goes out once it has stayed wanted for the settle period"
             );
+            metrics.mass_deletion_holds.inc();
             log.mass_held = true;
         }
         None if log.mass_held => {
@@ -530,10 +480,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         metrics: metrics.clone(),
         health: health.clone(),
         programmed: BTreeSet::new(),
-        synced: false,
-        unsynced_reason: None,
-        invalid_inputs: Vec::new(),
-        invalid_objects: Vec::new(),
+        view: view::ViewState::default(),
         last: None,
         commands,
     };

@@ -30,7 +30,7 @@
 pub mod entries;
 pub mod event;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -594,6 +594,8 @@ pub struct ForwardHandler {
     events: Option<mpsc::Receiver<ForwardEvent>>,
     reader: Option<tokio::task::JoinHandle<()>>,
     last_entries: Vec<ForwardEntry>,
+    /// Pools whose series are declared: a pool that leaves the plan has its series removed.
+    declared: BTreeSet<String>,
 }
 
 impl std::fmt::Debug for ForwardHandler {
@@ -626,13 +628,21 @@ impl ForwardHandler {
                     events: Some(rx),
                     reader: Some(reader),
                     last_entries: Vec::new(),
+                    declared: BTreeSet::new(),
                 }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "forwarding watch not running; routes are still programmed");
                 metrics.bpf_program_attached.get_or_create(&labels).set(0);
                 health.set_watcher(WATCHER_NAME, crate::observe::WatcherState::Degraded(e.to_string()));
-                ForwardHandler { watch: None, metrics_state: ForwardMetrics::new(false), events: None, reader: None, last_entries: Vec::new() }
+                ForwardHandler {
+                    watch: None,
+                    metrics_state: ForwardMetrics::new(false),
+                    events: None,
+                    reader: None,
+                    last_entries: Vec::new(),
+                    declared: BTreeSet::new(),
+                }
             }
         }
     }
@@ -662,6 +672,11 @@ impl ForwardHandler {
             Err(e) => tracing::warn!(error = %e, "forwarding watch: updating destinations failed"),
         }
         ForwardMetrics::declare(metrics, &entries);
+        let pools: BTreeSet<String> = entries.iter().map(|e| e.pool.clone()).collect();
+        for gone in self.declared.difference(&pools) {
+            ForwardMetrics::forget(metrics, gone);
+        }
+        self.declared = pools;
     }
 
     /// Timer: attach devices that appeared, read the counters into the metrics.
@@ -780,6 +795,20 @@ impl ForwardMetrics {
             }
             let _ = metrics.forwarding_flaps.get_or_create(&PoolLabels { pool: e.pool.clone() });
         }
+    }
+
+    /// Remove every series of `pool` (a pool deleted from the cluster must not leave its
+    /// series behind: 300 deleted pools were 1,800 series).
+    pub fn forget(metrics: &Metrics, pool: &str) {
+        for path in [ForwardPath::Tunnel, ForwardPath::Host] {
+            let labels = ForwardPathLabels { pool: pool.to_owned(), path: path.label() };
+            metrics.forwarded_packets.remove(&labels);
+            metrics.forwarded_bytes.remove(&labels);
+            for expected in [ForwardPath::Tunnel, ForwardPath::Host, ForwardPath::Local] {
+                metrics.wrong_path_packets.remove(&WrongPathLabels { pool: pool.to_owned(), expected: expected.label(), actual: path.label() });
+            }
+        }
+        metrics.forwarding_flaps.remove(&PoolLabels { pool: pool.to_owned() });
     }
 
     fn counted(&self, obs: Observation) -> bool {

@@ -35,7 +35,7 @@ pub mod policy;
 pub mod reconciler;
 
 #[cfg(test)]
-mod fake;
+pub(crate) mod fake;
 #[cfg(test)]
 mod reconciler_tests;
 

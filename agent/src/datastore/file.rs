@@ -11,6 +11,7 @@
 //! | a file that is empty, whitespace or comments only | invalid (`empty`); its last good content is kept. `kind: List` with `items: []` is how a file says it is empty on purpose |
 //! | a file that is not YAML, nested too deep, or over the size limit | invalid; last good content kept; the CIDRs its text mentions are frozen |
 //! | an object that does not validate | that object's last good version is kept (per object, by kind and name) |
+//! | any change (an edit, a truncation at an item or field boundary, a slow writer's half-written file) | applied at once, but snapshots say `settled: false` until the tree has been stable for the settle period: the app deletes no route meanwhile, so a transient state can add or change routes but never remove one |
 //! | a file that vanished, a dangling symlink, an unreadable file, an emptied or replaced directory | last good content kept and the datastore **unsynced**, naming the paths, until the tree has been stable for the settle period (30 s); then the removal is applied |
 //! | a FIFO, socket or device where a file was expected | refused without being opened |
 //! | an input that never loaded | reported with `never_loaded`: the app holds every deletion while it is broken |
@@ -244,6 +245,8 @@ pub(crate) struct Loader {
     unsynced_reason: Option<String>,
     /// Fingerprint of the tree (paths, contents, failures) and when it last changed.
     tree: Option<(u64, Instant)>,
+    /// The tree has been stable for the settle period (as of the last rescan).
+    settled: bool,
 }
 
 impl Loader {
@@ -258,14 +261,15 @@ impl Loader {
             root_error: None,
             unsynced_reason: None,
             tree: None,
+            settled: false,
         }
     }
 
-    /// When a held removal becomes due (the tree stable for the settle period), if any.
+    /// When the tree becomes settled (stable for the settle period: held removals become due,
+    /// deletions allowed), if it is not yet.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        let pending = self.files.values().any(|f| f.missing_since.is_some());
-        match (pending, self.tree) {
-            (true, Some((_, changed))) => Some(changed + self.options.settle),
+        match self.tree {
+            Some((_, changed)) if !self.settled => Some(changed + self.options.settle),
             _ => None,
         }
     }
@@ -305,6 +309,7 @@ impl Loader {
         }
         // Held removals: due once the tree has been stable for the settle period.
         let stable = self.tree.is_some_and(|(_, changed)| now.saturating_duration_since(changed) >= self.options.settle);
+        self.settled = stable;
         if stable {
             let due: Vec<PathBuf> = self.files.iter().filter(|(_, f)| f.missing_since.is_some()).map(|(p, _)| p.clone()).collect();
             for p in due {
@@ -320,7 +325,11 @@ impl Loader {
                 &mut events,
             );
         }
-        let fp = self.fingerprint();
+        let fp = {
+            let mut h = DefaultHasher::new();
+            (self.fingerprint(), self.settled).hash(&mut h);
+            h.finish()
+        };
         if self.last_sent != Some(fp) {
             let snap = self.snapshot();
             for e in &snap.object_errors {
@@ -474,6 +483,7 @@ impl Loader {
             object_errors,
             load_errors: self.files.values().filter_map(|f| f.error.clone()).collect(),
             inputs: self.files.len(),
+            settled: self.settled,
         }
     }
 }

@@ -32,6 +32,16 @@ pub mod kubernetes;
 
 pub use file::{FileDatastore, FileOptions};
 
+/// The file datastore's synchronous core, for tests that drive it at explicit times.
+#[cfg(test)]
+pub(crate) type TestLoader = file::Loader;
+
+/// A file datastore core reading `root` with `settle` (no half-write re-read).
+#[cfg(test)]
+pub(crate) fn file_loader_for_tests(root: PathBuf, settle: std::time::Duration) -> TestLoader {
+    file::Loader::new(root, FileOptions { settle, ..FileOptions::default() }, std::time::Duration::ZERO)
+}
+
 /// The file datastore's default size limit per file, bytes (16 MiB).
 pub const fn file_default_max_size() -> u64 {
     file::DEFAULT_MAX_FILE_SIZE
@@ -154,6 +164,12 @@ pub struct Snapshot {
     pub load_errors: Vec<LoadError>,
     /// Inputs read (files).
     pub inputs: usize,
+    /// The inputs have been stable for the settle period, so what is absent from them is
+    /// evidence for deleting routes. The file datastore sends `false` after every change
+    /// (files are written in pieces: a half-written or truncated file can read as a valid
+    /// one that lacks objects or fields) and a new snapshot once settled; the Kubernetes
+    /// datastore (whole objects, no partial writes) always `true`.
+    pub settled: bool,
 }
 
 /// What a datastore reports.

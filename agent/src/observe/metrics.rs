@@ -173,6 +173,8 @@ pub struct Metrics {
     pub frozen_prefixes: Gauge,
     /// `routewarden_deletions_held{reason}`: route deletions held back in the last apply.
     pub deletions_held: Family<HoldLabels, Gauge>,
+    /// `routewarden_mass_deletion_holds_total`: times the mass-deletion breaker engaged.
+    pub mass_deletion_holds: Counter,
     /// `routewarden_ownership_findings{code,class}`: findings of the current decision.
     pub ownership_findings: Family<FindingLabels, Gauge>,
     /// `routewarden_route_problems{code}`: problems of the cluster data that change routes
@@ -250,6 +252,7 @@ impl Metrics {
         r.register("datastore_invalid_inputs", "Datastore inputs (files, watched resources) currently broken; their last good content is used", m.datastore_invalid_inputs.clone());
         r.register("frozen_prefixes", "Prefixes of frozen ground: named by a broken object or input, or covered by an invalid IP pool; nothing there is deleted or claimed", m.frozen_prefixes.clone());
         r.register("deletions_held", "Route deletions held back in the last apply, by reason", m.deletions_held.clone());
+        r.register("mass_deletion_holds", "Times the mass-deletion breaker engaged: one change would have deleted more than the threshold of routewarden's routes at once", m.mass_deletion_holds.clone());
         r.register("ownership_findings", "Findings of the current ownership decision, by code and pool class", m.ownership_findings.clone());
         r.register("route_problems", "Problems in the IPAM data that change routes, by code", m.route_problems.clone());
         r.register("routes", "Cluster routes routewarden wants (desired), has in the kernel (programmed), and finds held by another writer it will not overwrite (held)", m.routes.clone());
@@ -272,6 +275,10 @@ impl Metrics {
         r.register("wrong_path_packets", "Packets to a cluster destination that left on a different path than expected", m.wrong_path_packets.clone());
         r.register("forwarding_flaps", "Blocks whose egress path changed at least threshold times within the window", m.forwarding_flaps.clone());
         r.register("forwarding_events_lost", "Forwarding-watch ring-buffer records lost because the buffer was full", m.forwarding_events_lost.clone());
+        // Declared at 0 so that alerts see the first increase.
+        for reason in ["not-synced", "frozen", "mass-deletion"] {
+            m.deletions_held.get_or_create(&HoldLabels { reason }).set(0);
+        }
         (r, m)
     }
 }

@@ -341,3 +341,35 @@ fn one_shot_load_fails_on_broken_yaml_with_position() {
     let err = FileDatastore::load(&e).unwrap_err();
     assert!(err.to_string().contains("no document (empty, whitespace or comments only)"), "{err}");
 }
+
+/// Every change makes the snapshot unsettled (no deletion may follow from it) until the tree
+/// has been stable for the settle period; then a settled snapshot of the same content follows.
+#[test]
+fn snapshots_settle_once_the_tree_is_stable() {
+    let dir = TempDir::new("settled");
+    let f = dir.write("pools.yaml", POOL);
+    let mut l = loader(dir.0.clone());
+    let t0 = Instant::now();
+    let ev = l.rescan_at(t0);
+    assert_eq!(kinds(&ev), vec!["snapshot", "synced"]);
+    assert!(!snapshot(&ev).settled, "a tree just read is not settled");
+    assert_eq!(l.next_deadline(), Some(t0 + SETTLE));
+    assert_eq!(kinds(&l.rescan_at(t0 + SETTLE - Duration::from_millis(1))), Vec::<&str>::new());
+    let ev = l.rescan_at(t0 + SETTLE);
+    assert_eq!(kinds(&ev), vec!["snapshot"]);
+    let s = snapshot(&ev);
+    assert!(s.settled);
+    assert_eq!(pools(s), ["p1 10.244.0.0/16"]);
+    assert_eq!(l.next_deadline(), None);
+    // A truncation that still parses (the pool cut before its CIDR would be a syntax or
+    // field error; here the second document is cut away): applied, but unsettled.
+    std::fs::write(&f, format!("{POOL}---\n{}", POOL.replace("p1", "p2").replace("10.244", "10.245"))).unwrap();
+    let t1 = t0 + Duration::from_secs(60);
+    l.rescan_at(t1);
+    std::fs::write(&f, POOL).unwrap();
+    let ev = l.rescan_at(t1 + Duration::from_secs(1));
+    let s = snapshot(&ev);
+    assert_eq!((pools(s), s.settled), (vec!["p1 10.244.0.0/16".to_string()], false));
+    assert_eq!(l.next_deadline(), Some(t1 + Duration::from_secs(1) + SETTLE));
+    assert!(snapshot(&l.rescan_at(t1 + Duration::from_secs(31))).settled);
+}

@@ -252,7 +252,7 @@ impl View {
             let name = r.error.object().map(|(_, n)| n.to_owned()).unwrap_or_default();
             object_errors.push(ObjectError::from_rejected(PathBuf::from(format!("{pool_resource}/{name}")), r));
         }
-        Snapshot { cluster: Arc::new(cluster), object_errors, load_errors, inputs }
+        Snapshot { cluster: Arc::new(cluster), object_errors, load_errors, inputs, settled: true }
     }
 }
 
