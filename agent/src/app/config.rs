@@ -6,10 +6,12 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
 use crate::datastore::{ApiGroupChoice, KubernetesOptions};
+use crate::observe::http::HttpLimits;
 
 /// Where the cluster description comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,6 +174,21 @@ pub struct RunArgs {
     /// Address of the HTTP server (/metrics, /healthz, /readyz).
     #[arg(long, env = "ROUTEWARDEN_METRICS_ADDR", default_value = "0.0.0.0:9695")]
     pub metrics_addr: SocketAddr,
+    /// Seconds a client of the HTTP server has to send a whole request head, from connecting
+    /// or from the first byte of its next request; slower connections are closed.
+    #[arg(long, env = "ROUTEWARDEN_HTTP_HEADER_TIMEOUT", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_header_timeout: u64,
+    /// Seconds a kept-alive HTTP connection may sit between requests before it is closed.
+    #[arg(long, env = "ROUTEWARDEN_HTTP_IDLE_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_idle_timeout: u64,
+    /// Most HTTP connections held open at once; a new client at the cap closes the oldest
+    /// (slow or idle) connection instead of waiting.
+    #[arg(long, env = "ROUTEWARDEN_HTTP_MAX_CONNECTIONS", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    pub http_max_connections: u64,
+    /// Seconds a /metrics, /healthz or /readyz handler may take before the request is
+    /// answered 503.
+    #[arg(long, env = "ROUTEWARDEN_HTTP_REQUEST_TIMEOUT", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_request_timeout: u64,
     /// Devices the `tc_count` probe attaches to (egress), comma separated. Empty: the tunnel
     /// device and the host NIC.
     #[arg(long, env = "ROUTEWARDEN_TC_DEVICES", value_delimiter = ',')]
@@ -204,6 +221,18 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "ROUTEWARDEN_LOG_FORMAT", value_enum, default_value = "auto")]
     pub log_format: LogFormat,
+}
+
+impl RunArgs {
+    /// The HTTP server's limits from the `--http-*` flags.
+    pub fn http_limits(&self) -> HttpLimits {
+        HttpLimits {
+            header_read_timeout: Duration::from_secs(self.http_header_timeout),
+            idle_timeout: Duration::from_secs(self.http_idle_timeout),
+            max_connections: usize::try_from(self.http_max_connections).unwrap_or(usize::MAX),
+            request_timeout: Duration::from_secs(self.http_request_timeout),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -247,5 +276,33 @@ mod tests {
         // The Kubernetes flags do not change a file datastore.
         let c = Cli::try_parse_from(["x", "--datastore", "file:/a", "--calico-api-group", "projectcalico.org/v3"]).unwrap();
         assert_eq!(c.cluster.datastore_spec(), DatastoreSpec::File("/a".into()));
+    }
+
+    #[derive(clap::Parser)]
+    struct RunCli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    #[test]
+    fn http_flags_default_to_the_http_limits_defaults() {
+        use clap::Parser;
+        let c = RunCli::try_parse_from(["x", "--datastore", "file:/a"]).unwrap();
+        assert_eq!(c.run.http_limits(), HttpLimits::default());
+        let c = RunCli::try_parse_from([
+            "x", "--datastore", "file:/a", "--http-header-timeout", "2", "--http-idle-timeout", "60", "--http-max-connections", "16", "--http-request-timeout", "3",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.run.http_limits(),
+            HttpLimits {
+                header_read_timeout: Duration::from_secs(2),
+                idle_timeout: Duration::from_mins(1),
+                max_connections: 16,
+                request_timeout: Duration::from_secs(3),
+            }
+        );
+        assert!(RunCli::try_parse_from(["x", "--datastore", "file:/a", "--http-max-connections", "0"]).is_err());
+        assert!(RunCli::try_parse_from(["x", "--datastore", "file:/a", "--http-header-timeout", "0"]).is_err());
     }
 }

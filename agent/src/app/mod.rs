@@ -30,6 +30,7 @@ use tracing::{error, info, warn};
 use crate::bpf::tc_count::{Direction, TcCounter};
 use crate::dataplane::{self, ApplyReport, DataplaneCommand, DataplaneConfig, Family, Reconciler, RtNetlink, SystemClock};
 use crate::datastore::{Datastore, DatastoreEvent, FileDatastore, KubernetesDatastore, Snapshot};
+use crate::observe::http::HttpServer;
 use crate::observe::metrics::{AuditLabels, FindingLabels, HoldLabels, LoadErrorLabels, NetlinkErrorLabels, OperationLabels, ProblemLabels, ProgramLabels, RouteLabels};
 use crate::observe::{Health, Metrics, WatcherState};
 use crate::ownership::{CalicoVersion, OwnershipConfig, Role};
@@ -409,12 +410,17 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let (registry, metrics) = Metrics::new_registry();
     let health = Arc::new(Health::default());
     health.progress();
-    let listener = tokio::net::TcpListener::bind(args.metrics_addr).await.with_context(|| format!("bind --metrics-addr {}", args.metrics_addr))?;
-    info!(addr = %args.metrics_addr, "serving /metrics, /healthz, /readyz");
-    let http = tokio::spawn({
-        let health = health.clone();
-        async move { axum::serve(listener, crate::observe::http::router(registry, health)).await }
-    });
+    let http_limits = args.http_limits();
+    let http_server = HttpServer::bind(args.metrics_addr, crate::observe::http::router(registry, health.clone()), http_limits).await.context("--metrics-addr")?;
+    info!(
+        addr = %args.metrics_addr,
+        header_timeout_s = http_limits.header_read_timeout.as_secs(),
+        idle_timeout_s = http_limits.idle_timeout.as_secs(),
+        max_connections = http_limits.max_connections,
+        request_timeout_s = http_limits.request_timeout.as_secs(),
+        "serving /metrics, /healthz, /readyz"
+    );
+    let http = tokio::spawn(http_server.run());
 
     // Watchers.
     let (ds_tx, mut ds_rx) = mpsc::channel(16);
