@@ -4,7 +4,7 @@
 //! [`HttpLimits`], so that slow, idle or too many clients cannot take the endpoints down
 //! (issue 22): every connection phase has a timeout, the number of connections is capped (a new
 //! client evicts the oldest one instead of waiting), and accept errors (out of file descriptors)
-//! are logged and survived. The per-connection part is in `http/conn.rs`.
+//! are logged (rate-limited) and retried after a pause. The per-connection part is in `http/conn.rs`.
 
 mod conn;
 
@@ -132,7 +132,7 @@ pub struct HttpCounts {
     pub open: u64,
     /// Most connections open at once; never above [`HttpLimits::max_connections`].
     pub peak_open: u64,
-    /// Connections closed to make room: at the cap, or when `accept` ran out of descriptors.
+    /// Connections closed to make room for a new one at the cap.
     pub evicted: u64,
     /// Connections closed because a request head did not arrive within the header timeout.
     pub header_timeouts: u64,
@@ -175,32 +175,17 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
 /// At most one warning per this long for each kind of trouble (accept errors, evictions).
 const LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-/// What a failed `accept(2)` means for the accept loop.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum AcceptFailure {
-    /// The client went away before it was accepted (accept(2): "Linux accept() passes already-
-    /// pending network errors on the new socket as an error code"): accept the next one at once.
-    Connection,
-    /// The process (`EMFILE`) or system (`ENFILE`) is out of file descriptors: close a
-    /// connection that is not in a request, pause, retry.
-    OutOfFds,
-    /// Anything else (`ENOBUFS`, `ENOMEM`, ...): pause, retry.
-    Other,
-}
-
-fn classify_accept_error(e: &io::Error) -> AcceptFailure {
+/// Whether a failed `accept(2)` concerns only the client being accepted (it went away before
+/// the accept: accept(2), "Linux accept() passes already-pending network errors on the new socket
+/// as an error code from accept()", and says to retry at once), rather than the process or the
+/// system (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`, ...: pause, then retry).
+fn is_per_connection(e: &io::Error) -> bool {
     use nix::errno::Errno;
-    if matches!(e.kind(), io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted) {
-        return AcceptFailure::Connection;
-    }
-    match e.raw_os_error().map(Errno::from_raw) {
-        Some(Errno::EMFILE | Errno::ENFILE) => AcceptFailure::OutOfFds,
-        // The errors accept(2) says to retry at once.
-        Some(
-            Errno::ENETDOWN | Errno::EPROTO | Errno::ENOPROTOOPT | Errno::EHOSTDOWN | Errno::ENONET | Errno::EHOSTUNREACH | Errno::EOPNOTSUPP | Errno::ENETUNREACH,
-        ) => AcceptFailure::Connection,
-        _ => AcceptFailure::Other,
-    }
+    matches!(e.kind(), io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted)
+        || matches!(
+            e.raw_os_error().map(Errno::from_raw),
+            Some(Errno::ENETDOWN | Errno::EPROTO | Errno::ENOPROTOOPT | Errno::EHOSTDOWN | Errno::ENONET | Errno::EHOSTUNREACH | Errno::EOPNOTSUPP | Errno::ENETUNREACH)
+        )
 }
 
 /// Lets one event through per interval and counts the ones it holds back.
@@ -288,7 +273,7 @@ impl HttpServer {
                     stats.accepted.fetch_add(1, Ordering::Relaxed);
                     // Make room before serving: the cap holds even for the instant of the swap.
                     while conns.len() >= cap {
-                        if conns.evict(true) {
+                        if conns.evict() {
                             stats.evicted.fetch_add(1, Ordering::Relaxed);
                             if let Some(held_back) = evict_log.check(Instant::now()) {
                                 tracing::warn!(max_connections = cap, held_back, "HTTP connection cap reached: closing the oldest connection for each new one");
@@ -303,19 +288,15 @@ impl HttpServer {
                 Err(e) => e,
             };
             stats.accept_errors.fetch_add(1, Ordering::Relaxed);
-            let failure = classify_accept_error(&e);
-            if failure == AcceptFailure::Connection {
+            if is_per_connection(&e) {
                 tracing::debug!(error = %e, "a client went away before its connection was accepted");
                 continue;
             }
-            // Out of descriptors: closing a connection between requests frees one for the
-            // client waiting in the backlog (a busy one finishes on its own soon).
-            let evicted = failure == AcceptFailure::OutOfFds && conns.evict(false);
-            if evicted {
-                stats.evicted.fetch_add(1, Ordering::Relaxed);
-            }
+            // Out of descriptors (or memory). Closing one of our connections would not be a
+            // fix: Linux allocates the descriptor before it looks at the backlog, so EMFILE does
+            // not mean a client is waiting. Pause; connections that end meanwhile free theirs.
             if let Some(held_back) = accept_log.check(Instant::now()) {
-                tracing::warn!(error = %e, backoff_ms = backoff.as_millis(), evicted, held_back, "accept on the HTTP listener failed; retrying");
+                tracing::warn!(error = %e, backoff_ms = backoff.as_millis(), open = conns.len(), held_back, "accept on the HTTP listener failed; retrying");
             }
             let resume = tokio::time::Instant::now() + backoff;
             loop {
@@ -337,12 +318,13 @@ mod tests {
     fn accept_errors_are_classified_by_errno() {
         use nix::errno::Errno;
         let os = |e: Errno| io::Error::from_raw_os_error(e as i32);
-        assert_eq!(classify_accept_error(&os(Errno::EMFILE)), AcceptFailure::OutOfFds);
-        assert_eq!(classify_accept_error(&os(Errno::ENFILE)), AcceptFailure::OutOfFds);
-        assert_eq!(classify_accept_error(&os(Errno::ECONNABORTED)), AcceptFailure::Connection);
-        assert_eq!(classify_accept_error(&os(Errno::EPROTO)), AcceptFailure::Connection);
-        assert_eq!(classify_accept_error(&os(Errno::ENOBUFS)), AcceptFailure::Other);
-        assert_eq!(classify_accept_error(&io::Error::other("x")), AcceptFailure::Other);
+        for per_connection in [Errno::ECONNABORTED, Errno::EPROTO, Errno::ENETUNREACH, Errno::EINTR] {
+            assert!(is_per_connection(&os(per_connection)), "{per_connection}");
+        }
+        for resources in [Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM] {
+            assert!(!is_per_connection(&os(resources)), "{resources}");
+        }
+        assert!(!is_per_connection(&io::Error::other("x")));
     }
 
     #[test]

@@ -132,8 +132,8 @@ pub(super) struct Activity {
 /// Which connection to close for a new one, from `(accept sequence number, activity)` in accept
 /// order (oldest first): the oldest that is not in a request and has never completed one
 /// (a slowloris or silent client), else the oldest not in a request (a kept-alive client between
-/// requests), else, when `busy_too`, the oldest.
-pub(super) fn choose_victim(conns: impl IntoIterator<Item = (u64, Activity)>, busy_too: bool) -> Option<u64> {
+/// requests), else the oldest (its request is cut short).
+pub(super) fn choose_victim(conns: impl IntoIterator<Item = (u64, Activity)>) -> Option<u64> {
     let (mut between_requests, mut oldest) = (None, None);
     for (seq, activity) in conns {
         if !activity.busy && activity.served == 0 {
@@ -144,7 +144,7 @@ pub(super) fn choose_victim(conns: impl IntoIterator<Item = (u64, Activity)>, bu
         }
         oldest = oldest.or(Some(seq));
     }
-    between_requests.or(if busy_too { oldest } else { None })
+    between_requests.or(oldest)
 }
 
 /// The socket, reporting to [`ConnState`] when request bytes arrive.
@@ -308,8 +308,8 @@ impl Connections {
     }
 
     /// Close the connection [`choose_victim`] picks; `false` when there is none.
-    pub(super) fn evict(&mut self, busy_too: bool) -> bool {
-        let victim = choose_victim(self.table.iter().map(|(seq, e)| (*seq, e.state.activity())), busy_too);
+    pub(super) fn evict(&mut self) -> bool {
+        let victim = choose_victim(self.table.iter().map(|(seq, e)| (*seq, e.state.activity())));
         match victim.and_then(|seq| self.table.remove(&seq)) {
             Some(entry) => {
                 entry.abort.abort();
@@ -352,18 +352,17 @@ mod tests {
     const KEPT_ALIVE: Activity = Activity { busy: false, served: 3 };
     const BUSY: Activity = Activity { busy: true, served: 0 };
 
-    fn pick(conns: &[(u64, Activity)], busy_too: bool) -> Option<u64> {
-        choose_victim(conns.iter().copied(), busy_too)
+    fn pick(conns: &[(u64, Activity)]) -> Option<u64> {
+        choose_victim(conns.iter().copied())
     }
 
     #[test]
     fn eviction_prefers_the_oldest_client_that_never_completed_a_request() {
-        assert_eq!(pick(&[(1, KEPT_ALIVE), (2, BUSY), (3, FRESH), (4, FRESH)], true), Some(3));
-        // No such client: the oldest one between requests, then (if allowed) the oldest.
-        assert_eq!(pick(&[(1, BUSY), (2, KEPT_ALIVE), (5, KEPT_ALIVE)], true), Some(2));
-        assert_eq!(pick(&[(7, BUSY), (9, BUSY)], true), Some(7));
-        assert_eq!(pick(&[(7, BUSY), (9, BUSY)], false), None);
-        assert_eq!(pick(&[], true), None);
+        assert_eq!(pick(&[(1, KEPT_ALIVE), (2, BUSY), (3, FRESH), (4, FRESH)]), Some(3));
+        // No such client: the oldest one between requests, then the oldest.
+        assert_eq!(pick(&[(1, BUSY), (2, KEPT_ALIVE), (5, KEPT_ALIVE)]), Some(2));
+        assert_eq!(pick(&[(7, BUSY), (9, BUSY)]), Some(7));
+        assert_eq!(pick(&[]), None);
     }
 
     #[tokio::test]
