@@ -4,7 +4,8 @@
 //! [`HttpLimits`], so that slow, idle or too many clients cannot take the endpoints down
 //! (issue 22): every connection phase has a timeout, the number of connections is capped (a new
 //! client evicts the oldest one instead of waiting), and accept errors (out of file descriptors)
-//! are logged (rate-limited) and retried after a pause. The per-connection part is in `http/conn.rs`.
+//! are logged (rate-limited) and retried after a pause. The per-connection part is in
+//! `http/conn.rs`.
 
 mod conn;
 
@@ -102,7 +103,7 @@ impl Default for HttpLimits {
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     /// The listening address cannot be bound (in use, no permission, not a local address).
-    #[error("bind {addr}: {source}")]
+    #[error("bind {addr}")]
     Bind {
         addr: SocketAddr,
         #[source]
