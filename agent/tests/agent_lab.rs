@@ -80,7 +80,8 @@ fn broken_input_keeps_routes_and_freezes_what_it_names_until_fixed() {
     }
     let lab = lab();
     let dir = copy_examples();
-    let _agent = Agent::start(&lab, "node-a", dir.path(), &[]);
+    // Files settle after 2 s (this is about frozen ground; bad_input.rs tests the default).
+    let _agent = Agent::start(&lab, "node-a", dir.path(), &["--settle-period", "2"]);
     wait_ready(&lab, "node-a");
     assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
 

@@ -1167,6 +1167,22 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         let mut handed_over = Vec::new();
         let mut plain = Vec::new();
         for key in candidates {
+            if failed_dsts.contains(&(key.table, key.dst)) {
+                // The replacement for this prefix failed: keep the old route (no hole).
+                continue;
+            }
+            if let Some(h) = self.handovers.get(&key) {
+                if h.seen {
+                    // The new owner's route for the prefix is in the kernel: deleting ours
+                    // leaves the prefix routed whatever the datastore says now.
+                    handed_over.push(key);
+                    continue;
+                }
+                if now < h.deadline {
+                    report.deletes_deferred_handover += 1;
+                    continue;
+                }
+            }
             if !self.datastore_synced {
                 report.deletes_deferred_unsynced += 1;
                 self.dirty.remove(&key); // re-marked when the datastore syncs
@@ -1177,16 +1193,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 self.dirty.remove(&key); // re-marked when the frozen ground changes
                 continue;
             }
-            if failed_dsts.contains(&(key.table, key.dst)) {
-                // The replacement for this prefix failed: keep the old route (no hole).
-                continue;
-            }
-            if let Some(h) = self.handovers.get(&key) {
-                if !h.seen && now < h.deadline {
-                    report.deletes_deferred_handover += 1;
-                    continue;
-                }
-                // A handover that ended: deliberate, and waited for already.
+            if self.handovers.contains_key(&key) {
+                // The grace period ended without the new owner: deliberate, waited for.
                 handed_over.push(key);
                 continue;
             }
