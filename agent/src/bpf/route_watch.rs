@@ -7,7 +7,8 @@
 //!    trampolines; writer = current task, pid and comm);
 //! 2. `kprobe` on the same functions (kernels without trampolines);
 //! 3. `socket-filter` on a NETLINK_ROUTE socket joined to the link and route groups (every
-//!    kernel; writer = netlink port id, resolved to a process through `/proc`).
+//!    kernel; writer = netlink port id, resolved to a process through `/proc` on a thread of
+//!    its own, in rate-limited rounds: [`writer`]).
 //!
 //! fentry/kprobe need struct offsets: resolved from `/sys/kernel/btf/vmlinux` after checking
 //! the hooked prototypes ([`btf`]), passed as the global `ROUTE_WATCH_OFFSETS`, with the
@@ -37,6 +38,7 @@ pub mod writer;
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use aya::maps::{MapData, PerCpuArray, RingBuf};
@@ -185,6 +187,9 @@ pub enum RouteWatchError {
     /// The ring-buffer reader was already started.
     #[error("the ring-buffer reader is already running")]
     ReaderTaken,
+    /// The writer-attribution thread could not be started.
+    #[error("starting the writer-attribution thread: {0}")]
+    Thread(#[source] std::io::Error),
 }
 
 /// A running route watch. Dropping it detaches every program.
@@ -196,6 +201,8 @@ pub struct RouteWatch {
     _socket: Option<OwnedFd>,
     /// Backends that were tried before this one, with why they failed.
     fallbacks: Vec<(RouteWatchBackend, String)>,
+    /// What the attribution thread did (zero until the reader starts).
+    attribution: Arc<Mutex<writer::AttributionStats>>,
 }
 
 impl std::fmt::Debug for RouteWatch {
@@ -233,7 +240,14 @@ impl RouteWatch {
             match Self::start_backend(object, config, backend) {
                 Ok((bpf, socket)) => {
                     tracing::info!(backend = backend.label(), fallbacks = ?attempts, "route watch running");
-                    return Ok(RouteWatch { bpf, backend, window: config.window, _socket: socket, fallbacks: attempts });
+                    return Ok(RouteWatch {
+                        bpf,
+                        backend,
+                        window: config.window,
+                        _socket: socket,
+                        fallbacks: attempts,
+                        attribution: Arc::default(),
+                    });
                 }
                 Err(e) => {
                     tracing::info!(backend = backend.label(), error = %e, "route-watch backend unavailable");
@@ -341,12 +355,16 @@ impl RouteWatch {
         Ok(values.iter().fold(RouteWatchCounters::default(), |acc, v| sum_counters(&acc, v)))
     }
 
-    /// Start the ring-buffer reader on the current tokio runtime: decodes each record, resolves
-    /// netlink port ids to processes (best effort) and sends the events to `tx`. Undecodable
-    /// records are logged and skipped. The task ends when `tx` is closed.
+    /// Start the ring-buffer reader on the current tokio runtime: decodes each record and
+    /// hands the events to the writer-attribution thread ([`writer::spawn_attribution`]),
+    /// which resolves netlink port ids to processes (best effort, in the network namespace of
+    /// the calling thread) and sends the events, in order, to `tx`. An event whose writer is
+    /// not cached waits at most [`writer::ROUND_INTERVAL`] (200 ms) plus one `/proc` round.
+    /// Undecodable records are logged and skipped. The task ends when `tx` is closed (the
+    /// thread then too); aborting the task ends the thread once it has sent what it held.
     ///
     /// # Errors
-    /// [`RouteWatchError::ReaderTaken`] on a second call; map/socket errors otherwise.
+    /// [`RouteWatchError::ReaderTaken`] on a second call; map/socket/thread errors otherwise.
     pub fn spawn_reader(&mut self, tx: mpsc::Sender<RouteWatchEvent>) -> Result<tokio::task::JoinHandle<()>, RouteWatchError> {
         let map = self.bpf.take_map(ROUTE_WATCH_EVENTS_MAP).ok_or(RouteWatchError::ReaderTaken)?;
         let ring = RingBuf::try_from(map).map_err(|e| RouteWatchError::Map { map: ROUTE_WATCH_EVENTS_MAP, source: Box::new(e) })?;
@@ -354,12 +372,24 @@ impl RouteWatch {
         // the AsyncFd owns the RingBuf.
         let fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
             .map_err(|e| RouteWatchError::Socket { op: "poll ring buffer", source: e.into() })?;
-        let resolver = writer::PortResolver::for_current_thread();
-        Ok(tokio::spawn(read_ring(fd, resolver, tx)))
+        let (batch_tx, batch_rx) = mpsc::channel(ATTRIBUTION_BATCHES);
+        writer::spawn_attribution(batch_rx, tx, Arc::clone(&self.attribution)).map_err(RouteWatchError::Thread)?;
+        Ok(tokio::spawn(read_ring(fd, batch_tx)))
+    }
+
+    /// What the writer-attribution thread did so far: rounds, `/proc` walks, ports resolved
+    /// and not (all zero before [`RouteWatch::spawn_reader`]).
+    pub fn attribution_stats(&self) -> writer::AttributionStats {
+        *self.attribution.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-async fn read_ring(mut fd: AsyncFd<RingBuf<aya::maps::MapData>>, mut resolver: writer::PortResolver, tx: mpsc::Sender<RouteWatchEvent>) {
+/// Batches (one per ring-buffer wake-up) queued for the attribution thread; when they are
+/// all taken, the reader waits and the kernel's ring buffer absorbs (and counts as lost)
+/// what does not fit, as when the events' consumer is slow.
+const ATTRIBUTION_BATCHES: usize = 64;
+
+async fn read_ring(mut fd: AsyncFd<RingBuf<aya::maps::MapData>>, tx: mpsc::Sender<Vec<RouteWatchEvent>>) {
     loop {
         let mut guard = match fd.readable_mut().await {
             Ok(g) => g,
@@ -379,13 +409,8 @@ async fn read_ring(mut fd: AsyncFd<RingBuf<aya::maps::MapData>>, mut resolver: w
             }
         }
         guard.clear_ready();
-        for mut ev in batch {
-            for w in ev.writers_mut() {
-                resolver.enrich(w);
-            }
-            if tx.send(ev).await.is_err() {
-                return;
-            }
+        if !batch.is_empty() && tx.send(batch).await.is_err() {
+            return;
         }
     }
 }

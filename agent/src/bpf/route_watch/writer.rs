@@ -1,14 +1,54 @@
-//! Writer resolution: netlink port id -> process (pid, command name), best effort, cached.
+//! Writer resolution: netlink port id -> process (pid, command name), best effort, cached,
+//! batched and rate-limited, off the async workers (issue 22).
 //!
 //! The socket-filter backend only knows the sending socket's netlink port id
 //! (`nlmsg_pid`). `/proc/<tid>/net/netlink` maps port ids of the watched namespace to socket
 //! inodes (`NETLINK_ROUTE` is protocol 0); `/proc/*/fd/*` links `socket:[inode]` to a
 //! process. A writer that already exited (one `ip route replace`) cannot be resolved: the
 //! event then carries the port id only (for `ip` and most tools it equals the writer's PID).
+//!
+//! Cost: resolution happens in *rounds* ([`PortResolver::try_round`]). A round reads the
+//! netlink table once and, if some of the ports it was given are still open, walks
+//! `/proc/*/fd` once for all of them together (stopping as soon as every one is found). At
+//! most one round starts per [`ROUND_INTERVAL`] (200 ms), so a storm of short-lived writers
+//! costs at most five table reads and five walks a second, whatever its rate. Answers are
+//! cached: a process found for [`HIT_TTL`] (60 s), none found for [`MISS_TTL`] (5 s), at most
+//! [`CACHE_CAPACITY`] ports.
+//!
+//! Delay: [`Attribution`] holds events, in arrival order, until every writer in them is
+//! answered; an event behind one that waits, waits too. A port the cache does not answer is
+//! answered by the next round, so an event is held at most [`ROUND_INTERVAL`] plus the
+//! duration of one round (one table read and one `/proc` walk: a few milliseconds on a node
+//! with a few hundred processes).
+//!
+//! Where: [`spawn_attribution`] runs all of it on a thread of its own
+//! ([`ATTRIBUTION_THREAD`]), never on a tokio worker; the ring-buffer reader hands it the
+//! decoded events in batches.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::OsStr;
+use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use super::event::{RouteWatchEvent, WriterInfo};
+
+/// At most one resolution round (a netlink-table read, and a `/proc` walk if needed) starts
+/// per this interval; it is also the longest an event waits for its writer's round.
+pub const ROUND_INTERVAL: Duration = Duration::from_millis(200);
+/// How long a resolved port stays cached.
+pub const HIT_TTL: Duration = Duration::from_mins(1);
+/// How long a port nobody was found for stays cached (a new process reusing the port id is
+/// found after this).
+pub const MISS_TTL: Duration = Duration::from_secs(5);
+/// Most ports cached at once: past it, expired entries are dropped, and the whole cache if
+/// that frees less than a quarter of it.
+pub const CACHE_CAPACITY: usize = 4096;
+/// Name of the thread [`spawn_attribution`] starts (its `comm`, under 16 bytes).
+pub const ATTRIBUTION_THREAD: &str = "rw-writers";
 
 /// A resolved writer process.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,34 +76,83 @@ pub fn parse_proc_net_netlink(text: &str) -> HashMap<u32, u64> {
         .collect()
 }
 
-/// Find the process holding `socket:[inode]` under `proc_root` (normally `/proc`).
-pub fn find_socket_owner(proc_root: &Path, inode: u64) -> Option<ProcessInfo> {
-    let want = format!("socket:[{inode}]");
-    for entry in std::fs::read_dir(proc_root).ok()?.flatten() {
+/// The inode of a `socket:[inode]` link target.
+fn socket_inode(link: &OsStr) -> Option<u64> {
+    link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+}
+
+/// The processes holding the sockets `inodes`, found in one pass over `proc_root/*/fd`
+/// (normally `/proc`) that stops once every inode is found. A socket held by several
+/// processes is given to the first one listed; a process that exits before its `comm` is
+/// read is left out (its writes stay unresolved rather than nameless).
+pub fn find_socket_owners<S: BuildHasher>(proc_root: &Path, inodes: &HashSet<u64, S>) -> HashMap<u64, ProcessInfo> {
+    let mut found = HashMap::new();
+    if inodes.is_empty() {
+        return found;
+    }
+    let Ok(procs) = std::fs::read_dir(proc_root) else { return found };
+    for entry in procs.flatten() {
         let name = entry.file_name();
         let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
         let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else { continue };
+        let mut held = Vec::new();
         for fd in fds.flatten() {
-            if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == want.as_str()) {
-                let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default().trim().to_string();
-                return Some(ProcessInfo { pid, comm });
+            let Ok(link) = std::fs::read_link(fd.path()) else { continue };
+            if let Some(inode) = socket_inode(link.as_os_str()).filter(|i| inodes.contains(i) && !found.contains_key(i)) {
+                held.push(inode);
             }
         }
+        if held.is_empty() {
+            continue;
+        }
+        let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) else { continue };
+        let comm = comm.trim().to_string();
+        for inode in held {
+            found.insert(inode, ProcessInfo { pid, comm: comm.clone() });
+        }
+        if found.len() == inodes.len() {
+            break;
+        }
     }
-    None
+    found
 }
 
-/// Cached port-id resolver. Hits are kept 60 s, misses 5 s (a process that exited stays
-/// unresolved; a new one with a reused port id is found after the miss expires).
+/// Find the process holding `socket:[inode]` under `proc_root` (normally `/proc`).
+pub fn find_socket_owner(proc_root: &Path, inode: u64) -> Option<ProcessInfo> {
+    find_socket_owners(proc_root, &HashSet::from([inode])).remove(&inode)
+}
+
+/// What the resolver did since it was created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AttributionStats {
+    /// Rounds run: each read the netlink table once.
+    pub rounds: u64,
+    /// Rounds that also walked `/proc/*/fd` (some of their ports were still open).
+    pub walks: u64,
+    /// Ports a round found a process for.
+    pub resolved: u64,
+    /// Ports a round found no process for (the writer had exited).
+    pub unresolved: u64,
+}
+
+/// Cached, rate-limited port-id resolver (see the module doc for the rounds and the caches).
 #[derive(Debug)]
 pub struct PortResolver {
     netlink_table: PathBuf,
     proc_root: PathBuf,
+    round_interval: Duration,
     cache: HashMap<u32, (Instant, Option<ProcessInfo>)>,
+    last_round: Option<Instant>,
+    stats: AttributionStats,
 }
 
-const HIT_TTL: Duration = Duration::from_mins(1);
-const MISS_TTL: Duration = Duration::from_secs(5);
+fn ttl(hit: Option<&ProcessInfo>) -> Duration {
+    if hit.is_some() {
+        HIT_TTL
+    } else {
+        MISS_TTL
+    }
+}
 
 impl PortResolver {
     /// Resolve port ids of the network namespace of the calling thread (the table is read
@@ -75,44 +164,219 @@ impl PortResolver {
         PortResolver::new(path, PathBuf::from("/proc"))
     }
 
-    /// A resolver reading `netlink_table` and scanning `proc_root` (tests use fixtures).
+    /// A resolver reading `netlink_table` and scanning `proc_root` (tests use fixtures), with
+    /// rounds at most every [`ROUND_INTERVAL`].
     pub fn new(netlink_table: PathBuf, proc_root: PathBuf) -> PortResolver {
-        PortResolver { netlink_table, proc_root, cache: HashMap::new() }
+        PortResolver {
+            netlink_table,
+            proc_root,
+            round_interval: ROUND_INTERVAL,
+            cache: HashMap::new(),
+            last_round: None,
+            stats: AttributionStats::default(),
+        }
     }
 
-    /// The process behind netlink port `port`, if it can be found.
-    pub fn resolve(&mut self, port: u32) -> Option<ProcessInfo> {
-        let now = Instant::now();
-        if let Some((at, hit)) = self.cache.get(&port) {
-            let ttl = if hit.is_some() { HIT_TTL } else { MISS_TTL };
-            if now.duration_since(*at) < ttl {
-                return hit.clone();
-            }
+    /// The cached answer for `port` at `now`: `Some(None)` is a cached miss, `None` means a
+    /// round must ask.
+    pub fn cached(&self, port: u32, now: Instant) -> Option<Option<ProcessInfo>> {
+        let (at, hit) = self.cache.get(&port)?;
+        (now.saturating_duration_since(*at) < ttl(hit.as_ref())).then(|| hit.clone())
+    }
+
+    /// When the next round may start (`now` or later).
+    pub fn next_round_at(&self, now: Instant) -> Instant {
+        self.last_round.map_or(now, |t| (t + self.round_interval).max(now))
+    }
+
+    /// One round for `ports`, unless a round started less than the round interval before
+    /// `now` (then `None`, and nothing is read). Otherwise every port gets an answer, cached:
+    /// one read of the netlink table, and one `/proc` walk for those ports still in it.
+    pub fn try_round(&mut self, ports: &HashSet<u32>, now: Instant) -> Option<HashMap<u32, Option<ProcessInfo>>> {
+        if self.next_round_at(now) > now {
+            return None;
         }
+        self.last_round = Some(now);
+        self.stats.rounds += 1;
         let table = std::fs::read_to_string(&self.netlink_table)
             .or_else(|_| std::fs::read_to_string("/proc/net/netlink"))
             .unwrap_or_default();
-        let found = parse_proc_net_netlink(&table).get(&port).and_then(|&inode| find_socket_owner(&self.proc_root, inode));
-        if self.cache.len() > 4096 {
-            self.cache.clear();
+        let inodes = parse_proc_net_netlink(&table);
+        let wanted: HashSet<u64> = ports.iter().filter_map(|p| inodes.get(p)).copied().collect();
+        let owners = if wanted.is_empty() {
+            HashMap::new()
+        } else {
+            self.stats.walks += 1;
+            find_socket_owners(&self.proc_root, &wanted)
+        };
+        let answers: HashMap<u32, Option<ProcessInfo>> =
+            ports.iter().map(|&p| (p, inodes.get(&p).and_then(|i| owners.get(i)).cloned())).collect();
+        for (&port, answer) in &answers {
+            if answer.is_some() {
+                self.stats.resolved += 1;
+            } else {
+                self.stats.unresolved += 1;
+            }
+            self.remember(port, answer.clone(), now);
         }
-        self.cache.insert(port, (now, found.clone()));
-        found
+        Some(answers)
     }
 
-    /// Fill `pid`/`comm` of a writer known only by its port id.
-    pub fn enrich(&mut self, w: &mut super::event::WriterInfo) {
-        if let (Some(port), None) = (w.netlink_port, w.pid) {
-            if let Some(p) = self.resolve(port) {
-                w.pid = Some(p.pid);
-                w.comm = Some(p.comm);
+    fn remember(&mut self, port: u32, answer: Option<ProcessInfo>, now: Instant) {
+        if self.cache.len() >= CACHE_CAPACITY && !self.cache.contains_key(&port) {
+            self.cache.retain(|_, (at, hit)| now.saturating_duration_since(*at) < ttl(hit.as_ref()));
+            if self.cache.len() > CACHE_CAPACITY / 4 * 3 {
+                self.cache.clear();
             }
         }
+        self.cache.insert(port, (now, answer));
+    }
+
+    /// Number of cached ports (at most [`CACHE_CAPACITY`]).
+    pub fn cache_len(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// What the resolver did so far.
+    pub fn stats(&self) -> AttributionStats {
+        self.stats
+    }
+}
+
+/// The port of a writer known only by its port id (the ones a round resolves).
+fn unresolved_port(w: &WriterInfo) -> Option<u32> {
+    match (w.netlink_port, w.pid) {
+        (Some(port), None) => Some(port),
+        _ => None,
+    }
+}
+
+/// Events waiting for their writers, released in arrival order with `pid`/`comm` filled in
+/// where a process was found (nothing else about an event changes).
+#[derive(Debug)]
+pub struct Attribution {
+    resolver: PortResolver,
+    held: VecDeque<RouteWatchEvent>,
+}
+
+impl Attribution {
+    /// An empty queue resolving through `resolver`.
+    pub fn new(resolver: PortResolver) -> Attribution {
+        Attribution { resolver, held: VecDeque::new() }
+    }
+
+    /// Queue `events` behind those already held.
+    pub fn extend(&mut self, events: impl IntoIterator<Item = RouteWatchEvent>) {
+        self.held.extend(events);
+    }
+
+    /// Events held.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// The resolver (its cache and stats).
+    pub fn resolver(&self) -> &PortResolver {
+        &self.resolver
+    }
+
+    /// Release, in order, the held events whose writers are all answered at `now`, running a
+    /// round for the unanswered ports of every held event if the rate limit allows one. Also
+    /// returns, while events are still held, when to call again: the next round, by which
+    /// every event held now is answered.
+    pub fn release(&mut self, now: Instant) -> (Vec<RouteWatchEvent>, Option<Instant>) {
+        let mut pending = HashSet::new();
+        for ev in &mut self.held {
+            for w in ev.writers_mut() {
+                pending.extend(unresolved_port(w).filter(|&p| self.resolver.cached(p, now).is_none()));
+            }
+        }
+        let answers = if pending.is_empty() { None } else { self.resolver.try_round(&pending, now) }.unwrap_or_default();
+        let answer = |port: u32| answers.get(&port).cloned().or_else(|| self.resolver.cached(port, now));
+        let mut out = Vec::new();
+        while let Some(ev) = self.held.front_mut() {
+            let mut writers = ev.writers_mut();
+            let found: Option<Vec<Option<ProcessInfo>>> =
+                writers.iter().map(|w| unresolved_port(w).map_or(Some(None), answer)).collect();
+            let Some(found) = found else { break };
+            for (w, p) in writers.iter_mut().zip(found) {
+                if let Some(p) = p {
+                    w.pid = Some(p.pid);
+                    w.comm = Some(p.comm);
+                }
+            }
+            out.extend(self.held.pop_front());
+        }
+        let next = (!self.held.is_empty()).then(|| self.resolver.next_round_at(now));
+        (out, next)
+    }
+}
+
+/// Start the attribution thread ([`ATTRIBUTION_THREAD`]): it takes batches of decoded events
+/// from `rx`, attributes their writers ([`Attribution`], with a [`PortResolver`] for the
+/// network namespace of the calling thread, which the new thread inherits) and sends them, in
+/// order, to `tx`; `stats` is kept up to date. It ends when `rx` is closed and nothing is
+/// held, or when `tx` is closed.
+pub fn spawn_attribution(
+    rx: mpsc::Receiver<Vec<RouteWatchEvent>>,
+    tx: mpsc::Sender<RouteWatchEvent>,
+    stats: Arc<Mutex<AttributionStats>>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    // Only to wait for `rx` with a deadline; rounds run outside it.
+    let waiter = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+    std::thread::Builder::new().name(ATTRIBUTION_THREAD.into()).spawn(move || {
+        let queue = Attribution::new(PortResolver::for_current_thread());
+        run_attribution(&waiter, queue, rx, &tx, &stats);
+    })
+}
+
+/// The attribution thread's loop. With nothing held, each batch is released as it comes
+/// (a round runs if the rate limit allows). While events are held, batches keep being taken
+/// (so the reader never waits on a full queue) and the release waits for the next round:
+/// nothing can leave before it, since the first held event waits for that round.
+fn run_attribution(
+    waiter: &tokio::runtime::Runtime,
+    mut queue: Attribution,
+    mut rx: mpsc::Receiver<Vec<RouteWatchEvent>>,
+    tx: &mpsc::Sender<RouteWatchEvent>,
+    stats: &Mutex<AttributionStats>,
+) {
+    let mut wake: Option<Instant> = None;
+    let mut open = true;
+    loop {
+        // `None`: the round is due.
+        let received = match (wake, open) {
+            (None, false) => return,
+            (None, true) => Some(waiter.block_on(rx.recv())),
+            (Some(at), true) => waiter.block_on(async { tokio::time::timeout_at(at.into(), rx.recv()).await }).ok(),
+            (Some(at), false) => {
+                std::thread::sleep(at.saturating_duration_since(Instant::now()));
+                None
+            }
+        };
+        match received {
+            Some(Some(batch)) => queue.extend(batch),
+            Some(None) => open = false,
+            None => {}
+        }
+        if wake.is_some_and(|at| Instant::now() < at) {
+            continue;
+        }
+        let (ready, next) = queue.release(Instant::now());
+        *stats.lock().unwrap_or_else(PoisonError::into_inner) = queue.resolver().stats();
+        for ev in ready {
+            if tx.blocking_send(ev).is_err() {
+                return;
+            }
+        }
+        wake = next;
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fmt::Write as _;
+
     use super::*;
 
     const TABLE: &str = "\
@@ -132,8 +396,63 @@ garbage line
         assert_eq!(m.len(), 2, "audit (9) and kernel (port 0) sockets are skipped: {m:?}");
     }
 
-    /// A fake /proc: pid 31 holds socket 777001 as fd 5; resolution finds it, caches it, and
-    /// reports an unknown port as None.
+    /// A fake `/proc` under a fresh directory: `procs` are (pid, comm, socket inodes held),
+    /// the netlink table lists `ports` as (port id, inode).
+    struct FakeProc {
+        dir: PathBuf,
+    }
+
+    impl FakeProc {
+        fn new(name: &str) -> FakeProc {
+            let dir = std::env::temp_dir().join(format!("rw-resolver-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(dir.join("proc/self/fd")).unwrap();
+            std::fs::write(dir.join("netlink"), TABLE.lines().next().unwrap().to_string() + "\n").unwrap();
+            FakeProc { dir }
+        }
+
+        fn process(&self, pid: u32, comm: &str, inodes: &[u64]) -> &FakeProc {
+            let fd = self.dir.join(format!("proc/{pid}/fd"));
+            std::fs::create_dir_all(&fd).unwrap();
+            std::fs::write(self.dir.join(format!("proc/{pid}/comm")), format!("{comm}\n")).unwrap();
+            std::os::unix::fs::symlink("/dev/null", fd.join("0")).unwrap();
+            for (i, inode) in inodes.iter().enumerate() {
+                std::os::unix::fs::symlink(format!("socket:[{inode}]"), fd.join((3 + i).to_string())).unwrap();
+            }
+            self
+        }
+
+        fn exit(&self, pid: u32) {
+            std::fs::remove_dir_all(self.dir.join(format!("proc/{pid}"))).unwrap();
+        }
+
+        /// Replace the netlink table with these (port id, inode) route sockets.
+        fn table(&self, ports: &[(u32, u64)]) {
+            let mut t = TABLE.lines().next().unwrap().to_string() + "\n";
+            for (port, inode) in ports {
+                writeln!(t, "0000000000000000 0   {port:<10} 00000000 0        0        0     2        0        {inode}").unwrap();
+            }
+            std::fs::write(self.dir.join("netlink"), t).unwrap();
+        }
+
+        fn resolver(&self) -> PortResolver {
+            PortResolver::new(self.dir.join("netlink"), self.dir.join("proc"))
+        }
+    }
+
+    impl Drop for FakeProc {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    #[expect(clippy::unnecessary_wraps, reason = "compared with answers, which are options")]
+    fn info(pid: u32, comm: &str) -> Option<ProcessInfo> {
+        Some(ProcessInfo { pid, comm: comm.into() })
+    }
+
+    /// A fake /proc: pid 31 holds socket 777001 as fd 5; a round finds it, caches it, and
+    /// reports the other route socket (no holder) and an unknown port as misses.
     #[test]
     fn resolves_through_fake_proc_and_caches() {
         let dir = std::env::temp_dir().join(format!("rw-resolver-{}", std::process::id()));
@@ -145,11 +464,225 @@ garbage line
         std::os::unix::fs::symlink("/dev/null", dir.join("proc/31/fd/0")).unwrap();
         std::fs::write(dir.join("netlink"), TABLE).unwrap();
         let mut r = PortResolver::new(dir.join("netlink"), dir.join("proc"));
-        assert_eq!(r.resolve(4242), Some(ProcessInfo { pid: 31, comm: "bird".into() }));
-        assert_eq!(r.resolve(4_294_963_200), None);
-        assert_eq!(r.resolve(5), None);
-        // Cached: removing the fixture does not change the answer within the TTL.
+        let t0 = Instant::now();
+        let got = r.try_round(&HashSet::from([4242, 4_294_963_200, 5]), t0).expect("first round runs at once");
+        assert_eq!(got[&4242], info(31, "bird"));
+        assert_eq!(got[&4_294_963_200], None, "in the table, held by nobody");
+        assert_eq!(got[&5], None, "not in the table");
+        assert_eq!(r.stats(), AttributionStats { rounds: 1, walks: 1, resolved: 1, unresolved: 2 });
+        // Cached: removing the fixture does not change the answers within the TTLs.
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(r.resolve(4242).map(|p| p.pid), Some(31));
+        assert_eq!(r.cached(4242, t0 + Duration::from_secs(59)), Some(info(31, "bird")));
+        assert_eq!(r.cached(5, t0 + Duration::from_millis(4999)), Some(None));
+        assert_eq!(r.cached(5, t0 + MISS_TTL), None, "a miss expires after 5 s");
+        assert_eq!(r.cached(4242, t0 + HIT_TTL), None, "a hit expires after 60 s");
+    }
+
+    /// One round resolves every pending port with one walk; the walk stops once all are
+    /// found; exited writers (ports gone from the table) cost a table read, no walk.
+    #[test]
+    fn one_walk_resolves_every_pending_port() {
+        let f = FakeProc::new("batch");
+        f.process(10, "bird", &[500]).process(11, "ip", &[501, 502]).process(12, "calico-felix", &[503]);
+        f.table(&[(100, 500), (101, 501), (102, 502), (103, 503)]);
+        let mut r = f.resolver();
+        let t0 = Instant::now();
+        let got = r.try_round(&HashSet::from([100, 101, 102, 103]), t0).unwrap();
+        assert_eq!(got[&100], info(10, "bird"));
+        assert_eq!(got[&101], info(11, "ip"));
+        assert_eq!(got[&102], info(11, "ip"), "two sockets of one process");
+        assert_eq!(got[&103], info(12, "calico-felix"));
+        assert_eq!((r.stats().rounds, r.stats().walks), (1, 1));
+
+        // Exited writers: their ports are no longer in the table; no walk.
+        let t1 = t0 + ROUND_INTERVAL;
+        let got = r.try_round(&HashSet::from([7001, 7002, 7003]), t1).unwrap();
+        assert!(got.values().all(Option::is_none), "{got:?}");
+        assert_eq!((r.stats().rounds, r.stats().walks, r.stats().unresolved), (2, 1, 3));
+
+        // A process that holds its socket in the table but vanished from /proc before the
+        // walk is a miss, not a nameless hit.
+        f.exit(12);
+        let got = r.try_round(&HashSet::from([103, 104]), t1 + ROUND_INTERVAL).unwrap();
+        assert_eq!((got[&103].clone(), got[&104].clone()), (None, None));
+        assert_eq!(r.stats().walks, 2);
+    }
+
+    #[test]
+    fn rounds_are_rate_limited() {
+        let f = FakeProc::new("rate");
+        f.process(10, "bird", &[500]).process(11, "ip", &[501]);
+        f.table(&[(100, 500), (101, 501)]);
+        let mut r = f.resolver();
+        let t0 = Instant::now();
+        assert!(r.try_round(&HashSet::from([100]), t0).is_some());
+        assert_eq!(r.next_round_at(t0), t0 + ROUND_INTERVAL);
+        assert!(r.try_round(&HashSet::from([101]), t0 + Duration::from_millis(199)).is_none(), "199 ms after a round");
+        assert_eq!(r.cached(101, t0 + Duration::from_millis(199)), None, "a refused round caches nothing");
+        assert_eq!(r.stats().rounds, 1);
+        assert_eq!(r.try_round(&HashSet::from([101]), t0 + ROUND_INTERVAL).unwrap()[&101], info(11, "ip"));
+        assert_eq!(r.stats(), AttributionStats { rounds: 2, walks: 2, resolved: 2, unresolved: 0 });
+    }
+
+    #[test]
+    fn cache_stays_bounded() {
+        let f = FakeProc::new("bounded");
+        let mut r = f.resolver();
+        let t0 = Instant::now();
+        let mut t = t0;
+        for chunk in 0..10u32 {
+            let ports: HashSet<u32> = (chunk * 1000..(chunk + 1) * 1000).collect();
+            r.try_round(&ports, t).unwrap();
+            assert!(r.cache_len() <= CACHE_CAPACITY, "{} ports cached", r.cache_len());
+            t += ROUND_INTERVAL;
+        }
+        assert_eq!(r.stats().unresolved, 10_000);
+
+        // Full with 2,096 expired and 2,000 fresh misses: the expired ones are dropped, the
+        // fresh ones kept.
+        let mut r = f.resolver();
+        r.try_round(&(0..2096).collect(), t0).unwrap();
+        r.try_round(&(10_000..12_000).collect(), t0 + Duration::from_millis(4900)).unwrap();
+        assert_eq!(r.cache_len(), CACHE_CAPACITY);
+        let t1 = t0 + Duration::from_millis(5500);
+        r.try_round(&HashSet::from([50_000]), t1).unwrap();
+        assert_eq!(r.cache_len(), 2001);
+        assert_eq!(r.cached(11_999, t1), Some(None), "fresh misses kept");
+    }
+
+    fn write_event(dst: &str, port: Option<u32>, pid: Option<u32>) -> RouteWatchEvent {
+        RouteWatchEvent::Write {
+            route: super::super::event::RouteChange {
+                at_ns: 0,
+                family: "ipv4",
+                op: "add",
+                table: 254,
+                dst: dst.parse().unwrap(),
+                metric: 0,
+                oif: 1,
+                gateway: None,
+                writer: WriterInfo { protocol: 4, class: "static", kernel: false, netlink_port: port, pid, comm: None },
+            },
+        }
+    }
+
+    fn writer_of(ev: &RouteWatchEvent) -> (String, Option<u32>, Option<u32>, Option<String>) {
+        let r = ev.route().unwrap();
+        (r.dst.to_string(), r.writer.netlink_port, r.writer.pid, r.writer.comm.clone())
+    }
+
+    /// Events wait, in order, for the next round when their writer is not cached; an event
+    /// behind a waiting one waits too; no event waits longer than the round interval.
+    #[test]
+    fn attribution_keeps_order_and_waits_at_most_one_interval() {
+        let f = FakeProc::new("queue");
+        f.process(10, "bird", &[500]).process(11, "ip", &[501]).process(12, "ip", &[502]);
+        f.table(&[(100, 500), (101, 501), (102, 502)]);
+        let mut q = Attribution::new(f.resolver());
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+
+        // First event: a round runs at once.
+        q.extend([write_event("10.0.0.1/32", Some(100), None)]);
+        let (out, next) = q.release(t0);
+        assert_eq!(out.iter().map(writer_of).collect::<Vec<_>>(), [("10.0.0.1/32".into(), Some(100), Some(10), Some("bird".into()))]);
+        assert_eq!(next, None);
+
+        // 50 ms later: a new port (waits for t0 + 200 ms), then a cached one and a writer
+        // known by pid (fentry), which wait behind it.
+        q.extend([
+            write_event("10.0.0.2/32", Some(101), None),
+            write_event("10.0.0.3/32", Some(100), None),
+            write_event("10.0.0.4/32", None, Some(77)),
+        ]);
+        let (out, next) = q.release(ms(50));
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(next, Some(ms(200)));
+        q.extend([write_event("10.0.0.5/32", Some(102), None)]);
+        assert!(q.release(ms(199)).0.is_empty());
+        assert_eq!(q.resolver().stats().rounds, 1, "no round before the interval");
+
+        // Writer 12 exits before the round: its event is released unresolved, port kept.
+        f.exit(12);
+        let (out, next) = q.release(ms(200));
+        assert_eq!(next, None);
+        assert_eq!(
+            out.iter().map(writer_of).collect::<Vec<_>>(),
+            [
+                ("10.0.0.2/32".into(), Some(101), Some(11), Some("ip".into())),
+                ("10.0.0.3/32".into(), Some(100), Some(10), Some("bird".into())),
+                ("10.0.0.4/32".into(), None, Some(77), None),
+                ("10.0.0.5/32".into(), Some(102), None, None),
+            ]
+        );
+        assert_eq!(q.resolver().stats(), AttributionStats { rounds: 2, walks: 2, resolved: 2, unresolved: 1 });
+        assert_eq!(q.held(), 0);
+
+        // Cached writers (hit and miss) pass without a round, even right after one.
+        q.extend([write_event("10.0.0.6/32", Some(101), None), write_event("10.0.0.7/32", Some(102), None)]);
+        let (out, _) = q.release(ms(201));
+        assert_eq!(out.len(), 2);
+        assert_eq!(q.resolver().stats().rounds, 2);
+    }
+
+    /// A storm: 1,000 distinct writers, one event each, 1 ms apart, released whenever the
+    /// queue asks (each arrival and each wake-up). At most one round per 200 ms, one walk per
+    /// round, every event out in order and none held longer than 200 ms.
+    #[test]
+    fn storm_of_writers_costs_one_round_per_interval() {
+        let f = FakeProc::new("storm");
+        // Every tenth writer is still alive when its round comes.
+        let alive: Vec<u32> = (0..1000).filter(|i| i % 10 == 0).collect();
+        for &i in &alive {
+            f.process(20_000 + i, "ip", &[900_000 + u64::from(i)]);
+        }
+        f.table(&alive.iter().map(|&i| (20_000 + i, 900_000 + u64::from(i))).collect::<Vec<_>>());
+        let mut q = Attribution::new(f.resolver());
+        let t0 = Instant::now();
+        let mut arrived = HashMap::new();
+        let mut released = Vec::new();
+        let mut wake: Option<Instant> = None;
+        for i in 0..1000u32 {
+            let now = t0 + Duration::from_millis(u64::from(i));
+            // As the thread does: asleep until `wake` while events are held (arrivals queue
+            // up), otherwise releasing at each arrival.
+            while let Some(at) = wake.filter(|&at| at <= now) {
+                let (out, next) = q.release(at);
+                released.extend(out.into_iter().map(|e| (at, e)));
+                wake = next;
+            }
+            let dst = format!("10.77.{}.{}/32", i / 256, i % 256);
+            q.extend([write_event(&dst, Some(20_000 + i), None)]);
+            arrived.insert(dst, now);
+            if wake.is_none() {
+                let (out, next) = q.release(now);
+                released.extend(out.into_iter().map(|e| (now, e)));
+                wake = next;
+            }
+        }
+        while let Some(at) = wake {
+            let (out, next) = q.release(at);
+            released.extend(out.into_iter().map(|e| (at, e)));
+            wake = next;
+        }
+        assert_eq!(released.len(), 1000, "every event out");
+        let order: Vec<String> = released.iter().map(|(_, e)| writer_of(e).0).collect();
+        let want: Vec<String> = (0..1000u32).map(|i| format!("10.77.{}.{}/32", i / 256, i % 256)).collect();
+        assert_eq!(order, want, "in arrival order");
+        let max_wait = released.iter().map(|(at, e)| *at - arrived[&writer_of(e).0]).max().unwrap();
+        assert!(max_wait <= ROUND_INTERVAL, "held {max_wait:?}");
+        let resolved = released.iter().filter(|(_, e)| writer_of(e).2.is_some()).count();
+        assert_eq!(resolved, alive.len(), "the live writers get their pid");
+        for (_, e) in &released {
+            let (_, port, pid, comm) = writer_of(e);
+            if let Some(pid) = pid {
+                assert_eq!((Some(pid), comm.as_deref()), (port, Some("ip")));
+            }
+        }
+        let s = q.resolver().stats();
+        // 1 s of storm: a round at 0 ms and then one per 200 ms.
+        assert!(s.rounds <= 6, "{s:?}");
+        assert_eq!(s.walks, s.rounds, "one walk per round: {s:?}");
+        assert_eq!(s.resolved + s.unresolved, 1000, "each port asked once: {s:?}");
     }
 }
