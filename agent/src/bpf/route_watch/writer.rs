@@ -322,12 +322,50 @@ pub fn spawn_attribution(
     tx: mpsc::Sender<RouteWatchEvent>,
     stats: Arc<Mutex<AttributionStats>>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-    // Only to wait for `rx` with a deadline; rounds run outside it.
-    let waiter = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
     std::thread::Builder::new().name(ATTRIBUTION_THREAD.into()).spawn(move || {
         let queue = Attribution::new(PortResolver::for_current_thread());
-        run_attribution(&waiter, queue, rx, &tx, &stats);
+        run_attribution(queue, rx, &tx, &stats);
     })
+}
+
+/// Wakes a thread parked in [`recv_until`].
+struct Unpark(std::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// What [`recv_until`] got.
+enum Received<T> {
+    Batch(T),
+    Closed,
+    /// The deadline passed.
+    Due,
+}
+
+/// The next batch from `rx`, waiting (parked; `waker` unparks this thread) until `deadline`
+/// at most, forever without one.
+fn recv_until<T>(rx: &mut mpsc::Receiver<T>, waker: &std::task::Waker, deadline: Option<Instant>) -> Received<T> {
+    let mut cx = std::task::Context::from_waker(waker);
+    loop {
+        match rx.poll_recv(&mut cx) {
+            std::task::Poll::Ready(Some(batch)) => return Received::Batch(batch),
+            std::task::Poll::Ready(None) => return Received::Closed,
+            std::task::Poll::Pending => {}
+        }
+        match deadline {
+            None => std::thread::park(),
+            Some(at) => {
+                let left = at.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Received::Due;
+                }
+                std::thread::park_timeout(left);
+            }
+        }
+    }
 }
 
 /// The attribution thread's loop. With nothing held, each batch is released as it comes
@@ -335,29 +373,27 @@ pub fn spawn_attribution(
 /// (so the reader never waits on a full queue) and the release waits for the next round:
 /// nothing can leave before it, since the first held event waits for that round.
 fn run_attribution(
-    waiter: &tokio::runtime::Runtime,
     mut queue: Attribution,
     mut rx: mpsc::Receiver<Vec<RouteWatchEvent>>,
     tx: &mpsc::Sender<RouteWatchEvent>,
     stats: &Mutex<AttributionStats>,
 ) {
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut wake: Option<Instant> = None;
     let mut open = true;
     loop {
-        // `None`: the round is due.
         let received = match (wake, open) {
             (None, false) => return,
-            (None, true) => Some(waiter.block_on(rx.recv())),
-            (Some(at), true) => waiter.block_on(async { tokio::time::timeout_at(at.into(), rx.recv()).await }).ok(),
+            (deadline, true) => recv_until(&mut rx, &waker, deadline),
             (Some(at), false) => {
                 std::thread::sleep(at.saturating_duration_since(Instant::now()));
-                None
+                Received::Due
             }
         };
         match received {
-            Some(Some(batch)) => queue.extend(batch),
-            Some(None) => open = false,
-            None => {}
+            Received::Batch(batch) => queue.extend(batch),
+            Received::Closed => open = false,
+            Received::Due => {}
         }
         if wake.is_some_and(|at| Instant::now() < at) {
             continue;
@@ -623,6 +659,48 @@ garbage line
         let (out, _) = q.release(ms(201));
         assert_eq!(out.len(), 2);
         assert_eq!(q.resolver().stats().rounds, 2);
+    }
+
+    /// The thread's loop, with a fake /proc: events come out in order, the one with a new
+    /// port after the next round (not before 200 ms after the first), and the thread sends
+    /// what it still held and ends once its input is closed.
+    #[test]
+    fn thread_releases_in_order_and_ends_when_input_closes() {
+        let f = FakeProc::new("thread");
+        f.process(10, "bird", &[500]).process(11, "ip", &[501]);
+        f.table(&[(100, 500), (101, 501)]);
+        let (btx, brx) = mpsc::channel(4);
+        let (etx, mut erx) = mpsc::channel(16);
+        let stats = Arc::new(Mutex::new(AttributionStats::default()));
+        let queue = Attribution::new(f.resolver());
+        let thread = {
+            let stats = Arc::clone(&stats);
+            std::thread::spawn(move || run_attribution(queue, brx, &etx, &stats))
+        };
+        let t0 = Instant::now();
+        btx.blocking_send(vec![write_event("10.0.0.1/32", Some(100), None)]).unwrap();
+        assert_eq!(writer_of(&erx.blocking_recv().unwrap()).2, Some(10));
+        btx.blocking_send(vec![write_event("10.0.0.2/32", Some(101), None), write_event("10.0.0.3/32", Some(100), None)]).unwrap();
+        btx.blocking_send(vec![write_event("10.0.0.4/32", None, Some(5))]).unwrap();
+        let got: Vec<_> = (0..3).map(|_| writer_of(&erx.blocking_recv().unwrap())).collect();
+        let waited = t0.elapsed();
+        assert_eq!(
+            got,
+            [
+                ("10.0.0.2/32".into(), Some(101), Some(11), Some("ip".into())),
+                ("10.0.0.3/32".into(), Some(100), Some(10), Some("bird".into())),
+                ("10.0.0.4/32".into(), None, Some(5), None),
+            ]
+        );
+        assert!(waited >= ROUND_INTERVAL, "released {waited:?} after the first round's start");
+        assert!(waited < ROUND_INTERVAL * 10, "released only after {waited:?}");
+        btx.blocking_send(vec![write_event("10.0.0.5/32", Some(102), None)]).unwrap();
+        drop(btx);
+        assert_eq!(writer_of(&erx.blocking_recv().expect("held event sent before the thread ends")).1, Some(102));
+        thread.join().unwrap();
+        assert!(erx.blocking_recv().is_none(), "the thread ended");
+        let s = *stats.lock().unwrap();
+        assert_eq!((s.rounds, s.resolved, s.unresolved), (3, 2, 1), "{s:?}");
     }
 
     /// A storm: 1,000 distinct writers, one event each, 1 ms apart, released whenever the
