@@ -32,6 +32,10 @@ const STORM: u32 = 1000;
 const LONG_LIVED: u32 = 10;
 /// Attribution CPU budget for the whole storm.
 const CPU_BUDGET: Duration = Duration::from_millis(500);
+/// The rate limit issue 22 asks for: at most one `/proc` round per 200 ms. (Without it, this
+/// storm costs ~1,000 rounds and ~0.4 s of CPU in a debug build: under the budget, so the
+/// budget alone would not notice.)
+const MIN_ROUND_GAP: Duration = Duration::from_millis(200);
 
 /// CPU time of thread `tid` of this process, ns (scheduler's `sum_exec_runtime`).
 fn thread_cpu_ns(tid: &str) -> u64 {
@@ -156,14 +160,14 @@ fn socket_filter_writer_storm_attribution_is_cheap() {
         let (p50, p99, max_delay) = (ms(50), ms(99), ms(100));
         let rounds = stats.rounds - stats_before.rounds;
         let walks = stats.walks - stats_before.walks;
-        let max_rounds = 1 + elapsed.as_millis() / ROUND_INTERVAL.as_millis();
+        let max_rounds = 1 + elapsed.as_millis() / MIN_ROUND_GAP.as_millis();
         eprintln!(
             "{TEST}: {STORM} storm writes in {:?} ({resolved} resolved to `ip`), {LONG_LIVED} long-lived writers resolved; \
              attribution thread CPU {cpu:?}, whole process CPU {process_cpu:?} over {elapsed:?}; \
              {rounds} rounds, {walks} /proc walks (at most {max_rounds} allowed); event delay (kernel write to here) p50 {p50:?} p99 {p99:?} max {max_delay:?}",
             storm_done.unwrap_or(elapsed),
         );
-        assert!(u128::from(rounds) <= max_rounds, "{TEST}: {rounds} rounds in {elapsed:?}: more than one per {ROUND_INTERVAL:?}");
+        assert!(u128::from(rounds) <= max_rounds, "{TEST}: {rounds} rounds in {elapsed:?}: more than one per {MIN_ROUND_GAP:?}");
         assert!(cpu <= CPU_BUDGET, "{TEST}: attribution used {cpu:?} of CPU for {STORM} writers, budget {CPU_BUDGET:?}");
         assert!(max_delay <= Duration::from_millis(500), "{TEST}: an event waited {max_delay:?} (bound: {ROUND_INTERVAL:?} and one round)");
         drop(long_lived);
