@@ -360,8 +360,9 @@ impl RouteWatch {
     /// which resolves netlink port ids to processes (best effort, in the network namespace of
     /// the calling thread) and sends the events, in order, to `tx`. An event whose writer is
     /// not cached waits at most [`writer::ROUND_INTERVAL`] (200 ms) plus one `/proc` round.
-    /// Undecodable records are logged and skipped. The task ends when `tx` is closed (the
-    /// thread then too); aborting the task ends the thread once it has sent what it held.
+    /// Undecodable records are logged and skipped. Once `tx` is closed, the thread ends at its
+    /// next event and the task after it; aborting the task ends the thread once it has sent
+    /// what it held.
     ///
     /// # Errors
     /// [`RouteWatchError::ReaderTaken`] on a second call; map/socket/thread errors otherwise.
