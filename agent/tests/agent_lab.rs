@@ -6,18 +6,9 @@ mod lab_support;
 
 use std::time::{Duration, Instant};
 
-use lab_support::{copy_examples, example_dir, lab, metrics, routes, sample, wait_for, wait_ready, Agent, PORT};
+use lab_support::{copy_examples, example_dir, lab, metrics, routes, sample, wait_for, wait_ready, Agent, NODE_A_IPIP, PORT};
 use routewarden_lab::skip_unless_root;
 
-const NODE_A_IPIP: [&str; 7] = [
-    "blackhole 10.244.10.0/26 metric 1024",
-    "10.244.20.0/26 via 10.0.0.12 dev eth0 metric 1024 onlink",
-    "10.244.20.5 via 10.0.0.13 dev eth0 metric 1024 onlink",
-    "10.244.30.0/26 via 10.0.0.13 dev eth0 metric 1024 onlink",
-    "10.244.40.0/26 via 10.0.1.14 dev tunl0 metric 1024 onlink",
-    "10.245.20.0/26 via 10.0.0.12 dev tunl0 metric 1024 onlink",
-    "10.245.40.0/26 via 10.0.1.14 dev tunl0 metric 1024 onlink",
-];
 
 #[test]
 fn felix_role_programs_ipip_and_a_restart_writes_nothing() {

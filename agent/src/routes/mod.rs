@@ -168,3 +168,22 @@ impl Default for RouteDevices {
         RouteDevices { tunnel: "tunl0".into(), host_nic: "eth0".into() }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A device name goes into routes and into `bird-filter`'s `ifname = "..."`: only real
+    /// interface names pass (issue 22: nothing reaches BIRD config unchecked).
+    #[test]
+    fn device_names_are_interface_names() {
+        let ok = RouteDevices { tunnel: "tunl0".into(), host_nic: "bond0.100".into() };
+        assert_eq!(ok.validate(), Ok(()));
+        for bad in ["", "a\"; accept; \"", "eth0\nx", "averyveryverylongname", "a b", "x/y", "..", "."] {
+            let d = RouteDevices { tunnel: bad.into(), ..RouteDevices::default() };
+            let err = d.validate().unwrap_err();
+            assert_eq!(err.flag, "tunnel-device", "{bad:?}");
+            assert!(!err.to_string().contains('\n'), "{err}");
+        }
+    }
+}

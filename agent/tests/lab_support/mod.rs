@@ -14,6 +14,20 @@ use routewarden_lab::{Lab, LabNodeSpec, LabSpec};
 /// The agent's metrics port on the node's loopback.
 pub const PORT: u16 = 9695;
 
+/// node-a's routes in the example cluster (`--role felix`: the IPIP classes), as
+/// [`routes`] prints them for protocol 80: the IPIP CrossSubnet pool's same-subnet peers via
+/// eth0, node-d (10.0.1.0/24) via tunl0, the IPIP Always pool through tunl0, node-a's own block
+/// blackholed, node-c's borrowed 10.244.20.5.
+pub const NODE_A_IPIP: [&str; 7] = [
+    "blackhole 10.244.10.0/26 metric 1024",
+    "10.244.20.0/26 via 10.0.0.12 dev eth0 metric 1024 onlink",
+    "10.244.20.5 via 10.0.0.13 dev eth0 metric 1024 onlink",
+    "10.244.30.0/26 via 10.0.0.13 dev eth0 metric 1024 onlink",
+    "10.244.40.0/26 via 10.0.1.14 dev tunl0 metric 1024 onlink",
+    "10.245.20.0/26 via 10.0.0.12 dev tunl0 metric 1024 onlink",
+    "10.245.40.0/26 via 10.0.1.14 dev tunl0 metric 1024 onlink",
+];
+
 pub fn example_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster")
 }
@@ -55,6 +69,11 @@ impl Agent {
             .spawn()
             .unwrap();
         Agent(child)
+    }
+
+    /// The agent's process id (`ip netns exec` execs it, so this is routewarden itself).
+    pub fn pid(&self) -> u32 {
+        self.0.id()
     }
 
     pub fn stop(mut self) -> std::process::ExitStatus {

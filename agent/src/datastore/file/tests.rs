@@ -373,3 +373,19 @@ fn snapshots_settle_once_the_tree_is_stable() {
     assert_eq!(l.next_deadline(), Some(t1 + Duration::from_secs(1) + SETTLE));
     assert!(snapshot(&l.rescan_at(t1 + Duration::from_secs(31))).settled);
 }
+
+/// A file that is not UTF-8 (a binary dropped into the directory, a wrong encoding) is an
+/// input that cannot be read: last good content kept, nothing guessed.
+#[test]
+fn a_file_that_is_not_utf8_keeps_its_last_good_content() {
+    let dir = TempDir::new("utf8");
+    let f = dir.write("pools.yaml", POOL);
+    let mut l = loader(dir.0.clone());
+    l.rescan_at(Instant::now());
+    std::fs::write(&f, b"kind: IPPool\n\xff\xfe garbage\n").unwrap();
+    let ev = l.rescan_at(Instant::now());
+    assert!(kinds(&ev).contains(&"unsynced"), "{:?}", kinds(&ev));
+    let s = l.snapshot();
+    assert_eq!(pools(&s), ["p1 10.244.0.0/16"]);
+    assert!(s.load_errors[0].message.starts_with("not UTF-8"), "{}", s.load_errors[0].message);
+}

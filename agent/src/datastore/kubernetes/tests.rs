@@ -1015,3 +1015,101 @@ async fn connect_builds_a_tls_client_from_a_kubeconfig_without_requests() {
     let err = KubernetesDatastore::connect(&missing).await.unwrap_err();
     assert!(err.to_string().starts_with(&format!("kubeconfig {}:", dir.path().join("nope").display())), "{err}");
 }
+
+/// Issue 22, row 17: the API server answers a re-list with an empty IPAMBlock list (CRDs
+/// reinstalled, a restored backup, a broken aggregation layer). The agent's pipeline — this
+/// datastore, the view, the plan and the reconciler over a fake kernel — deletes none of
+/// node-a's seven routes: the mass-deletion breaker holds them; the list restored within the
+/// settle period costs no route and no write. (That a deletion wanted for the whole settle
+/// period goes through is `dataplane::reconciler_tests::mass_deletion_is_held_for_the_settle_period`.)
+#[tokio::test]
+async fn empty_relist_is_held_by_the_breaker_and_a_restored_list_costs_nothing() {
+    use crate::app::plan::{plan, Plan, PlanConfig};
+    use crate::app::view::ViewState;
+    use crate::dataplane::fake::{FakeClock, FakeNetlink};
+    use crate::dataplane::{DataplaneConfig, Reconciler};
+    use crate::routes::RouteDevices;
+
+    struct Pipeline {
+        view: ViewState,
+        config: PlanConfig,
+        last: Option<Plan>,
+        r: Reconciler<FakeNetlink, FakeClock>,
+    }
+    impl Pipeline {
+        async fn feed(&mut self, ev: &DatastoreEvent) -> crate::dataplane::ApplyReport {
+            self.view.on_event(ev);
+            if let DatastoreEvent::Snapshot(s) = ev {
+                let previous = self.last.as_ref().map(|p| p.decision.programmed.clone()).unwrap_or_default();
+                let owned = self.last.as_ref().map(|p| p.policy.owned.clone()).unwrap_or_default();
+                let p = plan(s, &self.config, &previous, &owned);
+                self.r.set_policy(p.policy.clone());
+                self.r.set_desired_with_handover(&p.desired, &p.handovers);
+                self.last = Some(p);
+            }
+            self.r.set_datastore_synced(self.view.deletions_allowed(self.last.as_ref()));
+            self.r.apply().await
+        }
+    }
+
+    let group = CalicoGroup::CrdV1;
+    let objects = cluster_objects(&examples_cluster(), group);
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    let watches = script_lists(&api, group, &objects, "100");
+    let blocks_path = path(group, "ipamblocks");
+    // The re-list after the first 410: empty. After the second: everything back.
+    api.json(&format!("GET {blocks_path}"), list(group, "ipamblocks", "200", &[]));
+    let second_watch = api.watch(&blocks_path);
+    api.json(&format!("GET {blocks_path}"), list(group, "ipamblocks", "300", &objects["ipamblocks"]));
+    let _third_watch = api.watch(&blocks_path);
+
+    let nl = FakeNetlink::with_links(&[(1, "lo"), (2, "eth0"), (3, "tunl0")]);
+    let clock = FakeClock::new();
+    let cfg = DataplaneConfig::default();
+    let ownership = felix("node-a");
+    let mut p = Pipeline {
+        view: ViewState::default(),
+        config: PlanConfig { node: "node-a".into(), ownership, devices: RouteDevices::default(), protocol: 80, table: 254 },
+        last: None,
+        r: Reconciler::new(cfg.clone(), cfg.base_policy(), nl.clone(), clock.clone()),
+    };
+    let mut ds = Running::start(&api, ApiGroupChoice::Auto);
+    for ev in ds.until_synced().await {
+        p.feed(&ev).await;
+    }
+    let healthy = nl.state().routes.clone();
+    assert_eq!(healthy.len(), 7, "node-a's IPIP routes: {healthy:#?}");
+    let lines = |nl: &FakeNetlink| nl.state().routes.keys().map(ToString::to_string).collect::<Vec<_>>();
+    let healthy_lines = lines(&nl);
+    nl.take_log();
+
+    // 410, then the empty re-list.
+    watches["ipamblocks"].unbounded_send(event("ERROR", &status(410, "Expired", "too old resource version"))).unwrap();
+    let mut held = 0;
+    for ev in ds.until_synced().await {
+        let rep = p.feed(&ev).await;
+        held = held.max(rep.deletes_held_mass);
+    }
+    assert!(p.last.as_ref().unwrap().desired.is_empty(), "the empty list wants no route");
+    assert_eq!(held, 7, "all seven deletes held by the breaker");
+    assert_eq!(lines(&nl), healthy_lines);
+    clock.advance(Duration::from_secs(20));
+    let rep = p.r.apply().await;
+    assert_eq!((rep.deletes, rep.deletes_held_mass), (0, 7), "{rep:?}");
+    assert!(nl.take_log().is_empty(), "no write and no delete while held");
+
+    // Restored (another 410 and a full re-list) within the settle period: nothing changes.
+    second_watch.unbounded_send(event("ERROR", &status(410, "Expired", "too old resource version"))).unwrap();
+    let mut last = None;
+    for ev in ds.until_synced().await {
+        last = Some(p.feed(&ev).await);
+    }
+    let rep = last.unwrap();
+    assert_eq!((rep.writes, rep.deletes, rep.deletes_held_mass, rep.mass_deletion), (0, 0, 0, None), "{rep:?}");
+    clock.advance(Duration::from_secs(60));
+    let rep = p.r.apply().await;
+    assert_eq!((rep.writes, rep.deletes), (0, 0));
+    assert_eq!(nl.state().routes, healthy);
+    assert!(nl.take_log().is_empty(), "the outage cost no route operation");
+}

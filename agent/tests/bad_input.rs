@@ -1,0 +1,584 @@
+//! Issue 22: no edit, bad object or neighbour makes routewarden delete a route it should keep.
+//! Each test is one row of the issue's table, run against the agent binary in the
+//! network-namespace lab (`routewarden run --datastore file:<a copy of examples/cluster>
+//! --node node-a`, seven proto-80 routes when healthy), asserting the kernel's routes before
+//! and after, exactly. `docs/bad-input.md` lists every bad-input kind with the test that covers
+//! it; `bad_input_doc_names_tests_that_exist` keeps the two in step.
+//!
+//! Settle periods are shortened with `--settle-period` so that a deliberate change can be seen
+//! converging within the test; the default (30 s) is what `routewarden run` uses.
+
+mod lab_support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use lab_support::{copy_examples, lab, metrics, routes, sample, wait_for, wait_ready, Agent, NODE_A_IPIP, PORT};
+use routewarden_lab::{skip_unless_root, Lab};
+
+/// The lab's settle period for these tests, seconds.
+const SETTLE: u64 = 3;
+
+fn settle_flag() -> [&'static str; 2] {
+    ["--settle-period", "3"]
+}
+
+/// Route operations so far: (successful replaces/creates, successful deletes).
+fn ops(lab: &Lab) -> (f64, f64) {
+    let m = metrics(lab, "node-a");
+    let replace = sample(&m, r#"routewarden_route_operations_total{op="replace",result="ok"}"#).expect("replace counter");
+    let delete = sample(&m, r#"routewarden_route_operations_total{op="delete",result="ok"}"#).expect("delete counter");
+    (replace, delete)
+}
+
+/// Poll node-a's proto-80 routes for `d`, requiring `want` every time (a delete-and-re-add
+/// between two polls shows in [`ops`]).
+fn routes_stay(lab: &Lab, want: &[&str], d: Duration) {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        assert_eq!(routes(lab, "node-a", "80"), want);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn readyz(lab: &Lab) -> (u16, String) {
+    lab.http_get("node-a", PORT, "/readyz").expect("readyz answers")
+}
+
+/// A healthy agent on a copy of the example cluster: (lab, datastore dir, agent).
+fn healthy(extra: &[&str]) -> (Lab, tempfile::TempDir, Agent) {
+    let lab = lab();
+    let dir = copy_examples();
+    let mut flags = settle_flag().to_vec();
+    flags.extend_from_slice(extra);
+    let agent = Agent::start(&lab, "node-a", dir.path(), &flags);
+    wait_ready(&lab, "node-a");
+    wait_for("node-a's seven routes", Duration::from_secs(20), || (routes(&lab, "node-a", "80") == NODE_A_IPIP).then_some(()));
+    assert_eq!(ops(&lab), (7.0, 0.0));
+    (lab, dir, agent)
+}
+
+fn file(dir: &tempfile::TempDir, name: &str) -> PathBuf {
+    dir.path().join(name)
+}
+
+/// Row 1: `: > ipam.yaml` deleted all seven routes with /readyz 200. An empty file is refused
+/// (its last good content is kept), nothing is deleted, and the agent stays ready naming it.
+#[test]
+fn row01_emptied_file_deletes_nothing() {
+    if skip_unless_root("row01_emptied_file_deletes_nothing") {
+        return;
+    }
+    let (lab, dir, _agent) = healthy(&[]);
+    let ipam = file(&dir, "ipam.yaml");
+    let good = std::fs::read_to_string(&ipam).unwrap();
+    std::fs::write(&ipam, "").unwrap();
+    wait_for("the empty file reported", Duration::from_secs(10), || (sample(&metrics(&lab, "node-a"), "routewarden_datastore_invalid_inputs") == Some(1.0)).then_some(()));
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE * 2));
+    let (status, body) = readyz(&lab);
+    assert_eq!(status, 200, "{body}");
+    let invalid: Vec<&str> = body.lines().filter(|l| l.starts_with("invalid: ")).collect();
+    assert_eq!(
+        invalid,
+        [format!("invalid: {}: no document (empty, whitespace or comments only): refused; write `kind: List` with `items: []` for an input that is empty on purpose", ipam.display())]
+    );
+    std::fs::write(&ipam, good).unwrap();
+    wait_for("the file good again", Duration::from_secs(10), || (sample(&metrics(&lab, "node-a"), "routewarden_datastore_invalid_inputs") == Some(0.0)).then_some(()));
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(1));
+    assert_eq!(ops(&lab), (7.0, 0.0), "no route was deleted or rewritten");
+}
+
+/// Row 2: a slow writer (truncate, 1.5 s later the content) cost 7 deletes and 7 re-adds.
+#[test]
+fn row02_slow_writer_costs_no_route_operation() {
+    if skip_unless_root("row02_slow_writer_costs_no_route_operation") {
+        return;
+    }
+    let (lab, dir, _agent) = healthy(&[]);
+    let ipam = file(&dir, "ipam.yaml");
+    let good = std::fs::read(&ipam).unwrap();
+    let writer = {
+        let ipam = ipam.clone();
+        std::thread::spawn(move || {
+            use std::io::Write as _;
+            let mut f = std::fs::File::create(&ipam).unwrap(); // truncated
+            std::thread::sleep(Duration::from_millis(1500));
+            // Half of it, then a pause, then the rest (a writer flushing in pieces).
+            f.write_all(&good[..good.len() / 2]).unwrap();
+            f.flush().unwrap();
+            std::thread::sleep(Duration::from_millis(1500));
+            f.write_all(&good[good.len() / 2..]).unwrap();
+        })
+    };
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(4));
+    writer.join().unwrap();
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE + 2));
+    assert_eq!(ops(&lab), (7.0, 0.0));
+}
+
+/// Row 3: `mv <dir> x; mkdir <dir>` deleted everything while logging "node-a is not in the
+/// cluster". The vanished files are kept and the agent is not synced until the tree has been
+/// stable; then their removal is applied, and without this node's Node nothing is deleted
+/// either. Put back, the agent is ready with not one route touched.
+#[test]
+fn row03_replaced_directory_deletes_nothing() {
+    if skip_unless_root("row03_replaced_directory_deletes_nothing") {
+        return;
+    }
+    let (lab, dir, _agent) = healthy(&[]);
+    let aside = dir.path().with_extension("aside");
+    std::fs::rename(dir.path(), &aside).unwrap();
+    std::fs::create_dir(dir.path()).unwrap();
+    let body = wait_for("not synced", Duration::from_secs(40), || match readyz(&lab) {
+        (503, b) => Some(b),
+        _ => None,
+    });
+    assert!(body.lines().any(|l| l.starts_with("not synced: ") && l.contains("vanished or unreadable")), "{body}");
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE + 1));
+    // Settled: the removal is applied, and this node is gone from the view.
+    let body = wait_for("this node missing", Duration::from_secs(20), || {
+        let (s, b) = readyz(&lab);
+        (s == 503 && b.contains("this node \"node-a\" is not in the datastore")).then_some(b)
+    });
+    assert!(body.starts_with("datastore: not synced\n"), "{body}");
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE * 2));
+    std::fs::remove_dir(dir.path()).unwrap();
+    std::fs::rename(&aside, dir.path()).unwrap();
+    wait_ready(&lab, "node-a");
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE + 1));
+    assert_eq!(ops(&lab), (7.0, 0.0));
+}
+
+/// Row 4: `ln -sf /nonexistent nodes.yaml`, or deleting nodes.yaml, deleted node-b's and
+/// node-c's four routes without a warning. The file is kept and reported; the removal, if it
+/// stays, is applied after the settle period and the mass-deletion breaker (4 of 7), so a
+/// deliberate removal still converges.
+#[test]
+fn row04_dangling_symlink_or_deleted_file_is_held_then_converges() {
+    if skip_unless_root("row04_dangling_symlink_or_deleted_file_is_held_then_converges") {
+        return;
+    }
+    let (lab, dir, _agent) = healthy(&[]);
+    let nodes = file(&dir, "nodes.yaml");
+    let good = std::fs::read_to_string(&nodes).unwrap();
+    std::fs::remove_file(&nodes).unwrap();
+    std::os::unix::fs::symlink("/nonexistent", &nodes).unwrap();
+    let body = wait_for("not synced, naming the path", Duration::from_secs(10), || match readyz(&lab) {
+        (503, b) => Some(b),
+        _ => None,
+    });
+    let reason = body.lines().find(|l| l.starts_with("not synced: ")).unwrap_or_default().to_owned();
+    assert!(reason.starts_with(&format!("not synced: {} vanished or unreadable", nodes.display())), "{body}");
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(1));
+    // Back within the settle period: nothing happened.
+    std::fs::remove_file(&nodes).unwrap();
+    std::fs::write(&nodes, &good).unwrap();
+    wait_ready(&lab, "node-a");
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE + 1));
+    assert_eq!(ops(&lab), (7.0, 0.0));
+
+    // Deleted for good: kept while settling, then node-b's and node-c's routes go.
+    let holds = sample(&metrics(&lab, "node-a"), "routewarden_mass_deletion_holds_total").expect("holds counter");
+    std::fs::remove_file(&nodes).unwrap();
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE));
+    let want: Vec<&str> = NODE_A_IPIP.iter().copied().filter(|r| !r.contains("via 10.0.0.12") && !r.contains("via 10.0.0.13")).collect();
+    assert_eq!(want.len(), 3);
+    wait_for("the deliberate removal converges", Duration::from_secs(SETTLE * 6 + 10), || (routes(&lab, "node-a", "80") == want).then_some(()));
+    assert_eq!(ops(&lab), (7.0, 4.0));
+    assert_eq!(sample(&metrics(&lab, "node-a"), "routewarden_mass_deletion_holds_total"), Some(holds + 1.0), "4 of 7 at once went through the breaker");
+}
+
+/// Row 5: truncating a file at an item boundary (valid YAML with fewer objects) deleted six
+/// routes. Nothing is deleted until the files have settled; put back in time, nothing
+/// happened; left truncated, the six go one settle period and one breaker hold later.
+#[test]
+fn row05_truncation_at_an_item_boundary_waits_for_the_settle_period() {
+    if skip_unless_root("row05_truncation_at_an_item_boundary_waits_for_the_settle_period") {
+        return;
+    }
+    let (lab, dir, _agent) = healthy(&[]);
+    let ipam = file(&dir, "ipam.yaml");
+    let good = std::fs::read_to_string(&ipam).unwrap();
+    // Cut right after node-a's own block: every other block and affinity is gone.
+    let cut = good.find("  - apiVersion: crd.projectcalico.org/v1\n    kind: IPAMBlock\n    metadata: {name: 10-244-20-0-26}").unwrap();
+    let truncated = &good[..cut];
+    std::fs::write(&ipam, truncated).unwrap();
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE - 1));
+    std::fs::write(&ipam, &good).unwrap();
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE + 2));
+    assert_eq!(ops(&lab), (7.0, 0.0));
+
+    std::fs::write(&ipam, truncated).unwrap();
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE));
+    wait_for("the breaker holding six deletes", Duration::from_secs(SETTLE * 3), || {
+        (sample(&metrics(&lab, "node-a"), r#"routewarden_deletions_held{reason="mass-deletion"}"#) == Some(6.0)).then_some(())
+    });
+    assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
+    wait_for("the deliberate cut converges", Duration::from_secs(SETTLE * 4), || (routes(&lab, "node-a", "80") == NODE_A_IPIP[..1]).then_some(()));
+    assert_eq!(ops(&lab), (7.0, 6.0));
+}
+
+/// Row 6: an IP pool widened to 10.0.0.0/8 (overlapping the others) let the agent delete
+/// BIRD's no-encap route; widened to 0.0.0.0/0 also foreign routes outside every pool; and
+/// `explain` said "consistent". Overlapping and /0 pools are invalid: their CIDRs are frozen,
+/// no route there is claimed or deleted, and `explain` exits 1 naming them.
+#[test]
+fn row06_widened_pool_freezes_its_ground_and_explain_fails() {
+    if skip_unless_root("row06_widened_pool_freezes_its_ground_and_explain_fails") {
+        return;
+    }
+    let (lab, dir, _agent) = healthy(&[]);
+    lab.ip("node-a", &["route", "add", "10.246.30.0/26", "via", "10.0.0.13", "dev", "eth0", "proto", "bird", "metric", "1024"]).unwrap();
+    lab.ip("node-a", &["route", "add", "192.168.50.0/24", "via", "10.0.0.1", "dev", "eth0", "proto", "80", "metric", "1024"]).unwrap();
+    lab.ip("node-a", &["route", "add", "172.20.0.0/16", "via", "10.0.0.1", "dev", "eth0", "proto", "bird", "metric", "1024"]).unwrap();
+    let foreign = |lab: &Lab| {
+        let mut r = routes(lab, "node-a", "bird");
+        r.extend(routes(lab, "node-a", "80").into_iter().filter(|l| l.starts_with("192.168.50.0/24")));
+        r
+    };
+    let before = foreign(&lab);
+    assert_eq!(
+        before,
+        [
+            "10.246.30.0/26 via 10.0.0.13 dev eth0 metric 1024",
+            "172.20.0.0/16 via 10.0.0.1 dev eth0 metric 1024",
+            "192.168.50.0/24 via 10.0.0.1 dev eth0 metric 1024",
+        ]
+    );
+    let calico = file(&dir, "calico.yaml");
+    let good = std::fs::read_to_string(&calico).unwrap();
+    for widened in ["10.0.0.0/8", "0.0.0.0/0"] {
+        std::fs::write(&calico, good.replace("cidr: 10.244.0.0/16", &format!("cidr: {widened}"))).unwrap();
+        wait_for("frozen ground", Duration::from_secs(10), || sample(&metrics(&lab, "node-a"), "routewarden_frozen_prefixes").filter(|n| *n >= 1.0));
+        std::thread::sleep(Duration::from_secs(SETTLE + 2));
+        assert_eq!(routes(&lab, "node-a", "80").into_iter().filter(|l| !l.starts_with("192.168.50.0/24")).collect::<Vec<_>>(), NODE_A_IPIP, "{widened}");
+        assert_eq!(foreign(&lab), before, "{widened}");
+        let out = Command::new(env!("CARGO_BIN_EXE_routewarden"))
+            .args(["explain", "--node", "node-a", "--datastore"])
+            .arg(format!("file:{}", dir.path().display()))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{widened}: {text}");
+        assert!(text.lines().any(|l| l.trim_start().starts_with("ERROR  invalid-pool") && l.contains("IPPool \"default-ipv4-ippool\"")), "{widened}: {text}");
+    }
+    std::fs::write(&calico, &good).unwrap();
+    wait_for("thawed", Duration::from_secs(10), || (sample(&metrics(&lab, "node-a"), "routewarden_frozen_prefixes") == Some(0.0)).then_some(()));
+    std::thread::sleep(Duration::from_secs(SETTLE + 2));
+    assert_eq!(routes(&lab, "node-a", "80").into_iter().filter(|l| !l.starts_with("192.168.50.0/24")).collect::<Vec<_>>(), NODE_A_IPIP);
+    assert_eq!(foreign(&lab), before);
+    assert_eq!(ops(&lab).1, 0.0);
+}
+
+/// Row 7: a workload route with protocol 80 (Felix writes those when `deviceRouteProtocol` is
+/// 80) and a proto-80 route outside every pool were deleted within 50 ms. Never ours.
+#[test]
+fn row07_our_protocol_on_a_workload_device_or_outside_every_pool_is_not_ours() {
+    if skip_unless_root("row07_our_protocol_on_a_workload_device_or_outside_every_pool_is_not_ours") {
+        return;
+    }
+    let (lab, _dir, _agent) = healthy(&["--resync-interval", "1"]);
+    lab.ip("node-a", &["link", "add", "cali-x", "type", "veth", "peer", "name", "cali-x-peer"]).unwrap();
+    lab.ip("node-a", &["link", "set", "cali-x", "up"]).unwrap();
+    lab.ip("node-a", &["link", "set", "cali-x-peer", "up"]).unwrap();
+    lab.ip("node-a", &["route", "add", "10.244.10.5", "dev", "cali-x", "scope", "link", "proto", "80"]).unwrap();
+    lab.ip("node-a", &["route", "add", "192.168.77.0/24", "via", "10.0.0.1", "dev", "eth0", "proto", "80"]).unwrap();
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    let mut want: Vec<String> = NODE_A_IPIP.iter().map(ToString::to_string).collect();
+    want.push("10.244.10.5 dev cali-x scope link".into());
+    want.push("192.168.77.0/24 via 10.0.0.1 dev eth0".into());
+    let want = sorted(want);
+    // Many resyncs (1 s each), route events, and the settle period.
+    let end = Instant::now() + Duration::from_secs(SETTLE + 3);
+    while Instant::now() < end {
+        assert_eq!(sorted(routes(&lab, "node-a", "80")), want);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(ops(&lab), (7.0, 0.0));
+}
+
+/// Row 10: one invalid object anywhere deferred every deletion forever and made /readyz 503.
+/// It freezes only the CIDRs it names: node-d's released block elsewhere goes, the agent stays
+/// ready and names the object; a released block the invalid object mentions stays.
+#[test]
+fn row10_one_invalid_object_freezes_only_what_it_names() {
+    if skip_unless_root("row10_one_invalid_object_freezes_only_what_it_names") {
+        return;
+    }
+    let (lab, dir, _agent) = healthy(&[]);
+    let calico = file(&dir, "calico.yaml");
+    let ipam = file(&dir, "ipam.yaml");
+    let good = std::fs::read_to_string(&ipam).unwrap();
+    // A pool that never had a good version (ipipMode Sometimes), and a BlockAffinity for
+    // node-c's block with an invalid state: both never good.
+    let mut text = std::fs::read_to_string(&calico).unwrap();
+    text.push_str("\n---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: broken}\nspec: {cidr: 10.250.0.0/16, ipipMode: Sometimes}\n");
+    std::fs::write(&calico, text).unwrap();
+    let affinity = "  - {apiVersion: crd.projectcalico.org/v1, kind: BlockAffinity, metadata: {name: node-c-10-244-30-0-26-x}, spec: {cidr: 10.244.30.0/26, node: node-c, state: weird}}\n";
+    let released = good
+        .replace("spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: false}", "spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: true}")
+        .replace("spec: {cidr: 10.244.30.0/26, affinity: \"host:node-c\", allocations: [], attributes: [], deleted: false}", "spec: {cidr: 10.244.30.0/26, affinity: \"host:node-c\", allocations: [], attributes: [], deleted: true}");
+    assert_ne!(released, good);
+    std::fs::write(&ipam, format!("{released}{affinity}")).unwrap();
+    let want: Vec<&str> = NODE_A_IPIP.iter().copied().filter(|r| !r.starts_with("10.245.40.0/26")).collect();
+    wait_for("node-d's released block deleted", Duration::from_secs(SETTLE * 3 + 10), || (routes(&lab, "node-a", "80") == want).then_some(()));
+    let m = metrics(&lab, "node-a");
+    assert_eq!(sample(&m, "routewarden_datastore_invalid_objects"), Some(2.0), "{m}");
+    assert_eq!(sample(&m, "routewarden_frozen_prefixes"), Some(2.0), "{m}");
+    assert_eq!(sample(&m, r#"routewarden_deletions_held{reason="frozen"}"#), Some(1.0), "{m}");
+    let (status, body) = readyz(&lab);
+    assert_eq!(status, 200, "{body}");
+    let invalid: Vec<&str> = body.lines().filter(|l| l.starts_with("invalid: ")).collect();
+    assert_eq!(invalid.len(), 2, "{body}");
+    assert!(invalid.iter().any(|l| l.contains(r#"IPPool "broken": spec.ipipMode: invalid value "Sometimes""#)), "{body}");
+    assert!(invalid.iter().any(|l| l.contains(r#"BlockAffinity "node-c-10-244-30-0-26-x": spec.state: invalid value "weird""#)), "{body}");
+    routes_stay(&lab, &want, Duration::from_secs(SETTLE));
+    assert_eq!(ops(&lab), (7.0, 1.0));
+}
+
+/// The agent's CPU time (user + system), seconds, from `/proc/<pid>/stat`.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+/// The agent's peak resident memory (`VmHWM`), MiB.
+fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: f64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap().trim().trim_end_matches(" kB").trim().parse().unwrap();
+    kb / 1024.0
+}
+
+/// Row 11: 200 KB of nested `[` took 28 s of CPU with every update blocked meanwhile. The
+/// nesting limit stops the parse at once; the agent answers throughout.
+#[test]
+fn row11_deep_nesting_is_refused_at_once() {
+    if skip_unless_root("row11_deep_nesting_is_refused_at_once") {
+        return;
+    }
+    let (lab, dir, agent) = healthy(&[]);
+    let before = cpu_seconds(agent.pid());
+    std::fs::write(file(&dir, "deep.yaml"), "[".repeat(200 * 1024)).unwrap();
+    wait_for("the file refused", Duration::from_secs(10), || (sample(&metrics(&lab, "node-a"), "routewarden_datastore_invalid_inputs") == Some(1.0)).then_some(()));
+    let (status, body) = readyz(&lab);
+    assert_eq!(status, 200);
+    assert!(body.lines().any(|l| l == format!("invalid: {}:1: YAML: nesting deeper than 64 levels", file(&dir, "deep.yaml").display())), "{body}");
+    let used = cpu_seconds(agent.pid()) - before;
+    assert!(used < 2.0, "parsing the nested file took {used} s of CPU");
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(1));
+    assert_eq!(ops(&lab), (7.0, 0.0));
+}
+
+/// Row 12: a 10 MB allocations array took 1 GB of RSS (a 50 MB file 1.38 GB), far past the
+/// DaemonSet's 256 Mi. The block stops growing at the sequence limit and keeps its last good
+/// version; the agent's peak RSS stays below 200 MB.
+#[test]
+fn row12_huge_allocations_array_stays_within_memory() {
+    if skip_unless_root("row12_huge_allocations_array_stays_within_memory") {
+        return;
+    }
+    let (lab, dir, agent) = healthy(&[]);
+    let ipam = file(&dir, "ipam.yaml");
+    let good = std::fs::read_to_string(&ipam).unwrap();
+    let huge = format!("allocations: [{}1]", "null, ".repeat(10 * 1024 * 1024 / 6));
+    let bad = good.replacen("allocations: [0, null, null, null, null, 1]", &huge, 1);
+    assert!(bad.len() > 10_000_000);
+    std::fs::write(&ipam, bad).unwrap();
+    wait_for("the block rejected", Duration::from_secs(30), || (sample(&metrics(&lab, "node-a"), "routewarden_datastore_invalid_objects") == Some(1.0)).then_some(()));
+    let rss = peak_rss_mib(agent.pid());
+    assert!(rss < 200.0, "peak RSS {rss} MiB");
+    let (_, body) = readyz(&lab);
+    assert!(body.lines().any(|l| l.contains(r#"IPAMBlock "10-244-20-0-26": line "#) && l.ends_with("a sequence has more than 65536 entries (its last good version is kept)")), "{body}");
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE + 1));
+    assert_eq!(ops(&lab), (7.0, 0.0));
+    eprintln!("row12: peak RSS {rss:.1} MiB with a {} MB allocations array", huge.len() / 1_000_000);
+}
+
+/// Row 14: deleting 300 pools left 1,800 pool-labelled series behind. Each deleted pool's
+/// series go with it.
+#[test]
+fn row14_deleted_pools_take_their_series_with_them() {
+    if skip_unless_root("row14_deleted_pools_take_their_series_with_them") {
+        return;
+    }
+    let (lab, dir, _agent) = healthy(&[]);
+    if !metrics(&lab, "node-a").contains("routewarden_bpf_program_attached{program=\"tc_forward\"} 1") {
+        println!("SKIPPED row14_deleted_pools_take_their_series_with_them: the forwarding watch is not running (no BPF object embedded)");
+        return;
+    }
+    // 300 no-encap pools (BIRD's class for role felix: no route of ours), each with a block.
+    let mut extra = String::new();
+    for i in 0..300 {
+        let (a, b) = (i / 100, i % 100);
+        extra.push_str(&format!(
+            "---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {{name: extra-{i}}}\nspec: {{cidr: 10.{}.{b}.0/24, blockSize: 26}}\n---\napiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {{name: 10-{}-{b}-0-26}}\nspec: {{cidr: 10.{}.{b}.0/26, affinity: \"host:node-b\"}}\n",
+            100 + a,
+            100 + a,
+            100 + a
+        ));
+    }
+    let extra_file = file(&dir, "extra.yaml");
+    std::fs::write(&extra_file, &extra).unwrap();
+    let count = |lab: &Lab| metrics(lab, "node-a").lines().filter(|l| l.contains("pool=\"extra-")).count();
+    wait_for("the extra pools' series", Duration::from_secs(20), || (count(&lab) == 1800).then_some(()));
+    std::fs::write(&extra_file, "apiVersion: v1\nkind: List\nitems: []\n").unwrap();
+    wait_for("the extra pools' series gone", Duration::from_secs(20), || (count(&lab) == 0).then_some(()));
+    let m = metrics(&lab, "node-a");
+    assert!(m.lines().any(|l| l.starts_with("routewarden_forwarded_packets_total{pool=\"ipip-always\",path=\"tunnel\"}")), "the remaining pools keep theirs: {m}");
+}
+
+/// Row 15: a block on an unknown node appearing at runtime produced no route problem (findings
+/// refreshed only when the ownership decision changed).
+#[test]
+fn row15_block_on_an_unknown_node_at_runtime_is_reported() {
+    if skip_unless_root("row15_block_on_an_unknown_node_at_runtime_is_reported") {
+        return;
+    }
+    let (lab, dir, _agent) = healthy(&[]);
+    assert_eq!(sample(&metrics(&lab, "node-a"), r#"routewarden_route_problems{code="unknown-node"}"#), None);
+    std::fs::write(
+        file(&dir, "late.yaml"),
+        "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: 10-244-50-0-26}\nspec: {cidr: 10.244.50.0/26, affinity: \"host:node-z\"}\n",
+    )
+    .unwrap();
+    wait_for("unknown-node counted", Duration::from_secs(10), || {
+        (sample(&metrics(&lab, "node-a"), r#"routewarden_route_problems{code="unknown-node"}"#) == Some(1.0)).then_some(())
+    });
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(1));
+}
+
+/// Row 16: a FIFO as the datastore path hung forever. It is refused without being opened:
+/// `explain` fails at once naming it; the agent answers `/readyz` (not synced) and `/healthz`.
+#[test]
+fn row16_fifo_datastore_path_is_refused_not_opened() {
+    if skip_unless_root("row16_fifo_datastore_path_is_refused_not_opened") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("cluster.yaml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_routewarden")).args(["explain", "--datastore"]).arg(format!("file:{}", fifo.display())).output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("a FIFO is neither a regular file nor a directory: refused"), "{err}");
+    let lab = lab();
+    let _agent = Agent::start(&lab, "node-a", &fifo, &[]);
+    let (status, body) = wait_for("readyz answers", Duration::from_secs(10), || lab.http_get("node-a", PORT, "/readyz").ok());
+    assert_eq!((status, body.lines().next()), (503, Some("datastore: not synced")));
+    assert_eq!(lab.http_get("node-a", PORT, "/healthz").unwrap().0, 200);
+    assert!(routes(&lab, "node-a", "80").is_empty());
+}
+
+/// Rows 8 and 9 without a lab: `bird-filter` fails closed on a pool it cannot classify, and
+/// nothing from the datastore reaches its output or `explain`'s table unescaped.
+#[test]
+fn row08_bird_filter_rejects_an_unclassifiable_pool_and_exits_1() {
+    let dir = copy_examples();
+    let calico = file(&dir, "calico.yaml");
+    let text = std::fs::read_to_string(&calico).unwrap().replace("cidr: 10.246.0.0/16, blockSize: 26, ipipMode: Never", "cidr: 10.246.0.0/16, blockSize: 26, ipipMode: Sometimes");
+    std::fs::write(&calico, text).unwrap();
+    let out = bird_filter(dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(r#"error: skipped: "#) && stderr.contains(r#"IPPool "flat": spec.ipipMode: invalid value "Sometimes" (expected Never, Always or CrossSubnet)"#), "{stderr}");
+    // In the v4 filter, the reject comes before any pool line.
+    let v4: Vec<&str> = stdout.lines().skip_while(|l| !l.starts_with("filter routewarden_kernel_programming_v4")).take_while(|l| *l != "}").collect();
+    let first_pool_line = v4.iter().position(|l| l.trim_start().starts_with("if (net ~")).unwrap();
+    assert_eq!(v4[first_pool_line].trim(), r#"if (net ~ 10.246.0.0/16) then { reject; } # unclassified IP pool: IPPool "flat": spec.ipipMode: invalid value "Sometimes" (expected Never, Always or CrossSubnet)"#);
+    bird_parses(&stdout);
+}
+
+/// Row 9: names with `\n` or terminal escapes went verbatim into `bird-filter` (a live
+/// `accept`) and terminal tables. They are invalid objects now (DNS-1123 names), and every
+/// string from the datastore is escaped on the way out.
+#[test]
+fn row09_injected_names_never_reach_bird_config_or_the_terminal() {
+    let dir = copy_examples();
+    let calico = file(&dir, "calico.yaml");
+    let mut text = std::fs::read_to_string(&calico).unwrap();
+    text.push_str("\n---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: \"x\\nif (net ~ 0.0.0.0/0) then { accept; }\"}\nspec: {cidr: 10.251.0.0/16}\n");
+    text.push_str("---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: \"\\e[31mred\"}\nspec: {cidr: 10.252.0.0/16}\n");
+    let injected = text.replace("programClusterRoutes: EnabledIPIPOnly", "programClusterRoutes: \"Enabled\\nif (net ~ 0.0.0.0/0) then { accept; }\"");
+    assert_ne!(injected, text, "the example sets Felix's programClusterRoutes");
+    std::fs::write(&calico, injected).unwrap();
+    let out = bird_filter(dir.path());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.lines().any(|l| l.trim_start().starts_with("if (net ~ 0.0.0.0/0)")), "{stdout}");
+    assert!(!stdout.contains('\u{1b}'), "{stdout}");
+    assert_eq!(out.status.code(), Some(1), "both pools are unclassified: {stdout}");
+    bird_parses(&stdout);
+    let out = Command::new(env!("CARGO_BIN_EXE_routewarden"))
+        .args(["explain", "--node", "node-a", "--datastore"])
+        .arg(format!("file:{}", dir.path().display()))
+        .output()
+        .unwrap();
+    for text in [String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)] {
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(!text.lines().any(|l| l.trim_start().starts_with("if (net ~")), "{text}");
+    }
+    assert!(String::from_utf8_lossy(&out.stderr).contains(r#"IPPool "\u{1b}[31mred": metadata.name: invalid value"#), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn bird_filter(dir: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_routewarden"))
+        .args(["bird-filter", "--node", "node-a", "--datastore"])
+        .arg(format!("file:{}", dir.display()))
+        .output()
+        .unwrap()
+}
+
+/// `bird -p` accepts `snippet` included from a minimal bird.conf (skipped without BIRD).
+fn bird_parses(snippet: &str) {
+    const BIRD: &str = "/usr/sbin/bird";
+    if !Path::new(BIRD).exists() {
+        println!("SKIPPED bird -p check: {BIRD} not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let inc = dir.path().join("routewarden.conf");
+    std::fs::write(&inc, snippet).unwrap();
+    let conf = dir.path().join("bird.conf");
+    std::fs::write(
+        &conf,
+        format!("router id 192.0.2.1;\ninclude \"{}\";\nprotocol device {{ }}\nprotocol kernel k4 {{ ipv4 {{ export filter routewarden_kernel_programming_v4; }}; }}\nprotocol kernel k6 {{ ipv6 {{ export filter routewarden_kernel_programming_v6; }}; }}\n", inc.display()),
+    )
+    .unwrap();
+    let out = Command::new(BIRD).arg("-p").arg("-c").arg(&conf).output().unwrap();
+    assert!(out.status.success(), "bird -p: {}\n{snippet}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `docs/bad-input.md` lists at least 50 bad-input kinds, each with a test that exists, and
+/// every test of this file is listed there.
+#[test]
+fn bad_input_doc_names_tests_that_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let doc = std::fs::read_to_string(root.join("docs/bad-input.md")).unwrap();
+    let rows: Vec<Vec<String>> = doc
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| #") && !l.starts_with("|---"))
+        .map(|l| l.trim_matches('|').split(" | ").map(|c| c.trim().to_owned()).collect())
+        .collect();
+    assert!(rows.len() >= 50, "{} bad-input kinds in docs/bad-input.md", rows.len());
+    let mut listed = std::collections::BTreeSet::new();
+    for row in &rows {
+        assert_eq!(row.len(), 4, "a row has 4 columns (#, bad input, what routewarden does, test): {row:?}");
+        let test = row[3].trim_matches('`');
+        let (file, func) = test.rsplit_once("::").unwrap_or_else(|| panic!("test column is <file>::<fn>: {test}"));
+        let src = std::fs::read_to_string(root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(src.contains(&format!("fn {func}(")), "{file} has no fn {func}");
+        listed.insert(func.to_owned());
+    }
+    let this = std::fs::read_to_string(root.join("agent/tests/bad_input.rs")).unwrap();
+    for func in this.lines().filter_map(|l| l.strip_prefix("fn row")).filter_map(|l| l.split('(').next()) {
+        assert!(listed.contains(&format!("row{func}")), "docs/bad-input.md does not list row{func}");
+    }
+}
