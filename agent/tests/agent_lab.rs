@@ -191,7 +191,9 @@ fn losing_ipip_to_bird_hands_over_per_prefix_without_a_gap() {
     }
     let lab = lab();
     let dir = copy_examples();
-    let _agent = Agent::start(&lab, "node-a", dir.path(), &["--handover-grace", "4"]);
+    // Files settle after 2 s: the grace period's end (4 s) deletes, and deletes wait for the
+    // files to settle (30 s by default); stepping aside and the release by BIRD's route do not.
+    let _agent = Agent::start(&lab, "node-a", dir.path(), &["--handover-grace", "4", "--settle-period", "2"]);
     wait_ready(&lab, "node-a");
     assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
 

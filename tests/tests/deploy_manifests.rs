@@ -36,6 +36,8 @@ const ALERTS: &[&str] = &[
     "RouteWatchDegraded",
     "RoutewardenDatastoreNotSynced",
     "RoutewardenDown",
+    "RouteMassDeletionHeld",
+    "RoutewardenInvalidInput",
 ];
 
 /// Kinds served by the Prometheus Operator's CRDs: the Kubernetes schemas do not cover them,

@@ -40,6 +40,8 @@ use plan::{Plan, PlanConfig};
 
 /// How often the TC probe's counters are read into metrics.
 const COUNTER_POLL: Duration = Duration::from_secs(1);
+/// Invalid objects (and inputs) logged one by one per change of the set.
+const LOGGED_ERRORS: usize = 20;
 
 /// Resolve this node's name: `--node`, else the host name.
 ///
@@ -87,7 +89,9 @@ struct ClusterHandler {
 
 impl ClusterHandler {
     async fn on_datastore(&mut self, ev: DatastoreEvent) {
+        let before = (self.view.invalid_objects.clone(), self.view.invalid_inputs.clone());
         self.view.on_event(&ev);
+        let errors_changed = self.last.is_none() || before != (self.view.invalid_objects.clone(), self.view.invalid_inputs.clone());
         match ev {
             DatastoreEvent::LoadFailed(e) => {
                 error!(file = %e.file.display(), line = e.line, error = %e.message, code = e.code(), "cluster description failed to load; keeping the last good state");
@@ -101,7 +105,7 @@ impl ClusterHandler {
                 warn!(%reason, "datastore not synced; keeping every route, deleting none");
                 self.publish_synced().await;
             }
-            DatastoreEvent::Snapshot(s) => self.on_snapshot(&s).await,
+            DatastoreEvent::Snapshot(s) => self.on_snapshot(&s, errors_changed).await,
         }
     }
 
@@ -116,12 +120,20 @@ impl ClusterHandler {
         }
     }
 
-    async fn on_snapshot(&mut self, snap: &Snapshot) {
-        for e in &snap.object_errors {
-            warn!(file = %e.file.display(), error = %e.error, last_good_kept = e.last_good, "object skipped");
-        }
-        for e in &snap.load_errors {
-            warn!(file = %e.file.display(), line = e.line, error = %e.message, never_loaded = e.never_loaded, "input broken; its last good content is used");
+    async fn on_snapshot(&mut self, snap: &Snapshot, errors_changed: bool) {
+        // Logged when they change, at most LOGGED_ERRORS of each (the rest counted): a file of
+        // a thousand broken objects is one burst of lines, not one per snapshot.
+        if errors_changed {
+            for e in snap.object_errors.iter().take(LOGGED_ERRORS) {
+                warn!(file = %e.file.display(), error = %e.error, last_good_kept = e.last_good, "object skipped");
+            }
+            for e in snap.load_errors.iter().take(LOGGED_ERRORS) {
+                warn!(file = %e.file.display(), line = e.line, error = %e.message, never_loaded = e.never_loaded, "input broken; its last good content is used");
+            }
+            let more = snap.object_errors.len().saturating_sub(LOGGED_ERRORS) + snap.load_errors.len().saturating_sub(LOGGED_ERRORS);
+            if more > 0 {
+                warn!(more, "more invalid objects and inputs not logged one by one (routewarden explain lists them)");
+            }
         }
         self.metrics.datastore_invalid_objects.set(i64::try_from(snap.object_errors.len()).unwrap_or(i64::MAX));
         self.metrics.datastore_invalid_inputs.set(i64::try_from(snap.load_errors.len()).unwrap_or(i64::MAX));

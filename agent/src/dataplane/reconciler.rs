@@ -368,6 +368,9 @@ pub struct Reconciler<N, C> {
     refresh_links: bool,
     /// Deletes held by the mass-deletion breaker, with the time each was first wanted.
     mass_held: BTreeMap<RouteKey, Instant>,
+    /// Original keys whose step-aside copy is in: their delete completes a make-before-break
+    /// and is never held.
+    stepped: BTreeSet<RouteKey>,
 }
 
 impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
@@ -396,6 +399,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             datastore_synced: false,
             refresh_links: false,
             mass_held: BTreeMap::new(),
+            stepped: BTreeSet::new(),
         }
     }
 
@@ -981,14 +985,17 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
 
     /// Step-aside writes for delete candidates whose pending handover needs our route's key
     /// free: a create-exclusive copy at metric+1 (same table, dst, tos and target), each with
-    /// the original key it stands in for. The original is deleted only after its copy is in.
+    /// the original key it stands in for. The original is deleted only after its copy is in,
+    /// also while other deletes are held (the prefix stays routed by the copy).
     fn plan_step_asides(&self, candidates: &[RouteKey], now: Instant) -> Vec<(RouteOp, RouteKey)> {
         let mut ops = Vec::new();
         for key in candidates {
             let Some(h) = self.handovers.get(key) else {
                 continue;
             };
-            if !h.step_aside || h.seen || now >= h.deadline || !self.datastore_synced {
+            // Not held while deletions are (an unsettled or unsynced view): the prefix keeps
+            // our route at metric+1, so stepping aside loses nothing.
+            if !h.step_aside || h.seen || now >= h.deadline {
                 continue;
             }
             let (Some(copy), Some(k)) = (step_aside_key(key), self.kernel.get(key)) else {
@@ -1043,6 +1050,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     h.step_aside = false;
                     self.handovers.insert(route.key, h);
                 }
+                self.stepped.insert(original);
                 self.dirty.insert(route.key);
                 self.retries.remove(&original);
                 true
@@ -1171,6 +1179,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 // The replacement for this prefix failed: keep the old route (no hole).
                 continue;
             }
+            if self.stepped.contains(&key) && !self.desired.contains_key(&key) {
+                // Our copy at metric+1 is in: the original goes (make before break).
+                handed_over.push(key);
+                continue;
+            }
             if let Some(h) = self.handovers.get(&key) {
                 if h.seen {
                     // The new owner's route for the prefix is in the kernel: deleting ours
@@ -1270,6 +1283,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             self.dirty.remove(&key);
             self.retries.remove(&key);
             self.mass_held.remove(&key);
+            self.stepped.remove(&key);
         }
     }
 

@@ -609,3 +609,29 @@ async fn our_protocol_outside_owned_pools_or_on_a_workload_device_is_never_touch
     assert_eq!(nl.state().routes[&workload.key], workload);
     assert_eq!(nl.state().routes[&outside.key], outside);
 }
+
+/// While deletes are held (the files not settled, the datastore unsynced), a hand-over to BIRD
+/// still steps aside: the copy at metric+1 goes in and the original goes, so BIRD can add at
+/// the freed key, and the prefix is never without a route. The grace period's own deletes wait.
+#[tokio::test]
+async fn stepping_aside_is_not_held_with_other_deletes() {
+    let (mut r, nl, clock) = setup(None);
+    r.set_desired(&cluster());
+    r.apply().await;
+    nl.take_log();
+    let (without_ipip, handover) = ipip_to_bird();
+    r.set_datastore_synced(false);
+    r.set_desired_with_handover(&without_ipip, &[handover]);
+    let rep = r.apply().await;
+    assert_eq!((rep.writes, rep.deletes), (4, 4), "{rep:?}");
+    let log = nl.take_log();
+    assert!(log.iter().filter(|l| l.starts_with("create")).all(|l| l.ends_with("metric 1025")), "{log:?}");
+    assert!(log.iter().filter(|l| l.starts_with("delete")).all(|l| l.ends_with("metric 1024")), "{log:?}");
+    // The grace period ends: those deletes are held until the view allows deletes.
+    clock.advance(Duration::from_secs(31));
+    let rep = r.apply().await;
+    assert_eq!((rep.deletes, rep.deletes_deferred_unsynced), (0, 4), "{rep:?}");
+    r.set_datastore_synced(true);
+    let rep = r.apply().await;
+    assert_eq!(rep.deletes, 4, "{rep:?}");
+}

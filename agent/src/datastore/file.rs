@@ -332,8 +332,8 @@ impl Loader {
         };
         if self.last_sent != Some(fp) {
             let snap = self.snapshot();
-            for e in &snap.object_errors {
-                tracing::warn!(file = %e.file.display(), error = %e.error, last_good = e.last_good, "datastore: object left out");
+            for e in snap.object_errors.iter().take(20) {
+                tracing::debug!(file = %e.file.display(), error = %e.error, last_good = e.last_good, "datastore: object left out");
             }
             events.push(DatastoreEvent::Snapshot(snap));
             self.last_sent = Some(fp);

@@ -17,6 +17,19 @@ pub(crate) struct Fields<'a> {
     pub(crate) errors: Vec<ModelError>,
 }
 
+/// Longest name or value an error message repeats, characters.
+pub(crate) const MAX_TEXT: usize = 200;
+
+/// `s` cut to [`MAX_TEXT`] characters (with `...`).
+pub(crate) fn bounded(s: &str) -> String {
+    if s.chars().count() <= MAX_TEXT {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(MAX_TEXT).collect();
+    out.push_str("...");
+    out
+}
+
 /// Render a field path: `spec.cidr`, `metadata.annotations[projectcalico.org/IPv4Address]`.
 pub(crate) fn path_label(path: &[&str]) -> String {
     let mut out = String::new();
@@ -53,13 +66,14 @@ impl<'a> Fields<'a> {
         Fields { kind, name, root, errors: Vec::new() }
     }
 
-    /// Record a problem with `field` (a rendered path).
+    /// Record a problem with `field` (a rendered path). Names and values are cut to
+    /// [`MAX_TEXT`] characters in the error: a 16 MiB name stays a short message.
     pub(crate) fn fail(&mut self, field: impl Into<String>, problem: FieldProblem) {
         self.errors.push(ModelError::Field {
             kind: self.kind,
-            name: self.name.to_owned(),
+            name: bounded(self.name),
             field: field.into(),
-            problem,
+            problem: problem.bounded(),
         });
     }
 

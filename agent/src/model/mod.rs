@@ -41,6 +41,11 @@ pub use yaml::{YamlError, YamlLimits};
 
 use fields::{type_name, Fields};
 
+/// Most invalid objects one input may hold: past it the input is refused as a whole (its
+/// last good content kept), so a file of a million broken objects costs one error, not a
+/// million kept, logged and frozen.
+pub const MAX_REJECTED_PER_INPUT: usize = 1000;
+
 /// The object kinds the model reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum Kind {
@@ -136,6 +141,21 @@ fn object_label(kind: Option<Kind>, name: Option<&str>) -> String {
         (Some(k), Some(n)) => format!("{k} {n:?}: "),
         (Some(k), None) => format!("{k} without a name: "),
         _ => String::new(),
+    }
+}
+
+impl FieldProblem {
+    /// The problem with every value it repeats cut to [`fields::MAX_TEXT`] characters.
+    fn bounded(self) -> FieldProblem {
+        use fields::bounded;
+        match self {
+            FieldProblem::InvalidCidr(v) => FieldProblem::InvalidCidr(bounded(&v)),
+            FieldProblem::InvalidIp(v) => FieldProblem::InvalidIp(bounded(&v)),
+            FieldProblem::InvalidValue { value, expected } => FieldProblem::InvalidValue { value: bounded(&value), expected },
+            FieldProblem::OutOfRange { value, min, max } => FieldProblem::OutOfRange { value: bounded(&value), min, max },
+            FieldProblem::Inconsistent(v) => FieldProblem::Inconsistent(bounded(&v)),
+            other => other,
+        }
     }
 }
 
@@ -427,6 +447,13 @@ impl ParsedObjects {
         })?;
         // A document cut short by an error never delivers its header; its items are dropped
         // with it (the error fails the whole text).
+        let rejected = parsed.items.iter().filter(|i| !i.is_good()).count();
+        if rejected > MAX_REJECTED_PER_INPUT {
+            return Err(YamlError {
+                line: None,
+                message: format!("{rejected} invalid objects, more than {MAX_REJECTED_PER_INPUT}: the input as a whole is refused"),
+            });
+        }
         parsed.items.shrink_to_fit();
         Ok(parsed)
     }
@@ -463,7 +490,7 @@ impl ParsedObjects {
             return;
         }
         let kind = kind_str.and_then(Kind::from_kind);
-        let name = fields::get_in(partial, &["metadata", "name"]).ok().flatten().and_then(Value::as_str).map(str::to_owned);
+        let name = fields::get_in(partial, &["metadata", "name"]).ok().flatten().and_then(Value::as_str).map(fields::bounded);
         let cidrs = mentioned_cidrs(partial, kind, name.as_deref());
         self.items.push(ParsedObject::Error(Rejected::new(ModelError::Unreadable { kind, name, line, reason }, cidrs)));
     }
@@ -502,7 +529,7 @@ impl ParsedObjects {
         let calico = matches!(api_version, "projectcalico.org/v3" | "crd.projectcalico.org/v1");
         let core_node = kind == Kind::Node && api_version == "v1";
         if !(calico || core_node || (api_version.is_empty() && kind != Kind::Node)) {
-            let e = ModelError::UnsupportedApiVersion { kind, name: name.to_owned(), api_version: api_version.to_owned() };
+            let e = ModelError::UnsupportedApiVersion { kind, name: fields::bounded(name), api_version: fields::bounded(api_version) };
             self.error(e, doc);
             return;
         }

@@ -51,20 +51,33 @@ pub fn parse_block_name(name: &str) -> Option<IpNet> {
     IpNet::new(IpAddr::V6(ip), len).ok().filter(|n| block_name(*n) == name)
 }
 
+/// Most CIDRs one broken input or object freezes one by one: past it, the whole address space
+/// is frozen (`0.0.0.0/0`, `::/0`), which costs the reconciler two comparisons a route, not
+/// thousands.
+pub const MAX_FROZEN_PER_INPUT: usize = 1024;
+
+fn capped(set: BTreeSet<IpNet>) -> Vec<IpNet> {
+    if set.len() > MAX_FROZEN_PER_INPUT {
+        return ["0.0.0.0/0", "::/0"].iter().filter_map(|s| s.parse().ok()).collect();
+    }
+    set.into_iter().collect()
+}
+
 /// Every CIDR and address in the string scalars of `doc` (an address as a host prefix), and
-/// the CIDR an IPAM block's name encodes. Sorted, deduplicated, truncated to networks. Strings
-/// that are not addresses are skipped, so a broken object still yields what it names.
+/// the CIDR an IPAM block's name encodes. Sorted, deduplicated, truncated to networks; more
+/// than [`MAX_FROZEN_PER_INPUT`] become the whole address space. Strings that are not
+/// addresses are skipped, so a broken object still yields what it names.
 pub fn mentioned_cidrs(doc: &Value, kind: Option<Kind>, name: Option<&str>) -> Vec<IpNet> {
     let mut out = BTreeSet::new();
     walk(doc, &mut out, 0);
     if let (Some(Kind::IpamBlock), Some(n)) = (kind, name) {
         out.extend(parse_block_name(n));
     }
-    out.into_iter().collect()
+    capped(out)
 }
 
 /// The CIDRs and addresses in free text (a file that is not valid YAML): every token of
-/// address characters that parses.
+/// address characters that parses (capped as [`mentioned_cidrs`]).
 pub fn cidrs_in_text(text: &str) -> Vec<IpNet> {
     let mut out = BTreeSet::new();
     let is_addr_char = |c: char| c.is_ascii_hexdigit() || matches!(c, '.' | ':' | '/');
@@ -73,7 +86,7 @@ pub fn cidrs_in_text(text: &str) -> Vec<IpNet> {
             out.extend(parse_cidr_or_ip(token.trim_matches(|c| c == ':' || c == '.')));
         }
     }
-    out.into_iter().collect()
+    capped(out)
 }
 
 fn parse_cidr_or_ip(s: &str) -> Option<IpNet> {
@@ -142,5 +155,9 @@ mod tests {
         let text = "kind: IPPool\nspec: {cidr: 10.244.0.0/16, ipipMode: Always\n  # node 10.0.1.14, time 10:05:00.000\n";
         let got: Vec<String> = cidrs_in_text(text).iter().map(ToString::to_string).collect();
         assert_eq!(got, ["10.0.1.14/32", "10.244.0.0/16"]);
+        // Too many to freeze one by one: everything.
+        let many: String = (0..2000).map(|i| format!("10.{}.{}.0/24 ", i / 256, i % 256)).collect();
+        let got: Vec<String> = cidrs_in_text(&many).iter().map(ToString::to_string).collect();
+        assert_eq!(got, ["0.0.0.0/0", "::/0"]);
     }
 }
