@@ -338,6 +338,23 @@ fn row10_one_invalid_object_freezes_only_what_it_names() {
     assert!(invalid.iter().any(|l| l.contains(r#"BlockAffinity "node-c-10-244-30-0-26-x": spec.state: invalid value "weird""#)), "{body}");
     routes_stay(&lab, &want, Duration::from_secs(SETTLE));
     assert_eq!(ops(&lab), (7.0, 1.0));
+    // `audit` lists what it skipped and why, and is not clean because of it.
+    let out = lab
+        .command("node-a", env!("CARGO_BIN_EXE_routewarden"))
+        .args(["audit", "--node", "node-a", "-o", "json", "--datastore"])
+        .arg(format!("file:{}", dir.path().display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut skipped: Vec<(String, bool)> = report["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["error"].as_str().unwrap().split(':').next().unwrap().to_owned(), s["last_good_kept"].as_bool().unwrap()))
+        .collect();
+    skipped.sort();
+    assert_eq!(skipped, [("BlockAffinity \"node-c-10-244-30-0-26-x\"".to_owned(), false), ("IPPool \"broken\"".to_owned(), false)]);
 }
 
 /// The agent's CPU time (user + system), seconds, from `/proc/<pid>/stat`.

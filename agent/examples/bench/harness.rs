@@ -1366,8 +1366,14 @@ pub fn worst_inputs(bytes: usize) -> Vec<(&'static str, String)> {
         ("alias-bomb", filled(&bomb, "# padding to the size limit ...........................................\n", "", bytes)),
         ("huge-name", filled("apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: \"", "a", "\"}\nspec: {cidr: 10.250.0.0/16}\n", bytes)),
         (
+            // Kinds routewarden ignores, then one invalid object so the agent says it read it all.
             "unknown-kinds",
-            filled("apiVersion: v1\nkind: List\nitems:\n", "- {apiVersion: v1, kind: ConfigMap, metadata: {name: c}, data: {k: v}}\n", "", bytes),
+            filled(
+                "apiVersion: v1\nkind: List\nitems:\n",
+                "- {apiVersion: v1, kind: ConfigMap, metadata: {name: c}, data: {k: v}}\n",
+                "- {apiVersion: projectcalico.org/v3, kind: IPPool, metadata: {name: last}, spec: {cidr: x}}\n",
+                bytes,
+            ),
         ),
     ]
 }
@@ -1418,7 +1424,8 @@ pub fn bad_input_worst(opts: &Options) -> Result<Outcome> {
     let log = std::fs::File::create(dir.path().join("agent.log"))?;
     let mut child = lab
         .command("node-a", &agent.display().to_string())
-        .args(["run", "--node", "node-a", "--metrics-addr", "127.0.0.1:9695", "--log-format", "text", "--datastore"])
+        // A short settle period: each shape's file is removed again before the next.
+        .args(["run", "--node", "node-a", "--metrics-addr", "127.0.0.1:9695", "--log-format", "text", "--settle-period", "2", "--datastore"])
         .arg(format!("file:{}", data.display()))
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
