@@ -310,6 +310,7 @@ fn render_table(r: &Report<'_>, d: &OwnershipDecision, audit: bool) -> String {
                 RouteOrigin::RemoteBlock { node, .. } => format!("block of {node}"),
                 RouteOrigin::BorrowedIp { block, node } => format!("borrowed by {node} from {block}"),
                 RouteOrigin::OwnBlock { .. } => "own block".to_owned(),
+                RouteOrigin::TunnelAddress { block, node, tunnel } => format!("{} tunnel address of {node} in {block}", tunnel.label()),
             };
             let _ = writeln!(out, "  {:<60}  # {}, pool {}", row.ip_route, escape(&why), escape(&row.route.pool));
         }

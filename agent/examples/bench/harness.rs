@@ -707,7 +707,8 @@ fn v4(a: u32) -> Ipv4Addr {
 /// A cluster of `size.nodes` nodes (BGP addresses 172.16.x.y/24, 250 per subnet, so
 /// CrossSubnet matters), `size.blocks` /26 blocks round-robin over the nodes (first half in
 /// the IPIP CrossSubnet pool 10.0.0.0/9, second half in the no-encap pool 10.128.0.0/9) and
-/// `size.borrowed` blocks with one IP borrowed by the next node. Built in code, not parsed.
+/// `size.borrowed` blocks with one IP borrowed by the next node; each node's IPIP tunnel
+/// address is the first IP of its first block. Built in code, not parsed.
 pub fn compute_cluster(size: ComputeSize) -> Cluster {
     let mut c = Cluster::default();
     let pool = |name: &str, cidr: &str, ipip: EncapMode| IpPool {
@@ -734,9 +735,12 @@ pub fn compute_cluster(size: ComputeSize) -> Cluster {
                 name,
                 form: NodeForm::Calico,
                 bgp_ipv4: Some(format!("{}/24", v4(addr)).parse().expect("valid CIDR")),
+                bgp_ipv4_has_prefix: true,
                 bgp_ipv6: None,
                 as_number: None,
-                ipv4_ipip_tunnel_addr: None,
+                // Calico's IPIP tunnel address: the first IP of the node's first block (block
+                // i of the IPIP pool), so the tunnel-address rule (issue 21) runs per node.
+                ipv4_ipip_tunnel_addr: (i < size.blocks.div_ceil(2)).then(|| IpAddr::V4(v4(u32::from(Ipv4Addr::new(10, 0, 0, 0)) + (i as u32) * 64))),
                 ipv4_vxlan_tunnel_addr: None,
                 ipv6_vxlan_tunnel_addr: None,
                 wireguard_ipv4: None,
@@ -1458,7 +1462,7 @@ pub fn bad_input_worst(opts: &Options) -> Result<Outcome> {
             let path = data.join("bad.yaml");
             let t = Instant::now();
             std::fs::write(&path, &text)?;
-            wait(shape, Duration::from_secs(60), &|| invalid().is_some_and(|n| n >= 1.0))?;
+            wait(shape, Duration::from_mins(1), &|| invalid().is_some_and(|n| n >= 1.0))?;
             out.push((shape, t.elapsed()));
             std::fs::remove_file(&path)?;
             // Removing a file holds its content for the settle period: wait it out.

@@ -19,7 +19,7 @@ use crate::dataplane::{AuditScope, ExpectedRoute, Handover, OwnershipPolicy};
 use crate::datastore::Snapshot;
 use crate::model::Cluster;
 use crate::ownership::{decide, OwnershipConfig, OwnershipDecision};
-use crate::routes::{desired_routes, routable_classes, ClusterRoute, PoolClass, RouteDevices, RoutePath, RouteProblem, Writer};
+use crate::routes::{desired_routes, routable_classes, ClusterRoute, PoolClass, RouteDevices, RouteOrigin, RoutePath, RouteProblem, Writer};
 
 /// Settings the plan needs from the command line.
 #[derive(Clone, Debug)]
@@ -230,7 +230,28 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
             // from this node's BGP address of the family (confd's mesh peers are rendered from
             // `Node.spec.bgp.ipv4Address` / `ipv6Address`): without one, it programs none.
             let speaks = |r: &ClusterRoute| w != Writer::Bird || me.is_none_or(|n| n.bgp_address(r.dst.addr().is_ipv6()).is_some());
-            expected.extend(routes.iter().filter(|r| speaks(r)).map(|r| ExpectedRoute { route: r.clone(), owner: w, protocol }));
+            expected.extend(routes.iter().filter(|r| speaks(r)).filter_map(|r| {
+                let mut route = r.clone();
+                if w == Writer::Bird {
+                    // BIRD learns routes from the node that exports them, so a node's tunnel
+                    // address is not among them: it is an address on that node's tunl0, not a
+                    // route BIRD's kernel protocol learns there [inferred from confd's
+                    // bird.cfg.template: kernel routes and IPAM blocks are exported].
+                    if matches!(route.origin, RouteOrigin::TunnelAddress { .. }) {
+                        return None;
+                    }
+                    // Its next hop is the peer's BGP address, bare or not (confd renders mesh
+                    // peers from `spec.bgp.ipv4Address` without its prefix), where Felix's
+                    // tunnel routes use `extractNodeAddress` (issue 21).
+                    let v6 = route.dst.addr().is_ipv6();
+                    if let Some(bgp) = route.origin.node().and_then(|n| cluster.nodes.get(n)).and_then(|n| n.bgp_address(v6)) {
+                        if route.gateway.is_some() {
+                            route.gateway = Some(bgp.addr());
+                        }
+                    }
+                }
+                Some(ExpectedRoute { route, owner: w, protocol })
+            }));
         }
     }
     let mut cluster_cidrs: Vec<IpNet> = routable_classes().into_iter().flat_map(|c| pool_cidrs(cluster, &decision, c)).collect();

@@ -102,6 +102,20 @@ impl IpamBlock {
         })
     }
 
+    /// The allocation of `ip`, when `ip` is in the block and allocated.
+    pub fn allocation_of(&self, ip: IpAddr) -> Option<Allocation<'_>> {
+        if !self.cidr.contains(&ip) {
+            return None;
+        }
+        let ordinal = match (self.cidr.network(), ip) {
+            (IpAddr::V4(base), IpAddr::V4(ip)) => usize::try_from(u32::from(ip) - u32::from(base)).ok()?,
+            (IpAddr::V6(base), IpAddr::V6(ip)) => usize::try_from(u128::from(ip) - u128::from(base)).ok()?,
+            _ => return None,
+        };
+        let attributes = self.attributes.get((*self.allocations.get(ordinal)?)?)?;
+        Some(Allocation { ordinal, ip, attributes })
+    }
+
     /// Allocations whose `secondary.node` differs from the affine host: borrowed IPs, and
     /// allocations with no recorded node (`AllocationBlock.NonAffineAllocations`,
     /// `model/block.go` ~L234).

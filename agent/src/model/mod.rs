@@ -34,7 +34,7 @@ pub mod yaml;
 
 pub use block::{nth_ip, Affinity, AffinityState, Allocation, AllocationAttributes, BlockAffinity, IpamBlock};
 pub use config::{parse_go_duration, BgpConfiguration, FelixConfiguration, FelixScope};
-pub use node::{Node, NodeAddress, NodeAddressSource, NodeAddressType, NodeForm};
+pub use node::{Node, NodeAddress, NodeAddressSource, NodeAddressType, NodeForm, TunnelAddressKind};
 pub use names::{block_name, cidrs_in_text, is_dns1123_subdomain, mentioned_cidrs};
 pub use pool::{check_pools, AllowedUse, EncapMode, IpPool};
 pub use yaml::{YamlError, YamlLimits};
@@ -178,8 +178,8 @@ impl ModelError {
         match self {
             ModelError::Field { kind, name, .. }
             | ModelError::UnsupportedApiVersion { kind, name, .. }
-            | ModelError::Duplicate { kind, name } => Some((*kind, name)),
-            ModelError::Unreadable { kind: Some(kind), name: Some(name), .. } => Some((*kind, name)),
+            | ModelError::Duplicate { kind, name }
+            | ModelError::Unreadable { kind: Some(kind), name: Some(name), .. } => Some((*kind, name)),
             ModelError::MissingName { .. } | ModelError::NotAnObject { .. } | ModelError::Unreadable { .. } => None,
         }
     }

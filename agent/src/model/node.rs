@@ -51,6 +51,30 @@ pub enum NodeAddressSource {
     ExternalIp,
 }
 
+/// Which of a node's tunnel addresses an address is (Felix `RefType` in
+/// `felix/calc/l3_route_resolver.go`: every kind becomes a route reference of the node).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TunnelAddressKind {
+    /// `spec.bgp.ipv4IPIPTunnelAddr` (annotation `projectcalico.org/IPv4IPIPTunnelAddr`).
+    Ipip,
+    /// `spec.ipv4VXLANTunnelAddr` or `spec.ipv6VXLANTunnelAddr`.
+    Vxlan,
+    /// `spec.wireguard.interfaceIPv4Address` or `interfaceIPv6Address`.
+    Wireguard,
+}
+
+impl TunnelAddressKind {
+    /// Stable lowercase name (`ipip`, `vxlan`, `wireguard`).
+    pub fn label(self) -> &'static str {
+        match self {
+            TunnelAddressKind::Ipip => "ipip",
+            TunnelAddressKind::Vxlan => "vxlan",
+            TunnelAddressKind::Wireguard => "wireguard",
+        }
+    }
+}
+
 /// A cluster node as routing sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Node {
@@ -59,6 +83,10 @@ pub struct Node {
     /// `spec.bgp.ipv4Address`: the node's IPv4 address with its subnet prefix
     /// (`10.0.0.11/24`); a bare address is taken as /32, as Felix's `ParseCIDROrIP` does.
     pub bgp_ipv4: Option<IpNet>,
+    /// Whether `spec.bgp.ipv4Address` was written with a prefix length (`10.0.0.11/24`, also
+    /// `10.0.0.11/32`) rather than bare (`10.0.0.11`). Felix takes the IPIP tunnel gateway
+    /// from it only then ([`Node::tunnel_gateway`]).
+    pub bgp_ipv4_has_prefix: bool,
     /// `spec.bgp.ipv6Address` (`fd00:10::11/64`).
     pub bgp_ipv6: Option<IpNet>,
     /// `spec.bgp.asNumber`.
@@ -89,13 +117,35 @@ impl Node {
         }
     }
 
-    /// The next hop other nodes use to reach this node, for one family: the BGP address, else
-    /// the first InternalIP, else the first ExternalIP (`felix/calc/l3_route_resolver.go`
-    /// `OnResourceUpdate`; `felix/calc/dataplane_passthru.go` `extractNodeAddress`).
+    /// The node address Felix's route resolver sends as `DstNodeIp`, for one family: the BGP
+    /// address (bare or with a prefix), else the first InternalIP, else the first ExternalIP
+    /// (`felix/calc/l3_route_resolver.go` `OnResourceUpdate`, `cnet.ParseCIDROrIP` and
+    /// `FindNodeAddress`). It is the next hop of host-NIC routes (no-encap, and CrossSubnet to
+    /// a node in this node's subnet; `route_mgr.go` `noEncapRoute`) and the address the
+    /// same-subnet test checks. IPIP tunnel routes use [`Node::tunnel_gateway`] instead.
     pub fn next_hop(&self, v6: bool) -> Option<(IpAddr, NodeAddressSource)> {
         if let Some(net) = self.bgp_address(v6) {
             return Some((net.addr(), NodeAddressSource::Bgp));
         }
+        self.first_address(v6)
+    }
+
+    /// The gateway of IPIP tunnel routes to this node: the BGP IPv4 address only when it is
+    /// written with a prefix length, else the first IPv4 InternalIP, else the first IPv4
+    /// ExternalIP. Felix's IPIP manager takes the gateway from the per-host address message
+    /// (`felix/dataplane/linux/ipip_mgr.go` `route`, `activeHostnameToIP`), which
+    /// `felix/calc/dataplane_passthru.go` `extractNodeAddress` fills with `net.ParseCIDR` of
+    /// the BGP address (a bare address fails to parse) before falling back to the Node's
+    /// addresses. So a bare BGP address makes this differ from [`Node::next_hop`].
+    pub fn tunnel_gateway(&self) -> Option<(IpAddr, NodeAddressSource)> {
+        if let Some(net) = self.bgp_ipv4.filter(|_| self.bgp_ipv4_has_prefix) {
+            return Some((net.addr(), NodeAddressSource::Bgp));
+        }
+        self.first_address(false)
+    }
+
+    /// The first InternalIP of the family, else the first ExternalIP.
+    fn first_address(&self, v6: bool) -> Option<(IpAddr, NodeAddressSource)> {
         for (kind, source) in [
             (NodeAddressType::InternalIP, NodeAddressSource::InternalIp),
             (NodeAddressType::ExternalIP, NodeAddressSource::ExternalIp),
@@ -107,6 +157,22 @@ impl Node {
         None
     }
 
+    /// The node's tunnel addresses, each with its kind, in Felix's order (IPIP, VXLAN v4,
+    /// VXLAN v6, WireGuard v4, WireGuard v6; `l3_route_resolver.go` `onNodeUpdate`, which adds
+    /// each as a route reference of the node).
+    pub fn tunnel_addresses(&self) -> Vec<(TunnelAddressKind, IpAddr)> {
+        [
+            (TunnelAddressKind::Ipip, self.ipv4_ipip_tunnel_addr),
+            (TunnelAddressKind::Vxlan, self.ipv4_vxlan_tunnel_addr),
+            (TunnelAddressKind::Vxlan, self.ipv6_vxlan_tunnel_addr),
+            (TunnelAddressKind::Wireguard, self.wireguard_ipv4),
+            (TunnelAddressKind::Wireguard, self.wireguard_ipv6),
+        ]
+        .into_iter()
+        .filter_map(|(kind, a)| a.map(|a| (kind, a)))
+        .collect()
+    }
+
     /// The node's subnet for the CrossSubnet test: the network of the BGP address of the
     /// family (`l3_route_resolver.go` `nodeInOurSubnet`). `None` without a BGP address, so
     /// same-subnet is then never true, as in Felix.
@@ -116,8 +182,8 @@ impl Node {
 
     pub(crate) fn parse_calico(f: &mut Fields<'_>, name: &str) -> Result<Node, Vec<ModelError>> {
         let mut node = Node::empty(name, NodeForm::Calico);
-        node.bgp_ipv4 = bgp_cidr(f, &["spec", "bgp", "ipv4Address"], false);
-        node.bgp_ipv6 = bgp_cidr(f, &["spec", "bgp", "ipv6Address"], true);
+        (node.bgp_ipv4, node.bgp_ipv4_has_prefix) = bgp_cidr(f, &["spec", "bgp", "ipv4Address"], false);
+        node.bgp_ipv6 = bgp_cidr(f, &["spec", "bgp", "ipv6Address"], true).0;
         node.as_number = as_number(f, &["spec", "bgp", "asNumber"]);
         node.ipv4_ipip_tunnel_addr = f.ip(&["spec", "bgp", "ipv4IPIPTunnelAddr"]);
         node.ipv4_vxlan_tunnel_addr = f.ip(&["spec", "ipv4VXLANTunnelAddr"]);
@@ -131,8 +197,8 @@ impl Node {
     pub(crate) fn parse_kubernetes(f: &mut Fields<'_>, name: &str) -> Result<Node, Vec<ModelError>> {
         const A: &str = "annotations";
         let mut node = Node::empty(name, NodeForm::Kubernetes);
-        node.bgp_ipv4 = bgp_cidr(f, &["metadata", A, "projectcalico.org/IPv4Address"], false);
-        node.bgp_ipv6 = bgp_cidr(f, &["metadata", A, "projectcalico.org/IPv6Address"], true);
+        (node.bgp_ipv4, node.bgp_ipv4_has_prefix) = bgp_cidr(f, &["metadata", A, "projectcalico.org/IPv4Address"], false);
+        node.bgp_ipv6 = bgp_cidr(f, &["metadata", A, "projectcalico.org/IPv6Address"], true).0;
         node.as_number = as_number(f, &["metadata", A, "projectcalico.org/ASNumber"]);
         node.ipv4_ipip_tunnel_addr = f.ip(&["metadata", A, "projectcalico.org/IPv4IPIPTunnelAddr"]);
         node.ipv4_vxlan_tunnel_addr = f.ip(&["metadata", A, "projectcalico.org/IPv4VXLANTunnelAddr"]);
@@ -148,6 +214,7 @@ impl Node {
             name: name.to_owned(),
             form,
             bgp_ipv4: None,
+            bgp_ipv4_has_prefix: false,
             bgp_ipv6: None,
             as_number: None,
             ipv4_ipip_tunnel_addr: None,
@@ -160,23 +227,24 @@ impl Node {
     }
 }
 
-/// A BGP address: CIDR or bare IP (taken as a host prefix), of the right family.
-fn bgp_cidr(f: &mut Fields<'_>, path: &[&str], v6: bool) -> Option<IpNet> {
-    let s = f.string(path)?;
+/// A BGP address: CIDR or bare IP (taken as a host prefix), of the right family, and whether
+/// it was written with a prefix length.
+fn bgp_cidr(f: &mut Fields<'_>, path: &[&str], v6: bool) -> (Option<IpNet>, bool) {
+    let Some(s) = f.string(path) else { return (None, false) };
     if s.is_empty() {
-        return None;
+        return (None, false);
     }
-    let parsed = parse_ip_or_cidr(s).map(|(ip, net)| net.unwrap_or_else(|| IpNet::from(ip)));
+    let parsed = parse_ip_or_cidr(s).map(|(ip, net)| (net.unwrap_or_else(|| IpNet::from(ip)), net.is_some()));
     match parsed {
-        Some(net) if net.addr().is_ipv6() == v6 => Some(net),
+        Some((net, has_prefix)) if net.addr().is_ipv6() == v6 => (Some(net), has_prefix),
         Some(_) => {
             let expected = if v6 { "an IPv6 address" } else { "an IPv4 address" };
             f.fail(path_label(path), FieldProblem::InvalidValue { value: s.to_owned(), expected });
-            None
+            (None, false)
         }
         None => {
             f.fail(path_label(path), FieldProblem::InvalidCidr(s.to_owned()));
-            None
+            (None, false)
         }
     }
 }

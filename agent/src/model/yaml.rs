@@ -28,6 +28,7 @@ use std::ptr::NonNull;
 
 use serde_yaml_ng::value::{Tag, TaggedValue};
 use serde_yaml_ng::{Mapping, Number, Value};
+#[allow(clippy::unsafe_removed_from_name)] // the usual name of a C library binding; every call site is `unsafe` anyway
 use unsafe_libyaml as sys;
 
 /// Limits of one load. The defaults fit every object Calico writes with a wide margin: the
@@ -389,9 +390,8 @@ fn resolve_scalar(value: String, tag: Option<&str>, style: Style) -> Result<Valu
             let inner = if style == Style::Plain { resolve_plain(value)? } else { Value::String(value) };
             Ok(local_tag(t, inner))
         }
-        Some(_) => Ok(Value::String(value)),
         None if style == Style::Plain => resolve_plain(value),
-        None => Ok(Value::String(value)),
+        Some(_) | None => Ok(Value::String(value)),
     }
 }
 

@@ -9,8 +9,21 @@
 //!   affinity; none for IPs the local node borrowed (its workload routes are the CNI's);
 //! - a blackhole per own block, except /32 and /128 blocks (`route_mgr.go`
 //!   `routeIsLocalBlock`);
-//! - next hop: the remote node's BGP address, else its InternalIP, else its ExternalIP, per
-//!   family ([`Node::next_hop`]);
+//! - one /32 (/128) per node tunnel address (IPIP, VXLAN, WireGuard) that lies in an IPAM
+//!   block affine to another node: Felix adds every tunnel address as a route reference of
+//!   its node, a reference overrides the node of the entries it sits in, and its route
+//!   manager programs a remote tunnel address that is borrowed (`l3_route_resolver.go`
+//!   `onNodeUpdate` `AddRef`, `flush`; `route_mgr.go` `isRemoteTunnelRoute`;
+//!   `ipip_mgr_test.go`). One /32 per address whichever source finds it; when an IPAM
+//!   allocation names another node than the Node holding the address, the Node wins, as in
+//!   Felix, and a [`RouteProblem::TunnelAddressConflict`] is reported;
+//! - next hop of host-NIC routes and the address the same-subnet test checks: the remote
+//!   node's BGP address, else its InternalIP, else its ExternalIP, per family
+//!   ([`Node::next_hop`], Felix's `DstNodeIp`);
+//! - next hop of IPIP tunnel routes: the BGP address only when written with a prefix length,
+//!   else InternalIP, else ExternalIP ([`Node::tunnel_gateway`], Felix's `ipip_mgr.go` via
+//!   `dataplane_passthru.go` `extractNodeAddress`); when that differs from the BGP address a
+//!   [`RouteProblem::NextHopSourcesDisagree`] names both;
 //! - IPIP: `via <node> dev <tunnel> onlink`, unless the pool is CrossSubnet and the next hop
 //!   is inside this node's BGP subnet (`nodeInOurSubnet`), then `via <node> dev <host NIC>
 //!   onlink`, as for no-encap pools, v4 and v6 (`route_mgr.go` `noEncapRoute`).
@@ -20,14 +33,14 @@
 //! is reported as a [`RouteProblem`], never guessed. Output order is deterministic and does not
 //! depend on input order.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use ipnet::IpNet;
 use serde::Serialize;
 
 use super::{ClusterRoute, PoolClass, RouteDevices, RouteOrigin, RoutePath};
-use crate::model::{Cluster, IpPool, IpamBlock, Node};
+use crate::model::{Cluster, IpPool, IpamBlock, Node, TunnelAddressKind};
 use crate::ownership::PoolKind;
 
 /// Routes and problems for one node.
@@ -74,10 +87,38 @@ pub enum RouteProblem {
     /// Two sources produce the same destination; the first (in block order) is kept.
     #[error("two routes to {dst} (from IPAM blocks {kept} and {dropped}); the one from {kept} is kept")]
     DuplicateDestination { dst: IpNet, kept: String, dropped: String },
+    /// An IP that is a Node's tunnel address is recorded in IPAM for another node (or the
+    /// address of an IPAM /32 block affine to another node); the route follows the Node, as
+    /// Felix's route resolver does (a reference overrides the block's node,
+    /// `l3_route_resolver.go` `flush`). `tunnel_node` is this node when the address is ours:
+    /// then no route is computed (the kernel delivers it locally).
+    #[error("IP {ip} is the {} tunnel address of node {tunnel_node:?} but IPAM block {block} records it for {ipam_node:?}; the route follows the Node, as Felix does", .kind.label())]
+    TunnelAddressConflict { ip: IpAddr, kind: TunnelAddressKind, tunnel_node: String, ipam_node: String, block: String },
+    /// Several Nodes claim one tunnel address; the route goes to the first by name, as Felix
+    /// sorts its references (`RouteTrie.AddRef`).
+    #[error("IP {ip} is the tunnel address of nodes {nodes:?}; the route goes to {kept:?}, the first by name, as Felix does")]
+    TunnelAddressShared { ip: IpAddr, nodes: Vec<String>, kept: String },
+    /// A node's BGP IPv4 address has no prefix length, so Felix uses it for host-NIC routes
+    /// and the same-subnet test but not as the IPIP tunnel gateway, which comes from the
+    /// node's InternalIP or ExternalIP (`dataplane_passthru.go` `extractNodeAddress`). Without
+    /// either, Felix programs no tunnel route to the node; routewarden then uses the BGP
+    /// address (BIRD's next hop too) rather than leave the node unreachable.
+    #[error("{}", next_hop_disagreement(.node, *.bgp_address, *.tunnel_gateway))]
+    NextHopSourcesDisagree { node: String, bgp_address: IpAddr, tunnel_gateway: Option<IpAddr> },
+}
+
+fn next_hop_disagreement(node: &str, bgp: IpAddr, gateway: Option<IpAddr>) -> String {
+    match gateway {
+        Some(gw) => format!(
+            "node {node:?}: BGP address {bgp} has no prefix length, so Felix routes through the tunnel via its node address {gw} and natively via {bgp}; routewarden does the same"
+        ),
+        None => format!(
+            "node {node:?}: BGP address {bgp} has no prefix length and the node has no IPv4 InternalIP or ExternalIP, so Felix programs no tunnel route to it; routewarden routes via {bgp}"
+        ),
+    }
 }
 
 impl RouteProblem {
-    /// Stable label for metrics.
     /// The IPAM block concerned (its object name), or `""` when the problem has none.
     pub fn block(&self) -> &str {
         match self {
@@ -86,11 +127,13 @@ impl RouteProblem {
             | RouteProblem::BlockWithoutOwner { block, .. }
             | RouteProblem::AllocationWithoutNode { block, .. }
             | RouteProblem::UnknownNode { block, .. }
-            | RouteProblem::AffinityConflict { block, .. } => block,
+            | RouteProblem::AffinityConflict { block, .. }
+            | RouteProblem::TunnelAddressConflict { block, .. } => block,
             _ => "",
         }
     }
 
+    /// Stable label for metrics (`route_problems{code}`) and JSON output.
     pub fn code(&self) -> &'static str {
         match self {
             RouteProblem::LocalNodeUnknown { .. } => "local-node-unknown",
@@ -102,6 +145,9 @@ impl RouteProblem {
             RouteProblem::NodeWithoutAddress { .. } => "node-without-address",
             RouteProblem::AffinityConflict { .. } => "affinity-conflict",
             RouteProblem::DuplicateDestination { .. } => "duplicate-destination",
+            RouteProblem::TunnelAddressConflict { .. } => "tunnel-address-conflict",
+            RouteProblem::TunnelAddressShared { .. } => "tunnel-address-shared",
+            RouteProblem::NextHopSourcesDisagree { .. } => "next-hop-sources-disagree",
         }
     }
 }
@@ -131,8 +177,9 @@ pub fn desired_routes(
     let mut blocks: Vec<&IpamBlock> = cluster.ipam_blocks.values().collect();
     blocks.sort_by(|a, b| (a.cidr, &a.name).cmp(&(b.cidr, &b.name)));
 
+    // Destination -> (route, the IPAM block it came from).
     let mut routes: BTreeMap<IpNet, (ClusterRoute, String)> = BTreeMap::new();
-    let mut add = |route: ClusterRoute, block: &str, problems: &mut BTreeSet<RouteProblem>| {
+    let add = |routes: &mut BTreeMap<IpNet, (ClusterRoute, String)>, route: ClusterRoute, block: &str, problems: &mut BTreeSet<RouteProblem>| {
         if let Some((_, kept)) = routes.get(&route.dst) {
             problems.insert(RouteProblem::DuplicateDestination {
                 dst: route.dst,
@@ -144,15 +191,13 @@ pub fn desired_routes(
         }
     };
 
-    for block in blocks {
-        let Some(pool) = cluster.pool_for(block.cidr) else {
-            problems.insert(RouteProblem::BlockOutsidePools { block: block.name.clone(), cidr: block.cidr });
+    for &block in &blocks {
+        let Some((pool, class)) = ctx.routed_class(block.cidr, classes) else {
+            if cluster.pool_for(block.cidr).is_none() {
+                problems.insert(RouteProblem::BlockOutsidePools { block: block.name.clone(), cidr: block.cidr });
+            }
             continue;
         };
-        let Some(class) = PoolKind::of(pool).class() else { continue };
-        if class == PoolClass::Vxlan || !classes.contains(&class) {
-            continue;
-        }
         if block.deleted {
             problems.insert(RouteProblem::BlockDeleted { block: block.name.clone(), cidr: block.cidr });
             continue;
@@ -162,6 +207,7 @@ pub fn desired_routes(
             Some(h) if h == node_name => {
                 if block.cidr.prefix_len() < block.cidr.max_prefix_len() {
                     add(
+                        &mut routes,
                         ClusterRoute {
                             dst: block.cidr,
                             path: RoutePath::Blackhole,
@@ -178,11 +224,8 @@ pub fn desired_routes(
             }
             Some(h) => {
                 let origin = RouteOrigin::RemoteBlock { block: block.name.clone(), node: h.to_owned() };
-                match ctx.route(block, block.cidr, h, pool, class, origin) {
-                    Ok(r) => add(r, &block.name, &mut problems),
-                    Err(p) => {
-                        problems.insert(p);
-                    }
+                if let Some(r) = ctx.route(&block.name, block.cidr, h, pool, class, origin, &mut problems) {
+                    add(&mut routes, r, &block.name, &mut problems);
                 }
             }
             None => {
@@ -202,18 +245,122 @@ pub fn desired_routes(
             }
             let dst = IpNet::from(alloc.ip);
             let origin = RouteOrigin::BorrowedIp { block: block.name.clone(), node: owner.to_owned() };
-            match ctx.route(block, dst, owner, pool, class, origin) {
-                Ok(r) => add(r, &block.name, &mut problems),
-                Err(p) => {
-                    problems.insert(p);
-                }
+            if let Some(r) = ctx.route(&block.name, dst, owner, pool, class, origin, &mut problems) {
+                add(&mut routes, r, &block.name, &mut problems);
             }
         }
     }
+    tunnel_address_routes(&ctx, &blocks, classes, &mut routes, &mut problems);
     problems.extend(affinity_conflicts(cluster));
     DesiredRoutes {
         routes: routes.into_values().map(|(r, _)| r).collect(),
         problems: problems.into_iter().collect(),
+    }
+}
+
+/// The /32s (/128s) for node tunnel addresses in blocks affine to another node (the module
+/// documentation's tunnel-address rule).
+///
+/// Felix (`felix/calc/l3_route_resolver.go`): `onNodeUpdate` adds each tunnel address of a
+/// node it has address information for as a reference of that node; in `flush`, a reference
+/// at a CIDR overrides the node an IPAM entry there names, and its route is a remote tunnel
+/// route, `Borrowed` when the enclosing block is affine to another node.
+/// `felix/dataplane/linux/route_mgr.go` `isRemoteTunnelRoute` programs it when the pool type
+/// is the manager's, with the same path choice as any route (`updateRoutes`: host NIC when
+/// same-subnet, else the tunnel). Asserted by `felix/dataplane/linux/ipip_mgr_test.go`.
+fn tunnel_address_routes(
+    ctx: &Ctx<'_>,
+    blocks: &[&IpamBlock],
+    classes: &BTreeSet<PoolClass>,
+    routes: &mut BTreeMap<IpNet, (ClusterRoute, String)>,
+    problems: &mut BTreeSet<RouteProblem>,
+) {
+    // Address -> its holders (node, kind), by node name then kind: Felix's reference order.
+    let mut refs: BTreeMap<IpAddr, Vec<(&str, TunnelAddressKind)>> = BTreeMap::new();
+    for node in ctx.cluster.nodes.values() {
+        // Felix keeps no node information (so adds no references) for a node without any
+        // address (`OnResourceUpdate` leaves `nodeInfo` nil).
+        if node.next_hop(false).is_none() && node.next_hop(true).is_none() {
+            continue;
+        }
+        for (kind, addr) in node.tunnel_addresses() {
+            refs.entry(addr).or_default().push((node.name.as_str(), kind));
+        }
+    }
+    if refs.is_empty() {
+        return;
+    }
+    // Blocks (not deleted) by CIDR, and the prefix lengths in use per family, to find the
+    // blocks holding an address without a scan per address.
+    let mut by_cidr: HashMap<IpNet, &IpamBlock> = HashMap::new();
+    let mut lengths: BTreeSet<(bool, u8)> = BTreeSet::new();
+    for &b in blocks.iter().filter(|b| !b.deleted) {
+        by_cidr.entry(b.cidr).or_insert(b);
+        lengths.insert((b.cidr.addr().is_ipv6(), b.cidr.prefix_len()));
+    }
+    // The blocks holding `addr`, most specific first.
+    let holding = |addr: IpAddr| -> Vec<&IpamBlock> {
+        lengths
+            .iter()
+            .rev()
+            .filter(|(v6, _)| *v6 == addr.is_ipv6())
+            .filter_map(|&(_, len)| by_cidr.get(&IpNet::new(addr, len).ok()?.trunc()).copied())
+            .collect()
+    };
+
+    // The Node records who holds each address: an IPAM allocation of it without a node is no
+    // longer a route that cannot be computed.
+    problems.retain(|p| !matches!(p, RouteProblem::AllocationWithoutNode { ip, .. } if refs.contains_key(ip)));
+
+    for (addr, mut holders) in refs {
+        holders.sort();
+        holders.dedup();
+        let winner = holders[0].0;
+        let kind = holders.iter().filter(|h| h.0 == winner).map(|h| h.1).min().unwrap_or(TunnelAddressKind::Ipip);
+        let nodes: BTreeSet<&str> = holders.iter().map(|h| h.0).collect();
+        if nodes.len() > 1 {
+            problems.insert(RouteProblem::TunnelAddressShared {
+                ip: addr,
+                nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
+                kept: winner.to_owned(),
+            });
+        }
+        let dst = IpNet::from(addr);
+        let Some((pool, class)) = ctx.routed_class(dst, classes) else { continue };
+        let blocks_here = holding(addr);
+        // The node IPAM records for the address: its allocation's node, or the node of a /32
+        // block that is the address. Felix puts a non-affine allocation (and a /32 block) at
+        // the address itself, where the reference overrides it.
+        let recorded = blocks_here.iter().find_map(|b| {
+            let node = b.allocation_of(addr).and_then(|a| a.attributes.node()).or(if b.cidr == dst { b.host() } else { None })?;
+            Some((node, *b))
+        });
+        if let Some((node, block)) = recorded.filter(|(n, _)| *n != winner) {
+            problems.insert(RouteProblem::TunnelAddressConflict {
+                ip: addr,
+                kind,
+                tunnel_node: winner.to_owned(),
+                ipam_node: node.to_owned(),
+                block: block.name.clone(),
+            });
+        }
+        // Whether the address needs its own route: IPAM gave it one to another node (now
+        // overridden), or the enclosing block is another node's (Felix `Borrowed`).
+        let enclosing = blocks_here.iter().find(|b| b.host().is_some()).copied();
+        let origin_block = match (recorded, enclosing) {
+            (Some((node, _)), _) if node == winner => continue, // the IPAM pass routed it (or said why not)
+            (Some((_, block)), _) => block,
+            (None, Some(block)) if block.host() != Some(winner) => block,
+            _ => continue, // no block of a node holds it, or the holder's own block covers it
+        };
+        routes.remove(&dst);
+        if winner == ctx.local_name {
+            continue; // our own tunnel address (Felix: LOCAL_TUNNEL), delivered locally
+        }
+        let origin = RouteOrigin::TunnelAddress { block: origin_block.name.clone(), node: winner.to_owned(), tunnel: kind };
+        if let Some(r) = ctx.route(&origin_block.name, dst, winner, pool, class, origin, problems) {
+            routes.insert(dst, (r, origin_block.name.clone()));
+        }
     }
 }
 
@@ -245,39 +392,58 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// A route to `dst` via node `node`.
+    /// The pool holding `dst` and its class, when that class is requested and routable here
+    /// (not VXLAN, not LoadBalancer-only).
+    fn routed_class<'c>(&'c self, dst: IpNet, classes: &BTreeSet<PoolClass>) -> Option<(&'c IpPool, PoolClass)> {
+        let pool = self.cluster.pool_for(dst)?;
+        let class = PoolKind::of(pool).class()?;
+        (class != PoolClass::Vxlan && classes.contains(&class)).then_some((pool, class))
+    }
+
+    /// A route to `dst` via node `node`, or `None` with the reason in `problems`. Problems
+    /// found on the way (next-hop sources that disagree) are added too.
+    #[allow(clippy::too_many_arguments)]
     fn route(
         &self,
-        block: &IpamBlock,
+        block: &str,
         dst: IpNet,
         node: &str,
         pool: &IpPool,
         class: PoolClass,
         origin: RouteOrigin,
-    ) -> Result<ClusterRoute, RouteProblem> {
+        problems: &mut BTreeSet<RouteProblem>,
+    ) -> Option<ClusterRoute> {
         debug_assert_ne!(node, self.local_name);
         let v6 = dst.addr().is_ipv6();
-        let remote = self.cluster.nodes.get(node).ok_or_else(|| RouteProblem::UnknownNode {
-            block: block.name.clone(),
-            dst,
-            node: node.to_owned(),
-        })?;
-        let (gateway, _) = remote.next_hop(v6).ok_or_else(|| RouteProblem::NodeWithoutAddress {
-            node: node.to_owned(),
-            family: if v6 { 6 } else { 4 },
-            dst,
-        })?;
+        let Some(remote) = self.cluster.nodes.get(node) else {
+            problems.insert(RouteProblem::UnknownNode { block: block.to_owned(), dst, node: node.to_owned() });
+            return None;
+        };
+        let Some((node_ip, _)) = remote.next_hop(v6) else {
+            problems.insert(RouteProblem::NodeWithoutAddress { node: node.to_owned(), family: if v6 { 6 } else { 4 }, dst });
+            return None;
+        };
         let same_subnet = pool.cross_subnet()
-            && self.local.and_then(|l| l.subnet(v6)).is_some_and(|subnet| subnet.contains(&gateway));
+            && self.local.and_then(|l| l.subnet(v6)).is_some_and(|subnet| subnet.contains(&node_ip));
         let path = match class {
             PoolClass::Ipip if !same_subnet => RoutePath::Tunnel,
             _ => RoutePath::HostNic,
         };
-        let device = match path {
-            RoutePath::Tunnel => self.devices.tunnel.clone(),
-            _ => self.devices.host_nic.clone(),
+        let (gateway, device) = match path {
+            RoutePath::Tunnel => {
+                let tunnel_gateway = remote.tunnel_gateway().map(|(gw, _)| gw);
+                if tunnel_gateway != Some(node_ip) {
+                    problems.insert(RouteProblem::NextHopSourcesDisagree {
+                        node: node.to_owned(),
+                        bgp_address: node_ip,
+                        tunnel_gateway,
+                    });
+                }
+                (tunnel_gateway.unwrap_or(node_ip), self.devices.tunnel.clone())
+            }
+            _ => (node_ip, self.devices.host_nic.clone()),
         };
-        Ok(ClusterRoute {
+        Some(ClusterRoute {
             dst,
             path,
             gateway: Some(gateway),

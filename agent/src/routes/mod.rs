@@ -10,6 +10,8 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use crate::model::TunnelAddressKind;
+
 pub mod compute;
 
 pub use compute::{desired_routes, routable_classes, DesiredRoutes, RouteProblem};
@@ -72,6 +74,20 @@ pub enum RouteOrigin {
     BorrowedIp { block: String, node: String },
     /// One of this node's own IPAM blocks (a blackhole).
     OwnBlock { block: String },
+    /// A tunnel address of `node` (its Node's `tunnel` address) inside IPAM block `block`,
+    /// which is affine to another node or records the address for another node (Felix's
+    /// borrowed remote tunnel route, `route_mgr.go` `isRemoteTunnelRoute`).
+    TunnelAddress { block: String, node: String, tunnel: TunnelAddressKind },
+}
+
+impl RouteOrigin {
+    /// The node the route leads to; `None` for an own block (a blackhole).
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            RouteOrigin::RemoteBlock { node, .. } | RouteOrigin::BorrowedIp { node, .. } | RouteOrigin::TunnelAddress { node, .. } => Some(node),
+            RouteOrigin::OwnBlock { .. } => None,
+        }
+    }
 }
 
 /// One cluster route this node should have, independent of protocol, metric and table (those
@@ -83,11 +99,15 @@ pub enum RouteOrigin {
 /// - [`RoutePath::Blackhole`]: `blackhole dst` (`gateway` and `device` are `None`)
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct ClusterRoute {
-    /// Destination: an IPAM block CIDR, or a /32 (/128) for a borrowed IP.
+    /// Destination: an IPAM block CIDR, or a /32 (/128) for a borrowed IP or a node's
+    /// tunnel address in another node's block.
     pub dst: IpNet,
     /// Tunnel, host NIC or blackhole.
     pub path: RoutePath,
-    /// Next hop: the remote node's address (BGP address, else InternalIP, else ExternalIP).
+    /// Next hop: the remote node's address. Host-NIC routes: BGP address, else InternalIP,
+    /// else ExternalIP ([`crate::model::Node::next_hop`]); tunnel routes: BGP address only
+    /// when written with a prefix length, else InternalIP, else ExternalIP
+    /// ([`crate::model::Node::tunnel_gateway`]).
     pub gateway: Option<IpAddr>,
     /// Output device name (`tunl0`, `eth0`, ...); resolved to an ifindex at apply time.
     pub device: Option<String>,
