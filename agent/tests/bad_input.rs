@@ -10,6 +10,7 @@
 
 mod lab_support;
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -433,12 +434,11 @@ fn row14_deleted_pools_take_their_series_with_them() {
     let mut extra = String::new();
     for i in 0..300 {
         let (a, b) = (i / 100, i % 100);
-        extra.push_str(&format!(
-            "---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {{name: extra-{i}}}\nspec: {{cidr: 10.{}.{b}.0/24, blockSize: 26}}\n---\napiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {{name: 10-{}-{b}-0-26}}\nspec: {{cidr: 10.{}.{b}.0/26, affinity: \"host:node-b\"}}\n",
-            100 + a,
-            100 + a,
-            100 + a
-        ));
+        let o = 100 + a;
+        let _ = write!(
+            extra,
+            "---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {{name: extra-{i}}}\nspec: {{cidr: 10.{o}.{b}.0/24, blockSize: 26}}\n---\napiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {{name: 10-{o}-{b}-0-26}}\nspec: {{cidr: 10.{o}.{b}.0/26, affinity: \"host:node-b\"}}\n"
+        );
     }
     let extra_file = file(&dir, "extra.yaml");
     std::fs::write(&extra_file, &extra).unwrap();
@@ -506,7 +506,7 @@ fn row08_bird_filter_rejects_an_unclassifiable_pool_and_exits_1() {
     assert_eq!(out.status.code(), Some(1));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains(r#"error: skipped: "#) && stderr.contains(r#"IPPool "flat": spec.ipipMode: invalid value "Sometimes" (expected Never, Always or CrossSubnet)"#), "{stderr}");
+    assert!(stderr.contains("error: skipped: ") && stderr.contains(r#"IPPool "flat": spec.ipipMode: invalid value "Sometimes" (expected Never, Always or CrossSubnet)"#), "{stderr}");
     // In the v4 filter, the reject comes before any pool line.
     let v4: Vec<&str> = stdout.lines().skip_while(|l| !l.starts_with("filter routewarden_kernel_programming_v4")).take_while(|l| *l != "}").collect();
     let first_pool_line = v4.iter().position(|l| l.trim_start().starts_with("if (net ~")).unwrap();

@@ -485,7 +485,7 @@ async fn restart_keeps_stepped_aside_copies_until_bird_seen() {
     r.set_desired(&cluster());
     r.apply().await;
     let (without_ipip, handover) = ipip_to_bird();
-    r.set_desired_with_handover(&without_ipip, &[handover.clone()]);
+    r.set_desired_with_handover(&without_ipip, std::slice::from_ref(&handover));
     r.apply().await;
     nl.take_log();
     drop(r);

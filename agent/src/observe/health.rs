@@ -103,9 +103,9 @@ mod tests {
     #[test]
     fn readiness_needs_sync_and_first_apply() {
         let h = Health::default();
-        assert_eq!(h.ready().0, false);
+        assert!(!h.ready().0);
         h.set_datastore_synced(true);
-        assert_eq!(h.ready().0, false);
+        assert!(!h.ready().0);
         h.set_first_apply_done();
         h.set_watcher("tc_count", WatcherState::Degraded("no BPF object".into()));
         let (ready, body) = h.ready();
@@ -118,8 +118,8 @@ mod tests {
     #[test]
     fn liveness_follows_progress() {
         let h = Health::default();
-        assert!(!h.live(Duration::from_secs(60)));
+        assert!(!h.live(Duration::from_mins(1)));
         h.progress();
-        assert!(h.live(Duration::from_secs(60)));
+        assert!(h.live(Duration::from_mins(1)));
     }
 }

@@ -107,7 +107,7 @@ fn directory_lifecycle_keeps_last_good_state() {
     assert!(reason.starts_with(&format!("{} vanished or unreadable", dir.0.join("nodes.yml").display())), "{reason}");
     assert!(snapshot(&ev).cluster.nodes.contains_key("node-a"), "kept while settling");
     assert_eq!(l.next_deadline(), Some(t1 + SETTLE));
-    assert_eq!(kinds(&l.rescan_at(t1 + SETTLE - Duration::from_millis(1))), Vec::<&str>::new());
+    assert_eq!(kinds(&l.rescan_at((t1 + SETTLE).checked_sub(Duration::from_millis(1)).unwrap())), Vec::<&str>::new());
     let ev = l.rescan_at(t1 + SETTLE);
     assert_eq!(kinds(&ev), vec!["snapshot", "synced"]);
     assert!(snapshot(&ev).cluster.nodes.is_empty());
@@ -354,7 +354,7 @@ fn snapshots_settle_once_the_tree_is_stable() {
     assert_eq!(kinds(&ev), vec!["snapshot", "synced"]);
     assert!(!snapshot(&ev).settled, "a tree just read is not settled");
     assert_eq!(l.next_deadline(), Some(t0 + SETTLE));
-    assert_eq!(kinds(&l.rescan_at(t0 + SETTLE - Duration::from_millis(1))), Vec::<&str>::new());
+    assert_eq!(kinds(&l.rescan_at((t0 + SETTLE).checked_sub(Duration::from_millis(1)).unwrap())), Vec::<&str>::new());
     let ev = l.rescan_at(t0 + SETTLE);
     assert_eq!(kinds(&ev), vec!["snapshot"]);
     let s = snapshot(&ev);
@@ -364,7 +364,7 @@ fn snapshots_settle_once_the_tree_is_stable() {
     // A truncation that still parses (the pool cut before its CIDR would be a syntax or
     // field error; here the second document is cut away): applied, but unsettled.
     std::fs::write(&f, format!("{POOL}---\n{}", POOL.replace("p1", "p2").replace("10.244", "10.245"))).unwrap();
-    let t1 = t0 + Duration::from_secs(60);
+    let t1 = t0 + Duration::from_mins(1);
     l.rescan_at(t1);
     std::fs::write(&f, POOL).unwrap();
     let ev = l.rescan_at(t1 + Duration::from_secs(1));

@@ -1107,7 +1107,7 @@ async fn empty_relist_is_held_by_the_breaker_and_a_restored_list_costs_nothing()
     }
     let rep = last.unwrap();
     assert_eq!((rep.writes, rep.deletes, rep.deletes_held_mass, rep.mass_deletion), (0, 0, 0, None), "{rep:?}");
-    clock.advance(Duration::from_secs(60));
+    clock.advance(Duration::from_mins(1));
     let rep = p.r.apply().await;
     assert_eq!((rep.writes, rep.deletes), (0, 0));
     assert_eq!(nl.state().routes, healthy);
