@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lab_support::{copy_examples, lab, metrics, routes, sample, wait_for, wait_ready, Agent, NODE_A_IPIP, PORT};
+use lab_support::{copy_examples, lab, metrics, routes, wait_for, wait_ready, Agent, NODE_A_IPIP, PORT};
 use routewarden_lab::{skip_unless_root, Lab};
 
 /// The lab's settle period for these tests, seconds.
@@ -28,8 +28,8 @@ fn settle_flag() -> [&'static str; 2] {
 /// Route operations so far: (successful replaces/creates, successful deletes).
 fn ops(lab: &Lab) -> (f64, f64) {
     let m = metrics(lab, "node-a");
-    let replace = sample(&m, r#"routewarden_route_operations_total{op="replace",result="ok"}"#).expect("replace counter");
-    let delete = sample(&m, r#"routewarden_route_operations_total{op="delete",result="ok"}"#).expect("delete counter");
+    let replace = m.value(r#"routewarden_route_operations_total{op="replace",result="ok"}"#);
+    let delete = m.value(r#"routewarden_route_operations_total{op="delete",result="ok"}"#);
     (replace, delete)
 }
 
@@ -75,7 +75,7 @@ fn row01_emptied_file_deletes_nothing() {
     let ipam = file(&dir, "ipam.yaml");
     let good = std::fs::read_to_string(&ipam).unwrap();
     std::fs::write(&ipam, "").unwrap();
-    wait_for("the empty file reported", Duration::from_secs(10), || (sample(&metrics(&lab, "node-a"), "routewarden_datastore_invalid_inputs") == Some(1.0)).then_some(()));
+    wait_for("the empty file reported", Duration::from_secs(10), || (metrics(&lab, "node-a").value("routewarden_datastore_invalid_inputs") == 1.0).then_some(()));
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE * 2));
     let (status, body) = readyz(&lab);
     assert_eq!(status, 200, "{body}");
@@ -85,7 +85,7 @@ fn row01_emptied_file_deletes_nothing() {
         [format!("invalid: {}: no document (empty, whitespace or comments only): refused; write `kind: List` with `items: []` for an input that is empty on purpose", ipam.display())]
     );
     std::fs::write(&ipam, good).unwrap();
-    wait_for("the file good again", Duration::from_secs(10), || (sample(&metrics(&lab, "node-a"), "routewarden_datastore_invalid_inputs") == Some(0.0)).then_some(()));
+    wait_for("the file good again", Duration::from_secs(10), || (metrics(&lab, "node-a").value("routewarden_datastore_invalid_inputs") == 0.0).then_some(()));
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(1));
     assert_eq!(ops(&lab), (7.0, 0.0), "no route was deleted or rewritten");
 }
@@ -180,14 +180,14 @@ fn row04_dangling_symlink_or_deleted_file_is_held_then_converges() {
     assert_eq!(ops(&lab), (7.0, 0.0));
 
     // Deleted for good: kept while settling, then node-b's and node-c's routes go.
-    let holds = sample(&metrics(&lab, "node-a"), "routewarden_mass_deletion_holds_total").expect("holds counter");
+    let holds = metrics(&lab, "node-a").value("routewarden_mass_deletion_holds_total");
     std::fs::remove_file(&nodes).unwrap();
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE));
     let want: Vec<&str> = NODE_A_IPIP.iter().copied().filter(|r| !r.contains("via 10.0.0.12") && !r.contains("via 10.0.0.13")).collect();
     assert_eq!(want.len(), 3);
     wait_for("the deliberate removal converges", Duration::from_secs(SETTLE * 6 + 10), || (routes(&lab, "node-a", "80") == want).then_some(()));
     assert_eq!(ops(&lab), (7.0, 4.0));
-    assert_eq!(sample(&metrics(&lab, "node-a"), "routewarden_mass_deletion_holds_total"), Some(holds + 1.0), "4 of 7 at once went through the breaker");
+    assert_eq!(metrics(&lab, "node-a").value("routewarden_mass_deletion_holds_total"), holds + 1.0, "4 of 7 at once went through the breaker");
 }
 
 /// Row 5: truncating a file at an item boundary (valid YAML with fewer objects) deleted six
@@ -213,7 +213,7 @@ fn row05_truncation_at_an_item_boundary_waits_for_the_settle_period() {
     std::fs::write(&ipam, truncated).unwrap();
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE));
     wait_for("the breaker holding six deletes", Duration::from_secs(SETTLE * 3), || {
-        (sample(&metrics(&lab, "node-a"), r#"routewarden_deletions_held{reason="mass-deletion"}"#) == Some(6.0)).then_some(())
+        (metrics(&lab, "node-a").value(r#"routewarden_deletions_held{reason="mass-deletion"}"#) == 6.0).then_some(())
     });
     assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
     wait_for("the deliberate cut converges", Duration::from_secs(SETTLE * 4), || (routes(&lab, "node-a", "80") == NODE_A_IPIP[..1]).then_some(()));
@@ -251,7 +251,7 @@ fn row06_widened_pool_freezes_its_ground_and_explain_fails() {
     let good = std::fs::read_to_string(&calico).unwrap();
     for widened in ["10.0.0.0/8", "0.0.0.0/0"] {
         std::fs::write(&calico, good.replace("cidr: 10.244.0.0/16", &format!("cidr: {widened}"))).unwrap();
-        wait_for("frozen ground", Duration::from_secs(10), || sample(&metrics(&lab, "node-a"), "routewarden_frozen_prefixes").filter(|n| *n >= 1.0));
+        wait_for("frozen ground", Duration::from_secs(10), || (metrics(&lab, "node-a").value("routewarden_frozen_prefixes") >= 1.0).then_some(()));
         std::thread::sleep(Duration::from_secs(SETTLE + 2));
         assert_eq!(routes(&lab, "node-a", "80").into_iter().filter(|l| !l.starts_with("192.168.50.0/24")).collect::<Vec<_>>(), NODE_A_IPIP, "{widened}");
         assert_eq!(foreign(&lab), before, "{widened}");
@@ -265,7 +265,7 @@ fn row06_widened_pool_freezes_its_ground_and_explain_fails() {
         assert!(text.lines().any(|l| l.trim_start().starts_with("ERROR  invalid-pool") && l.contains("IPPool \"default-ipv4-ippool\"")), "{widened}: {text}");
     }
     std::fs::write(&calico, &good).unwrap();
-    wait_for("thawed", Duration::from_secs(10), || (sample(&metrics(&lab, "node-a"), "routewarden_frozen_prefixes") == Some(0.0)).then_some(()));
+    wait_for("thawed", Duration::from_secs(10), || (metrics(&lab, "node-a").value("routewarden_frozen_prefixes") == 0.0).then_some(()));
     std::thread::sleep(Duration::from_secs(SETTLE + 2));
     assert_eq!(routes(&lab, "node-a", "80").into_iter().filter(|l| !l.starts_with("192.168.50.0/24")).collect::<Vec<_>>(), NODE_A_IPIP);
     assert_eq!(foreign(&lab), before);
@@ -328,9 +328,9 @@ fn row10_one_invalid_object_freezes_only_what_it_names() {
     let want: Vec<&str> = NODE_A_IPIP.iter().copied().filter(|r| !r.starts_with("10.245.40.0/26")).collect();
     wait_for("node-d's released block deleted", Duration::from_secs(SETTLE * 3 + 10), || (routes(&lab, "node-a", "80") == want).then_some(()));
     let m = metrics(&lab, "node-a");
-    assert_eq!(sample(&m, "routewarden_datastore_invalid_objects"), Some(2.0), "{m}");
-    assert_eq!(sample(&m, "routewarden_frozen_prefixes"), Some(2.0), "{m}");
-    assert_eq!(sample(&m, r#"routewarden_deletions_held{reason="frozen"}"#), Some(1.0), "{m}");
+    assert_eq!(m.value("routewarden_datastore_invalid_objects"), 2.0, "{m}");
+    assert_eq!(m.value("routewarden_frozen_prefixes"), 2.0, "{m}");
+    assert_eq!(m.value(r#"routewarden_deletions_held{reason="frozen"}"#), 1.0, "{m}");
     let (status, body) = readyz(&lab);
     assert_eq!(status, 200, "{body}");
     let invalid: Vec<&str> = body.lines().filter(|l| l.starts_with("invalid: ")).collect();
@@ -383,7 +383,7 @@ fn row11_deep_nesting_is_refused_at_once() {
     let (lab, dir, agent) = healthy(&[]);
     let before = cpu_seconds(agent.pid());
     std::fs::write(file(&dir, "deep.yaml"), "[".repeat(200 * 1024)).unwrap();
-    wait_for("the file refused", Duration::from_secs(10), || (sample(&metrics(&lab, "node-a"), "routewarden_datastore_invalid_inputs") == Some(1.0)).then_some(()));
+    wait_for("the file refused", Duration::from_secs(10), || (metrics(&lab, "node-a").value("routewarden_datastore_invalid_inputs") == 1.0).then_some(()));
     let (status, body) = readyz(&lab);
     assert_eq!(status, 200);
     assert!(body.lines().any(|l| l == format!("invalid: {}:1: YAML: nesting deeper than 64 levels", file(&dir, "deep.yaml").display())), "{body}");
@@ -408,7 +408,7 @@ fn row12_huge_allocations_array_stays_within_memory() {
     let bad = good.replacen("allocations: [0, null, null, null, null, 1]", &huge, 1);
     assert!(bad.len() > 10_000_000);
     std::fs::write(&ipam, bad).unwrap();
-    wait_for("the block rejected", Duration::from_secs(30), || (sample(&metrics(&lab, "node-a"), "routewarden_datastore_invalid_objects") == Some(1.0)).then_some(()));
+    wait_for("the block rejected", Duration::from_secs(30), || (metrics(&lab, "node-a").value("routewarden_datastore_invalid_objects") == 1.0).then_some(()));
     let rss = peak_rss_mib(agent.pid());
     assert!(rss < 200.0, "peak RSS {rss} MiB");
     let (_, body) = readyz(&lab);
@@ -425,11 +425,13 @@ fn row14_deleted_pools_take_their_series_with_them() {
     if skip_unless_root("row14_deleted_pools_take_their_series_with_them") {
         return;
     }
-    let (lab, dir, _agent) = healthy(&[]);
-    if !metrics(&lab, "node-a").contains("routewarden_bpf_program_attached{program=\"tc_forward\"} 1") {
-        println!("SKIPPED row14_deleted_pools_take_their_series_with_them: the forwarding watch is not running (no BPF object embedded)");
+    if routewarden::bpf::embedded_object().is_none() {
+        println!("SKIPPED row14_deleted_pools_take_their_series_with_them: built without the BPF object, so no forwarding watch; `cargo xtask test` embeds it");
         return;
     }
+    let (lab, dir, _agent) = healthy(&[]);
+    let m = metrics(&lab, "node-a");
+    assert_eq!(m.value(r#"routewarden_bpf_program_attached{program="tc_forward"}"#), 1.0, "the forwarding watch runs: {m}");
     // 300 no-encap pools (BIRD's class for role felix: no route of ours), each with a block.
     let mut extra = String::new();
     for i in 0..300 {
@@ -442,12 +444,12 @@ fn row14_deleted_pools_take_their_series_with_them() {
     }
     let extra_file = file(&dir, "extra.yaml");
     std::fs::write(&extra_file, &extra).unwrap();
-    let count = |lab: &Lab| metrics(lab, "node-a").lines().filter(|l| l.contains("pool=\"extra-")).count();
+    let count = |lab: &Lab| metrics(lab, "node-a").samples().filter(|(s, _)| s.contains("pool=\"extra-")).count();
     wait_for("the extra pools' series", Duration::from_secs(20), || (count(&lab) == 1800).then_some(()));
     std::fs::write(&extra_file, "apiVersion: v1\nkind: List\nitems: []\n").unwrap();
     wait_for("the extra pools' series gone", Duration::from_secs(20), || (count(&lab) == 0).then_some(()));
     let m = metrics(&lab, "node-a");
-    assert!(m.lines().any(|l| l.starts_with("routewarden_forwarded_packets_total{pool=\"ipip-always\",path=\"tunnel\"}")), "the remaining pools keep theirs: {m}");
+    assert!(m.has(r#"routewarden_forwarded_packets_total{pool="ipip-always",path="tunnel"}"#), "the remaining pools keep theirs: {m}");
 }
 
 /// Row 15: a block on an unknown node appearing at runtime produced no route problem (findings
@@ -458,14 +460,16 @@ fn row15_block_on_an_unknown_node_at_runtime_is_reported() {
         return;
     }
     let (lab, dir, _agent) = healthy(&[]);
-    assert_eq!(sample(&metrics(&lab, "node-a"), r#"routewarden_route_problems{code="unknown-node"}"#), None);
+    let m = metrics(&lab, "node-a");
+    assert!(!m.has(r#"routewarden_route_problems{code="unknown-node"}"#), "{m}");
+    assert_eq!(m.sum("routewarden_route_problems"), 0.0, "{m}");
     std::fs::write(
         file(&dir, "late.yaml"),
         "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: 10-244-50-0-26}\nspec: {cidr: 10.244.50.0/26, affinity: \"host:node-z\"}\n",
     )
     .unwrap();
     wait_for("unknown-node counted", Duration::from_secs(10), || {
-        (sample(&metrics(&lab, "node-a"), r#"routewarden_route_problems{code="unknown-node"}"#) == Some(1.0)).then_some(())
+        metrics(&lab, "node-a").is(r#"routewarden_route_problems{code="unknown-node"}"#, 1.0).then_some(())
     });
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(1));
 }

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cluster_support::{sample, serial, set_program_cluster_routes, skip, wait_for, ClusterLab, Options, NODES, WORKLOADS};
+use cluster_support::{serial, set_program_cluster_routes, skip, wait_for, ClusterLab, Options, NODES, WORKLOADS};
 use routewarden_lab::traffic::Probe;
 
 /// The IPIP-class routes routewarden programs on node-a and node-d in the example cluster
@@ -154,10 +154,11 @@ fn s1_consistent_split_traffic_flows_no_flap_audit_clean() {
     assert!(result.sent > 0 && result.lost.is_empty(), "{result:?}");
     for node in NODES {
         let m = cl.metrics(node);
-        assert!(cl.metric_sum(node, "routewarden_route_writes_total") > 0.0, "{node}: the churn watch counted no write at all:\n{m}");
-        for name in ["routewarden_route_conflicts_total", "routewarden_route_flaps_total", "routewarden_flapping_prefixes"] {
-            assert_eq!(cl.metric_sum(node, name), 0.0, "{node}: {name}\n{m}");
+        assert!(m.sum("routewarden_route_writes_total") > 0.0, "{node}: the churn watch counted no write at all:\n{m}");
+        for name in ["routewarden_route_conflicts_total", "routewarden_route_flaps_total"] {
+            assert_eq!(m.sum(name), 0.0, "{node}: {name}\n{m}");
         }
+        assert_eq!(m.value("routewarden_flapping_prefixes"), 0.0, "{node}\n{m}");
         assert_eq!(cl.routes_in_state(node, "held"), 0.0, "{node}: held routes\n{m}");
         let (clean, out) = cl.audit(node, &[]);
         assert!(clean, "{node}: audit:\n{out}");
@@ -208,7 +209,7 @@ fn s2_inconsistent_pair_reported_then_fixed() {
         });
         eprintln!("{TEST}: {node}: {got} routes held by BIRD");
         let m = cl.metrics(node);
-        assert_eq!(cl.metric_sum(node, "routewarden_ownership_findings{code=\"double-programmed\",class=\"noencap\"}"), 1.0, "{node}\n{m}");
+        assert_eq!(m.value(r#"routewarden_ownership_findings{code="double-programmed",class="noencap"}"#), 1.0, "{node}\n{m}");
     }
     // routewarden overwrote none of BIRD's routes; only its own block's IPv4 blackhole got in
     // (BIRD's static blackhole sits at metric 0, another key: a duplicate the audit reports).
@@ -218,10 +219,21 @@ fn s2_inconsistent_pair_reported_then_fixed() {
     cl.set_program_cluster_routes("EnabledIPIPOnly", "EnabledNoEncapOnly");
     for node in NODES {
         wait_for(&format!("{node}: nothing held after the fix"), Duration::from_secs(20), || {
-            let m = cl.metrics(node);
-            (cl.routes_in_state(node, "held") == 0.0 && !m.contains("code=\"double-programmed\"")).then_some(())
+            (cl.routes_in_state(node, "held") == 0.0 && !cl.metrics(node).has(r#"routewarden_ownership_findings{code="double-programmed",class="noencap"}"#)).then_some(())
         });
-        assert_eq!(cl.metric_sum(node, "routewarden_route_conflicts_total"), 0.0, "{node}: no write conflict at any time");
+        let m = cl.metrics(node);
+        let mut findings: Vec<(&str, f64)> = m.samples().filter(|(s, _)| s.starts_with("routewarden_ownership_findings{")).collect();
+        findings.sort_by(|a, b| a.0.cmp(b.0));
+        assert_eq!(
+            findings,
+            [
+                (r#"routewarden_ownership_findings{code="consistent",class="ipip"}"#, 1.0),
+                (r#"routewarden_ownership_findings{code="consistent",class="noencap"}"#, 1.0),
+                (r#"routewarden_ownership_findings{code="consistent",class="vxlan"}"#, 1.0),
+            ],
+            "{node}: only consistent findings after the fix\n{m}"
+        );
+        assert_eq!(cl.route_conflicts(node), 0.0, "{node}: no write conflict at any time");
         wait_for(&format!("{node}: audit clean after the fix"), Duration::from_secs(15), || cl.audit(node, &[]).0.then_some(()));
     }
     assert_all_pairs_talk(&cl, 2);
@@ -249,7 +261,8 @@ fn s3_unowned_class_audit_says_why_and_traffic_fails() {
     assert_eq!(cl.echo("10.246.10.5", "10.246.30.5", 2), 0, "no-encap traffic needs routes nobody programs");
     assert_eq!(cl.echo("fd00:10:244:0:10::5", "fd00:10:244:0:20::5", 2), 0);
     assert_eq!(cl.echo("10.244.10.5", "10.244.40.5", 2), 2, "IPIP traffic is unaffected");
-    assert_eq!(cl.metric_sum("node-a", "routewarden_ownership_findings{code=\"unowned\",class=\"noencap\"}"), 1.0);
+    let m = cl.metrics("node-a");
+    assert_eq!(m.value(r#"routewarden_ownership_findings{code="unowned",class="noencap"}"#), 1.0, "{m}");
 }
 
 /// The IPIP-pool cluster routes of `node` now: prefix -> metrics.
@@ -412,7 +425,7 @@ fn s6_table_48_for_routewarden_bird_in_main() {
     assert_all_pairs_talk(&cl, 2);
     for node in NODES {
         assert_eq!(cl.routes_in_state(node, "held"), 0.0);
-        assert_eq!(cl.metric_sum(node, "routewarden_route_conflicts_total"), 0.0);
+        assert_eq!(cl.route_conflicts(node), 0.0);
         // With the agents' role, routewarden's routes are audited in 48 and BIRD's in main.
         let (clean, out) = cl.audit(node, &["--role", "felix", "--route-table", "48"]);
         assert!(clean, "{node}: audit:\n{out}");
@@ -535,7 +548,7 @@ fn s08_stale_affinity_follows_the_block() {
     assert_eq!(cl.echo("10.244.10.5", "10.244.40.5", 2), 2);
     let m = cl.metrics("node-a");
     // The block is named in the log and in explain; the metric counts by code (issue 22).
-    assert!(m.lines().any(|l| l == "routewarden_route_problems{code=\"affinity-conflict\"} 1"), "{m}");
+    assert_eq!(m.value(r#"routewarden_route_problems{code="affinity-conflict"}"#), 1.0, "{m}");
 }
 
 /// S06: a second writer adds the same no-encap prefix at metric 0 beside BIRD's 1024 (as
@@ -557,7 +570,7 @@ fn s06_duplicate_at_another_metric_is_reported() {
     assert!(dup.contains("(4, 0)") && dup.contains("(12, 1024)"), "{dup}");
     // The metric-0 route wins: traffic still reaches node-c (same next hop), nothing flaps.
     assert_eq!(cl.echo("10.246.10.5", "10.246.30.5", 2), 2);
-    assert_eq!(cl.metric_sum("node-a", "routewarden_route_conflicts_total"), 0.0);
+    assert_eq!(cl.route_conflicts("node-a"), 0.0);
 }
 
 /// S01: a second BIRD on node-a exports node-c's no-encap block at the same key (table,
@@ -575,7 +588,8 @@ fn s01_two_birds_fight_over_a_block() {
     let _serial = serial();
     let window = ["--route-watch-window".to_string(), "3".to_string()];
     let cl = ClusterLab::start(Options { agent_flags: window.to_vec(), ..Options::default() });
-    let deletes_before = cl.metrics("node-a").lines().find(|l| l.starts_with("routewarden_route_operations_total{op=\"delete\",result=\"ok\"}")).map(str::to_string);
+    let deletes = r#"routewarden_route_operations_total{op="delete",result="ok"}"#;
+    let deletes_before = cl.metrics("node-a").value(deletes);
     let conf = "router id 10.0.0.111;\n\
                 protocol device { scan time 2; }\n\
                 protocol kernel { learn off; metric 0; scan time 1; ipv4 { import none; export filter { krt_metric = 1024; accept; }; }; }\n\
@@ -585,15 +599,15 @@ fn s01_two_birds_fight_over_a_block() {
     let conflict = r#"routewarden_route_conflicts_total{family="ipv4",writers="bird+bird"}"#;
     wait_for("bird+bird conflict and a flapping prefix on node-a", Duration::from_secs(15), || {
         let m = cl.metrics("node-a");
-        (sample(&m, conflict).unwrap_or(0.0) >= 1.0 && cl.metric_sum("node-a", "routewarden_flapping_prefixes") >= 1.0).then_some(())
+        (m.at_least(conflict, 1.0) && m.value("routewarden_flapping_prefixes") >= 1.0).then_some(())
     });
     eprintln!("{TEST}: bird+bird conflict and flap reported {:?} after the second BIRD started", started.elapsed());
     second.kill();
-    wait_for("flapping gauge back to 0", Duration::from_secs(20), || (cl.metric_sum("node-a", "routewarden_flapping_prefixes") == 0.0).then_some(()));
+    wait_for("flapping gauge back to 0", Duration::from_secs(20), || (cl.metrics("node-a").value("routewarden_flapping_prefixes") == 0.0).then_some(()));
     wait_for("the lab BIRD's route back", Duration::from_secs(5), || {
         (cl.routes("node-a", "main", Some("bird")).iter().any(|r| r == "10.246.30.0/26 via 10.0.0.13 dev eth0 proto bird metric 1024")).then_some(())
     });
-    let deletes_after = cl.metrics("node-a").lines().find(|l| l.starts_with("routewarden_route_operations_total{op=\"delete\",result=\"ok\"}")).map(str::to_string);
+    let deletes_after = cl.metrics("node-a").value(deletes);
     assert_eq!(deletes_after, deletes_before, "routewarden deleted routes during the BIRD fight");
 }
 

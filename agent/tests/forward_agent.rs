@@ -6,7 +6,7 @@ mod lab_support;
 
 use std::time::Duration;
 
-use lab_support::{example_dir, lab, metrics, sample, wait_for, wait_ready, Agent};
+use lab_support::{example_dir, lab, metrics, wait_for, wait_ready, Agent};
 use routewarden_lab::skip_unless_root;
 
 #[test]
@@ -29,9 +29,9 @@ fn the_agent_counts_cluster_traffic_per_pool_and_path() {
     // The plan reached the trie: its series are declared at 0, wrong-path ones included.
     let m = wait_for("forwarding series declared", Duration::from_secs(10), || {
         let m = metrics();
-        sample(&m, r#"routewarden_wrong_path_packets_total{pool="ipip-always",expected="tunnel",actual="host"}"#).map(|_| m)
+        m.has(r#"routewarden_wrong_path_packets_total{pool="ipip-always",expected="tunnel",actual="host"}"#).then_some(m)
     });
-    assert_eq!(sample(&m, r#"routewarden_bpf_program_attached{program="tc_forward"}"#), Some(1.0), "{m}");
+    assert_eq!(m.value(r#"routewarden_bpf_program_attached{program="tc_forward"}"#), 1.0, "{m}");
 
     lab.in_netns("node-a", || {
         let s = std::net::UdpSocket::bind("10.0.0.11:0").unwrap();
@@ -48,12 +48,12 @@ fn the_agent_counts_cluster_traffic_per_pool_and_path() {
     .unwrap();
     let m = wait_for("the datagrams in /metrics", Duration::from_secs(5), || {
         let m = metrics();
-        (sample(&m, r#"routewarden_forwarded_packets_total{pool="default-ipv4-ippool",path="host"}"#) == Some(15.0)).then_some(m)
+        (m.value(r#"routewarden_forwarded_packets_total{pool="default-ipv4-ippool",path="host"}"#) == 15.0).then_some(m)
     });
-    assert_eq!(sample(&m, r#"routewarden_forwarded_packets_total{pool="ipip-always",path="tunnel"}"#), Some(20.0), "{m}");
-    assert_eq!(sample(&m, r#"routewarden_forwarded_packets_total{pool="ipip-always",path="host"}"#), Some(0.0), "{m}");
+    assert_eq!(m.value(r#"routewarden_forwarded_packets_total{pool="ipip-always",path="tunnel"}"#), 20.0, "{m}");
+    assert_eq!(m.value(r#"routewarden_forwarded_packets_total{pool="ipip-always",path="host"}"#), 0.0, "{m}");
     // Ethernet 14 + IPv4 20 + UDP 8 + 64 on the veth stand-in.
-    assert_eq!(sample(&m, r#"routewarden_forwarded_bytes_total{pool="ipip-always",path="tunnel"}"#), Some(20.0 * 106.0), "{m}");
-    assert_eq!(sample(&m, r#"routewarden_wrong_path_packets_total{pool="ipip-always",expected="tunnel",actual="host"}"#), Some(0.0), "{m}");
-    assert_eq!(sample(&m, r#"routewarden_forwarding_flaps_total{pool="ipip-always"}"#), Some(0.0), "{m}");
+    assert_eq!(m.value(r#"routewarden_forwarded_bytes_total{pool="ipip-always",path="tunnel"}"#), 20.0 * 106.0, "{m}");
+    assert_eq!(m.value(r#"routewarden_wrong_path_packets_total{pool="ipip-always",expected="tunnel",actual="host"}"#), 0.0, "{m}");
+    assert_eq!(m.value(r#"routewarden_forwarding_flaps_total{pool="ipip-always"}"#), 0.0, "{m}");
 }

@@ -13,7 +13,7 @@ use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use lab_support::{copy_examples, example_dir, lab, metrics, sample, wait_for, wait_ready, Agent, PORT};
+use lab_support::{copy_examples, example_dir, lab, metrics, wait_for, wait_ready, Agent, PORT};
 use routewarden_lab::{skip_unless_root, Lab};
 use serde_json::Value as Json;
 use serde_yaml_ng::Value;
@@ -241,12 +241,12 @@ fn route_flapping_fires_through_prometheus_while_a_second_writer_fights_and_reso
     let description = a["annotations"]["description"].as_str().unwrap();
     assert!(description.contains("self+bird"), "the description names the writer pair: {description}");
     let m = metrics(&lab, NODE);
-    assert!(sample(&m, r#"routewarden_route_conflicts_total{family="ipv4",writers="self+bird"}"#).unwrap_or(0.0) >= 1.0, "{m}");
+    assert!(m.value(r#"routewarden_route_conflicts_total{family="ipv4",writers="self+bird"}"#) >= 1.0, "{m}");
 
     // The fight has stopped: the detector window (2 s) empties and the `changes()` arms (8 s
     // here) fall below 3, and Prometheus drops the alert from the active list.
     wait_resolved(&lab, "RouteFlapping", Duration::from_secs(30));
-    assert_eq!(sample(&metrics(&lab, NODE), "routewarden_flapping_prefixes"), Some(0.0));
+    assert_eq!(metrics(&lab, NODE).value("routewarden_flapping_prefixes"), 0.0);
     drop(prom);
     eprintln!("{TEST}: {:?}", started.elapsed());
 }
@@ -278,7 +278,7 @@ fn route_ownership_conflict_fires_through_prometheus_for_a_double_programmed_cla
     assert_ne!(bad, good);
     std::fs::write(&calico, &bad).unwrap();
     wait_for("double-programmed ipip in /metrics", Duration::from_secs(10), || {
-        (sample(&metrics(&lab, NODE), r#"routewarden_ownership_findings{code="double-programmed",class="ipip"}"#) == Some(1.0)).then_some(())
+        metrics(&lab, NODE).is(r#"routewarden_ownership_findings{code="double-programmed",class="ipip"}"#, 1.0).then_some(())
     });
     let firing = wait_firing(&lab, "RouteOwnershipConflict", Duration::from_secs(20));
     // One alert: the IPIP class is double-programmed; no-encap (BIRD only) is consistent.
@@ -304,8 +304,8 @@ fn route_ownership_conflict_fires_through_prometheus_for_a_double_programmed_cla
     wait_resolved(&lab, "RouteOwnershipConflict", Duration::from_secs(20));
     // The agent drops the finding's series (it no longer exists), it does not report 0.
     let m = metrics(&lab, NODE);
-    assert!(sample(&m, r#"routewarden_ownership_findings{code="double-programmed",class="ipip"}"#).unwrap_or(0.0) < 1.0, "{m}");
-    assert_eq!(sample(&m, r#"routewarden_ownership_findings{code="consistent",class="ipip"}"#), Some(1.0), "{m}");
+    assert!(!m.has(r#"routewarden_ownership_findings{code="double-programmed",class="ipip"}"#), "{m}");
+    assert_eq!(m.value(r#"routewarden_ownership_findings{code="consistent",class="ipip"}"#), 1.0, "{m}");
     drop(prom);
     eprintln!("{TEST}: {:?}", started.elapsed());
 }

@@ -19,7 +19,7 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-pub use lab_support::{copy_examples, metrics, sample, wait_for, Agent};
+pub use lab_support::{copy_examples, metrics, wait_for, Agent, Metrics};
 use routewarden::datastore::FileDatastore;
 use routewarden_lab::bird::Bird;
 use routewarden_lab::traffic::{echo_count, UdpEcho};
@@ -445,30 +445,36 @@ impl ClusterLab {
         )
     }
 
-    pub fn metrics(&self, node: &str) -> String {
+    /// `node`'s `/metrics` (asserts a 200 answer; see [`Metrics`]).
+    pub fn metrics(&self, node: &str) -> Metrics {
         metrics(&self.lab, node)
     }
 
-    /// Sum of every sample of `name` (all label sets) on `node`.
+    /// Sum of every sample of the metric `name` (all label sets) on `node`; panics unless the
+    /// agent declares the metric ([`Metrics::sum`]).
     pub fn metric_sum(&self, node: &str, name: &str) -> f64 {
-        self.metrics(node)
-            .lines()
-            .filter(|l| {
-                l.starts_with(name)
-                    && (l[name.len()..].starts_with('{') || l[name.len()..].starts_with(' '))
-            })
-            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
-            .sum()
+        self.metrics(node).sum(name)
     }
 
-    /// Sum over families and classes of `routewarden_routes{state="<state>"}` on `node`.
+    /// Conflict episodes the route watch on `node` has counted (all families and writer pairs),
+    /// asserting that the watch runs (a backend is attached), so that 0 is a measurement.
+    pub fn route_conflicts(&self, node: &str) -> f64 {
+        let m = self.metrics(node);
+        assert_eq!(m.value(r#"routewarden_route_watch_backend_info{backend="none"}"#), 0.0, "{node}: the route watch is not running:\n{m}");
+        m.sum("routewarden_route_conflicts_total")
+    }
+
+    /// Sum over families and classes of `routewarden_routes{state="<state>"}` on `node`: the
+    /// four series (IPv4 and IPv6, IPIP and no-encap) must all be exported.
     pub fn routes_in_state(&self, node: &str, state: &str) -> f64 {
-        let label = format!("state=\"{state}\"");
-        self.metrics(node)
-            .lines()
-            .filter(|l| l.starts_with("routewarden_routes{") && l.contains(&label))
-            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
-            .sum()
+        let m = self.metrics(node);
+        let mut sum = 0.0;
+        for family in ["ipv4", "ipv6"] {
+            for class in ["ipip", "noencap"] {
+                sum += m.value(&format!("routewarden_routes{{family=\"{family}\",class=\"{class}\",state=\"{state}\"}}"));
+            }
+        }
+        sum
     }
 
     /// Path of a datastore file.

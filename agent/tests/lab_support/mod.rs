@@ -1,6 +1,7 @@
 //! Helpers shared by the lab tests that run the agent binary inside a node namespace
-//! (`agent_lab.rs`, `prometheus_alerts.rs`): the example cluster, the lab built from it, the
-//! agent process, polling, and reading its `/metrics`.
+//! (`agent_lab.rs`, `bad_input.rs`, `forward_agent.rs`, `prometheus_alerts.rs`, and
+//! `cluster_support`): the example cluster, the lab built from it, the
+//! agent process, polling, and reading its `/metrics` ([`Metrics`]).
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
@@ -104,13 +105,78 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
     }
 }
 
-pub fn metrics(lab: &Lab, node: &str) -> String {
-    lab.http_get(node, PORT, "/metrics").map(|(_, b)| b).unwrap_or_default()
+/// One scrape of the agent's `/metrics` on `node`. Taking it asserts that the agent answered
+/// 200, so no check can pass against an agent that is down or a port nobody serves; reading a
+/// series asserts that it exists (a missing series is a failure, never 0).
+pub fn metrics(lab: &Lab, node: &str) -> Metrics {
+    match lab.http_get(node, PORT, "/metrics") {
+        Ok((200, body)) => Metrics { node: node.to_owned(), body },
+        Ok((status, body)) => panic!("{node}: GET /metrics answered {status}:\n{body}"),
+        Err(e) => panic!("{node}: GET /metrics failed (is the agent running?): {e:#}"),
+    }
 }
 
-/// The value of the sample `name{labels}` (exact text before the value).
-pub fn sample(body: &str, series: &str) -> Option<f64> {
-    body.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+/// A `/metrics` body that was served with status 200 (see [`metrics`]). `Display` prints it.
+pub struct Metrics {
+    node: String,
+    body: String,
+}
+
+impl Metrics {
+    /// The value of the series `name{labels}` (the exact text before the value, as the agent
+    /// prints it). Panics, showing the scrape, when the agent does not export it or exports it
+    /// twice.
+    pub fn value(&self, series: &str) -> f64 {
+        let found: Vec<f64> = self.samples().filter(|(s, _)| *s == series).map(|(_, v)| v).collect();
+        match found[..] {
+            [v] => v,
+            [] => panic!("{}: /metrics has no series {series}:\n{}", self.node, self.body),
+            _ => panic!("{}: /metrics has {} samples of {series}:\n{}", self.node, found.len(), self.body),
+        }
+    }
+
+    /// Whether the agent exports the series `name{labels}`: for a series that appears later
+    /// (with [`wait_for`]) or one the agent must have dropped.
+    pub fn has(&self, series: &str) -> bool {
+        self.samples().any(|(s, _)| s == series)
+    }
+
+    /// Whether the series is exported with exactly the value `v` (not yet, while absent): for
+    /// waiting on a series the agent creates when it has something to count.
+    pub fn is(&self, series: &str, v: f64) -> bool {
+        self.samples().any(|(s, x)| s == series && x == v)
+    }
+
+    /// Whether the series is exported with a value of at least `min` (not yet, while absent):
+    /// for waiting on a counter that is created at its first increment.
+    pub fn at_least(&self, series: &str, min: f64) -> bool {
+        self.samples().any(|(s, v)| s == series && v >= min)
+    }
+
+    /// The sum over every label set of the metric `name` (`routewarden_route_writes_total`
+    /// sums `routewarden_route_writes_total{...}`). Panics unless the agent declares the
+    /// metric (its `# TYPE` line): a labelled counter that never counted has no series, but it
+    /// is declared, so its sum is a real 0.
+    pub fn sum(&self, name: &str) -> f64 {
+        let family = name.strip_suffix("_total").unwrap_or(name);
+        let declared = self.body.lines().any(|l| l.strip_prefix("# TYPE ").and_then(|t| t.split_whitespace().next()) == Some(family));
+        assert!(declared, "{}: /metrics does not declare {name} (no `# TYPE {family}`):\n{}", self.node, self.body);
+        self.samples().filter(|(s, _)| s.strip_prefix(name).is_some_and(|rest| rest.is_empty() || rest.starts_with('{'))).map(|(_, v)| v).sum()
+    }
+
+    /// Every sample as (series, value): the text before the value, and the value.
+    pub fn samples(&self) -> impl Iterator<Item = (&str, f64)> + '_ {
+        self.body.lines().filter(|l| !l.starts_with('#')).filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series, value.trim().parse().ok()?))
+        })
+    }
+}
+
+impl std::fmt::Display for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.body)
+    }
 }
 
 pub fn wait_ready(lab: &Lab, node: &str) -> String {
