@@ -213,9 +213,12 @@ use futures::channel::mpsc::UnboundedSender;
 use http::StatusCode;
 use serde_json::{json, Value as Json};
 
-use crate::model::{parse_yaml_documents, Cluster};
-use crate::ownership::{decide, CalicoVersion, OwnershipConfig, Role};
-use crate::routes::PoolClass;
+use crate::model::{
+    parse_yaml_documents, Affinity, AffinityState, AllocationAttributes, AllowedUse, BgpConfiguration, BlockAffinity, Cluster, EncapMode,
+    FelixConfiguration, FelixScope, IpPool, IpamBlock, Node, NodeAddress, NodeAddressType, NodeForm,
+};
+use crate::ownership::{decide, CalicoVersion, ClusterRoutes, ComponentDecision, DecisionSource, OwnershipConfig, Role};
+use crate::routes::{PoolClass, Writer as RouteWriter};
 
 const CALICO_PLURAL_KINDS: [(&str, &str); 5] = [
     ("ippools", "IPPool"),
@@ -388,13 +391,184 @@ fn cluster_objects(yaml: &str, group: CalicoGroup) -> Objects {
     out
 }
 
-/// What the model makes of exactly these objects, parsed directly (the oracle for the
-/// datastore path: list → store → strip → parse).
-fn direct_model(objects: &Objects) -> Cluster {
-    let values: Vec<serde_yaml_ng::Value> = objects.values().flatten().map(|o| serde_yaml_ng::to_value(o).unwrap()).collect();
-    let (cluster, errors) = Cluster::from_values(values.iter());
-    assert!(errors.is_empty(), "{errors:?}");
-    cluster
+// ---------------------------------------------------------------------------------------------
+// The expected models, written out by hand from the YAML they come from (never parsed by the
+// code under test): what a Kubernetes-datastore cluster serving those objects must give.
+
+fn net(s: &str) -> ipnet::IpNet {
+    s.parse().unwrap()
+}
+
+fn pool_v(name: &str, cidr: &str, ipip: EncapMode, vxlan: EncapMode, nat_outgoing: bool, block_size: u8, allowed_uses: Vec<AllowedUse>) -> (String, IpPool) {
+    let pool = IpPool {
+        name: name.to_owned(),
+        cidr: net(cidr),
+        ipip_mode: ipip,
+        vxlan_mode: vxlan,
+        nat_outgoing,
+        disabled: false,
+        disable_bgp_export: false,
+        block_size,
+        allowed_uses,
+        node_selector: "all()".to_owned(),
+    };
+    (name.to_owned(), pool)
+}
+
+/// An IPAM block affine to `host`; `attributes` are (handle_id, secondary) pairs.
+fn block_v(name: &str, cidr: &str, host: &str, allocations: &[Option<usize>], attributes: &[(&str, &[(&str, &str)])]) -> (String, IpamBlock) {
+    let attributes = attributes
+        .iter()
+        .map(|(handle, secondary)| AllocationAttributes {
+            handle_id: Some((*handle).to_owned()),
+            secondary: secondary.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        })
+        .collect();
+    let block = IpamBlock {
+        name: name.to_owned(),
+        cidr: net(cidr),
+        affinity: Some(Affinity::Host(host.to_owned())),
+        allocations: allocations.to_vec(),
+        attributes,
+        deleted: false,
+    };
+    (name.to_owned(), block)
+}
+
+/// A confirmed host BlockAffinity named `<node>-<block name>`.
+fn affinity_v(node: &str, block: &str, cidr: &str) -> (String, BlockAffinity) {
+    let name = format!("{node}-{block}");
+    let affinity = BlockAffinity { name: name.clone(), node: node.to_owned(), cidr: net(cidr), state: AffinityState::Confirmed, affinity_type: "host".to_owned(), deleted: false };
+    (name, affinity)
+}
+
+/// A core Node as the fake API server serves it: the Calico annotations and the InternalIPs of
+/// `status.addresses` (bare addresses, no subnet).
+fn node_v(name: &str, v4: &str, v6: Option<&str>, ipip_tunnel: Option<&str>, internal_ips: &[&str]) -> (String, Node) {
+    let node = Node {
+        name: name.to_owned(),
+        form: NodeForm::Kubernetes,
+        bgp_ipv4: Some(net(v4)),
+        bgp_ipv6: v6.map(net),
+        as_number: None,
+        ipv4_ipip_tunnel_addr: ipip_tunnel.map(|a| a.parse().unwrap()),
+        ipv4_vxlan_tunnel_addr: None,
+        ipv6_vxlan_tunnel_addr: None,
+        wireguard_ipv4: None,
+        wireguard_ipv6: None,
+        addresses: internal_ips.iter().map(|a| NodeAddress { address: a.parse().unwrap(), network: None, kind: NodeAddressType::InternalIP }).collect(),
+    };
+    (name.to_owned(), node)
+}
+
+fn bgp_v(program_cluster_routes: &str) -> (String, BgpConfiguration) {
+    let bgp = BgpConfiguration { name: "default".to_owned(), program_cluster_routes: Some(program_cluster_routes.to_owned()), ipv4_normal_route_priority: None, ipv6_normal_route_priority: None };
+    ("default".to_owned(), bgp)
+}
+
+/// `examples/cluster/` (calico.yaml, ipam.yaml, nodes.yaml) as the model of a cluster serving
+/// it: every Calico Node became a core Node (annotations + InternalIP), so all are
+/// [`NodeForm::Kubernetes`]; pools take Calico's defaults (block size 26 / 122, `all()`).
+fn examples_model() -> Cluster {
+    use EncapMode::{Always, CrossSubnet, Never};
+    let tunnel = |node: &str| -> (String, &'static [(&'static str, &'static str)]) {
+        let secondary: &'static [(&str, &str)] = match node {
+            "node-a" => &[("node", "node-a"), ("type", "ipipTunnelAddress")],
+            "node-b" => &[("node", "node-b"), ("type", "ipipTunnelAddress")],
+            _ => &[("node", "node-d"), ("type", "ipipTunnelAddress")],
+        };
+        (format!("ipip-tunnel-addr-{node}"), secondary)
+    };
+    let (ta, tb, td) = (tunnel("node-a"), tunnel("node-b"), tunnel("node-d"));
+    let web0: &[(&str, &str)] = &[("namespace", "default"), ("node", "node-a"), ("pod", "web-0")];
+    // 10.244.20.5 (ordinal 5 of node-b's block) is borrowed by node-c's pod api-7c8d.
+    let api: &[(&str, &str)] = &[("namespace", "default"), ("node", "node-c"), ("pod", "api-7c8d")];
+    let blocks = [
+        block_v("10-244-10-0-26", "10.244.10.0/26", "node-a", &[Some(0), Some(1)], &[(&ta.0, ta.1), ("k8s-pod-network.1f0c", web0)]),
+        block_v("10-244-20-0-26", "10.244.20.0/26", "node-b", &[Some(0), None, None, None, None, Some(1)], &[(&tb.0, tb.1), ("k8s-pod-network.a17b", api)]),
+        block_v("10-244-30-0-26", "10.244.30.0/26", "node-c", &[], &[]),
+        block_v("10-244-40-0-26", "10.244.40.0/26", "node-d", &[Some(0)], &[(&td.0, td.1)]),
+        block_v("10-245-20-0-26", "10.245.20.0/26", "node-b", &[], &[]),
+        block_v("10-245-40-0-26", "10.245.40.0/26", "node-d", &[], &[]),
+        block_v("10-246-10-0-26", "10.246.10.0/26", "node-a", &[], &[]),
+        block_v("10-246-30-0-26", "10.246.30.0/26", "node-c", &[], &[]),
+        block_v("10-247-20-0-26", "10.247.20.0/26", "node-b", &[], &[]),
+        block_v("fd00-10-244-0-10---122", "fd00:10:244:0:10::/122", "node-a", &[], &[]),
+        block_v("fd00-10-244-0-20---122", "fd00:10:244:0:20::/122", "node-b", &[], &[]),
+    ];
+    let block_affinities = blocks.iter().map(|(name, b)| affinity_v(b.host().unwrap(), name, &b.cidr.to_string())).collect();
+    let felix = FelixConfiguration {
+        name: "default".to_owned(),
+        scope: FelixScope::Global,
+        program_cluster_routes: Some("EnabledIPIPOnly".to_owned()),
+        device_route_protocol: None,
+        route_refresh_interval: Some(std::time::Duration::from_secs(90)),
+        ipv4_normal_route_priority: None,
+        ipv6_normal_route_priority: None,
+        remove_external_routes: Some(true),
+    };
+    Cluster {
+        ip_pools: [
+            pool_v("default-ipv4-ippool", "10.244.0.0/16", CrossSubnet, Never, true, 26, vec![]),
+            pool_v("ipip-always", "10.245.0.0/16", Always, Never, true, 26, vec![]),
+            pool_v("flat", "10.246.0.0/16", Never, Never, false, 26, vec![]),
+            pool_v("vxlan", "10.247.0.0/16", Never, Always, false, 26, vec![]),
+            pool_v("flat-ipv6", "fd00:10:244::/48", Never, Never, false, 122, vec![]),
+            pool_v("loadbalancers", "10.96.100.0/24", Never, Never, false, 26, vec![AllowedUse::LoadBalancer]),
+        ]
+        .into_iter()
+        .collect(),
+        ipam_blocks: blocks.into_iter().collect(),
+        block_affinities,
+        nodes: [
+            node_v("node-a", "10.0.0.11/24", Some("fd00:10::11/64"), Some("10.244.10.0"), &["10.0.0.11"]),
+            node_v("node-b", "10.0.0.12/24", Some("fd00:10::12/64"), Some("10.244.20.0"), &["10.0.0.12"]),
+            node_v("node-c", "10.0.0.13/24", Some("fd00:10::13/64"), None, &["10.0.0.13"]),
+            node_v("node-d", "10.0.1.14/24", None, Some("10.244.40.0"), &["10.0.1.14"]),
+        ]
+        .into_iter()
+        .collect(),
+        felix_configurations: [("default".to_owned(), felix)].into_iter().collect(),
+        bgp_configurations: [bgp_v("EnabledNoEncapOnly")].into_iter().collect(),
+    }
+}
+
+/// confd's `cluster_routes/enabled/input.yaml` as the model of a v3 cluster serving it: three
+/// Calico Nodes as core Nodes with only their BGP annotations (the input has no
+/// `spec.addresses`), five pools, BGPConfiguration `Enabled`, no FelixConfiguration.
+fn confd_enabled_model() -> Cluster {
+    use EncapMode::{Always, CrossSubnet, Never};
+    let node = |name: &str, v4: &str, v6: &str| node_v(name, v4, Some(v6), None, &[]);
+    Cluster {
+        ip_pools: [
+            pool_v("ippoolv4-1", "192.168.0.0/16", Always, Never, true, 26, vec![]),
+            pool_v("ippoolv4-2", "172.16.0.0/16", CrossSubnet, Never, true, 26, vec![]),
+            pool_v("ippoolv4-3", "172.17.0.0/16", Never, Never, false, 26, vec![]),
+            pool_v("ippoolv6-1", "2002::/64", Never, Never, true, 122, vec![]),
+            pool_v("ippoolv6-2", "2010::/64", Never, Never, false, 122, vec![]),
+        ]
+        .into_iter()
+        .collect(),
+        nodes: [
+            node("kube-master", "10.192.0.2/16", "2001::103/64"),
+            node("kube-node-1", "10.192.0.3/16", "2001::102/64"),
+            node("kube-node-2", "10.192.0.4/16", "2001::104/64"),
+        ]
+        .into_iter()
+        .collect(),
+        bgp_configurations: [bgp_v("Enabled")].into_iter().collect(),
+        ..Cluster::default()
+    }
+}
+
+/// A component's decision read from its field (`FelixConfiguration default`, ...).
+fn from_field(field_of: RouteWriter, object: &str, value: ClusterRoutes) -> ComponentDecision {
+    ComponentDecision { field_of, value, source: DecisionSource::Field { object: object.to_owned(), value: value.as_str().to_owned() } }
+}
+
+/// Writers per class: IPIP, no-encap, VXLAN.
+fn writers(ipip: &[RouteWriter], noencap: &[RouteWriter], vxlan: &[RouteWriter]) -> BTreeMap<PoolClass, BTreeSet<RouteWriter>> {
+    [(PoolClass::Ipip, ipip), (PoolClass::NoEncap, noencap), (PoolClass::Vxlan, vxlan)].into_iter().map(|(c, w)| (c, w.iter().copied().collect())).collect()
 }
 
 fn examples_cluster() -> String {
@@ -590,16 +764,21 @@ async fn v1_cluster_not_synced_until_every_resource_listed_then_exact_requests()
     let snap = ds.snapshot().await;
     assert_eq!(ds.next().await, DatastoreEvent::Synced);
 
-    // The exact model: what the parser makes of these objects directly.
-    assert_eq!(*snap.cluster, direct_model(&objects));
+    // The exact model, written out by hand from examples/cluster/.
+    assert_eq!(*snap.cluster, examples_model());
     assert!(snap.object_errors.is_empty() && snap.load_errors.is_empty());
     assert_eq!(snap.cluster.ip_pools.len(), 6);
     assert_eq!(snap.cluster.ipam_blocks.len(), objects["ipamblocks"].len());
     assert_eq!(snap.cluster.nodes.keys().collect::<Vec<_>>(), vec!["node-a", "node-b", "node-c", "node-d"]);
     assert_eq!(snap.cluster.nodes["node-b"].bgp_ipv4.unwrap().to_string(), "10.0.0.12/24");
     assert_eq!(snap.inputs, objects.values().map(Vec::len).sum::<usize>());
-    // The examples' FelixConfiguration gives Felix IPIP only.
-    assert_eq!(programmed(&snap.cluster, &felix("node-a")), programmed(&direct_model(&objects), &felix("node-a")));
+    // The examples' pair, read from both fields: Felix (routewarden in role felix) IPIP, BIRD
+    // no-encap, VXLAN always Felix's.
+    let d = decide(&snap.cluster, &felix("node-a"));
+    assert_eq!(d.felix, from_field(RouteWriter::Felix, "FelixConfiguration default", ClusterRoutes::EnabledIpipOnly));
+    assert_eq!(d.bird, from_field(RouteWriter::Bird, "BGPConfiguration default", ClusterRoutes::EnabledNoEncapOnly));
+    assert_eq!(d.programmed.into_iter().collect::<Vec<_>>(), [PoolClass::Ipip]);
+    assert_eq!(d.writers, writers(&[RouteWriter::Routewarden], &[RouteWriter::Bird], &[RouteWriter::Felix]));
 
     // Exact requests: discovery in order, then per resource one list and one watch from the
     // list's resourceVersion with bookmarks.
@@ -629,16 +808,27 @@ async fn v3_cluster_loads_and_bgp_decision_matches_the_calicoctl_input() {
     let snap = ds.snapshot().await;
     assert_eq!(ds.next().await, DatastoreEvent::Synced);
 
-    assert_eq!(*snap.cluster, direct_model(&objects));
+    // The exact model, written out by hand from confd's input.yaml.
+    assert_eq!(*snap.cluster, confd_enabled_model());
     assert_eq!(snap.cluster.ip_pools.len(), 5);
     assert_eq!(snap.cluster.bgp_default().and_then(|b| b.program_cluster_routes.as_deref()), Some("Enabled"));
     assert_eq!(snap.cluster.nodes["kube-node-1"].bgp_ipv4.unwrap().to_string(), "10.192.0.3/16");
-    // The ownership decision equals the one from the calicoctl file itself: BIRD programs
-    // IPIP and no-encap (programClusterRoutes: Enabled).
-    let (from_file, _) = Cluster::from_yaml_str(&input).unwrap();
+    // programClusterRoutes: Enabled gives BIRD (routewarden in role bird) IPIP and no-encap;
+    // with no FelixConfiguration, Felix keeps its 3.33 default EnabledIPIPOnly, so IPIP has two
+    // writers.
     let bird = OwnershipConfig { role: Role::Bird, ..felix("kube-node-1") };
-    assert_eq!(programmed(&snap.cluster, &bird), programmed(&from_file, &bird));
-    assert_eq!(programmed(&snap.cluster, &bird), vec![PoolClass::Ipip, PoolClass::NoEncap]);
+    let d = decide(&snap.cluster, &bird);
+    assert_eq!(d.bird, from_field(RouteWriter::Bird, "BGPConfiguration default", ClusterRoutes::Enabled));
+    assert_eq!(
+        d.felix,
+        ComponentDecision {
+            field_of: RouteWriter::Felix,
+            value: ClusterRoutes::EnabledIpipOnly,
+            source: DecisionSource::Default { reason: "no FelixConfiguration default or node.kube-node-1".to_owned() },
+        }
+    );
+    assert_eq!(d.programmed.into_iter().collect::<Vec<_>>(), [PoolClass::Ipip, PoolClass::NoEncap]);
+    assert_eq!(d.writers, writers(&[RouteWriter::Felix, RouteWriter::Routewarden], &[RouteWriter::Routewarden], &[RouteWriter::Felix]));
     // v3 URLs.
     assert!(api.log().contains(&list_url(group, "ipamblocks")));
     assert!(api.log().contains(&watch_url(group, "bgpconfigurations", "7")));
@@ -940,7 +1130,7 @@ async fn one_shot_load_lists_everything_and_watches_nothing() {
     }
     let ds = KubernetesDatastore::new(api.client(), ApiGroupChoice::Auto);
     let snap = ds.load().await.unwrap();
-    assert_eq!(*snap.cluster, direct_model(&objects));
+    assert_eq!(*snap.cluster, examples_model());
     let log = api.log();
     assert_eq!(log.len(), 2 + 6);
     assert!(log.iter().all(|l| !l.contains("watch=true")), "{log:?}");
