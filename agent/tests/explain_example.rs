@@ -10,6 +10,11 @@ fn example() -> routewarden::datastore::Snapshot {
     FileDatastore::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/cluster")).expect("example loads")
 }
 
+/// The lines of the table-format section titled `title`, up to the blank line that ends it.
+fn section<'a>(text: &'a str, title: &str) -> Vec<&'a str> {
+    text.lines().skip_while(|l| *l != title).skip(1).take_while(|l| !l.is_empty()).collect()
+}
+
 fn opts(node: Option<&str>, format: OutputFormat) -> ExplainOptions {
     ExplainOptions { node: node.map(Into::into), format, route_protocol: 80, metric: None, devices: RouteDevices::default() }
 }
@@ -51,9 +56,36 @@ fn felix_role_on_node_a() {
             "10.245.40.0/26 via 10.0.1.14 dev tunl0 proto 80 onlink",
         ]
     );
-    assert!(e.text.contains("felix      EnabledIPIPOnly     FelixConfiguration default: programClusterRoutes: EnabledIPIPOnly"), "{}", e.text);
-    assert!(e.text.contains("default-ipv4-ippool  10.244.0.0/16     ipip-cross-subnet   ipip     routewarden    reject"), "{}", e.text);
-    assert!(e.text.contains("loadbalancers        10.96.100.0/24    load-balancer-only  -        nobody         accept"), "{}", e.text);
+    assert_eq!(e.text.lines().next(), Some("role felix, Calico 3.33, node node-a"), "{}", e.text);
+    assert_eq!(
+        section(&e.text, "Decisions"),
+        [
+            "  COMPONENT  VALUE               SOURCE",
+            "  felix      EnabledIPIPOnly     FelixConfiguration default: programClusterRoutes: EnabledIPIPOnly",
+            "  bird       EnabledNoEncapOnly  BGPConfiguration default: programClusterRoutes: EnabledNoEncapOnly",
+        ]
+    );
+    // Role felix: routewarden takes Felix's IPIP share; no-encap stays BIRD's, VXLAN Felix's.
+    assert_eq!(
+        section(&e.text, "IP pools"),
+        [
+            "  POOL                 CIDR              KIND                CLASS    PROGRAMMED BY  BIRD KERNEL FILTER",
+            "  default-ipv4-ippool  10.244.0.0/16     ipip-cross-subnet   ipip     routewarden    reject",
+            "  flat                 10.246.0.0/16     no-encap            noencap  bird           accept",
+            "  flat-ipv6            fd00:10:244::/48  no-encap-v6         noencap  bird           accept",
+            "  ipip-always          10.245.0.0/16     ipip-always         ipip     routewarden    reject",
+            "  loadbalancers        10.96.100.0/24    load-balancer-only  -        nobody         accept",
+            "  vxlan                10.247.0.0/16     vxlan               vxlan    felix          reject",
+        ]
+    );
+    assert_eq!(
+        section(&e.text, "Findings"),
+        [
+            "  ok  consistent  ipip     routewarden alone programs the IPIP cluster routes of pools default-ipv4-ippool, ipip-always",
+            "  ok  consistent  noencap  bird alone programs the no-encap cluster routes of pools flat, flat-ipv6",
+            "  ok  consistent  vxlan    felix alone programs the VXLAN cluster routes of pools vxlan",
+        ]
+    );
 }
 
 #[test]
@@ -81,11 +113,27 @@ fn explicit_enabled_is_an_error_and_json_is_structured() {
         ]
     );
     assert_eq!(v["programmed_classes"], serde_json::json!(["ipip", "no-encap"]));
-    // node-b: its own blocks are blackholes; the no-encap v6 route to node-a uses eth0.
-    let lines: Vec<&str> = v["routes"].as_array().unwrap().iter().map(|r| r["ip_route"].as_str().unwrap()).collect();
-    assert!(lines.contains(&"blackhole 10.244.20.0/26 proto 80"), "{lines:?}");
-    assert!(lines.contains(&"fd00:10:244:0:10::/122 via fd00:10::11 dev eth0 proto 80 onlink"), "{lines:?}");
-    assert!(lines.contains(&"10.246.10.0/26 via 10.0.0.11 dev eth0 proto 80 onlink"), "{lines:?}");
+    // node-b, both classes: its own blocks are blackholes; node-c's borrowed 10.244.20.5 of
+    // node-b's block gets a /32; CrossSubnet natively to node-a/node-c (10.0.0.0/24), through
+    // the tunnel to node-d (10.0.1.0/24); no-encap (v4 and v6) always on eth0; no VXLAN.
+    let routes: Vec<(&str, &str)> =
+        v["routes"].as_array().unwrap().iter().map(|r| (r["ip_route"].as_str().unwrap(), r["class"].as_str().unwrap())).collect();
+    assert_eq!(
+        routes,
+        [
+            ("10.244.10.0/26 via 10.0.0.11 dev eth0 proto 80 onlink", "ipip"),
+            ("blackhole 10.244.20.0/26 proto 80", "ipip"),
+            ("10.244.20.5 via 10.0.0.13 dev eth0 proto 80 onlink", "ipip"),
+            ("10.244.30.0/26 via 10.0.0.13 dev eth0 proto 80 onlink", "ipip"),
+            ("10.244.40.0/26 via 10.0.1.14 dev tunl0 proto 80 onlink", "ipip"),
+            ("blackhole 10.245.20.0/26 proto 80", "ipip"),
+            ("10.245.40.0/26 via 10.0.1.14 dev tunl0 proto 80 onlink", "ipip"),
+            ("10.246.10.0/26 via 10.0.0.11 dev eth0 proto 80 onlink", "no-encap"),
+            ("10.246.30.0/26 via 10.0.0.13 dev eth0 proto 80 onlink", "no-encap"),
+            ("fd00:10:244:0:10::/122 via fd00:10::11 dev eth0 proto 80 onlink", "no-encap"),
+            ("blackhole fd00:10:244:0:20::/122 proto 80", "no-encap"),
+        ]
+    );
 }
 
 #[test]
@@ -97,8 +145,30 @@ fn audit_yaml_shows_every_class_and_no_errors() {
     let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&e.text).unwrap();
     assert_eq!(v["felix"]["value"].as_str(), Some("EnabledIPIPOnly"));
     assert_eq!(v["bird"]["source"]["source"].as_str(), Some("field"));
-    let routes = v["routes"].as_sequence().unwrap();
-    assert!(routes.iter().any(|r| r["class"].as_str() == Some("no-encap")), "audit covers no-encap too");
+    // Audit mode expects every routable class (IPIP and no-encap), whoever programs it; node-d
+    // is in the other subnet, so CrossSubnet goes through the tunnel to every node.
+    let routes: Vec<(&str, &str)> = v["routes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|r| (r["ip_route"].as_str().unwrap(), r["class"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        routes,
+        [
+            ("10.244.10.0/26 via 10.0.0.11 dev tunl0 proto 80 onlink", "ipip"),
+            ("10.244.20.0/26 via 10.0.0.12 dev tunl0 proto 80 onlink", "ipip"),
+            ("10.244.20.5 via 10.0.0.13 dev tunl0 proto 80 onlink", "ipip"),
+            ("10.244.30.0/26 via 10.0.0.13 dev tunl0 proto 80 onlink", "ipip"),
+            ("blackhole 10.244.40.0/26 proto 80", "ipip"),
+            ("10.245.20.0/26 via 10.0.0.12 dev tunl0 proto 80 onlink", "ipip"),
+            ("blackhole 10.245.40.0/26 proto 80", "ipip"),
+            ("10.246.10.0/26 via 10.0.0.11 dev eth0 proto 80 onlink", "no-encap"),
+            ("10.246.30.0/26 via 10.0.0.13 dev eth0 proto 80 onlink", "no-encap"),
+            ("fd00:10:244:0:10::/122 via fd00:10::11 dev eth0 proto 80 onlink", "no-encap"),
+            ("fd00:10:244:0:20::/122 via fd00:10::12 dev eth0 proto 80 onlink", "no-encap"),
+        ]
+    );
     // node-d has no IPv6 address, but v6 routes only go to nodes with blocks; no problem here.
     assert_eq!(v["route_problems"].as_sequence().map(Vec::len), Some(0));
 }
@@ -108,6 +178,21 @@ fn ip_route_metric_and_protocol_names() {
     let s = example();
     let d = routewarden::routes::desired_routes(&s.cluster, "node-c", &routewarden::routes::routable_classes(), &RouteDevices::default());
     let lines: Vec<String> = d.routes.iter().map(|r| ip_route_line(r, 12, Some(1024))).collect();
-    assert!(lines.contains(&"10.244.10.0/26 via 10.0.0.11 dev eth0 proto bird metric 1024 onlink".to_owned()), "{lines:?}");
-    assert!(lines.contains(&"blackhole 10.246.30.0/26 proto bird metric 1024".to_owned()), "{lines:?}");
+    // node-c: its own blocks blackholed, the IP it borrowed from node-b's block (10.244.20.5)
+    // not routed (its workload route is the CNI's), protocol 12 by its name.
+    assert_eq!(
+        lines,
+        [
+            "10.244.10.0/26 via 10.0.0.11 dev eth0 proto bird metric 1024 onlink",
+            "10.244.20.0/26 via 10.0.0.12 dev eth0 proto bird metric 1024 onlink",
+            "blackhole 10.244.30.0/26 proto bird metric 1024",
+            "10.244.40.0/26 via 10.0.1.14 dev tunl0 proto bird metric 1024 onlink",
+            "10.245.20.0/26 via 10.0.0.12 dev tunl0 proto bird metric 1024 onlink",
+            "10.245.40.0/26 via 10.0.1.14 dev tunl0 proto bird metric 1024 onlink",
+            "10.246.10.0/26 via 10.0.0.11 dev eth0 proto bird metric 1024 onlink",
+            "blackhole 10.246.30.0/26 proto bird metric 1024",
+            "fd00:10:244:0:10::/122 via fd00:10::11 dev eth0 proto bird metric 1024 onlink",
+            "fd00:10:244:0:20::/122 via fd00:10::12 dev eth0 proto bird metric 1024 onlink",
+        ]
+    );
 }
