@@ -1,10 +1,49 @@
 //! `routewarden events -o json`: the library function streams every write with its writer and
 //! verdict, one JSON object per line, in the calling thread's network namespace.
 
-use std::time::Duration;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use routewarden::bpf::route_watch::events_cmd::{stream_events_with, EventsFormat, EventsOptions};
 use routewarden_lab::{skip_unless_root, NetNsGuard};
+
+/// The stream's output, shared with the test while the stream runs.
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl Shared {
+    /// The complete lines written so far, parsed.
+    fn events(&self) -> Vec<serde_json::Value> {
+        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+        text.lines().map(|l| serde_json::from_str(l).expect("one JSON object per line")).collect()
+    }
+}
+
+impl Write for Shared {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Write events of `dst` in `events`.
+fn writes_of<'a>(events: &'a [serde_json::Value], dst: &str) -> Vec<&'a serde_json::Value> {
+    events.iter().filter(|v| v["event"] == "write" && v["route"]["dst"] == dst).collect()
+}
+
+async fn ip_route_replace(dst: &str, proto: &str) {
+    let st = tokio::process::Command::new("ip")
+        .args(["route", "replace", dst, "via", "10.0.0.12", "dev", "veth0", "proto", proto, "metric", "1024"])
+        .status()
+        .await
+        .unwrap();
+    assert!(st.success());
+}
 
 #[test]
 fn events_json_streams_writes_and_conflicts() {
@@ -21,44 +60,68 @@ fn events_json_streams_writes_and_conflicts() {
     ns.ip(&["link", "set", "veth0", "up"]).unwrap();
     ns.ip(&["link", "set", "veth1", "up"]).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let mut out = Vec::new();
+    let out = Shared::default();
+    // Stopped by SIGTERM once everything is seen (below); the duration is only a backstop.
     let opts = EventsOptions {
         format: EventsFormat::Json,
         window: Duration::from_secs(5),
         self_protocol: 80,
-        duration: Some(Duration::from_secs(3)),
+        duration: Some(Duration::from_secs(60)),
         ..EventsOptions::default()
     };
+    let deadline = Duration::from_secs(20);
     let written = rt.block_on(async {
-        let writer = tokio::spawn(async {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            for proto in ["80", "12", "80", "12"] {
-                let st = tokio::process::Command::new("ip")
-                    .args(["route", "replace", "10.244.20.0/26", "via", "10.0.0.12", "dev", "veth0", "proto", proto, "metric", "1024"])
-                    .status()
-                    .await
-                    .unwrap();
-                assert!(st.success());
+        let seen = out.clone();
+        let writer = tokio::spawn(async move {
+            // Until the stream shows a write, the watch may not be attached yet: write a
+            // route of another prefix until one is seen.
+            let started = Instant::now();
+            while writes_of(&seen.events(), "10.244.99.0/26").is_empty() {
+                assert!(started.elapsed() < deadline, "the stream showed no write within {deadline:?}");
+                ip_route_replace("10.244.99.0/26", "80").await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
+            eprintln!("route watch streaming {:?} after the start", started.elapsed());
+            // Ours, BIRD's, ours, BIRD's: four writes and a conflict for one prefix.
+            for proto in ["80", "12", "80", "12"] {
+                ip_route_replace("10.244.20.0/26", proto).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let started = Instant::now();
+            loop {
+                let events = seen.events();
+                let conflict = events.iter().any(|v| v["event"] == "conflict" && v["route"]["dst"] == "10.244.20.0/26");
+                if writes_of(&events, "10.244.20.0/26").len() >= 4 && conflict {
+                    break;
+                }
+                assert!(started.elapsed() < deadline, "not every write and the conflict within {deadline:?}: {events:#?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            // The stream ends on SIGTERM (as `routewarden events` does under a supervisor).
+            nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGTERM).unwrap();
         });
-        let n = stream_events_with(object, &opts, &mut out).await.expect("stream");
+        let n = stream_events_with(object, &opts, out.clone()).await.expect("stream");
         writer.await.unwrap();
         n
     });
-    let lines: Vec<serde_json::Value> = String::from_utf8(out).unwrap().lines().map(|l| serde_json::from_str(l).expect("one JSON object per line")).collect();
+    let lines = out.events();
     assert_eq!(lines.len(), written);
-    let writes: Vec<_> = lines.iter().filter(|v| v["event"] == "write" && v["route"]["dst"] == "10.244.20.0/26").collect();
+    let writes = writes_of(&lines, "10.244.20.0/26");
     assert_eq!(writes.len(), 4, "{lines:#?}");
     // The socket filter reports the outcome (the kernel's notification says the replace
     // created the route); fentry/kprobe see the request, whose flags say replace.
     assert!(writes[0]["route"]["op"] == "add" || writes[0]["route"]["op"] == "replace", "{:?}", writes[0]);
-    assert_eq!(writes[1]["route"]["op"], "replace");
-    assert_eq!(writes[1]["route"]["writer"]["class"], "bird");
-    assert_eq!(writes[0]["route"]["writer"]["class"], "self");
-    assert_eq!(writes[0]["route"]["gateway"], "10.0.0.12");
-    let conflict = lines.iter().find(|v| v["event"] == "conflict").expect("a conflict event");
-    assert_eq!(conflict["route"]["dst"], "10.244.20.0/26");
-    assert!(conflict["previous"]["protocol"].is_u64());
+    let ops: Vec<&str> = writes[1..].iter().map(|w| w["route"]["op"].as_str().unwrap()).collect();
+    assert_eq!(ops, ["replace", "replace", "replace"], "{writes:#?}");
+    let writers: Vec<(&str, u64)> = writes.iter().map(|w| (w["route"]["writer"]["class"].as_str().unwrap(), w["route"]["writer"]["protocol"].as_u64().unwrap())).collect();
+    assert_eq!(writers, [("self", 80), ("bird", 12), ("self", 80), ("bird", 12)], "{writes:#?}");
+    assert!(writes.iter().all(|w| w["route"]["gateway"] == "10.0.0.12" && w["route"]["metric"] == 1024 && w["route"]["table"] == 254), "{writes:#?}");
+    // The conflict starts at BIRD's first overwrite of our route: two writes in the window.
+    let conflicts: Vec<&serde_json::Value> = lines.iter().filter(|v| v["event"] == "conflict" && v["route"]["dst"] == "10.244.20.0/26").collect();
+    assert_eq!(conflicts.len(), 1, "{lines:#?}");
+    let c = conflicts[0];
+    assert_eq!((c["route"]["writer"]["class"].as_str(), c["route"]["writer"]["protocol"].as_u64()), (Some("bird"), Some(12)), "{c:#}");
+    assert_eq!((c["previous"]["class"].as_str(), c["previous"]["protocol"].as_u64()), (Some("self"), Some(80)), "{c:#}");
+    assert_eq!(c["writes_in_window"], 2, "{c:#}");
     drop(ns);
 }
