@@ -186,6 +186,16 @@ pub fn wait_ready(lab: &Lab, node: &str) -> String {
     })
 }
 
+/// Poll [`routes`] of `node` for `window`, requiring `want` at every poll: for what must not
+/// happen, a fixed observation window watched throughout (not one look at its end).
+pub fn routes_stay(lab: &Lab, node: &str, proto: &str, want: &[&str], window: Duration) {
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        assert_eq!(routes(lab, node, proto), want, "{node}: routes changed within the {window:?} watched");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 pub fn routes(lab: &Lab, node: &str, proto: &str) -> Vec<String> {
     let mut out: Vec<String> = lab.ip(node, &["route", "show", "proto", proto]).unwrap().lines().map(|l| l.trim().to_string()).collect();
     out.extend(lab.ip(node, &["-6", "route", "show", "proto", proto]).unwrap().lines().map(|l| l.trim().to_string()));
