@@ -238,8 +238,13 @@ fn route_flapping_fires_through_prometheus_while_a_second_writer_fights_and_reso
             .collect();
     assert_eq!(labels, expected);
     assert_eq!(a["annotations"]["summary"], "Cluster routes on node-a are flapping between writers.");
-    let description = a["annotations"]["description"].as_str().unwrap();
-    assert!(description.contains("self+bird"), "the description names the writer pair: {description}");
+    // The description as the shipped template renders it while the fight is on: one prefix
+    // (node-b's IPIP block) in conflict, the writer pair named.
+    assert_eq!(
+        a["annotations"]["description"],
+        "The route watch on node node-a sees cluster routes rewritten over and over. Prefixes in flap or conflict now: 1. \
+         Writer pairs in conflict in the last 10 minutes: self+bird. Run `routewarden events` on the node to see the prefixes and processes."
+    );
     let m = metrics(&lab, NODE);
     assert!(m.value(r#"routewarden_route_conflicts_total{family="ipv4",writers="self+bird"}"#) >= 1.0, "{m}");
 
