@@ -4,6 +4,7 @@
 
 mod lab_support;
 
+use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 use lab_support::{copy_examples, example_dir, lab, metrics, routes, routes_stay, wait_for, wait_ready, Agent, NODE_A_IPIP, PORT};
@@ -23,12 +24,12 @@ fn felix_role_programs_ipip_and_a_restart_writes_nothing() {
     // IPIP Always pool: everything via tunl0; own block blackholed; borrowed /32 to node-c.
     assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
     let m = metrics(&lab, "node-a");
-    assert_eq!(m.value(r#"routewarden_routes{family="ipv4",class="ipip",state="desired"}"#), 7.0, "{m}");
-    assert_eq!(m.value(r#"routewarden_routes{family="ipv4",class="ipip",state="programmed"}"#), 7.0, "{m}");
-    assert_eq!(m.value(r#"routewarden_route_operations_total{op="replace",result="ok"}"#), 7.0, "{m}");
-    assert_eq!(m.value("routewarden_datastore_synced"), 1.0);
-    assert_eq!(m.value(r#"routewarden_ownership_findings{code="consistent",class="ipip"}"#), 1.0);
-    assert_eq!(m.value(r#"routewarden_ownership_findings{code="consistent",class="noencap"}"#), 1.0);
+    assert_eq!(m.value(r#"routewarden_routes{family="ipv4",class="ipip",state="desired"}"#), 7, "{m}");
+    assert_eq!(m.value(r#"routewarden_routes{family="ipv4",class="ipip",state="programmed"}"#), 7, "{m}");
+    assert_eq!(m.value(r#"routewarden_route_operations_total{op="replace",result="ok"}"#), 7, "{m}");
+    assert_eq!(m.value("routewarden_datastore_synced"), 1);
+    assert_eq!(m.value(r#"routewarden_ownership_findings{code="consistent",class="ipip"}"#), 1);
+    assert_eq!(m.value(r#"routewarden_ownership_findings{code="consistent",class="noencap"}"#), 1);
     assert!(agent.stop().success());
     // Routes survive the agent (S04: a restart must not remove them) ...
     assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
@@ -36,9 +37,9 @@ fn felix_role_programs_ipip_and_a_restart_writes_nothing() {
     let agent = Agent::start(&lab, "node-a", &example_dir(), &[]);
     wait_ready(&lab, "node-a");
     let m = metrics(&lab, "node-a");
-    assert_eq!(m.value(r#"routewarden_route_operations_total{op="replace",result="ok"}"#), 0.0, "{m}");
-    assert_eq!(m.value(r#"routewarden_route_operations_total{op="delete",result="ok"}"#), 0.0, "{m}");
-    assert_eq!(m.value(r#"routewarden_routes{family="ipv4",class="ipip",state="programmed"}"#), 7.0, "{m}");
+    assert_eq!(m.value(r#"routewarden_route_operations_total{op="replace",result="ok"}"#), 0, "{m}");
+    assert_eq!(m.value(r#"routewarden_route_operations_total{op="delete",result="ok"}"#), 0, "{m}");
+    assert_eq!(m.value(r#"routewarden_routes{family="ipv4",class="ipip",state="programmed"}"#), 7, "{m}");
     assert!(agent.stop().success());
 }
 
@@ -60,8 +61,8 @@ fn bird_role_programs_noencap_v4_and_v6() {
         ]
     );
     let m = metrics(&lab, "node-b");
-    assert_eq!(m.value(r#"routewarden_routes{family="ipv6",class="noencap",state="programmed"}"#), 2.0, "{m}");
-    assert_eq!(m.value(r#"routewarden_routes{family="ipv4",class="noencap",state="programmed"}"#), 2.0, "{m}");
+    assert_eq!(m.value(r#"routewarden_routes{family="ipv6",class="noencap",state="programmed"}"#), 2, "{m}");
+    assert_eq!(m.value(r#"routewarden_routes{family="ipv4",class="noencap",state="programmed"}"#), 2, "{m}");
 }
 
 #[test]
@@ -87,16 +88,16 @@ fn broken_input_keeps_routes_and_freezes_what_it_names_until_fixed() {
     std::fs::write(&ipam, &released).unwrap();
     // One broken input does not unready the agent: its last good content is used and the
     // CIDRs its text names (every pool's) are frozen ground (issue 22).
-    wait_for("one invalid input", Duration::from_secs(20), || (metrics(&lab, "node-a").value("routewarden_datastore_invalid_inputs") == 1.0).then_some(()));
+    wait_for("one invalid input", Duration::from_secs(20), || (metrics(&lab, "node-a").value("routewarden_datastore_invalid_inputs") == 1).then_some(()));
     let m = metrics(&lab, "node-a");
-    assert_eq!(m.value("routewarden_datastore_synced"), 1.0, "{m}");
+    assert_eq!(m.value("routewarden_datastore_synced"), 1, "{m}");
     let (status, body) = lab.http_get("node-a", PORT, "/readyz").unwrap();
     assert_eq!(status, 200, "{body}");
     let invalid: Vec<&str> = body.lines().filter(|l| l.starts_with("invalid: ")).collect();
     assert_eq!(invalid.len(), 1, "{body}");
     assert!(invalid[0].starts_with(&format!("invalid: {}:", calico.display())), "{body}");
     wait_for("the released block's delete held in frozen ground", Duration::from_secs(20), || {
-        (metrics(&lab, "node-a").value(r#"routewarden_deletions_held{reason="frozen"}"#) == 1.0).then_some(())
+        (metrics(&lab, "node-a").value(r#"routewarden_deletions_held{reason="frozen"}"#) == 1).then_some(())
     });
     // Nothing deleted while the input is broken: the released block's route stays, watched for
     // twice the settle period (2 s), past which a delete outside frozen ground would go out.
@@ -110,7 +111,7 @@ fn broken_input_keeps_routes_and_freezes_what_it_names_until_fixed() {
     let expected: Vec<&str> = NODE_A_IPIP.iter().copied().filter(|r| !r.starts_with("10.245.40.0/26")).collect();
     assert_eq!(routes(&lab, "node-a", "80"), expected);
     let m = metrics(&lab, "node-a");
-    assert_eq!((m.value("routewarden_datastore_synced"), m.value("routewarden_datastore_invalid_inputs")), (1.0, 0.0), "{m}");
+    assert_eq!((m.value("routewarden_datastore_synced"), m.value("routewarden_datastore_invalid_inputs")), (1, 0), "{m}");
 }
 
 #[test]
@@ -187,8 +188,8 @@ fn audit_mode_programs_nothing_and_reports_findings() {
         let m = metrics(&lab, "node-a");
         m.has(r#"routewarden_audit_findings{code="missing"}"#).then_some(m)
     });
-    assert_eq!(m.value(r#"routewarden_audit_findings{code="missing"}"#), 11.0, "{m}");
-    assert_eq!(m.value(r#"routewarden_audit_findings{code="foreign-writer"}"#), 0.0, "{m}");
+    assert_eq!(m.value(r#"routewarden_audit_findings{code="missing"}"#), 11, "{m}");
+    assert_eq!(m.value(r#"routewarden_audit_findings{code="foreign-writer"}"#), 0, "{m}");
     assert!(routes(&lab, "node-a", "80").is_empty());
     // Felix's and BIRD's routes appear (written here by `ip` with their protocols), plus a
     // foreign proto-17 route on a cluster prefix (S05): the audit follows within a resync.
@@ -207,13 +208,13 @@ fn audit_mode_programs_nothing_and_reports_findings() {
     lab.ip("node-a", &["route", "add", "10.246.99.0/26", "via", "10.0.0.12", "dev", "eth0", "proto", "17"]).unwrap();
     let m = wait_for("audit with only the foreign writer left", Duration::from_secs(20), || {
         let m = metrics(&lab, "node-a");
-        (m.value(r#"routewarden_audit_findings{code="missing"}"#) == 0.0).then_some(m)
+        (m.value(r#"routewarden_audit_findings{code="missing"}"#) == 0).then_some(m)
     });
-    assert_eq!(m.value(r#"routewarden_audit_findings{code="foreign-writer"}"#), 1.0, "{m}");
-    assert_eq!(m.value(r#"routewarden_audit_findings{code="duplicate"}"#), 0.0, "{m}");
+    assert_eq!(m.value(r#"routewarden_audit_findings{code="foreign-writer"}"#), 1, "{m}");
+    assert_eq!(m.value(r#"routewarden_audit_findings{code="duplicate"}"#), 0, "{m}");
     // Audit mode writes nothing: the operations counter is declared and has counted nothing.
     assert!(!m.has(r#"routewarden_route_operations_total{op="replace",result="ok"}"#), "audit mode must not write: {m}");
-    assert_eq!(m.sum("routewarden_route_operations_total"), 0.0, "audit mode must not write: {m}");
+    assert_eq!(m.sum("routewarden_route_operations_total"), 0, "audit mode must not write: {m}");
 }
 
 #[test]
@@ -241,7 +242,7 @@ fn losing_ipip_to_bird_hands_over_per_prefix_without_a_gap() {
     let started = Instant::now();
     std::fs::write(&calico, edited).unwrap();
     wait_for("ownership change seen", Duration::from_secs(20), || {
-        (metrics(&lab, "node-a").value(r#"routewarden_routes{family="ipv4",class="ipip",state="desired"}"#) == 0.0).then_some(())
+        (metrics(&lab, "node-a").value(r#"routewarden_routes{family="ipv4",class="ipip",state="desired"}"#) == 0).then_some(())
     });
     // Our routes step aside to metric 1025 (make before break: BIRD 2 adds with NLM_F_EXCL and
     // would get EEXIST at our key) and stay there while BIRD has not programmed its own yet.
@@ -290,9 +291,9 @@ fn the_agent_attaches_its_tc_probe_in_the_lab_and_counts() {
     // 20 datagrams plus the ARP/ND packets the kernel sends on its own: at least 20.
     let m = wait_for("tc_count to see the datagrams", Duration::from_secs(20), || {
         let m = metrics(&lab, "node-a");
-        (m.value("routewarden_tc_count_packets_total") >= 20.0).then_some(m)
+        (m.value("routewarden_tc_count_packets_total") >= 20).then_some(m)
     });
-    assert_eq!(m.value(r#"routewarden_bpf_program_attached{program="tc_count"}"#), 1.0);
+    assert_eq!(m.value(r#"routewarden_bpf_program_attached{program="tc_count"}"#), 1);
 }
 
 #[test]
@@ -309,8 +310,8 @@ fn the_agent_reports_a_second_writer_fighting_over_its_route() {
     let ready = wait_ready(&lab, "node-a");
     assert!(ready.contains("bpf route_watch: ready\n"), "{ready}");
     let m = metrics(&lab, "node-a");
-    assert_eq!(m.value(r#"routewarden_route_watch_backend_info{backend="socket-filter"}"#), 1.0, "{m}");
-    assert_eq!(m.value("routewarden_flapping_prefixes"), 0.0, "a cold start is no flap: {m}");
+    assert_eq!(m.value(r#"routewarden_route_watch_backend_info{backend="socket-filter"}"#), 1, "{m}");
+    assert_eq!(m.value("routewarden_flapping_prefixes"), 0, "a cold start is no flap: {m}");
     // A BIRD-like writer overwrites our route to node-b's IPIP block, then puts it back as ours
     // would look, five times.
     for i in 0..5 {
@@ -321,15 +322,15 @@ fn the_agent_reports_a_second_writer_fighting_over_its_route() {
     // The gauge follows the event at once; the kernel's counters are read every second.
     let m = wait_for("conflict and flap reported", Duration::from_secs(20), || {
         let m = metrics(&lab, "node-a");
-        let flapping = m.value("routewarden_flapping_prefixes") >= 1.0;
-        let conflicts = m.at_least(r#"routewarden_route_conflicts_total{family="ipv4",writers="self+bird"}"#, 1.0);
+        let flapping = m.value("routewarden_flapping_prefixes") >= 1;
+        let conflicts = m.at_least(r#"routewarden_route_conflicts_total{family="ipv4",writers="self+bird"}"#, 1);
         (flapping && conflicts).then_some(m)
     });
-    assert!(m.value(r#"routewarden_route_flaps_total{family="ipv4"}"#) >= 1.0, "{m}");
-    assert!(m.value(r#"routewarden_route_writes_total{family="ipv4",op="replace",writer="bird"}"#) >= 3.0, "{m}");
+    assert!(m.value(r#"routewarden_route_flaps_total{family="ipv4"}"#) >= 1, "{m}");
+    assert!(m.value(r#"routewarden_route_writes_total{family="ipv4",op="replace",writer="bird"}"#) >= 3, "{m}");
     // The fight stops: the gauge returns to 0 once the window (2 s) has passed.
     wait_for("flapping_prefixes back to 0", Duration::from_secs(20), || {
-        (metrics(&lab, "node-a").value("routewarden_flapping_prefixes") == 0.0).then_some(())
+        (metrics(&lab, "node-a").value("routewarden_flapping_prefixes") == 0).then_some(())
     });
 }
 
@@ -342,7 +343,6 @@ fn events_command_streams_wrong_path_samples_with_the_block() {
         eprintln!("SKIPPED events_command_streams_wrong_path_samples_with_the_block: built without the BPF object; `cargo xtask test` embeds it");
         return;
     }
-    use std::io::BufRead;
     let lab = lab();
     // node-a's IPIP Always block of node-b must go through tunl0; send it out of eth0 instead.
     lab.ip("node-a", &["route", "add", "10.245.20.0/26", "via", "10.0.0.12", "dev", "eth0"]).unwrap();

@@ -26,7 +26,7 @@ fn settle_flag() -> [&'static str; 2] {
 }
 
 /// Route operations so far: (successful replaces/creates, successful deletes).
-fn ops(lab: &Lab) -> (f64, f64) {
+fn ops(lab: &Lab) -> (u64, u64) {
     let m = metrics(lab, "node-a");
     let replace = m.value(r#"routewarden_route_operations_total{op="replace",result="ok"}"#);
     let delete = m.value(r#"routewarden_route_operations_total{op="delete",result="ok"}"#);
@@ -56,7 +56,7 @@ fn healthy(extra: &[&str]) -> (Lab, tempfile::TempDir, Agent) {
     let agent = Agent::start(&lab, "node-a", dir.path(), &flags);
     wait_ready(&lab, "node-a");
     wait_for("node-a's seven routes", Duration::from_secs(20), || (routes(&lab, "node-a", "80") == NODE_A_IPIP).then_some(()));
-    assert_eq!(ops(&lab), (7.0, 0.0));
+    assert_eq!(ops(&lab), (7, 0));
     (lab, dir, agent)
 }
 
@@ -75,7 +75,7 @@ fn row01_emptied_file_deletes_nothing() {
     let ipam = file(&dir, "ipam.yaml");
     let good = std::fs::read_to_string(&ipam).unwrap();
     std::fs::write(&ipam, "").unwrap();
-    wait_for("the empty file reported", Duration::from_secs(10), || (metrics(&lab, "node-a").value("routewarden_datastore_invalid_inputs") == 1.0).then_some(()));
+    wait_for("the empty file reported", Duration::from_secs(10), || (metrics(&lab, "node-a").value("routewarden_datastore_invalid_inputs") == 1).then_some(()));
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE * 2));
     let (status, body) = readyz(&lab);
     assert_eq!(status, 200, "{body}");
@@ -85,9 +85,9 @@ fn row01_emptied_file_deletes_nothing() {
         [format!("invalid: {}: no document (empty, whitespace or comments only): refused; write `kind: List` with `items: []` for an input that is empty on purpose", ipam.display())]
     );
     std::fs::write(&ipam, good).unwrap();
-    wait_for("the file good again", Duration::from_secs(10), || (metrics(&lab, "node-a").value("routewarden_datastore_invalid_inputs") == 0.0).then_some(()));
+    wait_for("the file good again", Duration::from_secs(10), || (metrics(&lab, "node-a").value("routewarden_datastore_invalid_inputs") == 0).then_some(()));
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(1));
-    assert_eq!(ops(&lab), (7.0, 0.0), "no route was deleted or rewritten");
+    assert_eq!(ops(&lab), (7, 0), "no route was deleted or rewritten");
 }
 
 /// Row 2: a slow writer (truncate, 1.5 s later the content) cost 7 deletes and 7 re-adds.
@@ -115,7 +115,7 @@ fn row02_slow_writer_costs_no_route_operation() {
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(4));
     writer.join().unwrap();
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE + 2));
-    assert_eq!(ops(&lab), (7.0, 0.0));
+    assert_eq!(ops(&lab), (7, 0));
 }
 
 /// Row 3: `mv <dir> x; mkdir <dir>` deleted everything while logging "node-a is not in the
@@ -148,7 +148,7 @@ fn row03_replaced_directory_deletes_nothing() {
     std::fs::rename(&aside, dir.path()).unwrap();
     wait_ready(&lab, "node-a");
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE + 1));
-    assert_eq!(ops(&lab), (7.0, 0.0));
+    assert_eq!(ops(&lab), (7, 0));
 }
 
 /// Row 4: `ln -sf /nonexistent nodes.yaml`, or deleting nodes.yaml, deleted node-b's and
@@ -177,7 +177,7 @@ fn row04_dangling_symlink_or_deleted_file_is_held_then_converges() {
     std::fs::write(&nodes, &good).unwrap();
     wait_ready(&lab, "node-a");
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE + 1));
-    assert_eq!(ops(&lab), (7.0, 0.0));
+    assert_eq!(ops(&lab), (7, 0));
 
     // Deleted for good: kept while settling, then node-b's and node-c's routes go.
     let holds = metrics(&lab, "node-a").value("routewarden_mass_deletion_holds_total");
@@ -186,8 +186,8 @@ fn row04_dangling_symlink_or_deleted_file_is_held_then_converges() {
     let want: Vec<&str> = NODE_A_IPIP.iter().copied().filter(|r| !r.contains("via 10.0.0.12") && !r.contains("via 10.0.0.13")).collect();
     assert_eq!(want.len(), 3);
     wait_for("the deliberate removal converges", Duration::from_secs(SETTLE * 6 + 10), || (routes(&lab, "node-a", "80") == want).then_some(()));
-    assert_eq!(ops(&lab), (7.0, 4.0));
-    assert_eq!(metrics(&lab, "node-a").value("routewarden_mass_deletion_holds_total"), holds + 1.0, "4 of 7 at once went through the breaker");
+    assert_eq!(ops(&lab), (7, 4));
+    assert_eq!(metrics(&lab, "node-a").value("routewarden_mass_deletion_holds_total"), holds + 1, "4 of 7 at once went through the breaker");
 }
 
 /// Row 5: truncating a file at an item boundary (valid YAML with fewer objects) deleted six
@@ -208,16 +208,16 @@ fn row05_truncation_at_an_item_boundary_waits_for_the_settle_period() {
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE - 1));
     std::fs::write(&ipam, &good).unwrap();
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE + 2));
-    assert_eq!(ops(&lab), (7.0, 0.0));
+    assert_eq!(ops(&lab), (7, 0));
 
     std::fs::write(&ipam, truncated).unwrap();
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE));
     wait_for("the breaker holding six deletes", Duration::from_secs(SETTLE * 3), || {
-        (metrics(&lab, "node-a").value(r#"routewarden_deletions_held{reason="mass-deletion"}"#) == 6.0).then_some(())
+        (metrics(&lab, "node-a").value(r#"routewarden_deletions_held{reason="mass-deletion"}"#) == 6).then_some(())
     });
     assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
     wait_for("the deliberate cut converges", Duration::from_secs(SETTLE * 4), || (routes(&lab, "node-a", "80") == NODE_A_IPIP[..1]).then_some(()));
-    assert_eq!(ops(&lab), (7.0, 6.0));
+    assert_eq!(ops(&lab), (7, 6));
 }
 
 /// Row 6: an IP pool widened to 10.0.0.0/8 (overlapping the others) let the agent delete
@@ -261,7 +261,7 @@ fn row06_widened_pool_freezes_its_ground_and_explain_fails() {
     let good = std::fs::read_to_string(&calico).unwrap();
     for widened in ["10.0.0.0/8", "0.0.0.0/0"] {
         std::fs::write(&calico, good.replace("cidr: 10.244.0.0/16", &format!("cidr: {widened}"))).unwrap();
-        wait_for("frozen ground", Duration::from_secs(10), || (metrics(&lab, "node-a").value("routewarden_frozen_prefixes") >= 1.0).then_some(()));
+        wait_for("frozen ground", Duration::from_secs(10), || (metrics(&lab, "node-a").value("routewarden_frozen_prefixes") >= 1).then_some(()));
         ours_and_foreign_stay(&lab, widened);
         let out = Command::new(env!("CARGO_BIN_EXE_routewarden"))
             .args(["explain", "--node", "node-a", "--datastore"])
@@ -273,9 +273,9 @@ fn row06_widened_pool_freezes_its_ground_and_explain_fails() {
         assert!(text.lines().any(|l| l.trim_start().starts_with("ERROR  invalid-pool") && l.contains("IPPool \"default-ipv4-ippool\"")), "{widened}: {text}");
     }
     std::fs::write(&calico, &good).unwrap();
-    wait_for("thawed", Duration::from_secs(10), || (metrics(&lab, "node-a").value("routewarden_frozen_prefixes") == 0.0).then_some(()));
+    wait_for("thawed", Duration::from_secs(10), || (metrics(&lab, "node-a").value("routewarden_frozen_prefixes") == 0).then_some(()));
     ours_and_foreign_stay(&lab, "restored");
-    assert_eq!(ops(&lab).1, 0.0);
+    assert_eq!(ops(&lab).1, 0);
 }
 
 /// Row 7: a workload route with protocol 80 (Felix writes those when `deviceRouteProtocol` is
@@ -305,7 +305,7 @@ fn row07_our_protocol_on_a_workload_device_or_outside_every_pool_is_not_ours() {
         assert_eq!(sorted(routes(&lab, "node-a", "80")), want);
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(ops(&lab), (7.0, 0.0));
+    assert_eq!(ops(&lab), (7, 0));
 }
 
 /// Row 10: one invalid object anywhere deferred every deletion forever and made /readyz 503.
@@ -334,9 +334,9 @@ fn row10_one_invalid_object_freezes_only_what_it_names() {
     let want: Vec<&str> = NODE_A_IPIP.iter().copied().filter(|r| !r.starts_with("10.245.40.0/26")).collect();
     wait_for("node-d's released block deleted", Duration::from_secs(SETTLE * 3 + 10), || (routes(&lab, "node-a", "80") == want).then_some(()));
     let m = metrics(&lab, "node-a");
-    assert_eq!(m.value("routewarden_datastore_invalid_objects"), 2.0, "{m}");
-    assert_eq!(m.value("routewarden_frozen_prefixes"), 2.0, "{m}");
-    assert_eq!(m.value(r#"routewarden_deletions_held{reason="frozen"}"#), 1.0, "{m}");
+    assert_eq!(m.value("routewarden_datastore_invalid_objects"), 2, "{m}");
+    assert_eq!(m.value("routewarden_frozen_prefixes"), 2, "{m}");
+    assert_eq!(m.value(r#"routewarden_deletions_held{reason="frozen"}"#), 1, "{m}");
     let (status, body) = readyz(&lab);
     assert_eq!(status, 200, "{body}");
     let invalid: Vec<&str> = body.lines().filter(|l| l.starts_with("invalid: ")).collect();
@@ -344,7 +344,7 @@ fn row10_one_invalid_object_freezes_only_what_it_names() {
     assert!(invalid.iter().any(|l| l.contains(r#"IPPool "broken": spec.ipipMode: invalid value "Sometimes""#)), "{body}");
     assert!(invalid.iter().any(|l| l.contains(r#"BlockAffinity "node-c-10-244-30-0-26-x": spec.state: invalid value "weird""#)), "{body}");
     routes_stay(&lab, &want, Duration::from_secs(SETTLE));
-    assert_eq!(ops(&lab), (7.0, 1.0));
+    assert_eq!(ops(&lab), (7, 1));
     // `audit` lists what it skipped and why, and is not clean because of it.
     let out = lab
         .command("node-a", env!("CARGO_BIN_EXE_routewarden"))
@@ -389,14 +389,14 @@ fn row11_deep_nesting_is_refused_at_once() {
     let (lab, dir, agent) = healthy(&[]);
     let before = cpu_seconds(agent.pid());
     std::fs::write(file(&dir, "deep.yaml"), "[".repeat(200 * 1024)).unwrap();
-    wait_for("the file refused", Duration::from_secs(10), || (metrics(&lab, "node-a").value("routewarden_datastore_invalid_inputs") == 1.0).then_some(()));
+    wait_for("the file refused", Duration::from_secs(10), || (metrics(&lab, "node-a").value("routewarden_datastore_invalid_inputs") == 1).then_some(()));
     let (status, body) = readyz(&lab);
     assert_eq!(status, 200);
     assert!(body.lines().any(|l| l == format!("invalid: {}:1: YAML: nesting deeper than 64 levels", file(&dir, "deep.yaml").display())), "{body}");
     let used = cpu_seconds(agent.pid()) - before;
     assert!(used < 2.0, "parsing the nested file took {used} s of CPU");
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(1));
-    assert_eq!(ops(&lab), (7.0, 0.0));
+    assert_eq!(ops(&lab), (7, 0));
 }
 
 /// Row 12: a 10 MB allocations array took 1 GB of RSS (a 50 MB file 1.38 GB), far past the
@@ -414,13 +414,13 @@ fn row12_huge_allocations_array_stays_within_memory() {
     let bad = good.replacen("allocations: [0, null, null, null, null, 1]", &huge, 1);
     assert!(bad.len() > 10_000_000);
     std::fs::write(&ipam, bad).unwrap();
-    wait_for("the block rejected", Duration::from_secs(30), || (metrics(&lab, "node-a").value("routewarden_datastore_invalid_objects") == 1.0).then_some(()));
+    wait_for("the block rejected", Duration::from_secs(30), || (metrics(&lab, "node-a").value("routewarden_datastore_invalid_objects") == 1).then_some(()));
     let rss = peak_rss_mib(agent.pid());
     assert!(rss < 200.0, "peak RSS {rss} MiB");
     let (_, body) = readyz(&lab);
     assert!(body.lines().any(|l| l.contains(r#"IPAMBlock "10-244-20-0-26": line "#) && l.ends_with("a sequence has more than 65536 entries (its last good version is kept)")), "{body}");
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE + 1));
-    assert_eq!(ops(&lab), (7.0, 0.0));
+    assert_eq!(ops(&lab), (7, 0));
     eprintln!("row12: peak RSS {rss:.1} MiB with a {} MB allocations array", huge.len() / 1_000_000);
 }
 
@@ -437,7 +437,7 @@ fn row14_deleted_pools_take_their_series_with_them() {
     }
     let (lab, dir, _agent) = healthy(&[]);
     let m = metrics(&lab, "node-a");
-    assert_eq!(m.value(r#"routewarden_bpf_program_attached{program="tc_forward"}"#), 1.0, "the forwarding watch runs: {m}");
+    assert_eq!(m.value(r#"routewarden_bpf_program_attached{program="tc_forward"}"#), 1, "the forwarding watch runs: {m}");
     // 300 no-encap pools (BIRD's class for role felix: no route of ours), each with a block.
     let mut extra = String::new();
     for i in 0..300 {
@@ -450,7 +450,7 @@ fn row14_deleted_pools_take_their_series_with_them() {
     }
     let extra_file = file(&dir, "extra.yaml");
     std::fs::write(&extra_file, &extra).unwrap();
-    let count = |lab: &Lab| metrics(lab, "node-a").samples().filter(|(s, _)| s.contains("pool=\"extra-")).count();
+    let count = |lab: &Lab| metrics(lab, "node-a").series().filter(|s| s.contains("pool=\"extra-")).count();
     wait_for("the extra pools' series", Duration::from_secs(20), || (count(&lab) == 1800).then_some(()));
     std::fs::write(&extra_file, "apiVersion: v1\nkind: List\nitems: []\n").unwrap();
     wait_for("the extra pools' series gone", Duration::from_secs(20), || (count(&lab) == 0).then_some(()));
@@ -468,14 +468,14 @@ fn row15_block_on_an_unknown_node_at_runtime_is_reported() {
     let (lab, dir, _agent) = healthy(&[]);
     let m = metrics(&lab, "node-a");
     assert!(!m.has(r#"routewarden_route_problems{code="unknown-node"}"#), "{m}");
-    assert_eq!(m.sum("routewarden_route_problems"), 0.0, "{m}");
+    assert_eq!(m.sum("routewarden_route_problems"), 0, "{m}");
     std::fs::write(
         file(&dir, "late.yaml"),
         "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: 10-244-50-0-26}\nspec: {cidr: 10.244.50.0/26, affinity: \"host:node-z\"}\n",
     )
     .unwrap();
     wait_for("unknown-node counted", Duration::from_secs(10), || {
-        metrics(&lab, "node-a").is(r#"routewarden_route_problems{code="unknown-node"}"#, 1.0).then_some(())
+        metrics(&lab, "node-a").is(r#"routewarden_route_problems{code="unknown-node"}"#, 1).then_some(())
     });
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(1));
 }

@@ -246,12 +246,12 @@ fn route_flapping_fires_through_prometheus_while_a_second_writer_fights_and_reso
          Writer pairs in conflict in the last 10 minutes: self+bird. Run `routewarden events` on the node to see the prefixes and processes."
     );
     let m = metrics(&lab, NODE);
-    assert!(m.value(r#"routewarden_route_conflicts_total{family="ipv4",writers="self+bird"}"#) >= 1.0, "{m}");
+    assert!(m.value(r#"routewarden_route_conflicts_total{family="ipv4",writers="self+bird"}"#) >= 1, "{m}");
 
     // The fight has stopped: the detector window (2 s) empties and the `changes()` arms (8 s
     // here) fall below 3, and Prometheus drops the alert from the active list.
     wait_resolved(&lab, "RouteFlapping", Duration::from_secs(30));
-    assert_eq!(metrics(&lab, NODE).value("routewarden_flapping_prefixes"), 0.0);
+    assert_eq!(metrics(&lab, NODE).value("routewarden_flapping_prefixes"), 0);
     drop(prom);
     eprintln!("{TEST}: {:?}", started.elapsed());
 }
@@ -283,7 +283,7 @@ fn route_ownership_conflict_fires_through_prometheus_for_a_double_programmed_cla
     assert_ne!(bad, good);
     std::fs::write(&calico, &bad).unwrap();
     wait_for("double-programmed ipip in /metrics", Duration::from_secs(10), || {
-        metrics(&lab, NODE).is(r#"routewarden_ownership_findings{code="double-programmed",class="ipip"}"#, 1.0).then_some(())
+        metrics(&lab, NODE).is(r#"routewarden_ownership_findings{code="double-programmed",class="ipip"}"#, 1).then_some(())
     });
     let firing = wait_firing(&lab, "RouteOwnershipConflict", Duration::from_secs(20));
     // One alert: the IPIP class is double-programmed; no-encap (BIRD only) is consistent.
@@ -310,7 +310,7 @@ fn route_ownership_conflict_fires_through_prometheus_for_a_double_programmed_cla
     // The agent drops the finding's series (it no longer exists), it does not report 0.
     let m = metrics(&lab, NODE);
     assert!(!m.has(r#"routewarden_ownership_findings{code="double-programmed",class="ipip"}"#), "{m}");
-    assert_eq!(m.value(r#"routewarden_ownership_findings{code="consistent",class="ipip"}"#), 1.0, "{m}");
+    assert_eq!(m.value(r#"routewarden_ownership_findings{code="consistent",class="ipip"}"#), 1, "{m}");
     drop(prom);
     eprintln!("{TEST}: {:?}", started.elapsed());
 }

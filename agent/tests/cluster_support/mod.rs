@@ -265,7 +265,7 @@ impl ClusterLab {
                 &format!("{node}: {want} BGP sessions Established"),
                 Duration::from_secs(30),
                 || {
-                    (self.birds[node].established().map(|e| e.len()).unwrap_or(0) == want)
+                    (self.birds[node].established().map_or(0, |e| e.len()) == want)
                         .then_some(())
                 },
             );
@@ -342,10 +342,10 @@ impl ClusterLab {
             };
             let n = if i == 0 { 4 } else { 6 };
             // confd's calico_aggr: advertise own blocks, not the workload /32s inside them.
-            let aggr: String = blocks[i]
-                .iter()
-                .map(|b| format!("if (net ~ {b}) then reject; "))
-                .collect();
+            let aggr = blocks[i].iter().fold(String::new(), |mut out, b| {
+                let _ = write!(out, "if (net ~ {b}) then reject; ");
+                out
+            });
             let _ = writeln!(c, "filter mesh_export_v{n} {{ {reject}if (proto = \"blocks{n}\") then accept; {aggr}{pools_match}reject; }}");
         }
         let timers = "multihop; connect delay time 1; connect retry time 1; error wait time 1, 5; hold time 9; keepalive time 3; graceful restart off;";
@@ -452,23 +452,23 @@ impl ClusterLab {
 
     /// Sum of every sample of the metric `name` (all label sets) on `node`; panics unless the
     /// agent declares the metric ([`Metrics::sum`]).
-    pub fn metric_sum(&self, node: &str, name: &str) -> f64 {
+    pub fn metric_sum(&self, node: &str, name: &str) -> u64 {
         self.metrics(node).sum(name)
     }
 
     /// Conflict episodes the route watch on `node` has counted (all families and writer pairs),
     /// asserting that the watch runs (a backend is attached), so that 0 is a measurement.
-    pub fn route_conflicts(&self, node: &str) -> f64 {
+    pub fn route_conflicts(&self, node: &str) -> u64 {
         let m = self.metrics(node);
-        assert_eq!(m.value(r#"routewarden_route_watch_backend_info{backend="none"}"#), 0.0, "{node}: the route watch is not running:\n{m}");
+        assert_eq!(m.value(r#"routewarden_route_watch_backend_info{backend="none"}"#), 0, "{node}: the route watch is not running:\n{m}");
         m.sum("routewarden_route_conflicts_total")
     }
 
     /// Sum over families and classes of `routewarden_routes{state="<state>"}` on `node`: the
     /// four series (IPv4 and IPv6, IPIP and no-encap) must all be exported.
-    pub fn routes_in_state(&self, node: &str, state: &str) -> f64 {
+    pub fn routes_in_state(&self, node: &str, state: &str) -> u64 {
         let m = self.metrics(node);
-        let mut sum = 0.0;
+        let mut sum = 0;
         for family in ["ipv4", "ipv6"] {
             for class in ["ipip", "noencap"] {
                 sum += m.value(&format!("routewarden_routes{{family=\"{family}\",class=\"{class}\",state=\"{state}\"}}"));

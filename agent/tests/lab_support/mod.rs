@@ -117,6 +117,8 @@ pub fn metrics(lab: &Lab, node: &str) -> Metrics {
 }
 
 /// A `/metrics` body that was served with status 200 (see [`metrics`]). `Display` prints it.
+/// Values are read as counts: every series the tests read is a counter or a gauge of whole,
+/// non-negative numbers (a histogram's `_sum` is never read).
 pub struct Metrics {
     node: String,
     body: String,
@@ -124,12 +126,12 @@ pub struct Metrics {
 
 impl Metrics {
     /// The value of the series `name{labels}` (the exact text before the value, as the agent
-    /// prints it). Panics, showing the scrape, when the agent does not export it or exports it
-    /// twice.
-    pub fn value(&self, series: &str) -> f64 {
-        let found: Vec<f64> = self.samples().filter(|(s, _)| *s == series).map(|(_, v)| v).collect();
+    /// prints it). Panics, showing the scrape, when the agent does not export it, exports it
+    /// twice, or its value is not a count.
+    pub fn value(&self, series: &str) -> u64 {
+        let found: Vec<&str> = self.raw().filter(|(s, _)| *s == series).map(|(_, v)| v).collect();
         match found[..] {
-            [v] => v,
+            [v] => self.count(series, v),
             [] => panic!("{}: /metrics has no series {series}:\n{}", self.node, self.body),
             _ => panic!("{}: /metrics has {} samples of {series}:\n{}", self.node, found.len(), self.body),
         }
@@ -138,38 +140,56 @@ impl Metrics {
     /// Whether the agent exports the series `name{labels}`: for a series that appears later
     /// (with [`wait_for`]) or one the agent must have dropped.
     pub fn has(&self, series: &str) -> bool {
-        self.samples().any(|(s, _)| s == series)
+        self.raw().any(|(s, _)| s == series)
     }
 
     /// Whether the series is exported with exactly the value `v` (not yet, while absent): for
     /// waiting on a series the agent creates when it has something to count.
-    pub fn is(&self, series: &str, v: f64) -> bool {
-        self.samples().any(|(s, x)| s == series && x == v)
+    pub fn is(&self, series: &str, v: u64) -> bool {
+        self.has(series) && self.value(series) == v
     }
 
     /// Whether the series is exported with a value of at least `min` (not yet, while absent):
     /// for waiting on a counter that is created at its first increment.
-    pub fn at_least(&self, series: &str, min: f64) -> bool {
-        self.samples().any(|(s, v)| s == series && v >= min)
+    pub fn at_least(&self, series: &str, min: u64) -> bool {
+        self.has(series) && self.value(series) >= min
     }
 
     /// The sum over every label set of the metric `name` (`routewarden_route_writes_total`
     /// sums `routewarden_route_writes_total{...}`). Panics unless the agent declares the
     /// metric (its `# TYPE` line): a labelled counter that never counted has no series, but it
     /// is declared, so its sum is a real 0.
-    pub fn sum(&self, name: &str) -> f64 {
+    pub fn sum(&self, name: &str) -> u64 {
+        self.family(name).iter().map(|(_, v)| v).sum()
+    }
+
+    /// Every series of the metric `name` with its value, sorted by series; panics unless the
+    /// agent declares the metric.
+    pub fn family(&self, name: &str) -> Vec<(&str, u64)> {
         let family = name.strip_suffix("_total").unwrap_or(name);
         let declared = self.body.lines().any(|l| l.strip_prefix("# TYPE ").and_then(|t| t.split_whitespace().next()) == Some(family));
         assert!(declared, "{}: /metrics does not declare {name} (no `# TYPE {family}`):\n{}", self.node, self.body);
-        self.samples().filter(|(s, _)| s.strip_prefix(name).is_some_and(|rest| rest.is_empty() || rest.starts_with('{'))).map(|(_, v)| v).sum()
+        let mut out: Vec<(&str, u64)> = self
+            .raw()
+            .filter(|(s, _)| s.strip_prefix(name).is_some_and(|rest| rest.is_empty() || rest.starts_with('{')))
+            .map(|(s, v)| (s, self.count(s, v)))
+            .collect();
+        out.sort_unstable();
+        out
     }
 
-    /// Every sample as (series, value): the text before the value, and the value.
-    pub fn samples(&self) -> impl Iterator<Item = (&str, f64)> + '_ {
-        self.body.lines().filter(|l| !l.starts_with('#')).filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            Some((series, value.trim().parse().ok()?))
-        })
+    /// Every series exported (the text before each value).
+    pub fn series(&self) -> impl Iterator<Item = &str> + '_ {
+        self.raw().map(|(s, _)| s)
+    }
+
+    /// Sample lines as (series, value text).
+    fn raw(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.body.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).filter_map(|l| l.rsplit_once(' '))
+    }
+
+    fn count(&self, series: &str, v: &str) -> u64 {
+        v.trim().parse().unwrap_or_else(|_| panic!("{}: {series} is {v:?}, not a count:\n{}", self.node, self.body))
     }
 }
 
