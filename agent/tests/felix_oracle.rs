@@ -309,10 +309,8 @@ fn node_d_felix_routes_ipv4() {
 /// device (`route_mgr.go`: the data interface is the one holding the local node's address;
 /// `noEncapRoute` ~L444 needs it) and no-encap has no tunnel route, so every remote route of
 /// the family is skipped ("Not enough information to program route"); only its own blocks'
-/// blackholes, which need no device, are programmed. routewarden routes the remote IPv6
-/// blocks from such a node (node-c below) via the remote node's address on eth0.
+/// blackholes, which need no device, are programmed.
 #[test]
-#[ignore = "known divergence, not fixed here: routes::compute routes a family the local node has no address of"]
 fn node_without_ipv6_address_programs_only_its_own_ipv6_blackholes() {
     let (_, v6) = computed("node-c");
     assert_eq!(v6, sorted(&["blackhole fd00:10:244:0:3::/122 dev lo proto 80 metric 1024 pref medium"]));

@@ -22,7 +22,7 @@ mod lab_support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use lab_support::{copy_examples, lab, metrics, routes, sample, wait_for, wait_ready, Agent, NODE_A_IPIP};
+use lab_support::{copy_examples, lab, metrics, routes, wait_for, wait_ready, Agent, NODE_A_IPIP};
 use routewarden::model::Cluster;
 use routewarden_lab::skip_unless_root;
 use routewarden::routes::{desired_routes, ClusterRoute, PoolClass, RouteDevices, RoutePath, RouteProblem};
@@ -549,8 +549,8 @@ fn both_rules_reach_the_kernel_in_a_netns() {
     };
     assert_eq!(sorted(routes(&lab, "node-a", "80")), sorted(want.clone()));
     let m = metrics(&lab, "node-a");
-    assert_eq!(sample(&m, r#"routewarden_route_problems{code="next-hop-sources-disagree"}"#), Some(1.0), "{m}");
-    assert_eq!(sample(&m, r#"routewarden_route_operations_total{op="replace",result="ok"}"#), Some(8.0), "{m}");
+    assert_eq!(m.value(r#"routewarden_route_problems{code="next-hop-sources-disagree"}"#), 1);
+    assert_eq!(m.value(r#"routewarden_route_operations_total{op="replace",result="ok"}"#), 8);
     // Traffic to the tunnel address takes the /32, not node-d's block route.
     let get = lab.ip("node-a", &["route", "get", "10.245.40.9"]).unwrap();
     assert!(get.starts_with("10.245.40.9 via 10.0.5.12 dev tunl0"), "{get}");
@@ -562,8 +562,8 @@ fn both_rules_reach_the_kernel_in_a_netns() {
         (!routes(&lab, "node-a", "80").iter().any(|r| r.starts_with("10.245.40.9 "))).then_some(())
     });
     let m = metrics(&lab, "node-a");
-    assert_eq!(sample(&m, r#"routewarden_route_operations_total{op="delete",result="ok"}"#), Some(1.0), "{m}");
-    assert_eq!(sample(&m, r#"routewarden_route_operations_total{op="replace",result="ok"}"#), Some(8.0), "{m}");
+    assert_eq!(m.value(r#"routewarden_route_operations_total{op="delete",result="ok"}"#), 1);
+    assert_eq!(m.value(r#"routewarden_route_operations_total{op="replace",result="ok"}"#), 8);
 
     // The BGP address with its prefix again: one replace moves the gateway back.
     std::fs::write(&nodes, edit("projectcalico.org/IPv4Address: 10.0.0.12\n", "projectcalico.org/IPv4Address: 10.0.0.12/24\n", &home)).unwrap();
@@ -572,7 +572,7 @@ fn both_rules_reach_the_kernel_in_a_netns() {
     });
     assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
     let m = metrics(&lab, "node-a");
-    assert_eq!(sample(&m, r#"routewarden_route_operations_total{op="replace",result="ok"}"#), Some(9.0), "{m}");
-    assert_eq!(sample(&m, r#"routewarden_route_operations_total{op="delete",result="ok"}"#), Some(1.0), "{m}");
-    assert_eq!(sample(&m, r#"routewarden_route_problems{code="next-hop-sources-disagree"}"#), None, "{m}");
+    assert_eq!(m.value(r#"routewarden_route_operations_total{op="replace",result="ok"}"#), 9);
+    assert_eq!(m.value(r#"routewarden_route_operations_total{op="delete",result="ok"}"#), 1);
+    assert!(!m.has(r#"routewarden_route_problems{code="next-hop-sources-disagree"}"#), "the problem is gone");
 }

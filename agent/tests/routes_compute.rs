@@ -315,6 +315,14 @@ proptest! {
         let local = node_name(s.local);
         let d = desired_routes(&cluster, &local, &routable_classes(), &RouteDevices::default());
         let addr = |n: usize| s.nodes[n].0.then(|| ip(&node_ip(n, s.nodes[n].1)));
+        // Without an address of its own, the local node gets no native route (Felix's manager
+        // has no parent device); without one it cannot be in a subnet either, so CrossSubnet
+        // still tunnels.
+        let no_native = s.mode == "Never" && addr(s.local).is_none();
+        if no_native && !d.routes.iter().all(|r| r.path == RoutePath::Blackhole) {
+            prop_assert!(false, "a native route from a node without an address: {:?}", d.routes);
+        }
+        let local_problem = RouteProblem::LocalNodeWithoutAddress { node: node_name(s.local), family: 4 };
 
         // One destination, one route.
         let dsts: BTreeSet<IpNet> = d.routes.iter().map(|r| r.dst).collect();
@@ -333,6 +341,10 @@ proptest! {
                 // Exactly one route per remote block, to its affine node (or a problem when
                 // that node has no address).
                 Some(h) => match addr(*h) {
+                    Some(_) if no_native => {
+                        prop_assert!(to_block.is_empty());
+                        prop_assert!(d.problems.contains(&local_problem));
+                    }
                     Some(gw) => {
                         prop_assert_eq!(to_block.len(), 1);
                         prop_assert_eq!(to_block[0].gateway, Some(gw));
@@ -356,6 +368,8 @@ proptest! {
                     prop_assert!(route.is_none());
                 } else if Some(*n) == *host || *n == s.local {
                     prop_assert!(route.is_none(), "unexpected /32 {}", ipn);
+                } else if no_native {
+                    prop_assert!(route.is_none());
                 } else if let Some(gw) = addr(*n) {
                     let route = route.expect("borrowed IP route");
                     prop_assert_eq!(route.gateway, Some(gw));

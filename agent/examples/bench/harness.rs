@@ -737,6 +737,7 @@ pub fn compute_cluster(size: ComputeSize) -> Cluster {
                 bgp_ipv4: Some(format!("{}/24", v4(addr)).parse().expect("valid CIDR")),
                 bgp_ipv4_has_prefix: true,
                 bgp_ipv6: None,
+                bgp_ipv6_has_prefix: false,
                 as_number: None,
                 // Calico's IPIP tunnel address: the first IP of the node's first block (block
                 // i of the IPIP pool), so the tunnel-address rule (issue 21) runs per node.

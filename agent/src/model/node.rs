@@ -89,6 +89,8 @@ pub struct Node {
     pub bgp_ipv4_has_prefix: bool,
     /// `spec.bgp.ipv6Address` (`fd00:10::11/64`).
     pub bgp_ipv6: Option<IpNet>,
+    /// Whether `spec.bgp.ipv6Address` was written with a prefix length.
+    pub bgp_ipv6_has_prefix: bool,
     /// `spec.bgp.asNumber`.
     pub as_number: Option<u32>,
     /// `spec.bgp.ipv4IPIPTunnelAddr`: the address on this node's `tunl0`.
@@ -138,10 +140,22 @@ impl Node {
     /// the BGP address (a bare address fails to parse) before falling back to the Node's
     /// addresses. So a bare BGP address makes this differ from [`Node::next_hop`].
     pub fn tunnel_gateway(&self) -> Option<(IpAddr, NodeAddressSource)> {
-        if let Some(net) = self.bgp_ipv4.filter(|_| self.bgp_ipv4_has_prefix) {
+        self.host_address(false)
+    }
+
+    /// The node's address in Felix's per-host address message, for one family: the BGP
+    /// address only when written with a prefix length, else the first InternalIP, else the
+    /// first ExternalIP (`felix/calc/dataplane_passthru.go` `extractNodeAddress`). For a
+    /// remote node it is the IPIP tunnel gateway ([`Node::tunnel_gateway`]); for this node it
+    /// is the address whose interface is the route managers' parent device
+    /// (`route_mgr.go` `detectParentIface`): without one, Felix programs no host-NIC route of
+    /// the family.
+    pub fn host_address(&self, v6: bool) -> Option<(IpAddr, NodeAddressSource)> {
+        let has_prefix = if v6 { self.bgp_ipv6_has_prefix } else { self.bgp_ipv4_has_prefix };
+        if let Some(net) = self.bgp_address(v6).filter(|_| has_prefix) {
             return Some((net.addr(), NodeAddressSource::Bgp));
         }
-        self.first_address(false)
+        self.first_address(v6)
     }
 
     /// The first InternalIP of the family, else the first ExternalIP.
@@ -183,7 +197,7 @@ impl Node {
     pub(crate) fn parse_calico(f: &mut Fields<'_>, name: &str) -> Result<Node, Vec<ModelError>> {
         let mut node = Node::empty(name, NodeForm::Calico);
         (node.bgp_ipv4, node.bgp_ipv4_has_prefix) = bgp_cidr(f, &["spec", "bgp", "ipv4Address"], false);
-        node.bgp_ipv6 = bgp_cidr(f, &["spec", "bgp", "ipv6Address"], true).0;
+        (node.bgp_ipv6, node.bgp_ipv6_has_prefix) = bgp_cidr(f, &["spec", "bgp", "ipv6Address"], true);
         node.as_number = as_number(f, &["spec", "bgp", "asNumber"]);
         node.ipv4_ipip_tunnel_addr = f.ip(&["spec", "bgp", "ipv4IPIPTunnelAddr"]);
         node.ipv4_vxlan_tunnel_addr = f.ip(&["spec", "ipv4VXLANTunnelAddr"]);
@@ -198,7 +212,7 @@ impl Node {
         const A: &str = "annotations";
         let mut node = Node::empty(name, NodeForm::Kubernetes);
         (node.bgp_ipv4, node.bgp_ipv4_has_prefix) = bgp_cidr(f, &["metadata", A, "projectcalico.org/IPv4Address"], false);
-        node.bgp_ipv6 = bgp_cidr(f, &["metadata", A, "projectcalico.org/IPv6Address"], true).0;
+        (node.bgp_ipv6, node.bgp_ipv6_has_prefix) = bgp_cidr(f, &["metadata", A, "projectcalico.org/IPv6Address"], true);
         node.as_number = as_number(f, &["metadata", A, "projectcalico.org/ASNumber"]);
         node.ipv4_ipip_tunnel_addr = f.ip(&["metadata", A, "projectcalico.org/IPv4IPIPTunnelAddr"]);
         node.ipv4_vxlan_tunnel_addr = f.ip(&["metadata", A, "projectcalico.org/IPv4VXLANTunnelAddr"]);
@@ -216,6 +230,7 @@ impl Node {
             bgp_ipv4: None,
             bgp_ipv4_has_prefix: false,
             bgp_ipv6: None,
+            bgp_ipv6_has_prefix: false,
             as_number: None,
             ipv4_ipip_tunnel_addr: None,
             ipv4_vxlan_tunnel_addr: None,

@@ -26,7 +26,10 @@
 //!   [`RouteProblem::NextHopSourcesDisagree`] names both;
 //! - IPIP: `via <node> dev <tunnel> onlink`, unless the pool is CrossSubnet and the next hop
 //!   is inside this node's BGP subnet (`nodeInOurSubnet`), then `via <node> dev <host NIC>
-//!   onlink`, as for no-encap pools, v4 and v6 (`route_mgr.go` `noEncapRoute`).
+//!   onlink`, as for no-encap pools, v4 and v6 (`route_mgr.go` `noEncapRoute`);
+//! - host-NIC routes of a family only when this node has an address of that family in
+//!   Felix's per-host address message ([`Node::host_address`]): Felix's parent device is the
+//!   interface holding it, and without one it programs no native route of the family.
 //!
 //! VXLAN-class blocks are never routed here (they need VTEPs and `vxlan.calico`; Felix always
 //! programs them), and LoadBalancer-only pools have no cluster routes. What cannot be computed
@@ -77,6 +80,13 @@ pub enum RouteProblem {
     /// A route's node is not in the cluster.
     #[error("no route to {dst}: node {node:?} (from IPAM block {block}) is not in the cluster")]
     UnknownNode { block: String, dst: IpNet, node: String },
+    /// This node has no address of the family in Felix's per-host address message (BGP
+    /// address with a prefix length, InternalIP or ExternalIP), so Felix's route manager of
+    /// that family has no parent device and programs no host-NIC route (`route_mgr.go`
+    /// `noEncapRoute` needs it; the no-encap manager has no tunnel route): neither does
+    /// routewarden. Tunnel routes and blackholes need no parent device.
+    #[error("this node {node:?} has no IPv{family} address with a prefix length, InternalIP or ExternalIP, so (as in Felix) no native IPv{family} route is computed")]
+    LocalNodeWithoutAddress { node: String, family: u8 },
     /// A route's node has no address of the destination's family.
     #[error("no route to {dst}: node {node:?} has no IPv{family} address (BGP address, InternalIP or ExternalIP)")]
     NodeWithoutAddress { node: String, family: u8, dst: IpNet },
@@ -143,6 +153,7 @@ impl RouteProblem {
             RouteProblem::AllocationWithoutNode { .. } => "allocation-without-node",
             RouteProblem::UnknownNode { .. } => "unknown-node",
             RouteProblem::NodeWithoutAddress { .. } => "node-without-address",
+            RouteProblem::LocalNodeWithoutAddress { .. } => "local-node-without-address",
             RouteProblem::AffinityConflict { .. } => "affinity-conflict",
             RouteProblem::DuplicateDestination { .. } => "duplicate-destination",
             RouteProblem::TunnelAddressConflict { .. } => "tunnel-address-conflict",
@@ -429,6 +440,10 @@ impl Ctx<'_> {
             PoolClass::Ipip if !same_subnet => RoutePath::Tunnel,
             _ => RoutePath::HostNic,
         };
+        if path == RoutePath::HostNic && self.local.is_some_and(|l| l.host_address(v6).is_none()) {
+            problems.insert(RouteProblem::LocalNodeWithoutAddress { node: self.local_name.to_owned(), family: if v6 { 6 } else { 4 } });
+            return None;
+        }
         let (gateway, device) = match path {
             RoutePath::Tunnel => {
                 let tunnel_gateway = remote.tunnel_gateway().map(|(gw, _)| gw);
