@@ -7,16 +7,18 @@
 //! then failing to start is a test failure.
 #![allow(dead_code, reason = "each test binary uses a subset of the scenarios")]
 
-use std::collections::HashSet;
-use std::io::Write;
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
 use std::net::Ipv4Addr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prometheus_client::registry::Registry;
+use routewarden::bpf::route_watch::metrics_apply::writers_label;
 use routewarden::bpf::route_watch::{RouteWatch, RouteWatchBackend, RouteWatchConfig, RouteWatchEvent, RouteWatchMetrics};
 use routewarden::observe::metrics::Metrics;
+use routewarden_common::route_watch::WriterClass;
 use routewarden_lab::NetNsGuard;
 use tokio::sync::mpsc;
 
@@ -24,6 +26,10 @@ use tokio::sync::mpsc;
 pub const SELF_PROTO: u8 = 80;
 /// Test window: short, so "the gauge returns to 0" happens within seconds.
 pub const WINDOW: Duration = Duration::from_secs(2);
+/// How long a test waits for an event the kernel has already counted. The watch delivers one
+/// within 200 ms plus one `/proc` round (DESIGN.md); this is a deadline for a wedged reader, not
+/// a latency target (those are benchmarks: `detect-latency` in BENCHMARKS.md).
+pub const EVENT_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Run `cmd args` and fail with its stderr.
 pub fn sh(cmd: &str, args: &[&str]) -> String {
@@ -66,6 +72,70 @@ impl IpBatch {
         let stdin = self.0 .0.stdin.as_mut().expect("stdin");
         writeln!(stdin, "{line}").expect("write to ip -batch");
         stdin.flush().expect("flush");
+    }
+}
+
+/// A writer that answers: one `ip -force -batch -` process (one process and one netlink
+/// socket for its life, so one writer to every backend), fed one command at a time. Each
+/// command is followed by a line `ip` cannot parse; `ip` reports it on stderr, which is
+/// unbuffered, as `Command failed -:<line>` after the command before it has been answered by
+/// the kernel. So [`IpWriter::run`] returns once the write and the hooks it triggers have run
+/// (the counters already show it), and panics with `ip`'s own message if the command failed.
+pub struct IpWriter {
+    child: ChildGuard,
+    stdin: ChildStdin,
+    stderr: std::sync::mpsc::Receiver<String>,
+    lines: u32,
+}
+
+impl IpWriter {
+    /// The line sent after every command: an object `ip` does not know.
+    const SYNC: &'static str = "rw-sync";
+
+    pub fn spawn() -> IpWriter {
+        let mut child = Command::new("ip")
+            .args(["-force", "-batch", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn ip -batch");
+        let stdin = child.stdin.take().expect("stdin");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        IpWriter { child: ChildGuard(child), stdin, stderr: rx, lines: 0 }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
+    /// Run `ip <cmd>` (e.g. `route replace ...`) and wait for the kernel's answer.
+    pub fn run(&mut self, cmd: &str) {
+        let (cmd_line, sync_line) = (self.lines + 1, self.lines + 2);
+        self.lines += 2;
+        writeln!(self.stdin, "{cmd}\n{}", Self::SYNC).and_then(|()| self.stdin.flush()).unwrap_or_else(|e| panic!("ip -batch: write `{cmd}`: {e}"));
+        let (failed, synced) = (format!("Command failed -:{cmd_line}"), format!("Command failed -:{sync_line}"));
+        let mut said = Vec::new();
+        loop {
+            let line = self
+                .stderr
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("ip -batch (pid {}) did not answer `{cmd}` in 30 s ({e}); it said {said:?}", self.pid()));
+            if line == synced {
+                break;
+            }
+            said.push(line);
+        }
+        assert!(!said.contains(&failed), "ip {cmd}: {}", said.join(" / "));
     }
 }
 
@@ -158,6 +228,8 @@ pub struct Harness {
     pub metrics: Arc<Metrics>,
     pub registry: Registry,
     pub state: RouteWatchMetrics,
+    /// The highest `routewarden_flapping_prefixes` seen after any event or tick.
+    pub peak_flapping: i64,
 }
 
 impl Harness {
@@ -168,7 +240,7 @@ impl Harness {
         let (registry, metrics) = Metrics::new_registry();
         let state = RouteWatchMetrics::new(watch.window());
         state.set_backend(&metrics, Some(watch.backend()));
-        Harness { watch, rx, events: Vec::new(), metrics, registry, state }
+        Harness { watch, rx, events: Vec::new(), metrics, registry, state, peak_flapping: 0 }
     }
 
     /// Drain pending events (waiting up to `wait` for the first) and apply counters.
@@ -177,11 +249,39 @@ impl Harness {
         while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, self.rx.recv()).await {
             let now = Instant::now();
             self.state.apply_event(&self.metrics, &ev, now);
+            self.peak_flapping = self.peak_flapping.max(self.metrics.flapping_prefixes.get());
             self.events.push((now, ev));
         }
         let c = self.watch.counters().expect("counters");
         self.state.apply_counters(&self.metrics, &c);
         self.state.tick(&self.metrics, Instant::now());
+        self.peak_flapping = self.peak_flapping.max(self.metrics.flapping_prefixes.get());
+    }
+
+    /// Pump (at least once, so the counters are applied) until `cond` holds; how long that
+    /// took, or `None` after `limit`.
+    pub async fn pump_until(&mut self, limit: Duration, cond: impl Fn(&Harness) -> bool) -> Option<Duration> {
+        let t0 = Instant::now();
+        loop {
+            self.pump(Duration::from_millis(50)).await;
+            if cond(self) {
+                return Some(t0.elapsed());
+            }
+            if t0.elapsed() >= limit {
+                return None;
+            }
+        }
+    }
+
+    /// Pump until every conflict and flap episode the kernel counted (IPv4 and IPv6) has
+    /// arrived as an event (each counted episode is one ring-buffer record), within
+    /// [`EVENT_DEADLINE`]. Fails if a record was lost, so the events are all there is.
+    pub async fn pump_counted_episodes(&mut self, test: &str) {
+        let c = self.watch.counters().expect("counters");
+        assert_eq!(c.records_lost, 0, "{test}: ring-buffer records lost");
+        let counted = usize::try_from(c.conflicts.iter().flatten().flatten().sum::<u64>() + c.flaps.iter().sum::<u64>()).unwrap();
+        let got = self.pump_until(EVENT_DEADLINE, |h| h.conflicts().len() + h.flaps().len() >= counted).await;
+        assert!(got.is_some(), "{test}: {counted} episodes counted, {} events after {EVENT_DEADLINE:?}: {:?}", self.conflicts().len() + self.flaps().len(), self.events);
     }
 
     pub fn conflicts(&self) -> Vec<&RouteWatchEvent> {
@@ -197,6 +297,67 @@ impl Harness {
         prometheus_client::encoding::text::encode(&mut out, &self.registry).unwrap();
         out
     }
+
+    /// The conflict and flap events, in the order the kernel emitted them.
+    pub fn episodes(&self) -> Vec<Episode> {
+        self.events.iter().filter_map(|(_, e)| Episode::of(e)).collect()
+    }
+
+    /// Every conflict and flap the exported counters hold is one event and the other way
+    /// round: `routewarden_route_conflicts_total` per (family, writers) and
+    /// `routewarden_route_flaps_total` per family equal the events received (call after
+    /// [`Harness::pump_counted_episodes`]).
+    pub fn assert_episodes_exported(&self, test: &str) {
+        let mut from_events: BTreeMap<String, u64> = BTreeMap::new();
+        for e in self.conflicts().into_iter().chain(self.flaps()) {
+            let key = match e {
+                RouteWatchEvent::Conflict { route, previous, .. } => {
+                    format!(r#"routewarden_route_conflicts_total{{family="{}",writers="{}"}}"#, route.family, writers_label(route.writer.writer_class(), previous.writer_class()))
+                }
+                RouteWatchEvent::Flap { route, .. } => format!(r#"routewarden_route_flaps_total{{family="{}"}}"#, route.family),
+                _ => unreachable!(),
+            };
+            *from_events.entry(key).or_default() += 1;
+        }
+        let expo = self.exposition();
+        let exported: BTreeMap<String, u64> = expo
+            .lines()
+            .filter(|l| l.starts_with("routewarden_route_conflicts_total{") || l.starts_with("routewarden_route_flaps_total{"))
+            .filter_map(|l| l.rsplit_once(' ').and_then(|(k, v)| Some((k.to_string(), v.parse().ok()?))))
+            .collect();
+        assert_eq!(exported, from_events, "{test}: exported counters vs events");
+    }
+}
+
+/// A conflict or flap event as the tests compare it: prefix, operation, the two writers'
+/// process ids (from the hook, or resolved from the netlink port) and the count it carries
+/// (writes in the window for a conflict, changes in the window for a flap).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Episode {
+    Conflict { dst: String, op: &'static str, writer: Option<u32>, previous: Option<u32>, writes: u32 },
+    Flap { dst: String, op: &'static str, writer: Option<u32>, previous: Option<u32>, changes: u32 },
+}
+
+impl Episode {
+    fn of(e: &RouteWatchEvent) -> Option<Episode> {
+        match e {
+            RouteWatchEvent::Conflict { route, previous, writes_in_window } => Some(Episode::Conflict {
+                dst: route.dst.to_string(),
+                op: route.op,
+                writer: route.writer.pid,
+                previous: previous.pid,
+                writes: *writes_in_window,
+            }),
+            RouteWatchEvent::Flap { route, previous, changes_in_window } => Some(Episode::Flap {
+                dst: route.dst.to_string(),
+                op: route.op,
+                writer: route.writer.pid,
+                previous: previous.pid,
+                changes: *changes_in_window,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// `n` lines of an `ip -batch` file.
@@ -204,7 +365,7 @@ fn batch_lines(n: u32, line: impl Fn(u32) -> String) -> String {
     (0..n).map(|i| line(i) + "\n").collect()
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
@@ -225,9 +386,13 @@ async fn gauge_clears(h: &mut Harness, limit: Duration) -> Option<Duration> {
 }
 
 /// Scenario: routewarden (proto 80, in-process netlink) and a shell loop running
-/// `ip route replace ... proto 12` fight over 10.244.20.0/26 at metric 1024. A conflict naming
-/// both writers arrives within one cycle (1 s); the fight flaps; the flapping gauge returns to
-/// 0 after the fight stops.
+/// `ip route replace ... proto 12` fight over 10.244.20.0/26 at metric 1024 for 3 s. A conflict
+/// naming both writers is reported, the fight is a flap too, and the flapping gauge, which
+/// counts this one prefix, goes to exactly 1 and returns to 0 after the fight stops. How many
+/// episodes the fight makes depends on how the two loops interleave; the detector's rule bounds
+/// it (at most one conflict and one flap episode per prefix per window, so episodes of a kind
+/// are at least a window apart), and every episode the kernel counts is one event and one
+/// step of the exported counters. `route_detector.rs` has the exact counts of scripted fights.
 pub fn fight(test: &str, backend: RouteWatchBackend) {
     if routewarden_lab::skip_unless_root(test) {
         return;
@@ -242,17 +407,19 @@ pub fn fight(test: &str, backend: RouteWatchBackend) {
         h.pump(Duration::from_millis(100)).await;
         let started = Instant::now();
         let fighter = shell_loop("while :; do ip route replace 10.244.20.0/26 via 10.0.0.13 dev veth0 proto 12 metric 1024; sleep 0.2; done");
-        let mut first_conflict = None;
         while started.elapsed() < Duration::from_secs(3) {
             me.replace_v4(gw("10.244.20.0"), 26, gw("10.0.0.12"), oif).await.unwrap();
             h.pump(Duration::from_millis(150)).await;
-            if first_conflict.is_none() && !h.conflicts().is_empty() {
-                first_conflict = Some(started.elapsed());
-            }
         }
         drop(fighter);
-        let latency = first_conflict.unwrap_or_else(|| panic!("{test}: no conflict in 3 s; events {:?}", h.events));
-        assert!(latency <= Duration::from_secs(1), "{test}: conflict after {latency:?}, want within one cycle (1 s)");
+        // The first conflict is counted in the kernel during the fight; wait for its event.
+        let waited = h.pump_until(EVENT_DEADLINE, |h| !h.conflicts().is_empty()).await;
+        assert!(waited.is_some(), "{test}: no conflict {EVENT_DEADLINE:?} after a 3 s fight; events {:?}", h.events);
+        h.pump_counted_episodes(test).await;
+        // Every write of the fight was made before now (the loop's last `ip` ends within
+        // milliseconds of the kill): an upper bound of the span the episodes lie in.
+        let span = started.elapsed();
+        let latency = h.events.iter().find(|(_, e)| matches!(e, RouteWatchEvent::Conflict { .. })).map(|(t, _)| t.duration_since(started)).unwrap();
         let RouteWatchEvent::Conflict { route, previous, .. } = h.conflicts()[0] else { unreachable!() };
         assert_eq!(route.dst.to_string(), "10.244.20.0/26");
         assert_eq!((route.table, route.metric), (254, 1024));
@@ -270,21 +437,35 @@ pub fn fight(test: &str, backend: RouteWatchBackend) {
             assert!(me_writer.netlink_port.is_some(), "{test}: netlink port id of the writer");
             assert_eq!(me_writer.pid, Some(std::process::id()), "{test}: our port id resolved to our pid through /proc");
         }
+        // Each side writes every 150-200 ms: three changes fall in the first window, a flap.
         assert!(!h.flaps().is_empty(), "{test}: the fight is a flap too: {:?}", h.events);
+        let at_most = 1 + usize::try_from(span.as_nanos() / WINDOW.as_nanos()).unwrap();
+        assert!(h.conflicts().len() <= at_most, "{test}: {} conflict episodes in {span:?}, at most one per {WINDOW:?}: {:?}", h.conflicts().len(), h.conflicts());
+        assert!(h.flaps().len() <= at_most, "{test}: {} flap episodes in {span:?}, at most one per {WINDOW:?}: {:?}", h.flaps().len(), h.flaps());
+        h.assert_episodes_exported(test);
         let expo = h.exposition();
         assert!(expo.contains(r#"routewarden_route_conflicts_total{family="ipv4",writers="self+bird"}"#), "{expo}");
-        assert!(expo.contains(r#"routewarden_route_flaps_total{family="ipv4"}"#), "{expo}");
-        assert!(h.metrics.flapping_prefixes.get() >= 1);
+        assert_eq!(h.peak_flapping, 1, "{test}: one prefix fought over, one flapping prefix");
         let cleared = gauge_clears(&mut h, WINDOW * 3).await;
         assert!(cleared.is_some(), "{test}: flapping gauge still {} after the fight stopped", h.metrics.flapping_prefixes.get());
-        eprintln!("{test}: conflict after {latency:?}; gauge back to 0 {cleared:?} after the fight stopped");
+        eprintln!(
+            "{test}: conflict after {latency:?}; {} conflict and {} flap episodes in {span:?}; gauge back to 0 {cleared:?} after the fight stopped",
+            h.conflicts().len(),
+            h.flaps().len()
+        );
     });
     drop(ns);
 }
 
 /// Scenario S01: two long-lived processes, same protocol 12, overwrite each other's route for
-/// 10.244.30.0/26. A conflict between two distinct writers of protocol 12 (`bird+bird`) and a
-/// flap are reported; once one stops, the other's route stays and the gauge returns to 0.
+/// 10.244.30.0/26: eight rounds of A then B, each write answered by the kernel before the next
+/// ([`IpWriter`]); then B stops and A writes once more, all of it within one window.
+/// The detector's rules (`ebpf/src/route_detector.rs`) give the exact outcome: the first write
+/// creates the prefix's state; each later one overwrites the other writer's route within the
+/// window (a conflict, one episode per prefix per window: reported at write 1, with 2 writes in
+/// the window, `bird+bird`) and changes the prefix (other writer, other gateway: the third
+/// change, write 3, is the one flap; later changes add none). The gauge counts this one prefix
+/// and returns to 0; A's route stays.
 pub fn s01(test: &str, backend: RouteWatchBackend) {
     if routewarden_lab::skip_unless_root(test) {
         return;
@@ -293,33 +474,38 @@ pub fn s01(test: &str, backend: RouteWatchBackend) {
     let Some(watch) = start_or_skip(test, backend, &config()) else { return };
     runtime().block_on(async {
         let mut h = Harness::new(watch);
-        let mut a = IpBatch::spawn();
-        let mut b = IpBatch::spawn();
+        let mut a = IpWriter::spawn();
+        let mut b = IpWriter::spawn();
         let started = Instant::now();
-        let mut first_conflict = None;
         for _ in 0..8 {
-            a.send("route replace 10.244.30.0/26 via 10.0.0.12 dev veth0 proto 12 metric 1024");
-            h.pump(Duration::from_millis(150)).await;
-            b.send("route replace 10.244.30.0/26 via 10.0.0.13 dev veth0 proto 12 metric 1024");
-            h.pump(Duration::from_millis(150)).await;
-            if first_conflict.is_none() && !h.conflicts().is_empty() {
-                first_conflict = Some(started.elapsed());
-            }
+            a.run("route replace 10.244.30.0/26 via 10.0.0.12 dev veth0 proto 12 metric 1024");
+            b.run("route replace 10.244.30.0/26 via 10.0.0.13 dev veth0 proto 12 metric 1024");
         }
+        // B stops writing (its process stays until its events are in: the socket filter
+        // names a writer by its netlink port, resolved to the process through /proc). A is the
+        // survivor: its next export stands.
+        a.run("route replace 10.244.30.0/26 via 10.0.0.12 dev veth0 proto 12 metric 1024");
+        let span = started.elapsed();
+        assert!(span < WINDOW, "{test}: the 17 writes took {span:?}, not within one window ({WINDOW:?}): the counts below assume they fit");
+        let c = h.watch.counters().unwrap();
+        assert_eq!(c.writes[0].iter().flatten().sum::<u64>(), 17, "{test}: every write seen (each one changes the route)");
+        assert_eq!(c.conflicts[0][WriterClass::Bird as usize][WriterClass::Bird as usize], 1, "{test}: {:?}", c.conflicts[0]);
+        assert_eq!(c.conflicts.iter().flatten().flatten().sum::<u64>(), 1, "{test}: one conflict episode in one window");
+        assert_eq!(c.flaps, [1, 0], "{test}: one flap episode in one window");
+        h.pump_counted_episodes(test).await;
+        let dst = "10.244.30.0/26".to_string();
+        let want = vec![
+            Episode::Conflict { dst: dst.clone(), op: "replace", writer: Some(b.pid()), previous: Some(a.pid()), writes: 2 },
+            Episode::Flap { dst, op: "replace", writer: Some(b.pid()), previous: Some(a.pid()), changes: 3 },
+        ];
+        assert_eq!(h.episodes(), want, "{test}: {:?}", h.events);
         drop(b);
-        // A is the survivor: its next export stands.
-        a.send("route replace 10.244.30.0/26 via 10.0.0.12 dev veth0 proto 12 metric 1024");
-        let latency = first_conflict.unwrap_or_else(|| panic!("{test}: no conflict; events {:?}", h.events));
-        assert!(latency <= Duration::from_secs(1), "{test}: conflict after {latency:?}");
         let RouteWatchEvent::Conflict { route, previous, .. } = h.conflicts()[0] else { unreachable!() };
         assert_eq!((route.writer.protocol, previous.protocol), (12, 12));
         assert!(!route.writer.same_identity(previous), "{test}: two distinct writers: {route:?} / {previous:?}");
-        let pids: HashSet<Option<u32>> = [route.writer.pid, previous.pid].into();
-        if matches!(backend, RouteWatchBackend::Fentry | RouteWatchBackend::Kprobe) {
-            assert_eq!(pids, HashSet::from([Some(a.pid()), Some(b_pid_of(&h, a.pid()))]));
-        }
-        assert!(!h.flaps().is_empty(), "{test}: flap expected: {:?}", h.events);
-        assert!(h.exposition().contains(r#"routewarden_route_conflicts_total{family="ipv4",writers="bird+bird"}"#));
+        h.assert_episodes_exported(test);
+        assert!(h.exposition().contains(r#"routewarden_route_conflicts_total{family="ipv4",writers="bird+bird"} 1"#));
+        assert_eq!(h.peak_flapping, 1, "{test}: one prefix in conflict");
         let cleared = gauge_clears(&mut h, WINDOW * 3).await;
         assert!(cleared.is_some(), "{test}: gauge did not clear after one writer stopped");
         let routes = sh("ip", &["route", "show", "10.244.30.0/26"]);
@@ -327,12 +513,6 @@ pub fn s01(test: &str, backend: RouteWatchBackend) {
         drop(a);
     });
     drop(ns);
-}
-
-/// The other pid in the first conflict (helper for S01's pid assertion).
-fn b_pid_of(h: &Harness, a: u32) -> u32 {
-    let RouteWatchEvent::Conflict { route, previous, .. } = h.conflicts()[0] else { return 0 };
-    [route.writer.pid, previous.pid].into_iter().flatten().find(|p| *p != a).unwrap_or(0)
 }
 
 /// Scenario S11: `ip link set veth0 down; up` flushes the routes via veth0 (IPv4 silently,
@@ -376,6 +556,10 @@ pub fn s11(test: &str, backend: RouteWatchBackend) {
         assert!(h.conflicts().is_empty(), "{test}: a flush is not a conflict: {:?}", h.conflicts());
         assert!(h.flaps().is_empty(), "{test}: a flush is not a flap: {:?}", h.flaps());
         assert_eq!(h.metrics.flapping_prefixes.get(), 0);
+        assert_eq!(h.peak_flapping, 0, "{test}: never a flapping prefix");
+        // Lower bounds: the link's own routes (connected, local, link-local, multicast) are
+        // flushed and re-added by the kernel too, as many as this kernel makes. The exact
+        // count for routes of ours alone is `route_detector.rs`'s link-flush test.
         assert!(c.flushes[1] >= 2, "{test}: IPv6 flushes counted (kernel deletes): {:?}", c.flushes);
         if backend == RouteWatchBackend::SocketFilter {
             assert!(c.flushes[0] >= 6, "{test}: IPv4 silent flushes revealed by the re-adds: {:?}", c.flushes);
