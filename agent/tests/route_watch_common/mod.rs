@@ -208,6 +208,13 @@ impl SelfWriter {
         self.handle.route().add(msg).replace().execute().await
     }
 
+    /// Delete our route for `dst/len` (protocol 80, metric 1024) through the same socket, so the
+    /// detector sees the writer of the route delete it (no conflict).
+    pub async fn delete_v4(&self, dst: Ipv4Addr, len: u8) -> Result<(), rtnetlink::Error> {
+        let msg = rtnetlink::RouteMessageBuilder::<Ipv4Addr>::new().destination_prefix(dst, len).priority(1024).protocol(SELF_PROTO.into()).build();
+        self.handle.route().del(msg).execute().await
+    }
+
     pub async fn replace_v6(&self, dst: std::net::Ipv6Addr, len: u8, gw: std::net::Ipv6Addr, oif: u32) -> Result<(), rtnetlink::Error> {
         let msg = rtnetlink::RouteMessageBuilder::<std::net::Ipv6Addr>::new()
             .destination_prefix(dst, len)
