@@ -40,6 +40,7 @@ pub const GUEST_TESTS: &[&str] = &[
     "route_watch_kprobe",
     "route_watch_socket_filter",
     "route_watch_events",
+    "route_detector",
     "dataplane_tunl0",
     "forward_ipip",
 ];
@@ -73,7 +74,7 @@ const APPLETS: &[&str] = &[
 ];
 
 /// Guest wall-clock limit.
-const GUEST_TIMEOUT: Duration = Duration::from_secs(270);
+const GUEST_TIMEOUT: Duration = Duration::from_mins(7);
 
 /// Result of the lane.
 #[derive(Debug, Default)]
