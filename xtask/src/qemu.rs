@@ -15,6 +15,10 @@
 //! 4. `qemu-system-x86_64 -accel tcg -cpu max -m 1024 -smp 2 ... -nographic -no-reboot` with a
 //!    wall-clock timeout; the guest's console is echoed and saved to
 //!    `target/qemu/console.log`, and each binary's `test result:` line is parsed.
+//!
+//! The lane fails when a test fails, when none passes, when a module of [`MODULES`] is neither
+//! in the kernel package nor built in or fails to load, and when a test prints `SKIPPED` in the
+//! guest, unless [`ALLOWED_SKIPS`] names it with the reason it may.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -45,6 +49,22 @@ pub const GUEST_TESTS: &[&str] = &[
     "forward_ipip",
 ];
 
+/// A test that may print `SKIPPED` in the guest without failing the lane.
+#[derive(Clone, Copy, Debug)]
+pub struct AllowedSkip {
+    /// The test's name as it prints it (`SKIPPED <test>: <reason>`).
+    pub test: &'static str,
+    /// Text its reason must contain: another reason to skip still fails the lane.
+    pub reason: &'static str,
+    /// Why skipping is legitimate there (printed in the lane's summary).
+    pub why: &'static str,
+}
+
+/// Skips the lane accepts. None today: the guest runs as root, every test binary embeds the
+/// BPF object, `ROUTEWARDEN_REQUIRE_BACKENDS` turns a backend that cannot start into a failure,
+/// and the ipip module gives the `tunl0` tests their device.
+pub const ALLOWED_SKIPS: &[AllowedSkip] = &[];
+
 /// Kernel command-line marker of the lane's guest; with [`GUEST_ENV`] it tells a test it runs
 /// in the throwaway guest, where it may change global kernel settings such as
 /// `kernel.bpf_stats_enabled` (never on a host).
@@ -53,7 +73,9 @@ pub const GUEST_CMDLINE_MARKER: &str = "routewarden.qemu_lane=1";
 /// Environment variable set (to `1`) for every test binary run in the guest.
 pub const GUEST_ENV: &str = "ROUTEWARDEN_QEMU_GUEST";
 
-/// Modules loaded in the guest, dependencies first (missing ones are reported and skipped).
+/// Modules loaded in the guest, dependencies first. Each is required: one missing from the
+/// kernel package must be built in (`modules.builtin`), and one that fails to load fails the
+/// lane.
 const MODULES: &[&str] = &[
     "drivers/net/veth",
     "drivers/net/dummy",
@@ -87,6 +109,49 @@ pub struct LaneSummary {
     pub skipped: u32,
     /// Test binaries that exited non-zero.
     pub failed_binaries: Vec<String>,
+    /// Every `SKIPPED` line, in order.
+    pub skips: Vec<Skip>,
+    /// Modules whose `insmod` failed in the guest (`RW-LANE-MODULE-FAILED <name>`).
+    pub module_failures: Vec<String>,
+}
+
+/// One `SKIPPED <test>: <reason>` line of the guest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skip {
+    /// The test binary that printed it (`?` outside one).
+    pub binary: String,
+    /// The test's name.
+    pub test: String,
+    /// Why it skipped.
+    pub reason: String,
+}
+
+impl Skip {
+    /// The allow-list entry that covers this skip, if any.
+    pub fn allowed_by<'a>(&self, allowed: &'a [AllowedSkip]) -> Option<&'a AllowedSkip> {
+        allowed.iter().find(|a| a.test == self.test && self.reason.contains(a.reason))
+    }
+}
+
+impl LaneSummary {
+    /// Why the lane fails (empty: it passes), given the skips it accepts.
+    pub fn problems(&self, allowed: &[AllowedSkip]) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.failed > 0 {
+            let failing = if self.failed_binaries.is_empty() { String::new() } else { format!(" (failing: {})", self.failed_binaries.join(", ")) };
+            out.push(format!("{} tests failed{failing}", self.failed));
+        }
+        if self.passed == 0 {
+            out.push("no test passed".into());
+        }
+        for m in &self.module_failures {
+            out.push(format!("module {m} failed to load"));
+        }
+        for s in self.skips.iter().filter(|s| s.allowed_by(allowed).is_none()) {
+            out.push(format!("{} skipped in {} (not in ALLOWED_SKIPS): {}", s.test, s.binary, s.reason));
+        }
+        out
+    }
 }
 
 fn qemu_dir() -> PathBuf {
@@ -222,6 +287,12 @@ fn init_script(tests: &[(String, PathBuf)], modules: &[String]) -> String {
     s
 }
 
+/// Whether `modules.builtin` (one `kernel/<path>.ko` a line) lists module `m` (`net/ipv4/ipip`).
+fn is_builtin(builtin: &str, m: &str) -> bool {
+    let want = format!("kernel/{m}.ko");
+    builtin.lines().any(|l| l.trim() == want)
+}
+
 /// Build the initramfs; returns its path.
 fn initramfs(tests: &[(String, PathBuf)], modules_dir: &Path) -> Result<PathBuf> {
     let dir = qemu_dir();
@@ -245,6 +316,8 @@ fn initramfs(tests: &[(String, PathBuf)], modules_dir: &Path) -> Result<PathBuf>
     for lib in &libs {
         copy_into(&stage, lib, &lib.to_string_lossy())?;
     }
+    let builtin_list = modules_dir.parent().context("modules dir parent")?.join("modules.builtin");
+    let builtin = std::fs::read_to_string(&builtin_list).with_context(|| format!("read {}", builtin_list.display()))?;
     let mut loaded = Vec::new();
     for m in MODULES {
         let src = modules_dir.join(format!("{m}.ko"));
@@ -252,8 +325,10 @@ fn initramfs(tests: &[(String, PathBuf)], modules_dir: &Path) -> Result<PathBuf>
             let base = m.rsplit('/').next().unwrap_or(m).to_string();
             copy_into(&stage, &src, &format!("/lib/modules/{base}.ko"))?;
             loaded.push(base);
+        } else if is_builtin(&builtin, m) {
+            eprintln!("qemu lane: module {m} is built into this kernel");
         } else {
-            eprintln!("qemu lane: module {m} not in the kernel package (built in?), skipped");
+            bail!("module {m} is neither in the kernel package nor built in ({})", builtin_list.display());
         }
     }
     std::fs::write(stage.join("etc/passwd"), "root:x:0:0:root:/:/bin/sh\n")?;
@@ -323,7 +398,8 @@ fn boot(vmlinuz: &Path, initrd: &Path) -> Result<Vec<String>> {
     Ok(lines)
 }
 
-/// Parse the guest console: libtest `test result:` lines, `SKIPPED` lines, exit codes.
+/// Parse the guest console: libtest `test result:` lines, `SKIPPED` lines, module load
+/// failures, exit codes.
 pub fn parse_console(lines: &[String]) -> LaneSummary {
     let mut s = LaneSummary::default();
     let mut current: Option<String> = None;
@@ -342,6 +418,8 @@ pub fn parse_console(lines: &[String]) -> LaneSummary {
                 }
             }
             current = None;
+        } else if let Some(module) = line.strip_prefix("RW-LANE-MODULE-FAILED ") {
+            s.module_failures.push(module.trim().to_string());
         } else if let Some(idx) = line.find("test result: ") {
             saw_result = true;
             for part in line[idx..].split(';') {
@@ -352,8 +430,12 @@ pub fn parse_console(lines: &[String]) -> LaneSummary {
                     s.failed += n;
                 }
             }
-        } else if line.contains("SKIPPED ") {
+        } else if let Some(idx) = line.find("SKIPPED ") {
+            // With --nocapture the line may start with libtest's `test <name> ... `.
+            let rest = line[idx + "SKIPPED ".len()..].trim();
+            let (test, reason) = rest.split_once(": ").unwrap_or((rest, ""));
             s.skipped += 1;
+            s.skips.push(Skip { binary: current.clone().unwrap_or_else(|| "?".into()), test: test.trim().to_string(), reason: reason.trim().to_string() });
         }
     }
     if current.is_some() || !lines.iter().any(|l| l.starts_with("RW-LANE-DONE")) {
@@ -363,7 +445,8 @@ pub fn parse_console(lines: &[String]) -> LaneSummary {
     s
 }
 
-/// Run the lane. Prints `qemu lane: N passed, N failed` and fails if any test failed.
+/// Run the lane. Prints `qemu lane: N passed, N failed, N skipped` with the allow-list and
+/// every skip, and fails on any of [`LaneSummary::problems`].
 pub fn run(object: &Path) -> Result<LaneSummary> {
     let t0 = Instant::now();
     let (vmlinuz, modules) = kernel()?;
@@ -371,8 +454,9 @@ pub fn run(object: &Path) -> Result<LaneSummary> {
     let initrd = initramfs(&tests, &modules)?;
     let lines = boot(&vmlinuz, &initrd)?;
     let s = parse_console(&lines);
+    let allowed = s.skips.iter().filter(|k| k.allowed_by(ALLOWED_SKIPS).is_some()).count();
     eprintln!(
-        "qemu lane ({}): {} passed, {} failed, {} skipped in {:.0} s{}",
+        "qemu lane ({}): {} passed, {} failed, {} skipped ({allowed} allowed) in {:.0} s{}",
         vmlinuz.file_name().and_then(|n| n.to_str()).unwrap_or("?"),
         s.passed,
         s.failed,
@@ -380,8 +464,21 @@ pub fn run(object: &Path) -> Result<LaneSummary> {
         t0.elapsed().as_secs_f64(),
         if s.failed_binaries.is_empty() { String::new() } else { format!(" (failing: {})", s.failed_binaries.join(", ")) }
     );
-    if s.failed > 0 || s.passed == 0 {
-        bail!("qemu lane failed: {} passed, {} failed (console: target/qemu/console.log)", s.passed, s.failed);
+    if ALLOWED_SKIPS.is_empty() {
+        eprintln!("qemu lane: allowed skips: none (any SKIPPED fails the lane)");
+    } else {
+        eprintln!("qemu lane: allowed skips:");
+        for a in ALLOWED_SKIPS {
+            eprintln!("  {} when \"{}\": {}", a.test, a.reason, a.why);
+        }
+    }
+    for k in &s.skips {
+        let verdict = if k.allowed_by(ALLOWED_SKIPS).is_some() { "allowed" } else { "NOT ALLOWED" };
+        eprintln!("qemu lane: skipped ({verdict}) in {}: {}: {}", k.binary, k.test, k.reason);
+    }
+    let problems = s.problems(ALLOWED_SKIPS);
+    if !problems.is_empty() {
+        bail!("qemu lane failed: {} (console: target/qemu/console.log)", problems.join("; "));
     }
     Ok(s)
 }
@@ -404,6 +501,66 @@ mod tests {
         let s = parse_console(&ok);
         assert_eq!((s.passed, s.failed, s.skipped), (6, 2, 1));
         assert_eq!(s.failed_binaries, vec!["b", "c"]);
+        assert_eq!(s.skips, vec![Skip { binary: "a".into(), test: "x".into(), reason: "why".into() }]);
+    }
+
+    /// A guest where everything passed but one test printed `SKIPPED` (after libtest's
+    /// `test <name> ... `, as with --nocapture).
+    fn passing_but_one_skip(reason: &str) -> Vec<String> {
+        lines(&format!(
+            "RW-LANE-READY 6.1.0\nRW-LANE-BEGIN route_detector\nrunning 2 tests\n\
+             test fentry::lru_pressure ... SKIPPED fentry::lru_pressure: {reason}\nok\ntest fentry::same_writer ... ok\n\
+             test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 1.00s\n\
+             RW-LANE-EXIT route_detector 0\nRW-LANE-DONE\n"
+        ))
+    }
+
+    #[test]
+    fn a_skip_fails_the_lane_unless_allowed_with_its_reason() {
+        let s = parse_console(&passing_but_one_skip("the fentry backend cannot run on this kernel: EPERM"));
+        assert_eq!((s.passed, s.failed, s.skipped), (2, 0, 1));
+        assert_eq!(
+            s.skips,
+            vec![Skip { binary: "route_detector".into(), test: "fentry::lru_pressure".into(), reason: "the fentry backend cannot run on this kernel: EPERM".into() }]
+        );
+        let problems = s.problems(&[]);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("fentry::lru_pressure skipped in route_detector"), "{problems:?}");
+        let allowed = [AllowedSkip { test: "fentry::lru_pressure", reason: "cannot run on this kernel", why: "test" }];
+        assert!(s.problems(&allowed).is_empty(), "{:?}", s.problems(&allowed));
+        // The same test skipping for another reason is not covered.
+        let other = parse_console(&passing_but_one_skip("built without the BPF object"));
+        assert_eq!(other.problems(&allowed).len(), 1);
+        // Nor is another test skipping for the allowed reason.
+        let elsewhere = [AllowedSkip { test: "kprobe::lru_pressure", reason: "cannot run on this kernel", why: "test" }];
+        assert_eq!(s.problems(&elsewhere).len(), 1);
+    }
+
+    #[test]
+    fn a_failed_module_load_fails_the_lane() {
+        let mut l = lines("insmod: can't insert '/lib/modules/ipip.ko': unknown symbol in module\nRW-LANE-MODULE-FAILED ipip\n");
+        l.extend(passing_but_one_skip("x").into_iter().filter(|l| !l.contains("SKIPPED")));
+        let s = parse_console(&l);
+        assert_eq!((s.passed, s.failed, s.skipped), (2, 0, 0));
+        assert_eq!(s.module_failures, vec!["ipip"]);
+        assert_eq!(s.problems(ALLOWED_SKIPS), vec!["module ipip failed to load".to_string()]);
+    }
+
+    #[test]
+    fn a_clean_run_has_no_problems_and_an_empty_one_has() {
+        let mut l = passing_but_one_skip("x");
+        l.retain(|l| !l.contains("SKIPPED"));
+        assert!(parse_console(&l).problems(ALLOWED_SKIPS).is_empty());
+        let none = parse_console(&lines("RW-LANE-BEGIN a\ntest result: ok. 0 passed; 0 failed;\nRW-LANE-EXIT a 0\nRW-LANE-DONE\n"));
+        assert_eq!(none.problems(ALLOWED_SKIPS), vec!["no test passed".to_string()]);
+    }
+
+    #[test]
+    fn builtin_modules_are_found_in_modules_builtin() {
+        let list = "kernel/net/ipv4/tcp_cubic.ko\nkernel/drivers/net/veth.ko\n";
+        assert!(is_builtin(list, "drivers/net/veth"));
+        assert!(!is_builtin(list, "net/ipv4/ipip"));
+        assert!(!is_builtin(list, "net/veth"));
     }
 
     #[test]
