@@ -123,7 +123,10 @@ fn cmd_events(args: &routewarden::bpf::route_watch::events_cmd::EventsArgs) -> R
         let config = plan::PlanConfig { node, ownership, devices, protocol: args.route_protocol, table: 254 };
         let p = plan::plan(&snap, &config, &std::collections::BTreeSet::new(), &[]);
         opts.forward = Some(ForwardSetup {
-            config: ForwardConfig::for_devices(std::slice::from_ref(&args.tunnel_device), std::slice::from_ref(&args.host_device)),
+            config: ForwardConfig {
+                log_level: args.bpf_log_level,
+                ..ForwardConfig::for_devices(std::slice::from_ref(&args.tunnel_device), std::slice::from_ref(&args.host_device))
+            },
             entries: entries_from_plan(&p),
         });
     }

@@ -352,3 +352,90 @@ fn missing_device_is_attached_when_it_appears() {
     drop(watch);
     drop(ns);
 }
+
+/// Send one IPv4 frame of 8 bytes (shorter than an IPv4 header) out of `dev` through a packet
+/// socket, which does not check what it sends.
+fn send_short_ipv4_frame(dev: &str) {
+    use nix::libc;
+    let ifindex = nix::net::if_::if_nametoindex(dev).expect("ifindex");
+    let proto = u16::try_from(libc::ETH_P_IP).unwrap().to_be();
+    // SAFETY: plain socket calls with a zeroed, filled-in sockaddr_ll and a stack buffer.
+    unsafe {
+        let fd = libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM, i32::from(proto));
+        assert!(fd >= 0, "packet socket: {}", std::io::Error::last_os_error());
+        let mut addr: libc::sockaddr_ll = std::mem::zeroed();
+        addr.sll_family = u16::try_from(libc::AF_PACKET).unwrap();
+        addr.sll_protocol = proto;
+        addr.sll_ifindex = i32::try_from(ifindex).unwrap();
+        addr.sll_halen = 6;
+        addr.sll_addr[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+        let payload = [0x45u8, 0, 0, 8, 0, 0, 0, 0];
+        let rc = libc::sendto(fd, payload.as_ptr().cast(), payload.len(), 0, (&raw const addr).cast(), u32::try_from(size_of::<libc::sockaddr_ll>()).unwrap());
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        assert_eq!(rc, 8, "sendto: {err}");
+    }
+}
+
+/// Issue 14 (aya-log): a packet the watch cannot parse is logged with `--bpf-log-level warn`,
+/// as the kernel's exact line, once per second per CPU at most (three frames, one line), and
+/// not at all with the level off; the watch still counts the well-formed packets after it.
+#[test]
+fn an_unparsable_packet_is_logged_through_aya_log() {
+    use routewarden::bpf::bpf_log::BpfLogLevel;
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let Some(obj) = object("an_unparsable_packet_is_logged_through_aya_log") else { return };
+    for level in [BpfLogLevel::Warn, BpfLogLevel::Off] {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).without_time().finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let ns = NetNsGuard::new().expect("netns");
+            let _peer = build(&ns, if level == BpfLogLevel::Off { "logoff" } else { "logwarn" });
+            route(&ns, "10.250.1.0/26", "eth0");
+            let mut watch = ForwardWatch::start(obj, &ForwardConfig { log_level: level, ..config(Duration::from_secs(1)) }).expect("start the forwarding watch");
+            watch.set_destinations(&[entry("10.250.1.0/26", "flat", PoolClass::NoEncap, ForwardPath::Host)]).expect("destinations");
+            // On one CPU, so the per-CPU rate limit allows exactly one line for the three.
+            let all = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).expect("affinity");
+            let mut one = nix::sched::CpuSet::new();
+            one.set(0).unwrap();
+            nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).expect("pin to CPU 0");
+            for _ in 0..3 {
+                send_short_ipv4_frame("eth0");
+            }
+            nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &all).expect("unpin");
+            send("10.250.1.9", 5);
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let bpf_lines = || -> Vec<String> {
+                String::from_utf8_lossy(&captured.0.lock().unwrap()).lines().filter(|l| l.contains(" bpf: ")).map(|l| l.trim_start().to_owned()).collect()
+            };
+            while level != BpfLogLevel::Off && bpf_lines().is_empty() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            std::thread::sleep(Duration::from_millis(600));
+            let c = watch.counts().expect("counters");
+            assert_eq!(c.slot("flat", ForwardPath::Host, Observation::HostNative).packets, 5, "the well-formed packets are still counted");
+            drop(watch);
+            let lines = bpf_lines();
+            eprintln!("level {level:?}: {lines:?}");
+            if level == BpfLogLevel::Off {
+                assert_eq!(lines, Vec::<String>::new());
+            } else {
+                assert_eq!(
+                    lines,
+                    [r#"WARN bpf: forwarding watch: packet not parsed (header 4, 22 bytes) watch="forwarding-watch" module="routewarden_ebpf::tc_forward""#]
+                );
+            }
+        });
+    }
+}

@@ -33,3 +33,8 @@ fn fentry_cold_start_10k_routes_is_quiet() {
 fn fentry_ring_overflow_is_counted() {
     route_watch_common::ring_overflow("fentry_ring_overflow_is_counted", BACKEND);
 }
+
+#[test]
+fn fentry_ring_full_is_logged_through_aya_log() {
+    route_watch_common::ring_full_is_logged("fentry_ring_full_is_logged_through_aya_log", BACKEND);
+}

@@ -33,3 +33,8 @@ fn kprobe_cold_start_10k_routes_is_quiet() {
 fn kprobe_ring_overflow_is_counted() {
     route_watch_common::ring_overflow("kprobe_ring_overflow_is_counted", BACKEND);
 }
+
+#[test]
+fn kprobe_ring_full_is_logged_through_aya_log() {
+    route_watch_common::ring_full_is_logged("kprobe_ring_full_is_logged_through_aya_log", BACKEND);
+}

@@ -33,3 +33,8 @@ fn socket_filter_cold_start_10k_routes_is_quiet() {
 fn socket_filter_ring_overflow_is_counted() {
     route_watch_common::ring_overflow("socket_filter_ring_overflow_is_counted", BACKEND);
 }
+
+#[test]
+fn socket_filter_ring_full_is_logged_through_aya_log() {
+    route_watch_common::ring_full_is_logged("socket_filter_ring_full_is_logged_through_aya_log", BACKEND);
+}

@@ -3,6 +3,7 @@
 #![no_std]
 #![no_main]
 
+mod bpf_log;
 mod route_detector;
 mod route_watch_fentry;
 mod route_watch_fib;

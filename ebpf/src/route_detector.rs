@@ -24,10 +24,13 @@ use aya_ebpf::{
     macros::map,
     maps::{LruHashMap, PerCpuArray, RingBuf},
 };
+use aya_log_ebpf::{macro_support::Level, warn};
 use routewarden_common::route_watch::{
     family_index, PrefixKey, PrefixState, RecordKind, RouteWatchCounters, RouteWatchRecord, RouteWrite, WriteOp, Writer,
     WriterClass, WriterIdKind, STATE_CONFLICT, STATE_FLAP, STATE_FLUSHED, STATE_REMOVED,
 };
+
+use crate::bpf_log::{allowed, LogKind};
 
 /// Detector state per prefix. 32768 entries x ~150 bytes (key, value, LRU overhead) ≈ 5 MB.
 #[map(name = "ROUTE_WATCH_STATE")]
@@ -107,6 +110,9 @@ fn emit(kind: RecordKind, changes: u32, write: &RouteWrite, previous: &Writer) {
         None => {
             if let Some(c) = counters() {
                 c.records_lost += 1;
+            }
+            if allowed(LogKind::RouteRingFull, Level::Warn) {
+                warn!(&(), "route watch: ring buffer full, record lost (kind {}); userspace is not keeping up", kind as u8);
             }
         }
     }
@@ -201,7 +207,11 @@ pub fn observe(w: &mut RouteWrite) {
             _pad: [0; 2],
             last_writer: w.writer,
         };
-        let _ = STATE.insert(&key, &st, 0);
+        if let Err(e) = STATE.insert(&key, &st, 0) {
+            if allowed(LogKind::RouteStateInsert, Level::Warn) {
+                warn!(&(), "route watch: state map insert failed (error {}); this write starts no history", e);
+            }
+        }
         return;
     };
     // SAFETY: pointer from the map lookup, valid for this run. Two CPUs may update the same

@@ -11,8 +11,10 @@
 //! (`fc_nlinfo.portid == 0` for IPv4 deletes, `info->nlh == NULL` for IPv6 deletes) is a
 //! kernel-made removal, i.e. a flush.
 use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel};
+use aya_log_ebpf::{macro_support::Level, warn};
 use routewarden_common::route_watch::{KernelOffsets, RouteWrite, WriteOp, Writer, WriterIdKind, AF_INET, AF_INET6};
 
+use crate::bpf_log::{allowed, LogKind};
 use crate::route_detector::{count_decode_error, count_other_netns, now_ns, observe};
 
 /// Network namespace inode number to watch (`stat -L /proc/<agent>/ns/net`), 0 = all.
@@ -69,8 +71,29 @@ fn current_writer(protocol: u8) -> Writer {
 /// `fib_table_insert(net, tb, cfg, extack)` / `fib_table_delete(net, tb, cfg, extack)`.
 #[inline(always)]
 pub fn fib4(net: u64, cfg: u64, delete: bool) {
-    if fib4_inner(net, cfg, delete).is_err() {
-        count_decode_error();
+    if !offsets_valid() {
+        unresolved();
+    } else if fib4_inner(net, cfg, delete).is_err() {
+        unreadable("fib_config");
+    }
+}
+
+/// The offsets were not resolved from the running kernel's BTF (they do not match the struct
+/// layout the hook was written against): nothing can be read.
+#[inline(always)]
+fn unresolved() {
+    count_decode_error();
+    if allowed(LogKind::RouteOffsetsUnresolved, Level::Warn) {
+        warn!(&(), "route watch: kernel struct offsets unresolved (BTF does not match the hook); write not recorded");
+    }
+}
+
+/// A read at a BTF offset failed.
+#[inline(always)]
+fn unreadable(what: &'static str) {
+    count_decode_error();
+    if allowed(LogKind::RouteFibRead, Level::Warn) {
+        warn!(&(), "route watch: reading {} at its BTF offsets failed; write not recorded", what);
     }
 }
 
@@ -118,8 +141,10 @@ fn fib4_inner(net: u64, cfg: u64, delete: bool) -> Result<(), ()> {
 /// `fib6_add(root, rt, info, extack)` / `fib6_del(rt, info)`.
 #[inline(always)]
 pub fn fib6(rt: u64, info: u64, delete: bool) {
-    if fib6_inner(rt, info, delete).is_err() {
-        count_decode_error();
+    if !offsets_valid() {
+        unresolved();
+    } else if fib6_inner(rt, info, delete).is_err() {
+        unreadable("fib6_info");
     }
 }
 

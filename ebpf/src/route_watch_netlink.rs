@@ -20,7 +20,10 @@ use aya_ebpf::{
     maps::PerCpuArray,
     programs::SkBuffContext,
 };
+use aya_log_ebpf::{macro_support::Level, warn};
 use routewarden_common::route_watch::{RouteWrite, WriteOp, Writer, WriterIdKind, AF_INET, AF_INET6};
+
+use crate::bpf_log::{allowed, LogKind};
 
 use crate::route_detector::{count_decode_error, link_down, now_ns, observe};
 
@@ -65,6 +68,9 @@ fn try_route_watch_netlink(ctx: &SkBuffContext) -> Result<(), i64> {
 #[inline(always)]
 fn decode_error() -> i64 {
     count_decode_error();
+    if allowed(LogKind::RouteNetlinkDecode, Level::Warn) {
+        warn!(&(), "route watch: netlink route message not decoded");
+    }
     -1
 }
 

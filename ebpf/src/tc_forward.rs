@@ -30,10 +30,13 @@ use aya_ebpf::{
     },
     programs::TcContext,
 };
+use aya_log_ebpf::{macro_support::Level, warn};
 use routewarden_common::forward::{
     counter_index, BlockKey, BlockState, ForwardCounters, ForwardRecord, ForwardRecordKind, ForwardStats,
     ForwardTarget, Observation, COUNTER_SLOTS, LAST_PATH_UNKNOWN, MAX_POOLS,
 };
+
+use crate::bpf_log::{allowed, LogKind};
 
 /// IPv6 cluster destinations: IPAM blocks and borrowed IPs. Filled and diffed by the agent.
 /// 65536 entries is a 5,000-node cluster with ten blocks per node and 15,000 borrowed IPs;
@@ -147,7 +150,10 @@ fn watch(ctx: &TcContext, host_nic: bool) {
     #[expect(clippy::cast_possible_truncation, reason = "the field holds a 16-bit value")]
     let proto = u16::from_be(ctx.skb.protocol() as u16);
     if proto == ETH_P_IP {
-        let Some(h) = load_net::<20>(ctx, 0) else { return };
+        let Some(h) = load_net::<20>(ctx, 0) else {
+            unparsable(ctx, 4);
+            return;
+        };
         if h[0] >> 4 != 4 {
             return;
         }
@@ -160,7 +166,10 @@ fn watch(ctx: &TcContext, host_nic: bool) {
             if ihl < 20 {
                 return;
             }
-            let Some(inner) = load_net::<20>(ctx, ihl) else { return };
+            let Some(inner) = load_net::<20>(ctx, ihl) else {
+                unparsable(ctx, 44);
+                return;
+            };
             if inner[0] >> 4 != 4 {
                 return;
             }
@@ -170,11 +179,22 @@ fn watch(ctx: &TcContext, host_nic: bool) {
             lookup_and_account_v4(ctx, [h[16], h[17], h[18], h[19]], obs);
         }
     } else if proto == ETH_P_IPV6 {
-        let Some(h) = load_net::<40>(ctx, 0) else { return };
+        let Some(h) = load_net::<40>(ctx, 0) else {
+            unparsable(ctx, 6);
+            return;
+        };
         let mut dst = [0u8; 16];
         dst.copy_from_slice(&h[24..40]);
         let obs = if host_nic { Observation::HostNative } else { Observation::TunnelDevice };
         lookup_and_account(ctx, dst, obs);
+    }
+}
+
+/// A packet whose headers cannot be read (IPv4 `4`, IPv6 `6`, IPIP's inner header `44`).
+#[inline(always)]
+fn unparsable(ctx: &TcContext, what: u32) {
+    if allowed(LogKind::ForwardUnparsable, Level::Warn) {
+        warn!(ctx, "forwarding watch: packet not parsed (header {}, {} bytes)", what, ctx.len());
     }
 }
 
@@ -241,7 +261,7 @@ fn account(ctx: &TcContext, target: &mut ForwardTarget, dst: &[u8; 16], obs: Obs
         // remembers another path: start from that one, so this change counts.
         None if seen != LAST_PATH_UNKNOWN && seen != actual => {
             let known = BlockState { last_path: seen, _pad: [0; 3], changes: 0, window_start_ns: 0, last_sample_ns: 0 };
-            let _ = BLOCKS.insert(&key, &known, 0);
+            block_insert(&key, &known);
             let Some(state) = BLOCKS.get_ptr_mut(&key) else { return };
             state
         }
@@ -249,7 +269,7 @@ fn account(ctx: &TcContext, target: &mut ForwardTarget, dst: &[u8; 16], obs: Obs
             // First packet of this block: remember its path; a first packet is never a change.
             let now = if wrong { now_ns() } else { 0 };
             let fresh = BlockState { last_path: actual, _pad: [0; 3], changes: 0, window_start_ns: 0, last_sample_ns: now };
-            let _ = BLOCKS.insert(&key, &fresh, 0);
+            block_insert(&key, &fresh);
             if wrong {
                 emit(ctx, ForwardRecordKind::WrongPath, target, dst, obs, actual, 0, now);
             }
@@ -292,6 +312,17 @@ fn account(ctx: &TcContext, target: &mut ForwardTarget, dst: &[u8; 16], obs: Obs
     }
 }
 
+/// Insert a block's state; a failure is logged (the LRU map evicts rather than fills, so this
+/// is an allocation failure).
+#[inline(always)]
+fn block_insert(key: &BlockKey, state: &BlockState) {
+    if let Err(e) = BLOCKS.insert(key, state, 0) {
+        if allowed(LogKind::ForwardBlockInsert, Level::Warn) {
+            warn!(&(), "forwarding watch: block state insert failed (error {})", e);
+        }
+    }
+}
+
 #[inline(always)]
 #[expect(clippy::too_many_arguments, reason = "one record's fields; inlined")]
 fn emit(
@@ -307,6 +338,9 @@ fn emit(
     let Some(mut entry) = EVENTS.reserve::<ForwardRecord>(0) else {
         if let Some(s) = stats() {
             s.events_lost += 1;
+        }
+        if allowed(LogKind::ForwardRingFull, Level::Warn) {
+            warn!(ctx, "forwarding watch: ring buffer full, record lost; userspace is not keeping up");
         }
         return;
     };

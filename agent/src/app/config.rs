@@ -212,6 +212,11 @@ pub struct RunArgs {
     /// that loads and attaches, in that order.
     #[arg(long, env = "ROUTEWARDEN_ROUTE_WATCH_BACKEND")]
     pub route_watch_backend: Option<crate::bpf::route_watch::RouteWatchBackend>,
+    /// Kernel-side log lines of the BPF watches (a full ring buffer or map, offsets that do not
+    /// match the kernel, an unparsable packet), forwarded to the log under target `bpf`:
+    /// `off` (the programs write nothing), `error`, `warn`, `info`, `debug`.
+    #[arg(long, env = "ROUTEWARDEN_BPF_LOG_LEVEL", value_enum, default_value = "off")]
+    pub bpf_log_level: crate::bpf::bpf_log::BpfLogLevel,
     /// Route-watch conflict/flap window, in seconds.
     #[arg(long, env = "ROUTEWARDEN_ROUTE_WATCH_WINDOW", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub route_watch_window: u64,

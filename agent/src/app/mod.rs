@@ -481,6 +481,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
     );
     forward_config.flap_threshold = args.forward_flap_threshold;
     forward_config.window = Duration::from_secs(args.forward_flap_window);
+    forward_config.log_level = args.bpf_log_level;
     let mut forward = crate::bpf::forward::ForwardHandler::start(&forward_config, &metrics, &health);
     // Route-churn watch (issue 5, `bpf::route_watch`): every route write in this namespace.
     let route_watch_config = crate::bpf::route_watch::RouteWatchConfig {
@@ -488,6 +489,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         window: Duration::from_secs(args.route_watch_window),
         flap_threshold: args.route_watch_flap_threshold,
         self_protocol: dp_config.protocol,
+        log_level: args.bpf_log_level,
         ..Default::default()
     };
     let mut route_watch = route_watch::RouteWatchHandler::start(&route_watch_config, &metrics, &health);

@@ -40,6 +40,8 @@ use aya::programs::links::LinkOrder;
 use aya::programs::tc::{self, NlOptions, TcAttachOptions};
 use aya::programs::{SchedClassifier, TcAttachType};
 use aya::{Ebpf, EbpfLoader};
+
+use crate::bpf::bpf_log::{BpfLogForwarder, BpfLogLevel};
 use ipnet::IpNet;
 use routewarden_common::forward::{
     counter_index, ForwardCounters, ForwardPath, ForwardStats, ForwardTarget, Observation, FORWARD_COUNTERS_MAP,
@@ -91,6 +93,8 @@ pub struct ForwardConfig {
     pub window: Duration,
     /// Minimum interval between two wrong-path samples of one block (default 1 s).
     pub sample_interval: Duration,
+    /// Kernel-side log level (`--bpf-log-level`, default off; [`crate::bpf::bpf_log`]).
+    pub log_level: BpfLogLevel,
 }
 
 impl ForwardConfig {
@@ -101,7 +105,7 @@ impl ForwardConfig {
             .map(|d| (d.clone(), DeviceRole::Tunnel))
             .chain(nics.iter().map(|d| (d.clone(), DeviceRole::HostNic)))
             .collect();
-        ForwardConfig { devices, flap_threshold: 3, window: Duration::from_secs(30), sample_interval: Duration::from_secs(1) }
+        ForwardConfig { devices, flap_threshold: 3, window: Duration::from_secs(30), sample_interval: Duration::from_secs(1), log_level: BpfLogLevel::Off }
     }
 }
 
@@ -257,6 +261,8 @@ pub struct ForwardWatch {
     installed: BTreeMap<IpNet, ForwardTarget>,
     attached: Vec<AttachedDevice>,
     missing: Vec<(String, DeviceRole)>,
+    /// Forwards the programs' log lines (`None` with `--bpf-log-level off`).
+    _log: Option<BpfLogForwarder>,
 }
 
 impl std::fmt::Debug for ForwardWatch {
@@ -294,13 +300,16 @@ impl ForwardWatch {
         let window_ns = u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX);
         let sample_ns = u64::try_from(config.sample_interval.as_nanos()).unwrap_or(u64::MAX);
         let threshold = config.flap_threshold.max(1);
-        let bpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        loader
             .override_global(GLOBAL_FLAP_THRESHOLD, &threshold, true)
             .override_global(GLOBAL_WINDOW_NS, &window_ns, true)
-            .override_global(GLOBAL_SAMPLE_INTERVAL_NS, &sample_ns, true)
-            .load(object)
-            .map_err(|e| ForwardError::Load { source: Box::new(e) })?;
+            .override_global(GLOBAL_SAMPLE_INTERVAL_NS, &sample_ns, true);
+        config.log_level.apply(&mut loader);
+        let mut bpf = loader.load(object).map_err(|e| ForwardError::Load { source: Box::new(e) })?;
+        let log = BpfLogForwarder::start(&mut bpf, "forwarding-watch", config.log_level);
         let mut watch = ForwardWatch {
+            _log: log,
             bpf,
             pools: Arc::default(),
             installed: BTreeMap::new(),

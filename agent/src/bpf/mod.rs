@@ -4,6 +4,7 @@
 //! `agent/build.rs`). A plain `cargo build` embeds nothing; the agent then runs without its
 //! BPF watchers and says so ([`embedded_object`] returns `None`).
 
+pub mod bpf_log;
 pub mod forward;
 pub mod route_watch;
 pub mod tc_count;

@@ -44,6 +44,8 @@ use std::time::Duration;
 use aya::maps::{MapData, PerCpuArray, RingBuf};
 use aya::programs::{FEntry, KProbe, SocketFilter};
 use aya::{Ebpf, EbpfLoader};
+
+use crate::bpf::bpf_log::{BpfLogForwarder, BpfLogLevel};
 use routewarden_common::route_watch::{
     KernelOffsets, RouteWatchCounters, GLOBAL_FLAP_THRESHOLD, GLOBAL_NETNS_INUM, GLOBAL_OFFSETS, GLOBAL_SELF_PROTOCOL,
     GLOBAL_STREAM_WRITES, GLOBAL_WINDOW_NS, HOOKED_FUNCTIONS, PROGS_FENTRY, PROGS_KPROBE, PROG_SOCKET_FILTER,
@@ -119,6 +121,8 @@ pub struct RouteWatchConfig {
     pub stream_writes: bool,
     /// Ring-buffer size in bytes (power of two, multiple of the page size); `None`: 256 KiB.
     pub ring_buffer_bytes: Option<u32>,
+    /// Kernel-side log level (`--bpf-log-level`, default off; [`crate::bpf::bpf_log`]).
+    pub log_level: BpfLogLevel,
 }
 
 impl Default for RouteWatchConfig {
@@ -130,6 +134,7 @@ impl Default for RouteWatchConfig {
             self_protocol: 0,
             stream_writes: false,
             ring_buffer_bytes: None,
+            log_level: BpfLogLevel::Off,
         }
     }
 }
@@ -203,6 +208,8 @@ pub struct RouteWatch {
     fallbacks: Vec<(RouteWatchBackend, String)>,
     /// What the attribution thread did (zero until the reader starts).
     attribution: Arc<Mutex<writer::AttributionStats>>,
+    /// Forwards the programs' log lines (`None` with `--bpf-log-level off`).
+    _log: Option<BpfLogForwarder>,
 }
 
 impl std::fmt::Debug for RouteWatch {
@@ -238,9 +245,11 @@ impl RouteWatch {
         let mut attempts = Vec::new();
         for backend in order {
             match Self::start_backend(object, config, backend) {
-                Ok((bpf, socket)) => {
+                Ok((mut bpf, socket)) => {
                     tracing::info!(backend = backend.label(), fallbacks = ?attempts, "route watch running");
+                    let log = BpfLogForwarder::start(&mut bpf, "route-watch", config.log_level);
                     return Ok(RouteWatch {
+                        _log: log,
                         bpf,
                         backend,
                         window: config.window,
@@ -275,6 +284,7 @@ impl RouteWatch {
         if let Some(bytes) = config.ring_buffer_bytes {
             loader.map_max_entries(ROUTE_WATCH_EVENTS_MAP, bytes);
         }
+        config.log_level.apply(&mut loader);
         loader.load(object).map_err(|e| RouteWatchError::Load { backend, source: Box::new(e) })
     }
 

@@ -60,7 +60,10 @@ impl TcCounter {
     /// [`BpfError::Load`] if the object does not load; [`BpfError::Attach`] naming the device
     /// that failed (devices attached before it are detached again on drop).
     pub fn attach(object: &[u8], devices: &[String], direction: Direction) -> Result<Self, BpfError> {
-        let mut bpf = Ebpf::load(object).map_err(|e| BpfError::Load { source: Box::new(e) })?;
+        // tc_count logs nothing; its copy of the object's log level is off all the same.
+        let mut loader = aya::EbpfLoader::new();
+        crate::bpf::bpf_log::BpfLogLevel::Off.apply(&mut loader);
+        let mut bpf = loader.load(object).map_err(|e| BpfError::Load { source: Box::new(e) })?;
         let program: &mut SchedClassifier = bpf
             .program_mut(TC_COUNT_PROGRAM)
             .ok_or(BpfError::MissingProgram(TC_COUNT_PROGRAM))?

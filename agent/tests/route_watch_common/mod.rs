@@ -657,3 +657,78 @@ pub fn ring_overflow(test: &str, backend: RouteWatchBackend) {
     });
     drop(ns);
 }
+
+/// A `tracing` writer into a shared buffer, to read the log lines a test caused.
+#[derive(Clone, Default)]
+pub struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// The captured lines of target `bpf`.
+    pub fn bpf_lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).lines().filter(|l| l.contains(" bpf: ")).map(str::to_owned).collect()
+    }
+}
+
+/// Scenario (issue 14, aya-log): the ring overflow of [`ring_overflow`] with
+/// `--bpf-log-level warn` reaches the log as the kernel's exact line, once per second per CPU
+/// at most however many records are lost; with the level `off` (the default) the same
+/// overflow writes no line at all.
+pub fn ring_full_is_logged(test: &str, backend: RouteWatchBackend) {
+    use routewarden::bpf::bpf_log::BpfLogLevel;
+    if routewarden_lab::skip_unless_root(test) {
+        return;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    for level in [BpfLogLevel::Warn, BpfLogLevel::Off] {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .without_time()
+            .with_max_level(tracing::Level::DEBUG)
+            .finish();
+        let lost = tracing::subscriber::with_default(subscriber, || {
+            let ns = lab();
+            let cfg = RouteWatchConfig { stream_writes: true, ring_buffer_bytes: Some(4096), log_level: level, ..config() };
+            let watch = start_or_skip(test, backend, &cfg)?;
+            let file = std::env::temp_dir().join(format!("rw-ringlog-{}-{}", std::process::id(), backend.label()));
+            std::fs::write(&file, batch_lines(300, |i| format!("route add 10.201.{}.{}/32 dev veth0 proto 80", i / 256, i % 256))).unwrap();
+            sh("ip", &["-batch", file.to_str().unwrap()]);
+            let _ = std::fs::remove_file(&file);
+            let lost = watch.counters().unwrap().records_lost;
+            // The forwarder polls every 250 ms; give it a few rounds, then stop it (drop).
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while level != BpfLogLevel::Off && captured.bpf_lines().is_empty() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            std::thread::sleep(Duration::from_millis(600));
+            drop(watch);
+            drop(ns);
+            Some(lost)
+        });
+        let Some(lost) = lost else { return };
+        assert!(lost > 0, "{test}: the one-page ring must overflow");
+        let lines = captured.bpf_lines();
+        eprintln!("{test}: level {level:?}: {lost} records lost, {} bpf line(s): {lines:?}", lines.len());
+        if level == BpfLogLevel::Off {
+            assert_eq!(lines, Vec::<String>::new(), "{test}: nothing is logged with the level off");
+            continue;
+        }
+        let want = r#" WARN bpf: route watch: ring buffer full, record lost (kind 0); userspace is not keeping up watch="route-watch" module="routewarden_ebpf::route_detector""#;
+        assert!(!lines.is_empty() && lines.len() <= cpus, "{test}: one line per CPU at most for a burst under a second: {lines:?}");
+        for l in &lines {
+            assert_eq!(l.trim_start(), want.trim_start(), "{test}");
+        }
+    }
+}

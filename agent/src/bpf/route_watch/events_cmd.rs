@@ -54,6 +54,8 @@ pub struct EventsOptions {
     pub duration: Option<Duration>,
     /// Also stream the forwarding watch's events (`None`: route events only).
     pub forward: Option<ForwardSetup>,
+    /// Kernel-side log level of both watches (`--bpf-log-level`; lines go to stderr).
+    pub log_level: crate::bpf::bpf_log::BpfLogLevel,
 }
 
 impl Default for EventsOptions {
@@ -67,6 +69,7 @@ impl Default for EventsOptions {
             max_events: None,
             duration: None,
             forward: None,
+            log_level: crate::bpf::bpf_log::BpfLogLevel::Off,
         }
     }
 }
@@ -108,6 +111,9 @@ pub struct EventsArgs {
     /// Host NIC the forwarding watch attaches to (with `--datastore`).
     #[arg(long, default_value = "eth0")]
     pub host_device: String,
+    /// Kernel-side log lines of the watches, to stderr: off, error, warn, info, debug.
+    #[arg(long, value_enum, default_value = "off")]
+    pub bpf_log_level: crate::bpf::bpf_log::BpfLogLevel,
 }
 
 impl EventsArgs {
@@ -122,6 +128,7 @@ impl EventsArgs {
             max_events: self.count,
             duration: None,
             forward: None,
+            log_level: self.bpf_log_level,
         }
     }
 }
@@ -162,6 +169,7 @@ pub async fn stream_events_with(object: &[u8], opts: &EventsOptions, mut out: im
         self_protocol: opts.self_protocol,
         stream_writes: true,
         ring_buffer_bytes: Some(1 << 22),
+        log_level: opts.log_level,
     };
     let mut watch = RouteWatch::start(object, &config)?;
     if opts.format == EventsFormat::Text {

@@ -1,0 +1,49 @@
+//! Kernel-side logging of rare events through `aya-log-ebpf` (issue 14): a full map, a full
+//! ring buffer, kernel struct offsets that do not match the running kernel, a packet or message
+//! that cannot be parsed. Never on the per-packet or per-write hot path: every call site is an
+//! error branch, and [`allowed`] lets each kind through at most once per second per CPU, so a
+//! storm of the same failure costs one map lookup per event, not a log record.
+//!
+//! Userspace sets `AYA_LOG_LEVEL` at load (`--bpf-log-level`, default `off` = 0): with it off,
+//! [`allowed`] returns after one global read and nothing is written.
+use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::map, maps::PerCpuArray};
+use aya_log_ebpf::macro_support::{level_enabled, Level};
+
+/// Kinds of logged events, one rate-limit slot each.
+#[derive(Clone, Copy)]
+#[repr(u32)]
+pub enum LogKind {
+    RouteRingFull = 0,
+    RouteStateInsert = 1,
+    RouteOffsetsUnresolved = 2,
+    RouteFibRead = 3,
+    RouteNetlinkDecode = 4,
+    ForwardRingFull = 5,
+    ForwardBlockInsert = 6,
+    ForwardUnparsable = 7,
+}
+
+const KINDS: u32 = 8;
+
+/// Last time (ns, CLOCK_MONOTONIC) each kind was logged on this CPU.
+#[map(name = "BPF_LOG_RATE")]
+static LAST: PerCpuArray<u64> = PerCpuArray::with_max_entries(KINDS, 0);
+
+/// Whether an event of `kind` at `level` may be logged now: the level is enabled and this CPU
+/// did not log the kind within the last second (then the slot is stamped).
+#[inline(always)]
+pub fn allowed(kind: LogKind, level: Level) -> bool {
+    if !level_enabled(level) {
+        return false;
+    }
+    let Some(last) = LAST.get_ptr_mut(kind as u32) else { return false };
+    // SAFETY: helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: this CPU's slot of an array element that exists (kind < KINDS).
+    let last = unsafe { &mut *last };
+    if *last != 0 && now.wrapping_sub(*last) < 1_000_000_000 {
+        return false;
+    }
+    *last = now;
+    true
+}
