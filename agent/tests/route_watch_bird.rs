@@ -44,6 +44,8 @@ fn bird_and_routewarden_fight_is_a_conflict() {
         // In this thread's namespace (the lab's).
         let bird = Bird::start(None, &dir, "bird", conf).expect("start bird");
         let me = SelfWriter::new();
+        // Its socket is new: tell the watch it is this process's (socket-filter backend).
+        h.watch.refresh_self_ports().expect("self ports");
         let oif = ifindex("veth0");
         let bird_route = || route_watch_common::sh("ip", &["route", "show", "10.244.20.0/26", "proto", "bird"]).contains("10.244.20.0/26");
         let conflicts_counted = |h: &Harness| h.watch.counters().unwrap().conflicts.iter().flatten().flatten().sum::<u64>();

@@ -114,14 +114,15 @@ fn events_json_streams_writes_and_conflicts() {
     let ops: Vec<&str> = writes[1..].iter().map(|w| w["route"]["op"].as_str().unwrap()).collect();
     assert_eq!(ops, ["replace", "replace", "replace"], "{writes:#?}");
     let writers: Vec<(&str, u64)> = writes.iter().map(|w| (w["route"]["writer"]["class"].as_str().unwrap(), w["route"]["writer"]["protocol"].as_u64().unwrap())).collect();
-    assert_eq!(writers, [("self", 80), ("bird", 12), ("self", 80), ("bird", 12)], "{writes:#?}");
+    // `ip` writing protocol 80 is not this process: `felix`, never `self` (issue 19).
+    assert_eq!(writers, [("felix", 80), ("bird", 12), ("felix", 80), ("bird", 12)], "{writes:#?}");
     assert!(writes.iter().all(|w| w["route"]["gateway"] == "10.0.0.12" && w["route"]["metric"] == 1024 && w["route"]["table"] == 254), "{writes:#?}");
-    // The conflict starts at BIRD's first overwrite of our route: two writes in the window.
+    // The conflict starts at BIRD's first overwrite of the protocol-80 route: two writes in the window.
     let conflicts: Vec<&serde_json::Value> = lines.iter().filter(|v| v["event"] == "conflict" && v["route"]["dst"] == "10.244.20.0/26").collect();
     assert_eq!(conflicts.len(), 1, "{lines:#?}");
     let c = conflicts[0];
     assert_eq!((c["route"]["writer"]["class"].as_str(), c["route"]["writer"]["protocol"].as_u64()), (Some("bird"), Some(12)), "{c:#}");
-    assert_eq!((c["previous"]["class"].as_str(), c["previous"]["protocol"].as_u64()), (Some("self"), Some(80)), "{c:#}");
+    assert_eq!((c["previous"]["class"].as_str(), c["previous"]["protocol"].as_u64()), (Some("felix"), Some(80)), "{c:#}");
     assert_eq!(c["writes_in_window"], 2, "{c:#}");
     drop(ns);
 }

@@ -64,12 +64,14 @@ impl WriteOp {
     }
 }
 
-/// Writer class derived from the route protocol (and the agent's own protocol, the global
-/// `SELF_PROTOCOL`). Fixed set, so usable as a metric label.
+/// Writer class derived from the route protocol, and `self` for the agent's own writes (its
+/// protocol, the global `SELF_PROTOCOL`, from its own process, `SELF_TGID`). Fixed set, so
+/// usable as a metric label.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum WriterClass {
-    /// routewarden itself (route protocol == the agent's configured protocol).
+    /// routewarden itself: the agent's configured protocol, written by the agent's process
+    /// (another process writing protocol 80 is [`WriterClass::Felix`]).
     SelfAgent = 0,
     /// Calico Felix, route protocol 80.
     Felix = 1,
@@ -435,6 +437,15 @@ pub const GLOBAL_WINDOW_NS: &str = "ROUTE_WATCH_WINDOW_NS";
 pub const GLOBAL_FLAP_THRESHOLD: &str = "ROUTE_WATCH_FLAP_THRESHOLD";
 /// Global: the agent's own route protocol, classified `self` (u8 in a u32, 0 = none).
 pub const GLOBAL_SELF_PROTOCOL: &str = "ROUTE_WATCH_SELF_PROTOCOL";
+/// Global: the process whose writes are `self` (its tgid, u32; 0 = none). A write is `self`
+/// only when it carries the self protocol *and* comes from this process: its tgid (fentry,
+/// kprobe) or one of its netlink ports ([`ROUTE_WATCH_SELF_PORTS_MAP`], socket filter).
+pub const GLOBAL_SELF_TGID: &str = "ROUTE_WATCH_SELF_TGID";
+/// Map: netlink port ids of the self process's `NETLINK_ROUTE` sockets (key port, value 1),
+/// kept by userspace from `/proc/<pid>/fd` and `/proc/<pid>/net/netlink`.
+pub const ROUTE_WATCH_SELF_PORTS_MAP: &str = "ROUTE_WATCH_SELF_PORTS";
+/// Most self netlink ports tracked.
+pub const SELF_PORTS_MAX: u32 = 64;
 /// Global: 1 to push a [`RecordKind::Write`] record for every write (u32, default 0).
 pub const GLOBAL_STREAM_WRITES: &str = "ROUTE_WATCH_STREAM_WRITES";
 /// Global: network namespace inode the fentry/kprobe hooks watch (u32, 0 = all).

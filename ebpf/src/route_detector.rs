@@ -22,12 +22,12 @@
 use aya_ebpf::{
     helpers::bpf_ktime_get_ns,
     macros::map,
-    maps::{LruHashMap, PerCpuArray, RingBuf},
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use aya_log_ebpf::{macro_support::Level, warn};
 use routewarden_common::route_watch::{
     family_index, PrefixKey, PrefixState, RecordKind, RouteWatchCounters, RouteWatchRecord, RouteWrite, WriteOp, Writer,
-    WriterClass, WriterIdKind, STATE_CONFLICT, STATE_FLAP, STATE_FLUSHED, STATE_REMOVED,
+    WriterClass, WriterIdKind, SELF_PORTS_MAX, STATE_CONFLICT, STATE_FLAP, STATE_FLUSHED, STATE_REMOVED,
 };
 
 use crate::bpf_log::{allowed, LogKind};
@@ -53,6 +53,15 @@ static ROUTE_WATCH_FLAP_THRESHOLD: u32 = 3;
 /// The agent's own route protocol (classified `self`), 0 = none.
 #[unsafe(no_mangle)]
 static ROUTE_WATCH_SELF_PROTOCOL: u32 = 0;
+/// The process whose writes (at the self protocol) are `self`; 0 = none.
+#[unsafe(no_mangle)]
+static ROUTE_WATCH_SELF_TGID: u32 = 0;
+
+/// Netlink port ids of the self process's route sockets (socket-filter backend), kept by
+/// userspace.
+#[map(name = "ROUTE_WATCH_SELF_PORTS")]
+static SELF_PORTS: HashMap<u32, u8> = HashMap::with_max_entries(SELF_PORTS_MAX, 0);
+
 /// 1: push one `Write` record per write (used by `routewarden events`).
 #[unsafe(no_mangle)]
 static ROUTE_WATCH_STREAM_WRITES: u32 = 0;
@@ -157,6 +166,21 @@ fn is_kernel_removal(w: &RouteWrite) -> bool {
     w.writer.id == 0 && w.writer.id_kind == WriterIdKind::NetlinkPort as u8
 }
 
+/// Whether `writer` is the self process: its tgid (fentry, kprobe), or one of its netlink ports
+/// (socket filter; the first socket a process binds gets its tgid as port).
+#[inline(always)]
+fn is_self(writer: &Writer) -> bool {
+    let tgid = global_u32(&ROUTE_WATCH_SELF_TGID);
+    if tgid == 0 {
+        return false;
+    }
+    if writer.id == tgid {
+        return true;
+    }
+    // SAFETY: a lookup in this program's own map; the value is not kept.
+    writer.id_kind == WriterIdKind::NetlinkPort as u8 && unsafe { SELF_PORTS.get(&writer.id) }.is_some()
+}
+
 /// Run the detector on one write. `w.ts_ns` must be set; `w.writer.class` is filled in here.
 #[inline(always)]
 pub fn observe(w: &mut RouteWrite) {
@@ -165,8 +189,11 @@ pub fn observe(w: &mut RouteWrite) {
         return;
     };
     let self_protocol = global_u32(&ROUTE_WATCH_SELF_PROTOCOL);
-    #[expect(clippy::cast_possible_truncation, reason = "a route protocol is one byte; the global holds it in a u32")]
-    let class = WriterClass::classify(w.writer.protocol, self_protocol as u8);
+    let class = if self_protocol != 0 && u32::from(w.writer.protocol) == self_protocol && is_self(&w.writer) {
+        WriterClass::SelfAgent
+    } else {
+        WriterClass::classify(w.writer.protocol, 0)
+    };
     w.writer.class = class as u8;
     let fi = family_index(w.family);
     let Some(c) = counters() else { return };

@@ -322,7 +322,7 @@ fn story(args: &RunArgs, bin: &std::path::Path, datastore: &std::path::Path, lab
         .unwrap_or("10.0.0.99")
         .to_owned();
     let mut observed = Observed { target: target.dst.clone(), second_writer_gateway: other_gw.clone(), ..Observed::default() };
-    fight(lab, bin, node, protocol, &target, &other_gw, args.fight_seconds, &mut observed)?;
+    fight(lab, bin, agent.0.id(), node, protocol, &target, &other_gw, args.fight_seconds, &mut observed)?;
     check_stop()?;
     traffic(lab, node, protocol, &mut observed)?;
 
@@ -368,7 +368,7 @@ fn story(args: &RunArgs, bin: &std::path::Path, datastore: &std::path::Path, lab
 /// Part 2: the second writer fights over `target` for `seconds`; what the watch and the agent
 /// did goes into `observed`.
 #[allow(clippy::too_many_arguments)]
-fn fight(lab: &Lab, bin: &std::path::Path, node: &str, protocol: &str, target: &KernelRoute, other_gw: &str, seconds: u64, observed: &mut Observed) -> Result<()> {
+fn fight(lab: &Lab, bin: &std::path::Path, agent_pid: u32, node: &str, protocol: &str, target: &KernelRoute, other_gw: &str, seconds: u64, observed: &mut Observed) -> Result<()> {
     let ns = lab.node_ns(node);
     let own_gw = target.gateway.clone().unwrap_or_default();
     let fight_seconds = seconds;
@@ -379,7 +379,8 @@ fn fight(lab: &Lab, bin: &std::path::Path, node: &str, protocol: &str, target: &
     );
     let mut events_cmd = lab.command(node, &bin.display().to_string());
     events_cmd
-        .args(["events", "--window-seconds", &WATCH_WINDOW.to_string(), "--route-protocol", protocol])
+        // The agent's writes are `self` (`ip netns exec` execs it: its pid is the agent's).
+        .args(["events", "--window-seconds", &WATCH_WINDOW.to_string(), "--route-protocol", protocol, "--agent-pid", &agent_pid.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .stdin(Stdio::null());

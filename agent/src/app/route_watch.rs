@@ -76,7 +76,11 @@ impl RouteWatchHandler {
 
     /// Read the kernel counters and expire the flapping-prefixes gauge.
     pub fn poll(&mut self, metrics: &Metrics) {
-        if let Some(w) = &self.watch {
+        if let Some(w) = &mut self.watch {
+            // Sockets the agent opened since: its writes must stay `self`.
+            if let Err(e) = w.refresh_self_ports() {
+                warn!(error = %e, "route watch: refreshing this process's netlink ports");
+            }
             match w.counters() {
                 Ok(c) => self.metrics_state.apply_counters(metrics, &c),
                 Err(e) => warn!(error = %e, "route watch: reading counters"),

@@ -41,13 +41,15 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use std::collections::HashSet;
+
 use aya::maps::{MapData, PerCpuArray, RingBuf};
 use aya::programs::{FEntry, KProbe, SocketFilter};
 use aya::{Ebpf, EbpfLoader};
 
 use crate::bpf::bpf_log::{BpfLogForwarder, BpfLogLevel};
 use routewarden_common::route_watch::{
-    KernelOffsets, RouteWatchCounters, GLOBAL_FLAP_THRESHOLD, GLOBAL_NETNS_INUM, GLOBAL_OFFSETS, GLOBAL_SELF_PROTOCOL,
+    KernelOffsets, RouteWatchCounters, GLOBAL_FLAP_THRESHOLD, GLOBAL_NETNS_INUM, GLOBAL_OFFSETS, GLOBAL_SELF_PROTOCOL, GLOBAL_SELF_TGID, ROUTE_WATCH_SELF_PORTS_MAP, SELF_PORTS_MAX,
     GLOBAL_STREAM_WRITES, GLOBAL_WINDOW_NS, HOOKED_FUNCTIONS, PROGS_FENTRY, PROGS_KPROBE, PROG_SOCKET_FILTER,
     ROUTE_WATCH_COUNTERS_MAP, ROUTE_WATCH_EVENTS_MAP,
 };
@@ -123,6 +125,9 @@ pub struct RouteWatchConfig {
     pub ring_buffer_bytes: Option<u32>,
     /// Kernel-side log level (`--bpf-log-level`, default off; [`crate::bpf::bpf_log`]).
     pub log_level: BpfLogLevel,
+    /// The process whose writes at `self_protocol` are `self` (`None`: this process). Another
+    /// process writing the same protocol is classified by the protocol alone (80: `felix`).
+    pub self_pid: Option<u32>,
 }
 
 impl Default for RouteWatchConfig {
@@ -135,6 +140,7 @@ impl Default for RouteWatchConfig {
             stream_writes: false,
             ring_buffer_bytes: None,
             log_level: BpfLogLevel::Off,
+            self_pid: None,
         }
     }
 }
@@ -210,6 +216,8 @@ pub struct RouteWatch {
     attribution: Arc<Mutex<writer::AttributionStats>>,
     /// Forwards the programs' log lines (`None` with `--bpf-log-level off`).
     _log: Option<BpfLogForwarder>,
+    /// The process whose writes are `self`.
+    self_pid: u32,
 }
 
 impl std::fmt::Debug for RouteWatch {
@@ -248,15 +256,20 @@ impl RouteWatch {
                 Ok((mut bpf, socket)) => {
                     tracing::info!(backend = backend.label(), fallbacks = ?attempts, "route watch running");
                     let log = BpfLogForwarder::start(&mut bpf, "route-watch", config.log_level);
-                    return Ok(RouteWatch {
+                    let mut watch = RouteWatch {
                         _log: log,
+                        self_pid: config.self_pid.unwrap_or_else(std::process::id),
                         bpf,
                         backend,
                         window: config.window,
                         _socket: socket,
                         fallbacks: attempts,
                         attribution: Arc::default(),
-                    });
+                    };
+                    if let Err(e) = watch.refresh_self_ports() {
+                        tracing::warn!(error = %e, "route watch: cannot list this process's netlink ports; its writes may show as protocol writers");
+                    }
+                    return Ok(watch);
                 }
                 Err(e) => {
                     tracing::info!(backend = backend.label(), error = %e, "route-watch backend unavailable");
@@ -272,12 +285,14 @@ impl RouteWatch {
         let threshold = config.flap_threshold.max(1);
         let self_protocol = u32::from(config.self_protocol);
         let stream = u32::from(config.stream_writes);
+        let self_tgid = config.self_pid.unwrap_or_else(std::process::id);
         let netns = if backend == RouteWatchBackend::SocketFilter { 0 } else { current_netns_inode().unwrap_or(0) };
         let mut loader = EbpfLoader::new();
         loader
             .override_global(GLOBAL_WINDOW_NS, &window_ns, true)
             .override_global(GLOBAL_FLAP_THRESHOLD, &threshold, true)
             .override_global(GLOBAL_SELF_PROTOCOL, &self_protocol, true)
+            .override_global(GLOBAL_SELF_TGID, &self_tgid, true)
             .override_global(GLOBAL_STREAM_WRITES, &stream, true)
             .override_global(GLOBAL_NETNS_INUM, &netns, true)
             .override_global(GLOBAL_OFFSETS, offsets, true);
@@ -339,6 +354,40 @@ impl RouteWatch {
                 Ok((bpf, None))
             }
         }
+    }
+
+    /// Tell the kernel which netlink ports are the self process's (socket-filter backend:
+    /// writes are identified by the sender's port): its `NETLINK_ROUTE` sockets in the calling
+    /// thread's network namespace, from `/proc/thread-self/net/netlink` and
+    /// `/proc/<pid>/fd`. Ports no longer open are removed. Call it after the process opened a
+    /// socket it writes routes with (the agent does every second); returns how many ports are
+    /// registered. The fentry and kprobe backends identify the process by tgid and need none.
+    ///
+    /// # Errors
+    /// [`RouteWatchError::Map`] when the map cannot be updated; unreadable `/proc` entries
+    /// count as no ports.
+    pub fn refresh_self_ports(&mut self) -> Result<usize, RouteWatchError> {
+        let table = std::fs::read_to_string("/proc/thread-self/net/netlink").unwrap_or_default();
+        let inodes: HashSet<u64> = std::fs::read_dir(format!("/proc/{}/fd", self.self_pid))
+            .into_iter()
+            .flatten()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter_map(|l| writer::socket_inode(l.as_os_str()))
+            .collect();
+        let mut want: Vec<u32> = writer::parse_proc_net_netlink(&table).into_iter().filter(|(_, i)| inodes.contains(i)).map(|(p, _)| p).collect();
+        want.sort_unstable();
+        want.truncate(SELF_PORTS_MAX as usize);
+        let map_err = |e| RouteWatchError::Map { map: ROUTE_WATCH_SELF_PORTS_MAP, source: Box::new(e) };
+        let map = self.bpf.map_mut(ROUTE_WATCH_SELF_PORTS_MAP).ok_or(RouteWatchError::Missing(ROUTE_WATCH_SELF_PORTS_MAP))?;
+        let mut ports: aya::maps::HashMap<&mut MapData, u32, u8> = aya::maps::HashMap::try_from(map).map_err(map_err)?;
+        let stale: Vec<u32> = ports.keys().filter_map(Result::ok).filter(|p| want.binary_search(p).is_err()).collect();
+        for p in stale {
+            let _ = ports.remove(&p);
+        }
+        for p in &want {
+            ports.insert(p, 1, 0).map_err(map_err)?;
+        }
+        Ok(want.len())
     }
 
     /// The backend that is running.

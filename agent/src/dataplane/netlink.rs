@@ -228,6 +228,9 @@ impl RtNetlink {
         // A larger receive buffer keeps big dumps from hitting ENOBUFS.
         let _ = conn.socket_mut().socket_mut().set_rx_buf_sz(SOCKET_RCVBUF_BYTES);
         conn.socket_mut().socket_mut().set_ext_ack(true).map_err(conn_err)?;
+        // Bound now (not at the first send), so the route watch, started after this, finds
+        // the port among this process's and labels our writes `self` from the first one.
+        conn.socket_mut().socket_mut().bind_auto().map_err(conn_err)?;
         let batcher = Batcher::open().map_err(conn_err)?;
         tokio::spawn(conn);
         Ok(RtNetlink {

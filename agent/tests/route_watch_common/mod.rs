@@ -192,7 +192,9 @@ pub struct SelfWriter {
 
 impl SelfWriter {
     pub fn new() -> SelfWriter {
-        let (conn, handle, _) = rtnetlink::new_connection().expect("rtnetlink");
+        let (mut conn, handle, _) = rtnetlink::new_connection().expect("rtnetlink");
+        // Bound now, so `RouteWatch::refresh_self_ports` finds its port before the first write.
+        rtnetlink::sys::AsyncSocket::socket_mut(conn.socket_mut()).bind_auto().expect("bind");
         tokio::spawn(conn);
         SelfWriter { handle }
     }
@@ -409,6 +411,8 @@ pub fn fight(test: &str, backend: RouteWatchBackend) {
     runtime().block_on(async {
         let mut h = Harness::new(watch);
         let me = SelfWriter::new();
+        // Its socket is new: tell the watch it is this process's (socket-filter backend).
+        h.watch.refresh_self_ports().expect("self ports");
         let oif = ifindex("veth0");
         me.replace_v4(gw("10.244.20.0"), 26, gw("10.0.0.12"), oif).await.unwrap();
         h.pump(Duration::from_millis(100)).await;
@@ -534,6 +538,8 @@ pub fn s11(test: &str, backend: RouteWatchBackend) {
     runtime().block_on(async {
         let mut h = Harness::new(watch);
         let me = SelfWriter::new();
+        // Its socket is new: tell the watch it is this process's (socket-filter backend).
+        h.watch.refresh_self_ports().expect("self ports");
         let oif = ifindex("veth0");
         let v4 = [gw("10.244.20.0"), gw("10.244.30.0"), gw("10.244.40.0")];
         let v6: std::net::Ipv6Addr = "fd00:244:20::".parse().unwrap();

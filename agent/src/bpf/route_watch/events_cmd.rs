@@ -56,6 +56,9 @@ pub struct EventsOptions {
     pub forward: Option<ForwardSetup>,
     /// Kernel-side log level of both watches (`--bpf-log-level`; lines go to stderr).
     pub log_level: crate::bpf::bpf_log::BpfLogLevel,
+    /// The process whose writes at `self_protocol` show as `self` (`--agent-pid`; `None`:
+    /// this process, which writes nothing, so every protocol-80 write shows as `felix`).
+    pub self_pid: Option<u32>,
 }
 
 impl Default for EventsOptions {
@@ -70,6 +73,7 @@ impl Default for EventsOptions {
             duration: None,
             forward: None,
             log_level: crate::bpf::bpf_log::BpfLogLevel::Off,
+            self_pid: None,
         }
     }
 }
@@ -114,6 +118,10 @@ pub struct EventsArgs {
     /// Kernel-side log lines of the watches, to stderr: off, error, warn, info, debug.
     #[arg(long, value_enum, default_value = "off")]
     pub bpf_log_level: crate::bpf::bpf_log::BpfLogLevel,
+    /// The routewarden agent's pid: its writes at `--route-protocol` show as `self`. Without
+    /// it nothing is `self` (this command writes no routes) and protocol 80 shows as `felix`.
+    #[arg(long)]
+    pub agent_pid: Option<u32>,
 }
 
 impl EventsArgs {
@@ -129,6 +137,7 @@ impl EventsArgs {
             duration: None,
             forward: None,
             log_level: self.bpf_log_level,
+            self_pid: self.agent_pid,
         }
     }
 }
@@ -170,10 +179,12 @@ pub async fn stream_events_with(object: &[u8], opts: &EventsOptions, mut out: im
         stream_writes: true,
         ring_buffer_bytes: Some(1 << 22),
         log_level: opts.log_level,
+        self_pid: opts.self_pid,
     };
     let mut watch = RouteWatch::start(object, &config)?;
     if opts.format == EventsFormat::Text {
-        writeln!(out, "# route watch backend {}; window {:?}, flap threshold {}", watch.backend(), opts.window, opts.flap_threshold)?;
+        let me = opts.self_pid.map_or_else(|| "none (--agent-pid names the agent)".to_owned(), |p| format!("pid {p}"));
+        writeln!(out, "# route watch backend {}; window {:?}, flap threshold {}; self = {me}", watch.backend(), opts.window, opts.flap_threshold)?;
         out.flush()?;
     }
     let (tx, mut rx) = mpsc::channel::<RouteWatchEvent>(4096);

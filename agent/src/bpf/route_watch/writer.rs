@@ -77,7 +77,7 @@ pub fn parse_proc_net_netlink(text: &str) -> HashMap<u32, u64> {
 }
 
 /// The inode of a `socket:[inode]` link target.
-fn socket_inode(link: &OsStr) -> Option<u64> {
+pub(crate) fn socket_inode(link: &OsStr) -> Option<u64> {
     link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
 }
 
