@@ -108,6 +108,31 @@ impl FromStr for RouteWatchBackend {
     }
 }
 
+/// `error: cause: cause …`, down to the OS error, for messages operators read.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    out
+}
+
+/// Whether the error's cause chain ends in ENOMEM (a socket filter over the socket's option
+/// memory).
+fn is_out_of_memory(e: &RouteWatchError) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(cause) = next {
+        if cause.downcast_ref::<std::io::Error>().and_then(std::io::Error::raw_os_error) == Some(nix::errno::Errno::ENOMEM as i32) {
+            return true;
+        }
+        next = cause.source();
+    }
+    false
+}
+
 /// Settings of the watch.
 #[derive(Clone, Debug)]
 pub struct RouteWatchConfig {
@@ -169,8 +194,9 @@ pub enum RouteWatchError {
         source: Box<aya::EbpfError>,
     },
     /// Loading or attaching one program failed (EPERM for fentry on this host's kernel,
-    /// missing kprobe support, verifier rejection).
-    #[error("{backend}: {op} {program}: {source}")]
+    /// missing kprobe support, verifier rejection). The message carries the whole cause
+    /// chain, down to the kernel's errno.
+    #[error("{backend}: {op} {program}: {}", error_chain(source.as_ref()))]
     Program {
         backend: RouteWatchBackend,
         op: &'static str,
@@ -216,6 +242,9 @@ pub struct RouteWatch {
     attribution: Arc<Mutex<writer::AttributionStats>>,
     /// Forwards the programs' log lines (`None` with `--bpf-log-level off`).
     _log: Option<BpfLogForwarder>,
+    /// The kernel-side log level in effect: the configured one, or `Off` when the
+    /// socket-filter program with logging did not fit the socket ([`RouteWatch::log_level`]).
+    log_level: BpfLogLevel,
     /// The process whose writes are `self`.
     self_pid: u32,
 }
@@ -253,11 +282,12 @@ impl RouteWatch {
         let mut attempts = Vec::new();
         for backend in order {
             match Self::start_backend(object, config, backend) {
-                Ok((mut bpf, socket)) => {
+                Ok((mut bpf, socket, log_level)) => {
                     tracing::info!(backend = backend.label(), fallbacks = ?attempts, "route watch running");
-                    let log = BpfLogForwarder::start(&mut bpf, "route-watch", config.log_level);
+                    let log = BpfLogForwarder::start(&mut bpf, "route-watch", log_level);
                     let mut watch = RouteWatch {
                         _log: log,
+                        log_level,
                         self_pid: config.self_pid.unwrap_or_else(std::process::id),
                         bpf,
                         backend,
@@ -280,7 +310,13 @@ impl RouteWatch {
         Err(RouteWatchError::NoBackend { attempts })
     }
 
-    fn load(object: &[u8], config: &RouteWatchConfig, backend: RouteWatchBackend, offsets: &KernelOffsets) -> Result<Ebpf, RouteWatchError> {
+    fn load(
+        object: &[u8],
+        config: &RouteWatchConfig,
+        backend: RouteWatchBackend,
+        offsets: &KernelOffsets,
+        log_level: BpfLogLevel,
+    ) -> Result<Ebpf, RouteWatchError> {
         let window_ns = u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX);
         let threshold = config.flap_threshold.max(1);
         let self_protocol = u32::from(config.self_protocol);
@@ -299,7 +335,7 @@ impl RouteWatch {
         if let Some(bytes) = config.ring_buffer_bytes {
             loader.map_max_entries(ROUTE_WATCH_EVENTS_MAP, bytes);
         }
-        config.log_level.apply(&mut loader);
+        log_level.apply(&mut loader);
         loader.load(object).map_err(|e| RouteWatchError::Load { backend, source: Box::new(e) })
     }
 
@@ -307,25 +343,49 @@ impl RouteWatch {
         object: &[u8],
         config: &RouteWatchConfig,
         backend: RouteWatchBackend,
-    ) -> Result<(Ebpf, Option<OwnedFd>), RouteWatchError> {
+    ) -> Result<(Ebpf, Option<OwnedFd>, BpfLogLevel), RouteWatchError> {
         let prog_err = |op, program, e| RouteWatchError::Program { backend, op, program, source: Box::new(e) };
         match backend {
             RouteWatchBackend::SocketFilter => {
-                let mut bpf = Self::load(object, config, backend, &KernelOffsets::UNRESOLVED)?;
-                let socket = route_socket()?;
-                let prog: &mut SocketFilter = bpf
-                    .program_mut(PROG_SOCKET_FILTER)
-                    .ok_or(RouteWatchError::Missing(PROG_SOCKET_FILTER))?
-                    .try_into()
-                    .map_err(|e| prog_err("type", PROG_SOCKET_FILTER, e))?;
-                prog.load().map_err(|e| prog_err("load", PROG_SOCKET_FILTER, e))?;
-                prog.attach(socket.as_fd()).map_err(|e| prog_err("attach", PROG_SOCKET_FILTER, e))?;
-                Ok((bpf, Some(socket)))
+                // A socket filter is charged to the socket's option memory: a program larger
+                // than `net.core.optmem_max` (20 KiB before Linux 6.9) fails SO_ATTACH_BPF
+                // with ENOMEM (net/core/filter.c, sk_filter_charge). The logging code doubles
+                // the program, so a watch asked to log retries without it rather than going
+                // without a route watch.
+                let attach = |level: BpfLogLevel| -> Result<(Ebpf, OwnedFd, Option<u32>), RouteWatchError> {
+                    let mut bpf = Self::load(object, config, backend, &KernelOffsets::UNRESOLVED, level)?;
+                    let socket = route_socket()?;
+                    let prog: &mut SocketFilter = bpf
+                        .program_mut(PROG_SOCKET_FILTER)
+                        .ok_or(RouteWatchError::Missing(PROG_SOCKET_FILTER))?
+                        .try_into()
+                        .map_err(|e| prog_err("type", PROG_SOCKET_FILTER, e))?;
+                    prog.load().map_err(|e| prog_err("load", PROG_SOCKET_FILTER, e))?;
+                    let size = prog.info().ok().and_then(|i| i.size_translated());
+                    prog.attach(socket.as_fd()).map_err(|e| prog_err("attach", PROG_SOCKET_FILTER, e))?;
+                    Ok((bpf, socket, size))
+                };
+                match attach(config.log_level) {
+                    Ok((bpf, socket, _)) => Ok((bpf, Some(socket), config.log_level)),
+                    Err(e) if config.log_level != BpfLogLevel::Off && is_out_of_memory(&e) => {
+                        let (bpf, socket, size) = attach(BpfLogLevel::Off)?;
+                        let optmem = std::fs::read_to_string("/proc/sys/net/core/optmem_max").ok().and_then(|s| s.trim().parse::<u64>().ok());
+                        tracing::warn!(
+                            requested = ?config.log_level,
+                            optmem_max = optmem.unwrap_or(0),
+                            bytes_without_logs = size.unwrap_or(0),
+                            error = %e,
+                            "route watch: the socket-filter program with kernel logs is larger than this kernel lets a socket hold (net.core.optmem_max); running it without kernel logs"
+                        );
+                        Ok((bpf, Some(socket), BpfLogLevel::Off))
+                    }
+                    Err(e) => Err(e),
+                }
             }
             RouteWatchBackend::Fentry | RouteWatchBackend::Kprobe => {
                 let parsed = btf::Btf::from_sys().map_err(|source| RouteWatchError::Btf { backend, source })?;
                 let offsets = btf::resolve_offsets(&parsed).map_err(|source| RouteWatchError::Btf { backend, source })?;
-                let mut bpf = Self::load(object, config, backend, &offsets)?;
+                let mut bpf = Self::load(object, config, backend, &offsets, config.log_level)?;
                 if backend == RouteWatchBackend::Fentry {
                     let kbtf = aya::Btf::from_sys_fs().map_err(|e| RouteWatchError::Btf {
                         backend,
@@ -351,9 +411,17 @@ impl RouteWatch {
                         prog.attach(func, 0).map_err(|e| prog_err("attach", name, e))?;
                     }
                 }
-                Ok((bpf, None))
+                Ok((bpf, None, config.log_level))
             }
         }
+    }
+
+    /// The kernel-side log level in effect: the configured one, or [`BpfLogLevel::Off`] when
+    /// the socket-filter program with logging was too large for this kernel's
+    /// `net.core.optmem_max` and was attached without it (a warning says so at start).
+    #[must_use]
+    pub fn log_level(&self) -> BpfLogLevel {
+        self.log_level
     }
 
     /// Tell the kernel which netlink ports are the self process's (socket-filter backend:
