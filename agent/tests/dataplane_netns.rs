@@ -407,6 +407,56 @@ fn bird_leftovers_claimed_only_when_policy_says_so() {
 }
 
 /// A missing tunnel device is reported and retried; once it exists the routes go in.
+/// Issue 19 part 5: BIRD's blackhole for this node's own block, left in the kernel after a
+/// BIRD -> routewarden handover (BIRD's kernel protocol persists its routes), is held and
+/// untouched while BIRD owns the class; once routewarden programs the class and BIRD does not,
+/// it is replaced in place by ours (no delete), and it goes when the block is released. A BIRD
+/// blackhole outside the claimed pools is never touched.
+#[test]
+fn bird_own_block_blackhole_claimed_in_place_and_removed_with_the_block() {
+    if skip_unless_root("bird_own_block_blackhole_claimed_in_place_and_removed_with_the_block") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.rt.block_on(async {
+        ip("route add blackhole 10.244.10.0/26 proto bird metric 1024");
+        ip("route add blackhole 10.99.0.0/26 proto bird metric 1024");
+        let held = "blackhole 10.244.10.0/26 proto bird metric 1024";
+        let outside = "blackhole 10.99.0.0/26 proto bird metric 1024";
+        let cfg = DataplaneConfig::default();
+        // BIRD still owns the class: held and reported, never replaced.
+        let mut r = reconciler(cfg.clone(), None);
+        r.set_desired(&example_cluster());
+        let rep = r.apply().await;
+        let conflicts: Vec<String> = rep.conflicts.iter().map(|c| c.key.dst.to_string()).collect();
+        assert_eq!(conflicts, ["10.244.10.0/26"], "{rep:#?}");
+        let main = routes(false, 254);
+        assert!(main.contains(&held.to_string()) && main.contains(&outside.to_string()), "{main:#?}");
+        // routewarden programs the class and BIRD does not: claimed, replaced in place.
+        let mut monitor = Monitor::start();
+        let claim = OwnershipPolicy { claim_bird_blackholes: vec!["10.244.0.0/16".parse().unwrap()], ..cfg.policy_owning(dataplane_support::POOLS) };
+        r.set_policy(claim);
+        let rep = r.apply().await;
+        assert_eq!(rep.overwrote.iter().map(|o| o.previous.as_str()).collect::<Vec<_>>(), ["blackhole 10.244.10.0/26 proto 12 metric 1024"], "{rep:#?}");
+        assert_eq!(rep.deletes, 0, "{rep:#?}");
+        assert!(rep.conflicts.is_empty(), "{rep:#?}");
+        let mut want: Vec<String> = vec!["10.0.0.0/24 dev eth0 proto kernel scope link src 10.0.0.11".into()];
+        want.extend(example_lines().into_iter().filter(|l| !l.contains(':')));
+        want.insert(1, outside.to_string());
+        assert_eq!(routes(false, 254), want);
+        // Replace, never delete-then-add: the kernel saw one new route and no removal.
+        assert_eq!(monitor.route_events(SETTLE).await, ["+ 10.244.10.0/26 table 254 metric 1024 proto 80"]);
+        // The block is released: our blackhole goes with it; BIRD's outside the pools stays.
+        let without: Vec<_> = example_cluster().into_iter().filter(|c| c.dst.to_string() != "10.244.10.0/26").collect();
+        r.set_desired(&without);
+        let rep = r.apply().await;
+        assert_eq!(rep.deletes, 1, "{rep:#?}");
+        let main = routes(false, 254);
+        assert!(!main.iter().any(|l| l.contains("10.244.10.0/26")), "{main:#?}");
+        assert!(main.contains(&outside.to_string()), "{main:#?}");
+    });
+}
+
 #[test]
 fn missing_tunnel_device_reported_then_programmed() {
     if skip_unless_root("missing_tunnel_device_reported_then_programmed") {

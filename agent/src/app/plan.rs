@@ -191,6 +191,13 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
     if decision.programs(PoolClass::NoEncap) && !bird_writes(PoolClass::NoEncap) {
         policy.claim_bird_on_nic.extend(pool_cidrs(cluster, &decision, PoolClass::NoEncap));
     }
+    // BIRD's blackholes for this node's own blocks (confd's bird_aggr.cfg static routes,
+    // exported to the kernel): the same guard, any class we program and BIRD does not.
+    for class in [PoolClass::Ipip, PoolClass::NoEncap] {
+        if decision.programs(class) && !bird_writes(class) {
+            policy.claim_bird_blackholes.extend(pool_cidrs(cluster, &decision, class));
+        }
+    }
 
     // Handovers: a class we programmed and no longer do goes to its new writer; we keep our
     // routes per prefix until that writer's route is seen (bounded by the grace period). A
@@ -275,5 +282,45 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
         handovers,
         expected,
         audit_scope,
+    }
+}
+
+#[cfg(test)]
+mod claim_tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use super::{plan, PlanConfig};
+    use crate::datastore::FileDatastore;
+    use crate::ownership::{CalicoVersion, OwnershipConfig, Role};
+    use crate::routes::RouteDevices;
+
+    /// The example cluster in a temporary directory, with `edit` applied to calico.yaml.
+    fn claims(role: Role, edit: impl Fn(String) -> String) -> (Vec<String>, Vec<String>) {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster");
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["calico.yaml", "ipam.yaml", "nodes.yaml"] {
+            let text = std::fs::read_to_string(src.join(f)).unwrap();
+            std::fs::write(dir.path().join(f), if f == "calico.yaml" { edit(text) } else { text }).unwrap();
+        }
+        let snapshot = FileDatastore::load(dir.path()).unwrap();
+        let ownership = OwnershipConfig { role, version: CalicoVersion::V3_33, node: Some("node-a".into()) };
+        let config = PlanConfig { node: "node-a".into(), ownership, devices: RouteDevices::default(), protocol: 80, table: 254 };
+        let p = plan(&snapshot, &config, &BTreeSet::new(), &[]);
+        let show = |v: &[ipnet::IpNet]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
+        (show(&p.policy.claim_bird_blackholes), show(&p.policy.claim_bird_on_tunnel))
+    }
+
+    /// Issue 19 part 5: BIRD's own-block blackholes are claimed exactly in the pools of the
+    /// classes routewarden programs and BIRD does not, the guard of the tunnel claim.
+    #[test]
+    fn bird_blackholes_are_claimed_only_where_bird_does_not_program_the_class() {
+        // Felix role, the complementary pair: IPIP is ours, no-encap BIRD's.
+        let (blackholes, tunnel) = claims(Role::Felix, |t| t);
+        assert_eq!(blackholes, ["10.244.0.0/16", "10.245.0.0/16"]);
+        assert_eq!(tunnel, ["10.244.0.0/16", "10.245.0.0/16"]);
+        // BIRD also programs IPIP (a wrong pair): nothing of BIRD's is claimed.
+        let (blackholes, tunnel) = claims(Role::Felix, |t| t.replace("programClusterRoutes: EnabledNoEncapOnly", "programClusterRoutes: Enabled"));
+        assert_eq!((blackholes, tunnel), (Vec::<String>::new(), Vec::<String>::new()));
     }
 }

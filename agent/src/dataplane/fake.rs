@@ -43,6 +43,8 @@ pub struct FakeState {
     pub interrupt_dumps: usize,
     /// Fail every route dump with this errno.
     pub dump_errno: Option<Errno>,
+    /// Exclusive creates refused with EEXIST (another writer's route holds the key), in order.
+    pub refused: Vec<RouteKey>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -128,6 +130,7 @@ impl RouteNetlink for FakeNetlink {
                         }
                     }
                     if *exclusive && s.routes.contains_key(&key) {
+                        s.refused.push(key);
                         out.push(err(NetlinkOp::WriteRoute, &key, Errno::EEXIST));
                         continue;
                     }

@@ -43,6 +43,11 @@ pub struct OwnershipPolicy {
     /// No-encap pool CIDRs whose BIRD routes on the host NIC we claim: set only while
     /// routewarden programs the no-encap class and BIRD does not.
     pub claim_bird_on_nic: Vec<IpNet>,
+    /// Pool CIDRs whose BIRD (proto 12) blackholes we claim (BIRD's blackholes for this
+    /// node's own blocks, left behind when BIRD's kernel protocol persists routes after a
+    /// handover): pools of the classes routewarden programs and BIRD does not, so they are
+    /// replaced in place by ours and deleted when the block goes (issue 19).
+    pub claim_bird_blackholes: Vec<IpNet>,
     /// Prefixes inside which a route with our protocol is ours (rule 3): valid IP pools of
     /// routable classes that no other writer programs with our protocol number.
     pub owned: Vec<IpNet>,
@@ -60,6 +65,8 @@ pub enum Verdict {
     ClaimedBirdTunnel,
     /// A BIRD leftover on the host NIC inside a no-encap pool we program.
     ClaimedBirdNic,
+    /// A BIRD blackhole (an own block's) inside a pool of a class we program and BIRD does not.
+    ClaimedBirdBlackhole,
     /// Another table.
     OtherTable,
     /// Local, broadcast, unreachable, ... (only unicast and blackhole routes are cluster
@@ -79,7 +86,7 @@ pub enum Verdict {
 impl Verdict {
     /// Whether the verdict makes the route ours (replaceable and deletable).
     pub fn is_ours(self) -> bool {
-        matches!(self, Verdict::OursByProtocol | Verdict::ClaimedBirdTunnel | Verdict::ClaimedBirdNic)
+        matches!(self, Verdict::OursByProtocol | Verdict::ClaimedBirdTunnel | Verdict::ClaimedBirdNic | Verdict::ClaimedBirdBlackhole)
     }
 }
 
@@ -127,6 +134,9 @@ impl OwnershipPolicy {
             }
             return Verdict::OursByProtocol;
         }
+        if t.protocol == RTPROT_BIRD && t.kind == RouteKind::Blackhole && !overlaps_any(&self.frozen, &route.key.dst) && inside(&self.claim_bird_blackholes, &route.key.dst) {
+            return Verdict::ClaimedBirdBlackhole;
+        }
         if t.protocol == RTPROT_BIRD && t.kind == RouteKind::Unicast && !overlaps_any(&self.frozen, &route.key.dst) {
             if dev == Some(self.tunnel_dev.as_str()) && inside(&self.claim_bird_on_tunnel, &route.key.dst) {
                 return Verdict::ClaimedBirdTunnel;
@@ -146,7 +156,8 @@ impl OwnershipPolicy {
     /// The protocols whose routes a resync must dump: ours, plus BIRD's when any claim is set.
     pub fn dump_protocols(&self) -> Vec<u8> {
         let mut p = vec![self.protocol];
-        if self.protocol != RTPROT_BIRD && (!self.claim_bird_on_tunnel.is_empty() || !self.claim_bird_on_nic.is_empty())
+        if self.protocol != RTPROT_BIRD
+            && (!self.claim_bird_on_tunnel.is_empty() || !self.claim_bird_on_nic.is_empty() || !self.claim_bird_blackholes.is_empty())
         {
             p.push(RTPROT_BIRD);
         }
@@ -167,8 +178,9 @@ mod tests {
             host_nic: "eth0".into(),
             claim_bird_on_tunnel: vec!["10.244.0.0/16".parse().unwrap()],
             claim_bird_on_nic: vec!["10.245.0.0/16".parse().unwrap()],
+            claim_bird_blackholes: vec!["10.246.0.0/16".parse().unwrap()],
             owned: vec!["10.244.0.0/16".parse().unwrap(), "10.245.0.0/16".parse().unwrap(), "fd00:10::/48".parse().unwrap()],
-            frozen: vec!["10.244.99.0/26".parse().unwrap()],
+            frozen: vec!["10.244.99.0/26".parse().unwrap(), "10.246.99.0/26".parse().unwrap()],
         }
     }
 
@@ -208,6 +220,11 @@ mod tests {
             (route("10.244.20.0/26", u, Some("eth0"), 12, 254), Verdict::Foreign),
             (route("10.245.20.0/26", u, Some("tunl0"), 12, 254), Verdict::Foreign),
             (route("10.244.20.0/26", RouteKind::Blackhole, None, 12, 254), Verdict::Foreign),
+            // BIRD's own-block blackholes only inside the pools claimed for them (issue 19),
+            // never in frozen ground, never another protocol's.
+            (route("10.246.7.0/26", RouteKind::Blackhole, None, 12, 254), Verdict::ClaimedBirdBlackhole),
+            (route("10.246.7.0/26", RouteKind::Blackhole, None, 17, 254), Verdict::Foreign),
+            (route("10.246.7.0/26", u, Some("eth0"), 12, 254), Verdict::Foreign),
             // Other protocols on cluster prefixes (S05) and anywhere (S12).
             (route("10.244.20.0/26", u, Some("tunl0"), 17, 254), Verdict::Foreign),
             (route("10.244.20.0/26", u, Some("tunl0"), 4, 254), Verdict::Foreign),
@@ -220,6 +237,7 @@ mod tests {
             (route("ff00::/8", u, Some("eth0"), 80, 254), Verdict::KernelManaged),
             // No claim in frozen ground.
             (route("10.244.99.0/26", u, Some("tunl0"), 12, 254), Verdict::Foreign),
+            (route("10.246.99.0/26", RouteKind::Blackhole, None, 12, 254), Verdict::Foreign),
             (route("10.244.99.0/26", u, Some("tunl0"), 80, 254), Verdict::OursByProtocol),
         ];
         for (r, want) in cases {
@@ -229,7 +247,7 @@ mod tests {
 
     #[test]
     fn no_claims_no_bird() {
-        let p = OwnershipPolicy { claim_bird_on_tunnel: vec![], claim_bird_on_nic: vec![], ..policy() };
+        let p = OwnershipPolicy { claim_bird_on_tunnel: vec![], claim_bird_on_nic: vec![], claim_bird_blackholes: vec![], ..policy() };
         assert_eq!(p.verdict(&route("10.244.20.0/26", RouteKind::Unicast, Some("tunl0"), 12, 254)), Verdict::Foreign);
         assert_eq!(p.dump_protocols(), vec![80]);
         assert_eq!(policy().dump_protocols(), vec![80, 12]);

@@ -1129,7 +1129,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 Err(e) => {
                     let kind = ErrorKind::of(&e);
                     failed_dsts.insert((key.table, key.dst));
-                    if *exclusive && e.errno() == Some(Errno::EEXIST) {
+                    let held = *exclusive && e.errno() == Some(Errno::EEXIST);
+                    if held {
                         // Reported once per hold (until the holder's route goes or becomes
                         // ours); the held count says it meanwhile.
                         let reported = self.blocked.entry(key).or_insert(false);
@@ -1155,7 +1156,15 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     }
                     report.error(kind, || e.to_string());
                     report.write_errors += 1;
-                    self.fail(key);
+                    if held {
+                        // Another writer's route holds the key: its removal (an event) frees
+                        // it at once; otherwise look again at the resync interval, not
+                        // every backoff step (issue 19).
+                        let failures = self.retries.get(&key).map_or(0, |r| r.failures) + 1;
+                        self.retries.insert(key, Retry { failures, not_before: now + self.config.resync_interval.max(backoff(1)) });
+                    } else {
+                        self.fail(key);
+                    }
                 }
             }
         }

@@ -635,3 +635,69 @@ async fn stepping_aside_is_not_held_with_other_deletes() {
     let rep = r.apply().await;
     assert_eq!(rep.deletes, 4, "{rep:?}");
 }
+
+/// Issue 19: a key held by another writer is looked at again at the resync interval (90 s),
+/// not at every backoff step, and reported once per hold.
+#[tokio::test]
+async fn held_key_is_retried_at_the_resync_interval_not_every_backoff_step() {
+    let (mut r, nl, clock) = setup(None);
+    let f = ObservedRoute { gateway: Some("10.0.0.12".parse().unwrap()), ..foreign("10.244.20.0/26", 17, Some(ETH0), RouteKind::Unicast) };
+    nl.insert(f.clone());
+    r.set_desired(&cluster());
+    let rep = r.apply().await;
+    assert_eq!(rep.conflicts.len(), 1, "{rep:?}");
+    let attempts = || std::mem::take(&mut nl.state().refused).iter().filter(|k| k.dst.to_string() == "10.244.20.0/26").count();
+    assert_eq!(attempts(), 1);
+    // Past every backoff step (the longest is 30 s), before the resync interval: not tried.
+    let mut at = 0;
+    for s in [1, 5, 30, 60, 89] {
+        clock.advance(Duration::from_secs(s - at));
+        at = s;
+        let rep = r.apply().await;
+        assert!(rep.conflicts.is_empty(), "{rep:?}");
+        assert_eq!(attempts(), 0, "tried again after {s} s");
+    }
+    // At the resync interval: one more try, still not reported again.
+    clock.advance(Duration::from_secs(91 - at));
+    let rep = r.apply().await;
+    assert!(rep.conflicts.is_empty(), "{rep:?}");
+    assert_eq!(attempts(), 1);
+    assert_eq!(nl.state().routes[&f.key], f);
+}
+
+/// Issue 19: BIRD's blackhole for this node's own block, left after a BIRD -> routewarden
+/// handover, is claimed (replaced in place by ours) when routewarden programs the class and
+/// BIRD does not, and goes with the block; without the claim it is held, never touched.
+#[tokio::test]
+async fn bird_blackhole_of_an_own_block_is_claimed_replaced_and_removed_with_the_block() {
+    let bird_bh = foreign("10.244.10.0/26", 12, None, RouteKind::Blackhole);
+    let other = foreign("10.99.0.0/26", 12, None, RouteKind::Blackhole);
+    let (mut r, nl, _c) = setup(None);
+    nl.insert(bird_bh.clone());
+    nl.insert(other.clone());
+    r.set_desired(&cluster());
+    // BIRD still owns the class (no claim): held, reported, untouched.
+    let rep = r.apply().await;
+    assert_eq!(rep.conflicts.iter().map(|c| c.key.dst.to_string()).collect::<Vec<_>>(), ["10.244.10.0/26"], "{rep:?}");
+    assert_eq!(nl.state().routes[&bird_bh.key], bird_bh);
+    // routewarden programs the class and BIRD does not: replaced in place, nothing deleted.
+    let policy = OwnershipPolicy { claim_bird_blackholes: vec![block("10.244.0.0/16")], ..DataplaneConfig::default().policy_owning(POOLS) };
+    r.set_policy(policy);
+    nl.take_log();
+    let rep = r.apply().await;
+    let ours = nl.state().routes[&bird_bh.key].clone();
+    assert_eq!((ours.protocol, ours.kind), (80, RouteKind::Blackhole));
+    assert_eq!(rep.overwrote.iter().map(|o| o.previous.as_str()).collect::<Vec<_>>(), ["blackhole 10.244.10.0/26 proto 12 metric 1024"], "{rep:?}");
+    assert_eq!(rep.deletes, 0);
+    let log = nl.take_log();
+    assert!(log.iter().all(|l| !l.starts_with("delete")), "replace, never delete-then-add: {log:?}");
+    // Outside the claimed pools: never touched.
+    assert_eq!(nl.state().routes[&other.key], other);
+    // The block is released: our blackhole goes with it.
+    let without: Vec<ClusterRoute> = cluster().into_iter().filter(|c| c.dst.to_string() != "10.244.10.0/26").collect();
+    r.set_desired(&without);
+    let rep = r.apply().await;
+    assert_eq!(rep.deletes, 1, "{rep:?}");
+    assert!(!nl.state().routes.contains_key(&bird_bh.key));
+    assert_eq!(nl.state().routes[&other.key], other);
+}
