@@ -5,6 +5,7 @@
 
 mod bench;
 mod build;
+mod image;
 mod lab_nodes;
 mod qemu;
 mod run;
@@ -33,6 +34,10 @@ enum Command {
     Run(run::RunArgs),
     /// The whole test suite: unit tests, network-namespace integration tests.
     Test(test::TestArgs),
+    /// The OCI image (Containerfile): build the release agent, then the image FROM scratch
+    /// with podman; write target/image/routewarden-<version>.oci.tar, tag
+    /// routewarden:<version>, print the archive, the tag and the size.
+    Image,
     /// Benchmarks (root): build in release mode, run each in network namespaces it creates,
     /// print one `bench <name> ratio=<value> target=<value> <details>` line each.
     Bench(bench::BenchArgs),
@@ -53,6 +58,10 @@ fn main() -> Result<()> {
         Command::Test(args) => {
             setup::ensure()?;
             test::test(&args)
+        }
+        Command::Image => {
+            setup::ensure()?;
+            image::image()
         }
         Command::Bench(args) => {
             setup::ensure()?;

@@ -65,7 +65,7 @@ pub fn ensure_test_tools() -> Result<()> {
     Ok(())
 }
 
-fn dpkg_installed(p: &str) -> bool {
+pub(crate) fn dpkg_installed(p: &str) -> bool {
     let out = Command::new("dpkg-query").args(["-W", "-f=${Status}", p]).output();
     matches!(out, Ok(o) if String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
 }
@@ -100,7 +100,7 @@ fn has_bpf_linker() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(BPF_LINKER_VERSION))
 }
 
-fn is_debian_like() -> bool {
+pub(crate) fn is_debian_like() -> bool {
     std::fs::read_to_string("/etc/os-release").is_ok_and(|s| {
         s.lines().any(|l| {
             (l.starts_with("ID=") || l.starts_with("ID_LIKE=")) && (l.contains("debian") || l.contains("ubuntu"))
