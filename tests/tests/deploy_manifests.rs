@@ -231,6 +231,9 @@ fn kustomization_builds() {
             let _: serde_json::Value = serde_json::from_str(json).expect("dashboard JSON in the ConfigMap parses");
         }
     }
+    // The DaemonSet runs routewarden:<crate version> (kustomization.yaml `images:`).
+    let ds = docs.iter().find(|d| s(d, "kind") == "DaemonSet").expect("DaemonSet");
+    assert_eq!(s(&ds["spec"]["template"]["spec"]["containers"][0], "image"), format!("routewarden:{}", env!("CARGO_PKG_VERSION")), "{tool} build: DaemonSet image");
     std::fs::write(scratch("build").join("built.yaml"), &out).expect("keep build output");
 
     // An overlay enabling the legacy-kernel component builds and grants SYS_ADMIN.
@@ -249,6 +252,46 @@ fn kustomization_builds() {
     let caps = strings(&ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"]);
     assert_eq!(caps, ["NET_ADMIN", "SYS_ADMIN", "SYS_RESOURCE"].map(String::from).into(), "legacy-kernel capabilities");
     let _ = std::fs::remove_dir_all(&dir);
+
+    // An overlay that points the image at a registry (README "Deploy to a cluster") keeps
+    // the tag: routewarden's crate version.
+    let dir = scratch("registry");
+    let up = "../".repeat(dir.components().count() - 1);
+    let rel = format!("{up}{}", deploy().display().to_string().trim_start_matches('/'));
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{rel}]\nimages:\n  - name: routewarden\n    newName: registry.example.com/ops/routewarden\n"),
+    )
+    .expect("write overlay");
+    let mut c = if tool == "kustomize" { let mut c = Command::new(which("kustomize").expect("kustomize")); c.arg("build"); c } else { let mut c = Command::new(which("kubectl").expect("kubectl")); c.arg("kustomize"); c };
+    let out = run(c.arg(&dir).arg("--load-restrictor=LoadRestrictionsNone"));
+    let ds = yaml_docs(&out, "registry overlay").into_iter().find(|d| s(d, "kind") == "DaemonSet").expect("DaemonSet");
+    assert_eq!(s(&ds["spec"]["template"]["spec"]["containers"][0], "image"), format!("registry.example.com/ops/routewarden:{}", env!("CARGO_PKG_VERSION")));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The DaemonSet's image tag and the crate version come from one place, kustomization.yaml's
+/// `images:`: the DaemonSet names the bare image, the kustomization tags it with the version
+/// `cargo xtask image` tags the image with (the workspace version, which the agent uses).
+#[test]
+fn image_tag_is_the_crate_version() {
+    let k = yaml_file(&deploy().join("kustomization.yaml"));
+    let images = seq(&k, "images");
+    assert_eq!(images.len(), 1, "one image in kustomization.yaml: {images:?}");
+    assert_eq!(s(&images[0], "name"), "routewarden");
+    assert_eq!(
+        s(&images[0], "newTag"),
+        env!("CARGO_PKG_VERSION"),
+        "deploy/kustomization.yaml `images:` newTag must be the crate version (Cargo.toml workspace.package.version): bump them together"
+    );
+    // The registry is the user's (an overlay's newName): a base newName would change the name
+    // such an overlay has to match.
+    assert!(images[0].get("newName").is_none(), "no newName in the base kustomization");
+    let ds = resource("DaemonSet");
+    let containers = seq(&ds["spec"]["template"]["spec"], "containers");
+    assert_eq!(s(&containers[0], "image"), "routewarden", "the DaemonSet names the image without tag or registry: kustomization.yaml sets them");
+    let agent = read(&root().join("agent/Cargo.toml"));
+    assert!(agent.lines().any(|l| l.trim() == "version.workspace = true"), "agent/Cargo.toml must use the workspace version");
 }
 
 #[test]
