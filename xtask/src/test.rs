@@ -3,7 +3,10 @@
 //! 1. Build the BPF object (so the agent under test embeds it and the BPF tests run).
 //! 2. `cargo test --workspace`: unit tests, property tests, and the privileged network-namespace
 //!    integration tests (each in namespaces it creates; root needed, as in CI).
-//! 3. The QEMU lane ([`crate::qemu`]): the privileged tests that need fentry, kprobes or a real
+//! 3. Before that, the image ([`crate::image`], as `cargo xtask image`): its id and archive go to
+//!    `agent/tests/image.rs` as `ROUTEWARDEN_IMAGE` / `ROUTEWARDEN_IMAGE_ARCHIVE`. Skip with
+//!    `--no-image` (those tests then print SKIPPED).
+//! 4. The QEMU lane ([`crate::qemu`]): the privileged tests that need fentry, kprobes or a real
 //!    `tunl0`, under Debian's stock kernel in QEMU. Skip with `--no-qemu`; run alone with
 //!    `--qemu-only`.
 
@@ -20,6 +23,9 @@ pub struct TestArgs {
     /// Do not run the QEMU lane.
     #[arg(long)]
     pub no_qemu: bool,
+    /// Do not build the image (saves the release build; the image tests print SKIPPED).
+    #[arg(long)]
+    pub no_image: bool,
     /// Run only the QEMU lane.
     #[arg(long, conflicts_with = "no_qemu")]
     pub qemu_only: bool,
@@ -40,16 +46,26 @@ pub fn test(args: &TestArgs) -> Result<()> {
     if !routewarden_lab::is_root() {
         eprintln!("NOTE: not root: the network-namespace and BPF tests will print SKIPPED; CI runs as root");
     }
+    // A failed image build fails the run, but after the other tests have run.
+    let image = if args.no_image { Ok(None) } else { crate::image::ensure_tools(true).and_then(|()| crate::image::build()).map(Some) };
     let mut cmd = Command::new("cargo");
     // --no-fail-fast: one failing test binary must not hide the results of the others.
     cmd.args(["test", "--workspace", "--no-fail-fast"])
         .current_dir(&root)
         .env("CARGO_TARGET_DIR", root.join("target"))
         .env("ROUTEWARDEN_BPF_OBJECT", &object);
+    match &image {
+        Ok(Some(image)) => {
+            eprint!("{}", crate::image::summary(image));
+            cmd.env("ROUTEWARDEN_IMAGE", &image.id).env("ROUTEWARDEN_IMAGE_ARCHIVE", &image.archive);
+        }
+        Ok(None) => {}
+        Err(e) => eprintln!("image build failed, its tests will print SKIPPED: {e:#}"),
+    }
     if !args.cargo_test_args.is_empty() {
         cmd.arg("--").args(&args.cargo_test_args);
     }
-    let host = run_cmd(&mut cmd);
+    let host = image.and(run_cmd(&mut cmd));
     if args.no_qemu {
         return host;
     }
