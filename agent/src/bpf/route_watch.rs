@@ -369,10 +369,12 @@ impl RouteWatch {
                     Ok((bpf, socket, _)) => Ok((bpf, Some(socket), config.log_level)),
                     Err(e) if config.log_level != BpfLogLevel::Off && is_out_of_memory(&e) => {
                         let (bpf, socket, size) = attach(BpfLogLevel::Off)?;
-                        let optmem = std::fs::read_to_string("/proc/sys/net/core/optmem_max").ok().and_then(|s| s.trim().parse::<u64>().ok());
+                        // Global before 6.9 and then not visible from other namespaces.
+                        let optmem = std::fs::read_to_string("/proc/sys/net/core/optmem_max")
+                            .map_or_else(|_| "unknown".to_owned(), |s| s.trim().to_owned());
                         tracing::warn!(
                             requested = ?config.log_level,
-                            optmem_max = optmem.unwrap_or(0),
+                            optmem_max = %optmem,
                             bytes_without_logs = size.unwrap_or(0),
                             error = %e,
                             "route watch: the socket-filter program with kernel logs is larger than this kernel lets a socket hold (net.core.optmem_max); running it without kernel logs"
