@@ -16,8 +16,11 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
+use std::net::IpAddr;
+
 use ipnet::IpNet;
 
+use crate::model::{Cluster, Node};
 use crate::ownership::{KernelFilter, OwnershipDecision, PoolKind, PoolOwnership, Role};
 use crate::routes::{PoolClass, Writer};
 use crate::text::escape;
@@ -53,6 +56,36 @@ pub struct BirdFilterOptions {
     /// each with why: the kernel filters reject them first, so BIRD never programs a CIDR
     /// whose class it cannot know is its own (fail closed).
     pub unclassified: Vec<(IpNet, String)>,
+    /// WireGuard peers, both families: `(node name, BGP address)` of every remote node that
+    /// has a WireGuard interface address of the family, when this node has one too
+    /// ([`wireguard_peers`]). Their routes are Felix's WireGuard routing, so the kernel filter
+    /// of that family rejects routes whose BGP next hop is the peer's address.
+    pub wireguard_peers: Vec<(String, IpAddr)>,
+}
+
+/// The WireGuard peers of `node`, both families, as confd finds them
+/// (`processWireguardPeerFilter`, `confd/pkg/backends/calico/bgp_processor.go` ~L1013; keys
+/// `/calico/bgp/v1/host/<host>/{ip_addr_v4,wireguard_addr_v4}` and the v6 pair): nothing for a
+/// family in which this node has no WireGuard address (`spec.wireguard.interfaceIPv4Address` /
+/// `interfaceIPv6Address` or the node annotation); otherwise every other node that has a
+/// WireGuard address and a BGP address of that family, as `(name, BGP address)`. A node
+/// without a BGP address has no route BIRD could learn through it and is left out, as in
+/// confd. Sorted by name, IPv4 first.
+pub fn wireguard_peers(cluster: &Cluster, node: &str) -> Vec<(String, IpAddr)> {
+    let Some(local) = cluster.nodes.get(node) else { return Vec::new() };
+    let mut out = Vec::new();
+    for v6 in [false, true] {
+        let wg = |n: &Node| if v6 { n.wireguard_ipv6 } else { n.wireguard_ipv4 };
+        if wg(local).is_none() {
+            continue;
+        }
+        for (name, peer) in cluster.nodes.iter().filter(|(name, _)| name.as_str() != node) {
+            if let (Some(_), Some(bgp)) = (wg(peer), peer.bgp_address(v6)) {
+                out.push((name.clone(), bgp.addr()));
+            }
+        }
+    }
+    out
 }
 
 impl Default for BirdFilterOptions {
@@ -64,6 +97,7 @@ impl Default for BirdFilterOptions {
             include_path: "/etc/bird/routewarden.conf".into(),
             local_subnet_v4: None,
             unclassified: Vec::new(),
+            wireguard_peers: Vec::new(),
         }
     }
 }
@@ -211,6 +245,9 @@ pub fn render(decision: &OwnershipDecision, opts: &BirdFilterOptions) -> String 
     if decision.config.role == Role::Bird {
         let _ = writeln!(s, "# Role bird: routewarden programs BIRD's classes, so BIRD's kernel export rejects every pool.");
     }
+    for (name, addr) in &opts.wireguard_peers {
+        let _ = writeln!(s, "# WireGuard peer {} ({addr}): routes through it are Felix's WireGuard routing, rejected for BIRD.", escape(name));
+    }
     let _ = writeln!(s, "#");
     let _ = writeln!(s, "# Use in bird.conf:");
     let _ = writeln!(s, "#   include \"{}\";", escape(&opts.include_path));
@@ -285,6 +322,19 @@ fn render_kernel_filter(
         // line can accept it.
         for (cidr, why) in opts.unclassified.iter().filter(|(c, _)| matches!(c, IpNet::V6(_)) == v6) {
             let _ = writeln!(s, "  if (net ~ {cidr}) then {{ reject; }} # unclassified IP pool: {}", escape(why));
+        }
+        // WireGuard peers: Felix routes to them over WireGuard in its own table, so BIRD must
+        // not program routes through them (confd's `WireguardPeerKernelFilter`, placed after
+        // the metric block in `calico_kernel_programming`; confd sorts the lines as text).
+        let mut wg: Vec<String> = opts
+            .wireguard_peers
+            .iter()
+            .filter(|(_, a)| a.is_ipv6() == v6)
+            .map(|(name, a)| format!("  if (defined(bgp_next_hop) && bgp_next_hop = {a}) then {{ reject; }} # WireGuard peer {}: Felix's WireGuard routing", escape(name)))
+            .collect();
+        wg.sort();
+        for line in wg {
+            let _ = writeln!(s, "{line}");
         }
         let mut rows: Vec<&PoolVerdict> = vs
             .iter()
@@ -635,4 +685,93 @@ mod tests {
         assert!(ours.contains("include \"/etc/bird/routewarden.conf\";"));
         assert!(ours.contains("krt_metric = 1024;"));
     }
+
+    /// The nodes of confd's `processWireguardPeerFilter` tests: `(name, BGP v4, BGP v6, WG v4,
+    /// WG v6)`.
+    fn wg_cluster(nodes: &[(&str, Option<&str>, Option<&str>, Option<&str>, Option<&str>)]) -> Cluster {
+        let docs: Vec<serde_yaml_ng::Value> = nodes
+            .iter()
+            .map(|(name, b4, b6, w4, w6)| {
+                let mut bgp = serde_yaml_ng::Mapping::new();
+                if let Some(a) = b4 {
+                    bgp.insert("ipv4Address".into(), format!("{a}/24").into());
+                }
+                if let Some(a) = b6 {
+                    bgp.insert("ipv6Address".into(), format!("{a}/64").into());
+                }
+                let mut wg = serde_yaml_ng::Mapping::new();
+                if let Some(a) = w4 {
+                    wg.insert("interfaceIPv4Address".into(), (*a).into());
+                }
+                if let Some(a) = w6 {
+                    wg.insert("interfaceIPv6Address".into(), (*a).into());
+                }
+                serde_yaml_ng::from_str(&format!(
+                    "{{apiVersion: projectcalico.org/v3, kind: Node, metadata: {{name: {name}}}, spec: {{bgp: {}, wireguard: {}}}}}",
+                    serde_json::to_string(&bgp).unwrap(),
+                    serde_json::to_string(&wg).unwrap()
+                ))
+                .unwrap()
+            })
+            .collect();
+        let (cluster, errors) = Cluster::from_values(&docs);
+        assert!(errors.is_empty(), "{errors:?}");
+        cluster
+    }
+
+    /// The statements of one family's kernel filter that test `bgp_next_hop`, without our
+    /// trailing comment (confd's comment differs; the statement is what BIRD runs).
+    fn wg_rejects(cluster: &Cluster, v6: bool) -> Vec<String> {
+        let opts = BirdFilterOptions { wireguard_peers: wireguard_peers(cluster, "local-node"), ..BirdFilterOptions::default() };
+        let d = crate::ownership::decide(cluster, &OwnershipConfig::default());
+        let text = render(&d, &opts);
+        let name = if v6 { KERNEL_FILTER_V6 } else { KERNEL_FILTER_V4 };
+        let body = &text[text.find(&format!("filter {name} {{")).unwrap()..];
+        let body = &body[..body.find("\n}").unwrap()];
+        body.lines().filter(|l| l.contains("bgp_next_hop")).map(|l| l[..=l.find("} #").unwrap()].to_owned()).collect()
+    }
+
+    /// Golden: confd's own tests of `processWireguardPeerFilter`
+    /// (`confd/pkg/backends/calico/bgp_processor_test.go`, `Test_processWireguardPeerFilterV4`,
+    /// `..V6`, `.._NoWireguard`, `.._AllWireguard`, `.._LocalNoWireguard`): the same nodes give
+    /// the same reject statements, in confd's (sorted) order, each in its own family's filter.
+    #[test]
+    fn wireguard_peer_rejects_match_confd() {
+        let reject = |a: &str| format!("  if (defined(bgp_next_hop) && bgp_next_hop = {a}) then {{ reject; }}");
+        // V4: one remote with WireGuard, one without.
+        let c = wg_cluster(&[
+            ("local-node", Some("10.0.0.1"), None, Some("192.168.1.1"), None),
+            ("remote-wg", Some("10.0.0.2"), None, Some("192.168.1.2"), None),
+            ("remote-nowg", Some("10.0.0.3"), None, None, None),
+        ]);
+        assert_eq!(wg_rejects(&c, false), [reject("10.0.0.2")]);
+        assert_eq!(wg_rejects(&c, true), Vec::<String>::new());
+        assert_eq!(wireguard_peers(&c, "local-node"), [("remote-wg".to_owned(), "10.0.0.2".parse().unwrap())]);
+        // V6.
+        let c = wg_cluster(&[
+            ("local-node", None, Some("fd00::1"), None, Some("fd00:1::1")),
+            ("remote-wg", None, Some("fd00::2"), None, Some("fd00:1::2")),
+            ("remote-nowg", None, Some("fd00::3"), None, None),
+        ]);
+        assert_eq!(wg_rejects(&c, true), [reject("fd00::2")]);
+        assert_eq!(wg_rejects(&c, false), Vec::<String>::new());
+        // No WireGuard anywhere.
+        let c = wg_cluster(&[("local-node", Some("10.0.0.1"), None, None, None), ("remote-a", Some("10.0.0.2"), None, None, None), ("remote-b", Some("10.0.0.3"), None, None, None)]);
+        assert_eq!(wg_rejects(&c, false), Vec::<String>::new());
+        // Everyone: one line per remote, sorted (as text: 10.0.0.10 before 10.0.0.2).
+        let c = wg_cluster(&[
+            ("local-node", Some("10.0.0.1"), None, Some("192.168.1.1"), None),
+            ("remote-a", Some("10.0.0.2"), None, Some("192.168.1.2"), None),
+            ("remote-b", Some("10.0.0.3"), None, Some("192.168.1.3"), None),
+            ("remote-c", Some("10.0.0.10"), None, Some("192.168.1.10"), None),
+        ]);
+        assert_eq!(wg_rejects(&c, false), [reject("10.0.0.10"), reject("10.0.0.2"), reject("10.0.0.3")]);
+        // The local node without WireGuard routes to WireGuard peers over BGP: nothing rejected.
+        let c = wg_cluster(&[("local-node", Some("10.0.0.1"), None, None, None), ("remote-wg", Some("10.0.0.2"), None, Some("192.168.1.2"), None)]);
+        assert_eq!(wg_rejects(&c, false), Vec::<String>::new());
+        // A WireGuard peer without a BGP address has nothing to reject.
+        let c = wg_cluster(&[("local-node", Some("10.0.0.1"), None, Some("192.168.1.1"), None), ("remote-wg", None, None, Some("192.168.1.2"), None)]);
+        assert_eq!(wg_rejects(&c, false), Vec::<String>::new());
+    }
+
 }

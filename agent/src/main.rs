@@ -71,6 +71,7 @@ fn cmd_bird_filter(args: &BirdFilterArgs) -> Result<ExitCode> {
         include_path: args.include_path.clone(),
         local_subnet_v4: node.as_deref().and_then(|n| snap.cluster.nodes.get(n)).and_then(|n| n.subnet(false)),
         unclassified: unclassified.iter().flat_map(|e| e.cidrs.iter().map(|c| (*c, e.error.to_string()))).collect(),
+        wireguard_peers: node.as_deref().map(|n| routewarden::bird_filter::wireguard_peers(&snap.cluster, n)).unwrap_or_default(),
         ..BirdFilterOptions::default()
     };
     print!("{}", render(&decision, &opts));

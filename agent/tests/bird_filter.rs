@@ -34,9 +34,17 @@ fn bird_parses(name: &str, role: Role, route_protocol: u8) {
     let opts = BirdFilterOptions {
         route_protocol,
         include_path: snippet.display().to_string(),
+        // WireGuard peer rejects in both families (issue 19), so BIRD parses them too.
+        wireguard_peers: vec![("node-b".into(), "10.0.0.12".parse().unwrap()), ("node-b".into(), "fd00::12".parse().unwrap())],
         ..BirdFilterOptions::default()
     };
     let text = render(&decision, &opts);
+    for want in [
+        "  if (defined(bgp_next_hop) && bgp_next_hop = 10.0.0.12) then { reject; } # WireGuard peer node-b: Felix's WireGuard routing",
+        "  if (defined(bgp_next_hop) && bgp_next_hop = fd00::12) then { reject; } # WireGuard peer node-b: Felix's WireGuard routing",
+    ] {
+        assert_eq!(text.lines().filter(|l| *l == want).count(), 1, "{name}: {want}\n{text}");
+    }
     std::fs::write(&snippet, &text).unwrap();
     let conf = format!(
         r#"router id 192.0.2.1;
@@ -96,4 +104,49 @@ fn bird_accepts_filter_explicit_with_felix_protocol_too() {
         Role::Explicit(ClusterRoutes::Disabled),
         90,
     );
+}
+
+/// Issue 19 part 6, end to end: `routewarden bird-filter --node node-a` on the example cluster
+/// with WireGuard addresses on node-a (both families) and node-b (IPv4 only, its annotation
+/// form) rejects routes via node-b's BGP IPv4 address in the IPv4 filter and nothing in the
+/// IPv6 one; node-c and node-d (no WireGuard) get no line.
+#[test]
+fn bird_filter_command_rejects_routes_via_wireguard_peers() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster");
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["calico.yaml", "ipam.yaml", "nodes.yaml"] {
+        let mut text = std::fs::read_to_string(src.join(f)).unwrap();
+        if f == "calico.yaml" {
+            text = text.replacen(
+                "    ipv4IPIPTunnelAddr: 10.244.10.0\n",
+                "    ipv4IPIPTunnelAddr: 10.244.10.0\n  wireguard: {interfaceIPv4Address: 10.244.10.1, interfaceIPv6Address: \"fd00:10:244:10::1\"}\n",
+                1,
+            );
+        } else if f == "nodes.yaml" {
+            text = text.replacen(
+                "        projectcalico.org/IPv4IPIPTunnelAddr: 10.244.20.0\n",
+                "        projectcalico.org/IPv4IPIPTunnelAddr: 10.244.20.0\n        projectcalico.org/IPv4WireguardInterfaceAddr: 10.244.20.1\n",
+                1,
+            );
+        }
+        std::fs::write(dir.path().join(f), text).unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_routewarden"))
+        .args(["bird-filter", "--node", "node-a", "--datastore"])
+        .arg(format!("file:{}", dir.path().display()))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("WireGuard peer")).collect();
+    assert_eq!(
+        lines,
+        [
+            "# WireGuard peer node-b (10.0.0.12): routes through it are Felix's WireGuard routing, rejected for BIRD.",
+            "  if (defined(bgp_next_hop) && bgp_next_hop = 10.0.0.12) then { reject; } # WireGuard peer node-b: Felix's WireGuard routing",
+        ],
+        "{text}"
+    );
+    let v4 = &text[text.find(&format!("filter {KERNEL_FILTER_V4} {{")).unwrap()..text.find(&format!("filter {KERNEL_FILTER_V6} {{")).unwrap()];
+    assert!(v4.contains("bgp_next_hop = 10.0.0.12"), "in the IPv4 filter");
 }
