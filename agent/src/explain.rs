@@ -100,7 +100,18 @@ struct Report<'a> {
     /// IP pools left out as invalid (overlapping another pool, `/0`, host bits, a bad field):
     /// their CIDRs are frozen ground for the agent. Any makes the explanation an error.
     invalid_pools: Vec<String>,
+    /// WireGuard peers of `node` (`bird_filter::wireguard_peers`): their routes are Felix's
+    /// WireGuard routing, which BIRD's filter rejects; empty without `--node` or WireGuard.
+    wireguard_peers: Vec<WireguardPeer>,
     has_errors: bool,
+}
+
+/// A node Felix reaches over WireGuard from this one (confd `processWireguardPeerFilter`).
+#[derive(Debug, Serialize)]
+struct WireguardPeer {
+    node: String,
+    /// The peer's BGP address: BIRD routes with this next hop are rejected.
+    bgp_address: std::net::IpAddr,
 }
 
 /// Render the explanation for `cluster` (with the object errors the datastore reported) under
@@ -149,6 +160,14 @@ pub fn explain(
         route_problems,
         object_errors: object_errors.iter().map(ToString::to_string).collect(),
         invalid_pools,
+        wireguard_peers: opts
+            .node
+            .as_deref()
+            .map(|n| crate::bird_filter::wireguard_peers(cluster, n))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(node, bgp_address)| WireguardPeer { node, bgp_address })
+            .collect(),
         has_errors,
     };
     let text = match opts.format {
@@ -294,6 +313,8 @@ fn render_table(r: &Report<'_>, d: &OwnershipDecision, audit: bool) -> String {
         table(&mut out, &rows);
     }
 
+    render_wireguard_peers(&mut out, r);
+
     if let Some(node) = r.node {
         if audit {
             let _ = writeln!(out, "\nExpected cluster routes on {} (every routable class; audit mode programs nothing)", escape(node));
@@ -328,4 +349,17 @@ fn render_table(r: &Report<'_>, d: &OwnershipDecision, audit: bool) -> String {
         }
     }
     out
+}
+
+/// The WireGuard section of the table output, when `node` has WireGuard peers: routes through
+/// them are Felix's WireGuard routing (its own table and rule), not a missing or
+/// double-programmed cluster route, and `bird-filter` rejects them for BIRD.
+fn render_wireguard_peers(out: &mut String, r: &Report<'_>) {
+    let (Some(node), false) = (r.node, r.wireguard_peers.is_empty()) else { return };
+    let _ = writeln!(out, "\nWireGuard peers of {} (Felix routes to them over WireGuard in its own table; BIRD's routes via them are rejected)", escape(node));
+    let mut rows = vec![["NODE", "BGP ADDRESS"].map(String::from).to_vec()];
+    for p in &r.wireguard_peers {
+        rows.push(vec![p.node.clone(), p.bgp_address.to_string()]);
+    }
+    table(out, &rows);
 }

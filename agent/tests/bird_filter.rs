@@ -110,8 +110,9 @@ fn bird_accepts_filter_explicit_with_felix_protocol_too() {
 /// with WireGuard addresses on node-a (both families) and node-b (IPv4 only, its annotation
 /// form) rejects routes via node-b's BGP IPv4 address in the IPv4 filter and nothing in the
 /// IPv6 one; node-c and node-d (no WireGuard) get no line.
-#[test]
-fn bird_filter_command_rejects_routes_via_wireguard_peers() {
+/// The example cluster in a temporary directory with WireGuard addresses on node-a (both
+/// families) and node-b (IPv4 only, its annotation form).
+fn wireguard_example() -> tempfile::TempDir {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster");
     let dir = tempfile::tempdir().unwrap();
     for f in ["calico.yaml", "ipam.yaml", "nodes.yaml"] {
@@ -131,6 +132,12 @@ fn bird_filter_command_rejects_routes_via_wireguard_peers() {
         }
         std::fs::write(dir.path().join(f), text).unwrap();
     }
+    dir
+}
+
+#[test]
+fn bird_filter_command_rejects_routes_via_wireguard_peers() {
+    let dir = wireguard_example();
     let out = Command::new(env!("CARGO_BIN_EXE_routewarden"))
         .args(["bird-filter", "--node", "node-a", "--datastore"])
         .arg(format!("file:{}", dir.path().display()))
@@ -149,4 +156,39 @@ fn bird_filter_command_rejects_routes_via_wireguard_peers() {
     );
     let v4 = &text[text.find(&format!("filter {KERNEL_FILTER_V4} {{")).unwrap()..text.find(&format!("filter {KERNEL_FILTER_V6} {{")).unwrap()];
     assert!(v4.contains("bgp_next_hop = 10.0.0.12"), "in the IPv4 filter");
+}
+
+/// Issue 19 part 6: `explain --node node-a` names node-b as a WireGuard peer, with the BGP
+/// address whose routes BIRD is told to reject, in the table and in JSON.
+#[test]
+fn explain_shows_wireguard_peers() {
+    let dir = wireguard_example();
+    let run = |format: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_routewarden"))
+            .args(["explain", "--node", "node-a", "-o", format, "--datastore"])
+            .arg(format!("file:{}", dir.path().display()))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = run("table");
+    let start = text.find("WireGuard peers of node-a").expect("section");
+    let section: Vec<&str> = text[start..].lines().take_while(|l| !l.is_empty()).collect();
+    assert_eq!(
+        section,
+        [
+            "WireGuard peers of node-a (Felix routes to them over WireGuard in its own table; BIRD's routes via them are rejected)",
+            "  NODE    BGP ADDRESS",
+            "  node-b  10.0.0.12",
+        ],
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&run("json")).unwrap();
+    assert_eq!(json["wireguard_peers"], serde_json::json!([{"node": "node-b", "bgp_address": "10.0.0.12"}]));
+    // Without WireGuard on this node: no section.
+    let plain = Command::new(env!("CARGO_BIN_EXE_routewarden"))
+        .args(["explain", "--node", "node-a", "--datastore", concat!("file:", env!("CARGO_MANIFEST_DIR"), "/../examples/cluster")])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&plain.stdout).contains("WireGuard"));
 }
