@@ -686,9 +686,11 @@ mod tests {
         assert!(ours.contains("krt_metric = 1024;"));
     }
 
-    /// The nodes of confd's `processWireguardPeerFilter` tests: `(name, BGP v4, BGP v6, WG v4,
+    /// One node of confd's `processWireguardPeerFilter` tests: `(name, BGP v4, BGP v6, WG v4,
     /// WG v6)`.
-    fn wg_cluster(nodes: &[(&str, Option<&str>, Option<&str>, Option<&str>, Option<&str>)]) -> Cluster {
+    type WgNode<'a> = (&'a str, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<&'a str>);
+
+    fn wg_cluster(nodes: &[WgNode<'_>]) -> Cluster {
         let docs: Vec<serde_yaml_ng::Value> = nodes
             .iter()
             .map(|(name, b4, b6, w4, w6)| {

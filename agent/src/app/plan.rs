@@ -141,6 +141,27 @@ fn owned_pools(decision: &OwnershipDecision, cluster: &Cluster, config: &PlanCon
 /// Most pool CIDRs kept owned after their pools are gone.
 const MAX_RETIRED: usize = 1024;
 
+/// The BIRD leftovers the policy claims: only for a class we program and BIRD does not.
+fn set_bird_claims(policy: &mut OwnershipPolicy, cluster: &Cluster, decision: &OwnershipDecision) {
+    let bird_writes = |c: PoolClass| decision.writers_of(c).contains(&Writer::Bird);
+    if decision.programs(PoolClass::Ipip) && !bird_writes(PoolClass::Ipip) {
+        policy.claim_bird_on_tunnel = pool_cidrs(cluster, decision, PoolClass::Ipip);
+        // CrossSubnet: BIRD routed same-subnet peers natively (confd sets `krt_tunnel=""` when
+        // the next hop is in the local subnet), so its leftovers there are on the host NIC.
+        policy.claim_bird_on_nic = decision.pools.iter().filter(|p| p.kind == crate::ownership::PoolKind::IpipCrossSubnet).map(|p| p.cidr).collect();
+    }
+    if decision.programs(PoolClass::NoEncap) && !bird_writes(PoolClass::NoEncap) {
+        policy.claim_bird_on_nic.extend(pool_cidrs(cluster, decision, PoolClass::NoEncap));
+    }
+    // BIRD's blackholes for this node's own blocks (confd's bird_aggr.cfg static routes,
+    // exported to the kernel): the same guard, any class we program and BIRD does not.
+    for class in [PoolClass::Ipip, PoolClass::NoEncap] {
+        if decision.programs(class) && !bird_writes(class) {
+            policy.claim_bird_blackholes.extend(pool_cidrs(cluster, decision, class));
+        }
+    }
+}
+
 /// Build the plan for `snapshot`. `previous` is the set of classes routewarden programmed
 /// under the previous plan (empty at start); `previous_owned` the previous plan's
 /// [`OwnershipPolicy::owned`]: a pool CIDR in it whose pool is gone (no valid pool covers it,
@@ -160,7 +181,6 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
     // leftovers only for a class we program and BIRD does not (Calico's OwnBIRDIPIPRoutes,
     // `felix/routetable` ownership policy, and the no-encap gap it left open); nothing claimed
     // in frozen ground.
-    let bird_writes = |c: PoolClass| decision.writers_of(c).contains(&Writer::Bird);
     let mut owned = owned_pools(&decision, cluster, config);
     // A pool CIDR we owned stays ours while no valid pool (of any class) covers it and
     // nothing froze it.
@@ -182,22 +202,7 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
         frozen: frozen_cidrs.clone(),
         ..OwnershipPolicy::default()
     };
-    if decision.programs(PoolClass::Ipip) && !bird_writes(PoolClass::Ipip) {
-        policy.claim_bird_on_tunnel = pool_cidrs(cluster, &decision, PoolClass::Ipip);
-        // CrossSubnet: BIRD routed same-subnet peers natively (confd sets `krt_tunnel=""` when
-        // the next hop is in the local subnet), so its leftovers there are on the host NIC.
-        policy.claim_bird_on_nic = decision.pools.iter().filter(|p| p.kind == crate::ownership::PoolKind::IpipCrossSubnet).map(|p| p.cidr).collect();
-    }
-    if decision.programs(PoolClass::NoEncap) && !bird_writes(PoolClass::NoEncap) {
-        policy.claim_bird_on_nic.extend(pool_cidrs(cluster, &decision, PoolClass::NoEncap));
-    }
-    // BIRD's blackholes for this node's own blocks (confd's bird_aggr.cfg static routes,
-    // exported to the kernel): the same guard, any class we program and BIRD does not.
-    for class in [PoolClass::Ipip, PoolClass::NoEncap] {
-        if decision.programs(class) && !bird_writes(class) {
-            policy.claim_bird_blackholes.extend(pool_cidrs(cluster, &decision, class));
-        }
-    }
+    set_bird_claims(&mut policy, cluster, &decision);
 
     // Handovers: a class we programmed and no longer do goes to its new writer; we keep our
     // routes per prefix until that writer's route is seen (bounded by the grace period). A

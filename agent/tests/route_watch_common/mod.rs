@@ -769,11 +769,11 @@ pub fn ring_full_is_logged(test: &str, backend: RouteWatchBackend) {
         }
         if effective == BpfLogLevel::Off {
             assert_eq!(backend, RouteWatchBackend::SocketFilter, "{test}: only a socket filter is limited by optmem_max");
-            let text = captured.text();
-            let warning: Vec<&str> = text.lines().filter(|l| l.contains(fallback)).collect();
-            assert_eq!(warning.len(), 1, "{test}: one warning says the watch runs without kernel logs: {text}");
-            assert!(warning[0].contains("requested=Warn") && warning[0].contains(&format!("optmem_max={limit}")), "{test}: {}", warning[0]);
-            assert!(warning[0].contains("Cannot allocate memory (os error 12)"), "{test}: the errno is in the warning: {}", warning[0]);
+            let log = captured.text();
+            let said: Vec<&str> = log.lines().filter(|l| l.contains(fallback)).collect();
+            assert_eq!(said.len(), 1, "{test}: one warning says the watch runs without kernel logs: {log}");
+            assert!(said[0].contains("requested=Warn") && said[0].contains(&format!("optmem_max={limit}")), "{test}: {}", said[0]);
+            assert!(said[0].contains("Cannot allocate memory (os error 12)"), "{test}: the errno is in the warning: {}", said[0]);
             assert_eq!(lines, Vec::<String>::new(), "{test}: no kernel log line without the logging program");
             eprintln!("{test}: optmem_max {limit} is too small for the logging socket filter here; the watch ran without kernel logs, as it must");
             continue;
