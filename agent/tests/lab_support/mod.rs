@@ -59,17 +59,26 @@ pub fn lab() -> Lab {
 pub struct Agent(Child);
 
 impl Agent {
+    /// The agent for `node` on the node's loopback ([`PORT`]), logging to the test's stderr.
     pub fn start(lab: &Lab, node: &str, datastore: &Path, extra: &[&str]) -> Agent {
-        let child = lab
-            .command(node, env!("CARGO_BIN_EXE_routewarden"))
-            .args(["run", "--node", node, "--metrics-addr", &format!("127.0.0.1:{PORT}"), "--log-format", "text", "--datastore"])
+        Self::spawn(lab, node, datastore, &format!("127.0.0.1:{PORT}"), extra, None)
+    }
+
+    /// The agent for `node` serving `/metrics` on `metrics_addr`; with `log`, its output is
+    /// appended to that file instead of the test's stderr (for agents that log thousands of
+    /// lines on purpose).
+    pub fn spawn(lab: &Lab, node: &str, datastore: &Path, metrics_addr: &str, extra: &[&str], log: Option<&Path>) -> Agent {
+        let mut cmd = lab.command(node, env!("CARGO_BIN_EXE_routewarden"));
+        cmd.args(["run", "--node", node, "--metrics-addr", metrics_addr, "--log-format", "text", "--datastore"])
             .arg(format!("file:{}", datastore.display()))
             .args(extra)
             .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        Agent(child)
+            .stdin(Stdio::null());
+        if let Some(log) = log {
+            let file = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+            cmd.stdout(file.try_clone().unwrap()).stderr(file);
+        }
+        Agent(cmd.spawn().unwrap())
     }
 
     /// The agent's process id (`ip netns exec` execs it, so this is routewarden itself).
