@@ -1130,10 +1130,16 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     let kind = ErrorKind::of(&e);
                     failed_dsts.insert((key.table, key.dst));
                     let held = *exclusive && e.errno() == Some(Errno::EEXIST);
+                    // A retry of a key already reported held is not another error: the hold
+                    // is one event, counted once (the held gauge says it meanwhile), so a
+                    // long hold pages as RoutesHeldByOtherWriter, not also as
+                    // RouteProgrammingErrors.
+                    let mut counted = true;
                     if held {
                         // Reported once per hold (until the holder's route goes or becomes
                         // ours); the held count says it meanwhile.
                         let reported = self.blocked.entry(key).or_insert(false);
+                        counted = !*reported;
                         if !*reported {
                             *reported = true;
                             report.conflicts.push(Conflict {
@@ -1154,8 +1160,10 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                         // Our view of links or of the socket is stale: resync soon.
                         self.resync_due = self.resync_due.min(now + backoff(1));
                     }
-                    report.error(kind, || e.to_string());
-                    report.write_errors += 1;
+                    if counted {
+                        report.error(kind, || e.to_string());
+                        report.write_errors += 1;
+                    }
                     if held {
                         // Another writer's route holds the key: its removal (an event) frees
                         // it at once; otherwise look again at the resync interval, not

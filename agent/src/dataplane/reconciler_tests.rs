@@ -646,6 +646,7 @@ async fn held_key_is_retried_at_the_resync_interval_not_every_backoff_step() {
     r.set_desired(&cluster());
     let rep = r.apply().await;
     assert_eq!(rep.conflicts.len(), 1, "{rep:?}");
+    assert_eq!(rep.write_errors, 1, "the hold is one error when first seen");
     let attempts = || std::mem::take(&mut nl.state().refused).iter().filter(|k| k.dst.to_string() == "10.244.20.0/26").count();
     assert_eq!(attempts(), 1);
     // Past every backoff step (the longest is 30 s), before the resync interval: not tried.
@@ -657,10 +658,12 @@ async fn held_key_is_retried_at_the_resync_interval_not_every_backoff_step() {
         assert!(rep.conflicts.is_empty(), "{rep:?}");
         assert_eq!(attempts(), 0, "tried again after {s} s");
     }
-    // At the resync interval: one more try, still not reported again.
+    // At the resync interval: one more try, still not reported again, and not counted as
+    // another error (a long hold must not also page as RouteProgrammingErrors).
     clock.advance(Duration::from_secs(91 - at));
     let rep = r.apply().await;
     assert!(rep.conflicts.is_empty(), "{rep:?}");
+    assert_eq!((rep.write_errors, rep.error_count()), (0, 0), "{rep:?}");
     assert_eq!(attempts(), 1);
     assert_eq!(nl.state().routes[&f.key], f);
 }
