@@ -212,7 +212,7 @@ pub fn render(decision: &OwnershipDecision, opts: &BirdFilterOptions) -> String 
     let _ = writeln!(
         s,
         "# Ownership decision (Calico {}, routewarden role {}):",
-        decision.config.version, decision.config.role
+        escape(&decision.version.to_string()), decision.config.role
     );
     let _ = writeln!(
         s,
@@ -539,7 +539,7 @@ mod tests {
         let snap = FileDatastore::load(dir.join("input.yaml")).expect("input.yaml loads");
         let config = OwnershipConfig {
             role,
-            version: CalicoVersion::V3_33,
+            version: CalicoVersion::V3_33.into(),
             node: None,
         };
         decide(&snap.cluster, &config)

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::datastore::ObjectError;
 use crate::model::Cluster;
-use crate::ownership::{decide, ComponentDecision, Finding, OwnershipConfig, OwnershipDecision, PoolOwnership, Role, Severity};
+use crate::ownership::{decide, ComponentDecision, Finding, OwnershipConfig, OwnershipDecision, PoolOwnership, Role, Severity, VersionSource};
 use crate::routes::{desired_routes, routable_classes, ClusterRoute, PoolClass, RouteDevices, RouteOrigin, RoutePath};
 use crate::text::escape;
 
@@ -83,7 +83,12 @@ struct Problem {
 #[derive(Debug, Serialize)]
 struct Report<'a> {
     role: String,
-    calico_version: &'static str,
+    /// The release in force (`3.34` stays `3.34`).
+    calico_version: String,
+    /// Whose rules decided (`3.26-3.30`, `3.31`, `3.32`, `3.33`).
+    calico_rules: &'static str,
+    /// Where the release came from: `--calico-version`, ClusterInformation, or assumed.
+    calico_version_source: &'a VersionSource,
     node: Option<&'a str>,
     felix: &'a ComponentDecision,
     bird: &'a ComponentDecision,
@@ -140,15 +145,13 @@ pub fn explain(
         .as_ref()
         .map(|d| d.problems.iter().map(|p| Problem { code: p.code(), message: p.to_string() }).collect())
         .unwrap_or_default();
-    let invalid_pools: Vec<String> = object_errors
-        .iter()
-        .filter(|e| !e.last_good && e.error.object().is_some_and(|(k, _)| k == crate::model::Kind::IpPool))
-        .map(|e| e.error.to_string())
-        .collect();
+    let invalid_pools = invalid_pools(object_errors);
     let has_errors = decision.has_errors() || !invalid_pools.is_empty();
     let report = Report {
         role: config.role.to_string(),
-        calico_version: config.version.as_str(),
+        calico_version: decision.version.version.to_string(),
+        calico_rules: decision.version.rules.label(),
+        calico_version_source: &decision.version.source,
         node: opts.node.as_deref(),
         felix: &decision.felix,
         bird: &decision.bird,
@@ -171,17 +174,32 @@ pub fn explain(
         has_errors,
     };
     let text = match opts.format {
-        OutputFormat::Json => serde_json::to_string_pretty(&report)
+        OutputFormat::Json | OutputFormat::Yaml => serialize(&report, opts.format)?,
+        OutputFormat::Table => render_table(&report, &decision, audit),
+    };
+    Ok(Explanation { text, has_errors })
+}
+
+/// IP pools left out as invalid, with no last good version (their errors).
+fn invalid_pools(object_errors: &[ObjectError]) -> Vec<String> {
+    object_errors
+        .iter()
+        .filter(|e| !e.last_good && e.error.object().is_some_and(|(k, _)| k == crate::model::Kind::IpPool))
+        .map(|e| e.error.to_string())
+        .collect()
+}
+
+/// `report` as pretty JSON (with a final newline) or YAML.
+fn serialize(report: &impl Serialize, format: OutputFormat) -> Result<String, ExplainError> {
+    match format {
+        OutputFormat::Yaml => serde_yaml_ng::to_string(report).map_err(|e| ExplainError::Render { format: "yaml", message: e.to_string() }),
+        _ => serde_json::to_string_pretty(report)
             .map(|mut s| {
                 s.push('\n');
                 s
             })
-            .map_err(|e| ExplainError::Render { format: "json", message: e.to_string() })?,
-        OutputFormat::Yaml => serde_yaml_ng::to_string(&report)
-            .map_err(|e| ExplainError::Render { format: "yaml", message: e.to_string() })?,
-        OutputFormat::Table => render_table(&report, &decision, audit),
-    };
-    Ok(Explanation { text, has_errors })
+            .map_err(|e| ExplainError::Render { format: "json", message: e.to_string() }),
+    }
 }
 
 /// A route in `ip route` syntax: `10.244.20.0/26 via 10.0.0.12 dev tunl0 proto 80 onlink`,
@@ -256,13 +274,7 @@ fn table(out: &mut String, rows: &[Vec<String>]) {
 
 fn render_table(r: &Report<'_>, d: &OwnershipDecision, audit: bool) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "role {}, Calico {}{}",
-        r.role,
-        r.calico_version,
-        r.node.map(|n| format!(", node {}", escape(n))).unwrap_or_default()
-    );
+    let _ = writeln!(out, "role {}, Calico {}{}", r.role, escape(&d.version.to_string()), r.node.map(|n| format!(", node {}", escape(n))).unwrap_or_default());
     out.push_str("\nDecisions\n");
     let mut rows = vec![vec!["COMPONENT".to_owned(), "VALUE".to_owned(), "SOURCE".to_owned()]];
     rows.push(vec!["felix".into(), d.felix.value.to_string(), d.felix.source.to_string()]);

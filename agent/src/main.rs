@@ -119,7 +119,7 @@ fn cmd_events(args: &routewarden::bpf::route_watch::events_cmd::EventsArgs) -> R
         let spec: DatastoreSpec = spec.parse().map_err(|e: String| anyhow::anyhow!("--datastore: {e}"))?;
         let snap = tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(load_spec(spec))?;
         let node = app::node_name(args.node.as_deref())?;
-        let ownership = app::ownership_config(&args.role, "3.33", Mode::Program, &node)?;
+        let ownership = app::ownership_config(&args.role, "auto", Mode::Program, &node)?;
         let devices = RouteDevices { tunnel: args.tunnel_device.clone(), host_nic: args.host_device.clone() };
         let config = plan::PlanConfig { node, ownership, devices, protocol: args.route_protocol, table: 254 };
         let p = plan::plan(&snap, &config, &std::collections::BTreeSet::new(), &[]);

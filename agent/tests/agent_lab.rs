@@ -19,7 +19,8 @@ fn felix_role_programs_ipip_and_a_restart_writes_nothing() {
     let lab = lab();
     let agent = Agent::start(&lab, "node-a", &example_dir(), &[]);
     let ready = wait_ready(&lab, "node-a");
-    assert!(ready.starts_with("datastore: synced\nroutes: first apply done\n"), "{ready}");
+    // The release line from the example's ClusterInformation (`--calico-version auto`).
+    assert!(ready.starts_with("datastore: synced\nroutes: first apply done\ncalico: 3.33 (ClusterInformation default: v3.33.0)\n"), "{ready}");
     // IPIP CrossSubnet pool: same-subnet peers via eth0, node-d (10.0.1.0/24) via tunl0;
     // IPIP Always pool: everything via tunl0; own block blackholed; borrowed /32 to node-c.
     assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
@@ -28,6 +29,7 @@ fn felix_role_programs_ipip_and_a_restart_writes_nothing() {
     assert_eq!(m.value(r#"routewarden_routes{family="ipv4",class="ipip",state="programmed"}"#), 7, "{m}");
     assert_eq!(m.value(r#"routewarden_route_operations_total{op="replace",result="ok"}"#), 7, "{m}");
     assert_eq!(m.value("routewarden_datastore_synced"), 1);
+    assert_eq!(m.value(r#"routewarden_calico_version_info{version="3.33",rules="3.33",source="cluster-information"}"#), 1, "{m}");
     assert_eq!(m.value(r#"routewarden_ownership_findings{code="consistent",class="ipip"}"#), 1);
     assert_eq!(m.value(r#"routewarden_ownership_findings{code="consistent",class="noencap"}"#), 1);
     assert!(agent.stop().success());

@@ -56,7 +56,8 @@ fn felix_role_on_node_a() {
             "10.245.40.0/26 via 10.0.1.14 dev tunl0 proto 80 onlink",
         ]
     );
-    assert_eq!(e.text.lines().next(), Some("role felix, Calico 3.33, node node-a"), "{}", e.text);
+    // `--calico-version auto` (the default) reads the release from ClusterInformation default.
+    assert_eq!(e.text.lines().next(), Some("role felix, Calico 3.33 (ClusterInformation default: v3.33.0), node node-a"), "{}", e.text);
     assert_eq!(
         section(&e.text, "Decisions"),
         [
@@ -97,6 +98,8 @@ fn explicit_enabled_is_an_error_and_json_is_structured() {
     let v: serde_json::Value = serde_json::from_str(&e.text).unwrap();
     assert_eq!(v["role"], "explicit:Enabled");
     assert_eq!(v["calico_version"], "3.33");
+    assert_eq!(v["calico_rules"], "3.33");
+    assert_eq!(v["calico_version_source"], serde_json::json!({"source": "cluster-information", "value": "v3.33.0"}));
     assert_eq!(v["has_errors"], true);
     let codes: Vec<(String, String)> = v["findings"]
         .as_array()

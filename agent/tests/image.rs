@@ -247,7 +247,7 @@ fn image_agent_runs_version_and_explain_from_its_rootfs() {
     let here = output(Command::new(env!("CARGO_BIN_EXE_routewarden")).args(["explain", "--node", "node-a", "--datastore"]).arg(format!("file:{}", example_dir().display())));
     let text = String::from_utf8_lossy(&from_image.stdout);
     assert_eq!(from_image.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&from_image.stderr));
-    assert!(text.starts_with("role felix, Calico 3.33, node node-a\n"), "{text}");
+    assert!(text.starts_with("role felix, Calico 3.33 (ClusterInformation default: v3.33.0), node node-a\n"), "{text}");
     assert_eq!(text, String::from_utf8_lossy(&here.stdout), "explain from the image differs from the test build's");
     eprintln!("image: --version and explain run chrooted into the image's rootfs");
 }

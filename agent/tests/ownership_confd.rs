@@ -97,8 +97,8 @@ fn check_scenario(dir: &str, expect_bgp_field: Option<&str>) {
     );
     assert_eq!(cluster.ip_pools.len(), 5, "{dir}");
 
-    let audit = decide(&cluster, &OwnershipConfig { role: Role::Audit, version: CalicoVersion::V3_33, node: None });
-    let bird_role = decide(&cluster, &OwnershipConfig { role: Role::Bird, version: CalicoVersion::V3_33, node: None });
+    let audit = decide(&cluster, &OwnershipConfig { role: Role::Audit, version: CalicoVersion::V3_33.into(), node: None });
+    let bird_role = decide(&cluster, &OwnershipConfig { role: Role::Bird, version: CalicoVersion::V3_33.into(), node: None });
     let mut checked = (0, 0);
     for row in &audit.pools {
         let filter = if row.cidr.addr().is_ipv4() { &v4 } else { &v6 };

@@ -521,7 +521,8 @@ fn collect_sources(dir: &Path) -> String {
 #[test]
 fn clusterrole_is_read_only_on_exactly_the_watched_resources() {
     let role = resource("ClusterRole");
-    let calico: BTreeSet<String> = ["ippools", "ipamblocks", "blockaffinities", "felixconfigurations", "bgpconfigurations"].map(String::from).into();
+    let calico: BTreeSet<String> =
+        ["ippools", "ipamblocks", "blockaffinities", "felixconfigurations", "bgpconfigurations", "clusterinformations"].map(String::from).into();
     // Exactly the verbs the Kubernetes datastore requests (`VERBS` in
     // agent/src/datastore/kubernetes.rs): list and watch, not even `get`.
     let read_only: BTreeSet<String> = ["list", "watch"].map(String::from).into();

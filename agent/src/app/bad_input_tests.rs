@@ -191,7 +191,7 @@ impl Agent {
     fn new(root: &Path, nl: FakeNetlink, clock: FakeClock) -> Agent {
         let cfg = DataplaneConfig { settle: SETTLE, ..DataplaneConfig::default() };
         let reconciler = Reconciler::new(cfg.clone(), cfg.base_policy(), nl.clone(), clock.clone());
-        let ownership = OwnershipConfig { role: Role::Felix, version: CalicoVersion::V3_33, node: Some("node-a".into()) };
+        let ownership = OwnershipConfig { role: Role::Felix, version: CalicoVersion::V3_33.into(), node: Some("node-a".into()) };
         let config = PlanConfig { node: "node-a".into(), ownership, devices: RouteDevices::default(), protocol: 80, table: 254 };
         Agent { loader: loader_for(root.to_path_buf(), SETTLE), view: ViewState::default(), config, last: None, reconciler, nl, clock }
     }

@@ -78,8 +78,11 @@ pub struct ClusterArgs {
     /// `audit` (program nothing, judge Felix against BIRD; the default for `audit`).
     #[arg(long, env = "ROUTEWARDEN_ROLE")]
     pub role: Option<String>,
-    /// Calico release line the cluster runs (changes defaults and the enum): 3.31, 3.32, 3.33.
-    #[arg(long, env = "ROUTEWARDEN_CALICO_VERSION", default_value = "3.33")]
+    /// Calico release line the cluster runs (changes which fields exist, their defaults and
+    /// values): `auto` (ClusterInformation default's spec.calicoVersion; 3.33 with a warning
+    /// when there is none), or a line from 3.26 on (3.26 to 3.30 have no programClusterRoutes;
+    /// 3.34 and later behave as 3.33). An explicit line wins over the cluster's.
+    #[arg(long, env = "ROUTEWARDEN_CALICO_VERSION", default_value = "auto")]
     pub calico_version: String,
     /// IPIP tunnel device.
     #[arg(long, env = "ROUTEWARDEN_TUNNEL_DEVICE", default_value = "tunl0")]

@@ -31,9 +31,9 @@ use crate::bpf::tc_count::{Direction, TcCounter};
 use crate::dataplane::{self, ApplyReport, DataplaneCommand, DataplaneConfig, Family, Reconciler, RtNetlink, SystemClock};
 use crate::datastore::{Datastore, DatastoreEvent, FileDatastore, KubernetesDatastore, Snapshot};
 use crate::observe::http::HttpServer;
-use crate::observe::metrics::{AuditLabels, FindingLabels, HoldLabels, LoadErrorLabels, NetlinkErrorLabels, OperationLabels, ProblemLabels, ProgramLabels, RouteLabels};
+use crate::observe::metrics::{AuditLabels, CalicoVersionLabels, FindingLabels, HoldLabels, LoadErrorLabels, NetlinkErrorLabels, OperationLabels, ProblemLabels, ProgramLabels, RouteLabels};
 use crate::observe::{Health, Metrics, WatcherState};
-use crate::ownership::{CalicoVersion, OwnershipConfig, Role};
+use crate::ownership::{OwnershipConfig, Role, VersionChoice};
 use crate::routes::{routable_classes, PoolClass, RouteDevices};
 use config::{DatastoreSpec, Mode, RunArgs};
 use plan::{Plan, PlanConfig};
@@ -60,10 +60,10 @@ pub fn node_name(node: Option<&str>) -> Result<String> {
 /// Build the ownership config from the flags.
 ///
 /// # Errors
-/// An unknown role or release line, naming the flag.
+/// An unknown role or release line (`auto` or 3.26 and later), naming the flag.
 pub fn ownership_config(role: &str, version: &str, mode: Mode, node: &str) -> Result<OwnershipConfig> {
     let role: Role = if mode == Mode::Audit { Role::Audit } else { role.parse().map_err(|e| anyhow::anyhow!("--role {role:?}: {e}"))? };
-    let version: CalicoVersion = version.parse().map_err(|e| anyhow::anyhow!("--calico-version {version:?}: {e}"))?;
+    let version: VersionChoice = version.parse().map_err(|e| anyhow::anyhow!("--calico-version {version:?}: {e}"))?;
     Ok(OwnershipConfig { role, version, node: Some(node.to_string()) })
 }
 
@@ -176,6 +176,7 @@ impl ClusterHandler {
             info!(
                 node = %self.config.node,
                 role = ?self.config.ownership.role,
+                calico = %d.version,
                 felix = %d.felix.value.as_str(),
                 bird = %d.bird.value.as_str(),
                 programs = ?d.programmed.iter().map(|c| c.label()).collect::<Vec<_>>(),
@@ -206,6 +207,7 @@ impl ClusterHandler {
         for p in &plan.problems {
             self.metrics.route_problems.get_or_create(&ProblemLabels { code: p.code() }).inc();
         }
+        self.metrics.record_calico_version(&CalicoVersionLabels { version: d.version.version.to_string(), rules: d.version.rules.label(), source: d.version.source.label() });
         self.metrics.ownership_findings.clear();
         for f in &d.findings {
             self.metrics.ownership_findings.get_or_create(&FindingLabels { code: f.code(), class: f.class_label() }).inc();

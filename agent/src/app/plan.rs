@@ -309,7 +309,7 @@ mod claim_tests {
             std::fs::write(dir.path().join(f), if f == "calico.yaml" { edit(text) } else { text }).unwrap();
         }
         let snapshot = FileDatastore::load(dir.path()).unwrap();
-        let ownership = OwnershipConfig { role, version: CalicoVersion::V3_33, node: Some("node-a".into()) };
+        let ownership = OwnershipConfig { role, version: CalicoVersion::V3_33.into(), node: Some("node-a".into()) };
         let config = PlanConfig { node: "node-a".into(), ownership, devices: RouteDevices::default(), protocol: 80, table: 254 };
         let p = plan(&snapshot, &config, &BTreeSet::new(), &[]);
         let show = |v: &[ipnet::IpNet]| v.iter().map(ToString::to_string).collect::<Vec<_>>();

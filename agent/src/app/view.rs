@@ -59,8 +59,10 @@ impl ViewState {
         self.current(plan) && self.settled && plan.is_some_and(|p| p.hold_all.is_none())
     }
 
-    /// The `/readyz` lines about the view: why it is not current, what is held, what is
-    /// broken (named up to [`READYZ_NAMED`], control characters escaped).
+    /// The `/readyz` lines about the view: the Calico release line in force and where it came
+    /// from (`calico: 3.30 (ClusterInformation default: v3.30.2)`), why the view is not
+    /// current, what is held, what is broken (named up to [`READYZ_NAMED`], control characters
+    /// escaped).
     pub fn notes(&self, plan: Option<&Plan>, node: &str) -> Vec<String> {
         use crate::text::one_line;
         let mut notes = Vec::new();
@@ -70,6 +72,7 @@ impl ViewState {
             }
         }
         let Some(p) = plan else { return notes };
+        notes.push(format!("calico: {}", one_line(&p.decision.version.to_string())));
         if p.local_node_missing {
             notes.push(format!("not synced: this node {} is not in the datastore; deleting nothing until it is back", one_line(&format!("{node:?}"))));
         }

@@ -1,12 +1,12 @@
 //! The Kubernetes datastore: the Calico objects of a live cluster, read from the API server.
 //!
 //! ```text
-//!  GET /apis ─> choose the Calico group ─> GET /apis/<group>/<version> (5 resources served?)
+//!  GET /apis ─> choose the Calico group ─> GET /apis/<group>/<version> (6 resources served?)
 //!                                                    │
 //!  per resource: kube-runtime watcher (list, then watch with allowWatchBookmarks)
 //!      ippools, ipamblocks, blockaffinities,          │  Init/InitApply/InitDone/Apply/Delete
 //!      felixconfigurations, bgpconfigurations,        ▼
-//!      core nodes                       reflector store (stripped objects) ─┐
+//!      clusterinformations, core nodes  reflector store (stripped objects) ─┐
 //!                                                                           │ debounced (100 ms)
 //!  parse each changed object alone (ClusterBuilder) ───────────────────────┘
 //!            │ good: replaces that object in the kept Cluster; bad: the last good one stays
@@ -23,7 +23,7 @@
 //!   CRDs but still has the old v1 CRDs installed must be forced with
 //!   `--calico-api-group projectcalico.org/v3` (the operator detects that case from its
 //!   `DatastoreMigration` object, which routewarden has no RBAC to read). The chosen group must
-//!   serve all five resources with `list` and `watch`, or the datastore stays not synced and
+//!   serve all six resources with `list` and `watch`, or the datastore stays not synced and
 //!   retries, saying which are missing.
 //! - **Watches.** One kube-runtime [`watcher`] per resource (list with `limit=500` pages, then
 //!   watch from the list's resourceVersion with `allowWatchBookmarks=true`, 290 s server
@@ -42,7 +42,9 @@
 //!   fixed. Both API forms and the core Node go through the one model parser
 //!   ([`ClusterBuilder::add`]) the file datastore uses.
 //! - **Live changes.** Every change is a new snapshot (debounced): a `programClusterRoutes`
-//!   change in FelixConfiguration or BGPConfiguration takes effect without a restart.
+//!   change in FelixConfiguration or BGPConfiguration takes effect without a restart, and so
+//!   does a Calico upgrade (`ClusterInformation default` `spec.calicoVersion`, read by
+//!   `--calico-version auto`).
 //! - **Read-only.** Only `list` and `watch` are requested ([`RBAC`]); discovery uses the
 //!   non-resource URLs every authenticated client may read (`system:discovery`).
 //! - **Cost.** Each changed object is parsed once, on its own; the kept [`Cluster`] is updated
@@ -95,25 +97,28 @@ pub struct Watched {
     pub plural: &'static str,
 }
 
-/// The five Calico resources, in the order they are added to the model. The same plurals exist
-/// in both Calico groups (`../shared/calico-testdata/crds/`).
-pub const CALICO_RESOURCES: [Watched; 5] = [
+/// The six Calico resources, in the order they are added to the model. The same plurals exist
+/// in both Calico groups (`../shared/calico-testdata/crds/`). `clusterinformations` is read for
+/// the release line (`ClusterInformation default` `spec.calicoVersion`, issue 19).
+pub const CALICO_RESOURCES: [Watched; 6] = [
     Watched { kind: Kind::IpPool, plural: "ippools" },
     Watched { kind: Kind::IpamBlock, plural: "ipamblocks" },
     Watched { kind: Kind::BlockAffinity, plural: "blockaffinities" },
     Watched { kind: Kind::FelixConfiguration, plural: "felixconfigurations" },
     Watched { kind: Kind::BgpConfiguration, plural: "bgpconfigurations" },
+    Watched { kind: Kind::ClusterInformation, plural: "clusterinformations" },
 ];
 
 /// The core Node resource (group `""`, version `v1`).
 pub const NODE_RESOURCE: Watched = Watched { kind: Kind::Node, plural: "nodes" };
 
-const CALICO_PLURALS: [&str; 5] = [
+const CALICO_PLURALS: [&str; 6] = [
     CALICO_RESOURCES[0].plural,
     CALICO_RESOURCES[1].plural,
     CALICO_RESOURCES[2].plural,
     CALICO_RESOURCES[3].plural,
     CALICO_RESOURCES[4].plural,
+    CALICO_RESOURCES[5].plural,
 ];
 
 /// One RBAC rule: API group, resources, verbs (the shape of a ClusterRole `rules[]` entry).
@@ -459,7 +464,7 @@ pub(crate) fn api_resource(group: CalicoGroup, w: Watched) -> ApiResource {
     }
 }
 
-/// Choose the Calico group (`GET /apis`, unless forced) and check that it serves the five
+/// Choose the Calico group (`GET /apis`, unless forced) and check that it serves the six
 /// resources with list and watch (`GET /apis/<group>/<version>`).
 ///
 /// Errors: [`KubernetesError::Discovery`] (request failed), [`KubernetesError::NoCalicoGroup`],

@@ -30,6 +30,7 @@ mod fields;
 mod names;
 mod node;
 mod pool;
+mod sources;
 pub mod yaml;
 
 pub use block::{nth_ip, Affinity, AffinityState, Allocation, AllocationAttributes, BlockAffinity, IpamBlock};
@@ -37,6 +38,7 @@ pub use config::{parse_go_duration, BgpConfiguration, FelixConfiguration, FelixS
 pub use node::{Node, NodeAddress, NodeAddressSource, NodeAddressType, NodeForm, TunnelAddressKind};
 pub use names::{block_name, cidrs_in_text, is_dns1123_subdomain, mentioned_cidrs};
 pub use pool::{check_pools, AllowedUse, EncapMode, IpPool};
+pub use sources::ClusterInformation;
 pub use yaml::{YamlError, YamlLimits};
 
 use fields::{type_name, Fields};
@@ -55,6 +57,8 @@ pub enum Kind {
     Node,
     FelixConfiguration,
     BgpConfiguration,
+    /// Calico's `ClusterInformation` (the release line, `spec.calicoVersion`).
+    ClusterInformation,
 }
 
 impl Kind {
@@ -67,6 +71,7 @@ impl Kind {
             Kind::Node => "Node",
             Kind::FelixConfiguration => "FelixConfiguration",
             Kind::BgpConfiguration => "BGPConfiguration",
+            Kind::ClusterInformation => "ClusterInformation",
         }
     }
 
@@ -79,6 +84,7 @@ impl Kind {
             "Node" => Kind::Node,
             "FelixConfiguration" => Kind::FelixConfiguration,
             "BGPConfiguration" => Kind::BgpConfiguration,
+            "ClusterInformation" => Kind::ClusterInformation,
             _ => return None,
         })
     }
@@ -214,6 +220,7 @@ pub struct Cluster {
     pub nodes: BTreeMap<String, Node>,
     pub felix_configurations: BTreeMap<String, FelixConfiguration>,
     pub bgp_configurations: BTreeMap<String, BgpConfiguration>,
+    pub cluster_informations: BTreeMap<String, ClusterInformation>,
 }
 
 impl Cluster {
@@ -267,6 +274,12 @@ impl Cluster {
     pub fn felix_for_node(&self, node: &str) -> Option<&FelixConfiguration> {
         self.felix_configurations.get(&format!("node.{node}"))
     }
+
+    /// The ClusterInformation named `default` (the only one calico-node writes).
+    pub fn cluster_information_default(&self) -> Option<&ClusterInformation> {
+        self.cluster_informations.get("default")
+    }
+
 }
 
 /// Split a multi-document YAML string into values with `serde_yaml_ng`. Empty documents are
@@ -321,6 +334,7 @@ impl ClusterBuilder {
                 ParsedObject::BgpConfiguration(name, o) => {
                     insert(&mut c.bgp_configurations, Kind::BgpConfiguration, name, o)
                 }
+                ParsedObject::ClusterInformation(name, o) => insert(&mut c.cluster_informations, Kind::ClusterInformation, name, o),
                 ParsedObject::Error(r) => {
                     errors.push(r);
                     continue;
@@ -349,6 +363,7 @@ pub enum ParsedObject {
     Node(String, Node),
     FelixConfiguration(String, FelixConfiguration),
     BgpConfiguration(String, BgpConfiguration),
+    ClusterInformation(String, ClusterInformation),
     /// An object left out, with why and the CIDRs it mentions.
     Error(Rejected),
 }
@@ -363,6 +378,7 @@ impl ParsedObject {
             ParsedObject::Node(n, _) => (Kind::Node, n.as_str()),
             ParsedObject::FelixConfiguration(n, _) => (Kind::FelixConfiguration, n.as_str()),
             ParsedObject::BgpConfiguration(n, _) => (Kind::BgpConfiguration, n.as_str()),
+            ParsedObject::ClusterInformation(n, _) => (Kind::ClusterInformation, n.as_str()),
             ParsedObject::Error(r) => return r.error.object(),
         })
     }
@@ -375,7 +391,10 @@ impl ParsedObject {
             ParsedObject::IpamBlock(_, b) => vec![b.cidr],
             ParsedObject::BlockAffinity(_, a) => vec![a.cidr],
             ParsedObject::Error(r) => r.cidrs.clone(),
-            ParsedObject::Node(..) | ParsedObject::FelixConfiguration(..) | ParsedObject::BgpConfiguration(..) => Vec::new(),
+            ParsedObject::Node(..)
+            | ParsedObject::FelixConfiguration(..)
+            | ParsedObject::BgpConfiguration(..)
+            | ParsedObject::ClusterInformation(..) => Vec::new(),
         }
     }
 
@@ -555,6 +574,7 @@ impl ParsedObjects {
             Kind::BgpConfiguration => {
                 BgpConfiguration::parse(&mut f, name).map(|o| ParsedObject::BgpConfiguration(n, o))
             }
+            Kind::ClusterInformation => ClusterInformation::parse(&mut f, name).map(|o| ParsedObject::ClusterInformation(n, o)),
         };
         let result = result.and_then(|obj| if f.errors.is_empty() { Ok(obj) } else { Err(f.take_errors()) });
         match result {

@@ -357,3 +357,24 @@ fn overlapping_pools_are_both_invalid() {
     assert!(cluster.pool_for("10.244.1.0/26".parse().unwrap()).is_none());
     assert_eq!(cluster.pool_for("192.168.3.0/26".parse().unwrap()).map(|p| p.name.as_str()), Some("apart"));
 }
+
+/// ClusterInformation in both Calico groups and without an apiVersion (calicoctl); only the
+/// fields routewarden reads.
+#[test]
+fn cluster_information_in_both_groups() {
+    for group in ["crd.projectcalico.org/v1", "projectcalico.org/v3"] {
+        let text = format!("apiVersion: {group}\nkind: ClusterInformation\nmetadata: {{name: default}}\nspec: {{calicoVersion: v3.30.2, clusterGUID: abc, clusterType: 'k8s,bgp,kubeadm,kdd', datastoreReady: true}}\n");
+        let (cluster, errors) = load(&text);
+        assert_eq!(errors, vec![], "{group}");
+        assert_eq!(
+            cluster.cluster_information_default(),
+            Some(&ClusterInformation { name: "default".into(), calico_version: Some("v3.30.2".into()), variant: None }),
+            "{group}"
+        );
+    }
+    let (cluster, errors) = load("kind: ClusterInformation\nmetadata: {name: default}\nspec: {variant: Calico}\n");
+    assert_eq!(errors, vec![]);
+    assert_eq!(cluster.cluster_information_default(), Some(&ClusterInformation { name: "default".into(), calico_version: None, variant: Some("Calico".into()) }));
+    let (_, errors) = load("apiVersion: crd.projectcalico.org/v1\nkind: ClusterInformation\nmetadata: {name: default}\nspec: {calicoVersion: 3.3}\n");
+    assert_eq!(errors.iter().map(ToString::to_string).collect::<Vec<_>>(), vec![r#"ClusterInformation "default": spec.calicoVersion: expected string, found number"#]);
+}

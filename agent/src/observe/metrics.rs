@@ -121,6 +121,18 @@ pub struct FamilyLabels {
     pub family: &'static str,
 }
 
+/// Labels `{version, rules, source}` of `routewarden_calico_version_info`: one series, for the
+/// Calico release line in force (`ownership::resolve_version`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CalicoVersionLabels {
+    /// `3.<minor>` as detected or given (`3.34` stays `3.34`).
+    pub version: String,
+    /// Whose rules decide: `3.26-3.30`, `3.31`, `3.32` or `3.33`.
+    pub rules: &'static str,
+    /// `flag`, `cluster-information` or `assumed`.
+    pub source: &'static str,
+}
+
 /// Labels `{backend}` of `routewarden_route_watch_backend_info`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BackendLabels {
@@ -210,6 +222,9 @@ pub struct Metrics {
     pub flapping_prefixes: Gauge,
     /// `routewarden_route_watch_backend_info{backend}`: 1 for the running backend.
     pub route_watch_backend: Family<BackendLabels, Gauge>,
+    /// `routewarden_calico_version_info{version,rules,source}`: 1 for the release line in
+    /// force; write it only through [`Metrics::record_calico_version`] (one series).
+    pub calico_version: Family<CalicoVersionLabels, Gauge>,
     /// `routewarden_route_watch_events_lost_total`: ring-buffer records dropped (buffer full).
     pub route_watch_events_lost: Counter,
     /// `routewarden_forwarded_packets_total{pool,path}`: packets to cluster destinations by
@@ -237,6 +252,15 @@ impl Default for ReconcileHistogram {
 }
 
 impl Metrics {
+    /// Set `routewarden_calico_version_info` to the one series of `labels` (the previous one,
+    /// if different, is removed).
+    pub fn record_calico_version(&self, labels: &CalicoVersionLabels) {
+        if self.calico_version.get(labels).is_none() {
+            self.calico_version.clear();
+        }
+        self.calico_version.get_or_create(labels).set(1);
+    }
+
     /// Create the handles and register them in a fresh registry with the `routewarden` prefix.
     pub fn new_registry() -> (Registry, std::sync::Arc<Metrics>) {
         let m = std::sync::Arc::new(Metrics::default());
@@ -246,6 +270,7 @@ impl Metrics {
             "Build information",
             Info::new(vec![("version".to_string(), env!("CARGO_PKG_VERSION").to_string())]),
         );
+        r.register("calico_version_info", "Calico release line in force (1): the version, whose rules decide, and where it came from (--calico-version, ClusterInformation default, or assumed)", m.calico_version.clone());
         r.register("datastore_synced", "1 when the datastore view is complete and current, else 0", m.datastore_synced.clone());
         r.register("datastore_load_errors", "Broken datastore files or objects seen, by reason", m.datastore_load_errors.clone());
         r.register("datastore_invalid_objects", "Datastore objects currently skipped because they failed validation", m.datastore_invalid_objects.clone());
@@ -280,5 +305,27 @@ impl Metrics {
             m.deletions_held.get_or_create(&HoldLabels { reason }).set(0);
         }
         (r, m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One series at a time: a Calico upgrade replaces the series, it does not add one.
+    #[test]
+    fn calico_version_info_has_one_series() {
+        let (r, m) = Metrics::new_registry();
+        let render = || {
+            let mut out = String::new();
+            prometheus_client::encoding::text::encode(&mut out, &r).unwrap();
+            out.lines().filter(|l| l.starts_with("routewarden_calico_version_info")).map(str::to_owned).collect::<Vec<_>>()
+        };
+        assert_eq!(render(), Vec::<String>::new());
+        m.record_calico_version(&CalicoVersionLabels { version: "3.30".into(), rules: "3.26-3.30", source: "cluster-information" });
+        m.record_calico_version(&CalicoVersionLabels { version: "3.30".into(), rules: "3.26-3.30", source: "cluster-information" });
+        assert_eq!(render(), vec![r#"routewarden_calico_version_info{version="3.30",rules="3.26-3.30",source="cluster-information"} 1"#]);
+        m.record_calico_version(&CalicoVersionLabels { version: "3.33".into(), rules: "3.33", source: "assumed" });
+        assert_eq!(render(), vec![r#"routewarden_calico_version_info{version="3.33",rules="3.33",source="assumed"} 1"#]);
     }
 }

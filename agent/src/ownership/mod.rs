@@ -4,7 +4,8 @@
 //!
 //! Inputs: `FelixConfiguration.spec.programClusterRoutes` (Felix's classes; per-node
 //! `node.<name>` first, then `default`), `BGPConfiguration.spec.programClusterRoutes` of the
-//! object named `default` (BIRD's classes), the IP pools, the Calico release line and
+//! object named `default` (BIRD's classes), the IP pools, the Calico release line
+//! (`--calico-version`, or `ClusterInformation default` with `auto`: [`resolve_version`]) and
 //! routewarden's own [`Role`]. Output: an [`OwnershipDecision`] with the classes routewarden
 //! programs, every writer of every class, findings with stable codes, and a per-pool table.
 //! Every decision records its [`DecisionSource`] (field value, default or fallback) for
@@ -23,76 +24,17 @@ use crate::routes::{PoolClass, Writer};
 
 #[cfg(test)]
 mod tests;
+mod version;
+
+pub use version::{resolve_version, CalicoVersion, ResolvedVersion, Rules, VersionChoice, VersionSource};
 
 /// Errors of this module: CLI values that do not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OwnershipError {
     #[error("invalid --role {value:?}: expected felix, bird, audit or explicit:<Disabled|EnabledIPIPOnly|EnabledNoEncapOnly|Enabled>")]
     InvalidRole { value: String },
-    #[error("invalid --calico-version {value:?}: expected a release line 3.31, 3.32 or 3.33 (3.34 and later behave as 3.33)")]
+    #[error("invalid --calico-version {value:?}: expected auto or a release line 3.26 or later (3.26 to 3.30 have no programClusterRoutes fields; 3.34 and later behave as 3.33)")]
     InvalidVersion { value: String },
-}
-
-/// The Calico release line the cluster runs; it changes the defaults and the enum
-/// (reference §1.3).
-///
-/// | line | Felix values, default | confd values, default |
-/// |---|---|---|
-/// | 3.31 | `Enabled`/`Disabled`, `Disabled` | field absent: BIRD always programs IPIP and no-encap |
-/// | 3.32 | `Enabled`/`Disabled`, `Disabled` | anything but the exact `Disabled` means `Enabled`; default `Enabled` |
-/// | 3.33+ | 4 values, `EnabledIPIPOnly` | 4 values, `EnabledNoEncapOnly` |
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub enum CalicoVersion {
-    #[serde(rename = "3.31")]
-    V3_31,
-    #[serde(rename = "3.32")]
-    V3_32,
-    /// master and release-v3.33; later lines are assumed to behave the same.
-    #[default]
-    #[serde(rename = "3.33")]
-    V3_33,
-}
-
-impl CalicoVersion {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CalicoVersion::V3_31 => "3.31",
-            CalicoVersion::V3_32 => "3.32",
-            CalicoVersion::V3_33 => "3.33",
-        }
-    }
-}
-
-impl fmt::Display for CalicoVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for CalicoVersion {
-    type Err = OwnershipError;
-
-    /// `3.31`, `v3.32`, `3.33.0`, `3.34` (3.34 and later map to the 3.33 line).
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || OwnershipError::InvalidVersion { value: s.to_owned() };
-        let t = s.strip_prefix('v').unwrap_or(s);
-        let mut parts = t.split('.');
-        let major: u32 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(err)?;
-        let minor: u32 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(err)?;
-        if let Some(patch) = parts.next() {
-            // Allow `3.32.1` and `3.33.0-0.dev`.
-            let digits = patch.split('-').next().unwrap_or("");
-            if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
-                return Err(err());
-            }
-        }
-        match (major, minor) {
-            (3, 31) => Ok(CalicoVersion::V3_31),
-            (3, 32) => Ok(CalicoVersion::V3_32),
-            (3, m) if m >= 33 => Ok(CalicoVersion::V3_33),
-            _ => Err(err()),
-        }
-    }
 }
 
 /// A value of `programClusterRoutes`: the classes *this* component programs
@@ -144,9 +86,14 @@ impl ClusterRoutes {
         }
     }
 
-    /// Values the release line knows (3.31 and 3.32: only `Enabled` and `Disabled`).
-    pub fn known_in(self, version: CalicoVersion) -> bool {
-        version == CalicoVersion::V3_33 || matches!(self, ClusterRoutes::Enabled | ClusterRoutes::Disabled)
+    /// Values a release line's rules know (3.31 and 3.32: only `Enabled` and `Disabled`;
+    /// 3.30 and earlier: none).
+    pub fn known_in(self, rules: Rules) -> bool {
+        match rules {
+            Rules::Legacy => false,
+            Rules::V3_31 | Rules::V3_32 => matches!(self, ClusterRoutes::Enabled | ClusterRoutes::Disabled),
+            Rules::V3_33 => true,
+        }
     }
 }
 
@@ -207,7 +154,9 @@ impl fmt::Display for Role {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct OwnershipConfig {
     pub role: Role,
-    pub version: CalicoVersion,
+    /// `--calico-version`: a release line, or `auto` (the default: `ClusterInformation
+    /// default`, else 3.33 with a warning).
+    pub version: VersionChoice,
     /// The node whose Felix view is decided (`FelixConfiguration node.<node>` overrides
     /// `default` field by field). `None`: only `default`.
     pub node: Option<String>,
@@ -380,6 +329,15 @@ pub enum FindingKind {
     Deprecated { bgp_value: String },
     /// A field holds a value the selected release line does not know.
     VersionSkew { object: String, value: String },
+    /// A value is set where this release reads none (`programClusterRoutes` on 3.30 and
+    /// earlier, `BGPConfiguration` on 3.31): reported, not applied.
+    IgnoredByRelease { object: String, value: String },
+    /// `--calico-version auto` found no usable `ClusterInformation default`: 3.33 assumed.
+    VersionAssumed { reason: String },
+    /// The release is newer than the newest line routewarden knows (3.33): decided as 3.33.
+    VersionNewer { version: String },
+    /// The release is older than the oldest supported line (3.26): decided as 3.26–3.30.
+    VersionOlder { version: String },
 }
 
 /// One finding. `code()` and `class_label()` are stable metric label values.
@@ -387,7 +345,7 @@ pub enum FindingKind {
 pub struct Finding {
     #[serde(flatten)]
     pub kind: FindingKind,
-    /// The class concerned; `None` for version skew.
+    /// The class concerned; `None` for findings about configuration sources and versions.
     pub class: Option<PoolClass>,
     pub severity: Severity,
     /// A sentence for people.
@@ -395,7 +353,8 @@ pub struct Finding {
 }
 
 impl Finding {
-    /// `consistent`, `double-programmed`, `unowned`, `deprecated` or `version-skew`.
+    /// `consistent`, `double-programmed`, `unowned`, `deprecated`, `version-skew`,
+    /// `ignored-by-release`, `version-assumed`, `version-newer` or `version-older`.
     pub fn code(&self) -> &'static str {
         match self.kind {
             FindingKind::Consistent { .. } => "consistent",
@@ -403,6 +362,10 @@ impl Finding {
             FindingKind::Unowned => "unowned",
             FindingKind::Deprecated { .. } => "deprecated",
             FindingKind::VersionSkew { .. } => "version-skew",
+            FindingKind::IgnoredByRelease { .. } => "ignored-by-release",
+            FindingKind::VersionAssumed { .. } => "version-assumed",
+            FindingKind::VersionNewer { .. } => "version-newer",
+            FindingKind::VersionOlder { .. } => "version-older",
         }
     }
 
@@ -421,6 +384,8 @@ impl Finding {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct OwnershipDecision {
     pub config: OwnershipConfig,
+    /// The release line in force and where it came from.
+    pub version: ResolvedVersion,
     /// Felix's effective value.
     pub felix: ComponentDecision,
     /// BIRD's effective value (confd's reading of BGPConfiguration `default`).
@@ -432,7 +397,8 @@ pub struct OwnershipDecision {
     /// Every writer of every class (all three classes, with or without pools).
     pub writers: BTreeMap<PoolClass, BTreeSet<Writer>>,
     /// Findings: per class with pools (consistent / double-programmed / unowned), then
-    /// deprecation, then version skew.
+    /// deprecation, then the version's and the fields' (version skew, values ignored by this
+    /// release).
     pub findings: Vec<Finding>,
     /// One row per IP pool, by pool name.
     pub pools: Vec<PoolOwnership>,
@@ -457,9 +423,11 @@ impl OwnershipDecision {
 
 /// Decide ownership for `cluster` under `config`.
 pub fn decide(cluster: &Cluster, config: &OwnershipConfig) -> OwnershipDecision {
-    let mut skew = Vec::new();
-    let felix = felix_value(cluster, config, &mut skew);
-    let bird = bird_value(cluster, config.version, &mut skew);
+    let version = resolve_version(cluster, config.version);
+    let mut sources = Vec::new();
+    version_findings(&version, &mut sources);
+    let felix = felix_value(cluster, config.node.as_deref(), &version, &mut sources);
+    let bird = bird_value(cluster, &version, &mut sources);
     let explicit = match config.role {
         Role::Explicit(v) => Some(ComponentDecision {
             field_of: Writer::Routewarden,
@@ -510,15 +478,12 @@ pub fn decide(cluster: &Cluster, config: &OwnershipConfig) -> OwnershipDecision 
         }
         findings.push(class_finding(*class, ws, &class_pools, config, &felix, &bird, explicit.as_ref()));
     }
-    if config.version == CalicoVersion::V3_33
-        && bird.value.covers(PoolClass::Ipip)
-        && pools.iter().any(|p| p.class == Some(PoolClass::Ipip))
-    {
+    if version.rules == Rules::V3_33 && bird.value.covers(PoolClass::Ipip) && pools.iter().any(|p| p.class == Some(PoolClass::Ipip)) {
         findings.push(deprecated_finding(&bird));
     }
-    findings.extend(skew);
+    findings.extend(sources);
 
-    OwnershipDecision { config: config.clone(), felix, bird, explicit, programmed, writers, findings, pools }
+    OwnershipDecision { config: config.clone(), version, felix, bird, explicit, programmed, writers, findings, pools }
 }
 
 /// Writers of one class under a role. VXLAN: always Felix (`bgp_processor.go` `programsPool`
@@ -553,42 +518,48 @@ fn class_writers(class: PoolClass, role: Role, felix: ClusterRoutes, bird: Clust
 /// config files are outside the datastore and not seen here); the parse ignores case
 /// (`param_types.go` `OneofListParam.Parse`); an unknown value is replaced by the built-in
 /// default with "Replacing invalid value with default" (~L845). Built-in default and accepted
-/// values per release line: see [`CalicoVersion`].
-fn felix_value(cluster: &Cluster, config: &OwnershipConfig, skew: &mut Vec<Finding>) -> ComponentDecision {
-    let version = config.version;
-    let default = if version == CalicoVersion::V3_33 { ClusterRoutes::EnabledIpipOnly } else { ClusterRoutes::Disabled };
-    let node_obj = config.node.as_deref().and_then(|n| cluster.felix_for_node(n));
-    let candidates = [node_obj, cluster.felix_default()];
-    let set = candidates
+/// values per release line: see [`Rules`]. On 3.30 and earlier Felix has no such field and
+/// programs only VXLAN routes (reference §1.3): a value set is reported as
+/// [`FindingKind::IgnoredByRelease`].
+fn felix_value(cluster: &Cluster, node: Option<&str>, version: &ResolvedVersion, findings: &mut Vec<Finding>) -> ComponentDecision {
+    let (v, rules) = (version.version, version.rules);
+    let decision = |value, source| ComponentDecision { field_of: Writer::Felix, value, source };
+    let node_obj = node.and_then(|n| cluster.felix_for_node(n));
+    if !rules.felix_reads_field() {
+        for fc in [node_obj, cluster.felix_default()].into_iter().flatten() {
+            if let Some(raw) = fc.program_cluster_routes.as_deref() {
+                findings.push(ignored_finding(&format!("FelixConfiguration {}", fc.name), raw, v, "Felix", "Felix programs only VXLAN cluster routes"));
+            }
+        }
+        return decision(ClusterRoutes::Disabled, DecisionSource::Fixed { reason: format!("Calico {v} has no programClusterRoutes: Felix programs only VXLAN cluster routes") });
+    }
+    let default = if rules == Rules::V3_33 { ClusterRoutes::EnabledIpipOnly } else { ClusterRoutes::Disabled };
+    let set = [node_obj, cluster.felix_default()]
         .into_iter()
         .flatten()
         .find_map(|fc| fc.program_cluster_routes.as_deref().map(|raw| (format!("FelixConfiguration {}", fc.name), raw)));
     let Some((object, raw)) = set else {
-        let reason = match (node_obj, cluster.felix_default(), config.node.as_deref()) {
+        let reason = match (node_obj, cluster.felix_default(), node) {
             (None, None, Some(n)) => format!("no FelixConfiguration default or node.{n}"),
             (None, None, None) => "no FelixConfiguration default".to_owned(),
             _ => "programClusterRoutes unset in FelixConfiguration".to_owned(),
         };
-        return ComponentDecision { field_of: Writer::Felix, value: default, source: DecisionSource::Default { reason } };
+        return decision(default, DecisionSource::Default { reason });
     };
     let parsed = ClusterRoutes::parse_ignore_case(raw);
     match parsed {
-        Some(v) if v.known_in(version) => {
-            let source = if v.as_str() == raw {
+        Some(value) if value.known_in(rules) => {
+            let source = if value.as_str() == raw {
                 DecisionSource::Field { object, value: raw.to_owned() }
             } else {
                 DecisionSource::FieldIgnoringCase { object, value: raw.to_owned() }
             };
-            ComponentDecision { field_of: Writer::Felix, value: v, source }
+            decision(value, source)
         }
         _ => {
-            let reason = format!("is not a value Felix {version} accepts; Felix uses its default {default}");
-            skew.push(skew_finding(&object, raw, version, "Felix", parsed, &format!("Felix uses its default {default}")));
-            ComponentDecision {
-                field_of: Writer::Felix,
-                value: default,
-                source: DecisionSource::Fallback { object, value: raw.to_owned(), reason },
-            }
+            let reason = format!("is not a value Felix {v} accepts; Felix uses its default {default}");
+            findings.push(skew_finding(&object, raw, v, rules, "Felix", parsed, &format!("Felix uses its default {default}")));
+            decision(default, DecisionSource::Fallback { object, value: raw.to_owned(), reason })
         }
     }
 }
@@ -599,80 +570,100 @@ fn felix_value(cluster: &Cluster, config: &OwnershipConfig, skew: &mut Vec<Findi
 ///   (`bgp_processor.go` `clusterRoutePolicyFromBGPConfig` ~L1158).
 /// - 3.32: BIRD programs unless the value is exactly `Disabled` (`bgp_processor.go` ~L911 at
 ///   v3.32.1).
-/// - 3.31: no field; the BIRD templates program every IPIP and no-encap pool
-///   (`bird_ipam.cfg.template` at v3.31.7).
-fn bird_value(cluster: &Cluster, version: CalicoVersion, skew: &mut Vec<Finding>) -> ComponentDecision {
+/// - 3.31 and earlier: no field; the BIRD templates program every IPIP and no-encap pool
+///   (`bird_ipam.cfg.template` at v3.31.7 and v3.30.7); a value set is reported as
+///   [`FindingKind::IgnoredByRelease`].
+fn bird_value(cluster: &Cluster, version: &ResolvedVersion, findings: &mut Vec<Finding>) -> ComponentDecision {
+    let (v, rules) = (version.version, version.rules);
     let object = "BGPConfiguration default".to_owned();
     let raw = cluster.bgp_default().and_then(|b| b.program_cluster_routes.as_deref());
     let decision = |value, source| ComponentDecision { field_of: Writer::Bird, value, source };
-    match version {
-        CalicoVersion::V3_31 => {
+    match rules {
+        Rules::Legacy | Rules::V3_31 => {
             if let Some(raw) = raw {
-                skew.push(skew_finding(
-                    &object,
-                    raw,
-                    version,
-                    "confd",
-                    None,
-                    "Calico 3.31 has no BGPConfiguration programClusterRoutes; BIRD programs IPIP and no-encap routes regardless",
-                ));
+                findings.push(ignored_finding(&object, raw, v, "confd", "BIRD programs IPIP and no-encap routes regardless"));
             }
-            decision(
-                ClusterRoutes::Enabled,
-                DecisionSource::Fixed {
-                    reason: "Calico 3.31 BIRD templates program every IPIP and no-encap pool".into(),
-                },
-            )
+            decision(ClusterRoutes::Enabled, DecisionSource::Fixed { reason: format!("Calico {v} BIRD templates program every IPIP and no-encap pool") })
         }
-        CalicoVersion::V3_32 => match raw {
+        Rules::V3_32 => match raw {
             None => decision(ClusterRoutes::Enabled, DecisionSource::Default { reason: unset_reason(cluster) }),
             Some("Disabled") => decision(ClusterRoutes::Disabled, DecisionSource::Field { object, value: "Disabled".into() }),
             Some("Enabled") => decision(ClusterRoutes::Enabled, DecisionSource::Field { object, value: "Enabled".into() }),
             Some(raw) => {
-                skew.push(skew_finding(
+                findings.push(skew_finding(
                     &object,
                     raw,
-                    version,
+                    v,
+                    rules,
                     "confd",
                     ClusterRoutes::parse_exact(raw),
-                    "confd 3.32 turns BIRD's kernel programming off only for the exact value Disabled, so BIRD programs everything",
+                    &format!("confd {v} turns BIRD's kernel programming off only for the exact value Disabled, so BIRD programs everything"),
                 ));
                 decision(
                     ClusterRoutes::Enabled,
                     DecisionSource::Fallback {
                         object,
                         value: raw.to_owned(),
-                        reason: "is not the exact value Disabled, which is all confd 3.32 checks for; BIRD programs everything".into(),
+                        reason: format!("is not the exact value Disabled, which is all confd {v} checks for; BIRD programs everything"),
                     },
                 )
             }
         },
-        CalicoVersion::V3_33 => match raw {
+        Rules::V3_33 => match raw {
             None => decision(ClusterRoutes::EnabledNoEncapOnly, DecisionSource::Default { reason: unset_reason(cluster) }),
             Some(raw) => {
-                if let Some(v) = ClusterRoutes::parse_exact(raw) {
-                    decision(v, DecisionSource::Field { object, value: raw.to_owned() })
+                if let Some(value) = ClusterRoutes::parse_exact(raw) {
+                    decision(value, DecisionSource::Field { object, value: raw.to_owned() })
                 } else {
-                    skew.push(skew_finding(
-                        &object,
-                        raw,
-                        version,
-                        "confd",
-                        None,
-                        "confd compares case-sensitively and uses its default EnabledNoEncapOnly",
-                    ));
+                    findings.push(skew_finding(&object, raw, v, rules, "confd", None, "confd compares case-sensitively and uses its default EnabledNoEncapOnly"));
                     decision(
                         ClusterRoutes::EnabledNoEncapOnly,
                         DecisionSource::Fallback {
                             object,
                             value: raw.to_owned(),
-                            reason: "is not a value confd 3.33 knows (exact case); confd uses its default EnabledNoEncapOnly"
-                                .into(),
+                            reason: format!("is not a value confd {v} knows (exact case); confd uses its default EnabledNoEncapOnly"),
                         },
                     )
                 }
-            },
+            }
         },
+    }
+}
+
+/// The version's own findings: assumed (warning), newer than the newest known line (info),
+/// older than the oldest supported (warning).
+fn version_findings(version: &ResolvedVersion, findings: &mut Vec<Finding>) {
+    let v = version.version;
+    if let VersionSource::Assumed { reason } = &version.source {
+        findings.push(Finding {
+            kind: FindingKind::VersionAssumed { reason: reason.clone() },
+            class: None,
+            severity: Severity::Warning,
+            message: format!("Calico release not detected ({reason}): assuming {v}; set --calico-version if the cluster runs another line"),
+        });
+    } else if v > CalicoVersion::NEWEST_KNOWN {
+        findings.push(Finding {
+            kind: FindingKind::VersionNewer { version: v.to_string() },
+            class: None,
+            severity: Severity::Info,
+            message: format!("Calico {v} is newer than the newest line routewarden knows ({}); deciding by its rules", CalicoVersion::NEWEST_KNOWN),
+        });
+    } else if v < CalicoVersion::OLDEST {
+        findings.push(Finding {
+            kind: FindingKind::VersionOlder { version: v.to_string() },
+            class: None,
+            severity: Severity::Warning,
+            message: format!("Calico {v} is older than the oldest line routewarden supports ({}); deciding by the 3.26-3.30 rules (no programClusterRoutes fields)", CalicoVersion::OLDEST),
+        });
+    }
+}
+
+fn ignored_finding(object: &str, raw: &str, version: CalicoVersion, reader: &str, consequence: &str) -> Finding {
+    Finding {
+        kind: FindingKind::IgnoredByRelease { object: object.to_owned(), value: raw.to_owned() },
+        class: None,
+        severity: Severity::Warning,
+        message: format!("{object}: {raw:?} is set but ignored by this release: {reader} {version} does not read it, and {consequence}"),
     }
 }
 
@@ -684,20 +675,14 @@ fn unset_reason(cluster: &Cluster) -> String {
     }
 }
 
-/// A version-skew finding for `raw` in `object`'s field, read by `reader` on `version`.
-fn skew_finding(
-    object: &str,
-    raw: &str,
-    version: CalicoVersion,
-    reader: &str,
-    parsed: Option<ClusterRoutes>,
-    consequence: &str,
-) -> Finding {
+/// A version-skew finding for `raw` in `object`'s field, read by `reader` on `version` (whose
+/// rules are `rules`).
+fn skew_finding(object: &str, raw: &str, version: CalicoVersion, rules: Rules, reader: &str, parsed: Option<ClusterRoutes>, consequence: &str) -> Finding {
     let why = match ClusterRoutes::parse_ignore_case(raw) {
         Some(v) if v.as_str() != raw && reader == "confd" => {
             format!("is {v} in the wrong case, which {reader} {version} does not accept")
         }
-        Some(v) if !v.known_in(version) || parsed.is_some_and(|p| !p.known_in(version)) => {
+        Some(v) if !v.known_in(rules) || parsed.is_some_and(|p| !p.known_in(rules)) => {
             format!("is a Calico 3.33+ value that {reader} {version} does not know")
         }
         Some(_) => format!("is not read by {reader} {version}"),

@@ -47,40 +47,48 @@ const VALUES: [Option<&str>; 8] = [
     Some("Sometimes"),
 ];
 
-const VERSIONS: [CalicoVersion; 3] = [CalicoVersion::V3_31, CalicoVersion::V3_32, CalicoVersion::V3_33];
+/// Release lines under test, by minor number: three of the legacy lines (3.26 to 3.30), 3.31,
+/// 3.32, 3.33 and 3.34 (newer than the newest known line, decided as 3.33).
+const MINORS: [u16; 7] = [26, 28, 30, 31, 32, 33, 34];
 
-/// (ipip, noencap) Felix programs, and whether the value is version skew. Reference §1.3/§1.4.
-fn expected_felix(v: CalicoVersion, raw: Option<&str>) -> ((bool, bool), bool, &'static str) {
-    use CalicoVersion::*;
-    match (v, raw) {
-        (V3_33, None) => ((true, false), false, "default"),
-        (V3_33, Some("Disabled")) => ((false, false), false, "field"),
-        (V3_33, Some("EnabledIPIPOnly" | "enabledipiponly")) => ((true, false), false, "field"),
-        (V3_33, Some("EnabledNoEncapOnly")) => ((false, true), false, "field"),
-        (V3_33, Some("Enabled" | "enabled")) => ((true, true), false, "field"),
-        (V3_33, Some(_)) => ((true, false), true, "fallback"),
-        (_, None) => ((false, false), false, "default"),
-        (_, Some("Disabled")) => ((false, false), false, "field"),
-        (_, Some("Enabled" | "enabled")) => ((true, true), false, "field"),
-        (_, Some(_)) => ((false, false), true, "fallback"),
+/// (ipip, noencap) Felix programs, the code of the finding the value gives (if any), and the
+/// source kind. Reference §1.3 (table, one row per line) and §1.4.
+fn expected_felix(minor: u16, raw: Option<&str>) -> ((bool, bool), Option<&'static str>, &'static str) {
+    match (minor, raw) {
+        // No field before 3.31: Felix programs only VXLAN; a value is reported, not applied.
+        (26..=30, None) => ((false, false), None, "fixed"),
+        (26..=30, Some(_)) => ((false, false), Some("ignored-by-release"), "fixed"),
+        // Two values, default Disabled.
+        (31 | 32, None) => ((false, false), None, "default"),
+        (31 | 32, Some("Disabled")) => ((false, false), None, "field"),
+        (31 | 32, Some("Enabled" | "enabled")) => ((true, true), None, "field"),
+        (31 | 32, Some(_)) => ((false, false), Some("version-skew"), "fallback"),
+        // Four values, default EnabledIPIPOnly (3.34 behaves as 3.33).
+        (_, None) => ((true, false), None, "default"),
+        (_, Some("Disabled")) => ((false, false), None, "field"),
+        (_, Some("EnabledIPIPOnly" | "enabledipiponly")) => ((true, false), None, "field"),
+        (_, Some("EnabledNoEncapOnly")) => ((false, true), None, "field"),
+        (_, Some("Enabled" | "enabled")) => ((true, true), None, "field"),
+        (_, Some(_)) => ((true, false), Some("version-skew"), "fallback"),
     }
 }
 
-/// (ipip, noencap) BIRD programs, version skew, source kind.
-fn expected_bird(v: CalicoVersion, raw: Option<&str>) -> ((bool, bool), bool, &'static str) {
-    use CalicoVersion::*;
-    match (v, raw) {
-        (V3_31, r) => ((true, true), r.is_some(), "fixed"),
-        (V3_32, None) => ((true, true), false, "default"),
-        (V3_32, Some("Disabled")) => ((false, false), false, "field"),
-        (V3_32, Some("Enabled")) => ((true, true), false, "field"),
-        (V3_32, Some(_)) => ((true, true), true, "fallback"),
-        (V3_33, None) => ((false, true), false, "default"),
-        (V3_33, Some("Disabled")) => ((false, false), false, "field"),
-        (V3_33, Some("EnabledIPIPOnly")) => ((true, false), false, "field"),
-        (V3_33, Some("EnabledNoEncapOnly")) => ((false, true), false, "field"),
-        (V3_33, Some("Enabled")) => ((true, true), false, "field"),
-        (V3_33, Some(_)) => ((false, true), true, "fallback"),
+/// (ipip, noencap) BIRD programs, the code of the finding the value gives, source kind.
+fn expected_bird(minor: u16, raw: Option<&str>) -> ((bool, bool), Option<&'static str>, &'static str) {
+    match (minor, raw) {
+        // No BGPConfiguration field before 3.32: BIRD programs IPIP and no-encap.
+        (26..=31, None) => ((true, true), None, "fixed"),
+        (26..=31, Some(_)) => ((true, true), Some("ignored-by-release"), "fixed"),
+        (32, None) => ((true, true), None, "default"),
+        (32, Some("Disabled")) => ((false, false), None, "field"),
+        (32, Some("Enabled")) => ((true, true), None, "field"),
+        (32, Some(_)) => ((true, true), Some("version-skew"), "fallback"),
+        (_, None) => ((false, true), None, "default"),
+        (_, Some("Disabled")) => ((false, false), None, "field"),
+        (_, Some("EnabledIPIPOnly")) => ((true, false), None, "field"),
+        (_, Some("EnabledNoEncapOnly")) => ((false, true), None, "field"),
+        (_, Some("Enabled")) => ((true, true), None, "field"),
+        (_, Some(_)) => ((false, true), Some("version-skew"), "fallback"),
     }
 }
 
@@ -112,16 +120,18 @@ fn roles() -> Vec<Role> {
 #[test]
 fn full_matrix() {
     let mut cases = 0;
-    for version in VERSIONS {
+    for minor in MINORS {
+        let version = CalicoVersion::new(minor);
         for fv in VALUES {
             for bv in VALUES {
                 let c = cluster(fv, bv);
-                let ((f_ipip, f_ne), f_skew, f_src) = expected_felix(version, fv);
-                let ((b_ipip, b_ne), b_skew, b_src) = expected_bird(version, bv);
+                let ((f_ipip, f_ne), f_finding, f_src) = expected_felix(minor, fv);
+                let ((b_ipip, b_ne), b_finding, b_src) = expected_bird(minor, bv);
                 for role in roles() {
                     cases += 1;
                     let ctx = format!("{version} felix={fv:?} bgp={bv:?} role={role}");
-                    let d = decide(&c, &OwnershipConfig { role, version, node: None });
+                    let d = decide(&c, &OwnershipConfig { role, version: VersionChoice::Fixed(version), node: None });
+                    assert_eq!(d.version.source, VersionSource::Flag, "{ctx}");
                     assert_eq!(d.felix.source.kind(), f_src, "{ctx}");
                     assert_eq!(d.bird.source.kind(), b_src, "{ctx}");
 
@@ -188,15 +198,15 @@ fn full_matrix() {
                         (code(&ne), "noencap"),
                         ("consistent", "vxlan"),
                     ];
-                    if version == CalicoVersion::V3_33 && b_ipip {
+                    // BIRD's IPIP is deprecated from 3.33 on.
+                    if minor >= 33 && b_ipip {
                         want.push(("deprecated", "ipip"));
                     }
-                    if f_skew {
-                        want.push(("version-skew", "none"));
+                    if minor == 34 {
+                        want.push(("version-newer", "none"));
                     }
-                    if b_skew {
-                        want.push(("version-skew", "none"));
-                    }
+                    want.extend(f_finding.map(|c| (c, "none")));
+                    want.extend(b_finding.map(|c| (c, "none")));
                     let got: Vec<(&str, &str)> = d.findings.iter().map(|f| (f.code(), f.class_label())).collect();
                     assert_eq!(got, want, "{ctx}");
                     assert_eq!(d.has_errors(), ipip.len() != 1 || ne.len() != 1, "{ctx}");
@@ -204,7 +214,7 @@ fn full_matrix() {
             }
         }
     }
-    assert_eq!(cases, 3 * 8 * 8 * 7);
+    assert_eq!(cases, 7 * 8 * 8 * 7);
 }
 
 /// The supported pairs of §1.8 are consistent in audit mode on 3.33.
@@ -250,7 +260,7 @@ fn per_node_felix_override() {
          ---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.node-b}\nspec: {logSeverityScreen: Debug}\n",
     );
     let (c, _) = Cluster::from_yaml_str(&text).unwrap();
-    let for_node = |n: Option<&str>| decide(&c, &OwnershipConfig { role: Role::Felix, version: CalicoVersion::V3_33, node: n.map(Into::into) });
+    let for_node = |n: Option<&str>| decide(&c, &OwnershipConfig { role: Role::Felix, version: CalicoVersion::V3_33.into(), node: n.map(Into::into) });
     let a = for_node(Some("node-a"));
     assert_eq!(a.felix.value, ClusterRoutes::Enabled);
     assert_eq!(
@@ -286,7 +296,7 @@ fn deprecated_message_names_both_fields() {
 
 #[test]
 fn version_skew_messages() {
-    let cfg = |version| OwnershipConfig { role: Role::Audit, version, node: None };
+    let cfg = |version: CalicoVersion| OwnershipConfig { role: Role::Audit, version: version.into(), node: None };
     let d = decide(&cluster(Some("EnabledIPIPOnly"), Some("enabled")), &cfg(CalicoVersion::V3_32));
     let msgs: Vec<&str> = d.findings.iter().filter(|f| f.code() == "version-skew").map(|f| f.message.as_str()).collect();
     assert_eq!(
@@ -311,8 +321,143 @@ fn cli_parsing() {
     assert_eq!("3.31".parse::<CalicoVersion>(), Ok(CalicoVersion::V3_31));
     assert_eq!("v3.32.1".parse::<CalicoVersion>(), Ok(CalicoVersion::V3_32));
     assert_eq!("3.33".parse::<CalicoVersion>(), Ok(CalicoVersion::V3_33));
-    assert_eq!("3.34.0-0.dev".parse::<CalicoVersion>(), Ok(CalicoVersion::V3_33));
-    assert!("3.30".parse::<CalicoVersion>().is_err());
-    assert!("latest".parse::<CalicoVersion>().is_err());
+    assert_eq!("3.30".parse::<CalicoVersion>(), Ok(CalicoVersion::V3_30));
+    assert_eq!("3.26".parse::<CalicoVersion>(), Ok(CalicoVersion::new(26)));
+    assert_eq!("3.34.0-0.dev".parse::<CalicoVersion>(), Ok(CalicoVersion::new(34)));
+    assert_eq!("v3.31.0-0.dev-123-gabcdef0".parse::<CalicoVersion>(), Ok(CalicoVersion::V3_31));
+    for bad in ["3.25", "v3.20.1", "latest", "master", "4.0", "v4.0.0", "3", "3.", "3.x", "3.30.", "3.30abc", " 3.30", "v3.30.2-\nx", "v3.30.2 (dev)"] {
+        assert_eq!(bad.parse::<CalicoVersion>(), Err(OwnershipError::InvalidVersion { value: bad.to_owned() }), "{bad}");
+    }
+    // A detected release may be older than the command line accepts.
+    assert_eq!(CalicoVersion::parse_release("v3.25.1"), Ok(CalicoVersion::new(25)));
+    assert_eq!("auto".parse::<VersionChoice>(), Ok(VersionChoice::Auto));
+    assert_eq!("3.30".parse::<VersionChoice>(), Ok(VersionChoice::Fixed(CalicoVersion::V3_30)));
+    assert_eq!(VersionChoice::default(), VersionChoice::Auto);
+    assert_eq!(
+        "3.29".parse::<VersionChoice>().map(|v| v.to_string()),
+        Ok("3.29".to_owned())
+    );
+    assert_eq!(
+        OwnershipError::InvalidVersion { value: "3.2".into() }.to_string(),
+        "invalid --calico-version \"3.2\": expected auto or a release line 3.26 or later (3.26 to 3.30 have no programClusterRoutes fields; 3.34 and later behave as 3.33)"
+    );
     assert_eq!(CalicoVersion::default(), CalicoVersion::V3_33);
+}
+
+/// `POOLS` plus `extra` YAML documents.
+fn with(extra: &str) -> Cluster {
+    let (c, errors) = Cluster::from_yaml_str(&format!("{POOLS}---\n{extra}")).expect("yaml");
+    assert_eq!(errors, vec![]);
+    c
+}
+
+fn cluster_info(group: &str, version: &str) -> String {
+    format!("apiVersion: {group}\nkind: ClusterInformation\nmetadata: {{name: default}}\nspec: {{calicoVersion: {version:?}, clusterType: 'k8s,bgp,kdd'}}\n")
+}
+
+fn audit_auto() -> OwnershipConfig {
+    OwnershipConfig { role: Role::Audit, version: VersionChoice::Auto, node: None }
+}
+
+/// `auto` reads `ClusterInformation default` (both API groups); without a usable one it assumes
+/// 3.33 and names what was missing. Each expected value is written out from the reference.
+#[test]
+fn auto_version_from_cluster_information() {
+    let assumed = |reason: &str| ResolvedVersion { version: CalicoVersion::V3_33, rules: Rules::V3_33, source: VersionSource::Assumed { reason: reason.to_owned() } };
+    let detected = |minor: u16, rules: Rules, value: &str| ResolvedVersion { version: CalicoVersion::new(minor), rules, source: VersionSource::ClusterInformation { value: value.to_owned() } };
+    let cases: Vec<(String, ResolvedVersion)> = vec![
+        (String::new(), assumed("no ClusterInformation default")),
+        (cluster_info("crd.projectcalico.org/v1", "v3.30.2"), detected(30, Rules::Legacy, "v3.30.2")),
+        (cluster_info("projectcalico.org/v3", "v3.28.0"), detected(28, Rules::Legacy, "v3.28.0")),
+        (cluster_info("crd.projectcalico.org/v1", "v3.31.7"), detected(31, Rules::V3_31, "v3.31.7")),
+        (cluster_info("crd.projectcalico.org/v1", "v3.32.1"), detected(32, Rules::V3_32, "v3.32.1")),
+        (cluster_info("projectcalico.org/v3", "v3.33.0-0.dev-45-gdc610b8"), detected(33, Rules::V3_33, "v3.33.0-0.dev-45-gdc610b8")),
+        (cluster_info("crd.projectcalico.org/v1", "v3.34.1"), detected(34, Rules::V3_33, "v3.34.1")),
+        (cluster_info("crd.projectcalico.org/v1", "v3.25.1"), detected(25, Rules::Legacy, "v3.25.1")),
+        (cluster_info("crd.projectcalico.org/v1", "master"), assumed("ClusterInformation default: spec.calicoVersion \"master\" is not a Calico 3 release")),
+        (cluster_info("crd.projectcalico.org/v1", ""), assumed("ClusterInformation default has no spec.calicoVersion (no calico-node has started yet)")),
+        (
+            "apiVersion: crd.projectcalico.org/v1\nkind: ClusterInformation\nmetadata: {name: default}\nspec: {calicoVersion: v3.21.2, variant: TigeraSecureEnterprise}\n".to_owned(),
+            assumed("ClusterInformation default: spec.variant \"TigeraSecureEnterprise\" is not Calico open source, whose release lines routewarden knows"),
+        ),
+        // Only `default` counts.
+        ("apiVersion: crd.projectcalico.org/v1\nkind: ClusterInformation\nmetadata: {name: other}\nspec: {calicoVersion: v3.30.2}\n".to_owned(), assumed("no ClusterInformation default")),
+    ];
+    for (yaml, want) in cases {
+        let c = if yaml.is_empty() { cluster(None, None) } else { with(&yaml) };
+        let d = decide(&c, &audit_auto());
+        assert_eq!(d.version, want, "{yaml}");
+    }
+    // An explicit line wins over the cluster's.
+    let c = with(&cluster_info("crd.projectcalico.org/v1", "v3.30.2"));
+    let d = decide(&c, &OwnershipConfig { version: CalicoVersion::V3_31.into(), ..audit_auto() });
+    assert_eq!(d.version, ResolvedVersion { version: CalicoVersion::V3_31, rules: Rules::V3_31, source: VersionSource::Flag });
+}
+
+/// The version's findings and how it reads in `explain`.
+#[test]
+fn version_findings_and_display() {
+    let findings = |yaml: &str| -> Vec<(String, Severity, String)> {
+        let c = if yaml.is_empty() { cluster(None, None) } else { with(yaml) };
+        decide(&c, &audit_auto()).findings.into_iter().filter(|f| f.class.is_none()).map(|f| (f.code().to_owned(), f.severity, f.message)).collect()
+    };
+    assert_eq!(
+        findings(""),
+        vec![(
+            "version-assumed".to_owned(),
+            Severity::Warning,
+            "Calico release not detected (no ClusterInformation default): assuming 3.33; set --calico-version if the cluster runs another line".to_owned()
+        )]
+    );
+    assert_eq!(
+        findings(&cluster_info("crd.projectcalico.org/v1", "v3.34.1")),
+        vec![("version-newer".to_owned(), Severity::Info, "Calico 3.34 is newer than the newest line routewarden knows (3.33); deciding by its rules".to_owned())]
+    );
+    assert_eq!(
+        findings(&cluster_info("crd.projectcalico.org/v1", "v3.25.1")),
+        vec![(
+            "version-older".to_owned(),
+            Severity::Warning,
+            "Calico 3.25 is older than the oldest line routewarden supports (3.26); deciding by the 3.26-3.30 rules (no programClusterRoutes fields)".to_owned()
+        )]
+    );
+    assert_eq!(findings(&cluster_info("crd.projectcalico.org/v1", "v3.30.2")), vec![]);
+    let show = |yaml: &str, choice: VersionChoice| {
+        let c = if yaml.is_empty() { cluster(None, None) } else { with(yaml) };
+        decide(&c, &OwnershipConfig { version: choice, ..audit_auto() }).version.to_string()
+    };
+    assert_eq!(show(&cluster_info("crd.projectcalico.org/v1", "v3.30.2"), VersionChoice::Auto), "3.30 (ClusterInformation default: v3.30.2)");
+    assert_eq!(show(&cluster_info("crd.projectcalico.org/v1", "v3.34.1"), VersionChoice::Auto), "3.34, decided as 3.33 (ClusterInformation default: v3.34.1)");
+    assert_eq!(show("", VersionChoice::Auto), "3.33 (assumed: no ClusterInformation default)");
+    assert_eq!(show("", CalicoVersion::V3_31.into()), "3.31 (--calico-version)");
+    assert_eq!(show("", CalicoVersion::new(36).into()), "3.36, decided as 3.33 (--calico-version)");
+}
+
+/// On 3.30 and earlier neither field exists: a value set anywhere (FelixConfiguration,
+/// BGPConfiguration) is reported as set but ignored, and BIRD programs IPIP and no-encap,
+/// Felix only VXLAN.
+#[test]
+fn legacy_lines_ignore_every_value_and_say_so() {
+    let c = with(&format!(
+        "{}---\n{}---\n{}",
+        cluster_info("crd.projectcalico.org/v1", "v3.30.2"),
+        "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {programClusterRoutes: EnabledIPIPOnly}\n",
+        "apiVersion: projectcalico.org/v3\nkind: BGPConfiguration\nmetadata: {name: default}\nspec: {programClusterRoutes: EnabledNoEncapOnly}\n",
+    ));
+    let d = decide(&c, &OwnershipConfig { role: Role::Bird, ..audit_auto() });
+    assert_eq!(d.felix.source, DecisionSource::Fixed { reason: "Calico 3.30 has no programClusterRoutes: Felix programs only VXLAN cluster routes".into() });
+    assert_eq!(d.bird.source, DecisionSource::Fixed { reason: "Calico 3.30 BIRD templates program every IPIP and no-encap pool".into() });
+    assert_eq!(d.programmed, BTreeSet::from([PoolClass::Ipip, PoolClass::NoEncap]));
+    assert_eq!(d.writers[&PoolClass::Vxlan], BTreeSet::from([Writer::Felix]));
+    let ignored: Vec<&str> = d.findings.iter().filter(|f| f.code() == "ignored-by-release").map(|f| f.message.as_str()).collect();
+    assert_eq!(
+        ignored,
+        vec![
+            "FelixConfiguration default: \"EnabledIPIPOnly\" is set but ignored by this release: Felix 3.30 does not read it, and Felix programs only VXLAN cluster routes",
+            "BGPConfiguration default: \"EnabledNoEncapOnly\" is set but ignored by this release: confd 3.30 does not read it, and BIRD programs IPIP and no-encap routes regardless",
+        ]
+    );
+    // No deprecation before 3.33, and the pair is consistent (BIRD alone, VXLAN Felix).
+    assert!(d.findings.iter().all(|f| f.code() != "deprecated"));
+    assert!(!d.has_errors());
 }

@@ -214,18 +214,19 @@ use http::StatusCode;
 use serde_json::{json, Value as Json};
 
 use crate::model::{
-    parse_yaml_documents, Affinity, AffinityState, AllocationAttributes, AllowedUse, BgpConfiguration, BlockAffinity, Cluster, EncapMode,
+    parse_yaml_documents, Affinity, AffinityState, AllocationAttributes, AllowedUse, BgpConfiguration, BlockAffinity, Cluster, ClusterInformation, EncapMode,
     FelixConfiguration, FelixScope, IpPool, IpamBlock, Node, NodeAddress, NodeAddressType, NodeForm,
 };
-use crate::ownership::{decide, CalicoVersion, ClusterRoutes, ComponentDecision, DecisionSource, OwnershipConfig, Role};
+use crate::ownership::{decide, CalicoVersion, ClusterRoutes, ComponentDecision, DecisionSource, OwnershipConfig, Role, VersionChoice};
 use crate::routes::{PoolClass, Writer as RouteWriter};
 
-const CALICO_PLURAL_KINDS: [(&str, &str); 5] = [
+const CALICO_PLURAL_KINDS: [(&str, &str); 6] = [
     ("ippools", "IPPool"),
     ("ipamblocks", "IPAMBlock"),
     ("blockaffinities", "BlockAffinity"),
     ("felixconfigurations", "FelixConfiguration"),
     ("bgpconfigurations", "BGPConfiguration"),
+    ("clusterinformations", "ClusterInformation"),
 ];
 
 /// The collection path of a resource: `/apis/<group>/<version>/<plural>`, `/api/v1/nodes`.
@@ -273,7 +274,7 @@ fn api_resources(group: CalicoGroup, plurals: &[&str]) -> Json {
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group.api_version(), "resources": resources})
 }
 
-/// Script discovery of a cluster serving `group` with all five resources.
+/// Script discovery of a cluster serving `group` with all six resources.
 fn script_discovery(api: &FakeApi, group: CalicoGroup) {
     api.json("GET /apis", api_groups(&[group]));
     api.json(&format!("GET /apis/{}", group.api_version()), api_resources(group, &CALICO_PLURALS));
@@ -532,6 +533,12 @@ fn examples_model() -> Cluster {
         .collect(),
         felix_configurations: [("default".to_owned(), felix)].into_iter().collect(),
         bgp_configurations: [bgp_v("EnabledNoEncapOnly")].into_iter().collect(),
+        cluster_informations: [(
+            "default".to_owned(),
+            ClusterInformation { name: "default".to_owned(), calico_version: Some("v3.33.0".to_owned()), variant: None },
+        )]
+        .into_iter()
+        .collect(),
     }
 }
 
@@ -649,7 +656,7 @@ impl Running {
 }
 
 fn felix(node: &str) -> OwnershipConfig {
-    OwnershipConfig { role: Role::Felix, version: CalicoVersion::V3_33, node: Some(node.to_owned()) }
+    OwnershipConfig { role: Role::Felix, version: CalicoVersion::V3_33.into(), node: Some(node.to_owned()) }
 }
 
 fn programmed(cluster: &Cluster, config: &OwnershipConfig) -> Vec<PoolClass> {
@@ -722,7 +729,7 @@ async fn discovery_errors_name_what_is_missing() {
     let err = got.unwrap_err();
     assert_eq!(
         err.to_string(),
-        "projectcalico.org/v3 does not serve ipamblocks, blockaffinities with list and watch (the Calico API server may not serve IPAM objects; try --calico-api-group crd.projectcalico.org/v1)"
+        "projectcalico.org/v3 does not serve ipamblocks, blockaffinities, clusterinformations with list and watch (the Calico API server may not serve IPAM objects; try --calico-api-group crd.projectcalico.org/v1)"
     );
 
     // API server down.
@@ -943,6 +950,51 @@ async fn program_cluster_routes_changes_take_effect_live() {
     ds.quiet(150).await;
 }
 
+fn cluster_info(group: CalicoGroup, rv: &str, version: &str) -> Json {
+    object(group, "clusterinformations", "default", rv, &json!({"calicoVersion": version, "clusterType": "k8s,bgp,kdd", "datastoreReady": true}))
+}
+
+/// `--calico-version auto` follows `ClusterInformation default` live, in both groups: a
+/// cluster on 3.30 (no fields: BIRD has IPIP and no-encap) upgraded to 3.33 hands IPIP to
+/// Felix's side; without the object 3.33 is assumed and said so.
+#[tokio::test]
+async fn calico_upgrade_in_cluster_information_changes_the_decision_live() {
+    for group in [CalicoGroup::CrdV1, CalicoGroup::V3] {
+        let api = StdArc::new(FakeApi::default());
+        script_discovery(&api, group);
+        let mut objects = Objects::new();
+        objects.insert("ippools", vec![object(group, "ippools", "ipip", "1", &json!({"cidr": "10.244.0.0/16", "ipipMode": "Always"}))]);
+        objects.insert("felixconfigurations", vec![object(group, "felixconfigurations", "default", "3", &json!({"programClusterRoutes": "EnabledIPIPOnly"}))]);
+        objects.insert("clusterinformations", vec![cluster_info(group, "5", "v3.30.2")]);
+        let watches = script_lists(&api, group, &objects, "10");
+        let mut ds = Running::start(&api, ApiGroupChoice::Auto);
+        let s = ds.snapshot().await;
+        assert_eq!(ds.next().await, DatastoreEvent::Synced);
+        let auto = OwnershipConfig { role: Role::Felix, version: VersionChoice::Auto, node: Some("n".into()) };
+        let bird = OwnershipConfig { role: Role::Bird, ..auto.clone() };
+        let d = decide(&s.cluster, &auto);
+        assert_eq!(d.version.to_string(), "3.30 (ClusterInformation default: v3.30.2)", "{group}");
+        assert_eq!(programmed(&s.cluster, &auto), vec![], "{group}");
+        assert_eq!(programmed(&s.cluster, &bird), vec![PoolClass::Ipip, PoolClass::NoEncap], "{group}");
+        assert_eq!(
+            d.findings.iter().filter(|f| f.code() == "ignored-by-release").map(|f| f.message.as_str()).collect::<Vec<_>>(),
+            vec!["FelixConfiguration default: \"EnabledIPIPOnly\" is set but ignored by this release: Felix 3.30 does not read it, and Felix programs only VXLAN cluster routes"],
+            "{group}"
+        );
+
+        watches["clusterinformations"].unbounded_send(event("MODIFIED", &cluster_info(group, "11", "v3.33.1"))).unwrap();
+        let s = ds.snapshot().await;
+        assert_eq!(decide(&s.cluster, &auto).version.to_string(), "3.33 (ClusterInformation default: v3.33.1)", "{group}");
+        assert_eq!(programmed(&s.cluster, &auto), vec![PoolClass::Ipip], "{group}");
+        assert_eq!(programmed(&s.cluster, &bird), vec![PoolClass::NoEncap], "{group}");
+
+        watches["clusterinformations"].unbounded_send(event("DELETED", &cluster_info(group, "12", "v3.33.1"))).unwrap();
+        let s = ds.snapshot().await;
+        assert_eq!(decide(&s.cluster, &auto).version.to_string(), "3.33 (assumed: no ClusterInformation default)", "{group}");
+        drop(watches);
+    }
+}
+
 fn block(name: &str, rv: &str, cidr: &str, node: &str) -> Json {
     object(CalicoGroup::CrdV1, "ipamblocks", name, rv, &json!({"cidr": cidr, "affinity": format!("host:{node}"), "allocations": [], "attributes": [], "deleted": false}))
 }
@@ -1134,7 +1186,7 @@ async fn one_shot_load_lists_everything_and_watches_nothing() {
     let snap = ds.load().await.unwrap();
     assert_eq!(*snap.cluster, examples_model());
     let log = api.log();
-    assert_eq!(log.len(), 2 + 6);
+    assert_eq!(log.len(), 2 + 7);
     assert!(log.iter().all(|l| !l.contains("watch=true")), "{log:?}");
 
     // A list that fails fails the load, naming the resource.

@@ -83,7 +83,7 @@ pub(crate) struct View {
 }
 
 impl View {
-    /// A view of the five Calico resources in `group` and the core Nodes, nothing listed yet.
+    /// A view of the six Calico resources in `group` and the core Nodes, nothing listed yet.
     pub(crate) fn new(group: CalicoGroup) -> View {
         let resources = CALICO_RESOURCES
             .iter()
@@ -340,6 +340,7 @@ fn remove(cluster: &mut Cluster, kind: Kind, name: &str) {
         Kind::Node => drop(cluster.nodes.remove(name)),
         Kind::FelixConfiguration => drop(cluster.felix_configurations.remove(name)),
         Kind::BgpConfiguration => drop(cluster.bgp_configurations.remove(name)),
+        Kind::ClusterInformation => drop(cluster.cluster_informations.remove(name)),
     }
 }
 
@@ -351,6 +352,7 @@ fn merge(cluster: &mut Cluster, one: Cluster) {
     cluster.nodes.extend(one.nodes);
     cluster.felix_configurations.extend(one.felix_configurations);
     cluster.bgp_configurations.extend(one.bgp_configurations);
+    cluster.cluster_informations.extend(one.cluster_informations);
 }
 
 /// A one-line description of a watcher error: what failed, then the API server's message,
