@@ -1,6 +1,8 @@
 //! `routewarden explain`: the ownership table per IP pool (class, who programs it, where each
-//! decision came from), the findings, and the cluster routes of one node in `ip route` syntax.
-//! Pure rendering: the caller loads the datastore and prints the text.
+//! decision came from), the findings, and the cluster routes of one node in `ip route` syntax;
+//! with `--all-nodes` ([`explain_all_nodes`]), one row per node: Felix's value and its source,
+//! BIRD's, and the classes double-programmed or unowned there. Pure rendering: the caller
+//! loads the datastore and prints the text.
 
 use std::fmt::Write as _;
 use std::str::FromStr;
@@ -12,6 +14,10 @@ use crate::model::Cluster;
 use crate::ownership::{decide, ComponentDecision, Finding, OwnershipConfig, OwnershipDecision, PoolOwnership, Role, Severity, VersionSource};
 use crate::routes::{desired_routes, routable_classes, ClusterRoute, PoolClass, RouteDevices, RouteOrigin, RoutePath};
 use crate::text::escape;
+
+mod all_nodes;
+
+pub use all_nodes::explain_all_nodes;
 
 /// Errors of `explain`.
 #[derive(Debug, thiserror::Error)]

@@ -9,7 +9,7 @@ use routewarden::app::config::{AuditArgs, ClusterArgs, DatastoreSpec, ExplainArg
 use routewarden::app::{self, plan};
 use routewarden::dataplane::{audit_kernel, RtNetlink};
 use routewarden::datastore::{Datastore, FileDatastore, KubernetesDatastore, Snapshot};
-use routewarden::explain::{explain, ExplainOptions, OutputFormat};
+use routewarden::explain::{explain, explain_all_nodes, ExplainOptions, OutputFormat};
 use routewarden::routes::RouteDevices;
 
 #[derive(Parser)]
@@ -23,8 +23,9 @@ struct Cli {
 enum Command {
     /// Run the agent: watch the cluster, program the routes routewarden owns, serve metrics.
     Run(Box<RunArgs>),
-    /// Show who programs each IP pool's cluster routes, the findings, and a node's routes.
-    /// Exits 1 when a finding is an error (double-programmed, unowned).
+    /// Show who programs each IP pool's cluster routes, the findings, and a node's routes
+    /// (`--all-nodes`: every node's decision, one row each). Exits 1 when a finding is an
+    /// error (double-programmed, unowned), on the node or on any node.
     Explain(ExplainArgs),
     /// Compare the kernel's routes with what each owner should have programmed (programs
     /// nothing). Exits 1 on findings.
@@ -149,14 +150,18 @@ fn cmd_explain(args: &ExplainArgs) -> Result<ExitCode> {
         Output::Json => OutputFormat::Json,
         Output::Yaml => OutputFormat::Yaml,
     };
-    let opts = ExplainOptions {
-        node,
-        format,
-        route_protocol: args.cluster.route_protocol,
-        metric: Some(args.cluster.route_metric),
-        devices: devices(&args.cluster),
+    let out = if args.all_nodes {
+        explain_all_nodes(&snap.cluster, &snap.object_errors, &config, format)?
+    } else {
+        let opts = ExplainOptions {
+            node,
+            format,
+            route_protocol: args.cluster.route_protocol,
+            metric: Some(args.cluster.route_metric),
+            devices: devices(&args.cluster),
+        };
+        explain(&snap.cluster, &snap.object_errors, &config, &opts)?
     };
-    let out = explain(&snap.cluster, &snap.object_errors, &config, &opts)?;
     print!("{}", out.text);
     for e in &snap.object_errors {
         eprintln!("warning: skipped: {}", routewarden::text::escape(&e.to_string()));

@@ -2,8 +2,8 @@
 //! kubectl core-Node List and a kubectl crd.projectcalico.org/v1 List).
 
 use routewarden::datastore::FileDatastore;
-use routewarden::explain::{explain, ip_route_line, ExplainOptions, OutputFormat};
-use routewarden::ownership::{OwnershipConfig, Role};
+use routewarden::explain::{explain, explain_all_nodes, ip_route_line, ExplainOptions, OutputFormat};
+use routewarden::ownership::{OwnershipConfig, Role, VersionChoice};
 use routewarden::routes::RouteDevices;
 
 fn example() -> routewarden::datastore::Snapshot {
@@ -211,3 +211,138 @@ fn ip_route_metric_and_protocol_names() {
         ]
     );
 }
+
+/// A copy of `examples/cluster` with `extra` YAML documents appended to calico.yaml.
+fn example_dir_with(extra: &str) -> tempfile::TempDir {
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/cluster");
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["calico.yaml", "ipam.yaml", "nodes.yaml"] {
+        let mut text = std::fs::read_to_string(format!("{src}/{f}")).unwrap();
+        if f == "calico.yaml" {
+            text.push_str(extra);
+        }
+        std::fs::write(dir.path().join(f), text).unwrap();
+    }
+    dir
+}
+
+/// [`example_dir_with`], loaded.
+fn example_with(extra: &str) -> routewarden::datastore::Snapshot {
+    FileDatastore::load(example_dir_with(extra).path()).unwrap()
+}
+
+const NODE_C_ENABLED: &str = "---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.node-c}\nspec: {programClusterRoutes: Enabled}\n";
+
+/// The example as shipped: every node takes FelixConfiguration default, the pair is
+/// complementary everywhere, exit 0.
+#[test]
+fn all_nodes_consistent_on_the_example() {
+    let s = example();
+    let e = explain_all_nodes(&s.cluster, &s.object_errors, &OwnershipConfig::default(), OutputFormat::Table).unwrap();
+    print!("{}", e.text);
+    assert!(!e.has_errors);
+    let lines: Vec<&str> = e.text.lines().collect();
+    assert_eq!(lines[0], "role felix, Calico 3.33 (ClusterInformation default: v3.33.0), all nodes (4)");
+    assert_eq!(lines[1], "bird: EnabledNoEncapOnly (BGPConfiguration default: programClusterRoutes: EnabledNoEncapOnly), the same on every node");
+    assert_eq!(
+        section(&e.text, "Nodes"),
+        [
+            "  NODE    FELIX            FELIX SOURCE                                                       BIRD                DOUBLE-PROGRAMMED  UNOWNED",
+            "  node-a  EnabledIPIPOnly  FelixConfiguration default: programClusterRoutes: EnabledIPIPOnly  EnabledNoEncapOnly  -                  -",
+            "  node-b  EnabledIPIPOnly  FelixConfiguration default: programClusterRoutes: EnabledIPIPOnly  EnabledNoEncapOnly  -                  -",
+            "  node-c  EnabledIPIPOnly  FelixConfiguration default: programClusterRoutes: EnabledIPIPOnly  EnabledNoEncapOnly  -                  -",
+            "  node-d  EnabledIPIPOnly  FelixConfiguration default: programClusterRoutes: EnabledIPIPOnly  EnabledNoEncapOnly  -                  -",
+        ]
+    );
+    assert_eq!(section(&e.text, "Findings on every node"), ["  (none)"]);
+    assert_eq!(lines.last(), Some(&"every node consistent (4 nodes)"));
+}
+
+/// One per-node override (`FelixConfiguration node.node-c` Enabled) makes the pair
+/// inconsistent on node-c alone: no-encap programmed by BIRD and by Felix's side there, and
+/// the exit status is 1. An override with a value Felix does not accept is a note on its
+/// node; one naming no Node is reported.
+#[test]
+fn all_nodes_names_the_one_overridden_node() {
+    let s = example_with(&format!(
+        "{NODE_C_ENABLED}---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {{name: node.node-d}}\nspec: {{programClusterRoutes: Sometimes}}\n---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {{name: node.node-z}}\nspec: {{programClusterRoutes: Disabled}}\n"
+    ));
+    assert_eq!(s.object_errors, vec![]);
+    let e = explain_all_nodes(&s.cluster, &s.object_errors, &OwnershipConfig::default(), OutputFormat::Table).unwrap();
+    print!("{}", e.text);
+    assert!(e.has_errors);
+    let rows: Vec<Vec<&str>> = section(&e.text, "Nodes").iter().skip(1).map(|l| l.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect()).collect();
+    assert_eq!(
+        rows,
+        [
+            vec!["node-a", "EnabledIPIPOnly", "FelixConfiguration default: programClusterRoutes: EnabledIPIPOnly", "EnabledNoEncapOnly", "-", "-"],
+            vec!["node-b", "EnabledIPIPOnly", "FelixConfiguration default: programClusterRoutes: EnabledIPIPOnly", "EnabledNoEncapOnly", "-", "-"],
+            vec!["node-c", "Enabled", "FelixConfiguration node.node-c: programClusterRoutes: Enabled", "EnabledNoEncapOnly", "noencap (bird+routewarden)", "-"],
+            vec![
+                "node-d",
+                "EnabledIPIPOnly",
+                "fallback: FelixConfiguration node.node-d: programClusterRoutes: \"Sometimes\" is not a value Felix 3.33 accepts; Felix uses its default EnabledIPIPOnly",
+                "EnabledNoEncapOnly",
+                "-",
+                "-",
+            ],
+        ]
+    );
+    assert_eq!(
+        section(&e.text, "Node notes"),
+        ["  node-d: FelixConfiguration node.node-d: programClusterRoutes \"Sometimes\" is not a programClusterRoutes value of any Calico release (Felix 3.33); Felix uses its default EnabledIPIPOnly"]
+    );
+    assert_eq!(section(&e.text, "Findings on every node"), ["  warning  no-such-node  FelixConfiguration node.node-z names no Node in the cluster; it applies nowhere"]);
+    assert_eq!(e.text.lines().last(), Some("1 of 4 nodes inconsistent: node-c"));
+}
+
+/// The same as JSON and YAML, and judged as audit (Felix against BIRD): the writers are the
+/// components themselves. An unowned class shows on its node too.
+#[test]
+fn all_nodes_json_yaml_and_audit_role() {
+    let s = example_with(&format!(
+        "{NODE_C_ENABLED}---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {{name: node.node-b}}\nspec: {{programClusterRoutes: Disabled}}\n"
+    ));
+    let audit = OwnershipConfig { role: Role::Audit, version: VersionChoice::Auto, node: None };
+    let e = explain_all_nodes(&s.cluster, &s.object_errors, &audit, OutputFormat::Json).unwrap();
+    assert!(e.has_errors);
+    let v: serde_json::Value = serde_json::from_str(&e.text).unwrap();
+    assert_eq!(v["role"], "audit");
+    assert_eq!(v["calico_version_source"], serde_json::json!({"source": "cluster-information", "value": "v3.33.0"}));
+    assert_eq!(v["inconsistent_nodes"], serde_json::json!(["node-b", "node-c"]));
+    let row = |n: usize| (v["nodes"][n]["node"].clone(), v["nodes"][n]["double_programmed"].clone(), v["nodes"][n]["unowned"].clone(), v["nodes"][n]["consistent"].clone());
+    assert_eq!(row(0), (serde_json::json!("node-a"), serde_json::json!([]), serde_json::json!([]), serde_json::json!(true)));
+    assert_eq!(row(1), (serde_json::json!("node-b"), serde_json::json!([]), serde_json::json!(["ipip"]), serde_json::json!(false)));
+    assert_eq!(
+        row(2),
+        (serde_json::json!("node-c"), serde_json::json!([{"class": "no-encap", "writers": ["felix", "bird"]}]), serde_json::json!([]), serde_json::json!(false))
+    );
+    assert_eq!(v["nodes"][2]["felix"]["source"], serde_json::json!({"source": "field", "object": "FelixConfiguration node.node-c", "value": "Enabled"}));
+    assert_eq!(v["has_errors"], true);
+    let y = explain_all_nodes(&s.cluster, &s.object_errors, &audit, OutputFormat::Yaml).unwrap();
+    let yv: serde_json::Value = serde_yaml_ng::from_str(&y.text).unwrap();
+    assert_eq!(yv, v);
+}
+
+/// The command: exit 1 with the override, 0 without; `--node` (here from its environment
+/// variable, as in the DaemonSet's pod) is not in the way.
+#[test]
+fn all_nodes_command_exit_status() {
+    let run = |dir: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_routewarden"))
+            .args(["explain", "--all-nodes", "--datastore", &format!("file:{}", dir.display())])
+            .env("ROUTEWARDEN_NODE", "node-a")
+            .output()
+            .unwrap()
+    };
+    let with_override = example_dir_with(NODE_C_ENABLED);
+    let out = run(with_override.path());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.lines().last(), Some("1 of 4 nodes inconsistent: node-c"), "{stdout}");
+    let out = run(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/cluster")));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.lines().last(), Some("every node consistent (4 nodes)"), "{stdout}");
+}
+

@@ -40,7 +40,7 @@ use routewarden_common::forward::ForwardPath;
 use routewarden_lab::{Lab, LabNodeSpec, LabSpec, NetNsGuard};
 
 /// Every benchmark, in the order a run of all of them goes.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     "cold-program-10k",
     "cold-program-vs-bird",
     "resync-100k",
@@ -50,6 +50,7 @@ pub const ALL: [&str; 9] = [
     "detect-latency",
     "agent-footprint",
     "bad-input-worst",
+    "all-nodes-5k",
 ];
 
 /// BIRD 2 (Debian `bird2`).
@@ -67,7 +68,8 @@ pub struct Options {
     pub routes: usize,
     /// Routes of other writers in the table of benchmark 3 (90,000: 100,000 in all).
     pub foreign: usize,
-    /// Nodes, IPAM blocks and borrowed IPs of benchmark 4 (5,000 / 100,000 / 10,000).
+    /// Nodes, IPAM blocks and borrowed IPs of benchmark 4 (5,000 / 100,000 / 10,000); nodes
+    /// and blocks of `all-nodes-5k` too.
     pub compute: ComputeSize,
     /// Conflicts timed by benchmark 7 (1,000).
     pub conflicts: usize,
@@ -1498,6 +1500,63 @@ pub fn bad_input_worst(opts: &Options) -> Result<Outcome> {
 }
 
 // ---------------------------------------------------------------------------------------
+// all-nodes-5k
+// ---------------------------------------------------------------------------------------
+
+/// The budget of `routewarden explain --all-nodes` on 5,000 nodes and 100,000 blocks (issue 19
+/// part 4).
+const ALL_NODES_BUDGET: Duration = Duration::from_secs(2);
+
+/// `routewarden explain --all-nodes` on `opts.compute.nodes` nodes and `opts.compute.blocks`
+/// IPAM blocks in files (as `write_footprint_cluster` writes them, one IPIP pool) plus one
+/// `FelixConfiguration node.<name>` override that leaves IPIP unowned on that node: the file
+/// load and the table, in-process (what the command does, minus process start). ratio = the
+/// median time / 2 s. Side condition: exactly that one node is reported inconsistent. Pure
+/// (no routes, links or namespaces).
+pub fn all_nodes(opts: &Options) -> Result<Outcome> {
+    let dir = tempfile::tempdir()?;
+    let (nodes, blocks) = (opts.compute.nodes.max(2), opts.compute.blocks);
+    write_footprint_cluster(dir.path(), nodes, blocks)?;
+    std::fs::write(
+        dir.path().join("override.yaml"),
+        "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.node-0001}\nspec: {programClusterRoutes: Disabled}\n",
+    )?;
+    let config = routewarden::ownership::OwnershipConfig::default();
+    let (mut total, mut load, mut render) = (Vec::new(), Vec::new(), Vec::new());
+    let mut ok = true;
+    let mut lines = 0;
+    for _ in 0..opts.runs.max(1) {
+        let t = Instant::now();
+        let snap = routewarden::datastore::FileDatastore::load(dir.path())?;
+        let loaded = t.elapsed();
+        let e = routewarden::explain::explain_all_nodes(&snap.cluster, &snap.object_errors, &config, routewarden::explain::OutputFormat::Table)?;
+        let done = t.elapsed();
+        ensure!(snap.cluster.ipam_blocks.len() == blocks && snap.cluster.nodes.len() == nodes, "the cluster did not load whole");
+        ok &= e.has_errors && e.text.lines().last() == Some(&format!("1 of {nodes} nodes inconsistent: node-0001")[..]);
+        lines = e.text.lines().count();
+        total.push(done);
+        load.push(loaded);
+        render.push(done.saturating_sub(loaded));
+    }
+    let total = median(total);
+    Ok(Outcome::Measured {
+        name: "all-nodes-5k".into(),
+        ratio: total.as_secs_f64() / ALL_NODES_BUDGET.as_secs_f64(),
+        target: Target::AtMost(1.0),
+        ok,
+        details: vec![
+            kv("nodes", nodes),
+            kv("blocks", blocks),
+            kv("total_ms", ms(total)),
+            kv("load_ms", ms(median(load))),
+            kv("table_ms", ms(median(render))),
+            kv("lines", lines),
+            kv("runs", opts.runs),
+        ],
+    })
+}
+
+// ---------------------------------------------------------------------------------------
 // Driver
 // ---------------------------------------------------------------------------------------
 
@@ -1513,6 +1572,7 @@ pub fn run_one(name: &str, opts: &Options, shared: &mut Shared) -> Outcome {
         "watch-overhead" => watch_overhead(opts),
         "detect-latency" => detect_latency(opts),
         "bad-input-worst" => bad_input_worst(opts),
+        "all-nodes-5k" => all_nodes(opts),
         other => Ok(Outcome::Skipped { name: other.into(), reason: "not implemented".into() }),
     };
     r.unwrap_or_else(|e| Outcome::Failed { name: name.into(), reason: format!("{e:#}") })

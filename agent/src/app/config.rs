@@ -136,6 +136,12 @@ pub enum Output {
 pub struct ExplainArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
+    /// Every node's decision, one row each, instead of one node's routes: Felix's value and
+    /// its source (`FelixConfiguration node.<name>` or `default`), BIRD's, and the classes
+    /// double-programmed or unowned there; exits 1 when any node is inconsistent. `--node`
+    /// is not used.
+    #[arg(long)]
+    pub all_nodes: bool,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     pub output: Output,
