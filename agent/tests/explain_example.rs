@@ -346,3 +346,44 @@ fn all_nodes_command_exit_status() {
     assert_eq!(stdout.lines().last(), Some("every node consistent (4 nodes)"), "{stdout}");
 }
 
+/// What `kubectl get daemonset -n calico-system calico-node -o yaml` and `kubectl get
+/// installation default -o yaml` add to a dump: Felix's env outranks FelixConfiguration (as in
+/// Felix's config loader) and `explain` says so; an operator's clusterRoutingMode that the
+/// fields do not match is a finding.
+const CALICO_NODE_AND_OPERATOR: &str = "---\napiVersion: v1\nkind: List\nitems:\n\
+- apiVersion: apps/v1\n  kind: DaemonSet\n  metadata: {name: calico-node, namespace: calico-system}\n  spec:\n    template:\n      spec:\n        containers:\n        - name: calico-node\n          env:\n          - {name: DATASTORE_TYPE, value: kubernetes}\n          - {name: FELIX_PROGRAMCLUSTERROUTES, value: Enabled}\n\
+- apiVersion: apps/v1\n  kind: DaemonSet\n  metadata: {name: kube-proxy, namespace: kube-system}\n  spec: {template: {spec: {containers: [{name: kube-proxy}]}}}\n\
+- apiVersion: operator.tigera.io/v1\n  kind: Installation\n  metadata: {name: default}\n  spec: {variant: Calico, calicoNetwork: {clusterRoutingMode: Felix}}\n";
+
+#[test]
+fn calico_node_env_and_operator_from_a_dump() {
+    let s = example_with(CALICO_NODE_AND_OPERATOR);
+    assert_eq!(s.object_errors, vec![]);
+    let e = explain(&s.cluster, &s.object_errors, &OwnershipConfig::default(), &opts(Some("node-a"), OutputFormat::Table)).unwrap();
+    print!("{}", e.text);
+    assert!(e.has_errors);
+    assert_eq!(
+        section(&e.text, "Decisions"),
+        [
+            "  COMPONENT  VALUE               SOURCE",
+            "  felix      Enabled             calico-node env (calico-system/calico-node): FELIX_PROGRAMCLUSTERROUTES=Enabled, over FelixConfiguration default: EnabledIPIPOnly",
+            "  bird       EnabledNoEncapOnly  BGPConfiguration default: programClusterRoutes: EnabledNoEncapOnly",
+        ]
+    );
+    assert_eq!(
+        section(&e.text, "Findings"),
+        [
+            "  ok       consistent         ipip     routewarden alone programs the IPIP cluster routes of pools default-ipv4-ippool, ipip-always",
+            "  ERROR    double-programmed  noencap  bird and routewarden all program the no-encap cluster routes of pools flat, flat-ipv6 and fight over them: Felix field Enabled (env), BIRD field EnabledNoEncapOnly (field) (routewarden in Felix's place)",
+            "  ok       consistent         vxlan    felix alone programs the VXLAN cluster routes of pools vxlan",
+            "  warning  operator-mismatch  none     Installation default: clusterRoutingMode Felix means programClusterRoutes FelixConfiguration default Enabled and BGPConfiguration default Disabled, but FelixConfiguration default has \"EnabledIPIPOnly\" and BGPConfiguration default has \"EnabledNoEncapOnly\"; the operator rewrites them on its next reconcile, or they were changed by hand",
+        ]
+    );
+    let json = explain(&s.cluster, &s.object_errors, &OwnershipConfig::default(), &opts(Some("node-a"), OutputFormat::Json)).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json.text).unwrap();
+    assert_eq!(
+        v["felix"]["source"],
+        serde_json::json!({"source": "env", "daemonset": "calico-system/calico-node", "name": "FELIX_PROGRAMCLUSTERROUTES", "value": "Enabled", "overrides": "FelixConfiguration default: EnabledIPIPOnly"})
+    );
+}
+

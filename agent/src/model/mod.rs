@@ -38,7 +38,7 @@ pub use config::{parse_go_duration, BgpConfiguration, FelixConfiguration, FelixS
 pub use node::{Node, NodeAddress, NodeAddressSource, NodeAddressType, NodeForm, TunnelAddressKind};
 pub use names::{block_name, cidrs_in_text, is_dns1123_subdomain, mentioned_cidrs};
 pub use pool::{check_pools, AllowedUse, EncapMode, IpPool};
-pub use sources::ClusterInformation;
+pub use sources::{CalicoNodeDaemonSet, ClusterInformation, EnvSetting, EnvValue, Installation, CALICO_NODE, CALICO_NODE_NAMESPACES, FELIX_ENV};
 pub use yaml::{YamlError, YamlLimits};
 
 use fields::{type_name, Fields};
@@ -59,6 +59,10 @@ pub enum Kind {
     BgpConfiguration,
     /// Calico's `ClusterInformation` (the release line, `spec.calicoVersion`).
     ClusterInformation,
+    /// tigera/operator's `Installation` (`operator.tigera.io/v1`).
+    Installation,
+    /// The `calico-node` `DaemonSet` (`apps/v1`); DaemonSets of other names are not read.
+    DaemonSet,
 }
 
 impl Kind {
@@ -72,6 +76,19 @@ impl Kind {
             Kind::FelixConfiguration => "FelixConfiguration",
             Kind::BgpConfiguration => "BGPConfiguration",
             Kind::ClusterInformation => "ClusterInformation",
+            Kind::Installation => "Installation",
+            Kind::DaemonSet => "DaemonSet",
+        }
+    }
+
+    /// The `apiVersion`s an object of this kind is read in (an empty one is accepted for the
+    /// Calico kinds, as calicoctl files omit it).
+    pub fn api_versions(self) -> &'static str {
+        match self {
+            Kind::Node => "projectcalico.org/v3 or crd.projectcalico.org/v1, or v1 for the core Node",
+            Kind::Installation => "operator.tigera.io/v1",
+            Kind::DaemonSet => "apps/v1",
+            _ => "projectcalico.org/v3 or crd.projectcalico.org/v1",
         }
     }
 
@@ -85,6 +102,8 @@ impl Kind {
             "FelixConfiguration" => Kind::FelixConfiguration,
             "BGPConfiguration" => Kind::BgpConfiguration,
             "ClusterInformation" => Kind::ClusterInformation,
+            "Installation" => Kind::Installation,
+            "DaemonSet" => Kind::DaemonSet,
             _ => return None,
         })
     }
@@ -130,8 +149,9 @@ pub enum ModelError {
     /// A document that is not a mapping, or has no `kind`.
     #[error("not a Kubernetes object: {reason}")]
     NotAnObject { reason: String },
-    /// A known kind under an API group routewarden does not read (for example `apps/v1`).
-    #[error("{kind} {name:?}: unsupported apiVersion {api_version:?} (expected projectcalico.org/v3 or crd.projectcalico.org/v1{core})", core = if *kind == Kind::Node { ", or v1 for the core Node" } else { "" })]
+    /// A known kind under an API group routewarden does not read (for example an IPPool in
+    /// `apps/v1`).
+    #[error("{kind} {name:?}: unsupported apiVersion {api_version:?} (expected {})", kind.api_versions())]
     UnsupportedApiVersion { kind: Kind, name: String, api_version: String },
     /// A second object of the same kind and name; the first one is kept.
     #[error("{kind} {name:?}: defined more than once; the first definition is kept")]
@@ -221,6 +241,9 @@ pub struct Cluster {
     pub felix_configurations: BTreeMap<String, FelixConfiguration>,
     pub bgp_configurations: BTreeMap<String, BgpConfiguration>,
     pub cluster_informations: BTreeMap<String, ClusterInformation>,
+    pub installations: BTreeMap<String, Installation>,
+    /// calico-node DaemonSets by `namespace/calico-node` ([`CalicoNodeDaemonSet::key`]).
+    pub calico_node_daemonsets: BTreeMap<String, CalicoNodeDaemonSet>,
 }
 
 impl Cluster {
@@ -280,6 +303,19 @@ impl Cluster {
         self.cluster_informations.get("default")
     }
 
+    /// The Installation named `default` (the only one the operator reconciles).
+    pub fn installation_default(&self) -> Option<&Installation> {
+        self.installations.get("default")
+    }
+
+    /// The calico-node DaemonSets, preferred first: `calico-system`, then `kube-system`, then
+    /// any other namespace by name.
+    pub fn calico_node_daemonsets_preferred(&self) -> Vec<&CalicoNodeDaemonSet> {
+        let rank = |ds: &CalicoNodeDaemonSet| CALICO_NODE_NAMESPACES.iter().position(|n| *n == ds.namespace).unwrap_or(CALICO_NODE_NAMESPACES.len());
+        let mut v: Vec<&CalicoNodeDaemonSet> = self.calico_node_daemonsets.values().collect();
+        v.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.namespace.cmp(&b.namespace)));
+        v
+    }
 }
 
 /// Split a multi-document YAML string into values with `serde_yaml_ng`. Empty documents are
@@ -335,6 +371,8 @@ impl ClusterBuilder {
                     insert(&mut c.bgp_configurations, Kind::BgpConfiguration, name, o)
                 }
                 ParsedObject::ClusterInformation(name, o) => insert(&mut c.cluster_informations, Kind::ClusterInformation, name, o),
+                ParsedObject::Installation(name, o) => insert(&mut c.installations, Kind::Installation, name, o),
+                ParsedObject::DaemonSet(name, o) => insert(&mut c.calico_node_daemonsets, Kind::DaemonSet, name, o),
                 ParsedObject::Error(r) => {
                     errors.push(r);
                     continue;
@@ -364,6 +402,9 @@ pub enum ParsedObject {
     FelixConfiguration(String, FelixConfiguration),
     BgpConfiguration(String, BgpConfiguration),
     ClusterInformation(String, ClusterInformation),
+    Installation(String, Installation),
+    /// The calico-node DaemonSet, named `namespace/calico-node`.
+    DaemonSet(String, CalicoNodeDaemonSet),
     /// An object left out, with why and the CIDRs it mentions.
     Error(Rejected),
 }
@@ -379,6 +420,8 @@ impl ParsedObject {
             ParsedObject::FelixConfiguration(n, _) => (Kind::FelixConfiguration, n.as_str()),
             ParsedObject::BgpConfiguration(n, _) => (Kind::BgpConfiguration, n.as_str()),
             ParsedObject::ClusterInformation(n, _) => (Kind::ClusterInformation, n.as_str()),
+            ParsedObject::Installation(n, _) => (Kind::Installation, n.as_str()),
+            ParsedObject::DaemonSet(n, _) => (Kind::DaemonSet, n.as_str()),
             ParsedObject::Error(r) => return r.error.object(),
         })
     }
@@ -394,7 +437,9 @@ impl ParsedObject {
             ParsedObject::Node(..)
             | ParsedObject::FelixConfiguration(..)
             | ParsedObject::BgpConfiguration(..)
-            | ParsedObject::ClusterInformation(..) => Vec::new(),
+            | ParsedObject::ClusterInformation(..)
+            | ParsedObject::Installation(..)
+            | ParsedObject::DaemonSet(..) => Vec::new(),
         }
     }
 
@@ -510,6 +555,10 @@ impl ParsedObjects {
         }
         let kind = kind_str.and_then(Kind::from_kind);
         let name = fields::get_in(partial, &["metadata", "name"]).ok().flatten().and_then(Value::as_str).map(fields::bounded);
+        // A DaemonSet other than calico-node is not read, broken or not.
+        if kind == Some(Kind::DaemonSet) && name.as_deref().is_some_and(|n| n != CALICO_NODE) {
+            return;
+        }
         let cidrs = mentioned_cidrs(partial, kind, name.as_deref());
         self.items.push(ParsedObject::Error(Rejected::new(ModelError::Unreadable { kind, name, line, reason }, cidrs)));
     }
@@ -540,19 +589,34 @@ impl ParsedObjects {
         let Some(kind) = Kind::from_kind(kind_str) else { return };
         let name = match fields::get_in(doc, &["metadata", "name"]) {
             Ok(Some(Value::String(n))) if !n.is_empty() => n.as_str(),
+            // Only the DaemonSet named calico-node is read; any other is ignored, named or not.
+            _ if kind == Kind::DaemonSet => return,
             _ => {
                 self.error(ModelError::MissingName { kind }, doc);
                 return;
             }
         };
+        if kind == Kind::DaemonSet && name != CALICO_NODE {
+            return;
+        }
         let calico = matches!(api_version, "projectcalico.org/v3" | "crd.projectcalico.org/v1");
         let core_node = kind == Kind::Node && api_version == "v1";
-        if !(calico || core_node || (api_version.is_empty() && kind != Kind::Node)) {
+        let accepted = match kind {
+            Kind::Installation => matches!(api_version, "operator.tigera.io/v1" | ""),
+            Kind::DaemonSet => api_version == "apps/v1",
+            Kind::Node => calico || core_node,
+            _ => calico || api_version.is_empty(),
+        };
+        if !accepted {
             let e = ModelError::UnsupportedApiVersion { kind, name: fields::bounded(name), api_version: fields::bounded(api_version) };
             self.error(e, doc);
             return;
         }
-        let mut f = Fields::new(kind, name, doc);
+        // A DaemonSet is named `namespace/name`: one per namespace.
+        let namespace = fields::get_in(doc, &["metadata", "namespace"]).ok().flatten().and_then(Value::as_str).unwrap_or("");
+        let key = (kind == Kind::DaemonSet).then(|| CalicoNodeDaemonSet::key(namespace));
+        let mut f = Fields::new(kind, key.as_deref().unwrap_or(name), doc);
+        let n = key.clone().unwrap_or_else(|| name.to_owned());
         // Kubernetes object names (`k8s.io/apimachinery/pkg/util/validation`
         // `IsDNS1123Subdomain`); an IPAM block is named after its CIDR (checked in its parser).
         if !is_dns1123_subdomain(name) {
@@ -561,7 +625,6 @@ impl ParsedObjects {
                 FieldProblem::InvalidValue { value: name.to_owned(), expected: "a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253 characters" },
             );
         }
-        let n = name.to_owned();
         let result = match kind {
             Kind::IpPool => IpPool::parse(&mut f, name).map(|o| ParsedObject::IpPool(n, o)),
             Kind::IpamBlock => IpamBlock::parse(&mut f, name).map(|o| ParsedObject::IpamBlock(n, o)),
@@ -575,6 +638,8 @@ impl ParsedObjects {
                 BgpConfiguration::parse(&mut f, name).map(|o| ParsedObject::BgpConfiguration(n, o))
             }
             Kind::ClusterInformation => ClusterInformation::parse(&mut f, name).map(|o| ParsedObject::ClusterInformation(n, o)),
+            Kind::Installation => Installation::parse(&mut f, name).map(|o| ParsedObject::Installation(n, o)),
+            Kind::DaemonSet => CalicoNodeDaemonSet::parse(&mut f, namespace).map(|o| ParsedObject::DaemonSet(n, o)),
         };
         let result = result.and_then(|obj| if f.errors.is_empty() { Ok(obj) } else { Err(f.take_errors()) });
         match result {

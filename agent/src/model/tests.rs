@@ -378,3 +378,68 @@ fn cluster_information_in_both_groups() {
     let (_, errors) = load("apiVersion: crd.projectcalico.org/v1\nkind: ClusterInformation\nmetadata: {name: default}\nspec: {calicoVersion: 3.3}\n");
     assert_eq!(errors.iter().map(ToString::to_string).collect::<Vec<_>>(), vec![r#"ClusterInformation "default": spec.calicoVersion: expected string, found number"#]);
 }
+
+/// The operator's Installation: `operator.tigera.io/v1` only.
+#[test]
+fn installation_cluster_routing_mode() {
+    let text = "apiVersion: operator.tigera.io/v1\nkind: Installation\nmetadata: {name: default}\nspec: {variant: Calico, calicoNetwork: {bgp: Enabled, clusterRoutingMode: FelixIPIPOnly, ipPools: [{cidr: 10.244.0.0/16}]}}\n";
+    let (cluster, errors) = load(text);
+    assert_eq!(errors, vec![]);
+    assert_eq!(cluster.installation_default(), Some(&Installation { name: "default".into(), cluster_routing_mode: Some("FelixIPIPOnly".into()) }));
+    let (cluster, errors) = load("apiVersion: operator.tigera.io/v1\nkind: Installation\nmetadata: {name: default}\nspec: {variant: Calico}\n");
+    assert_eq!(errors, vec![]);
+    assert_eq!(cluster.installation_default().unwrap().cluster_routing_mode, None);
+    let (_, errors) = load("apiVersion: projectcalico.org/v3\nkind: Installation\nmetadata: {name: default}\nspec: {}\n");
+    assert_eq!(
+        errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        vec![r#"Installation "default": unsupported apiVersion "projectcalico.org/v3" (expected operator.tigera.io/v1)"#]
+    );
+}
+
+/// Only the DaemonSet named calico-node is read, keyed by namespace; its calico-node
+/// container's FELIX_PROGRAMCLUSTERROUTES (any case, the last entry) and envFrom. Other
+/// DaemonSets, even malformed ones, are not read at all.
+#[test]
+fn calico_node_daemonset_env() {
+    let text = "apiVersion: v1\nkind: List\nitems:\n\
+- apiVersion: apps/v1\n  kind: DaemonSet\n  metadata: {name: kube-proxy, namespace: kube-system}\n  spec: {template: {spec: {containers: 7}}}\n\
+- apiVersion: apps/v1\n  kind: DaemonSet\n  metadata: {name: calico-node, namespace: calico-system}\n  spec:\n    template:\n      spec:\n        initContainers: [{name: install-cni, env: [{name: FELIX_PROGRAMCLUSTERROUTES, value: Disabled}]}]\n        containers:\n        - name: calico-node\n          envFrom: [{configMapRef: {name: kubernetes-services-endpoint}, prefix: X_}]\n          env:\n          - {name: FELIX_PROGRAMCLUSTERROUTES, value: EnabledIPIPOnly}\n          - {name: Felix_ProgramClusterRoutes, value: Enabled}\n          - {name: CALICO_IPV4POOL_CIDR, value: 10.244.0.0/16}\n\
+- apiVersion: apps/v1\n  kind: DaemonSet\n  metadata: {name: calico-node, namespace: kube-system}\n  spec:\n    template:\n      spec:\n        containers:\n        - {name: calico-node, env: [{name: FELIX_PROGRAMCLUSTERROUTES, valueFrom: {configMapKeyRef: {name: calico-config, key: routes}}}]}\n";
+    let (cluster, errors) = load(text);
+    assert_eq!(errors, vec![]);
+    assert_eq!(cluster.calico_node_daemonsets.keys().collect::<Vec<_>>(), vec!["calico-system/calico-node", "kube-system/calico-node"]);
+    assert_eq!(
+        cluster.calico_node_daemonsets["calico-system/calico-node"],
+        CalicoNodeDaemonSet {
+            namespace: "calico-system".into(),
+            container_found: true,
+            program_cluster_routes: Some(EnvSetting { name: "Felix_ProgramClusterRoutes".into(), value: EnvValue::Literal("Enabled".into()) }),
+            env_from: vec!["configMapRef kubernetes-services-endpoint (prefix X_)".into()],
+        }
+    );
+    assert_eq!(
+        cluster.calico_node_daemonsets["kube-system/calico-node"].program_cluster_routes,
+        Some(EnvSetting { name: "FELIX_PROGRAMCLUSTERROUTES".into(), value: EnvValue::Reference("configMapKeyRef calico-config/routes".into()) })
+    );
+    assert_eq!(cluster.calico_node_daemonsets_preferred().iter().map(|d| d.namespace.as_str()).collect::<Vec<_>>(), vec!["calico-system", "kube-system"]);
+    // No calico-node container (a renamed one): found, nothing read.
+    let (cluster, errors) = load("apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: calico-node, namespace: kube-system}\nspec: {template: {spec: {containers: [{name: node}]}}}\n");
+    assert_eq!(errors, vec![]);
+    assert!(!cluster.calico_node_daemonsets["kube-system/calico-node"].container_found);
+    // A bad env: named by object (with its namespace) and field.
+    let (_, errors) = load("apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: calico-node, namespace: kube-system}\nspec: {template: {spec: {containers: [{name: calico-node, env: {a: b}}]}}}\n");
+    assert_eq!(
+        errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        vec![r#"DaemonSet "kube-system/calico-node": spec.template.spec.containers[0].env: expected list, found mapping"#]
+    );
+    let (_, errors) = load("apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: calico-node, namespace: kube-system}\nspec: {template: {spec: {containers: [{name: calico-node, env: [{name: FELIX_PROGRAMCLUSTERROUTES, value: 1}]}]}}}\n");
+    assert_eq!(
+        errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        vec![r#"DaemonSet "kube-system/calico-node": spec.template.spec.containers[0].env[0].value: expected string, found number"#]
+    );
+    let (_, errors) = load("apiVersion: extensions/v1beta1\nkind: DaemonSet\nmetadata: {name: calico-node, namespace: kube-system}\nspec: {}\n");
+    assert_eq!(
+        errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        vec![r#"DaemonSet "calico-node": unsupported apiVersion "extensions/v1beta1" (expected apps/v1)"#]
+    );
+}

@@ -2,11 +2,13 @@
 //! mirroring Calico's own decision exactly (reference `calico-cluster-routes.md` §1), and
 //! whether the configuration is consistent.
 //!
-//! Inputs: `FelixConfiguration.spec.programClusterRoutes` (Felix's classes; per-node
-//! `node.<name>` first, then `default`), `BGPConfiguration.spec.programClusterRoutes` of the
-//! object named `default` (BIRD's classes), the IP pools, the Calico release line
-//! (`--calico-version`, or `ClusterInformation default` with `auto`: [`resolve_version`]) and
-//! routewarden's own [`Role`]. Output: an [`OwnershipDecision`] with the classes routewarden
+//! Inputs: Felix's classes (the calico-node container's env `FELIX_PROGRAMCLUSTERROUTES`
+//! first, then `FelixConfiguration.spec.programClusterRoutes` of `node.<name>`, then
+//! `default`), `BGPConfiguration.spec.programClusterRoutes` of the object named `default`
+//! (BIRD's classes), the IP pools, the Calico release line (`--calico-version`, or
+//! `ClusterInformation default` with `auto`: [`resolve_version`]), the operator's
+//! `Installation default` (checked against the fields it writes) and routewarden's own
+//! [`Role`]. Output: an [`OwnershipDecision`] with the classes routewarden
 //! programs, every writer of every class, findings with stable codes, and a per-pool table.
 //! Every decision records its [`DecisionSource`] (field value, default or fallback) for
 //! `routewarden explain`. Pure: no I/O.
@@ -19,7 +21,7 @@ use std::str::FromStr;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use crate::model::{Cluster, EncapMode, IpPool};
+use crate::model::{CalicoNodeDaemonSet, Cluster, EncapMode, EnvSetting, EnvValue, IpPool};
 use crate::routes::{PoolClass, Writer};
 
 #[cfg(test)]
@@ -179,10 +181,14 @@ pub enum DecisionSource {
     Role { value: String },
     /// Not configurable on this release line.
     Fixed { reason: String },
+    /// `FELIX_PROGRAMCLUSTERROUTES` in the calico-node container's env, which outranks every
+    /// datastore object in Felix's config loader (`felix/config/config_params.go`
+    /// `SourcesInDescendingOrder`); `overrides` names the datastore value it beats, if any.
+    Env { daemonset: String, name: String, value: String, overrides: Option<String> },
 }
 
 impl DecisionSource {
-    /// `field`, `default`, `fallback`, `role` or `fixed`.
+    /// `field`, `default`, `fallback`, `role`, `fixed` or `env`.
     pub fn kind(&self) -> &'static str {
         match self {
             DecisionSource::Field { .. } | DecisionSource::FieldIgnoringCase { .. } => "field",
@@ -190,6 +196,7 @@ impl DecisionSource {
             DecisionSource::Fallback { .. } => "fallback",
             DecisionSource::Role { .. } => "role",
             DecisionSource::Fixed { .. } => "fixed",
+            DecisionSource::Env { .. } => "env",
         }
     }
 }
@@ -207,6 +214,13 @@ impl fmt::Display for DecisionSource {
             }
             DecisionSource::Role { value } => write!(f, "--role explicit:{value}"),
             DecisionSource::Fixed { reason } => write!(f, "fixed ({reason})"),
+            DecisionSource::Env { daemonset, name, value, overrides } => {
+                write!(f, "calico-node env ({daemonset}): {name}={value}")?;
+                match overrides {
+                    Some(o) => write!(f, ", over {o}"),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -338,6 +352,13 @@ pub enum FindingKind {
     VersionNewer { version: String },
     /// The release is older than the oldest supported line (3.26): decided as 3.26–3.30.
     VersionOlder { version: String },
+    /// Felix's env value cannot be known: `valueFrom` a ConfigMap/Secret/field, or `envFrom`
+    /// sources that may set it.
+    EnvUnresolved { daemonset: String, detail: String },
+    /// Two calico-node DaemonSets set different `FELIX_PROGRAMCLUSTERROUTES`.
+    EnvDiffers { daemonsets: Vec<String> },
+    /// The operator's `clusterRoutingMode` and the fields it should have written disagree.
+    OperatorMismatch { mode: String },
 }
 
 /// One finding. `code()` and `class_label()` are stable metric label values.
@@ -354,7 +375,8 @@ pub struct Finding {
 
 impl Finding {
     /// `consistent`, `double-programmed`, `unowned`, `deprecated`, `version-skew`,
-    /// `ignored-by-release`, `version-assumed`, `version-newer` or `version-older`.
+    /// `ignored-by-release`, `version-assumed`, `version-newer`, `version-older`,
+    /// `env-unresolved`, `env-differs` or `operator-mismatch`.
     pub fn code(&self) -> &'static str {
         match self.kind {
             FindingKind::Consistent { .. } => "consistent",
@@ -366,6 +388,9 @@ impl Finding {
             FindingKind::VersionAssumed { .. } => "version-assumed",
             FindingKind::VersionNewer { .. } => "version-newer",
             FindingKind::VersionOlder { .. } => "version-older",
+            FindingKind::EnvUnresolved { .. } => "env-unresolved",
+            FindingKind::EnvDiffers { .. } => "env-differs",
+            FindingKind::OperatorMismatch { .. } => "operator-mismatch",
         }
     }
 
@@ -397,8 +422,8 @@ pub struct OwnershipDecision {
     /// Every writer of every class (all three classes, with or without pools).
     pub writers: BTreeMap<PoolClass, BTreeSet<Writer>>,
     /// Findings: per class with pools (consistent / double-programmed / unowned), then
-    /// deprecation, then the version's and the fields' (version skew, values ignored by this
-    /// release).
+    /// deprecation, then the version's, then the sources' (version skew, values ignored by
+    /// this release, env, operator).
     pub findings: Vec<Finding>,
     /// One row per IP pool, by pool name.
     pub pools: Vec<PoolOwnership>,
@@ -428,6 +453,7 @@ pub fn decide(cluster: &Cluster, config: &OwnershipConfig) -> OwnershipDecision 
     version_findings(&version, &mut sources);
     let felix = felix_value(cluster, config.node.as_deref(), &version, &mut sources);
     let bird = bird_value(cluster, &version, &mut sources);
+    operator_findings(cluster, &version, &mut sources);
     let explicit = match config.role {
         Role::Explicit(v) => Some(ComponentDecision {
             field_of: Writer::Routewarden,
@@ -514,18 +540,28 @@ fn class_writers(class: PoolClass, role: Role, felix: ClusterRoutes, bird: Clust
 }
 
 /// Felix's effective value (`felix/config/config_params.go`): the highest source that sets the
-/// field wins (`node.<name>` over `default`, `SourcesInDescendingOrder` ~L86; env vars and
-/// config files are outside the datastore and not seen here); the parse ignores case
-/// (`param_types.go` `OneofListParam.Parse`); an unknown value is replaced by the built-in
-/// default with "Replacing invalid value with default" (~L845). Built-in default and accepted
-/// values per release line: see [`Rules`]. On 3.30 and earlier Felix has no such field and
-/// programs only VXLAN routes (reference §1.3): a value set is reported as
-/// [`FindingKind::IgnoredByRelease`].
+/// field wins, in Felix's order (`SourcesInDescendingOrder` ~L86): the calico-node container's
+/// env `FELIX_PROGRAMCLUSTERROUTES` (`env_var_loader.go`, any case), then `FelixConfiguration
+/// node.<name>`, then `default` (selector-scoped objects, a tech preview between the two, are
+/// not evaluated); the parse ignores case
+/// (`param_types.go` `OneofListParam.Parse`); an unknown value in the winning source is
+/// replaced by the built-in default, not by a lower source ("Replacing invalid value with
+/// default", ~L845). Built-in default and accepted values per release line: see
+/// [`Rules`]. On 3.30 and earlier Felix has no such field and programs only VXLAN
+/// routes: every value set is reported as [`FindingKind::IgnoredByRelease`].
 fn felix_value(cluster: &Cluster, node: Option<&str>, version: &ResolvedVersion, findings: &mut Vec<Finding>) -> ComponentDecision {
     let (v, rules) = (version.version, version.rules);
     let decision = |value, source| ComponentDecision { field_of: Writer::Felix, value, source };
     let node_obj = node.and_then(|n| cluster.felix_for_node(n));
+    let datastore = [node_obj, cluster.felix_default()]
+        .into_iter()
+        .flatten()
+        .find_map(|fc| fc.program_cluster_routes.as_deref().map(|raw| (format!("FelixConfiguration {}", fc.name), raw)));
+    let env = felix_env(cluster, findings);
     if !rules.felix_reads_field() {
+        if let Some(e) = &env {
+            findings.push(ignored_finding(&e.object(), &e.value, v, "Felix", "Felix programs only VXLAN cluster routes"));
+        }
         for fc in [node_obj, cluster.felix_default()].into_iter().flatten() {
             if let Some(raw) = fc.program_cluster_routes.as_deref() {
                 findings.push(ignored_finding(&format!("FelixConfiguration {}", fc.name), raw, v, "Felix", "Felix programs only VXLAN cluster routes"));
@@ -534,25 +570,30 @@ fn felix_value(cluster: &Cluster, node: Option<&str>, version: &ResolvedVersion,
         return decision(ClusterRoutes::Disabled, DecisionSource::Fixed { reason: format!("Calico {v} has no programClusterRoutes: Felix programs only VXLAN cluster routes") });
     }
     let default = if rules == Rules::V3_33 { ClusterRoutes::EnabledIpipOnly } else { ClusterRoutes::Disabled };
-    let set = [node_obj, cluster.felix_default()]
-        .into_iter()
-        .flatten()
-        .find_map(|fc| fc.program_cluster_routes.as_deref().map(|raw| (format!("FelixConfiguration {}", fc.name), raw)));
-    let Some((object, raw)) = set else {
-        let reason = match (node_obj, cluster.felix_default(), node) {
-            (None, None, Some(n)) => format!("no FelixConfiguration default or node.{n}"),
-            (None, None, None) => "no FelixConfiguration default".to_owned(),
-            _ => "programClusterRoutes unset in FelixConfiguration".to_owned(),
-        };
-        return decision(default, DecisionSource::Default { reason });
+    let (object, raw, from_env) = match (&env, &datastore) {
+        (Some(e), _) => (e.object(), e.value.as_str(), true),
+        (None, Some((object, raw))) => (object.clone(), *raw, false),
+        (None, None) => {
+            let reason = match (node_obj, cluster.felix_default(), node) {
+                (None, None, Some(n)) => format!("no FelixConfiguration default or node.{n}"),
+                (None, None, None) => "no FelixConfiguration default".to_owned(),
+                _ => "programClusterRoutes unset in FelixConfiguration".to_owned(),
+            };
+            return decision(default, DecisionSource::Default { reason });
+        }
     };
     let parsed = ClusterRoutes::parse_ignore_case(raw);
     match parsed {
         Some(value) if value.known_in(rules) => {
-            let source = if value.as_str() == raw {
-                DecisionSource::Field { object, value: raw.to_owned() }
-            } else {
-                DecisionSource::FieldIgnoringCase { object, value: raw.to_owned() }
+            let source = match &env {
+                Some(e) if from_env => DecisionSource::Env {
+                    daemonset: e.daemonset.clone(),
+                    name: e.name.clone(),
+                    value: e.value.clone(),
+                    overrides: datastore.as_ref().map(|(o, r)| format!("{o}: {r}")),
+                },
+                _ if value.as_str() == raw => DecisionSource::Field { object, value: raw.to_owned() },
+                _ => DecisionSource::FieldIgnoringCase { object, value: raw.to_owned() },
             };
             decision(value, source)
         }
@@ -561,6 +602,80 @@ fn felix_value(cluster: &Cluster, node: Option<&str>, version: &ResolvedVersion,
             findings.push(skew_finding(&object, raw, v, rules, "Felix", parsed, &format!("Felix uses its default {default}")));
             decision(default, DecisionSource::Fallback { object, value: raw.to_owned(), reason })
         }
+    }
+}
+
+/// `FELIX_PROGRAMCLUSTERROUTES` as the calico-node DaemonSet sets it.
+struct EnvRead {
+    /// `calico-system/calico-node`.
+    daemonset: String,
+    /// The variable's name as written.
+    name: String,
+    value: String,
+}
+
+impl EnvRead {
+    /// `calico-node env (calico-system/calico-node) FELIX_PROGRAMCLUSTERROUTES`.
+    fn object(&self) -> String {
+        format!("calico-node env ({}) {}", self.daemonset, self.name)
+    }
+}
+
+/// Felix's env value from the preferred calico-node DaemonSet (`calico-system`, then
+/// `kube-system`): a literal, non-empty value [an empty one is taken as unset, inferred].
+/// Findings: a value Felix has but routewarden cannot know (`valueFrom`, or `envFrom` sources
+/// when the variable is not set directly) and DaemonSets that disagree.
+fn felix_env(cluster: &Cluster, findings: &mut Vec<Finding>) -> Option<EnvRead> {
+    let dss = cluster.calico_node_daemonsets_preferred();
+    let settings: Vec<(String, Option<&EnvValue>)> =
+        dss.iter().filter(|d| d.container_found).map(|d| (CalicoNodeDaemonSet::key(&d.namespace), d.program_cluster_routes.as_ref().map(|s| &s.value))).collect();
+    if settings.windows(2).any(|w| w[0].1 != w[1].1) {
+        let daemonsets: Vec<String> = settings.iter().map(|(k, _)| k.clone()).collect();
+        let shown: Vec<String> = settings
+            .iter()
+            .map(|(k, s)| match s {
+                None => format!("{k} unset"),
+                Some(EnvValue::Literal(v)) => format!("{k} {v:?}"),
+                Some(EnvValue::Reference(r)) => format!("{k} from {r}"),
+            })
+            .collect();
+        findings.push(Finding {
+            kind: FindingKind::EnvDiffers { daemonsets: daemonsets.clone() },
+            class: None,
+            severity: Severity::Warning,
+            message: format!(
+                "the calico-node DaemonSets set FELIX_PROGRAMCLUSTERROUTES differently ({}); each node runs one of them, so Felix's value differs between nodes; deciding with {}'s",
+                shown.join(", "),
+                daemonsets[0]
+            ),
+        });
+    }
+    let ds = dss.into_iter().find(|d| d.container_found)?;
+    let key = CalicoNodeDaemonSet::key(&ds.namespace);
+    match &ds.program_cluster_routes {
+        Some(EnvSetting { name, value: EnvValue::Literal(v) }) if !v.is_empty() => Some(EnvRead { daemonset: key, name: name.clone(), value: v.clone() }),
+        Some(EnvSetting { name, value: EnvValue::Reference(r) }) => {
+            findings.push(Finding {
+                kind: FindingKind::EnvUnresolved { daemonset: key.clone(), detail: r.clone() },
+                class: None,
+                severity: Severity::Warning,
+                message: format!(
+                    "calico-node env ({key}): {name} comes from {r}, which routewarden does not read; Felix's value there outranks every FelixConfiguration and is unknown, so the decision shown follows the datastore"
+                ),
+            });
+            None
+        }
+        None if !ds.env_from.is_empty() => {
+            let from = ds.env_from.join(", ");
+            findings.push(Finding {
+                kind: FindingKind::EnvUnresolved { daemonset: key.clone(), detail: from.clone() },
+                class: None,
+                severity: Severity::Info,
+                message: format!("calico-node env ({key}): envFrom {from} is not read; a FELIX_PROGRAMCLUSTERROUTES from there would outrank every FelixConfiguration"),
+            });
+            None
+        }
+        _ => None,
     }
 }
 
@@ -628,6 +743,60 @@ fn bird_value(cluster: &Cluster, version: &ResolvedVersion, findings: &mut Vec<F
             }
         },
     }
+}
+
+/// The fields tigera/operator writes for `clusterRoutingMode` (reference §1.9;
+/// `pkg/controller/installation/core_controller.go` ~L1825–1930): `Felix` → `Enabled` /
+/// `Disabled`, `FelixIPIPOnly` (tigera/operator#5150) → `EnabledIPIPOnly` /
+/// `EnabledNoEncapOnly`, `BIRD` and any other value (the `switch`'s default branch) →
+/// `Disabled` / `Enabled`. Unset: the operator writes neither field, nothing to check.
+pub fn operator_fields(mode: &str) -> (ClusterRoutes, ClusterRoutes) {
+    match mode {
+        "Felix" => (ClusterRoutes::Enabled, ClusterRoutes::Disabled),
+        "FelixIPIPOnly" => (ClusterRoutes::EnabledIpipOnly, ClusterRoutes::EnabledNoEncapOnly),
+        _ => (ClusterRoutes::Disabled, ClusterRoutes::Enabled),
+    }
+}
+
+/// Findings about the operator's `Installation default`: a `clusterRoutingMode` whose fields
+/// (the `default` FelixConfiguration and, from 3.32, BGPConfiguration, compared exactly as the
+/// operator writes them) say otherwise; a mode on a release without the fields.
+fn operator_findings(cluster: &Cluster, version: &ResolvedVersion, findings: &mut Vec<Finding>) {
+    let Some(mode) = cluster.installation_default().and_then(|i| i.cluster_routing_mode.as_deref()) else { return };
+    let (v, rules) = (version.version, version.rules);
+    if !rules.felix_reads_field() {
+        findings.push(Finding {
+            kind: FindingKind::IgnoredByRelease { object: "Installation default clusterRoutingMode".to_owned(), value: mode.to_owned() },
+            class: None,
+            severity: Severity::Warning,
+            message: format!("Installation default: clusterRoutingMode {mode:?} is set but ignored by this release: Calico {v} has no programClusterRoutes fields for the operator to write"),
+        });
+        return;
+    }
+    let (felix_want, bgp_want) = operator_fields(mode);
+    let mut wrong = Vec::new();
+    let felix_raw = cluster.felix_default().and_then(|f| f.program_cluster_routes.as_deref());
+    if felix_raw != Some(felix_want.as_str()) {
+        wrong.push(format!("FelixConfiguration default has {}", felix_raw.map_or_else(|| "none".to_owned(), |r| format!("{r:?}"))));
+    }
+    let bgp_raw = cluster.bgp_default().and_then(|b| b.program_cluster_routes.as_deref());
+    if rules.confd_reads_field() && bgp_raw != Some(bgp_want.as_str()) {
+        wrong.push(format!("BGPConfiguration default has {}", bgp_raw.map_or_else(|| "none".to_owned(), |r| format!("{r:?}"))));
+    }
+    if wrong.is_empty() {
+        return;
+    }
+    let known = if matches!(mode, "BIRD" | "Felix" | "FelixIPIPOnly") { String::new() } else { " (not a mode the operator knows; its switch treats it as BIRD)".to_owned() };
+    let bgp = if rules.confd_reads_field() { format!(" and BGPConfiguration default {bgp_want}") } else { String::new() };
+    findings.push(Finding {
+        kind: FindingKind::OperatorMismatch { mode: mode.to_owned() },
+        class: None,
+        severity: Severity::Warning,
+        message: format!(
+            "Installation default: clusterRoutingMode {mode}{known} means programClusterRoutes FelixConfiguration default {felix_want}{bgp}, but {}; the operator rewrites them on its next reconcile, or they were changed by hand",
+            wrong.join(" and ")
+        ),
+    });
 }
 
 /// The version's own findings: assumed (warning), newer than the newest known line (info),

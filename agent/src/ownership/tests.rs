@@ -434,15 +434,16 @@ fn version_findings_and_display() {
 }
 
 /// On 3.30 and earlier neither field exists: a value set anywhere (FelixConfiguration,
-/// BGPConfiguration) is reported as set but ignored, and BIRD programs IPIP and no-encap,
-/// Felix only VXLAN.
+/// BGPConfiguration, the calico-node env) is reported as set but ignored, and BIRD programs
+/// IPIP and no-encap, Felix only VXLAN.
 #[test]
 fn legacy_lines_ignore_every_value_and_say_so() {
     let c = with(&format!(
-        "{}---\n{}---\n{}",
+        "{}---\n{}---\n{}---\n{}",
         cluster_info("crd.projectcalico.org/v1", "v3.30.2"),
         "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {programClusterRoutes: EnabledIPIPOnly}\n",
         "apiVersion: projectcalico.org/v3\nkind: BGPConfiguration\nmetadata: {name: default}\nspec: {programClusterRoutes: EnabledNoEncapOnly}\n",
+        calico_node_ds("kube-system", "- {name: FELIX_PROGRAMCLUSTERROUTES, value: Enabled}"),
     ));
     let d = decide(&c, &OwnershipConfig { role: Role::Bird, ..audit_auto() });
     assert_eq!(d.felix.source, DecisionSource::Fixed { reason: "Calico 3.30 has no programClusterRoutes: Felix programs only VXLAN cluster routes".into() });
@@ -453,6 +454,7 @@ fn legacy_lines_ignore_every_value_and_say_so() {
     assert_eq!(
         ignored,
         vec![
+            "calico-node env (kube-system/calico-node) FELIX_PROGRAMCLUSTERROUTES: \"Enabled\" is set but ignored by this release: Felix 3.30 does not read it, and Felix programs only VXLAN cluster routes",
             "FelixConfiguration default: \"EnabledIPIPOnly\" is set but ignored by this release: Felix 3.30 does not read it, and Felix programs only VXLAN cluster routes",
             "BGPConfiguration default: \"EnabledNoEncapOnly\" is set but ignored by this release: confd 3.30 does not read it, and BIRD programs IPIP and no-encap routes regardless",
         ]
@@ -460,4 +462,139 @@ fn legacy_lines_ignore_every_value_and_say_so() {
     // No deprecation before 3.33, and the pair is consistent (BIRD alone, VXLAN Felix).
     assert!(d.findings.iter().all(|f| f.code() != "deprecated"));
     assert!(!d.has_errors());
+}
+
+/// A calico-node DaemonSet in `namespace` whose container has `env` (YAML list lines).
+fn calico_node_ds(namespace: &str, env: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {{name: calico-node, namespace: {namespace}}}\nspec:\n  template:\n    spec:\n      containers:\n      - name: calico-node\n        env:\n        - {{name: DATASTORE_TYPE, value: kubernetes}}\n        {env}\n"
+    )
+}
+
+const FELIX_DEFAULT_IPIP: &str = "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {programClusterRoutes: EnabledIPIPOnly}\n";
+
+/// `FELIX_PROGRAMCLUSTERROUTES` in the calico-node container outranks every FelixConfiguration
+/// (`felix/config/config_params.go` `SourcesInDescendingOrder`), in any case of its name; an
+/// unknown value is replaced by the default, not by the datastore's.
+#[test]
+fn calico_node_env_outranks_the_datastore() {
+    let on = |extra: &str, node: Option<&str>| {
+        let node_fc = "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.node-a}\nspec: {programClusterRoutes: Disabled}\n";
+        let c = with(&format!("{}---\n{FELIX_DEFAULT_IPIP}---\n{node_fc}---\n{extra}", cluster_info("crd.projectcalico.org/v1", "v3.33.0")));
+        decide(&c, &OwnershipConfig { role: Role::Audit, version: VersionChoice::Auto, node: node.map(Into::into) })
+    };
+    let d = on(&calico_node_ds("calico-system", "- {name: FELIX_PROGRAMCLUSTERROUTES, value: Enabled}"), Some("node-a"));
+    assert_eq!(d.felix.value, ClusterRoutes::Enabled);
+    assert_eq!(
+        d.felix.source,
+        DecisionSource::Env {
+            daemonset: "calico-system/calico-node".into(),
+            name: "FELIX_PROGRAMCLUSTERROUTES".into(),
+            value: "Enabled".into(),
+            overrides: Some("FelixConfiguration node.node-a: Disabled".into()),
+        }
+    );
+    assert_eq!(
+        d.felix.source.to_string(),
+        "calico-node env (calico-system/calico-node): FELIX_PROGRAMCLUSTERROUTES=Enabled, over FelixConfiguration node.node-a: Disabled"
+    );
+    assert_eq!(d.felix.source.kind(), "env");
+    // Felix with Enabled and BIRD's default EnabledNoEncapOnly: no-encap twice.
+    assert_eq!(d.writers[&PoolClass::NoEncap], BTreeSet::from([Writer::Felix, Writer::Bird]));
+    // Any case of the name, any case of the value.
+    let d = on(&calico_node_ds("kube-system", "- {name: felix_programClusterRoutes, value: enablednoencaponly}"), None);
+    assert_eq!(d.felix.value, ClusterRoutes::EnabledNoEncapOnly);
+    assert_eq!(d.felix.source.to_string(), "calico-node env (kube-system/calico-node): felix_programClusterRoutes=enablednoencaponly, over FelixConfiguration default: EnabledIPIPOnly");
+    // An unknown value: Felix's default, not the datastore's Disabled.
+    let d = on(&calico_node_ds("calico-system", "- {name: FELIX_PROGRAMCLUSTERROUTES, value: Sometimes}"), Some("node-a"));
+    assert_eq!(d.felix.value, ClusterRoutes::EnabledIpipOnly);
+    assert_eq!(d.felix.source.kind(), "fallback");
+    assert!(d.findings.iter().any(|f| f.message
+        == "calico-node env (calico-system/calico-node) FELIX_PROGRAMCLUSTERROUTES: programClusterRoutes \"Sometimes\" is not a programClusterRoutes value of any Calico release (Felix 3.33); Felix uses its default EnabledIPIPOnly"));
+    // An empty value is unset: the datastore decides.
+    let d = on(&calico_node_ds("calico-system", "- {name: FELIX_PROGRAMCLUSTERROUTES, value: ''}"), Some("node-a"));
+    assert_eq!(d.felix.source, DecisionSource::Field { object: "FelixConfiguration node.node-a".into(), value: "Disabled".into() });
+}
+
+/// A value routewarden cannot know (valueFrom, envFrom) and two DaemonSets that disagree: the
+/// datastore decides, and a finding says why.
+#[test]
+fn calico_node_env_that_cannot_be_known_is_a_finding() {
+    let codes = |c: &Cluster| -> Vec<(String, Severity, String)> {
+        decide(c, &audit_auto()).findings.into_iter().filter(|f| f.class.is_none()).map(|f| (f.code().to_owned(), f.severity, f.message)).collect()
+    };
+    let base = format!("{}---\n{FELIX_DEFAULT_IPIP}", cluster_info("crd.projectcalico.org/v1", "v3.33.0"));
+    let c = with(&format!("{base}---\n{}", calico_node_ds("calico-system", "- {name: FELIX_PROGRAMCLUSTERROUTES, valueFrom: {configMapKeyRef: {name: calico-config, key: routes}}}")));
+    assert_eq!(decide(&c, &audit_auto()).felix.source, DecisionSource::Field { object: "FelixConfiguration default".into(), value: "EnabledIPIPOnly".into() });
+    assert_eq!(
+        codes(&c),
+        vec![(
+            "env-unresolved".to_owned(),
+            Severity::Warning,
+            "calico-node env (calico-system/calico-node): FELIX_PROGRAMCLUSTERROUTES comes from configMapKeyRef calico-config/routes, which routewarden does not read; Felix's value there outranks every FelixConfiguration and is unknown, so the decision shown follows the datastore".to_owned()
+        )]
+    );
+    let env_from = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: calico-node, namespace: kube-system}\nspec:\n  template:\n    spec:\n      containers:\n      - name: calico-node\n        envFrom: [{configMapRef: {name: kubernetes-services-endpoint, optional: true}}]\n";
+    assert_eq!(
+        codes(&with(&format!("{base}---\n{env_from}"))),
+        vec![(
+            "env-unresolved".to_owned(),
+            Severity::Info,
+            "calico-node env (kube-system/calico-node): envFrom configMapRef kubernetes-services-endpoint is not read; a FELIX_PROGRAMCLUSTERROUTES from there would outrank every FelixConfiguration".to_owned()
+        )]
+    );
+    // Two DaemonSets (an operator migration half done): calico-system's is used.
+    let c = with(&format!(
+        "{base}---\n{}---\n{}",
+        calico_node_ds("calico-system", "- {name: FELIX_PROGRAMCLUSTERROUTES, value: Enabled}"),
+        calico_node_ds("kube-system", "- {name: DATASTORE_TYPE, value: kubernetes}")
+    ));
+    assert_eq!(decide(&c, &audit_auto()).felix.value, ClusterRoutes::Enabled);
+    assert_eq!(
+        codes(&c),
+        vec![(
+            "env-differs".to_owned(),
+            Severity::Warning,
+            "the calico-node DaemonSets set FELIX_PROGRAMCLUSTERROUTES differently (calico-system/calico-node \"Enabled\", kube-system/calico-node unset); each node runs one of them, so Felix's value differs between nodes; deciding with calico-system/calico-node's".to_owned()
+        )]
+    );
+}
+
+/// tigera/operator writes both fields from `clusterRoutingMode` (reference §1.9): fields that
+/// say otherwise are a finding; an unset mode writes nothing and is not checked.
+#[test]
+fn operator_cluster_routing_mode_is_checked_against_the_fields() {
+    let inst = |mode: Option<&str>| {
+        let net = mode.map_or_else(String::new, |m| format!("calicoNetwork: {{clusterRoutingMode: {m}}}"));
+        format!("apiVersion: operator.tigera.io/v1\nkind: Installation\nmetadata: {{name: default}}\nspec: {{variant: Calico, {net}}}\n")
+    };
+    let fields = |f: &str, b: &str| {
+        format!(
+            "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {f}}}\n---\napiVersion: projectcalico.org/v3\nkind: BGPConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {b}}}\n"
+        )
+    };
+    let mismatch = |version: &str, mode: Option<&str>, f: &str, b: &str| -> Vec<String> {
+        let c = with(&format!("{}---\n{}---\n{}", cluster_info("crd.projectcalico.org/v1", version), inst(mode), fields(f, b)));
+        decide(&c, &audit_auto()).findings.into_iter().filter(|f| matches!(f.code(), "operator-mismatch" | "ignored-by-release")).map(|f| f.message).collect()
+    };
+    // What the operator writes: no finding.
+    assert_eq!(mismatch("v3.33.0", Some("Felix"), "Enabled", "Disabled"), Vec::<String>::new());
+    assert_eq!(mismatch("v3.33.0", Some("FelixIPIPOnly"), "EnabledIPIPOnly", "EnabledNoEncapOnly"), Vec::<String>::new());
+    assert_eq!(mismatch("v3.33.0", Some("BIRD"), "Disabled", "Enabled"), Vec::<String>::new());
+    assert_eq!(mismatch("v3.33.0", None, "Enabled", "Enabled"), Vec::<String>::new());
+    assert_eq!(
+        mismatch("v3.33.0", Some("FelixIPIPOnly"), "Enabled", "EnabledNoEncapOnly"),
+        vec!["Installation default: clusterRoutingMode FelixIPIPOnly means programClusterRoutes FelixConfiguration default EnabledIPIPOnly and BGPConfiguration default EnabledNoEncapOnly, but FelixConfiguration default has \"Enabled\"; the operator rewrites them on its next reconcile, or they were changed by hand"]
+    );
+    assert_eq!(
+        mismatch("v3.33.0", Some("Felix"), "Disabled", "Enabled"),
+        vec!["Installation default: clusterRoutingMode Felix means programClusterRoutes FelixConfiguration default Enabled and BGPConfiguration default Disabled, but FelixConfiguration default has \"Disabled\" and BGPConfiguration default has \"Enabled\"; the operator rewrites them on its next reconcile, or they were changed by hand"]
+    );
+    // 3.31 has no BGPConfiguration field: only Felix's is compared.
+    assert_eq!(mismatch("v3.31.7", Some("Felix"), "Enabled", "EnabledNoEncapOnly").iter().filter(|m| m.starts_with("Installation")).count(), 0);
+    // 3.30: nothing for the operator to write.
+    assert_eq!(
+        mismatch("v3.30.2", Some("Felix"), "Enabled", "Disabled").into_iter().filter(|m| m.starts_with("Installation")).collect::<Vec<_>>(),
+        vec!["Installation default: clusterRoutingMode \"Felix\" is set but ignored by this release: Calico 3.30 has no programClusterRoutes fields for the operator to write"]
+    );
 }

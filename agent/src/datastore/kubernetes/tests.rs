@@ -539,6 +539,7 @@ fn examples_model() -> Cluster {
         )]
         .into_iter()
         .collect(),
+        ..Cluster::default()
     }
 }
 

@@ -341,6 +341,8 @@ fn remove(cluster: &mut Cluster, kind: Kind, name: &str) {
         Kind::FelixConfiguration => drop(cluster.felix_configurations.remove(name)),
         Kind::BgpConfiguration => drop(cluster.bgp_configurations.remove(name)),
         Kind::ClusterInformation => drop(cluster.cluster_informations.remove(name)),
+        Kind::Installation => drop(cluster.installations.remove(name)),
+        Kind::DaemonSet => drop(cluster.calico_node_daemonsets.remove(name)),
     }
 }
 
@@ -353,6 +355,8 @@ fn merge(cluster: &mut Cluster, one: Cluster) {
     cluster.felix_configurations.extend(one.felix_configurations);
     cluster.bgp_configurations.extend(one.bgp_configurations);
     cluster.cluster_informations.extend(one.cluster_informations);
+    cluster.installations.extend(one.installations);
+    cluster.calico_node_daemonsets.extend(one.calico_node_daemonsets);
 }
 
 /// A one-line description of a watcher error: what failed, then the API server's message,
