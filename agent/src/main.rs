@@ -140,6 +140,31 @@ fn devices(c: &ClusterArgs) -> RouteDevices {
     RouteDevices { tunnel: c.tunnel_device.clone(), host_nic: c.host_device.clone() }
 }
 
+/// [`devices`] with `--host-device auto` resolved for `node` in this network namespace (the
+/// link holding its Calico address). Where no link here holds it (explain run away from the
+/// node), `eth0`, said on stderr, so the route lines stay readable. Without a node nothing is
+/// routed, and `eth0` stands in silently.
+async fn devices_for(c: &ClusterArgs, cluster: &routewarden::model::Cluster, node: Option<&str>) -> RouteDevices {
+    use routewarden::dataplane::host_nic;
+    let mut d = devices(c);
+    if d.host_nic != host_nic::AUTO {
+        return d;
+    }
+    let Some(name) = node else {
+        d.host_nic = "eth0".into();
+        return d;
+    };
+    let found = match routewarden::dataplane::RtNetlink::connect() {
+        Ok(mut nl) => host_nic::find_host_nic(&mut nl, name, cluster.nodes.get(name)).await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    d.host_nic = found.unwrap_or_else(|why| {
+        eprintln!("note: --host-device auto: {}; showing eth0", routewarden::text::escape(&why));
+        "eth0".into()
+    });
+    d
+}
+
 fn cmd_explain(args: &ExplainArgs) -> Result<ExitCode> {
     let snap = load_blocking(&args.cluster)?;
     let role = args.cluster.role.clone().unwrap_or_else(|| "felix".into());
@@ -154,11 +179,11 @@ fn cmd_explain(args: &ExplainArgs) -> Result<ExitCode> {
         explain_all_nodes(&snap.cluster, &snap.object_errors, &config, format)?
     } else {
         let opts = ExplainOptions {
-            node,
             format,
             route_protocol: args.cluster.route_protocol,
             metric: Some(args.cluster.route_metric),
-            devices: devices(&args.cluster),
+            devices: tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(devices_for(&args.cluster, &snap.cluster, node.as_deref())),
+            node,
         };
         explain(&snap.cluster, &snap.object_errors, &config, &opts)?
     };
@@ -175,13 +200,8 @@ async fn cmd_audit(args: &AuditArgs) -> Result<ExitCode> {
     let role = args.cluster.role.clone().unwrap_or_else(|| "audit".into());
     let mode = if role == "audit" { Mode::Audit } else { Mode::Program };
     let ownership = app::ownership_config(&role, &args.cluster.calico_version, mode, &node)?;
-    let config = plan::PlanConfig {
-        node,
-        ownership,
-        devices: devices(&args.cluster),
-        protocol: args.cluster.route_protocol,
-        table: args.cluster.route_table,
-    };
+    let devices = devices_for(&args.cluster, &snap.cluster, Some(&node)).await;
+    let config = plan::PlanConfig { node, ownership, devices, protocol: args.cluster.route_protocol, table: args.cluster.route_table };
     let p = plan::plan(&snap, &config, &std::collections::BTreeSet::new(), &[]);
     let mut nl = RtNetlink::connect().context("open the rtnetlink socket")?;
     let report = audit_kernel(&mut nl, &p.expected, &p.audit_scope).await.context("dump the kernel's routes")?;

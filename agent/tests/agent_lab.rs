@@ -448,3 +448,55 @@ fn every_example_node_gets_exactly_its_routes() {
     }
     drop(agents);
 }
+
+/// Issue 19 part 3: with `--host-device auto` (the default) the host NIC is the link holding
+/// node-a's Calico address, whatever it is called: node-a's NIC renamed `ens5` carries the
+/// same-subnet routes. When no link holds the address, the agent names the address and the
+/// links it saw in `/readyz`, programs nothing and stays unready; fixing the address lets it
+/// go on.
+#[test]
+fn host_device_auto_is_the_link_holding_the_node_address() {
+    if skip_unless_root("host_device_auto_is_the_link_holding_the_node_address") {
+        return;
+    }
+    let lab = lab();
+    // Rename node-a's NIC; put back the lab's routes through it (a link down drops them).
+    let before: Vec<String> = lab.ip("node-a", &["route", "show", "dev", "eth0"]).unwrap().lines().map(|l| l.trim().to_owned()).collect();
+    for args in [&["link", "set", "eth0", "down"][..], &["link", "set", "eth0", "name", "ens5"], &["link", "set", "ens5", "up"]] {
+        lab.ip("node-a", args).unwrap();
+    }
+    for r in before.iter().filter(|r| !r.contains("proto kernel")) {
+        let mut args: Vec<&str> = vec!["route", "replace"];
+        args.extend(r.split_whitespace());
+        args.extend(["dev", "ens5"]);
+        lab.ip("node-a", &args).unwrap();
+    }
+    let want: Vec<String> = NODE_A_IPIP.iter().map(|l| l.replace("dev eth0", "dev ens5")).collect();
+
+    // The address on a link named ens5.
+    let agent = Agent::start(&lab, "node-a", &example_dir(), &[]);
+    wait_ready(&lab, "node-a");
+    wait_for("node-a's routes via ens5", Duration::from_secs(30), || (routes(&lab, "node-a", "80") == want).then_some(()));
+    assert!(agent.stop().success());
+
+    // No link holds the address: named in /readyz, nothing programmed, not ready.
+    let dir = copy_examples();
+    let calico = dir.path().join("calico.yaml");
+    let good = std::fs::read_to_string(&calico).unwrap();
+    std::fs::write(&calico, good.replacen("ipv4Address: 10.0.0.11/24", "ipv4Address: 10.0.0.99/24", 1).replacen("ipv6Address: fd00:10::11/64", "ipv6Address: fd00:10::99/64", 1)).unwrap();
+    lab.ip("node-a", &["route", "flush", "proto", "80"]).unwrap();
+    let _agent = Agent::start(&lab, "node-a", dir.path(), &[]);
+    let body = wait_for("node-a /readyz names the missing address", Duration::from_secs(30), || match lab.http_get("node-a", PORT, "/readyz") {
+        Ok((503, b)) if b.contains("host device:") => Some(b),
+        _ => None,
+    });
+    let note = body.lines().find(|l| l.starts_with("host device:")).unwrap();
+    assert!(note.starts_with("host device: none found: no link holds node node-a's Calico address 10.0.0.99, fd00:10::99; links seen: "), "{note}");
+    assert!(note.contains("ens5 [10.0.0.11"), "{note}");
+    routes_stay(&lab, "node-a", "80", &[], Duration::from_secs(2));
+    // The address fixed: the NIC is found and the routes go in.
+    std::fs::write(&calico, &good).unwrap();
+    wait_for("node-a ready with its routes via ens5", Duration::from_secs(30), || {
+        (matches!(lab.http_get("node-a", PORT, "/readyz"), Ok((200, _))) && routes(&lab, "node-a", "80") == want).then_some(())
+    });
+}

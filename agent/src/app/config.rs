@@ -87,8 +87,10 @@ pub struct ClusterArgs {
     /// IPIP tunnel device.
     #[arg(long, env = "ROUTEWARDEN_TUNNEL_DEVICE", default_value = "tunl0")]
     pub tunnel_device: String,
-    /// Host NIC used for no-encap and same-subnet routes.
-    #[arg(long, env = "ROUTEWARDEN_HOST_DEVICE", default_value = "eth0")]
+    /// Host NIC used for no-encap and same-subnet routes; `auto`: the link holding this
+    /// node's Calico address (Node spec.bgp.ipv4Address/ipv6Address or its annotation), found
+    /// over netlink and looked up again as links change.
+    #[arg(long, env = "ROUTEWARDEN_HOST_DEVICE", default_value = "auto")]
     pub host_device: String,
     /// Route protocol of the routes routewarden writes (1-255; 80 = Felix's, so a handover
     /// to or from Felix is an atomic replace).

@@ -85,9 +85,73 @@ struct ClusterHandler {
     view: view::ViewState,
     last: Option<Plan>,
     commands: Option<mpsc::Sender<DataplaneCommand>>,
+    /// `--host-device auto`: the host NIC found from this node's Calico address.
+    host_nic: Option<HostNicAuto>,
+}
+
+/// State of `--host-device auto` ([`crate::dataplane::host_nic`]).
+struct HostNicAuto {
+    /// A socket for the link and address dumps.
+    nl: RtNetlink,
+    /// Why the last lookup failed (logged once per distinct reason); `None` after a success.
+    error: Option<String>,
+    /// The last snapshot, to plan again when the NIC changes between snapshots.
+    snapshot: Option<Snapshot>,
+    /// The NIC changed since the watches last attached (the app restarts them).
+    changed: bool,
 }
 
 impl ClusterHandler {
+    /// `--host-device auto`: look up the link holding this node's Calico address and adopt it.
+    /// Returns whether a plan can be made (a NIC is known: found now, or the previous one
+    /// kept when the lookup fails, which is logged with the address and the links seen).
+    async fn resolve_host_nic(&mut self, snap: &Snapshot) -> bool {
+        let Some(auto) = self.host_nic.as_mut() else { return true };
+        let node = self.config.node.clone();
+        match crate::dataplane::host_nic::find_host_nic(&mut auto.nl, &node, snap.cluster.nodes.get(&node)).await {
+            Ok(name) => {
+                if name != self.config.devices.host_nic {
+                    info!(host_device = %name, previous = %self.config.devices.host_nic, "host NIC found: the link holding this node's Calico address");
+                    self.config.devices.host_nic = name;
+                    auto.changed = true;
+                }
+                auto.error = None;
+            }
+            Err(e) => {
+                let why = e.to_string();
+                if auto.error.as_deref() != Some(why.as_str()) {
+                    if self.config.devices.host_nic.is_empty() {
+                        error!(error = %why, "--host-device auto: no host NIC; not programming routes and not ready until one is found");
+                    } else {
+                        error!(error = %why, keeping = %self.config.devices.host_nic, "--host-device auto: the host NIC is gone; keeping the previous one");
+                    }
+                }
+                auto.error = Some(why);
+            }
+        }
+        !self.config.devices.host_nic.is_empty()
+    }
+
+    /// Look for the host NIC again (link and address changes) and plan again when it moved.
+    async fn recheck_host_nic(&mut self) {
+        let Some(snap) = self.host_nic.as_ref().and_then(|a| a.snapshot.clone()) else { return };
+        let before = self.config.devices.host_nic.clone();
+        let had_error = self.host_nic.as_ref().is_some_and(|a| a.error.is_some());
+        let usable = self.resolve_host_nic(&snap).await;
+        let has_error = self.host_nic.as_ref().is_some_and(|a| a.error.is_some());
+        if usable && (before != self.config.devices.host_nic || self.last.is_none()) {
+            self.on_snapshot(&snap, false).await;
+        } else if had_error != has_error {
+            self.publish_synced().await;
+        }
+    }
+
+    /// Whether the host NIC changed since the last call (the watches must move to it).
+    fn take_host_nic_change(&mut self) -> Option<String> {
+        let auto = self.host_nic.as_mut()?;
+        std::mem::take(&mut auto.changed).then(|| self.config.devices.host_nic.clone())
+    }
+
     async fn on_datastore(&mut self, ev: DatastoreEvent) {
         let before = (self.view.invalid_objects.clone(), self.view.invalid_inputs.clone());
         self.view.on_event(&ev);
@@ -114,13 +178,26 @@ impl ClusterHandler {
         let current = self.view.current(plan);
         self.metrics.datastore_synced.set(i64::from(current));
         self.health.set_datastore_synced(current);
-        self.health.set_notes(self.view.notes(plan, &self.config.node));
+        let mut notes = self.view.notes(plan, &self.config.node);
+        if let Some(why) = self.host_nic.as_ref().and_then(|a| a.error.as_deref()) {
+            let state = if self.config.devices.host_nic.is_empty() { "none found".to_owned() } else { format!("keeping {}", self.config.devices.host_nic) };
+            notes.push(format!("host device: {state}: {}", crate::text::one_line(why)));
+        }
+        self.health.set_notes(notes);
         if let Some(tx) = &self.commands {
             let _ = tx.send(DataplaneCommand::SetDatastoreSynced(self.view.deletions_allowed(plan))).await;
         }
     }
 
     async fn on_snapshot(&mut self, snap: &Snapshot, errors_changed: bool) {
+        if let Some(auto) = self.host_nic.as_mut() {
+            auto.snapshot = Some(snap.clone());
+        }
+        if !self.resolve_host_nic(snap).await {
+            // No host NIC yet: no plan (no route is written, none deleted), not ready.
+            self.publish_synced().await;
+            return;
+        }
         // Logged when they change, at most LOGGED_ERRORS of each (the rest counted): a file of
         // a thousand broken objects is one burst of lines, not one per snapshot.
         if errors_changed {
@@ -395,8 +472,14 @@ impl BpfHandler {
 pub async fn run(args: RunArgs) -> Result<()> {
     let node = node_name(args.cluster.node.as_deref())?;
     let ownership = ownership_config(args.cluster.role.as_deref().unwrap_or("felix"), &args.cluster.calico_version, args.mode, &node)?;
-    let devices = RouteDevices { tunnel: args.cluster.tunnel_device.clone(), host_nic: args.cluster.host_device.clone() };
+    let mut devices = RouteDevices { tunnel: args.cluster.tunnel_device.clone(), host_nic: args.cluster.host_device.clone() };
     devices.validate()?;
+    // `auto`: found from the first snapshot (this node's Calico address) and looked up again
+    // as links change; until then nothing is planned and the watches leave the NIC alone.
+    let host_auto = devices.host_nic == crate::dataplane::host_nic::AUTO;
+    if host_auto {
+        devices.host_nic.clear();
+    }
     let dp_config = DataplaneConfig {
         protocol: args.cluster.route_protocol,
         metric: args.cluster.route_metric,
@@ -473,18 +556,29 @@ pub async fn run(args: RunArgs) -> Result<()> {
         None
     };
 
-    let tc_devices = if args.tc_devices.is_empty() { vec![devices.host_nic.clone(), devices.tunnel.clone()] } else { args.tc_devices.clone() };
-    let mut bpf = BpfHandler::start(&tc_devices, &metrics, &health);
+    // The TC watches' devices for a host NIC (empty: not known yet, `--host-device auto`).
+    let tunnel_dev = devices.tunnel.clone();
+    let tc_devices_for = |host_nic: &str| -> Vec<String> {
+        if args.tc_devices.is_empty() {
+            [host_nic, tunnel_dev.as_str()].into_iter().filter(|d| !d.is_empty()).map(str::to_owned).collect()
+        } else {
+            args.tc_devices.clone()
+        }
+    };
+    let forward_config_for = |host_nic: &str| {
+        let or_default = |list: &[String], dev: &str| if list.is_empty() { [dev].into_iter().filter(|d| !d.is_empty()).map(str::to_owned).collect() } else { list.to_vec() };
+        let mut c = crate::bpf::forward::ForwardConfig::for_devices(
+            &or_default(&args.forward_tunnel_devices, &tunnel_dev),
+            &or_default(&args.forward_host_devices, host_nic),
+        );
+        c.flap_threshold = args.forward_flap_threshold;
+        c.window = Duration::from_secs(args.forward_flap_window);
+        c.log_level = args.bpf_log_level;
+        c
+    };
+    let mut bpf = BpfHandler::start(&tc_devices_for(&devices.host_nic), &metrics, &health);
     // Forwarding watch (issue 6, `bpf::forward`): TC egress on the tunnel device and host NIC.
-    let or_default = |list: &[String], dev: &String| if list.is_empty() { vec![dev.clone()] } else { list.to_vec() };
-    let mut forward_config = crate::bpf::forward::ForwardConfig::for_devices(
-        &or_default(&args.forward_tunnel_devices, &devices.tunnel),
-        &or_default(&args.forward_host_devices, &devices.host_nic),
-    );
-    forward_config.flap_threshold = args.forward_flap_threshold;
-    forward_config.window = Duration::from_secs(args.forward_flap_window);
-    forward_config.log_level = args.bpf_log_level;
-    let mut forward = crate::bpf::forward::ForwardHandler::start(&forward_config, &metrics, &health);
+    let mut forward = crate::bpf::forward::ForwardHandler::start(&forward_config_for(&devices.host_nic), &metrics, &health);
     // Route-churn watch (issue 5, `bpf::route_watch`): every route write in this namespace.
     let route_watch_config = crate::bpf::route_watch::RouteWatchConfig {
         backend: args.route_watch_backend,
@@ -505,6 +599,11 @@ pub async fn run(args: RunArgs) -> Result<()> {
         view: view::ViewState::default(),
         last: None,
         commands,
+        host_nic: if host_auto {
+            Some(HostNicAuto { nl: RtNetlink::connect().context("open the rtnetlink socket")?, error: None, snapshot: None, changed: false })
+        } else {
+            None
+        },
     };
 
     // The watches' start-up (kernel BTF parsed twice, ~20 MB) is done: give it back.
@@ -524,6 +623,13 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 Some(ev) => {
                     trim_pending |= matches!(ev, DatastoreEvent::Snapshot(_));
                     cluster.on_datastore(ev).await;
+                    if let Some(nic) = cluster.take_host_nic_change() {
+                        // The watches follow the host NIC (detached from the old one on drop).
+                        drop(bpf);
+                        drop(forward);
+                        bpf = BpfHandler::start(&tc_devices_for(&nic), &metrics, &health);
+                        forward = crate::bpf::forward::ForwardHandler::start(&forward_config_for(&nic), &metrics, &health);
+                    }
                     if let Some(plan) = cluster.last.as_ref() {
                         forward.on_plan(plan, &metrics);
                     }
@@ -552,7 +658,20 @@ pub async fn run(args: RunArgs) -> Result<()> {
             }
             Some(ev) = forward.next_event() => crate::bpf::forward::log_event(&ev),
             Some(ev) = route_watch.next_event() => route_watch.on_event(&metrics, &ev),
-            _ = heartbeat.tick() => {},
+            _ = heartbeat.tick() => {
+                // `--host-device auto`: links and addresses change (a NIC renamed, an address
+                // moved); look again every heartbeat.
+                cluster.recheck_host_nic().await;
+                if let Some(nic) = cluster.take_host_nic_change() {
+                    drop(bpf);
+                    drop(forward);
+                    bpf = BpfHandler::start(&tc_devices_for(&nic), &metrics, &health);
+                    forward = crate::bpf::forward::ForwardHandler::start(&forward_config_for(&nic), &metrics, &health);
+                    if let Some(plan) = cluster.last.as_ref() {
+                        forward.on_plan(plan, &metrics);
+                    }
+                }
+            },
             _ = tokio::signal::ctrl_c() => break "SIGINT",
             _ = sigterm.recv() => break "SIGTERM",
         }

@@ -29,6 +29,7 @@ use tokio::sync::mpsc;
 
 pub mod audit;
 pub mod events;
+pub mod host_nic;
 pub mod model;
 pub mod netlink;
 pub mod policy;

@@ -88,6 +88,8 @@ pub enum NetlinkOp {
     DumpRoutes,
     /// Link dump.
     DumpLinks,
+    /// Address dump.
+    DumpAddresses,
     /// `RTM_NEWROUTE` (replace or create).
     WriteRoute,
     /// `RTM_DELROUTE`.
@@ -101,6 +103,7 @@ impl std::fmt::Display for NetlinkOp {
         f.write_str(match self {
             NetlinkOp::DumpRoutes => "dump routes",
             NetlinkOp::DumpLinks => "dump links",
+            NetlinkOp::DumpAddresses => "dump addresses",
             NetlinkOp::WriteRoute => "write route",
             NetlinkOp::DeleteRoute => "delete route",
             NetlinkOp::Connect => "connect",
@@ -543,6 +546,34 @@ impl RouteNetlink for RtNetlink {
         let window = self.window;
         let ops = ops.to_vec();
         async move { batcher.lock().await.execute(&ops, window, timeout).await }
+    }
+}
+
+impl RtNetlink {
+    /// Every address of every link in this network namespace, as `(ifindex, address)`, both
+    /// families (`RTM_GETADDR` dump; the local address, `IFA_LOCAL`, where the kernel gives
+    /// one, else `IFA_ADDRESS`).
+    ///
+    /// # Errors
+    /// [`NetlinkError`] when the dump fails or times out.
+    pub async fn dump_addresses(&self) -> Result<Vec<(u32, std::net::IpAddr)>, NetlinkError> {
+        use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
+        let mut msg = AddressMessage::default();
+        msg.header.family = rtnetlink::packet_route::AddressFamily::Unspec;
+        let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetAddress(msg));
+        req.header.flags = rtnetlink::packet_core::NLM_F_REQUEST | rtnetlink::packet_core::NLM_F_DUMP;
+        let msgs = request(&self.handle, req, NetlinkOp::DumpAddresses, "all".to_string(), self.timeout).await?;
+        Ok(msgs
+            .iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewAddress(a) => {
+                    let local = a.attributes.iter().find_map(|x| if let AddressAttribute::Local(ip) = x { Some(*ip) } else { None });
+                    let addr = a.attributes.iter().find_map(|x| if let AddressAttribute::Address(ip) = x { Some(*ip) } else { None });
+                    local.or(addr).map(|ip| (a.header.index, ip))
+                }
+                _ => None,
+            })
+            .collect())
     }
 }
 
