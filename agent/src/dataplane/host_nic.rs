@@ -57,7 +57,7 @@ fn links_text(links: &[LinkAddresses]) -> String {
     if links.is_empty() {
         return "none".into();
     }
-    links.iter().map(|l| format!("{} [{}]", crate::text::escape(&l.name), join(&l.addresses))).collect::<Vec<_>>().join(", ")
+    links.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
 }
 
 impl fmt::Display for LinkAddresses {
