@@ -121,14 +121,17 @@ fn cmd_events(args: &routewarden::bpf::route_watch::events_cmd::EventsArgs) -> R
         let snap = tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(load_spec(spec))?;
         let node = app::node_name(args.node.as_deref())?;
         let ownership = app::ownership_config(&args.role, "auto", Mode::Program, &node)?;
-        let devices = RouteDevices { tunnel: args.tunnel_device.clone(), host_nic: args.host_device.clone() };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let devices = rt.block_on(resolve_host_nic(
+            RouteDevices { tunnel: args.tunnel_device.clone(), host_nic: args.host_device.clone() },
+            &snap.cluster,
+            Some(&node),
+        ));
+        let forward_devices = ForwardConfig::for_devices(std::slice::from_ref(&devices.tunnel), std::slice::from_ref(&devices.host_nic));
         let config = plan::PlanConfig { node, ownership, devices, protocol: args.route_protocol, table: 254 };
         let p = plan::plan(&snap, &config, &std::collections::BTreeSet::new(), &[]);
         opts.forward = Some(ForwardSetup {
-            config: ForwardConfig {
-                log_level: args.bpf_log_level,
-                ..ForwardConfig::for_devices(std::slice::from_ref(&args.tunnel_device), std::slice::from_ref(&args.host_device))
-            },
+            config: ForwardConfig { log_level: args.bpf_log_level, ..forward_devices },
             entries: entries_from_plan(&p),
         });
     }
@@ -145,8 +148,12 @@ fn devices(c: &ClusterArgs) -> RouteDevices {
 /// node), `eth0`, said on stderr, so the route lines stay readable. Without a node nothing is
 /// routed, and `eth0` stands in silently.
 async fn devices_for(c: &ClusterArgs, cluster: &routewarden::model::Cluster, node: Option<&str>) -> RouteDevices {
+    resolve_host_nic(devices(c), cluster, node).await
+}
+
+/// `devices` with a host NIC of `auto` resolved as [`devices_for`] says.
+async fn resolve_host_nic(mut d: RouteDevices, cluster: &routewarden::model::Cluster, node: Option<&str>) -> RouteDevices {
     use routewarden::dataplane::host_nic;
-    let mut d = devices(c);
     if d.host_nic != host_nic::AUTO {
         return d;
     }
@@ -159,7 +166,7 @@ async fn devices_for(c: &ClusterArgs, cluster: &routewarden::model::Cluster, nod
         Err(e) => Err(e.to_string()),
     };
     d.host_nic = found.unwrap_or_else(|why| {
-        eprintln!("note: --host-device auto: {}; showing eth0", routewarden::text::escape(&why));
+        eprintln!("note: --host-device auto: {}; using eth0", routewarden::text::escape(&why));
         "eth0".into()
     });
     d

@@ -112,8 +112,9 @@ pub struct EventsArgs {
     /// Tunnel device the forwarding watch attaches to (with `--datastore`).
     #[arg(long, default_value = "tunl0")]
     pub tunnel_device: String,
-    /// Host NIC the forwarding watch attaches to (with `--datastore`).
-    #[arg(long, default_value = "eth0")]
+    /// Host NIC the forwarding watch attaches to (with `--datastore`); `auto`: the link
+    /// holding the node's Calico address, as for `routewarden run`.
+    #[arg(long, default_value = "auto")]
     pub host_device: String,
     /// Kernel-side log lines of the watches, to stderr: off, error, warn, info, debug.
     #[arg(long, value_enum, default_value = "off")]
