@@ -136,12 +136,12 @@ impl ClusterHandler {
     async fn recheck_host_nic(&mut self) {
         let Some(snap) = self.host_nic.as_ref().and_then(|a| a.snapshot.clone()) else { return };
         let before = self.config.devices.host_nic.clone();
-        let had_error = self.host_nic.as_ref().is_some_and(|a| a.error.is_some());
+        let error_before = self.host_nic.as_ref().is_some_and(|a| a.error.is_some());
         let usable = self.resolve_host_nic(&snap).await;
-        let has_error = self.host_nic.as_ref().is_some_and(|a| a.error.is_some());
+        let error_now = self.host_nic.as_ref().is_some_and(|a| a.error.is_some());
         if usable && (before != self.config.devices.host_nic || self.last.is_none()) {
             self.on_snapshot(&snap, false).await;
-        } else if had_error != has_error {
+        } else if error_before != error_now {
             self.publish_synced().await;
         }
     }
