@@ -623,13 +623,6 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 Some(ev) => {
                     trim_pending |= matches!(ev, DatastoreEvent::Snapshot(_));
                     cluster.on_datastore(ev).await;
-                    if let Some(nic) = cluster.take_host_nic_change() {
-                        // The watches follow the host NIC (detached from the old one on drop).
-                        drop(bpf);
-                        drop(forward);
-                        bpf = BpfHandler::start(&tc_devices_for(&nic), &metrics, &health);
-                        forward = crate::bpf::forward::ForwardHandler::start(&forward_config_for(&nic), &metrics, &health);
-                    }
                     if let Some(plan) = cluster.last.as_ref() {
                         forward.on_plan(plan, &metrics);
                     }
@@ -662,18 +655,19 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 // `--host-device auto`: links and addresses change (a NIC renamed, an address
                 // moved); look again every heartbeat.
                 cluster.recheck_host_nic().await;
-                if let Some(nic) = cluster.take_host_nic_change() {
-                    drop(bpf);
-                    drop(forward);
-                    bpf = BpfHandler::start(&tc_devices_for(&nic), &metrics, &health);
-                    forward = crate::bpf::forward::ForwardHandler::start(&forward_config_for(&nic), &metrics, &health);
-                    if let Some(plan) = cluster.last.as_ref() {
-                        forward.on_plan(plan, &metrics);
-                    }
-                }
             },
             _ = tokio::signal::ctrl_c() => break "SIGINT",
             _ = sigterm.recv() => break "SIGTERM",
+        }
+        if let Some(nic) = cluster.take_host_nic_change() {
+            // The TC watches follow the host NIC (detached from the old one on drop).
+            drop(bpf);
+            drop(forward);
+            bpf = BpfHandler::start(&tc_devices_for(&nic), &metrics, &health);
+            forward = crate::bpf::forward::ForwardHandler::start(&forward_config_for(&nic), &metrics, &health);
+            if let Some(plan) = cluster.last.as_ref() {
+                forward.on_plan(plan, &metrics);
+            }
         }
         health.progress();
     };
