@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use lab_support::{example_dir, lab, metrics, routes, wait_for, wait_ready, NODE_A_IPIP, PORT};
+use lab_support::{example_dir, lab, metrics, routes, wait_for, wait_ready, Agent, NODE_A_IPIP, PORT};
 use routewarden_lab::skip_unless_root;
 use serde_yaml_ng::Value;
 
@@ -263,7 +263,7 @@ fn image_agent_programs_a_lab_node_from_its_rootfs() {
     let args = ["run", "--datastore", "file:/cluster", "--node", "node-a", "--metrics-addr", &metrics_addr, "--log-format", "text"];
     let mut cmd = in_image_root(&mounted, scratch.path(), Some(&ns), AGENT, &args);
     // `ip netns exec`, `sh` and `chroot` each exec the next: the child is the agent itself.
-    let agent = Agent(cmd.stdin(Stdio::null()).spawn().unwrap());
+    let agent = Agent::from_child(cmd.stdin(Stdio::null()).spawn().unwrap());
     let ready = wait_ready(&lab, "node-a");
     assert!(ready.starts_with("datastore: synced\nroutes: first apply done\n"), "{ready}");
     assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP);
@@ -278,26 +278,6 @@ fn image_agent_programs_a_lab_node_from_its_rootfs() {
     let status = agent.stop();
     assert!(status.success(), "the agent from the image exited {status}");
     eprintln!("image: run chrooted into the image's rootfs in {ns} programmed node-a's {} routes; /readyz:\n{ready}", NODE_A_IPIP.len());
-}
-
-/// The agent process; SIGTERM and wait on [`Agent::stop`], SIGKILL on drop.
-struct Agent(std::process::Child);
-
-impl Agent {
-    fn stop(mut self) -> std::process::ExitStatus {
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.0.id()).unwrap());
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-        let status = self.0.wait().unwrap();
-        std::mem::forget(self);
-        status
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn yaml_str<'a>(v: &'a Value, key: &str) -> &'a str {

@@ -81,6 +81,12 @@ impl Agent {
         Agent(cmd.spawn().unwrap())
     }
 
+    /// An agent started some other way (e.g. chrooted into the image's rootfs), with the same
+    /// stop and drop behaviour.
+    pub fn from_child(child: Child) -> Agent {
+        Agent(child)
+    }
+
     /// The agent's process id (`ip netns exec` execs it, so this is routewarden itself).
     pub fn pid(&self) -> u32 {
         self.0.id()
