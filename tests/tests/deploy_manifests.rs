@@ -160,7 +160,12 @@ fn promtool_test_files() -> Vec<PathBuf> {
 fn kustomization_lists_every_manifest_and_each_parses() {
     let k = yaml_file(&deploy().join("kustomization.yaml"));
     assert_eq!(s(&k, "kind"), "Kustomization");
-    assert_eq!(s(&k, "namespace"), "routewarden");
+    // Objects without a namespace go to routewarden; the calico-node env Role keeps kube-system
+    // (a NamespaceTransformer with unsetOnly, not `namespace:`, which would move it).
+    assert!(k.get("namespace").is_none(), "a kustomization `namespace:` would move the kube-system Role");
+    let transformer = yaml_docs(seq(&k, "transformers")[0].as_str().expect("inline transformer"), "transformer").remove(0);
+    assert_eq!((s(&transformer, "kind"), s(&transformer["metadata"], "namespace")), ("NamespaceTransformer", "routewarden"));
+    assert_eq!(transformer["unsetOnly"].as_bool(), Some(true));
     let listed: BTreeSet<String> = strings(k.get("resources").expect("resources"));
     for (name, v) in resources() {
         for key in ["apiVersion", "kind"] {
@@ -187,6 +192,13 @@ fn kustomization_lists_every_manifest_and_each_parses() {
     // The legacy-kernel component parses and patches the DaemonSet's capabilities.
     let c = yaml_file(&deploy().join("legacy-kernel/kustomization.yaml"));
     assert_eq!(s(&c, "kind"), "Component");
+    // The operator component lists its Role and RoleBinding, in calico-system.
+    let op = yaml_file(&deploy().join("operator/kustomization.yaml"));
+    assert_eq!(s(&op, "kind"), "Component");
+    for f in seq(&op, "resources") {
+        let v = yaml_file(&deploy().join("operator").join(f.as_str().expect("path")));
+        assert_eq!(s(&v["metadata"], "namespace"), "calico-system", "deploy/operator/{f:?}");
+    }
     assert!(serde_yaml_ng::to_string(&c).expect("yaml").contains("SYS_ADMIN"));
 }
 
@@ -223,7 +235,10 @@ fn kustomization_builds() {
     assert_eq!(configmaps, ["ConfigMap/routewarden-grafana-dashboard"], "{tool} build: unexpected ConfigMaps");
     for d in &docs {
         let kind = s(d, "kind");
-        if !["Namespace", "ClusterRole", "ClusterRoleBinding"].contains(&kind) {
+        if ["Role", "RoleBinding"].contains(&kind) {
+            // The calico-node env read lives next to what it reads (manifest installs).
+            assert_eq!(s(d.get("metadata").expect("metadata"), "namespace"), "kube-system", "{kind} not in kube-system");
+        } else if !["Namespace", "ClusterRole", "ClusterRoleBinding"].contains(&kind) {
             assert_eq!(s(d.get("metadata").expect("metadata"), "namespace"), "routewarden", "{kind} not in namespace routewarden");
         }
         if kind == "ConfigMap" && s(d.get("metadata").expect("metadata"), "name") == "routewarden-grafana-dashboard" {
@@ -251,6 +266,27 @@ fn kustomization_builds() {
     let ds = yaml_docs(&out, "legacy overlay").into_iter().find(|d| s(d, "kind") == "DaemonSet").expect("DaemonSet");
     let caps = strings(&ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"]);
     assert_eq!(caps, ["NET_ADMIN", "SYS_ADMIN", "SYS_RESOURCE"].map(String::from).into(), "legacy-kernel capabilities");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // An overlay enabling the operator component reads calico-node env in both namespaces;
+    // everything else stays where it was.
+    let dir = scratch("operator");
+    let up = "../".repeat(dir.components().count() - 1);
+    let rel = format!("{up}{}", deploy().display().to_string().trim_start_matches('/'));
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{rel}]\ncomponents: [{rel}/operator]\n"),
+    )
+    .expect("write overlay");
+    let mut c = if tool == "kustomize" { let mut c = Command::new(which("kustomize").expect("kustomize")); c.arg("build"); c } else { let mut c = Command::new(which("kubectl").expect("kubectl")); c.arg("kustomize"); c };
+    let out = run(c.arg(&dir).arg("--load-restrictor=LoadRestrictionsNone"));
+    let roles: BTreeSet<String> = yaml_docs(&out, "operator overlay")
+        .iter()
+        .filter(|d| ["Role", "RoleBinding"].contains(&s(d, "kind")))
+        .map(|d| format!("{} {}/{}", s(d, "kind"), s(&d["metadata"], "namespace"), s(&d["metadata"], "name")))
+        .collect();
+    let want: BTreeSet<String> = ["Role calico-system", "RoleBinding calico-system", "Role kube-system", "RoleBinding kube-system"].iter().map(|k| format!("{k}/routewarden-calico-node-env")).collect();
+    assert_eq!(roles, want, "operator overlay");
     let _ = std::fs::remove_dir_all(&dir);
 
     // An overlay that points the image at a registry (README "Deploy to a cluster") keeps
@@ -538,8 +574,15 @@ fn clusterrole_is_read_only_on_exactly_the_watched_resources() {
         ("crd.projectcalico.org".to_string(), calico.clone()),
         ("projectcalico.org".to_string(), calico),
         (String::new(), BTreeSet::from(["nodes".to_string()])),
+        ("operator.tigera.io".to_string(), BTreeSet::from(["installations".to_string()])),
     ]);
     assert_eq!(got, want, "ClusterRole resources per API group");
+    // The namespaced read: one Role, list/watch on the calico-node DaemonSet only.
+    let role = resource("Role");
+    let rules = seq(&role, "rules");
+    assert_eq!(rules.len(), 1);
+    assert_eq!(strings(&rules[0]["verbs"]), read_only);
+    assert_eq!((strings(&rules[0]["apiGroups"]), strings(&rules[0]["resources"]), strings(&rules[0]["resourceNames"])), (["apps".to_string()].into(), ["daemonsets".to_string()].into(), ["calico-node".to_string()].into()));
 
     let binding = resource("ClusterRoleBinding");
     assert_eq!(s(&binding["roleRef"], "name"), "routewarden");

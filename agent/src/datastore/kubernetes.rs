@@ -7,6 +7,8 @@
 //!      ippools, ipamblocks, blockaffinities,          │  Init/InitApply/InitDone/Apply/Delete
 //!      felixconfigurations, bgpconfigurations,        ▼
 //!      clusterinformations, core nodes  reflector store (stripped objects) ─┐
+//!      optional: calico-node DaemonSets,              │                     │
+//!      installations (failure = finding)              │                     │
 //!                                                                           │ debounced (100 ms)
 //!  parse each changed object alone (ClusterBuilder) ───────────────────────┘
 //!            │ good: replaces that object in the kept Cluster; bad: the last good one stays
@@ -45,7 +47,12 @@
 //!   change in FelixConfiguration or BGPConfiguration takes effect without a restart, and so
 //!   does a Calico upgrade (`ClusterInformation default` `spec.calicoVersion`, read by
 //!   `--calico-version auto`).
-//! - **Read-only.** Only `list` and `watch` are requested ([`RBAC`]); discovery uses the
+//! - **Optional sources** ([`optional_sources`]): the calico-node DaemonSet's env (by name, in
+//!   `kube-system`, and `calico-system` on operator installs) and the operator's
+//!   `Installation`. Their failures (403 without the Role) go to [`Cluster::unread`] and become
+//!   `source-unreadable` findings; they never make the datastore unsynced. Each is tried once
+//!   before the first `Synced`, so the first decision already includes them.
+//! - **Read-only.** Only `list` and `watch` are requested ([`RBAC`], [`NAMESPACED_RBAC`]); discovery uses the
 //!   non-resource URLs every authenticated client may read (`system:discovery`).
 //! - **Cost.** Each changed object is parsed once, on its own; the kept [`Cluster`] is updated
 //!   in place and a snapshot is one clone of it, built only when something the model reads
@@ -79,7 +86,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{Datastore, DatastoreError, DatastoreEvent, Snapshot};
-use crate::model::{Cluster, ClusterBuilder, Kind};
+use crate::model::{Cluster, ClusterBuilder, Kind, OptionalSource};
 pub(crate) use view::View;
 
 /// Default debounce window: changes within it become one snapshot (an initial list of 10,000
@@ -112,6 +119,38 @@ pub const CALICO_RESOURCES: [Watched; 6] = [
 /// The core Node resource (group `""`, version `v1`).
 pub const NODE_RESOURCE: Watched = Watched { kind: Kind::Node, plural: "nodes" };
 
+/// The operator's API group (`operator.tigera.io/v1`); served only on operator installs.
+pub const OPERATOR_API_VERSION: &str = "operator.tigera.io/v1";
+
+/// The operator's `Installation` (cluster-scoped; only `default` is reconciled).
+pub const INSTALLATION_RESOURCE: Watched = Watched { kind: Kind::Installation, plural: "installations" };
+
+/// `apps/v1` DaemonSets: only `calico-node`, only in the namespaces of [`NAMESPACED_RBAC`],
+/// read with a `metadata.name=calico-node` field selector (which is what lets a `Role` name
+/// the one object with `resourceNames`).
+pub const DAEMONSET_RESOURCE: Watched = Watched { kind: Kind::DaemonSet, plural: "daemonsets" };
+
+/// The field selector of the calico-node DaemonSet watches.
+pub const CALICO_NODE_SELECTOR: &str = "metadata.name=calico-node";
+
+/// The optional sources to read, given what discovery found (issue 19 part 2).
+///
+/// - `kube-system/calico-node` always (manifest installs put calico-node there, and the
+///   operator migrates it from there);
+/// - with the operator's group served (`operator.tigera.io/v1` lists `installations`): also
+///   `Installation default` and `calico-system/calico-node` (tigera/operator renders
+///   calico-node in `common.CalicoNamespace`, `calico-system`).
+///
+/// Without the operator, `calico-system` is not read at all: a manifest install has no such
+/// namespace, and the RBAC for it lives in the `deploy/operator` component.
+pub fn optional_sources(operator: bool) -> Vec<OptionalSource> {
+    if operator {
+        vec![OptionalSource::Installation, OptionalSource::CalicoNodeEnv("calico-system"), OptionalSource::CalicoNodeEnv("kube-system")]
+    } else {
+        vec![OptionalSource::CalicoNodeEnv("kube-system")]
+    }
+}
+
 const CALICO_PLURALS: [&str; 6] = [
     CALICO_RESOURCES[0].plural,
     CALICO_RESOURCES[1].plural,
@@ -132,10 +171,41 @@ pub struct RbacRule {
 /// Everything the code requests from the API server: the single table the RBAC test compares
 /// with `deploy/clusterrole.yaml`. Both Calico groups are listed because the group is chosen at
 /// start (and may change when a cluster migrates).
-pub const RBAC: [RbacRule; 3] = [
+pub const RBAC: [RbacRule; 4] = [
     RbacRule { api_group: CalicoGroup::CrdV1.group(), resources: &CALICO_PLURALS, verbs: &VERBS },
     RbacRule { api_group: CalicoGroup::V3.group(), resources: &CALICO_PLURALS, verbs: &VERBS },
     RbacRule { api_group: "", resources: &[NODE_RESOURCE.plural], verbs: &VERBS },
+    RbacRule { api_group: "operator.tigera.io", resources: &[INSTALLATION_RESOURCE.plural], verbs: &VERBS },
+];
+
+/// One namespaced grant: a `Role` rule in `namespace` limited to `resource_names`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NamespacedRbacRule {
+    pub namespace: &'static str,
+    /// The manifest of the Role, relative to `deploy/`; its RoleBinding is
+    /// `rolebinding-calico-node-env.yaml` next to it.
+    pub manifest: &'static str,
+    pub rule: RbacRule,
+    pub resource_names: &'static [&'static str],
+}
+
+/// The namespaced reads (the calico-node DaemonSet's env): one `Role` per namespace, granting
+/// list and watch on `daemonsets` named `calico-node` only. `kube-system` is in the base
+/// (`deploy/role-calico-node-env.yaml`); `calico-system` exists only on operator installs and
+/// is the `deploy/operator` component (applying a Role into a missing namespace fails).
+pub const NAMESPACED_RBAC: [NamespacedRbacRule; 2] = [
+    NamespacedRbacRule {
+        namespace: "kube-system",
+        manifest: "role-calico-node-env.yaml",
+        rule: RbacRule { api_group: "apps", resources: &[DAEMONSET_RESOURCE.plural], verbs: &VERBS },
+        resource_names: &[crate::model::CALICO_NODE],
+    },
+    NamespacedRbacRule {
+        namespace: "calico-system",
+        manifest: "operator/role-calico-node-env.yaml",
+        rule: RbacRule { api_group: "apps", resources: &[DAEMONSET_RESOURCE.plural], verbs: &VERBS },
+        resource_names: &[crate::model::CALICO_NODE],
+    },
 ];
 
 /// A Calico API group routewarden can read.
@@ -340,10 +410,10 @@ impl KubernetesDatastore {
     /// [`Snapshot::object_errors`].
     pub async fn load(&self) -> Result<Snapshot, DatastoreError> {
         let group = discover(&self.client, self.api_group).await?;
-        let mut view = View::new(group);
-        for (index, resource) in view.api_resources().into_iter().enumerate() {
-            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
-            let mut stream = watcher::watcher(api, self.watcher_config.clone()).boxed();
+        let operator = discover_operator(&self.client).await?;
+        let mut view = View::new(group, &optional_sources(operator));
+        for (index, target) in view.targets().into_iter().enumerate() {
+            let mut stream = watcher::watcher(target.api(&self.client), target.config(&self.watcher_config)).boxed();
             while let Some(item) = stream.next().await {
                 match item {
                     Ok(event) => {
@@ -352,6 +422,11 @@ impl KubernetesDatastore {
                         if done {
                             break;
                         }
+                    }
+                    // An optional source that cannot be read is a finding, not a failure.
+                    Err(source) if target.optional.is_some() => {
+                        view.apply(index, Err(source));
+                        break;
                     }
                     Err(source) => {
                         return Err(KubernetesError::List { resource: view.resource_label(index), source }.into());
@@ -369,12 +444,16 @@ impl KubernetesDatastore {
 
     /// Discover the Calico group, retrying with backoff until it succeeds or `tx` closes.
     /// Each distinct failure is sent once as [`DatastoreEvent::Unsynced`].
-    async fn discover_until_ok(&self, tx: &mpsc::Sender<DatastoreEvent>) -> Option<CalicoGroup> {
+    async fn discover_until_ok(&self, tx: &mpsc::Sender<DatastoreEvent>) -> Option<(CalicoGroup, bool)> {
         let mut backoff = (self.backoff)();
         let mut last: Option<String> = None;
         loop {
-            match discover(&self.client, self.api_group).await {
-                Ok(group) => return Some(group),
+            let found = match discover(&self.client, self.api_group).await {
+                Ok(group) => discover_operator(&self.client).await.map(|operator| (group, operator)),
+                Err(e) => Err(e),
+            };
+            match found {
+                Ok(found) => return Some(found),
                 Err(e) => {
                     let reason = e.to_string();
                     tracing::warn!(error = %reason, "kubernetes datastore: API discovery failed; retrying");
@@ -401,13 +480,14 @@ impl Datastore for KubernetesDatastore {
     }
 
     async fn run(self, tx: mpsc::Sender<DatastoreEvent>) -> Result<(), DatastoreError> {
-        let Some(group) = self.discover_until_ok(&tx).await else { return Ok(()) };
-        tracing::info!(group = %group, "kubernetes datastore: watching Calico objects and Nodes");
-        let mut view = View::new(group);
+        let Some((group, operator)) = self.discover_until_ok(&tx).await else { return Ok(()) };
+        let optional = optional_sources(operator);
+        tracing::info!(group = %group, optional = ?optional.iter().map(|s| s.label()).collect::<Vec<_>>(), "kubernetes datastore: watching Calico objects and Nodes");
+        let mut view = View::new(group, &optional);
         let mut streams: SelectAll<BoxStream<'static, (usize, watcher::Result<Event<DynamicObject>>)>> = SelectAll::new();
-        for (index, resource) in view.api_resources().into_iter().enumerate() {
-            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
-            streams.push(relisting_watcher(api, self.watcher_config.clone(), (self.backoff)()).map(move |item| (index, item)).boxed());
+        for (index, target) in view.targets().into_iter().enumerate() {
+            let (api, config) = (target.api(&self.client), target.config(&self.watcher_config));
+            streams.push(relisting_watcher(api, config, (self.backoff)()).map(move |item| (index, item)).boxed());
         }
         let mut deadline: Option<Instant> = None;
         // The window grows to twice the time the last flush took, so that a huge cluster under
@@ -445,6 +525,18 @@ impl Datastore for KubernetesDatastore {
 
 /// The [`ApiResource`] of a watched resource in `group` (core v1 for Nodes).
 pub(crate) fn api_resource(group: CalicoGroup, w: Watched) -> ApiResource {
+    let fixed = |group: &str, version: &str| ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: if group.is_empty() { version.into() } else { format!("{group}/{version}") },
+        kind: w.kind.as_str().into(),
+        plural: w.plural.into(),
+    };
+    match w.kind {
+        Kind::Installation => return fixed("operator.tigera.io", "v1"),
+        Kind::DaemonSet => return fixed("apps", "v1"),
+        _ => {}
+    }
     if w.kind == Kind::Node {
         ApiResource {
             group: String::new(),
@@ -505,6 +597,24 @@ pub async fn discover(client: &Client, choice: ApiGroupChoice) -> Result<CalicoG
         return Err(KubernetesError::MissingResources { group, missing });
     }
     Ok(group)
+}
+
+/// Is the operator's `Installation` served (`GET /apis/operator.tigera.io/v1` lists
+/// `installations` with list and watch)? A 404 (or any other answer from the API server)
+/// means no operator: its sources are then not read at all.
+///
+/// Errors: [`KubernetesError::Discovery`] when the request itself failed (transport).
+pub async fn discover_operator(client: &Client) -> Result<bool, KubernetesError> {
+    match client.list_api_group_resources(OPERATOR_API_VERSION).await {
+        Ok(list) => Ok(list.resources.iter().any(|r| {
+            r.name == INSTALLATION_RESOURCE.plural && VERBS.iter().all(|verb| r.verbs.iter().any(|v| v == verb))
+        })),
+        Err(kube::Error::Api(status)) => {
+            tracing::debug!(code = status.code, "kubernetes datastore: {OPERATOR_API_VERSION} not served; no operator sources");
+            Ok(false)
+        }
+        Err(source) => Err(KubernetesError::Discovery { request: format!("GET /apis/{OPERATOR_API_VERSION}"), source }),
+    }
 }
 
 /// A watcher that restarts (and so re-lists) after every error, after the next backoff delay.

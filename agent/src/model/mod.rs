@@ -38,7 +38,7 @@ pub use config::{parse_go_duration, BgpConfiguration, FelixConfiguration, FelixS
 pub use node::{Node, NodeAddress, NodeAddressSource, NodeAddressType, NodeForm, TunnelAddressKind};
 pub use names::{block_name, cidrs_in_text, is_dns1123_subdomain, mentioned_cidrs};
 pub use pool::{check_pools, AllowedUse, EncapMode, IpPool};
-pub use sources::{CalicoNodeDaemonSet, ClusterInformation, EnvSetting, EnvValue, Installation, CALICO_NODE, CALICO_NODE_NAMESPACES, FELIX_ENV};
+pub use sources::{CalicoNodeDaemonSet, ClusterInformation, EnvSetting, EnvValue, Installation, OptionalSource, CALICO_NODE, CALICO_NODE_NAMESPACES, FELIX_ENV};
 pub use yaml::{YamlError, YamlLimits};
 
 use fields::{type_name, Fields};
@@ -244,6 +244,17 @@ pub struct Cluster {
     pub installations: BTreeMap<String, Installation>,
     /// calico-node DaemonSets by `namespace/calico-node` ([`CalicoNodeDaemonSet::key`]).
     pub calico_node_daemonsets: BTreeMap<String, CalicoNodeDaemonSet>,
+    /// Optional sources the datastore could not read, with why (`forbidden (403)`): what they
+    /// would say is unknown, and the decision says so ([`OptionalSource`]). Always empty from
+    /// the file datastore, which reads what the files hold.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", serialize_with = "serialize_unread")]
+    pub unread: BTreeMap<OptionalSource, String>,
+}
+
+/// `unread` as `{"calico-node env (kube-system/calico-node)": "forbidden (403)"}`: JSON map
+/// keys are strings.
+fn serialize_unread<S: serde::Serializer>(unread: &BTreeMap<OptionalSource, String>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(unread.iter().map(|(k, v)| (k.label(), v)))
 }
 
 impl Cluster {

@@ -31,6 +31,28 @@ pub const CALICO_NODE_NAMESPACES: [&str; 2] = ["calico-system", "kube-system"];
 /// any case: `env_var_loader.go` lower-cases every variable and strips the `felix_` prefix.
 pub const FELIX_ENV: &str = "FELIX_PROGRAMCLUSTERROUTES";
 
+/// A source besides the Calico objects that the Kubernetes datastore reads when the API
+/// serves it and RBAC allows it; without it the decision is still made, with a finding
+/// (`source-unreadable`) saying what could not be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(tag = "source", content = "namespace", rename_all = "kebab-case")]
+pub enum OptionalSource {
+    /// The calico-node DaemonSet in this namespace (`FELIX_PROGRAMCLUSTERROUTES`).
+    CalicoNodeEnv(&'static str),
+    /// The operator's `Installation default` (`clusterRoutingMode`).
+    Installation,
+}
+
+impl OptionalSource {
+    /// `calico-node env (kube-system/calico-node)`, `Installation default`.
+    pub fn label(self) -> String {
+        match self {
+            OptionalSource::CalicoNodeEnv(ns) => format!("calico-node env ({})", CalicoNodeDaemonSet::key(ns)),
+            OptionalSource::Installation => "Installation default".to_owned(),
+        }
+    }
+}
+
 /// `ClusterInformation` (`api/pkg/apis/projectcalico/v3/clusterinfo.go`), as calico-node writes
 /// it at start (`libcalico-go/lib/clientv3/client.go` `EnsureInitialized`). Only the object
 /// named `default` exists in a healthy cluster.

@@ -21,7 +21,7 @@ use std::str::FromStr;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use crate::model::{CalicoNodeDaemonSet, Cluster, EncapMode, EnvSetting, EnvValue, IpPool};
+use crate::model::{CalicoNodeDaemonSet, Cluster, EncapMode, EnvSetting, EnvValue, IpPool, OptionalSource};
 use crate::routes::{PoolClass, Writer};
 
 #[cfg(test)]
@@ -359,6 +359,9 @@ pub enum FindingKind {
     EnvDiffers { daemonsets: Vec<String> },
     /// The operator's `clusterRoutingMode` and the fields it should have written disagree.
     OperatorMismatch { mode: String },
+    /// An optional source (calico-node env, the operator's Installation) exists but could not
+    /// be read (`forbidden (403)`): what it says is unknown; the decision follows the rest.
+    SourceUnreadable { source: String, reason: String },
 }
 
 /// One finding. `code()` and `class_label()` are stable metric label values.
@@ -376,7 +379,7 @@ pub struct Finding {
 impl Finding {
     /// `consistent`, `double-programmed`, `unowned`, `deprecated`, `version-skew`,
     /// `ignored-by-release`, `version-assumed`, `version-newer`, `version-older`,
-    /// `env-unresolved`, `env-differs` or `operator-mismatch`.
+    /// `env-unresolved`, `env-differs`, `operator-mismatch` or `source-unreadable`.
     pub fn code(&self) -> &'static str {
         match self.kind {
             FindingKind::Consistent { .. } => "consistent",
@@ -391,6 +394,7 @@ impl Finding {
             FindingKind::EnvUnresolved { .. } => "env-unresolved",
             FindingKind::EnvDiffers { .. } => "env-differs",
             FindingKind::OperatorMismatch { .. } => "operator-mismatch",
+            FindingKind::SourceUnreadable { .. } => "source-unreadable",
         }
     }
 
@@ -626,6 +630,11 @@ impl EnvRead {
 /// Findings: a value Felix has but routewarden cannot know (`valueFrom`, or `envFrom` sources
 /// when the variable is not set directly) and DaemonSets that disagree.
 fn felix_env(cluster: &Cluster, findings: &mut Vec<Finding>) -> Option<EnvRead> {
+    for (source, reason) in &cluster.unread {
+        if let OptionalSource::CalicoNodeEnv(_) = source {
+            findings.push(unreadable_finding(*source, reason, "a FELIX_PROGRAMCLUSTERROUTES there outranks every FelixConfiguration, so the decision shown follows the datastore and may not be Felix's"));
+        }
+    }
     let dss = cluster.calico_node_daemonsets_preferred();
     let settings: Vec<(String, Option<&EnvValue>)> =
         dss.iter().filter(|d| d.container_found).map(|d| (CalicoNodeDaemonSet::key(&d.namespace), d.program_cluster_routes.as_ref().map(|s| &s.value))).collect();
@@ -745,6 +754,18 @@ fn bird_value(cluster: &Cluster, version: &ResolvedVersion, findings: &mut Vec<F
     }
 }
 
+/// `could not read calico-node env (calico-system/calico-node): forbidden (403); <consequence>`:
+/// a warning, not an error (the decision is still made from what was read).
+fn unreadable_finding(source: OptionalSource, reason: &str, consequence: &str) -> Finding {
+    let label = source.label();
+    Finding {
+        kind: FindingKind::SourceUnreadable { source: label.clone(), reason: reason.to_owned() },
+        class: None,
+        severity: Severity::Warning,
+        message: format!("could not read {label}: {reason}; {consequence}"),
+    }
+}
+
 /// The fields tigera/operator writes for `clusterRoutingMode` (reference §1.9;
 /// `pkg/controller/installation/core_controller.go` ~L1825–1930): `Felix` → `Enabled` /
 /// `Disabled`, `FelixIPIPOnly` (tigera/operator#5150) → `EnabledIPIPOnly` /
@@ -762,6 +783,9 @@ pub fn operator_fields(mode: &str) -> (ClusterRoutes, ClusterRoutes) {
 /// (the `default` FelixConfiguration and, from 3.32, BGPConfiguration, compared exactly as the
 /// operator writes them) say otherwise; a mode on a release without the fields.
 fn operator_findings(cluster: &Cluster, version: &ResolvedVersion, findings: &mut Vec<Finding>) {
+    if let Some(reason) = cluster.unread.get(&OptionalSource::Installation) {
+        findings.push(unreadable_finding(OptionalSource::Installation, reason, "the operator's clusterRoutingMode is not compared with the fields it writes"));
+    }
     let Some(mode) = cluster.installation_default().and_then(|i| i.cluster_routing_mode.as_deref()) else { return };
     let (v, rules) = (version.version, version.rules);
     if !rules.felix_reads_field() {

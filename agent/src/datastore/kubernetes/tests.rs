@@ -51,8 +51,9 @@ fn rbac_table_matches_deploy_clusterrole_exactly() {
     // the code does not watch.
     let watched: BTreeSet<(String, String)> = [CalicoGroup::CrdV1, CalicoGroup::V3]
         .into_iter()
-        .flat_map(|g| View::new(g).api_resources())
-        .map(|ar| (ar.group, ar.plural))
+        .flat_map(|g| View::new(g, &optional_sources(true)).targets())
+        .filter(|t| t.namespace.is_none())
+        .map(|t| (t.api.group, t.api.plural))
         .collect();
     let table: BTreeSet<(String, String)> =
         RBAC.iter().flat_map(|r| r.resources.iter().map(|res| (r.api_group.to_owned(), (*res).to_owned()))).collect();
@@ -61,6 +62,57 @@ fn rbac_table_matches_deploy_clusterrole_exactly() {
     for v in VERBS.iter().chain(RBAC.iter().flat_map(|r| r.verbs)) {
         assert!(["get", "list", "watch"].contains(v), "{v} is not a read verb");
     }
+}
+
+/// The namespaced reads both ways: the `Role` (and its `RoleBinding`, the file next to it) in
+/// `deploy/` (base) and `deploy/operator/` (the operator component)
+/// grants exactly a rule of [`NAMESPACED_RBAC`] in its namespace, bound to the agent's
+/// ServiceAccount; and every namespaced watch the code starts (with or without the operator)
+/// is covered by one of them, with the field selector that `resourceNames` needs.
+#[test]
+fn namespaced_rbac_matches_the_roles_in_deploy_exactly() {
+    let deploy = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy"));
+    let strs = |v: &serde_yaml_ng::Value| -> Vec<String> {
+        v.as_sequence().expect("a list").iter().map(|s| s.as_str().expect("a string").to_owned()).collect()
+    };
+    for want in &NAMESPACED_RBAC {
+        let one = |file: &str, kind: &str| {
+            let path = deploy.join(want.manifest).with_file_name(file);
+            let docs = parse_yaml_documents(&std::fs::read_to_string(&path).expect("manifest")).expect("YAML");
+            assert_eq!(docs.len(), 1, "{}: one object", path.display());
+            assert_eq!(docs[0]["kind"].as_str(), Some(kind), "{}", path.display());
+            docs.into_iter().next().unwrap()
+        };
+        let role = one("role-calico-node-env.yaml", "Role");
+        let binding = one("rolebinding-calico-node-env.yaml", "RoleBinding");
+        assert_eq!(role["metadata"]["namespace"].as_str(), Some(want.namespace), "{}", want.manifest);
+        assert_eq!(binding["metadata"]["namespace"].as_str(), Some(want.namespace), "{}", want.manifest);
+        assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"], "{}", want.manifest);
+        assert_eq!(binding["roleRef"]["kind"].as_str(), Some("Role"));
+        let subjects = binding["subjects"].as_sequence().expect("subjects");
+        assert_eq!(subjects.len(), 1);
+        assert_eq!((subjects[0]["kind"].as_str(), subjects[0]["name"].as_str(), subjects[0]["namespace"].as_str()), (Some("ServiceAccount"), Some("routewarden"), Some("routewarden")));
+        let rules = role["rules"].as_sequence().expect("rules");
+        assert_eq!(rules.len(), 1, "{}: one rule", want.manifest);
+        let r = &rules[0];
+        assert_eq!(strs(&r["apiGroups"]), [want.rule.api_group]);
+        assert_eq!(strs(&r["resources"]), want.rule.resources);
+        assert_eq!(strs(&r["verbs"]), want.rule.verbs);
+        assert_eq!(strs(&r["resourceNames"]), want.resource_names);
+    }
+    // The code's namespaced watches, with and without the operator: each is granted.
+    let mut seen = BTreeSet::new();
+    for operator in [false, true] {
+        for t in View::new(CalicoGroup::CrdV1, &optional_sources(operator)).targets() {
+            let Some(ns) = t.namespace else { continue };
+            let grant = NAMESPACED_RBAC.iter().find(|g| g.namespace == ns).unwrap_or_else(|| panic!("no Role for the watch in {ns}"));
+            assert_eq!((grant.rule.api_group, grant.rule.resources), (t.api.group.as_str(), &[t.api.plural.as_str()][..]));
+            assert_eq!(t.field_selector, Some("metadata.name=calico-node"), "resourceNames needs the field selector");
+            seen.insert(ns);
+        }
+    }
+    // And no Role grants what no watch uses.
+    assert_eq!(seen, NAMESPACED_RBAC.iter().map(|g| g.namespace).collect::<BTreeSet<_>>());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -214,7 +266,7 @@ use http::StatusCode;
 use serde_json::{json, Value as Json};
 
 use crate::model::{
-    parse_yaml_documents, Affinity, AffinityState, AllocationAttributes, AllowedUse, BgpConfiguration, BlockAffinity, Cluster, ClusterInformation, EncapMode,
+    parse_yaml_documents, Affinity, AffinityState, AllocationAttributes, AllowedUse, BgpConfiguration, BlockAffinity, Cluster, ClusterInformation, EncapMode, OptionalSource,
     FelixConfiguration, FelixScope, IpPool, IpamBlock, Node, NodeAddress, NodeAddressType, NodeForm,
 };
 use crate::ownership::{decide, CalicoVersion, ClusterRoutes, ComponentDecision, DecisionSource, OwnershipConfig, Role, VersionChoice};
@@ -309,7 +361,35 @@ fn script_lists(api: &FakeApi, group: CalicoGroup, objects: &Objects, rv: &str) 
         api.json(&format!("GET {}", path(group, plural)), list(group, plural, rv, &items));
         watches.insert(plural, api.watch(&path(group, plural)));
     }
+    // No operator (GET /apis/operator.tigera.io/v1 is unscripted: 404): the one optional
+    // source is kube-system's calico-node DaemonSet, here without FELIX_PROGRAMCLUSTERROUTES.
+    let items = objects.get("daemonsets").cloned().unwrap_or_default();
+    api.json(&format!("GET {KUBE_SYSTEM_DS}"), daemonset_list(rv, &items));
+    watches.insert("daemonsets", api.watch(KUBE_SYSTEM_DS));
     watches
+}
+
+/// The collection path of the kube-system calico-node read.
+const KUBE_SYSTEM_DS: &str = "/apis/apps/v1/namespaces/kube-system/daemonsets";
+
+/// A DaemonSet list.
+fn daemonset_list(rv: &str, items: &[Json]) -> Json {
+    json!({"apiVersion": "apps/v1", "kind": "DaemonSetList", "metadata": {"resourceVersion": rv}, "items": items})
+}
+
+/// A calico-node DaemonSet in `namespace` whose calico-node container has `env`, with the usual
+/// noise (other containers, volumes, status).
+fn calico_node_ds(namespace: &str, rv: &str, env: &Json) -> Json {
+    json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "calico-node", "namespace": namespace, "resourceVersion": rv, "uid": "u1", "labels": {"k8s-app": "calico-node"}},
+        "spec": {"selector": {}, "template": {"spec": {
+            "initContainers": [{"name": "install-cni", "image": "calico/cni"}],
+            "containers": [{"name": "calico-node", "image": "calico/node:v3.33.0", "env": env, "resources": {}}],
+            "volumes": [{"name": "lib-modules", "hostPath": {"path": "/lib/modules"}}]
+        }}},
+        "status": {"numberReady": 4}
+    })
 }
 
 /// A Kubernetes object of `plural` in `group`, with server-side metadata the model must not
@@ -766,6 +846,8 @@ async fn v1_cluster_not_synced_until_every_resource_listed_then_exact_requests()
     }
     let nodes_list = api.deferred("GET /api/v1/nodes");
     let _node_watch = api.watch("/api/v1/nodes");
+    api.json(&format!("GET {KUBE_SYSTEM_DS}"), daemonset_list("100", &[]));
+    let _ds_watch = api.watch(KUBE_SYSTEM_DS);
     let mut ds = Running::start(&api, ApiGroupChoice::Auto);
 
     // Five of six listed: nothing is sent (no snapshot, not synced).
@@ -793,12 +875,20 @@ async fn v1_cluster_not_synced_until_every_resource_listed_then_exact_requests()
     // Exact requests: discovery in order, then per resource one list and one watch from the
     // list's resourceVersion with bookmarks.
     let log = api.log();
-    assert_eq!(log[..2], ["GET /apis".to_owned(), "GET /apis/crd.projectcalico.org/v1".to_owned()]);
-    let per = per_resource(&log[2..]);
+    assert_eq!(log[..3], ["GET /apis".to_owned(), "GET /apis/crd.projectcalico.org/v1".to_owned(), "GET /apis/operator.tigera.io/v1".to_owned()]);
+    let per = per_resource(&log[3..]);
     let mut want = BTreeMap::new();
     for plural in CALICO_PLURALS.iter().copied().chain(["nodes"]) {
         want.insert(path(group, plural), vec![list_url(group, plural), watch_url(group, plural, "100")]);
     }
+    // No operator: only kube-system's calico-node, by name (what the Role's resourceNames allows).
+    want.insert(
+        KUBE_SYSTEM_DS.to_owned(),
+        vec![
+            format!("GET {KUBE_SYSTEM_DS}?&fieldSelector=metadata.name%3Dcalico-node&limit=500"),
+            format!("GET {KUBE_SYSTEM_DS}?&watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dcalico-node&allowWatchBookmarks=true&resourceVersion=100"),
+        ],
+    );
     assert_eq!(per, want);
     drop(watches);
 }
@@ -1183,11 +1273,13 @@ async fn one_shot_load_lists_everything_and_watches_nothing() {
     for plural in CALICO_PLURALS.iter().copied().chain(["nodes"]) {
         api.json(&format!("GET {}", path(group, plural)), list(group, plural, "100", objects.get(plural).map_or(&[][..], Vec::as_slice)));
     }
+    api.json(&format!("GET {KUBE_SYSTEM_DS}"), daemonset_list("100", &[]));
     let ds = KubernetesDatastore::new(api.client(), ApiGroupChoice::Auto);
     let snap = ds.load().await.unwrap();
     assert_eq!(*snap.cluster, examples_model());
     let log = api.log();
-    assert_eq!(log.len(), 2 + 7);
+    // Discovery (2 + the operator's group), 7 lists, the kube-system calico-node list.
+    assert_eq!(log.len(), 3 + 7 + 1, "{log:?}");
     assert!(log.iter().all(|l| !l.contains("watch=true")), "{log:?}");
 
     // A list that fails fails the load, naming the resource.
@@ -1357,4 +1449,105 @@ async fn empty_relist_is_held_by_the_breaker_and_a_restored_list_costs_nothing()
     assert_eq!((rep.writes, rep.deletes), (0, 0));
     assert_eq!(nl.state().routes, healthy);
     assert!(nl.take_log().is_empty(), "the outage cost no route operation");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Optional sources: the calico-node env and the operator's Installation (issue 19 part 2).
+
+/// `/apis/operator.tigera.io/v1` of an operator install.
+fn operator_resources() -> Json {
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "operator.tigera.io/v1", "resources": [
+        {"name": "installations", "singularName": "installation", "namespaced": false, "kind": "Installation", "verbs": ["get", "list", "watch", "update"]},
+        {"name": "installations/status", "singularName": "", "namespaced": false, "kind": "Installation", "verbs": ["get"]}
+    ]})
+}
+
+const CALICO_SYSTEM_DS: &str = "/apis/apps/v1/namespaces/calico-system/daemonsets";
+const INSTALLATIONS: &str = "/apis/operator.tigera.io/v1/installations";
+
+fn installation(rv: &str, mode: &str) -> Json {
+    json!({"apiVersion": "operator.tigera.io/v1", "kind": "Installation",
+           "metadata": {"name": "default", "resourceVersion": rv, "uid": "i1"},
+           "spec": {"variant": "Calico", "calicoNetwork": {"clusterRoutingMode": mode, "ipPools": [{"cidr": "10.244.0.0/16"}]}},
+           "status": {"computed": {}}})
+}
+
+fn forbidden_ds(ns: &str) -> Reply {
+    Reply::Json(
+        StatusCode::FORBIDDEN,
+        status(403, "Forbidden", &format!("daemonsets.apps \"calico-node\" is forbidden: User \"system:serviceaccount:routewarden:routewarden\" cannot list resource \"daemonsets\" in API group \"apps\" in the namespace \"{ns}\"")),
+    )
+}
+
+#[tokio::test]
+async fn operator_install_env_outranks_the_datastore_and_a_forbidden_namespace_is_a_finding_not_unsynced() {
+    let group = CalicoGroup::CrdV1;
+    let objects = cluster_objects(&examples_cluster(), group);
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    api.json("GET /apis/operator.tigera.io/v1", operator_resources());
+    let _w = script_lists(&api, group, &objects, "100");
+    // calico-system: Felix's env says Enabled. The operator's mode is Felix.
+    let env = json!([{"name": "DATASTORE_TYPE", "value": "kubernetes"}, {"name": "FELIX_PROGRAMCLUSTERROUTES", "value": "Enabled"}]);
+    api.json(&format!("GET {CALICO_SYSTEM_DS}"), daemonset_list("100", &[calico_node_ds("calico-system", "100", &env)]));
+    let _cs = api.watch(CALICO_SYSTEM_DS);
+    api.json(&format!("GET {INSTALLATIONS}"), json!({"apiVersion": "operator.tigera.io/v1", "kind": "InstallationList", "metadata": {"resourceVersion": "100"}, "items": [installation("100", "Felix")]}));
+    let _inst = api.watch(INSTALLATIONS);
+    // kube-system: the Role is missing (not applied yet, or revoked): 403; once granted, the
+    // retried list succeeds.
+    api.replies_clear(&format!("GET {KUBE_SYSTEM_DS}"));
+    api.on(&format!("GET {KUBE_SYSTEM_DS}"), forbidden_ds("kube-system"));
+    let granted = api.deferred(&format!("GET {KUBE_SYSTEM_DS}"));
+
+    let mut ds = Running::start(&api, ApiGroupChoice::Auto);
+    let events = ds.until_synced().await;
+    assert!(events.iter().all(|e| !matches!(e, DatastoreEvent::Unsynced { .. })), "a forbidden optional source never unsyncs: {events:?}");
+    let Some(DatastoreEvent::Snapshot(snap)) = events.iter().rev().find(|e| matches!(e, DatastoreEvent::Snapshot(_))).cloned() else { panic!("no snapshot: {events:?}") };
+    assert!(snap.load_errors.is_empty() && snap.object_errors.is_empty(), "{:?} {:?}", snap.load_errors, snap.object_errors);
+    let reason = "list failed: daemonsets.apps \"calico-node\" is forbidden: User \"system:serviceaccount:routewarden:routewarden\" cannot list resource \"daemonsets\" in API group \"apps\" in the namespace \"kube-system\" (403 Forbidden)";
+    assert_eq!(snap.cluster.unread, BTreeMap::from([(OptionalSource::CalicoNodeEnv("kube-system"), reason.to_owned())]));
+    assert_eq!(snap.cluster.installations.keys().collect::<Vec<_>>(), ["default"]);
+    assert_eq!(snap.cluster.installations["default"].cluster_routing_mode.as_deref(), Some("Felix"));
+    assert_eq!(snap.cluster.calico_node_daemonsets.keys().collect::<Vec<_>>(), ["calico-system/calico-node"]);
+
+    // The decision: Felix's value is the env's (it outranks FelixConfiguration default's
+    // EnabledIPIPOnly), so routewarden in Felix's role programs IPIP and no-encap.
+    let d = decide(&snap.cluster, &felix("node-a"));
+    assert_eq!(d.felix.value, ClusterRoutes::Enabled);
+    assert!(matches!(&d.felix.source, DecisionSource::Env { daemonset, value, .. } if daemonset == "calico-system/calico-node" && value == "Enabled"), "{:?}", d.felix.source);
+    let codes: Vec<(&str, String)> = d.findings.iter().filter(|f| f.class.is_none()).map(|f| (f.code(), f.message.clone())).collect();
+    assert!(codes.contains(&(
+        "source-unreadable",
+        format!("could not read calico-node env (kube-system/calico-node): {reason}; a FELIX_PROGRAMCLUSTERROUTES there outranks every FelixConfiguration, so the decision shown follows the datastore and may not be Felix's")
+    )), "{codes:?}");
+    assert!(codes.iter().any(|(c, _)| *c == "operator-mismatch"), "{codes:?}");
+
+    // Permission granted: the retried list succeeds and the finding goes, live.
+    granted.send(Reply::Json(StatusCode::OK, daemonset_list("101", &[]))).ok().unwrap();
+    let snap = ds.snapshot().await;
+    assert!(snap.cluster.unread.is_empty(), "{:?}", snap.cluster.unread);
+    assert!(decide(&snap.cluster, &felix("node-a")).findings.iter().all(|f| f.code() != "source-unreadable"));
+
+    // The exact requests of the optional reads: by name only, in their namespaces.
+    let per = per_resource(&api.log());
+    assert_eq!(per[CALICO_SYSTEM_DS][0], format!("GET {CALICO_SYSTEM_DS}?&fieldSelector=metadata.name%3Dcalico-node&limit=500"));
+    assert_eq!(per[INSTALLATIONS][0], format!("GET {INSTALLATIONS}?&limit=500"));
+    assert_eq!(per[KUBE_SYSTEM_DS].iter().filter(|l| !l.contains("watch=true")).count(), 2, "{:?}", per[KUBE_SYSTEM_DS]);
+}
+
+#[tokio::test]
+async fn one_shot_load_with_an_unreadable_optional_source_still_loads() {
+    let group = CalicoGroup::CrdV1;
+    let objects = cluster_objects(&examples_cluster(), group);
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    for plural in CALICO_PLURALS.iter().copied().chain(["nodes"]) {
+        api.json(&format!("GET {}", path(group, plural)), list(group, plural, "100", objects.get(plural).map_or(&[][..], Vec::as_slice)));
+    }
+    api.on(&format!("GET {KUBE_SYSTEM_DS}"), forbidden_ds("kube-system"));
+    let snap = KubernetesDatastore::new(api.client(), ApiGroupChoice::Auto).load().await.unwrap();
+    assert_eq!(snap.cluster.unread.keys().collect::<Vec<_>>(), [&OptionalSource::CalicoNodeEnv("kube-system")]);
+    assert!(snap.load_errors.is_empty());
+    // Without the operator's group, calico-system and installations are not even asked for.
+    assert!(api.log().iter().all(|l| !l.contains("calico-system") && !l.contains("installations")), "{:?}", api.log());
 }

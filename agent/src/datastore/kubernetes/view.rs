@@ -14,9 +14,9 @@ use kube::runtime::watcher::{self, Event};
 use kube::ResourceExt;
 use serde_yaml_ng::Value;
 
-use super::{api_resource, CalicoGroup, StoreWriter, Watched, CALICO_RESOURCES, NODE_RESOURCE};
+use super::{api_resource, CalicoGroup, StoreWriter, Watched, CALICO_NODE_SELECTOR, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE};
 use crate::datastore::{DatastoreEvent, LoadError, LoadErrorKind, ObjectError, Snapshot};
-use crate::model::{check_pools, mentioned_cidrs, Cluster, Kind, ModelError, Rejected};
+use crate::model::{check_pools, mentioned_cidrs, CalicoNodeDaemonSet, Cluster, Kind, ModelError, OptionalSource, Rejected};
 
 /// Annotation prefix the model reads on core Nodes (`libcalico-go/lib/backend/k8s/resources/node.go`).
 const NODE_ANNOTATION_PREFIX: &str = "projectcalico.org/";
@@ -49,10 +49,43 @@ struct Entry {
     cidrs: Vec<ipnet::IpNet>,
 }
 
+/// What one watcher reads: the resource, in one namespace or cluster-wide, maybe narrowed by a
+/// field selector; `optional` for the sources whose failure is a finding, not unsynced.
+#[derive(Clone, Debug)]
+pub(crate) struct WatchTarget {
+    pub(crate) api: ApiResource,
+    pub(crate) namespace: Option<&'static str>,
+    pub(crate) field_selector: Option<&'static str>,
+    pub(crate) optional: Option<OptionalSource>,
+}
+
+impl WatchTarget {
+    /// The type-erased API handle: namespaced when the target is.
+    pub(crate) fn api(&self, client: &kube::Client) -> kube::Api<DynamicObject> {
+        match self.namespace {
+            Some(ns) => kube::Api::namespaced_with(client.clone(), ns, &self.api),
+            None => kube::Api::all_with(client.clone(), &self.api),
+        }
+    }
+
+    /// `base` with this target's field selector.
+    pub(crate) fn config(&self, base: &watcher::Config) -> watcher::Config {
+        match self.field_selector {
+            Some(sel) => base.clone().fields(sel),
+            None => base.clone(),
+        }
+    }
+}
+
 /// One watched resource: its store and its objects' last good versions.
 struct Resource {
     watched: Watched,
     api: ApiResource,
+    /// The namespace read (the calico-node DaemonSets); `None`: cluster-wide.
+    namespace: Option<&'static str>,
+    /// An optional source ([`OptionalSource`]): a failure to read it is recorded in
+    /// [`Cluster::unread`] and never makes the datastore unsynced.
+    optional: Option<OptionalSource>,
     writer: StoreWriter,
     reader: Store<DynamicObject>,
     status: Status,
@@ -83,17 +116,23 @@ pub(crate) struct View {
 }
 
 impl View {
-    /// A view of the six Calico resources in `group` and the core Nodes, nothing listed yet.
-    pub(crate) fn new(group: CalicoGroup) -> View {
+    /// A view of the six Calico resources in `group`, the core Nodes and the `optional`
+    /// sources (in that order), nothing listed yet.
+    pub(crate) fn new(group: CalicoGroup, optional: &[OptionalSource]) -> View {
+        let new = |w: Watched, namespace: Option<&'static str>, optional: Option<OptionalSource>| {
+            let api = api_resource(group, w);
+            let writer = StoreWriter::new(api.clone());
+            let reader = writer.as_reader();
+            Resource { watched: w, api, namespace, optional, writer, reader, status: Status::Listing, entries: BTreeMap::new() }
+        };
         let resources = CALICO_RESOURCES
             .iter()
             .chain(std::iter::once(&NODE_RESOURCE))
-            .map(|w| {
-                let api = api_resource(group, *w);
-                let writer = StoreWriter::new(api.clone());
-                let reader = writer.as_reader();
-                Resource { watched: *w, api, writer, reader, status: Status::Listing, entries: BTreeMap::new() }
-            })
+            .map(|w| new(*w, None, None))
+            .chain(optional.iter().map(|source| match *source {
+                OptionalSource::Installation => new(INSTALLATION_RESOURCE, None, Some(*source)),
+                OptionalSource::CalicoNodeEnv(ns) => new(DAEMONSET_RESOURCE, Some(ns), Some(*source)),
+            }))
             .collect();
         View {
             resources,
@@ -108,24 +147,34 @@ impl View {
         }
     }
 
-    /// The API resources to watch, indexed as [`View::apply`] expects.
-    pub(crate) fn api_resources(&self) -> Vec<ApiResource> {
-        self.resources.iter().map(|r| r.api.clone()).collect()
+    /// What each watcher reads, indexed as [`View::apply`] expects.
+    pub(crate) fn targets(&self) -> Vec<WatchTarget> {
+        self.resources
+            .iter()
+            .map(|r| WatchTarget {
+                api: r.api.clone(),
+                namespace: r.namespace,
+                field_selector: (r.watched.kind == Kind::DaemonSet).then_some(CALICO_NODE_SELECTOR),
+                optional: r.optional,
+            })
+            .collect()
     }
 
-    /// `ipamblocks.crd.projectcalico.org` (kubectl's resource.group form); `nodes` for Nodes.
+    /// `ipamblocks.crd.projectcalico.org` (kubectl's resource.group form); `nodes` for Nodes;
+    /// `daemonsets.apps/kube-system` for a namespaced read.
     pub(crate) fn resource_label(&self, index: usize) -> String {
         let r = &self.resources[index];
-        if r.api.group.is_empty() {
-            r.api.plural.clone()
-        } else {
-            format!("{}.{}", r.api.plural, r.api.group)
+        let base = if r.api.group.is_empty() { r.api.plural.clone() } else { format!("{}.{}", r.api.plural, r.api.group) };
+        match r.namespace {
+            Some(ns) => format!("{base}/{ns}"),
+            None => base,
         }
     }
 
-    /// True when every resource has completed a list since its last failure.
+    /// True when every required resource has completed a list since its last failure and
+    /// every optional one was tried once (listed, or failed and recorded as unread).
     pub(crate) fn all_ready(&self) -> bool {
-        self.resources.iter().all(|r| r.status == Status::Ready)
+        self.resources.iter().all(|r| r.status == Status::Ready || (r.optional.is_some() && r.status != Status::Listing))
     }
 
     /// True when a flush may have something to send.
@@ -149,11 +198,29 @@ impl View {
                             tracing::info!(resource = %label, objects = r.reader.len(), "kubernetes datastore: listed");
                             self.status_changed = true;
                         }
+                        if let Some(source) = r.optional {
+                            self.cluster.unread.remove(&source);
+                        }
                         r.status = Status::Ready;
                         self.dirty = true;
                     }
                     Event::Apply(_) | Event::Delete(_) => self.dirty = true,
                     Event::Init | Event::InitApply(_) => {}
+                }
+                Vec::new()
+            }
+            Err(e) if r.optional.is_some() => {
+                // An optional source: recorded as unread (a finding), never unsynced. What was
+                // read before stays (the store keeps it until a re-list completes).
+                let reason = describe_watch_error(&e);
+                if r.status != Status::Failed(reason.clone()) {
+                    tracing::warn!(resource = %label, error = %e, "kubernetes datastore: cannot read an optional source; deciding without it (finding source-unreadable), retrying after backoff");
+                    r.status = Status::Failed(reason.clone());
+                    self.status_changed = true;
+                    self.dirty = true;
+                    if let Some(source) = r.optional {
+                        self.cluster.unread.insert(source, reason);
+                    }
                 }
                 Vec::new()
             }
@@ -243,7 +310,7 @@ impl View {
                     last_good: e.good,
                 }));
             }
-            if let Status::Failed(reason) = &r.status {
+            if let (Status::Failed(reason), None) = (&r.status, r.optional) {
                 load_errors.push(LoadError::new(label, LoadErrorKind::Watch, reason.clone()));
             }
         }
@@ -261,6 +328,12 @@ impl View {
 /// the number of object versions that failed to parse, and whether anything changed.
 fn refresh(r: &mut Resource, label: &str, cluster: &mut Cluster) -> (u64, bool) {
     let kind = r.watched.kind;
+    // The model's key: a DaemonSet is `namespace/name` (one calico-node per namespace).
+    let namespace = r.namespace;
+    let key = move |name: &str| match namespace {
+        Some(ns) if kind == Kind::DaemonSet => CalicoNodeDaemonSet::key(ns),
+        _ => name.to_owned(),
+    };
     let mut failures = 0;
     let mut changed = false;
     let mut seen = BTreeSet::new();
@@ -294,7 +367,7 @@ fn refresh(r: &mut Resource, label: &str, cluster: &mut Cluster) -> (u64, bool) 
         };
         match parsed {
             Ok(one) => {
-                remove(cluster, kind, &name);
+                remove(cluster, kind, &key(&name));
                 merge(cluster, one);
                 e.good = true;
                 e.errors.clear();
@@ -323,7 +396,7 @@ fn refresh(r: &mut Resource, label: &str, cluster: &mut Cluster) -> (u64, bool) 
     r.entries.retain(|name, _| {
         let keep = seen.contains(name);
         if !keep {
-            remove(cluster, kind, name);
+            remove(cluster, kind, &key(name));
             changed = true;
         }
         keep
@@ -396,7 +469,35 @@ pub(crate) fn strip(kind: Kind, api: &ApiResource, obj: &mut DynamicObject) {
     m.creation_timestamp = None;
     m.uid = None;
     m.generation = None;
-    if kind == Kind::Node {
+    if kind == Kind::DaemonSet {
+        // Only the containers' names, env and envFrom (what Felix's value can depend on).
+        m.annotations = None;
+        let containers: Vec<serde_json::Value> = obj
+            .data
+            .pointer("/spec/template/spec/containers")
+            .and_then(serde_json::Value::as_array)
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| {
+                        let mut out = serde_json::Map::new();
+                        for k in ["name", "env", "envFrom"] {
+                            if let Some(v) = c.get(k) {
+                                out.insert(k.to_owned(), v.clone());
+                            }
+                        }
+                        serde_json::Value::Object(out)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        obj.data = serde_json::json!({ "spec": { "template": { "spec": { "containers": containers } } } });
+    } else if kind == Kind::Installation {
+        m.annotations = None;
+        obj.data = match obj.data.pointer("/spec/calicoNetwork/clusterRoutingMode").cloned() {
+            Some(mode) => serde_json::json!({ "spec": { "calicoNetwork": { "clusterRoutingMode": mode } } }),
+            None => serde_json::json!({ "spec": {} }),
+        };
+    } else if kind == Kind::Node {
         if let Some(a) = &mut m.annotations {
             a.retain(|k, _| k.starts_with(NODE_ANNOTATION_PREFIX));
         }
