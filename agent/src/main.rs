@@ -232,6 +232,12 @@ async fn cmd_audit(args: &AuditArgs) -> Result<ExitCode> {
             for f in &report.findings {
                 println!("{:<16} {:<20} {}", f.code.as_str(), f.prefix.to_string(), f.detail);
             }
+            if !report.wireguard.is_empty() {
+                println!("over WireGuard (Felix routes these in its own table; BIRD's filter rejects them, so no main-table route is expected from BIRD):");
+                for w in &report.wireguard {
+                    println!("  {:<20} to WireGuard peer {} ({})", w.prefix.to_string(), routewarden::text::escape(&w.peer), w.bgp_address);
+                }
+            }
             if !skipped.is_empty() {
                 println!("skipped (not audited; their routes are not expected):");
                 for s in &skipped {

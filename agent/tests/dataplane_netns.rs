@@ -397,6 +397,7 @@ fn bird_leftovers_claimed_only_when_policy_says_so() {
             devices: RouteDevices::default(),
             our_protocol: 80,
             unowned: Vec::new(),
+            wireguard: Vec::new(),
         };
         let audit = audit_kernel(&mut nl, &expected, &scope).await.unwrap();
         let codes: Vec<(String, &str)> = audit.findings.iter().map(|f| (f.prefix.to_string(), f.code.as_str())).collect();

@@ -576,3 +576,84 @@ fn both_rules_reach_the_kernel_in_a_netns() {
     assert_eq!(m.value(r#"routewarden_route_operations_total{op="delete",result="ok"}"#), 1);
     assert!(!m.has(r#"routewarden_route_problems{code="next-hop-sources-disagree"}"#), "the problem is gone");
 }
+
+/// WireGuard peers (issue 19 part 6): node-a and node-b have WireGuard addresses, node-c has
+/// none. BIRD's kernel filter rejects routes via node-b (confd `processWireguardPeerFilter`),
+/// so the audit expects none from BIRD and lists them as WireGuard routing; Felix's route
+/// managers program their main-table routes to node-b anyway (`route_mgr.go` `updateRoutes`
+/// has no WireGuard case; WireGuard steers traffic with its own table and rule), and so does
+/// routewarden in Felix's role; routewarden in BIRD's role leaves them out as BIRD would.
+#[test]
+fn wireguard_peers_felix_keeps_its_routes_bird_leaves_them_to_wireguard() {
+    use routewarden::app::plan::{plan, Plan, PlanConfig};
+    use routewarden::datastore::Snapshot;
+    use routewarden::ownership::{OwnershipConfig, Role};
+    use routewarden::routes::Writer;
+
+    let extra = r#"apiVersion: projectcalico.org/v3
+kind: Node
+metadata: {name: node-a}
+spec: {bgp: {ipv4Address: 10.0.0.11/24, ipv4IPIPTunnelAddr: 10.244.10.1}, wireguard: {interfaceIPv4Address: 10.244.10.2}}
+---
+apiVersion: projectcalico.org/v3
+kind: Node
+metadata: {name: node-b}
+spec: {bgp: {ipv4Address: 10.0.0.12/24}, wireguard: {interfaceIPv4Address: 10.244.20.2}}
+---
+apiVersion: crd.projectcalico.org/v1
+kind: IPAMBlockList
+items:
+  - metadata: {name: 10-244-20-0-26}
+    spec: {cidr: 10.244.20.0/26, affinity: "host:node-b"}
+  - metadata: {name: 10-246-20-0-26}
+    spec: {cidr: 10.246.20.0/26, affinity: "host:node-b"}
+  - metadata: {name: 10-246-30-0-26}
+    spec: {cidr: 10.246.30.0/26, affinity: "host:node-c"}
+"#;
+    let plan_with = |extra: &str, role: Role, felix: &str, bgp: &str| -> Plan {
+        let text = format!(
+            "{}\n---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {felix}}}\n---\napiVersion: projectcalico.org/v3\nkind: BGPConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {bgp}}}\n",
+            with_base(extra)
+        );
+        let (cluster, errors) = Cluster::from_yaml_str(&text).unwrap();
+        assert_eq!(errors, vec![]);
+        let snapshot = Snapshot { cluster: std::sync::Arc::new(cluster), object_errors: vec![], load_errors: vec![], inputs: 1, settled: true };
+        let config = PlanConfig { node: "node-a".into(), ownership: OwnershipConfig { role, ..Default::default() }, devices: RouteDevices::default(), protocol: 201, table: 254 };
+        plan(&snapshot, &config, &BTreeSet::new(), &[])
+    };
+    let plan_for = |role: Role, felix: &str, bgp: &str| plan_with(extra, role, felix, bgp);
+    let wg = |p: &Plan| -> Vec<String> { p.audit_scope.wireguard.iter().map(|w| format!("{} {} {}", w.prefix, w.peer, w.bgp_address)).collect() };
+    let expected = |p: &Plan| -> Vec<(Writer, String)> { p.expected.iter().filter(|e| e.route.dst.to_string().contains(".20.0/26") || e.route.dst.to_string().starts_with("10.246.30")).map(|e| (e.owner, line(&e.route))).collect() };
+
+    // Audit, the 3.33 pair (Felix IPIP, BIRD no-encap): Felix's IPIP route to node-b is expected;
+    // BIRD's no-encap route to node-b is not (WireGuard), to node-c it is.
+    let p = plan_for(Role::Audit, "EnabledIPIPOnly", "EnabledNoEncapOnly");
+    assert_eq!(
+        expected(&p),
+        [
+            (Writer::Felix, "10.244.20.0/26 via 10.0.0.12 dev tunl0 [ipip]".to_owned()),
+            (Writer::Bird, "10.246.30.0/26 via 10.0.1.13 dev eth0 [flat]".to_owned()),
+        ]
+    );
+    assert_eq!(wg(&p), ["10.246.20.0/26 node-b 10.0.0.12"]);
+
+    // routewarden in Felix's role with Felix programming both: it programs node-b's routes.
+    let p = plan_for(Role::Felix, "Enabled", "Disabled");
+    let desired: Vec<String> = p.desired.iter().filter(|r| r.dst.to_string().contains(".20.0/26")).map(line).collect();
+    assert_eq!(desired, ["10.244.20.0/26 via 10.0.0.12 dev tunl0 [ipip]", "10.246.20.0/26 via 10.0.0.12 dev eth0 [flat]"]);
+    assert!(wg(&p).is_empty(), "nobody in BIRD's place: {:?}", wg(&p));
+
+    // routewarden in BIRD's role (no-encap): node-b's no-encap route is WireGuard's, node-c's is ours.
+    let p = plan_for(Role::Bird, "EnabledIPIPOnly", "EnabledNoEncapOnly");
+    let desired: Vec<String> = p.desired.iter().filter(|r| r.path != RoutePath::Blackhole).map(line).collect();
+    assert_eq!(desired, ["10.246.30.0/26 via 10.0.1.13 dev eth0 [flat]"]);
+    assert_eq!(wg(&p), ["10.246.20.0/26 node-b 10.0.0.12"]);
+
+    // Without a WireGuard address on node-a, nothing is WireGuard's (confd emits no reject):
+    // BIRD's route to node-b is expected again.
+    let no_local_wg = extra.replacen(", wireguard: {interfaceIPv4Address: 10.244.10.2}", "", 1);
+    assert_ne!(no_local_wg, extra);
+    let p = plan_with(&no_local_wg, Role::Audit, "EnabledIPIPOnly", "EnabledNoEncapOnly");
+    assert!(wg(&p).is_empty());
+    assert!(expected(&p).contains(&(Writer::Bird, "10.246.20.0/26 via 10.0.0.12 dev eth0 [flat]".to_owned())), "{:?}", expected(&p));
+}

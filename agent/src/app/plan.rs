@@ -15,10 +15,10 @@ use ipnet::IpNet;
 use serde::Serialize;
 
 use crate::dataplane::model::{RTPROT_BIRD, RTPROT_FELIX};
-use crate::dataplane::{AuditScope, ExpectedRoute, Handover, OwnershipPolicy};
+use crate::dataplane::{AuditScope, ExpectedRoute, Handover, OwnershipPolicy, WireguardRoute};
 use crate::datastore::Snapshot;
 use crate::model::Cluster;
-use crate::ownership::{decide, OwnershipConfig, OwnershipDecision};
+use crate::ownership::{decide, OwnershipConfig, OwnershipDecision, Role};
 use crate::routes::{desired_routes, routable_classes, ClusterRoute, PoolClass, RouteDevices, RouteOrigin, RoutePath, RouteProblem, Writer};
 
 /// Settings the plan needs from the command line.
@@ -162,6 +162,15 @@ fn set_bird_claims(policy: &mut OwnershipPolicy, cluster: &Cluster, decision: &O
     }
 }
 
+/// The WireGuard peer `route` leads to, if any: the peer's BGP address of the route's family
+/// when this node and the peer both have a WireGuard interface address of that family
+/// ([`crate::bird_filter::wireguard_peers`], confd `processWireguardPeerFilter`).
+fn wireguard_peer_of(route: &ClusterRoute, peers: &[(String, std::net::IpAddr)]) -> Option<WireguardRoute> {
+    let node = route.origin.node()?;
+    let v6 = route.dst.addr().is_ipv6();
+    peers.iter().find(|(name, bgp)| name == node && bgp.is_ipv6() == v6).map(|(name, bgp)| WireguardRoute { prefix: route.dst, peer: name.clone(), bgp_address: *bgp })
+}
+
 /// Build the plan for `snapshot`. `previous` is the set of classes routewarden programmed
 /// under the previous plan (empty at start); `previous_owned` the previous plan's
 /// [`OwnershipPolicy::owned`]: a pool CIDR in it whose pool is gone (no valid pool covers it,
@@ -171,7 +180,18 @@ fn set_bird_claims(policy: &mut OwnershipPolicy, cluster: &Cluster, decision: &O
 pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolClass>, previous_owned: &[IpNet]) -> Plan {
     let cluster = &snapshot.cluster;
     let decision = decide(cluster, &config.ownership);
-    let computed = desired_routes(cluster, &config.node, &decision.programmed, &config.devices);
+    let mut computed = desired_routes(cluster, &config.node, &decision.programmed, &config.devices);
+    // WireGuard (reference §1, confd `processWireguardPeerFilter`): BIRD's kernel filter rejects
+    // every route whose next hop is a WireGuard peer of this node ("WireGuard routes handled by
+    // Felix"), so in BIRD's role routewarden does not program them either. Felix's route
+    // managers program their main-table routes whatever WireGuard does
+    // (`felix/dataplane/linux/route_mgr.go` `updateRoutes` has no WireGuard case; WireGuard
+    // steers traffic with its own table and rule, `felix/wireguard/wireguard.go`), and so does
+    // routewarden in Felix's role.
+    let wireguard_peers = crate::bird_filter::wireguard_peers(cluster, &config.node);
+    if config.ownership.role == Role::Bird {
+        computed.routes.retain(|r| wireguard_peer_of(r, &wireguard_peers).is_none());
+    }
     let frozen = frozen_ground(snapshot);
     let frozen_cidrs: Vec<IpNet> = frozen.iter().map(|f| f.cidr).collect();
     let touches_frozen = |c: &IpNet| frozen_cidrs.iter().any(|f| f.contains(c) || c.contains(f));
@@ -227,6 +247,7 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
     // nobody programs, its prefixes with the ownership finding's reason.
     let mut expected = Vec::new();
     let mut unowned = Vec::new();
+    let mut wireguard: Vec<WireguardRoute> = Vec::new();
     let me = cluster.nodes.get(&config.node);
     for class in routable_classes() {
         let routes = desired_routes(cluster, &config.node, &BTreeSet::from([class]), &config.devices).routes;
@@ -242,7 +263,19 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
             // from this node's BGP address of the family (confd's mesh peers are rendered from
             // `Node.spec.bgp.ipv4Address` / `ipv6Address`): without one, it programs none.
             let speaks = |r: &ClusterRoute| w != Writer::Bird || me.is_none_or(|n| n.bgp_address(r.dst.addr().is_ipv6()).is_some());
-            expected.extend(routes.iter().filter(|r| speaks(r)).filter_map(|r| {
+            // Whoever takes BIRD's place (BIRD, or routewarden in BIRD's role) leaves routes to
+            // WireGuard peers to Felix's WireGuard routing: listed, not expected.
+            let bird_like = w == Writer::Bird || (w == Writer::Routewarden && config.ownership.role == Role::Bird);
+            let routes: Vec<&ClusterRoute> = routes
+                .iter()
+                .filter(|r| {
+                    let wg = if bird_like { wireguard_peer_of(r, &wireguard_peers) } else { None };
+                    let keep = wg.is_none();
+                    wireguard.extend(wg);
+                    keep
+                })
+                .collect();
+            expected.extend(routes.into_iter().filter(|r| speaks(r)).filter_map(|r| {
                 let mut route = r.clone();
                 if w == Writer::Bird {
                     // BIRD learns routes from the node that exports them, so a node's tunnel
@@ -268,7 +301,9 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
     }
     let mut cluster_cidrs: Vec<IpNet> = routable_classes().into_iter().flat_map(|c| pool_cidrs(cluster, &decision, c)).collect();
     cluster_cidrs.sort();
-    let audit_scope = AuditScope { table: config.table, cluster_cidrs, devices: config.devices.clone(), our_protocol: config.protocol, unowned };
+    wireguard.sort();
+    wireguard.dedup();
+    let audit_scope = AuditScope { table: config.table, cluster_cidrs, devices: config.devices.clone(), our_protocol: config.protocol, unowned, wireguard };
 
     let hold_all = snapshot
         .load_errors

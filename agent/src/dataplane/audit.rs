@@ -120,6 +120,22 @@ pub struct AuditReport {
     pub kernel_routes: usize,
     /// Findings, sorted by prefix then code.
     pub findings: Vec<AuditFinding>,
+    /// Cluster prefixes behind this node's WireGuard peers that BIRD does not program (confd
+    /// rejects routes whose `bgp_next_hop` is the peer: "WireGuard routes handled by Felix",
+    /// `processWireguardPeerFilter`): Felix routes them over WireGuard in its own table. Not
+    /// findings; listed so that they do not read as missing routes.
+    pub wireguard: Vec<WireguardRoute>,
+}
+
+/// A cluster prefix routed over WireGuard, not by BIRD's kernel protocol.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct WireguardRoute {
+    /// The prefix (an IPAM block or a borrowed IP of the peer).
+    pub prefix: IpNet,
+    /// The peer node's name.
+    pub peer: String,
+    /// The peer's BGP address of the prefix's family: what confd's reject line names.
+    pub bgp_address: IpAddr,
 }
 
 impl AuditReport {
@@ -152,6 +168,8 @@ pub struct AuditScope {
     pub our_protocol: u8,
     /// Cluster prefixes of classes nobody programs, each with the ownership finding's reason.
     pub unowned: Vec<(IpNet, String)>,
+    /// Prefixes BIRD would own that lead to a WireGuard peer (reported, not expected).
+    pub wireguard: Vec<WireguardRoute>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -311,7 +329,7 @@ pub fn audit(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &AuditSc
         }
     }
     findings.sort();
-    AuditReport { table: scope.table, expected: expected.len(), kernel_routes: considered, findings }
+    AuditReport { table: scope.table, expected: expected.len(), kernel_routes: considered, findings, wireguard: scope.wireguard.clone() }
 }
 
 fn opt_ip(ip: Option<IpAddr>) -> String {
@@ -336,11 +354,12 @@ pub fn audit_tables(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &
         return audit(kernel, expected, scope);
     }
     let (ours, others): (Vec<ExpectedRoute>, Vec<ExpectedRoute>) = expected.iter().cloned().partition(|e| e.owner == Writer::Routewarden);
-    let mut report = audit(kernel, &ours, &AuditScope { unowned: Vec::new(), ..scope.clone() });
+    let mut report = audit(kernel, &ours, &AuditScope { unowned: Vec::new(), wireguard: Vec::new(), ..scope.clone() });
     let main = audit(kernel, &others, &AuditScope { table: RT_TABLE_MAIN, ..scope.clone() });
     report.expected += main.expected;
     report.kernel_routes += main.kernel_routes;
     report.findings.extend(main.findings);
+    report.wireguard = main.wireguard;
     report.findings.sort();
     report
 }
@@ -410,11 +429,28 @@ mod tests {
             devices: RouteDevices::default(),
             our_protocol: 201,
             unowned: Vec::new(),
+            wireguard: Vec::new(),
         }
     }
 
     fn codes(r: &AuditReport) -> Vec<(String, &'static str)> {
         r.findings.iter().map(|f| (f.prefix.to_string(), f.code.as_str())).collect()
+    }
+
+    #[test]
+    fn wireguard_prefixes_are_listed_not_missing_in_either_table_layout() {
+        // BIRD would own 10.244.30.0/26 but it leads to a WireGuard peer: no expectation, no
+        // kernel route, so no finding; the report lists it. With routewarden in its own table
+        // it is listed once (from main, where BIRD would have programmed it).
+        let wg = WireguardRoute { prefix: "10.244.30.0/26".parse().unwrap(), peer: "node-c".into(), bgp_address: "10.0.1.13".parse().unwrap() };
+        let s = AuditScope { wireguard: vec![wg.clone()], ..scope() };
+        let kernel = vec![k("10.244.20.0/26", Some("10.0.0.12"), Some("tunl0"), 201, 1024)];
+        let exp = [e("10.244.20.0/26", RoutePath::Tunnel, Some("10.0.0.12"), Writer::Routewarden, 201)];
+        let r = audit(&kernel, &exp, &s);
+        assert!(r.is_clean(), "{:?}", r.findings);
+        assert_eq!(r.wireguard, [wg.clone()]);
+        let r = audit_tables(&kernel, &exp, &AuditScope { table: 48, ..s });
+        assert_eq!(r.wireguard, [wg]);
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub(crate) mod fake;
 #[cfg(test)]
 mod reconciler_tests;
 
-pub use audit::{audit, audit_kernel, AuditFinding, AuditReport, AuditScope, ExpectedRoute, FindingCode};
+pub use audit::{audit, audit_kernel, AuditFinding, AuditReport, AuditScope, ExpectedRoute, FindingCode, WireguardRoute};
 pub use events::{spawn_watcher, DataplaneEvent, EventDecoder};
 pub use model::{Family, KernelRoute, RouteKey, RouteKind, RouteSettings, RouteTarget};
 pub use netlink::{Clock, LinkInfo, NetlinkError, RouteNetlink, RouteOp, RtNetlink, SystemClock};
