@@ -171,6 +171,76 @@ fn wireguard_peer_of(route: &ClusterRoute, peers: &[(String, std::net::IpAddr)])
     peers.iter().find(|(name, bgp)| name == node && bgp.is_ipv6() == v6).map(|(name, bgp)| WireguardRoute { prefix: route.dst, peer: name.clone(), bgp_address: *bgp })
 }
 
+/// The audit's expectations: per routable class, every writer's routes (BIRD's as BIRD learns
+/// them; none to WireGuard peers from whoever stands in BIRD's place, those are returned
+/// apart); for a class nobody programs, its prefixes with the ownership finding's reason.
+fn audit_expectations(
+    cluster: &Cluster,
+    config: &PlanConfig,
+    decision: &OwnershipDecision,
+    wireguard_peers: &[(String, std::net::IpAddr)],
+) -> (Vec<ExpectedRoute>, Vec<(IpNet, String)>, Vec<WireguardRoute>) {
+    // Expectations for the audit: per routable class, every writer's routes; for a class
+    // nobody programs, its prefixes with the ownership finding's reason.
+    let mut expected = Vec::new();
+    let mut unowned = Vec::new();
+    let mut wireguard: Vec<WireguardRoute> = Vec::new();
+    let me = cluster.nodes.get(&config.node);
+    for class in routable_classes() {
+        let routes = desired_routes(cluster, &config.node, &BTreeSet::from([class]), &config.devices).routes;
+        let writers = decision.writers_of(class);
+        if writers.is_empty() {
+            let Some(f) = decision.findings.iter().find(|f| f.code() == "unowned" && f.class == Some(class)) else { continue };
+            unowned.extend(routes.iter().filter(|r| r.path != RoutePath::Blackhole).map(|r| (r.dst, f.message.clone())));
+            continue;
+        }
+        for w in writers {
+            let protocol = writer_protocol(w, cluster, &config.node, config.protocol);
+            // BIRD learns a family's routes only over BGP sessions of that family, which peer
+            // from this node's BGP address of the family (confd's mesh peers are rendered from
+            // `Node.spec.bgp.ipv4Address` / `ipv6Address`): without one, it programs none.
+            let speaks = |r: &ClusterRoute| w != Writer::Bird || me.is_none_or(|n| n.bgp_address(r.dst.addr().is_ipv6()).is_some());
+            // Whoever takes BIRD's place (BIRD, or routewarden in BIRD's role) leaves routes to
+            // WireGuard peers to Felix's WireGuard routing: listed, not expected.
+            let bird_like = w == Writer::Bird || (w == Writer::Routewarden && config.ownership.role == Role::Bird);
+            let routes: Vec<&ClusterRoute> = routes
+                .iter()
+                .filter(|r| {
+                    let wg = if bird_like { wireguard_peer_of(r, wireguard_peers) } else { None };
+                    let keep = wg.is_none();
+                    wireguard.extend(wg);
+                    keep
+                })
+                .collect();
+            expected.extend(routes.into_iter().filter(|r| speaks(r)).filter_map(|r| {
+                let mut route = r.clone();
+                if w == Writer::Bird {
+                    // BIRD learns routes from the node that exports them, so a node's tunnel
+                    // address is not among them: it is an address on that node's tunl0, not a
+                    // route BIRD's kernel protocol learns there [inferred from confd's
+                    // bird.cfg.template: kernel routes and IPAM blocks are exported].
+                    if matches!(route.origin, RouteOrigin::TunnelAddress { .. }) {
+                        return None;
+                    }
+                    // Its next hop is the peer's BGP address, bare or not (confd renders mesh
+                    // peers from `spec.bgp.ipv4Address` without its prefix), where Felix's
+                    // tunnel routes use `extractNodeAddress` (issue 21).
+                    let v6 = route.dst.addr().is_ipv6();
+                    if let Some(bgp) = route.origin.node().and_then(|n| cluster.nodes.get(n)).and_then(|n| n.bgp_address(v6)) {
+                        if route.gateway.is_some() {
+                            route.gateway = Some(bgp.addr());
+                        }
+                    }
+                }
+                Some(ExpectedRoute { route, owner: w, protocol })
+            }));
+        }
+    }
+    wireguard.sort();
+    wireguard.dedup();
+    (expected, unowned, wireguard)
+}
+
 /// Build the plan for `snapshot`. `previous` is the set of classes routewarden programmed
 /// under the previous plan (empty at start); `previous_owned` the previous plan's
 /// [`OwnershipPolicy::owned`]: a pool CIDR in it whose pool is gone (no valid pool covers it,
@@ -243,66 +313,9 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
         }
     }
 
-    // Expectations for the audit: per routable class, every writer's routes; for a class
-    // nobody programs, its prefixes with the ownership finding's reason.
-    let mut expected = Vec::new();
-    let mut unowned = Vec::new();
-    let mut wireguard: Vec<WireguardRoute> = Vec::new();
-    let me = cluster.nodes.get(&config.node);
-    for class in routable_classes() {
-        let routes = desired_routes(cluster, &config.node, &BTreeSet::from([class]), &config.devices).routes;
-        let writers = decision.writers_of(class);
-        if writers.is_empty() {
-            let Some(f) = decision.findings.iter().find(|f| f.code() == "unowned" && f.class == Some(class)) else { continue };
-            unowned.extend(routes.iter().filter(|r| r.path != RoutePath::Blackhole).map(|r| (r.dst, f.message.clone())));
-            continue;
-        }
-        for w in writers {
-            let protocol = writer_protocol(w, cluster, &config.node, config.protocol);
-            // BIRD learns a family's routes only over BGP sessions of that family, which peer
-            // from this node's BGP address of the family (confd's mesh peers are rendered from
-            // `Node.spec.bgp.ipv4Address` / `ipv6Address`): without one, it programs none.
-            let speaks = |r: &ClusterRoute| w != Writer::Bird || me.is_none_or(|n| n.bgp_address(r.dst.addr().is_ipv6()).is_some());
-            // Whoever takes BIRD's place (BIRD, or routewarden in BIRD's role) leaves routes to
-            // WireGuard peers to Felix's WireGuard routing: listed, not expected.
-            let bird_like = w == Writer::Bird || (w == Writer::Routewarden && config.ownership.role == Role::Bird);
-            let routes: Vec<&ClusterRoute> = routes
-                .iter()
-                .filter(|r| {
-                    let wg = if bird_like { wireguard_peer_of(r, &wireguard_peers) } else { None };
-                    let keep = wg.is_none();
-                    wireguard.extend(wg);
-                    keep
-                })
-                .collect();
-            expected.extend(routes.into_iter().filter(|r| speaks(r)).filter_map(|r| {
-                let mut route = r.clone();
-                if w == Writer::Bird {
-                    // BIRD learns routes from the node that exports them, so a node's tunnel
-                    // address is not among them: it is an address on that node's tunl0, not a
-                    // route BIRD's kernel protocol learns there [inferred from confd's
-                    // bird.cfg.template: kernel routes and IPAM blocks are exported].
-                    if matches!(route.origin, RouteOrigin::TunnelAddress { .. }) {
-                        return None;
-                    }
-                    // Its next hop is the peer's BGP address, bare or not (confd renders mesh
-                    // peers from `spec.bgp.ipv4Address` without its prefix), where Felix's
-                    // tunnel routes use `extractNodeAddress` (issue 21).
-                    let v6 = route.dst.addr().is_ipv6();
-                    if let Some(bgp) = route.origin.node().and_then(|n| cluster.nodes.get(n)).and_then(|n| n.bgp_address(v6)) {
-                        if route.gateway.is_some() {
-                            route.gateway = Some(bgp.addr());
-                        }
-                    }
-                }
-                Some(ExpectedRoute { route, owner: w, protocol })
-            }));
-        }
-    }
+    let (expected, unowned, wireguard) = audit_expectations(cluster, config, &decision, &wireguard_peers);
     let mut cluster_cidrs: Vec<IpNet> = routable_classes().into_iter().flat_map(|c| pool_cidrs(cluster, &decision, c)).collect();
     cluster_cidrs.sort();
-    wireguard.sort();
-    wireguard.dedup();
     let audit_scope = AuditScope { table: config.table, cluster_cidrs, devices: config.devices.clone(), our_protocol: config.protocol, unowned, wireguard };
 
     let hold_all = snapshot

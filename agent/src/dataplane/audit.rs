@@ -448,7 +448,7 @@ mod tests {
         let exp = [e("10.244.20.0/26", RoutePath::Tunnel, Some("10.0.0.12"), Writer::Routewarden, 201)];
         let r = audit(&kernel, &exp, &s);
         assert!(r.is_clean(), "{:?}", r.findings);
-        assert_eq!(r.wireguard, [wg.clone()]);
+        assert_eq!(r.wireguard, std::slice::from_ref(&wg));
         let r = audit_tables(&kernel, &exp, &AuditScope { table: 48, ..s });
         assert_eq!(r.wireguard, [wg]);
     }
