@@ -500,3 +500,35 @@ fn host_device_auto_is_the_link_holding_the_node_address() {
         (matches!(lab.http_get("node-a", PORT, "/readyz"), Ok((200, _))) && routes(&lab, "node-a", "80") == want).then_some(())
     });
 }
+
+/// A tunnel device that does not exist (a cluster that renamed tunl0, or a typo in
+/// `--tunnel-device`) while routewarden owns IPIP: `/readyz` names it with the number of
+/// routes waiting, nothing else is programmed through it; once the device appears the routes
+/// go in and the line goes away (issue 19 part 3).
+#[test]
+fn missing_tunnel_device_is_named_in_readyz_until_it_appears() {
+    if skip_unless_root("missing_tunnel_device_is_named_in_readyz_until_it_appears") {
+        return;
+    }
+    let lab = lab();
+    let _agent = Agent::start(&lab, "node-a", &example_dir(), &["--tunnel-device", "ipip9"]);
+    let body = wait_for("node-a /readyz names ipip9", Duration::from_secs(30), || match lab.http_get("node-a", PORT, "/readyz") {
+        Ok((200, b)) if b.contains("device ipip9") => Some(b),
+        _ => None,
+    });
+    assert!(body.lines().any(|l| l == "device ipip9: missing or down; 3 cluster route(s) wait for it"), "{body}");
+    // The routes through the host NIC are in; none through the missing device.
+    let native: Vec<String> = NODE_A_IPIP.iter().filter(|l| !l.contains("tunl0")).map(|l| (*l).to_owned()).collect();
+    wait_for("node-a's host-NIC routes", Duration::from_secs(30), || (routes(&lab, "node-a", "80") == native).then_some(()));
+    // The device appears: its three routes go in at the next resync, and the line goes.
+    // (A veth stands in for it, as for the lab's tunl0: this kernel has no ipip or dummy.)
+    lab.ip("node-a", &["link", "add", "ipip9", "type", "veth", "peer", "name", "ipip9peer"]).unwrap();
+    for dev in ["ipip9", "ipip9peer"] {
+        lab.ip("node-a", &["link", "set", dev, "up"]).unwrap();
+    }
+    let want: Vec<String> = NODE_A_IPIP.iter().map(|l| l.replace("dev tunl0", "dev ipip9")).collect();
+    wait_for("node-a's routes via ipip9 and a clean /readyz", Duration::from_secs(60), || {
+        let ok = routes(&lab, "node-a", "80") == want && matches!(lab.http_get("node-a", PORT, "/readyz"), Ok((200, b)) if !b.contains("device ipip9"));
+        ok.then_some(())
+    });
+}

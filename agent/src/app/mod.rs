@@ -379,6 +379,7 @@ fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport, log: 
     for (dev, n) in &report.waiting_for_device {
         warn!(device = %dev, routes = n, "device missing or down; routes wait for it");
     }
+    health.set_waiting_devices(&report.waiting_for_device);
     // Ready only once an apply has run with the datastore's routes in it: the driver's first
     // apply (kernel view only) may come before the first desired set.
     if !report.resync_failed && report.desired_sets > 0 {

@@ -26,6 +26,9 @@ pub struct Health {
     /// Lines about the view for `/readyz` (why not synced; invalid inputs and objects,
     /// frozen ground, held deletions), shown after the first two lines.
     notes: Mutex<Vec<String>>,
+    /// Devices the last apply found missing or down, with how many desired routes wait for
+    /// each (`tunl0` renamed or not created, the host NIC gone).
+    waiting_devices: Mutex<BTreeMap<String, usize>>,
 }
 
 fn now_ms() -> u64 {
@@ -47,6 +50,13 @@ impl Health {
     pub fn set_notes(&self, notes: Vec<String>) {
         if let Ok(mut n) = self.notes.lock() {
             *n = notes;
+        }
+    }
+
+    /// Set the devices the last apply found missing or down (empty: none).
+    pub fn set_waiting_devices(&self, waiting: &BTreeMap<String, usize>) {
+        if let Ok(mut w) = self.waiting_devices.lock() {
+            w.clone_from(waiting);
         }
     }
 
@@ -84,6 +94,11 @@ impl Health {
                 let _ = writeln!(body, "{line}");
             }
         }
+        if let Ok(w) = self.waiting_devices.lock() {
+            for (dev, n) in w.iter() {
+                let _ = writeln!(body, "device {}: missing or down; {n} cluster route(s) wait for it", crate::text::escape(dev));
+            }
+        }
         if let Ok(w) = self.watchers.lock() {
             for (name, state) in w.iter() {
                 let _ = match state {
@@ -113,6 +128,17 @@ mod tests {
         assert_eq!(body, "datastore: synced\nroutes: first apply done\nbpf tc_count: degraded: no BPF object\n");
         h.set_datastore_synced(false);
         assert_eq!(h.ready(), (false, "datastore: not synced\nroutes: first apply done\nbpf tc_count: degraded: no BPF object\n".to_string()));
+    }
+
+    #[test]
+    fn missing_devices_are_listed_until_the_next_apply_finds_them() {
+        let h = Health::default();
+        h.set_datastore_synced(true);
+        h.set_first_apply_done();
+        h.set_waiting_devices(&BTreeMap::from([("ipip0".to_owned(), 3)]));
+        assert_eq!(h.ready(), (true, "datastore: synced\nroutes: first apply done\ndevice ipip0: missing or down; 3 cluster route(s) wait for it\n".to_owned()));
+        h.set_waiting_devices(&BTreeMap::new());
+        assert_eq!(h.ready().1, "datastore: synced\nroutes: first apply done\n");
     }
 
     #[test]
