@@ -527,7 +527,7 @@ fn missing_tunnel_device_is_named_in_readyz_until_it_appears() {
         lab.ip("node-a", &["link", "set", dev, "up"]).unwrap();
     }
     let want: Vec<String> = NODE_A_IPIP.iter().map(|l| l.replace("dev tunl0", "dev ipip9")).collect();
-    wait_for("node-a's routes via ipip9 and a clean /readyz", Duration::from_secs(60), || {
+    wait_for("node-a's routes via ipip9 and a clean /readyz", Duration::from_mins(1), || {
         let ok = routes(&lab, "node-a", "80") == want && matches!(lab.http_get("node-a", PORT, "/readyz"), Ok((200, b)) if !b.contains("device ipip9"));
         ok.then_some(())
     });
