@@ -21,6 +21,7 @@ const TEST: &str = "handover_to_bird_at_same_metric_steps_aside";
 const IPIP: [&str; 3] = ["10.244.10.0/26", "10.244.10.7/32", "10.244.30.0/26"];
 
 #[test]
+#[expect(clippy::too_many_lines, reason = "one hand-over scenario, step by step")]
 fn handover_to_bird_at_same_metric_steps_aside() {
     if skip_unless_root(TEST) {
         return;

@@ -585,7 +585,7 @@ fn handover_to_bird_keeps_routes_until_bird_route_seen() {
         dataplane::spawn_watcher(ev_tx).unwrap();
         // A grace period far beyond the waits below: the routes must go because BIRD's were
         // seen (HandoverEnd::Seen), never because the grace period ended.
-        let cfg = DataplaneConfig { handover_grace: Duration::from_secs(60), ..DataplaneConfig::default() };
+        let cfg = DataplaneConfig { handover_grace: Duration::from_mins(1), ..DataplaneConfig::default() };
         let r = reconciler(cfg, None);
         let driver = tokio::spawn(dataplane::run(r, cmd_rx, ev_rx, rep_tx, dataplane::DEFAULT_DEBOUNCE));
         cmd_tx.send(DataplaneCommand::SetDatastoreSynced(true)).await.unwrap();

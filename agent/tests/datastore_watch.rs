@@ -25,7 +25,7 @@ async fn reloads_on_change_and_keeps_last_good_state() {
     let (tx, mut rx) = mpsc::channel(16);
     let handle = FileDatastore::new(&dir)
         .with_debounce(Duration::from_millis(100))
-        .with_rescan_interval(Duration::from_secs(60))
+        .with_rescan_interval(Duration::from_mins(1))
         .spawn(tx);
 
     let DatastoreEvent::Snapshot(s) = next(&mut rx).await else { panic!("first event must be a snapshot") };

@@ -221,11 +221,11 @@ impl Lab {
             run_ip(Some(&ns), &["link", "set", &self.spec.host_nic, "up"])?;
             if self.spec.tunnel_overlay {
                 // Stand-in tunnel device: a veth whose peer is a port of the overlay bridge.
-                let (tport, ttmp) = (format!("t{i}"), format!("u{i}"));
-                run_ip(Some(&underlay), &["link", "add", &tport, "type", "veth", "peer", "name", &ttmp])?;
-                run_ip(Some(&underlay), &["link", "set", &ttmp, "netns", &ns])?;
-                run_ip(Some(&underlay), &["link", "set", &tport, "master", "brt", "up"])?;
-                run_ip(Some(&ns), &["link", "set", &ttmp, "name", &self.spec.tunnel_device])?;
+                let (bridge_port, node_end) = (format!("t{i}"), format!("u{i}"));
+                run_ip(Some(&underlay), &["link", "add", &bridge_port, "type", "veth", "peer", "name", &node_end])?;
+                run_ip(Some(&underlay), &["link", "set", &node_end, "netns", &ns])?;
+                run_ip(Some(&underlay), &["link", "set", &bridge_port, "master", "brt", "up"])?;
+                run_ip(Some(&ns), &["link", "set", &node_end, "name", &self.spec.tunnel_device])?;
             } else {
                 // Stand-in tunnel device: one end of a veth pair, named like the tunnel device.
                 run_ip(Some(&ns), &["link", "add", &self.spec.tunnel_device, "type", "veth", "peer", "name", "tunpeer"])?;

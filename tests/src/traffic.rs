@@ -93,7 +93,7 @@ pub fn echo_count(
                         ok += 1;
                         break;
                     }
-                    Ok(_) => continue,
+                    Ok(_) => {}
                     Err(_) => break,
                 }
             }
@@ -125,6 +125,10 @@ impl Probe {
     ///
     /// # Errors
     /// The namespace cannot be entered or the socket cannot be bound.
+    ///
+    /// # Panics
+    /// Never in practice: the probe thread reads its sequence number from an 8-byte prefix
+    /// it checked the length of.
     pub fn start(netns: &str, from: IpAddr, to: IpAddr, interval: Duration) -> Result<Probe> {
         let sock = in_named_netns(netns, move || UdpSocket::bind(SocketAddr::new(from, 0)))?
             .with_context(|| format!("bind {from} in {netns}"))?;
@@ -176,6 +180,9 @@ impl Probe {
     ///
     /// # Errors
     /// The probe thread panicked.
+    ///
+    /// # Panics
+    /// Only if called twice (the thread handle is taken once).
     pub fn finish(mut self) -> Result<ProbeResult> {
         self.stop.store(true, Ordering::Relaxed);
         self.thread

@@ -213,6 +213,7 @@ fn render_expected(e: &ExpectedRoute, devices: &RouteDevices) -> String {
 
 /// Compare `kernel` (every route of the table, all protocols) with `expected`.
 /// Pure; see the module documentation for the rules.
+#[expect(clippy::too_many_lines, reason = "one pass over the prefixes, each rule next to the finding it makes; split, the rules would read out of order")]
 pub fn audit(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &AuditScope) -> AuditReport {
     let mut writers: BTreeMap<u8, Writer> = BTreeMap::new();
     writers.insert(RTPROT_FELIX, Writer::Felix);

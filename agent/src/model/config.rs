@@ -155,7 +155,7 @@ mod tests {
     fn go_durations() {
         assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
         assert_eq!(parse_go_duration("90s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_go_duration("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("1.5h"), Some(Duration::from_mins(90)));
         assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
         assert_eq!(parse_go_duration("0"), Some(Duration::ZERO));
         assert_eq!(parse_go_duration("90"), None);

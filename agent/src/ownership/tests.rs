@@ -1,6 +1,7 @@
 //! Table tests for the ownership engine. The expectations are written out independently from
 //! the reference tables (§1.2–§1.4), not derived from the engine's helpers.
 
+use std::fmt::Write as _;
 use super::*;
 
 const POOLS: &str = r"
@@ -95,14 +96,10 @@ fn expected_bird(minor: u16, raw: Option<&str>) -> ((bool, bool), Option<&'stati
 fn cluster(felix: Option<&str>, bgp: Option<&str>) -> Cluster {
     let mut text = POOLS.to_owned();
     if let Some(v) = felix {
-        text.push_str(&format!(
-            "---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {v}}}\n"
-        ));
+        let _ = write!(text, "---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {v}}}\n");
     }
     if let Some(v) = bgp {
-        text.push_str(&format!(
-            "---\napiVersion: crd.projectcalico.org/v1\nkind: BGPConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {v}}}\n"
-        ));
+        let _ = write!(text, "---\napiVersion: crd.projectcalico.org/v1\nkind: BGPConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {v}}}\n");
     }
     let (c, errors) = Cluster::from_yaml_str(&text).expect("yaml");
     assert_eq!(errors, vec![]);
@@ -138,7 +135,7 @@ fn full_matrix() {
                     let (felix_w, bird_w) = match role {
                         Role::Felix => (Writer::Routewarden, Writer::Bird),
                         Role::Bird => (Writer::Felix, Writer::Routewarden),
-                        _ => (Writer::Felix, Writer::Bird),
+                        Role::Audit | Role::Explicit(_) => (Writer::Felix, Writer::Bird),
                     };
                     let (rw_ipip, rw_ne) = match role {
                         Role::Explicit(ClusterRoutes::Disabled) => (false, false),
