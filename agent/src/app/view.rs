@@ -83,7 +83,7 @@ impl ViewState {
             notes.push(format!("frozen ground: {} prefixes (nothing deleted or claimed there)", p.frozen.len()));
         }
         if !self.settled {
-            notes.push("deletions held: the inputs changed less than the settle period ago; routes are added and changed, none deleted, until they are stable".to_owned());
+            notes.push("deletions held: the inputs changed (or were listed again) less than the settle period ago; routes are added and changed, none deleted, until they are stable".to_owned());
         }
         let all: Vec<&String> = self.invalid_inputs.iter().chain(self.invalid_objects.iter()).collect();
         for line in all.iter().take(READYZ_NAMED) {

@@ -33,8 +33,10 @@
 //!   `InitDone`, so objects deleted while the watch was down disappear then, not before.
 //! - **Errors.** Any watch error (API server unreachable, 5xx, 403, `410 Gone` from an expired
 //!   resourceVersion) marks the resource failed and sends [`DatastoreEvent::Unsynced`]; the
-//!   watcher is restarted after kube-runtime's [`DefaultBackoff`] (800 ms doubling to 30 s, with
-//!   jitter, reset after 120 s without errors) and re-lists. The resource counts as synced again
+//!   watcher is restarted after [`default_backoff`] (500 ms doubling to 5 s, each delay
+//!   stretched by a random 0–100 %, so under 10 s and never in step across 5,000 agents;
+//!   reset by every complete list) and re-lists, so recovery follows the API server within
+//!   one step (issue 23). The resource counts as synced again
 //!   only when that list is complete, and [`DatastoreEvent::Synced`] follows once every
 //!   resource is. While not synced the last view is kept (snapshots still flow, with the failed
 //!   resources in [`Snapshot::load_errors`], so the app deletes nothing).
@@ -80,7 +82,7 @@ use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::utils::Backoff;
-use kube::runtime::watcher::{self, DefaultBackoff, Event};
+use kube::runtime::watcher::{self, Event};
 use kube::Client;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -88,6 +90,22 @@ use tokio::time::Instant;
 use super::{Datastore, DatastoreError, DatastoreEvent, Snapshot};
 use crate::model::{Cluster, ClusterBuilder, Kind, OptionalSource};
 pub(crate) use view::View;
+
+/// The watcher settings: lists from the API server's watch cache
+/// (`resourceVersion=0&resourceVersionMatch=NotOlderThan`), not quorum reads from etcd, since
+/// every node lists at once when the DaemonSet rolls (issue 23). Without a page size: kube
+/// drops `resourceVersion=0` from a request with `limit` (kube-core `ListParams::populate_qp`),
+/// and API servers before 1.33 serve cached lists whole anyway. Bookmarks on, 290 s watches.
+pub fn cache_lists() -> watcher::Config {
+    let mut config = watcher::Config::default().any_semantic();
+    config.page_size = None;
+    config
+}
+
+/// Deletions are held this long after every completed list: a list served from the watch
+/// cache may lag etcd by a moment, and an object it lacks is evidence of a deletion only once
+/// the watch from the list's resourceVersion has delivered what happened since (issue 23).
+pub const DEFAULT_LIST_SETTLE: Duration = Duration::from_secs(10);
 
 /// Default debounce window: changes within it become one snapshot (an initial list of 10,000
 /// IPAM blocks is one snapshot, not 10,000).
@@ -319,6 +337,21 @@ pub enum KubernetesError {
     UnknownApiGroup(String),
 }
 
+/// The retry delays of discovery and of a failed watcher: 500 ms doubling to 5 s, each with
+/// up to 100 % random jitter added (backon's `with_jitter`), so every delay is under 10 s and
+/// agents that failed together retry apart; endless. kube-runtime's `DefaultBackoff` grows to
+/// 30 s (+ jitter) and resets only after 120 s without errors: after a 20 s outage an agent
+/// could stay unsynced for most of a minute after the server was back.
+pub fn default_backoff() -> Box<dyn Backoff> {
+    let builder = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(500))
+        .with_max_delay(Duration::from_secs(5))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times();
+    Box::new(watcher::ExponentialBackoff::from(builder))
+}
+
 /// Makes the backoff policy of one watcher (one per resource, plus one for discovery).
 pub type BackoffFactory = Arc<dyn Fn() -> Box<dyn Backoff> + Send + Sync>;
 
@@ -330,6 +363,7 @@ pub struct KubernetesDatastore {
     debounce: Duration,
     backoff: BackoffFactory,
     watcher_config: watcher::Config,
+    list_settle: Duration,
     description: String,
 }
 
@@ -350,8 +384,9 @@ impl KubernetesDatastore {
             client,
             api_group,
             debounce: DEFAULT_DEBOUNCE,
-            backoff: Arc::new(|| Box::new(DefaultBackoff::default())),
-            watcher_config: watcher::Config::default(),
+            backoff: Arc::new(default_backoff),
+            watcher_config: cache_lists(),
+            list_settle: DEFAULT_LIST_SETTLE,
             description: format!("kubernetes (calico api group: {api_group})"),
         }
     }
@@ -387,15 +422,21 @@ impl KubernetesDatastore {
     }
 
     /// Backoff between retries of discovery and restarts of a failed watcher (default:
-    /// kube-runtime's [`DefaultBackoff`]).
+    /// [`default_backoff`]).
     #[must_use]
     pub fn with_backoff(mut self, backoff: BackoffFactory) -> KubernetesDatastore {
         self.backoff = backoff;
         self
     }
 
-    /// Watcher settings (default: kube-runtime's, i.e. pages of 500, bookmarks on, 290 s
-    /// watch timeout, consistent lists).
+    /// Deletions held after every completed list (default [`DEFAULT_LIST_SETTLE`]).
+    #[must_use]
+    pub fn with_list_settle(mut self, settle: Duration) -> KubernetesDatastore {
+        self.list_settle = settle;
+        self
+    }
+
+    /// Watcher settings (default [`cache_lists`]).
     #[must_use]
     pub fn with_watcher_config(mut self, config: watcher::Config) -> KubernetesDatastore {
         self.watcher_config = config;
@@ -483,7 +524,7 @@ impl Datastore for KubernetesDatastore {
         let Some((group, operator)) = self.discover_until_ok(&tx).await else { return Ok(()) };
         let optional = optional_sources(operator);
         tracing::info!(group = %group, optional = ?optional.iter().map(|s| s.label()).collect::<Vec<_>>(), "kubernetes datastore: watching Calico objects and Nodes");
-        let mut view = View::new(group, &optional);
+        let mut view = View::new(group, &optional).with_list_settle(self.list_settle);
         let mut streams: SelectAll<BoxStream<'static, (usize, watcher::Result<Event<DynamicObject>>)>> = SelectAll::new();
         for (index, target) in view.targets().into_iter().enumerate() {
             let (api, config) = (target.api(&self.client), target.config(&self.watcher_config));
@@ -505,6 +546,14 @@ impl Datastore for KubernetesDatastore {
                     }
                     if view.is_dirty() && deadline.is_none() {
                         deadline = Some(Instant::now() + window);
+                    }
+                }
+                () = tokio::time::sleep_until(view.settle_deadline().map_or_else(Instant::now, Instant::from_std)), if deadline.is_none() && view.settle_deadline().is_some() => {
+                    let events = view.flush();
+                    for ev in events {
+                        if tx.send(ev).await.is_err() {
+                            return Ok(());
+                        }
                     }
                 }
                 () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
@@ -642,6 +691,10 @@ fn relisting_watcher(
         }
         let inner = s.inner.get_or_insert_with(|| watcher::watcher(s.api.clone(), s.config.clone()).boxed());
         let item = inner.next().await?;
+        if matches!(item, Ok(Event::InitDone)) {
+            // A complete list: the server is back; the next failure starts from the shortest delay.
+            s.backoff.reset();
+        }
         if item.is_err() {
             s.inner = None;
             s.wait = Some(s.backoff.next().unwrap_or(Duration::from_secs(30)));

@@ -696,9 +696,15 @@ impl Drop for Running {
 
 impl Running {
     fn start(api: &StdArc<FakeApi>, choice: ApiGroupChoice) -> Running {
+        Running::start_settling(api, choice, Duration::ZERO)
+    }
+
+    /// With deletions held for `settle` after each list.
+    fn start_settling(api: &StdArc<FakeApi>, choice: ApiGroupChoice, settle: Duration) -> Running {
         let (tx, rx) = mpsc::channel(64);
         let ds = KubernetesDatastore::new(api.client(), choice)
             .with_debounce(Duration::from_millis(30))
+            .with_list_settle(settle)
             .with_backoff(Arc::new(|| Box::new(Quick)));
         let task = ds.spawn(tx);
         Running { rx, task }
@@ -756,7 +762,7 @@ fn per_resource(log: &[String]) -> BTreeMap<String, Vec<String>> {
 }
 
 fn list_url(group: CalicoGroup, plural: &str) -> String {
-    format!("GET {}?&limit=500", path(group, plural))
+    format!("GET {}?&resourceVersion=0&resourceVersionMatch=NotOlderThan", path(group, plural))
 }
 
 fn watch_url(group: CalicoGroup, plural: &str, rv: &str) -> String {
@@ -885,7 +891,7 @@ async fn v1_cluster_not_synced_until_every_resource_listed_then_exact_requests()
     want.insert(
         KUBE_SYSTEM_DS.to_owned(),
         vec![
-            format!("GET {KUBE_SYSTEM_DS}?&fieldSelector=metadata.name%3Dcalico-node&limit=500"),
+            format!("GET {KUBE_SYSTEM_DS}?&fieldSelector=metadata.name%3Dcalico-node&resourceVersion=0&resourceVersionMatch=NotOlderThan"),
             format!("GET {KUBE_SYSTEM_DS}?&watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dcalico-node&allowWatchBookmarks=true&resourceVersion=100"),
         ],
     );
@@ -1257,8 +1263,8 @@ async fn initial_list_in_pages_is_one_snapshot() {
         per[&bpath],
         vec![
             list_url(group, "ipamblocks"),
-            format!("GET {bpath}?&limit=500&continue=page1"),
-            format!("GET {bpath}?&limit=500&continue=page2"),
+            format!("GET {bpath}?&continue=page1"),
+            format!("GET {bpath}?&continue=page2"),
             watch_url(group, "ipamblocks", "100"),
         ]
     );
@@ -1530,8 +1536,8 @@ async fn operator_install_env_outranks_the_datastore_and_a_forbidden_namespace_i
 
     // The exact requests of the optional reads: by name only, in their namespaces.
     let per = per_resource(&api.log());
-    assert_eq!(per[CALICO_SYSTEM_DS][0], format!("GET {CALICO_SYSTEM_DS}?&fieldSelector=metadata.name%3Dcalico-node&limit=500"));
-    assert_eq!(per[INSTALLATIONS][0], format!("GET {INSTALLATIONS}?&limit=500"));
+    assert_eq!(per[CALICO_SYSTEM_DS][0], format!("GET {CALICO_SYSTEM_DS}?&fieldSelector=metadata.name%3Dcalico-node&resourceVersion=0&resourceVersionMatch=NotOlderThan"));
+    assert_eq!(per[INSTALLATIONS][0], format!("GET {INSTALLATIONS}?&resourceVersion=0&resourceVersionMatch=NotOlderThan"));
     assert_eq!(per[KUBE_SYSTEM_DS].iter().filter(|l| !l.contains("watch=true")).count(), 2, "{:?}", per[KUBE_SYSTEM_DS]);
 }
 
@@ -1550,4 +1556,129 @@ async fn one_shot_load_with_an_unreadable_optional_source_still_loads() {
     assert!(snap.load_errors.is_empty());
     // Without the operator's group, calico-system and installations are not even asked for.
     assert!(api.log().iter().all(|l| !l.contains("calico-system") && !l.contains("installations")), "{:?}", api.log());
+}
+
+/// Lists come from the watch cache (issue 23): each completed list, the first and a re-list
+/// after 410, holds deletions for the settle period (`settled: false`), and a snapshot with
+/// `settled: true` follows when it ends, without any new event.
+#[tokio::test]
+async fn cache_lists_hold_deletions_for_the_settle_period_after_every_list() {
+    let group = CalicoGroup::CrdV1;
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    let mut objects = Objects::new();
+    objects.insert("ippools", vec![pool("p", "1", "10.244.0.0/16")]);
+    objects.insert("ipamblocks", vec![block("10-244-1-0-26", "2", "10.244.1.0/26", "a"), block("10-244-2-0-26", "3", "10.244.2.0/26", "b")]);
+    let watches = script_lists(&api, group, &objects, "100");
+    let blocks = path(group, "ipamblocks");
+    api.json(&format!("GET {blocks}"), list(group, "ipamblocks", "200", &[block("10-244-1-0-26", "2", "10.244.1.0/26", "a")]));
+    let _relisted = api.watch(&blocks);
+    let settle = Duration::from_millis(400);
+    let mut ds = Running::start_settling(&api, ApiGroupChoice::Auto, settle);
+    let first = ds.snapshot().await;
+    assert!(!first.settled, "the first list settles first");
+    assert_eq!(ds.next().await, DatastoreEvent::Synced);
+    let started = std::time::Instant::now();
+    let settled = ds.snapshot().await;
+    assert!(settled.settled && started.elapsed() < settle + Duration::from_millis(300), "settled after {:?}", started.elapsed());
+    assert_eq!(*settled.cluster, *first.cluster);
+
+    // 410 Gone, re-list without one block: the deletion arrives unsettled, then settles.
+    watches["ipamblocks"].unbounded_send(event("ERROR", &status(410, "Expired", "too old resource version"))).unwrap();
+    let events = ds.until_synced().await;
+    let last = events.iter().rev().find_map(|e| if let DatastoreEvent::Snapshot(s) = e { Some(s.clone()) } else { None }).expect("a snapshot");
+    assert_eq!(last.cluster.ipam_blocks.len(), 1);
+    assert!(!last.settled, "a re-list's absences are not evidence yet");
+    let s = ds.snapshot().await;
+    assert!(s.settled);
+    assert_eq!(s.cluster.ipam_blocks.len(), 1);
+    // Every list asked the watch cache.
+    let lists: Vec<String> = api.log().into_iter().filter(|l| l.contains(&blocks) && !l.contains("watch=true")).collect();
+    assert_eq!(lists, [list_url(group, "ipamblocks"), list_url(group, "ipamblocks")]);
+    assert!(lists[0].contains("resourceVersion=0&resourceVersionMatch=NotOlderThan"));
+}
+
+/// Retry delays (issue 23): every delay of [`default_backoff`] is its step (500 ms doubling to
+/// 5 s) plus up to 100 % jitter, so under 10 s; and agents that fail together do not retry
+/// together (1,000 agents' first retries spread over the step).
+#[test]
+fn backoff_is_capped_and_jittered_across_agents() {
+    let mut b = default_backoff();
+    let delays: Vec<Duration> = (0..12).map(|_| b.next().expect("endless")).collect();
+    let steps = [500u64, 1000, 2000, 4000, 5000, 5000, 5000, 5000, 5000, 5000, 5000, 5000];
+    for (d, step) in delays.iter().zip(steps) {
+        let step = Duration::from_millis(step);
+        assert!(*d >= step && *d < step * 2, "{d:?} for step {step:?}");
+    }
+    assert!(delays.iter().all(|d| *d < Duration::from_secs(10)));
+    // 1,000 agents failing at the same instant: their first retries are spread, not in step.
+    let firsts: Vec<u128> = (0..1000).map(|_| default_backoff().next().unwrap().as_millis()).collect();
+    let distinct: BTreeSet<u128> = firsts.iter().copied().collect();
+    assert!(distinct.len() > 300, "only {} distinct first delays among 1,000 agents", distinct.len());
+    let (min, max) = (firsts.iter().min().unwrap(), firsts.iter().max().unwrap());
+    assert!(*min < 600 && *max > 900, "first retries span {min}..{max} ms");
+    // A complete list resets it.
+    b.reset();
+    assert!(b.next().unwrap() < Duration::from_secs(1));
+}
+
+/// A 20 s API outage during which a block was deleted (issue 23): with the capped backoff the
+/// datastore is synced again, with the deletion, within 30 s of the outage's start; and it
+/// never claims to be synced while the list fails. Virtual time (tokio's paused clock) from
+/// the first sync on.
+#[tokio::test]
+async fn a_20_s_outage_is_followed_within_one_backoff_step() {
+    let group = CalicoGroup::CrdV1;
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    let mut objects = Objects::new();
+    objects.insert("ippools", vec![pool("p", "1", "10.244.0.0/16")]);
+    objects.insert("ipamblocks", vec![block("10-244-1-0-26", "2", "10.244.1.0/26", "a"), block("10-244-2-0-26", "3", "10.244.2.0/26", "b")]);
+    let mut watches = script_lists(&api, group, &objects, "100");
+    let (tx, mut rx) = mpsc::channel(64);
+    let ds = KubernetesDatastore::new(api.client(), ApiGroupChoice::Auto).with_debounce(Duration::from_millis(30)).with_list_settle(Duration::ZERO);
+    let task = ds.spawn(tx);
+    let mut next = async || tokio::time::timeout(Duration::from_mins(1), rx.recv()).await.expect("an event").expect("running");
+    while next().await != DatastoreEvent::Synced {}
+    // From here on, virtual time: the clock only moves when every task waits.
+    tokio::time::pause();
+
+    // The outage: the block watch ends, re-watching is refused, and every list is refused
+    // with 500 until t = 20 s.
+    let blocks = path(group, "ipamblocks");
+    api.on(&format!("WATCH {blocks}"), Reply::Unreachable);
+    for _ in 0..200 {
+        api.on(&format!("GET {blocks}"), Reply::Json(StatusCode::INTERNAL_SERVER_ERROR, status(500, "InternalError", "etcdserver: request timed out")));
+    }
+    api.take_log();
+    let start = tokio::time::Instant::now();
+    drop(watches.remove("ipamblocks"));
+    let recovery = {
+        let api = api.clone();
+        let blocks = blocks.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            api.replies_clear(&format!("GET {blocks}"));
+            api.json(&format!("GET {blocks}"), list(group, "ipamblocks", "300", &[block("10-244-1-0-26", "2", "10.244.1.0/26", "a")]));
+            api.watch(&blocks)
+        })
+    };
+    let mut last = None;
+    loop {
+        match next().await {
+            DatastoreEvent::Synced => break,
+            DatastoreEvent::Snapshot(s) => last = Some(s),
+            DatastoreEvent::Unsynced { .. } | DatastoreEvent::LoadFailed(_) => {}
+        }
+    }
+    let took = start.elapsed();
+    let _watch = recovery.await.unwrap();
+    assert!(took >= Duration::from_secs(20) && took <= Duration::from_secs(30), "synced again {took:?} after the outage began");
+    let last = last.expect("a snapshot with the re-list");
+    assert_eq!(last.cluster.ipam_blocks.keys().collect::<Vec<_>>(), ["10-244-1-0-26"]);
+    // Retries during the 20 s: at most one per backoff step (0.5, 1, 2, 4, 5, 5 … s, each + up
+    // to 100 %): between 3 and 12 lists, not a storm.
+    let lists = api.log().iter().filter(|l| l.contains(&blocks) && !l.contains("watch=true")).count();
+    assert!((3..=12).contains(&lists), "{lists} lists during the outage");
+    task.abort();
 }

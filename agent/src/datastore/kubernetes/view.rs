@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kube::api::{ApiResource, DynamicObject, TypeMeta};
 use kube::runtime::reflector::store::Store;
@@ -113,6 +114,11 @@ pub(crate) struct View {
     last_sent: Option<Snapshot>,
     /// Object versions that failed to parse, since start.
     pub(crate) parse_failures: u64,
+    /// How long after a list completes its absences are not yet evidence for deleting routes
+    /// (lists come from the API server's watch cache, which may lag etcd).
+    list_settle: Duration,
+    /// Until when the last completed list is settling (`None`: settled).
+    settling_until: Option<Instant>,
 }
 
 impl View {
@@ -144,7 +150,22 @@ impl View {
             last_unsynced: None,
             last_sent: None,
             parse_failures: 0,
+            list_settle: Duration::ZERO,
+            settling_until: None,
         }
+    }
+
+    /// Hold deletions for `settle` after every completed list ([`Snapshot::settled`] false).
+    #[must_use]
+    pub(crate) fn with_list_settle(mut self, settle: Duration) -> View {
+        self.list_settle = settle;
+        self
+    }
+
+    /// When the current list settle ends, if one is running: the run loop flushes then, so
+    /// that a snapshot with `settled: true` follows.
+    pub(crate) fn settle_deadline(&self) -> Option<Instant> {
+        self.settling_until
     }
 
     /// What each watcher reads, indexed as [`View::apply`] expects.
@@ -201,6 +222,9 @@ impl View {
                         if let Some(source) = r.optional {
                             self.cluster.unread.remove(&source);
                         }
+                        if !self.list_settle.is_zero() {
+                            self.settling_until = Some(Instant::now() + self.list_settle);
+                        }
                         r.status = Status::Ready;
                         self.dirty = true;
                     }
@@ -247,13 +271,18 @@ impl View {
     /// not announced yet.
     pub(crate) fn flush(&mut self) -> Vec<DatastoreEvent> {
         self.dirty = false;
+        let settle_ended = self.settling_until.is_some_and(|t| Instant::now() >= t);
+        if settle_ended {
+            self.settling_until = None;
+        }
         let ready = self.all_ready();
         if !ready && !self.ever_synced {
             return Vec::new();
         }
         let mut out = Vec::new();
-        // Building a snapshot clones the cluster: only when something the model reads changed.
-        if self.refresh_all() || self.last_sent.is_none() {
+        // Building a snapshot clones the cluster: only when something the model reads changed
+        // (or the list settle ended, which changes `settled`).
+        if self.refresh_all() || self.last_sent.is_none() || settle_ended {
             let snap = self.build();
             if self.last_sent.as_ref() != Some(&snap) {
                 self.last_sent = Some(snap.clone());
@@ -319,7 +348,11 @@ impl View {
             let name = r.error.object().map(|(_, n)| n.to_owned()).unwrap_or_default();
             object_errors.push(ObjectError::from_rejected(PathBuf::from(format!("{pool_resource}/{name}")), r));
         }
-        Snapshot { cluster: Arc::new(cluster), object_errors, load_errors, inputs, settled: true }
+        // A list served from the watch cache is a consistent view at its resourceVersion, which
+        // may be behind etcd: what it lacks is evidence for deleting routes only once the
+        // watch from that version has had time to deliver what happened since.
+        let settled = self.settling_until.is_none_or(|t| Instant::now() >= t);
+        Snapshot { cluster: Arc::new(cluster), object_errors, load_errors, inputs, settled }
     }
 }
 
