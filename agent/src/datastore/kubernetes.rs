@@ -91,6 +91,38 @@ use super::{Datastore, DatastoreError, DatastoreEvent, Snapshot};
 use crate::model::{Cluster, ClusterBuilder, Kind, OptionalSource};
 pub(crate) use view::View;
 
+/// An error and its causes, each printed once: a cause whose text the line already holds
+/// (kube and hyper errors restate their source in their own message) is left out, so one
+/// failed list reads as one short line.
+pub fn causes_once(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !text.is_empty() && !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = cause.source();
+    }
+    out
+}
+
+/// A kube error in one line: the API server's answer as `message (code reason)`, anything else
+/// with its causes once ([`causes_once`]).
+pub fn describe_kube_error(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
+        other => causes_once(other),
+    }
+}
+
+/// `User-Agent: routewarden/<version>` on every request (kube sends none), so API server audit
+/// logs and API Priority and Fairness can tell the agents apart (`deploy/flowschema.yaml`).
+pub fn user_agent() -> (http::HeaderName, http::HeaderValue) {
+    (http::header::USER_AGENT, http::HeaderValue::from_static(concat!("routewarden/", env!("CARGO_PKG_VERSION"))))
+}
+
 /// The watcher settings: lists from the API server's watch cache
 /// (`resourceVersion=0&resourceVersionMatch=NotOlderThan`), not quorum reads from etcd, since
 /// every node lists at once when the DaemonSet rolls (issue 23). Without a page size: kube
@@ -320,18 +352,20 @@ pub enum KubernetesError {
     /// The HTTP client could not be built from the configuration (TLS, proxy).
     #[error("Kubernetes client: {source}")]
     Client { source: kube::Error },
-    /// A discovery request failed.
-    #[error("API discovery {request}: {source}")]
-    Discovery { request: String, source: kube::Error },
+    /// A discovery request failed. The cause is printed with each link of its chain once
+    /// ([`causes_once`]), and is deliberately not an error `source` (printers that walk the
+    /// chain would repeat it).
+    #[error("API discovery {request}: {}", describe_kube_error(cause))]
+    Discovery { request: String, cause: kube::Error },
     /// `/apis` lists neither Calico group.
     #[error("the API server serves neither crd.projectcalico.org/v1 nor projectcalico.org/v3: are Calico's CRDs installed?")]
     NoCalicoGroup,
     /// The chosen group lacks resources routewarden reads.
     #[error("{group} does not serve {} with list and watch{hint}", missing.join(", "), hint = match group { CalicoGroup::V3 => " (the Calico API server may not serve IPAM objects; try --calico-api-group crd.projectcalico.org/v1)", CalicoGroup::CrdV1 => "" })]
     MissingResources { group: CalicoGroup, missing: Vec<&'static str> },
-    /// A one-shot list failed (`explain`, `audit`).
-    #[error("list {resource}: {source}")]
-    List { resource: String, source: watcher::Error },
+    /// A one-shot list failed (`explain`, `audit`); printed as [`KubernetesError::Discovery`].
+    #[error("list {resource}: {}", view::describe_watch_error(cause))]
+    List { resource: String, cause: watcher::Error },
     /// `--calico-api-group` value.
     #[error("unknown Calico API group {0:?}: expected auto, crd.projectcalico.org/v1 or projectcalico.org/v3")]
     UnknownApiGroup(String),
@@ -408,6 +442,8 @@ impl KubernetesDatastore {
             None => kube::Config::infer().await.map_err(|source| KubernetesError::InferConfig { source })?,
         };
         let url = config.cluster_url.to_string();
+        let mut config = config;
+        config.headers.push(user_agent());
         let client = Client::try_from(config).map_err(|source| KubernetesError::Client { source })?;
         let mut ds = KubernetesDatastore::new(client, options.api_group);
         ds.description = format!("kubernetes:{url} (calico api group: {})", options.api_group);
@@ -470,7 +506,7 @@ impl KubernetesDatastore {
                         break;
                     }
                     Err(source) => {
-                        return Err(KubernetesError::List { resource: view.resource_label(index), source }.into());
+                        return Err(KubernetesError::List { resource: view.resource_label(index), cause: source }.into());
                     }
                 }
             }
@@ -617,7 +653,7 @@ pub async fn discover(client: &Client, choice: ApiGroupChoice) -> Result<CalicoG
             let list = client
                 .list_api_groups()
                 .await
-                .map_err(|source| KubernetesError::Discovery { request: "GET /apis".into(), source })?;
+                .map_err(|cause| KubernetesError::Discovery { request: "GET /apis".into(), cause })?;
             let served = |g: CalicoGroup| {
                 list.groups.iter().any(|ag| ag.name == g.group() && ag.versions.iter().any(|v| v.version == g.version()))
             };
@@ -631,7 +667,7 @@ pub async fn discover(client: &Client, choice: ApiGroupChoice) -> Result<CalicoG
         }
     };
     let resources = client.list_api_group_resources(group.api_version()).await.map_err(|source| {
-        KubernetesError::Discovery { request: format!("GET /apis/{}", group.api_version()), source }
+        KubernetesError::Discovery { request: format!("GET /apis/{}", group.api_version()), cause: source }
     })?;
     let missing: Vec<&'static str> = CALICO_RESOURCES
         .iter()
@@ -662,7 +698,7 @@ pub async fn discover_operator(client: &Client) -> Result<bool, KubernetesError>
             tracing::debug!(code = status.code, "kubernetes datastore: {OPERATOR_API_VERSION} not served; no operator sources");
             Ok(false)
         }
-        Err(source) => Err(KubernetesError::Discovery { request: format!("GET /apis/{OPERATOR_API_VERSION}"), source }),
+        Err(cause) => Err(KubernetesError::Discovery { request: format!("GET /apis/{OPERATOR_API_VERSION}"), cause }),
     }
 }
 

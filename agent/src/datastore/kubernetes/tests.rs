@@ -1293,7 +1293,11 @@ async fn one_shot_load_lists_everything_and_watches_nothing() {
     script_discovery(&api, group);
     api.on("GET /apis/crd.projectcalico.org/v1/ippools", Reply::Json(StatusCode::FORBIDDEN, status(403, "Forbidden", "ippools is forbidden")));
     let err = KubernetesDatastore::new(api.client(), ApiGroupChoice::Auto).load().await.unwrap_err();
-    assert!(err.to_string().starts_with("list ippools.crd.projectcalico.org: failed to perform initial object list"), "{err}");
+    assert_eq!(err.to_string(), "list ippools.crd.projectcalico.org: list failed: ippools is forbidden (403 Forbidden)");
+    // Printed as the CLI prints it (the whole chain): each cause once, one short line.
+    let line = format!("{:#}", anyhow::Error::from(err));
+    assert_eq!(line.matches("ippools is forbidden").count(), 1, "{line}");
+    assert!(line.len() < 200, "{} characters: {line}", line.len());
 }
 
 #[tokio::test]
@@ -1681,4 +1685,41 @@ async fn a_20_s_outage_is_followed_within_one_backoff_step() {
     let lists = api.log().iter().filter(|l| l.contains(&blocks) && !l.contains("watch=true")).count();
     assert!((3..=12).contains(&lists), "{lists} lists during the outage");
     task.abort();
+}
+
+/// Every request carries `User-Agent: routewarden/<version>` (issue 23): a kubeconfig pointing
+/// at a one-shot HTTP server on loopback, which records the request line and headers.
+#[tokio::test]
+async fn requests_carry_the_routewarden_user_agent() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        let (mut sock, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 8192];
+        let mut got = Vec::new();
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = sock.read(&mut buf).await.unwrap();
+            assert!(n > 0, "connection closed before the headers ended");
+            got.extend_from_slice(&buf[..n]);
+        }
+        let body = r#"{"kind":"APIGroupList","apiVersion":"v1","groups":[]}"#;
+        let reply = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+        sock.write_all(reply.as_bytes()).await.unwrap();
+        String::from_utf8(got).unwrap()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"http://127.0.0.1:{port}\"}}\nusers:\n- name: u\n  user: {{token: abc}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"),
+    )
+    .unwrap();
+    let ds = KubernetesDatastore::connect(&KubernetesOptions { kubeconfig: Some(path), api_group: ApiGroupChoice::Auto }).await.unwrap();
+    let err = discover(&ds.client, ApiGroupChoice::Auto).await.unwrap_err();
+    assert!(matches!(err, KubernetesError::NoCalicoGroup), "{err}");
+    let request = server.await.unwrap();
+    assert!(request.starts_with("GET /apis HTTP/1.1\r\n"), "{request}");
+    let ua: Vec<&str> = request.lines().filter(|l| l.to_ascii_lowercase().starts_with("user-agent:")).collect();
+    assert_eq!(ua, [format!("user-agent: routewarden/{}", env!("CARGO_PKG_VERSION"))], "{request}");
 }

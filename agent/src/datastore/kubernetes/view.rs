@@ -238,7 +238,7 @@ impl View {
                 // read before stays (the store keeps it until a re-list completes).
                 let reason = describe_watch_error(&e);
                 if r.status != Status::Failed(reason.clone()) {
-                    tracing::warn!(resource = %label, error = %e, "kubernetes datastore: cannot read an optional source; deciding without it (finding source-unreadable), retrying after backoff");
+                    tracing::warn!(resource = %label, error = %reason, "kubernetes datastore: cannot read an optional source; deciding without it (finding source-unreadable), retrying after backoff");
                     r.status = Status::Failed(reason.clone());
                     self.status_changed = true;
                     self.dirty = true;
@@ -250,7 +250,7 @@ impl View {
             }
             Err(e) => {
                 let reason = format!("{label}: {}", describe_watch_error(&e));
-                tracing::warn!(resource = %label, error = %e, "kubernetes datastore: watch failed; keeping the last view, re-listing after backoff");
+                tracing::warn!(resource = %label, error = %describe_watch_error(&e), "kubernetes datastore: watch failed; keeping the last view, re-listing after backoff");
                 r.status = Status::Failed(reason.clone());
                 self.dirty = true;
                 self.status_changed = true;
@@ -465,17 +465,17 @@ fn merge(cluster: &mut Cluster, one: Cluster) {
     cluster.calico_node_daemonsets.extend(one.calico_node_daemonsets);
 }
 
-/// A one-line description of a watcher error: what failed, then the API server's message,
+/// A one-line description of a watcher error (each cause once): what failed, then the API server's message,
 /// HTTP code and reason (`list failed: apiserver is shutting down (503 ServiceUnavailable)`).
-fn describe_watch_error(e: &watcher::Error) -> String {
+pub(crate) fn describe_watch_error(e: &watcher::Error) -> String {
     let status = |s: &kube::core::Status| format!("{} ({} {})", s.message, s.code, s.reason);
     match e {
         watcher::Error::InitialListFailed(kube::Error::Api(s)) => format!("list failed: {}", status(s)),
-        watcher::Error::InitialListFailed(other) => format!("list failed: {other}"),
+        watcher::Error::InitialListFailed(other) => format!("list failed: {}", super::causes_once(other)),
         watcher::Error::WatchStartFailed(kube::Error::Api(s)) => format!("watch failed to start: {}", status(s)),
-        watcher::Error::WatchStartFailed(other) => format!("watch failed to start: {other}"),
+        watcher::Error::WatchStartFailed(other) => format!("watch failed to start: {}", super::causes_once(other)),
         watcher::Error::WatchError(s) => format!("watch ended with an error: {}", status(s)),
-        watcher::Error::WatchFailed(other) => format!("watch failed: {other}"),
+        watcher::Error::WatchFailed(other) => format!("watch failed: {}", super::causes_once(other)),
         watcher::Error::NoResourceVersion => e.to_string(),
     }
 }
