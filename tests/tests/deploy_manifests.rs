@@ -192,6 +192,26 @@ fn kustomization_lists_every_manifest_and_each_parses() {
     // The legacy-kernel component parses and patches the DaemonSet's capabilities.
     let c = yaml_file(&deploy().join("legacy-kernel/kustomization.yaml"));
     assert_eq!(s(&c, "kind"), "Component");
+    // The large-cluster component: a FlowSchema for exactly the agent's ServiceAccount, every
+    // verb and API group the datastore uses, pointing at the priority level it ships.
+    let lc = yaml_file(&deploy().join("large-cluster/kustomization.yaml"));
+    assert_eq!(s(&lc, "kind"), "Component");
+    let fs = yaml_file(&deploy().join("large-cluster/flowschema.yaml"));
+    let pl = yaml_file(&deploy().join("large-cluster/prioritylevel.yaml"));
+    assert_eq!((s(&fs, "kind"), s(&pl, "kind")), ("FlowSchema", "PriorityLevelConfiguration"));
+    assert_eq!(s(&fs["spec"]["priorityLevelConfiguration"], "name"), s(&pl["metadata"], "name"));
+    let rule = &seq(&fs["spec"], "rules")[0];
+    let sa = &seq(rule, "subjects")[0]["serviceAccount"];
+    let account = resource("ServiceAccount");
+    assert_eq!((s(sa, "name"), s(sa, "namespace")), (s(&account["metadata"], "name"), s(&account["metadata"], "namespace")));
+    let groups = strings(&seq(rule, "resourceRules")[0]["apiGroups"]);
+    let role = resource("ClusterRole");
+    for r in seq(&role, "rules") {
+        for g in strings(&r["apiGroups"]) {
+            assert!(groups.contains(&g), "FlowSchema misses API group {g:?} of the ClusterRole");
+        }
+    }
+    assert!(groups.contains("apps"), "the calico-node env read");
     // The operator component lists its Role and RoleBinding, in calico-system.
     let op = yaml_file(&deploy().join("operator/kustomization.yaml"));
     assert_eq!(s(&op, "kind"), "Component");
