@@ -49,6 +49,12 @@
 //!   change in FelixConfiguration or BGPConfiguration takes effect without a restart, and so
 //!   does a Calico upgrade (`ClusterInformation default` `spec.calicoVersion`, read by
 //!   `--calico-version auto`).
+//! - **A hung API server** (TCP up, nothing answered): `GET /version` every 30 s with a 10 s
+//!   limit ([`DEFAULT_PROBE`]); no answer means `Unsynced` ("API server not answering"), every
+//!   watch restarted and every resource re-listed before `Synced` again. A watch that is
+//!   silent because the server is hung would otherwise stay silent until its 290 s timeout
+//!   (kube-runtime does not hand bookmarks to its consumer, so silence cannot be timed per
+//!   watch).
 //! - **Optional sources** ([`optional_sources`]): the calico-node DaemonSet's env (by name, in
 //!   `kube-system`, and `calico-system` on operator installs) and the operator's
 //!   `Installation`. Their failures (403 without the Role) go to [`Cluster::unread`] and become
@@ -398,8 +404,21 @@ pub struct KubernetesDatastore {
     backoff: BackoffFactory,
     watcher_config: watcher::Config,
     list_settle: Duration,
+    probe: Probe,
     description: String,
 }
+
+/// The API server probe: `GET /version` every `interval`; no answer within `timeout` means the
+/// server is hung (TCP up, nothing answered: watches would stay silent until their 290 s
+/// timeout while `/readyz` said synced).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probe {
+    pub interval: Duration,
+    pub timeout: Duration,
+}
+
+/// Probe every 30 s, allow 10 s.
+pub const DEFAULT_PROBE: Probe = Probe { interval: Duration::from_secs(30), timeout: Duration::from_secs(10) };
 
 impl fmt::Debug for KubernetesDatastore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -421,6 +440,7 @@ impl KubernetesDatastore {
             backoff: Arc::new(default_backoff),
             watcher_config: cache_lists(),
             list_settle: DEFAULT_LIST_SETTLE,
+            probe: DEFAULT_PROBE,
             description: format!("kubernetes (calico api group: {api_group})"),
         }
     }
@@ -469,6 +489,13 @@ impl KubernetesDatastore {
     #[must_use]
     pub fn with_list_settle(mut self, settle: Duration) -> KubernetesDatastore {
         self.list_settle = settle;
+        self
+    }
+
+    /// The API server probe (default [`DEFAULT_PROBE`]).
+    #[must_use]
+    pub fn with_probe(mut self, probe: Probe) -> KubernetesDatastore {
+        self.probe = probe;
         self
     }
 
@@ -561,11 +588,17 @@ impl Datastore for KubernetesDatastore {
         let optional = optional_sources(operator);
         tracing::info!(group = %group, optional = ?optional.iter().map(|s| s.label()).collect::<Vec<_>>(), "kubernetes datastore: watching Calico objects and Nodes");
         let mut view = View::new(group, &optional).with_list_settle(self.list_settle);
-        let mut streams: SelectAll<BoxStream<'static, (usize, watcher::Result<Event<DynamicObject>>)>> = SelectAll::new();
-        for (index, target) in view.targets().into_iter().enumerate() {
-            let (api, config) = (target.api(&self.client), target.config(&self.watcher_config));
-            streams.push(relisting_watcher(api, config, (self.backoff)()).map(move |item| (index, item)).boxed());
-        }
+        let start_watches = |view: &View| {
+            let mut streams: SelectAll<BoxStream<'static, (usize, watcher::Result<Event<DynamicObject>>)>> = SelectAll::new();
+            for (index, target) in view.targets().into_iter().enumerate() {
+                let (api, config) = (target.api(&self.client), target.config(&self.watcher_config));
+                streams.push(relisting_watcher(api, config, (self.backoff)()).map(move |item| (index, item)).boxed());
+            }
+            streams
+        };
+        let mut streams = start_watches(&view);
+        let mut probes = spawn_probe(self.client.clone(), self.probe);
+        let mut stale = false;
         let mut deadline: Option<Instant> = None;
         // The window grows to twice the time the last flush took, so that a huge cluster under
         // constant churn spends at most about a third of a core building snapshots.
@@ -582,6 +615,32 @@ impl Datastore for KubernetesDatastore {
                     }
                     if view.is_dirty() && deadline.is_none() {
                         deadline = Some(Instant::now() + window);
+                    }
+                }
+                Some(answered) = probes.recv() => {
+                    match answered {
+                        Ok(()) if stale => {
+                            tracing::info!("kubernetes datastore: the API server answers again");
+                            stale = false;
+                        }
+                        Err(reason) if !stale => {
+                            // Restart every watch (a hung one would stay silent until its own
+                            // timeout): each re-lists, and the view is synced again only when
+                            // every list completes. The last view is kept meanwhile.
+                            tracing::warn!(%reason, "kubernetes datastore: the API server does not answer; re-listing every resource");
+                            stale = true;
+                            streams = start_watches(&view);
+                            for ev in view.restart_all(&reason) {
+                                if tx.send(ev).await.is_err() {
+                                    return Ok(());
+                                }
+                            }
+                            if deadline.is_none() {
+                                deadline = Some(Instant::now() + window);
+                            }
+                        }
+                        // Answered while fine, or still hung: nothing new to do.
+                        Ok(()) | Err(_) => {}
                     }
                 }
                 () = tokio::time::sleep_until(view.settle_deadline().map_or_else(Instant::now, Instant::from_std)), if deadline.is_none() && view.settle_deadline().is_some() => {
@@ -700,6 +759,30 @@ pub async fn discover_operator(client: &Client) -> Result<bool, KubernetesError>
         }
         Err(cause) => Err(KubernetesError::Discovery { request: format!("GET /apis/{OPERATOR_API_VERSION}"), cause }),
     }
+}
+
+/// Probe the API server every `probe.interval` in a task of its own; send `Ok` when it
+/// answered (any HTTP answer, even an error status: it is not hung) and `Err(reason)` when it
+/// did not within `probe.timeout` or could not be reached. Ends when the receiver is dropped.
+fn spawn_probe(client: Client, probe: Probe) -> mpsc::Receiver<Result<(), String>> {
+    let (tx, rx) = mpsc::channel(1);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = tx.closed() => return,
+                () = tokio::time::sleep(probe.interval) => {}
+            }
+            let answered = match tokio::time::timeout(probe.timeout, client.apiserver_version()).await {
+                Ok(Ok(_) | Err(kube::Error::Api(_))) => Ok(()),
+                Ok(Err(e)) => Err(format!("API server not reachable: GET /version: {}", describe_kube_error(&e))),
+                Err(_) => Err(format!("API server not answering: GET /version got no answer within {} s", probe.timeout.as_secs())),
+            };
+            if tx.send(answered).await.is_err() {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 /// A watcher that restarts (and so re-lists) after every error, after the next backoff delay.

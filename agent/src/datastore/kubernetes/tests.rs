@@ -1723,3 +1723,56 @@ async fn requests_carry_the_routewarden_user_agent() {
     let ua: Vec<&str> = request.lines().filter(|l| l.to_ascii_lowercase().starts_with("user-agent:")).collect();
     assert_eq!(ua, [format!("user-agent: routewarden/{}", env!("CARGO_PKG_VERSION"))], "{request}");
 }
+
+/// A hung API server (issue 23): the connection is up but `GET /version` gets no answer. Within
+/// one probe interval plus its timeout the datastore says Unsynced (so `/readyz` stops saying
+/// synced and nothing is deleted), restarts every watch, and is synced again once every
+/// resource has listed. Virtual time from the first sync on.
+#[tokio::test]
+async fn a_hung_api_server_is_noticed_and_every_resource_relisted() {
+    let group = CalicoGroup::CrdV1;
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    let mut objects = Objects::new();
+    objects.insert("ippools", vec![pool("p", "1", "10.244.0.0/16")]);
+    let _w = script_lists(&api, group, &objects, "100");
+    let hung = api.deferred("GET /version");
+    let (tx, mut rx) = mpsc::channel(64);
+    let probe = Probe { interval: Duration::from_secs(30), timeout: Duration::from_secs(10) };
+    let ds = KubernetesDatastore::new(api.client(), ApiGroupChoice::Auto).with_debounce(Duration::from_millis(30)).with_list_settle(Duration::ZERO).with_probe(probe);
+    let task = ds.spawn(tx);
+    let mut next = async || tokio::time::timeout(Duration::from_mins(5), rx.recv()).await.expect("an event").expect("running");
+    while next().await != DatastoreEvent::Synced {}
+    tokio::time::pause();
+    let start = tokio::time::Instant::now();
+    api.take_log();
+    // The re-lists the restart makes are answered (the server recovers right after).
+    let _again = script_lists(&api, group, &objects, "200");
+    let DatastoreEvent::Unsynced { reason } = next().await else { panic!("expected Unsynced") };
+    let noticed = start.elapsed();
+    assert_eq!(reason, "API server not answering: GET /version got no answer within 10 s");
+    // One interval (30 s, started before the clock was paused) plus the 10 s timeout.
+    assert!(noticed >= Duration::from_secs(39) && noticed <= Duration::from_secs(41), "noticed after {noticed:?}");
+    let mut events = Vec::new();
+    loop {
+        let ev = next().await;
+        let done = ev == DatastoreEvent::Synced;
+        events.push(ev);
+        if done {
+            break;
+        }
+    }
+    // Nothing changed meanwhile: no new snapshot is needed, and any sent while re-listing
+    // names the broken resources (the app deletes nothing on it).
+    for e in &events {
+        if let DatastoreEvent::Snapshot(s) = e {
+            assert!(!s.load_errors.is_empty() || s.cluster.ip_pools.len() == 1, "{:?}", s.load_errors);
+        }
+    }
+    let lists: BTreeSet<String> = api.log().iter().filter(|l| !l.contains("watch=true") && !l.contains("/version")).map(|l| l.split('?').next().unwrap().to_owned()).collect();
+    let mut want: BTreeSet<String> = CALICO_PLURALS.iter().chain(&["nodes"]).map(|p| format!("GET {}", path(group, p))).collect();
+    want.insert(format!("GET {KUBE_SYSTEM_DS}"));
+    assert_eq!(lists, want, "every resource listed again");
+    drop(hung);
+    task.abort();
+}

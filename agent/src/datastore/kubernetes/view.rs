@@ -266,6 +266,20 @@ impl View {
         }
     }
 
+    /// The API server stopped answering and every watch was restarted: every resource lists
+    /// again (required ones count as failed with `reason` until then, so no `Synced` and no
+    /// deletion before every list is complete). Returns the `Unsynced` to send.
+    pub(crate) fn restart_all(&mut self, reason: &str) -> Vec<DatastoreEvent> {
+        for r in &mut self.resources {
+            r.status = if r.optional.is_some() { Status::Listing } else { Status::Failed(reason.to_owned()) };
+        }
+        self.dirty = true;
+        self.status_changed = true;
+        self.announced_synced = false;
+        self.last_unsynced = Some(reason.to_owned());
+        vec![DatastoreEvent::Unsynced { reason: reason.to_owned() }]
+    }
+
     /// End of a debounce window: a snapshot when the view changed (never before the first
     /// complete list of every resource), then `Synced` when every resource is listed and it was
     /// not announced yet.
