@@ -22,7 +22,7 @@
 //! data flow: `routewarden_common::forward`.
 use aya_ebpf::{
     bindings::{bpf_hdr_start_off::BPF_HDR_START_NET, TC_ACT_UNSPEC},
-    helpers::{bpf_ktime_get_ns, bpf_map_lookup_elem, bpf_skb_load_bytes_relative},
+    helpers::{bpf_map_lookup_elem, bpf_skb_load_bytes_relative},
     macros::{classifier, map},
     maps::{
         lpm_trie::{Key, LpmTrie},
@@ -31,45 +31,47 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use aya_log_ebpf::{macro_support::Level, warn};
+use routewarden_common::{assert_bpf_name, forward};
 use routewarden_common::forward::{
     counter_index, BlockKey, BlockState, ForwardCounters, ForwardRecord, ForwardRecordKind, ForwardStats,
     ForwardTarget, Observation, COUNTER_SLOTS, LAST_PATH_UNKNOWN, MAX_POOLS,
 };
 
 use crate::bpf_log::{allowed, LogKind};
+use crate::helpers::{global_u32, global_u64, now_ns, per_cpu_slot};
 
 /// IPv6 cluster destinations: IPAM blocks and borrowed IPs. Filled and diffed by the agent.
 /// 65536 entries is a 5,000-node cluster with ten blocks per node and 15,000 borrowed IPs;
 /// memory is allocated per entry (`BPF_F_NO_PREALLOC`).
-#[map(name = "FORWARD_DESTINATIONS")]
-static DESTINATIONS: LpmTrie<[u8; 16], ForwardTarget> = LpmTrie::with_max_entries(65536, 0);
+#[map]
+static FORWARD_DESTINATIONS: LpmTrie<[u8; 16], ForwardTarget> = LpmTrie::with_max_entries(65536, 0);
 
-/// IPv4 cluster destinations, as [`DESTINATIONS`] with 4-byte keys (the IPv4-mapped form
+/// IPv4 cluster destinations, as [`FORWARD_DESTINATIONS`] with 4-byte keys (the IPv4-mapped form
 /// made every lookup compare 16 bytes per trie node).
-#[map(name = "FORWARD_DESTINATIONS_V4")]
-static DESTINATIONS_V4: LpmTrie<[u8; 4], ForwardTarget> = LpmTrie::with_max_entries(65536, 0);
+#[map]
+static FORWARD_DESTINATIONS_V4: LpmTrie<[u8; 4], ForwardTarget> = LpmTrie::with_max_entries(65536, 0);
 
 /// Packets and bytes per (pool, expected path, observation); see `counter_index`.
-#[map(name = "FORWARD_COUNTERS")]
+#[map]
 #[expect(clippy::cast_possible_truncation, reason = "COUNTER_SLOTS is 2304")]
-static COUNTERS: PerCpuArray<ForwardCounters> = PerCpuArray::with_max_entries(COUNTER_SLOTS as u32, 0);
+static FORWARD_COUNTERS: PerCpuArray<ForwardCounters> = PerCpuArray::with_max_entries(COUNTER_SLOTS as u32, 0);
 
 /// Forwarding flaps per pool id.
-#[map(name = "FORWARD_FLAPS")]
+#[map]
 #[expect(clippy::cast_possible_truncation, reason = "MAX_POOLS is 256")]
-static FLAPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_POOLS as u32, 0);
+static FORWARD_FLAPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_POOLS as u32, 0);
 
 /// Global statistics at index 0.
-#[map(name = "FORWARD_STATS")]
-static STATS: PerCpuArray<ForwardStats> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+static FORWARD_STATS: PerCpuArray<ForwardStats> = PerCpuArray::with_max_entries(1, 0);
 
 /// Last egress path per destination block (16384 blocks with traffic x ~100 bytes ≈ 1.6 MB).
-#[map(name = "FORWARD_BLOCKS")]
-static BLOCKS: LruHashMap<BlockKey, BlockState> = LruHashMap::with_max_entries(16384, 0);
+#[map]
+static FORWARD_BLOCKS: LruHashMap<BlockKey, BlockState> = LruHashMap::with_max_entries(16384, 0);
 
 /// Wrong-path samples and flaps (64 KiB = 910 records of 64 + 8 bytes).
-#[map(name = "FORWARD_EVENTS")]
-static EVENTS: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
+#[map]
+static FORWARD_EVENTS: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
 
 /// Path changes of one block within the window that make a forwarding flap.
 #[unsafe(no_mangle)]
@@ -80,6 +82,19 @@ static FORWARD_WINDOW_NS: u64 = 30_000_000_000;
 /// Minimum interval between two wrong-path samples of one block, nanoseconds.
 #[unsafe(no_mangle)]
 static FORWARD_SAMPLE_INTERVAL_NS: u64 = 1_000_000_000;
+
+assert_bpf_name!(FORWARD_DESTINATIONS, forward::FORWARD_DESTINATIONS_MAP);
+assert_bpf_name!(FORWARD_DESTINATIONS_V4, forward::FORWARD_DESTINATIONS_V4_MAP);
+assert_bpf_name!(FORWARD_COUNTERS, forward::FORWARD_COUNTERS_MAP);
+assert_bpf_name!(FORWARD_FLAPS, forward::FORWARD_FLAPS_MAP);
+assert_bpf_name!(FORWARD_STATS, forward::FORWARD_STATS_MAP);
+assert_bpf_name!(FORWARD_BLOCKS, forward::FORWARD_BLOCKS_MAP);
+assert_bpf_name!(FORWARD_EVENTS, forward::FORWARD_EVENTS_MAP);
+assert_bpf_name!(FORWARD_FLAP_THRESHOLD, forward::GLOBAL_FLAP_THRESHOLD);
+assert_bpf_name!(FORWARD_WINDOW_NS, forward::GLOBAL_WINDOW_NS);
+assert_bpf_name!(FORWARD_SAMPLE_INTERVAL_NS, forward::GLOBAL_SAMPLE_INTERVAL_NS);
+assert_bpf_name!(tc_forward_tunnel, forward::PROG_TC_FORWARD_TUNNEL);
+assert_bpf_name!(tc_forward_host, forward::PROG_TC_FORWARD_HOST);
 
 /// `ETH_P_IP` / `ETH_P_IPV6` (include/uapi/linux/if_ether.h), host order.
 const ETH_P_IP: u16 = 0x0800;
@@ -100,27 +115,8 @@ pub fn tc_forward_host(ctx: TcContext) -> i32 {
 }
 
 #[inline(always)]
-fn global_u32(v: &'static u32) -> u32 {
-    // SAFETY: reading a static; volatile so the loader's value (override_global) is not folded.
-    unsafe { core::ptr::read_volatile(v) }
-}
-
-#[inline(always)]
-fn global_u64(v: &'static u64) -> u64 {
-    // SAFETY: as above.
-    unsafe { core::ptr::read_volatile(v) }
-}
-
-#[inline(always)]
-fn now_ns() -> u64 {
-    // SAFETY: helper without arguments.
-    unsafe { bpf_ktime_get_ns() }
-}
-
-#[inline(always)]
 fn stats() -> Option<&'static mut ForwardStats> {
-    // SAFETY: this CPU's slot, valid for the program's run; no other CPU touches it.
-    STATS.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+    per_cpu_slot(&FORWARD_STATS, 0)
 }
 
 /// Copy `N` bytes from `offset` past the network header; `None` if the packet is shorter.
@@ -201,7 +197,7 @@ fn unparsable(ctx: &TcContext, what: u32) {
 #[inline(always)]
 fn lookup_and_account(ctx: &TcContext, dst: [u8; 16], obs: Observation) {
     let key = Key::new(128, dst);
-    if let Some(target) = target_of(&DESTINATIONS, &key) {
+    if let Some(target) = target_of(&FORWARD_DESTINATIONS, &key) {
         account(ctx, target, &dst, obs);
     }
 }
@@ -209,7 +205,7 @@ fn lookup_and_account(ctx: &TcContext, dst: [u8; 16], obs: Observation) {
 #[inline(always)]
 fn lookup_and_account_v4(ctx: &TcContext, dst: [u8; 4], obs: Observation) {
     let key = Key::new(32, dst);
-    if let Some(target) = target_of(&DESTINATIONS_V4, &key) {
+    if let Some(target) = target_of(&FORWARD_DESTINATIONS_V4, &key) {
         account(ctx, target, &mapped(dst[0], dst[1], dst[2], dst[3]), obs);
     }
 }
@@ -231,7 +227,7 @@ fn account(ctx: &TcContext, target: &mut ForwardTarget, dst: &[u8; 16], obs: Obs
     let actual = obs.path() as u8;
     match counter_index(target.pool, target.expected, obs as u8) {
         Some(i) => {
-            if let Some(c) = COUNTERS.get_ptr_mut(i) {
+            if let Some(c) = FORWARD_COUNTERS.get_ptr_mut(i) {
                 // SAFETY: this CPU's slot of an array element that exists (i < COUNTER_SLOTS).
                 unsafe {
                     (*c).packets += 1;
@@ -255,14 +251,14 @@ fn account(ctx: &TcContext, target: &mut ForwardTarget, dst: &[u8; 16], obs: Obs
     let seen = target.last_path;
     target.last_path = actual;
     let key = BlockKey { prefix_len: target.prefix_len, block: target.block };
-    let state = match BLOCKS.get_ptr_mut(&key) {
+    let state = match FORWARD_BLOCKS.get_ptr_mut(&key) {
         Some(state) => state,
         // The block's state is gone (LRU: the fast path does not refresh it) but the entry
         // remembers another path: start from that one, so this change counts.
         None if seen != LAST_PATH_UNKNOWN && seen != actual => {
             let known = BlockState { last_path: seen, _pad: [0; 3], changes: 0, window_start_ns: 0, last_sample_ns: 0 };
             block_insert(&key, &known);
-            let Some(state) = BLOCKS.get_ptr_mut(&key) else { return };
+            let Some(state) = FORWARD_BLOCKS.get_ptr_mut(&key) else { return };
             state
         }
         None => {
@@ -303,7 +299,7 @@ fn account(ctx: &TcContext, target: &mut ForwardTarget, dst: &[u8; 16], obs: Obs
         }
         // Equality: one flap per block per window however long the flipping goes on.
         if state.changes == global_u32(&FORWARD_FLAP_THRESHOLD) {
-            if let Some(f) = FLAPS.get_ptr_mut(u32::from(target.pool)) {
+            if let Some(f) = FORWARD_FLAPS.get_ptr_mut(u32::from(target.pool)) {
                 // SAFETY: this CPU's slot.
                 unsafe { *f += 1 };
             }
@@ -316,7 +312,7 @@ fn account(ctx: &TcContext, target: &mut ForwardTarget, dst: &[u8; 16], obs: Obs
 /// is an allocation failure).
 #[inline(always)]
 fn block_insert(key: &BlockKey, state: &BlockState) {
-    if let Err(e) = BLOCKS.insert(key, state, 0) {
+    if let Err(e) = FORWARD_BLOCKS.insert(key, state, 0) {
         if allowed(LogKind::ForwardBlockInsert, Level::Warn) {
             warn!(&(), "forwarding watch: block state insert failed (error {})", e);
         }
@@ -335,7 +331,7 @@ fn emit(
     changes: u32,
     now: u64,
 ) {
-    let Some(mut entry) = EVENTS.reserve::<ForwardRecord>(0) else {
+    let Some(mut entry) = FORWARD_EVENTS.reserve::<ForwardRecord>(0) else {
         if let Some(s) = stats() {
             s.events_lost += 1;
         }
