@@ -43,8 +43,10 @@ pub const BPF_LOG_RATE_MAP: &str = "BPF_LOG_RATE";
 pub const MAP_NAMES: &[&str] = &[
     TC_COUNTERS_MAP,
     BPF_LOG_RATE_MAP,
-    forward::FORWARD_DESTINATIONS_MAP,
-    forward::FORWARD_DESTINATIONS_V4_MAP,
+    forward::FORWARD_POOLS_MAP,
+    forward::FORWARD_POOLS_ACTIVE_MAP,
+    forward::FORWARD_TARGETS_V4_MAP,
+    forward::FORWARD_TARGETS_V6_MAP,
     forward::FORWARD_COUNTERS_MAP,
     forward::FORWARD_FLAPS_MAP,
     forward::FORWARD_STATS_MAP,

@@ -18,38 +18,51 @@
 //! and always return `TC_ACT_UNSPEC` (-1), which is `TCX_NEXT` for TCX and "continue with the
 //! next filter" for clsact, so Calico's and Cilium's programs on the same hook still run.
 //!
-//! Cost on a non-cluster destination: one header load and one LPM trie miss. Types and the
-//! data flow: `routewarden_common::forward`.
+//! Lookup (issue 15): the destination is first tested against the pool ranges of the live
+//! [`PoolFilter`] (a few disjoint prefixes covering every cluster destination); a
+//! non-cluster destination exits there, after one header load and a few compares. Inside a
+//! range, one hash lookup per prefix length of the destinations there, longest first (borrowed
+//! /32s before the pool's block size): the first hit is the longest match, as an LPM trie would
+//! give. Types and the data flow: `routewarden_common::forward`.
 use aya_ebpf::{
     bindings::{bpf_hdr_start_off::BPF_HDR_START_NET, TC_ACT_UNSPEC},
-    helpers::{bpf_map_lookup_elem, bpf_skb_load_bytes_relative},
+    helpers::bpf_skb_load_bytes_relative,
     macros::{classifier, map},
-    maps::{
-        lpm_trie::{Key, LpmTrie},
-        LruHashMap, PerCpuArray, RingBuf,
-    },
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::TcContext,
 };
 use aya_log_ebpf::{macro_support::Level, warn};
 use routewarden_common::{assert_bpf_name, forward};
 use routewarden_common::forward::{
     counter_index, BlockKey, BlockState, ForwardCounters, ForwardRecord, ForwardRecordKind, ForwardStats,
-    ForwardTarget, Observation, COUNTER_SLOTS, LAST_PATH_UNKNOWN, MAX_POOLS,
+    ForwardTarget, Observation, PoolFilter, TargetKeyV4, TargetKeyV6, COUNTER_SLOTS, LAST_PATH_UNKNOWN, MAX_POOLS,
+    POOL_RANGES_V4, POOL_RANGES_V6, RANGE_LENGTHS,
 };
 
 use crate::bpf_log::{allowed, LogKind};
 use crate::helpers::{global_u32, global_u64, now_ns, per_cpu_slot};
 
-/// IPv6 cluster destinations: IPAM blocks and borrowed IPs. Filled and diffed by the agent.
-/// 65536 entries is a 5,000-node cluster with ten blocks per node and 15,000 borrowed IPs;
-/// memory is allocated per entry (`BPF_F_NO_PREALLOC`).
-#[map]
-static FORWARD_DESTINATIONS: LpmTrie<[u8; 16], ForwardTarget> = LpmTrie::with_max_entries(65536, 0);
+/// `BPF_F_NO_PREALLOC` (include/uapi/linux/bpf.h): hash map memory is allocated per entry.
+const BPF_F_NO_PREALLOC: u32 = 1;
 
-/// IPv4 cluster destinations, as [`FORWARD_DESTINATIONS`] with 4-byte keys (the IPv4-mapped form
-/// made every lookup compare 16 bytes per trie node).
+/// The pool filter, two slots: [`FORWARD_POOLS_ACTIVE`] names the live one; userspace writes
+/// the other, then flips.
 #[map]
-static FORWARD_DESTINATIONS_V4: LpmTrie<[u8; 4], ForwardTarget> = LpmTrie::with_max_entries(65536, 0);
+static FORWARD_POOLS: Array<PoolFilter> = Array::with_max_entries(2, 0);
+
+/// Index 0: the live slot of [`FORWARD_POOLS`] (0 or 1).
+#[map]
+static FORWARD_POOLS_ACTIVE: Array<u32> = Array::with_max_entries(1, 0);
+
+/// IPv4 cluster destinations (IPAM blocks and borrowed IPs) by (prefix length, masked
+/// address). Filled and diffed by the agent. 65536 entries is a 5,000-node cluster with ten
+/// blocks per node and 15,000 borrowed IPs; memory is allocated per entry.
+#[map]
+static FORWARD_TARGETS_V4: HashMap<TargetKeyV4, ForwardTarget> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
+
+/// IPv6 cluster destinations, as [`FORWARD_TARGETS_V4`].
+#[map]
+static FORWARD_TARGETS_V6: HashMap<TargetKeyV6, ForwardTarget> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
 
 /// Packets and bytes per (pool, expected path, observation); see `counter_index`.
 #[map]
@@ -83,8 +96,10 @@ static FORWARD_WINDOW_NS: u64 = 30_000_000_000;
 #[unsafe(no_mangle)]
 static FORWARD_SAMPLE_INTERVAL_NS: u64 = 1_000_000_000;
 
-assert_bpf_name!(FORWARD_DESTINATIONS, forward::FORWARD_DESTINATIONS_MAP);
-assert_bpf_name!(FORWARD_DESTINATIONS_V4, forward::FORWARD_DESTINATIONS_V4_MAP);
+assert_bpf_name!(FORWARD_POOLS, forward::FORWARD_POOLS_MAP);
+assert_bpf_name!(FORWARD_POOLS_ACTIVE, forward::FORWARD_POOLS_ACTIVE_MAP);
+assert_bpf_name!(FORWARD_TARGETS_V4, forward::FORWARD_TARGETS_V4_MAP);
+assert_bpf_name!(FORWARD_TARGETS_V6, forward::FORWARD_TARGETS_V6_MAP);
 assert_bpf_name!(FORWARD_COUNTERS, forward::FORWARD_COUNTERS_MAP);
 assert_bpf_name!(FORWARD_FLAPS, forward::FORWARD_FLAPS_MAP);
 assert_bpf_name!(FORWARD_STATS, forward::FORWARD_STATS_MAP);
@@ -134,7 +149,7 @@ fn load_net<const N: usize>(ctx: &TcContext, offset: u32) -> Option<[u8; N]> {
     }
 }
 
-/// IPv4 address bytes as the trie's IPv4-mapped IPv6 form.
+/// IPv4 address bytes in the IPv4-mapped IPv6 form of [`ForwardTarget`] and the records.
 #[inline(always)]
 fn mapped(a: u8, b: u8, c: u8, d: u8) -> [u8; 16] {
     [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a, b, c, d]
@@ -194,32 +209,93 @@ fn unparsable(ctx: &TcContext, what: u32) {
     }
 }
 
+/// The live pool filter.
+#[inline(always)]
+fn pool_filter() -> Option<&'static PoolFilter> {
+    let active = FORWARD_POOLS_ACTIVE.get(0).copied().unwrap_or(0);
+    FORWARD_POOLS.get(active & 1)
+}
+
+/// The destination `dst` (bytes in packet order) matches, writable (the program keeps
+/// `last_path` in it; racy one-byte writes from several CPUs are benign, the slow path
+/// reconciles). `None` for a non-cluster destination.
+#[inline(always)]
+fn target_v4(dst: [u8; 4]) -> Option<&'static mut ForwardTarget> {
+    let filter = pool_filter()?;
+    let addr = u32::from_ne_bytes(dst);
+    for i in 0..POOL_RANGES_V4 {
+        #[expect(clippy::cast_possible_truncation, reason = "i < POOL_RANGES_V4 = 8")]
+        if i as u32 >= filter.v4_ranges {
+            return None;
+        }
+        let range = &filter.v4[i];
+        if addr & range.mask != range.net {
+            continue;
+        }
+        // The ranges are disjoint: this one decides.
+        for j in 0..RANGE_LENGTHS {
+            #[expect(clippy::cast_possible_truncation, reason = "j < RANGE_LENGTHS = 4")]
+            if j as u32 >= range.lengths {
+                return None;
+            }
+            let key = TargetKeyV4 { prefix_len: range.prefix_lens[j], addr: addr & range.masks[j] };
+            if let Some(t) = FORWARD_TARGETS_V4.get_ptr_mut(&key) {
+                // SAFETY: a value of the map, a `ForwardTarget`, valid for this run (RCU).
+                return Some(unsafe { &mut *t });
+            }
+        }
+        return None;
+    }
+    None
+}
+
+/// As [`target_v4`] for IPv6.
+#[inline(always)]
+fn target_v6(dst: &[u8; 16]) -> Option<&'static mut ForwardTarget> {
+    let filter = pool_filter()?;
+    let mut hi = [0u8; 8];
+    let mut lo = [0u8; 8];
+    hi.copy_from_slice(&dst[..8]);
+    lo.copy_from_slice(&dst[8..]);
+    let addr = [u64::from_ne_bytes(hi), u64::from_ne_bytes(lo)];
+    for i in 0..POOL_RANGES_V6 {
+        #[expect(clippy::cast_possible_truncation, reason = "i < POOL_RANGES_V6 = 4")]
+        if i as u32 >= filter.v6_ranges {
+            return None;
+        }
+        let range = &filter.v6[i];
+        if addr[0] & range.mask[0] != range.net[0] || addr[1] & range.mask[1] != range.net[1] {
+            continue;
+        }
+        for j in 0..RANGE_LENGTHS {
+            #[expect(clippy::cast_possible_truncation, reason = "j < RANGE_LENGTHS = 4")]
+            if j as u32 >= range.lengths {
+                return None;
+            }
+            let m = range.masks[j];
+            let key = TargetKeyV6 { prefix_len: range.prefix_lens[j], _pad: 0, addr: [addr[0] & m[0], addr[1] & m[1]] };
+            if let Some(t) = FORWARD_TARGETS_V6.get_ptr_mut(&key) {
+                // SAFETY: as in `target_v4`.
+                return Some(unsafe { &mut *t });
+            }
+        }
+        return None;
+    }
+    None
+}
+
 #[inline(always)]
 fn lookup_and_account(ctx: &TcContext, dst: [u8; 16], obs: Observation) {
-    let key = Key::new(128, dst);
-    if let Some(target) = target_of(&FORWARD_DESTINATIONS, &key) {
+    if let Some(target) = target_v6(&dst) {
         account(ctx, target, &dst, obs);
     }
 }
 
 #[inline(always)]
 fn lookup_and_account_v4(ctx: &TcContext, dst: [u8; 4], obs: Observation) {
-    let key = Key::new(32, dst);
-    if let Some(target) = target_of(&FORWARD_DESTINATIONS_V4, &key) {
+    if let Some(target) = target_v4(dst) {
         account(ctx, target, &mapped(dst[0], dst[1], dst[2], dst[3]), obs);
     }
-}
-
-/// The trie value for `key`, writable: the program keeps `last_path` in it. aya-ebpf's
-/// `LpmTrie::get` hands out `&V`, so this calls the helper itself; `LpmTrie` is
-/// `repr(transparent)` over its map definition, which is what the helper takes.
-#[inline(always)]
-fn target_of<K>(map: &'static LpmTrie<K, ForwardTarget>, key: &Key<K>) -> Option<&'static mut ForwardTarget> {
-    // SAFETY: a lookup in this program's own map with a key of the map's type.
-    let value = unsafe { bpf_map_lookup_elem(core::ptr::from_ref(map).cast_mut().cast(), core::ptr::from_ref(key).cast()) };
-    // SAFETY: a non-null value of the map, a `ForwardTarget`, valid for this run (RCU); racy
-    // one-byte writes from several CPUs are benign (the slow path reconciles).
-    (!value.is_null()).then(|| unsafe { &mut *value.cast::<ForwardTarget>() })
 }
 
 #[inline(always)]

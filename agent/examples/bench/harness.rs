@@ -1279,6 +1279,8 @@ fn test_run_ns(id: u32, frame: &[u8]) -> Option<f64> {
 /// statistics (`run_time_ns / run_cnt`) need the global `kernel.bpf_stats_enabled`, which is
 /// not touched on the host: that figure comes from the QEMU lane (`agent/tests/forward_ipip.rs`).
 pub fn tc_overhead(opts: &Options) -> Result<Outcome> {
+    // Packets per second with and without the watch, and each frame's test-run costs (ns).
+    type Runs = (Vec<f64>, Vec<f64>, Vec<Vec<f64>>);
     let name = "tc-overhead";
     let Some(obj) = routewarden::bpf::embedded_object() else {
         return Ok(Outcome::Skipped { name: name.into(), reason: "no BPF object embedded (`cargo xtask bench` builds one)".into() });
@@ -1298,7 +1300,7 @@ pub fn tc_overhead(opts: &Options) -> Result<Outcome> {
     let entries = Arc::new(tc_entries());
     let window = opts.stream;
     let frames = Arc::new(tc_cost_frames());
-    let result = (|| -> Result<(Vec<f64>, Vec<f64>, Vec<Vec<f64>>)> {
+    let result = (|| -> Result<Runs> {
         let (mut with, mut without) = (Vec::new(), Vec::new());
         let mut cost: Vec<Vec<f64>> = vec![Vec::new(); frames.len()];
         // Warm-up (ARP, caches), not counted.
