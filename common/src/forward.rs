@@ -5,12 +5,18 @@
 //!
 //! ```text
 //! Plan (desired routes / ownership expectation)
-//!   └─> userspace: FORWARD_DESTINATIONS_V4  LPM trie  Key<[u8; 4]>  -> ForwardTarget
-//!                  FORWARD_DESTINATIONS     LPM trie  Key<[u8; 16]> -> ForwardTarget (IPv6)
-//!       (a ForwardTarget names its block in trie form: IPv4 as ::ffff:a.b.c.d, length + 96)
+//!   └─> userspace: FORWARD_POOLS[FORWARD_POOLS_ACTIVE[0]]  PoolFilter: the pool ranges
+//!                  (disjoint prefixes covering every destination) and, per range, the prefix
+//!                  lengths of the destinations inside it, longest first
+//!                  FORWARD_TARGETS_V4  hash  TargetKeyV4 (length, masked address) -> ForwardTarget
+//!                  FORWARD_TARGETS_V6  hash  TargetKeyV6                          -> ForwardTarget
+//!       (a ForwardTarget names its block in mapped form: IPv4 as ::ffff:a.b.c.d, length + 96)
 //! egress skb on the tunnel device / host NIC
 //!   └─> tc_forward_tunnel / tc_forward_host: dst (or inner dst of IPIP on the NIC)
-//!         ├─ not in the trie: return TC_ACT_UNSPEC, nothing else touched
+//!         ├─ in no pool range: return TC_ACT_UNSPEC, nothing else touched
+//!         ├─ its range's lengths, longest first (/32 borrowed IPs before blocks): one hash
+//!         │  lookup of (length, dst & mask) each; the first hit is the longest match, none:
+//!         │  return as above
 //!         ├─ FORWARD_COUNTERS[counter_index(pool, expected, observation)] += (1, skb->len)
 //!         ├─ expected != actual: FORWARD_COUNTERS already says so; sample -> FORWARD_EVENTS
 //!         │                      (at most one per block per FORWARD_SAMPLE_INTERVAL_NS)
@@ -33,8 +39,8 @@ pub const OBSERVATIONS: usize = 3;
 /// Entries of the `FORWARD_COUNTERS` per-CPU array.
 pub const COUNTER_SLOTS: usize = MAX_POOLS * PATHS * OBSERVATIONS;
 
-/// Offset added to an IPv4 prefix length in the trie, whose keys are IPv4-mapped IPv6
-/// addresses (`::ffff:0:0/96`, RFC 4291 §2.5.5.2).
+/// Offset added to an IPv4 prefix length in the mapped form of [`ForwardTarget`], whose
+/// addresses are IPv4-mapped IPv6 addresses (`::ffff:0:0/96`, RFC 4291 §2.5.5.2).
 pub const V4_MAPPED_PREFIX_LEN: u32 = 96;
 
 /// Egress path of a packet, or the path it should take.
@@ -132,16 +138,16 @@ pub const fn counter_index(pool: u16, expected: u8, observation: u8) -> Option<u
     Some((pool * PATHS as u32 + expected) * OBSERVATIONS as u32 + observation)
 }
 
-/// Value of the `FORWARD_DESTINATIONS` LPM trie: one IPAM block or borrowed IP.
+/// Value of `FORWARD_TARGETS_V4`/`_V6`: one IPAM block or borrowed IP.
 ///
-/// `block`/`prefix_len` repeat the trie key (an LPM lookup returns the value, not the matched
-/// key) so the kernel can key per-block state and name the block in records.
+/// `block`/`prefix_len` repeat the destination in one form for both families, so the kernel
+/// can key per-block state and name the block in records.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ForwardTarget {
-    /// The block in trie form: IPv6, or IPv4-mapped IPv6 (`::ffff:a.b.c.d`).
+    /// The block in mapped form: IPv6, or IPv4-mapped IPv6 (`::ffff:a.b.c.d`).
     pub block: [u8; 16],
-    /// Prefix length in trie form (IPv4: length + [`V4_MAPPED_PREFIX_LEN`]).
+    /// Prefix length in mapped form (IPv4: length + [`V4_MAPPED_PREFIX_LEN`]).
     pub prefix_len: u32,
     /// Pool id (`0..MAX_POOLS`), assigned by the agent; names live in userspace.
     pub pool: u16,
@@ -160,13 +166,99 @@ pub struct ForwardTarget {
 /// [`ForwardTarget::last_path`] before the TC program has seen a packet to the entry.
 pub const LAST_PATH_UNKNOWN: u8 = 0xff;
 
-/// Key of the `FORWARD_BLOCKS` LRU map: a destination block in trie form.
+/// Pool ranges per family in a [`PoolFilter`]: IPv4.
+pub const POOL_RANGES_V4: usize = 8;
+/// Pool ranges per family in a [`PoolFilter`]: IPv6.
+pub const POOL_RANGES_V6: usize = 4;
+/// Distinct destination prefix lengths one pool range can hold (a pool's block size and /32
+/// or /128 borrowed IPs are two).
+pub const RANGE_LENGTHS: usize = 4;
+
+/// One IPv4 pool range of a [`PoolFilter`]. Addresses and masks are the address bytes in
+/// packet (network) order read as a native `u32` (`u32::from_ne_bytes(octets)`), so the
+/// kernel masks the bytes it loaded from the header without a byte swap.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolRangeV4 {
+    /// Network address of the range (masked).
+    pub net: u32,
+    /// Netmask of the range.
+    pub mask: u32,
+    /// Valid entries of `prefix_lens` / `masks` (`0..=RANGE_LENGTHS`).
+    pub lengths: u32,
+    /// Prefix lengths (0..=32) of the destinations in the range, longest first.
+    pub prefix_lens: [u32; RANGE_LENGTHS],
+    /// Netmask of each of `prefix_lens`.
+    pub masks: [u32; RANGE_LENGTHS],
+}
+
+/// One IPv6 pool range of a [`PoolFilter`]; addresses and masks as two native `u64`s of the
+/// address bytes in packet order (`u64::from_ne_bytes` of bytes 0..8 and 8..16).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolRangeV6 {
+    /// Network address of the range (masked).
+    pub net: [u64; 2],
+    /// Netmask of the range.
+    pub mask: [u64; 2],
+    /// Valid entries of `prefix_lens` / `masks`.
+    pub lengths: u32,
+    /// Prefix lengths (0..=128) of the destinations in the range, longest first.
+    pub prefix_lens: [u32; RANGE_LENGTHS],
+    /// Padding, zero.
+    pub _pad: u32,
+    /// Netmask of each of `prefix_lens`.
+    pub masks: [[u64; 2]; RANGE_LENGTHS],
+}
+
+/// Value of the `FORWARD_POOLS` array (two slots; `FORWARD_POOLS_ACTIVE[0]` names the live
+/// one, userspace writes the other and then flips it, so a packet never reads a half-written
+/// filter). The ranges are disjoint and together cover every destination of
+/// `FORWARD_TARGETS_V4`/`_V6`: an address in no range is not a cluster destination, and an
+/// address in a range can only match destinations of that range.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolFilter {
+    /// Valid entries of `v4` (`0..=POOL_RANGES_V4`).
+    pub v4_ranges: u32,
+    /// Valid entries of `v6` (`0..=POOL_RANGES_V6`).
+    pub v6_ranges: u32,
+    /// IPv4 ranges, sorted by address.
+    pub v4: [PoolRangeV4; POOL_RANGES_V4],
+    /// IPv6 ranges, sorted by address.
+    pub v6: [PoolRangeV6; POOL_RANGES_V6],
+}
+
+/// Key of `FORWARD_TARGETS_V4`: a destination's prefix length and its masked address
+/// (native `u32` of the bytes in packet order, as in [`PoolRangeV4`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TargetKeyV4 {
+    /// Prefix length, 0..=32.
+    pub prefix_len: u32,
+    /// Network address.
+    pub addr: u32,
+}
+
+/// Key of `FORWARD_TARGETS_V6`, as [`TargetKeyV4`] (address as in [`PoolRangeV6`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TargetKeyV6 {
+    /// Prefix length, 0..=128.
+    pub prefix_len: u32,
+    /// Padding, zero.
+    pub _pad: u32,
+    /// Network address.
+    pub addr: [u64; 2],
+}
+
+/// Key of the `FORWARD_BLOCKS` LRU map: a destination block in mapped form.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct BlockKey {
-    /// Prefix length in trie form.
+    /// Prefix length in mapped form.
     pub prefix_len: u32,
-    /// The block address in trie form.
+    /// The block address in mapped form.
     pub block: [u8; 16],
 }
 
@@ -262,11 +354,11 @@ pub struct ForwardRecord {
     pub ifindex: u32,
     /// `bpf_ktime_get_ns` at the packet (ns, CLOCK_MONOTONIC).
     pub ts_ns: u64,
-    /// The matched block (trie form).
+    /// The matched block (mapped form).
     pub block: [u8; 16],
-    /// The packet's destination (inner destination for IPIP on the NIC), trie form.
+    /// The packet's destination (inner destination for IPIP on the NIC), mapped form.
     pub dst: [u8; 16],
-    /// Prefix length of `block` (trie form).
+    /// Prefix length of `block` (mapped form).
     pub prefix_len: u32,
     /// Padding, zero.
     pub _pad: u32,
@@ -281,18 +373,29 @@ mod pod {
     unsafe impl aya::Pod for super::BlockState {}
     unsafe impl aya::Pod for super::ForwardCounters {}
     unsafe impl aya::Pod for super::ForwardStats {}
+    unsafe impl aya::Pod for super::PoolFilter {}
+    unsafe impl aya::Pod for super::TargetKeyV4 {}
+    unsafe impl aya::Pod for super::TargetKeyV6 {}
 }
 
 const _: () = assert!(core::mem::size_of::<ForwardTarget>() == 28);
 const _: () = assert!(core::mem::size_of::<BlockKey>() == 20);
 const _: () = assert!(core::mem::size_of::<BlockState>() == 24);
 const _: () = assert!(core::mem::size_of::<ForwardRecord>() == 64);
+const _: () = assert!(core::mem::size_of::<PoolRangeV4>() == 44);
+const _: () = assert!(core::mem::size_of::<PoolRangeV6>() == 120);
+const _: () = assert!(core::mem::size_of::<PoolFilter>() == 8 + 44 * POOL_RANGES_V4 + 120 * POOL_RANGES_V6);
+const _: () = assert!(core::mem::size_of::<TargetKeyV4>() == 8);
+const _: () = assert!(core::mem::size_of::<TargetKeyV6>() == 24);
 
-/// Name of the LPM trie of cluster destinations.
-pub const FORWARD_DESTINATIONS_MAP: &str = "FORWARD_DESTINATIONS";
-/// The IPv4 destinations trie (4-byte keys: a lookup compares a quarter of the bytes of the
-/// IPv4-mapped form).
-pub const FORWARD_DESTINATIONS_V4_MAP: &str = "FORWARD_DESTINATIONS_V4";
+/// Name of the array of two [`PoolFilter`]s (the live one and the one being written).
+pub const FORWARD_POOLS_MAP: &str = "FORWARD_POOLS";
+/// Name of the one-`u32` array naming the live slot (0 or 1) of `FORWARD_POOLS`.
+pub const FORWARD_POOLS_ACTIVE_MAP: &str = "FORWARD_POOLS_ACTIVE";
+/// Name of the hash map [`TargetKeyV4`] -> [`ForwardTarget`] of IPv4 cluster destinations.
+pub const FORWARD_TARGETS_V4_MAP: &str = "FORWARD_TARGETS_V4";
+/// Name of the hash map [`TargetKeyV6`] -> [`ForwardTarget`] of IPv6 cluster destinations.
+pub const FORWARD_TARGETS_V6_MAP: &str = "FORWARD_TARGETS_V6";
 /// Name of the per-CPU counter array ([`COUNTER_SLOTS`] x [`ForwardCounters`]).
 pub const FORWARD_COUNTERS_MAP: &str = "FORWARD_COUNTERS";
 /// Name of the per-CPU flap counters (`MAX_POOLS` x `u64`).

@@ -31,3 +31,86 @@ pub const TC_COUNT_PROGRAM: &str = "tc_count";
 
 pub mod forward;
 pub mod route_watch;
+
+/// Name of the kernel-only per-CPU array of `ebpf/src/bpf_log.rs` (last log time per kind);
+/// listed so that [`MAP_NAMES`] names every map of the object.
+pub const BPF_LOG_RATE_MAP: &str = "BPF_LOG_RATE";
+
+/// Every map routewarden's object declares, by the constants userspace looks them up with
+/// (aya-log's own `AYA_LOGS` and the compiler's `.rodata`/`.data`/`.bss` sections aside).
+/// `agent/tests/bpf_names.rs` checks the object against this list, so a map added or renamed
+/// on one side only fails a test.
+pub const MAP_NAMES: &[&str] = &[
+    TC_COUNTERS_MAP,
+    BPF_LOG_RATE_MAP,
+    forward::FORWARD_POOLS_MAP,
+    forward::FORWARD_POOLS_ACTIVE_MAP,
+    forward::FORWARD_TARGETS_V4_MAP,
+    forward::FORWARD_TARGETS_V6_MAP,
+    forward::FORWARD_COUNTERS_MAP,
+    forward::FORWARD_FLAPS_MAP,
+    forward::FORWARD_STATS_MAP,
+    forward::FORWARD_BLOCKS_MAP,
+    forward::FORWARD_EVENTS_MAP,
+    route_watch::ROUTE_WATCH_STATE_MAP,
+    route_watch::ROUTE_WATCH_COUNTERS_MAP,
+    route_watch::ROUTE_WATCH_EVENTS_MAP,
+    route_watch::ROUTE_WATCH_SELF_PORTS_MAP,
+    route_watch::ROUTE_WATCH_NL_SCRATCH_MAP,
+];
+
+/// `a == b` in a constant expression (`str`'s `==` is not `const`); used by
+/// [`assert_bpf_name!`].
+pub const fn same_name(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Compile-time check, for the kernel-side crate, that a static's identifier is spelled as the
+/// shared name constant userspace looks it up by: `assert_bpf_name!(FORWARD_COUNTERS,
+/// forward::FORWARD_COUNTERS_MAP)`.
+///
+/// The identifier is the name in the object: aya-ebpf's `#[map]` without `name = ...` exports
+/// a map under its static's identifier, and `#[unsafe(no_mangle)]` does the same for a global.
+/// `#[map(name = ...)]` wants a string literal, so it cannot take the constant itself; this
+/// assertion is what keeps the two spellings one name (the BPF build fails if they drift).
+#[macro_export]
+macro_rules! assert_bpf_name {
+    ($static:ident, $constant:path) => {
+        const _: () = assert!(
+            $crate::same_name(stringify!($static), $constant),
+            concat!("the kernel-side static `", stringify!($static), "` is not named as `", stringify!($constant), "`")
+        );
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_name_compares_whole_strings() {
+        assert!(same_name("FORWARD_STATS", "FORWARD_STATS"));
+        assert!(!same_name("FORWARD_STATS", "FORWARD_STAT"));
+        assert!(!same_name("FORWARD_STATS", "FORWARD_STATs"));
+        assert!(same_name("", ""));
+    }
+
+    #[test]
+    fn map_names_are_unique() {
+        let mut names = MAP_NAMES.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), MAP_NAMES.len());
+    }
+}

@@ -444,6 +444,9 @@ pub const GLOBAL_SELF_TGID: &str = "ROUTE_WATCH_SELF_TGID";
 /// Map: netlink port ids of the self process's `NETLINK_ROUTE` sockets (key port, value 1),
 /// kept by userspace from `/proc/<pid>/fd` and `/proc/<pid>/net/netlink`.
 pub const ROUTE_WATCH_SELF_PORTS_MAP: &str = "ROUTE_WATCH_SELF_PORTS";
+/// Name of the socket filter's per-CPU scratch [`RouteWrite`] (kernel-only; listed in
+/// [`crate::MAP_NAMES`]).
+pub const ROUTE_WATCH_NL_SCRATCH_MAP: &str = "ROUTE_WATCH_NL_SCRATCH";
 /// Most self netlink ports tracked.
 pub const SELF_PORTS_MAX: u32 = 64;
 /// Global: 1 to push a [`RecordKind::Write`] record for every write (u32, default 0).

@@ -6,8 +6,11 @@
 //!
 //! Userspace sets `AYA_LOG_LEVEL` at load (`--bpf-log-level`, default `off` = 0): with it off,
 //! [`allowed`] returns after one global read and nothing is written.
-use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::map, maps::PerCpuArray};
+use aya_ebpf::{macros::map, maps::PerCpuArray};
 use aya_log_ebpf::macro_support::{level_enabled, Level};
+use routewarden_common::assert_bpf_name;
+
+use crate::helpers::{now_ns, per_cpu_slot};
 
 /// Kinds of logged events, one rate-limit slot each.
 #[derive(Clone, Copy)]
@@ -26,8 +29,9 @@ pub enum LogKind {
 const KINDS: u32 = 8;
 
 /// Last time (ns, CLOCK_MONOTONIC) each kind was logged on this CPU.
-#[map(name = "BPF_LOG_RATE")]
-static LAST: PerCpuArray<u64> = PerCpuArray::with_max_entries(KINDS, 0);
+#[map]
+static BPF_LOG_RATE: PerCpuArray<u64> = PerCpuArray::with_max_entries(KINDS, 0);
+assert_bpf_name!(BPF_LOG_RATE, routewarden_common::BPF_LOG_RATE_MAP);
 
 /// Whether an event of `kind` at `level` may be logged now: the level is enabled and this CPU
 /// did not log the kind within the last second (then the slot is stamped).
@@ -36,11 +40,8 @@ pub fn allowed(kind: LogKind, level: Level) -> bool {
     if !level_enabled(level) {
         return false;
     }
-    let Some(last) = LAST.get_ptr_mut(kind as u32) else { return false };
-    // SAFETY: helper without arguments.
-    let now = unsafe { bpf_ktime_get_ns() };
-    // SAFETY: this CPU's slot of an array element that exists (kind < KINDS).
-    let last = unsafe { &mut *last };
+    let Some(last) = per_cpu_slot(&BPF_LOG_RATE, kind as u32) else { return false };
+    let now = now_ns();
     if *last != 0 && now.wrapping_sub(*last) < 1_000_000_000 {
         return false;
     }

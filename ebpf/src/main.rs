@@ -4,6 +4,7 @@
 #![no_main]
 
 mod bpf_log;
+mod helpers;
 mod route_detector;
 mod route_watch_fentry;
 mod route_watch_fib;

@@ -20,29 +20,31 @@
 //!   Flushes are counted apart and are never changes or conflicts.
 //! A first write of a prefix (cold start) creates its state and is neither.
 use aya_ebpf::{
-    helpers::bpf_ktime_get_ns,
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use aya_log_ebpf::{macro_support::Level, warn};
+use routewarden_common::assert_bpf_name;
 use routewarden_common::route_watch::{
     family_index, PrefixKey, PrefixState, RecordKind, RouteWatchCounters, RouteWatchRecord, RouteWrite, WriteOp, Writer,
     WriterClass, WriterIdKind, SELF_PORTS_MAX, STATE_CONFLICT, STATE_FLAP, STATE_FLUSHED, STATE_REMOVED,
 };
 
 use crate::bpf_log::{allowed, LogKind};
+pub use crate::helpers::now_ns;
+use crate::helpers::{global_u32, global_u64, per_cpu_slot};
 
 /// Detector state per prefix. 32768 entries x ~150 bytes (key, value, LRU overhead) ≈ 5 MB.
-#[map(name = "ROUTE_WATCH_STATE")]
-static STATE: LruHashMap<PrefixKey, PrefixState> = LruHashMap::with_max_entries(32768, 0);
+#[map]
+static ROUTE_WATCH_STATE: LruHashMap<PrefixKey, PrefixState> = LruHashMap::with_max_entries(32768, 0);
 
 /// One [`RouteWatchCounters`] per CPU at index 0.
-#[map(name = "ROUTE_WATCH_COUNTERS")]
-static COUNTERS: PerCpuArray<RouteWatchCounters> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+static ROUTE_WATCH_COUNTERS: PerCpuArray<RouteWatchCounters> = PerCpuArray::with_max_entries(1, 0);
 
 /// Records for userspace (256 KiB ≈ 2,300 records of 112 + 8 bytes).
-#[map(name = "ROUTE_WATCH_EVENTS")]
-static EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+#[map]
+static ROUTE_WATCH_EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 
 /// Conflict / flap window, nanoseconds.
 #[unsafe(no_mangle)]
@@ -59,30 +61,27 @@ static ROUTE_WATCH_SELF_TGID: u32 = 0;
 
 /// Netlink port ids of the self process's route sockets (socket-filter backend), kept by
 /// userspace.
-#[map(name = "ROUTE_WATCH_SELF_PORTS")]
-static SELF_PORTS: HashMap<u32, u8> = HashMap::with_max_entries(SELF_PORTS_MAX, 0);
+#[map]
+static ROUTE_WATCH_SELF_PORTS: HashMap<u32, u8> = HashMap::with_max_entries(SELF_PORTS_MAX, 0);
 
 /// 1: push one `Write` record per write (used by `routewarden events`).
 #[unsafe(no_mangle)]
 static ROUTE_WATCH_STREAM_WRITES: u32 = 0;
 
-#[inline(always)]
-fn global_u32(v: &'static u32) -> u32 {
-    // SAFETY: reading a static; volatile so the loader's value (set_global) is not folded away.
-    unsafe { core::ptr::read_volatile(v) }
-}
-
-#[inline(always)]
-fn global_u64(v: &'static u64) -> u64 {
-    // SAFETY: as above.
-    unsafe { core::ptr::read_volatile(v) }
-}
+assert_bpf_name!(ROUTE_WATCH_STATE, routewarden_common::route_watch::ROUTE_WATCH_STATE_MAP);
+assert_bpf_name!(ROUTE_WATCH_COUNTERS, routewarden_common::route_watch::ROUTE_WATCH_COUNTERS_MAP);
+assert_bpf_name!(ROUTE_WATCH_EVENTS, routewarden_common::route_watch::ROUTE_WATCH_EVENTS_MAP);
+assert_bpf_name!(ROUTE_WATCH_SELF_PORTS, routewarden_common::route_watch::ROUTE_WATCH_SELF_PORTS_MAP);
+assert_bpf_name!(ROUTE_WATCH_WINDOW_NS, routewarden_common::route_watch::GLOBAL_WINDOW_NS);
+assert_bpf_name!(ROUTE_WATCH_FLAP_THRESHOLD, routewarden_common::route_watch::GLOBAL_FLAP_THRESHOLD);
+assert_bpf_name!(ROUTE_WATCH_SELF_PROTOCOL, routewarden_common::route_watch::GLOBAL_SELF_PROTOCOL);
+assert_bpf_name!(ROUTE_WATCH_SELF_TGID, routewarden_common::route_watch::GLOBAL_SELF_TGID);
+assert_bpf_name!(ROUTE_WATCH_STREAM_WRITES, routewarden_common::route_watch::GLOBAL_STREAM_WRITES);
 
 /// This CPU's counters, or `None` if the lookup fails (never for index 0 of an array).
 #[inline(always)]
 pub fn counters() -> Option<&'static mut RouteWatchCounters> {
-    // SAFETY: per-CPU slot of this CPU, valid for the program's run; no other CPU touches it.
-    COUNTERS.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+    per_cpu_slot(&ROUTE_WATCH_COUNTERS, 0)
 }
 
 /// Count an undecodable notification or argument.
@@ -101,17 +100,10 @@ pub fn count_other_netns() {
     }
 }
 
-/// Current kernel time, ns (CLOCK_MONOTONIC).
-#[inline(always)]
-pub fn now_ns() -> u64 {
-    // SAFETY: helper without arguments.
-    unsafe { bpf_ktime_get_ns() }
-}
-
 /// Push a record; count it as lost when the ring buffer is full.
 #[inline(always)]
 fn emit(kind: RecordKind, changes: u32, write: &RouteWrite, previous: &Writer) {
-    match EVENTS.reserve::<RouteWatchRecord>(0) {
+    match ROUTE_WATCH_EVENTS.reserve::<RouteWatchRecord>(0) {
         Some(mut entry) => {
             entry.write(RouteWatchRecord { kind: kind as u8, _pad: [0; 3], changes, write: *write, previous: *previous });
             entry.submit(0);
@@ -178,7 +170,7 @@ fn is_self(writer: &Writer) -> bool {
         return true;
     }
     // SAFETY: a lookup in this program's own map; the value is not kept.
-    writer.id_kind == WriterIdKind::NetlinkPort as u8 && unsafe { SELF_PORTS.get(&writer.id) }.is_some()
+    writer.id_kind == WriterIdKind::NetlinkPort as u8 && unsafe { ROUTE_WATCH_SELF_PORTS.get(&writer.id) }.is_some()
 }
 
 /// Run the detector on one write. `w.ts_ns` must be set; `w.writer.class` is filled in here.
@@ -211,7 +203,7 @@ pub fn observe(w: &mut RouteWrite) {
     let threshold = global_u32(&ROUTE_WATCH_FLAP_THRESHOLD);
     let attrs = attrs_hash(w);
 
-    let Some(st) = STATE.get_ptr_mut(&key) else {
+    let Some(st) = ROUTE_WATCH_STATE.get_ptr_mut(&key) else {
         // First write of this prefix since the watch started (or since LRU eviction).
         if matches!(op, WriteOp::Delete) {
             if is_kernel_removal(w) {
@@ -234,7 +226,7 @@ pub fn observe(w: &mut RouteWrite) {
             _pad: [0; 2],
             last_writer: w.writer,
         };
-        if let Err(e) = STATE.insert(&key, &st, 0) {
+        if let Err(e) = ROUTE_WATCH_STATE.insert(&key, &st, 0) {
             if allowed(LogKind::RouteStateInsert, Level::Warn) {
                 warn!(&(), "route watch: state map insert failed (error {}); this write starts no history", e);
             }

@@ -23,6 +23,8 @@ static ROUTE_WATCH_NETNS_INUM: u32 = 0;
 /// Member offsets from BTF, see [`KernelOffsets`].
 #[unsafe(no_mangle)]
 static ROUTE_WATCH_OFFSETS: KernelOffsets = KernelOffsets::UNRESOLVED;
+routewarden_common::assert_bpf_name!(ROUTE_WATCH_NETNS_INUM, routewarden_common::route_watch::GLOBAL_NETNS_INUM);
+routewarden_common::assert_bpf_name!(ROUTE_WATCH_OFFSETS, routewarden_common::route_watch::GLOBAL_OFFSETS);
 
 const NLM_F_REPLACE: u16 = 0x100;
 

@@ -46,8 +46,10 @@ const MAX_ATTRS: u32 = 16;
 /// Scratch [`RouteWrite`] per CPU. The attribute walk writes into map memory rather than the
 /// stack so that the verifier's states at the loop head do not multiply with which fields were
 /// written (Linux 6.1 hit the 1M-instruction limit with a stack-allocated write).
-#[map(name = "ROUTE_WATCH_NL_SCRATCH")]
-static SCRATCH: PerCpuArray<RouteWrite> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+static ROUTE_WATCH_NL_SCRATCH: PerCpuArray<RouteWrite> = PerCpuArray::with_max_entries(1, 0);
+routewarden_common::assert_bpf_name!(ROUTE_WATCH_NL_SCRATCH, routewarden_common::route_watch::ROUTE_WATCH_NL_SCRATCH_MAP);
+routewarden_common::assert_bpf_name!(route_watch_netlink, routewarden_common::route_watch::PROG_SOCKET_FILTER);
 
 #[socket_filter]
 pub fn route_watch_netlink(ctx: SkBuffContext) -> i64 {
@@ -119,7 +121,7 @@ fn route_message(ctx: &SkBuffContext, msg_type: u16) -> Result<(), i64> {
     } else {
         WriteOp::Add
     };
-    let Some(w) = SCRATCH.get_ptr_mut(0) else { return Err(decode_error()) };
+    let Some(w) = ROUTE_WATCH_NL_SCRATCH.get_ptr_mut(0) else { return Err(decode_error()) };
     // SAFETY: this CPU's slot, valid for the program's run and not shared with other CPUs.
     let w = unsafe { &mut *w };
     *w = RouteWrite {

@@ -6,11 +6,13 @@
 //! action" and for TCX is `TCX_NEXT`, so other programs on the same hook (Calico's, Cilium's)
 //! still see every packet.
 use aya_ebpf::{bindings::TC_ACT_UNSPEC, macros::{classifier, map}, maps::PerCpuArray, programs::TcContext};
-use routewarden_common::TcCounters;
+use routewarden_common::{assert_bpf_name, TcCounters};
 
 /// One [`TcCounters`] per CPU at index 0.
-#[map(name = "TC_COUNTERS")]
+#[map]
 static TC_COUNTERS: PerCpuArray<TcCounters> = PerCpuArray::with_max_entries(1, 0);
+assert_bpf_name!(TC_COUNTERS, routewarden_common::TC_COUNTERS_MAP);
+assert_bpf_name!(tc_count, routewarden_common::TC_COUNT_PROGRAM);
 
 #[classifier]
 pub fn tc_count(ctx: TcContext) -> i32 {

@@ -18,58 +18,73 @@
 //! and always return `TC_ACT_UNSPEC` (-1), which is `TCX_NEXT` for TCX and "continue with the
 //! next filter" for clsact, so Calico's and Cilium's programs on the same hook still run.
 //!
-//! Cost on a non-cluster destination: one header load and one LPM trie miss. Types and the
-//! data flow: `routewarden_common::forward`.
+//! Lookup (issue 15): the destination is first tested against the pool ranges of the live
+//! [`PoolFilter`] (a few disjoint prefixes covering every cluster destination); a
+//! non-cluster destination exits there, after one header load and a few compares. Inside a
+//! range, one hash lookup per prefix length of the destinations there, longest first (borrowed
+//! /32s before the pool's block size): the first hit is the longest match, as an LPM trie would
+//! give. Types and the data flow: `routewarden_common::forward`.
 use aya_ebpf::{
     bindings::{bpf_hdr_start_off::BPF_HDR_START_NET, TC_ACT_UNSPEC},
-    helpers::{bpf_ktime_get_ns, bpf_map_lookup_elem, bpf_skb_load_bytes_relative},
+    helpers::bpf_skb_load_bytes_relative,
     macros::{classifier, map},
-    maps::{
-        lpm_trie::{Key, LpmTrie},
-        LruHashMap, PerCpuArray, RingBuf,
-    },
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::TcContext,
 };
 use aya_log_ebpf::{macro_support::Level, warn};
+use routewarden_common::{assert_bpf_name, forward};
 use routewarden_common::forward::{
     counter_index, BlockKey, BlockState, ForwardCounters, ForwardRecord, ForwardRecordKind, ForwardStats,
-    ForwardTarget, Observation, COUNTER_SLOTS, LAST_PATH_UNKNOWN, MAX_POOLS,
+    ForwardTarget, Observation, PoolFilter, TargetKeyV4, TargetKeyV6, COUNTER_SLOTS, LAST_PATH_UNKNOWN, MAX_POOLS,
+    POOL_RANGES_V4, POOL_RANGES_V6, RANGE_LENGTHS,
 };
 
 use crate::bpf_log::{allowed, LogKind};
+use crate::helpers::{global_u32, global_u64, now_ns, per_cpu_slot};
 
-/// IPv6 cluster destinations: IPAM blocks and borrowed IPs. Filled and diffed by the agent.
-/// 65536 entries is a 5,000-node cluster with ten blocks per node and 15,000 borrowed IPs;
-/// memory is allocated per entry (`BPF_F_NO_PREALLOC`).
-#[map(name = "FORWARD_DESTINATIONS")]
-static DESTINATIONS: LpmTrie<[u8; 16], ForwardTarget> = LpmTrie::with_max_entries(65536, 0);
+/// `BPF_F_NO_PREALLOC` (include/uapi/linux/bpf.h): hash map memory is allocated per entry.
+const BPF_F_NO_PREALLOC: u32 = 1;
 
-/// IPv4 cluster destinations, as [`DESTINATIONS`] with 4-byte keys (the IPv4-mapped form
-/// made every lookup compare 16 bytes per trie node).
-#[map(name = "FORWARD_DESTINATIONS_V4")]
-static DESTINATIONS_V4: LpmTrie<[u8; 4], ForwardTarget> = LpmTrie::with_max_entries(65536, 0);
+/// The pool filter, two slots: [`FORWARD_POOLS_ACTIVE`] names the live one; userspace writes
+/// the other, then flips.
+#[map]
+static FORWARD_POOLS: Array<PoolFilter> = Array::with_max_entries(2, 0);
+
+/// Index 0: the live slot of [`FORWARD_POOLS`] (0 or 1).
+#[map]
+static FORWARD_POOLS_ACTIVE: Array<u32> = Array::with_max_entries(1, 0);
+
+/// IPv4 cluster destinations (IPAM blocks and borrowed IPs) by (prefix length, masked
+/// address). Filled and diffed by the agent. 65536 entries is a 5,000-node cluster with ten
+/// blocks per node and 15,000 borrowed IPs; memory is allocated per entry.
+#[map]
+static FORWARD_TARGETS_V4: HashMap<TargetKeyV4, ForwardTarget> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
+
+/// IPv6 cluster destinations, as [`FORWARD_TARGETS_V4`].
+#[map]
+static FORWARD_TARGETS_V6: HashMap<TargetKeyV6, ForwardTarget> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
 
 /// Packets and bytes per (pool, expected path, observation); see `counter_index`.
-#[map(name = "FORWARD_COUNTERS")]
+#[map]
 #[expect(clippy::cast_possible_truncation, reason = "COUNTER_SLOTS is 2304")]
-static COUNTERS: PerCpuArray<ForwardCounters> = PerCpuArray::with_max_entries(COUNTER_SLOTS as u32, 0);
+static FORWARD_COUNTERS: PerCpuArray<ForwardCounters> = PerCpuArray::with_max_entries(COUNTER_SLOTS as u32, 0);
 
 /// Forwarding flaps per pool id.
-#[map(name = "FORWARD_FLAPS")]
+#[map]
 #[expect(clippy::cast_possible_truncation, reason = "MAX_POOLS is 256")]
-static FLAPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_POOLS as u32, 0);
+static FORWARD_FLAPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_POOLS as u32, 0);
 
 /// Global statistics at index 0.
-#[map(name = "FORWARD_STATS")]
-static STATS: PerCpuArray<ForwardStats> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+static FORWARD_STATS: PerCpuArray<ForwardStats> = PerCpuArray::with_max_entries(1, 0);
 
 /// Last egress path per destination block (16384 blocks with traffic x ~100 bytes ≈ 1.6 MB).
-#[map(name = "FORWARD_BLOCKS")]
-static BLOCKS: LruHashMap<BlockKey, BlockState> = LruHashMap::with_max_entries(16384, 0);
+#[map]
+static FORWARD_BLOCKS: LruHashMap<BlockKey, BlockState> = LruHashMap::with_max_entries(16384, 0);
 
 /// Wrong-path samples and flaps (64 KiB = 910 records of 64 + 8 bytes).
-#[map(name = "FORWARD_EVENTS")]
-static EVENTS: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
+#[map]
+static FORWARD_EVENTS: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
 
 /// Path changes of one block within the window that make a forwarding flap.
 #[unsafe(no_mangle)]
@@ -80,6 +95,21 @@ static FORWARD_WINDOW_NS: u64 = 30_000_000_000;
 /// Minimum interval between two wrong-path samples of one block, nanoseconds.
 #[unsafe(no_mangle)]
 static FORWARD_SAMPLE_INTERVAL_NS: u64 = 1_000_000_000;
+
+assert_bpf_name!(FORWARD_POOLS, forward::FORWARD_POOLS_MAP);
+assert_bpf_name!(FORWARD_POOLS_ACTIVE, forward::FORWARD_POOLS_ACTIVE_MAP);
+assert_bpf_name!(FORWARD_TARGETS_V4, forward::FORWARD_TARGETS_V4_MAP);
+assert_bpf_name!(FORWARD_TARGETS_V6, forward::FORWARD_TARGETS_V6_MAP);
+assert_bpf_name!(FORWARD_COUNTERS, forward::FORWARD_COUNTERS_MAP);
+assert_bpf_name!(FORWARD_FLAPS, forward::FORWARD_FLAPS_MAP);
+assert_bpf_name!(FORWARD_STATS, forward::FORWARD_STATS_MAP);
+assert_bpf_name!(FORWARD_BLOCKS, forward::FORWARD_BLOCKS_MAP);
+assert_bpf_name!(FORWARD_EVENTS, forward::FORWARD_EVENTS_MAP);
+assert_bpf_name!(FORWARD_FLAP_THRESHOLD, forward::GLOBAL_FLAP_THRESHOLD);
+assert_bpf_name!(FORWARD_WINDOW_NS, forward::GLOBAL_WINDOW_NS);
+assert_bpf_name!(FORWARD_SAMPLE_INTERVAL_NS, forward::GLOBAL_SAMPLE_INTERVAL_NS);
+assert_bpf_name!(tc_forward_tunnel, forward::PROG_TC_FORWARD_TUNNEL);
+assert_bpf_name!(tc_forward_host, forward::PROG_TC_FORWARD_HOST);
 
 /// `ETH_P_IP` / `ETH_P_IPV6` (include/uapi/linux/if_ether.h), host order.
 const ETH_P_IP: u16 = 0x0800;
@@ -100,27 +130,8 @@ pub fn tc_forward_host(ctx: TcContext) -> i32 {
 }
 
 #[inline(always)]
-fn global_u32(v: &'static u32) -> u32 {
-    // SAFETY: reading a static; volatile so the loader's value (override_global) is not folded.
-    unsafe { core::ptr::read_volatile(v) }
-}
-
-#[inline(always)]
-fn global_u64(v: &'static u64) -> u64 {
-    // SAFETY: as above.
-    unsafe { core::ptr::read_volatile(v) }
-}
-
-#[inline(always)]
-fn now_ns() -> u64 {
-    // SAFETY: helper without arguments.
-    unsafe { bpf_ktime_get_ns() }
-}
-
-#[inline(always)]
 fn stats() -> Option<&'static mut ForwardStats> {
-    // SAFETY: this CPU's slot, valid for the program's run; no other CPU touches it.
-    STATS.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+    per_cpu_slot(&FORWARD_STATS, 0)
 }
 
 /// Copy `N` bytes from `offset` past the network header; `None` if the packet is shorter.
@@ -138,7 +149,7 @@ fn load_net<const N: usize>(ctx: &TcContext, offset: u32) -> Option<[u8; N]> {
     }
 }
 
-/// IPv4 address bytes as the trie's IPv4-mapped IPv6 form.
+/// IPv4 address bytes in the IPv4-mapped IPv6 form of [`ForwardTarget`] and the records.
 #[inline(always)]
 fn mapped(a: u8, b: u8, c: u8, d: u8) -> [u8; 16] {
     [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a, b, c, d]
@@ -198,32 +209,93 @@ fn unparsable(ctx: &TcContext, what: u32) {
     }
 }
 
+/// The live pool filter.
+#[inline(always)]
+fn pool_filter() -> Option<&'static PoolFilter> {
+    let active = FORWARD_POOLS_ACTIVE.get(0).copied().unwrap_or(0);
+    FORWARD_POOLS.get(active & 1)
+}
+
+/// The destination `dst` (bytes in packet order) matches, writable (the program keeps
+/// `last_path` in it; racy one-byte writes from several CPUs are benign, the slow path
+/// reconciles). `None` for a non-cluster destination.
+#[inline(always)]
+fn target_v4(dst: [u8; 4]) -> Option<&'static mut ForwardTarget> {
+    let filter = pool_filter()?;
+    let addr = u32::from_ne_bytes(dst);
+    for i in 0..POOL_RANGES_V4 {
+        #[expect(clippy::cast_possible_truncation, reason = "i < POOL_RANGES_V4 = 8")]
+        if i as u32 >= filter.v4_ranges {
+            return None;
+        }
+        let range = &filter.v4[i];
+        if addr & range.mask != range.net {
+            continue;
+        }
+        // The ranges are disjoint: this one decides.
+        for j in 0..RANGE_LENGTHS {
+            #[expect(clippy::cast_possible_truncation, reason = "j < RANGE_LENGTHS = 4")]
+            if j as u32 >= range.lengths {
+                return None;
+            }
+            let key = TargetKeyV4 { prefix_len: range.prefix_lens[j], addr: addr & range.masks[j] };
+            if let Some(t) = FORWARD_TARGETS_V4.get_ptr_mut(&key) {
+                // SAFETY: a value of the map, a `ForwardTarget`, valid for this run (RCU).
+                return Some(unsafe { &mut *t });
+            }
+        }
+        return None;
+    }
+    None
+}
+
+/// As [`target_v4`] for IPv6.
+#[inline(always)]
+fn target_v6(dst: &[u8; 16]) -> Option<&'static mut ForwardTarget> {
+    let filter = pool_filter()?;
+    let mut hi = [0u8; 8];
+    let mut lo = [0u8; 8];
+    hi.copy_from_slice(&dst[..8]);
+    lo.copy_from_slice(&dst[8..]);
+    let addr = [u64::from_ne_bytes(hi), u64::from_ne_bytes(lo)];
+    for i in 0..POOL_RANGES_V6 {
+        #[expect(clippy::cast_possible_truncation, reason = "i < POOL_RANGES_V6 = 4")]
+        if i as u32 >= filter.v6_ranges {
+            return None;
+        }
+        let range = &filter.v6[i];
+        if addr[0] & range.mask[0] != range.net[0] || addr[1] & range.mask[1] != range.net[1] {
+            continue;
+        }
+        for j in 0..RANGE_LENGTHS {
+            #[expect(clippy::cast_possible_truncation, reason = "j < RANGE_LENGTHS = 4")]
+            if j as u32 >= range.lengths {
+                return None;
+            }
+            let m = range.masks[j];
+            let key = TargetKeyV6 { prefix_len: range.prefix_lens[j], _pad: 0, addr: [addr[0] & m[0], addr[1] & m[1]] };
+            if let Some(t) = FORWARD_TARGETS_V6.get_ptr_mut(&key) {
+                // SAFETY: as in `target_v4`.
+                return Some(unsafe { &mut *t });
+            }
+        }
+        return None;
+    }
+    None
+}
+
 #[inline(always)]
 fn lookup_and_account(ctx: &TcContext, dst: [u8; 16], obs: Observation) {
-    let key = Key::new(128, dst);
-    if let Some(target) = target_of(&DESTINATIONS, &key) {
+    if let Some(target) = target_v6(&dst) {
         account(ctx, target, &dst, obs);
     }
 }
 
 #[inline(always)]
 fn lookup_and_account_v4(ctx: &TcContext, dst: [u8; 4], obs: Observation) {
-    let key = Key::new(32, dst);
-    if let Some(target) = target_of(&DESTINATIONS_V4, &key) {
+    if let Some(target) = target_v4(dst) {
         account(ctx, target, &mapped(dst[0], dst[1], dst[2], dst[3]), obs);
     }
-}
-
-/// The trie value for `key`, writable: the program keeps `last_path` in it. aya-ebpf's
-/// `LpmTrie::get` hands out `&V`, so this calls the helper itself; `LpmTrie` is
-/// `repr(transparent)` over its map definition, which is what the helper takes.
-#[inline(always)]
-fn target_of<K>(map: &'static LpmTrie<K, ForwardTarget>, key: &Key<K>) -> Option<&'static mut ForwardTarget> {
-    // SAFETY: a lookup in this program's own map with a key of the map's type.
-    let value = unsafe { bpf_map_lookup_elem(core::ptr::from_ref(map).cast_mut().cast(), core::ptr::from_ref(key).cast()) };
-    // SAFETY: a non-null value of the map, a `ForwardTarget`, valid for this run (RCU); racy
-    // one-byte writes from several CPUs are benign (the slow path reconciles).
-    (!value.is_null()).then(|| unsafe { &mut *value.cast::<ForwardTarget>() })
 }
 
 #[inline(always)]
@@ -231,7 +303,7 @@ fn account(ctx: &TcContext, target: &mut ForwardTarget, dst: &[u8; 16], obs: Obs
     let actual = obs.path() as u8;
     match counter_index(target.pool, target.expected, obs as u8) {
         Some(i) => {
-            if let Some(c) = COUNTERS.get_ptr_mut(i) {
+            if let Some(c) = FORWARD_COUNTERS.get_ptr_mut(i) {
                 // SAFETY: this CPU's slot of an array element that exists (i < COUNTER_SLOTS).
                 unsafe {
                     (*c).packets += 1;
@@ -255,14 +327,14 @@ fn account(ctx: &TcContext, target: &mut ForwardTarget, dst: &[u8; 16], obs: Obs
     let seen = target.last_path;
     target.last_path = actual;
     let key = BlockKey { prefix_len: target.prefix_len, block: target.block };
-    let state = match BLOCKS.get_ptr_mut(&key) {
+    let state = match FORWARD_BLOCKS.get_ptr_mut(&key) {
         Some(state) => state,
         // The block's state is gone (LRU: the fast path does not refresh it) but the entry
         // remembers another path: start from that one, so this change counts.
         None if seen != LAST_PATH_UNKNOWN && seen != actual => {
             let known = BlockState { last_path: seen, _pad: [0; 3], changes: 0, window_start_ns: 0, last_sample_ns: 0 };
             block_insert(&key, &known);
-            let Some(state) = BLOCKS.get_ptr_mut(&key) else { return };
+            let Some(state) = FORWARD_BLOCKS.get_ptr_mut(&key) else { return };
             state
         }
         None => {
@@ -303,7 +375,7 @@ fn account(ctx: &TcContext, target: &mut ForwardTarget, dst: &[u8; 16], obs: Obs
         }
         // Equality: one flap per block per window however long the flipping goes on.
         if state.changes == global_u32(&FORWARD_FLAP_THRESHOLD) {
-            if let Some(f) = FLAPS.get_ptr_mut(u32::from(target.pool)) {
+            if let Some(f) = FORWARD_FLAPS.get_ptr_mut(u32::from(target.pool)) {
                 // SAFETY: this CPU's slot.
                 unsafe { *f += 1 };
             }
@@ -316,7 +388,7 @@ fn account(ctx: &TcContext, target: &mut ForwardTarget, dst: &[u8; 16], obs: Obs
 /// is an allocation failure).
 #[inline(always)]
 fn block_insert(key: &BlockKey, state: &BlockState) {
-    if let Err(e) = BLOCKS.insert(key, state, 0) {
+    if let Err(e) = FORWARD_BLOCKS.insert(key, state, 0) {
         if allowed(LogKind::ForwardBlockInsert, Level::Warn) {
             warn!(&(), "forwarding watch: block state insert failed (error {})", e);
         }
@@ -335,7 +407,7 @@ fn emit(
     changes: u32,
     now: u64,
 ) {
-    let Some(mut entry) = EVENTS.reserve::<ForwardRecord>(0) else {
+    let Some(mut entry) = FORWARD_EVENTS.reserve::<ForwardRecord>(0) else {
         if let Some(s) = stats() {
             s.events_lost += 1;
         }

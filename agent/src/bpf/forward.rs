@@ -1,7 +1,8 @@
 //! The TC forwarding watch (issue 6): loads `tc_forward_tunnel` / `tc_forward_host` (see
 //! `ebpf/src/tc_forward.rs`) onto egress of the tunnel devices and host NICs, keeps the
-//! `FORWARD_DESTINATIONS` LPM trie in step with the plan, reads the per-CPU counters and turns
-//! ring-buffer records into [`ForwardEvent`]s.
+//! destination maps (`FORWARD_TARGETS_V4`/`_V6`, hash maps by prefix length and masked
+//! address) and the pool filter in front of them (`FORWARD_POOLS`, [`pools`]) in step with the
+//! plan, reads the per-CPU counters and turns ring-buffer records into [`ForwardEvent`]s.
 //!
 //! Attach: TCX links (kernel >= 6.6) placed first on the hook (`LinkOrder::first()`, falling
 //! back to appending when another program holds the first position); clsact + netlink filter
@@ -29,13 +30,13 @@
 
 pub mod entries;
 pub mod event;
+pub mod pools;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use aya::maps::lpm_trie::{Key, LpmTrie};
-use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::links::LinkOrder;
 use aya::programs::tc::{self, NlOptions, TcAttachOptions};
 use aya::programs::{SchedClassifier, TcAttachType};
@@ -44,9 +45,10 @@ use aya::{Ebpf, EbpfLoader};
 use crate::bpf::bpf_log::{BpfLogForwarder, BpfLogLevel};
 use ipnet::IpNet;
 use routewarden_common::forward::{
-    counter_index, ForwardCounters, ForwardPath, ForwardStats, ForwardTarget, Observation, FORWARD_COUNTERS_MAP,
-    FORWARD_DESTINATIONS_MAP, FORWARD_EVENTS_MAP, FORWARD_FLAPS_MAP, FORWARD_STATS_MAP, GLOBAL_FLAP_THRESHOLD,
-    GLOBAL_SAMPLE_INTERVAL_NS, GLOBAL_WINDOW_NS, LAST_PATH_UNKNOWN, FORWARD_DESTINATIONS_V4_MAP, MAX_POOLS, PROG_TC_FORWARD_HOST, PROG_TC_FORWARD_TUNNEL,
+    counter_index, ForwardCounters, ForwardPath, ForwardStats, ForwardTarget, Observation, PoolFilter, FORWARD_COUNTERS_MAP,
+    FORWARD_EVENTS_MAP, FORWARD_FLAPS_MAP, FORWARD_POOLS_ACTIVE_MAP, FORWARD_POOLS_MAP, FORWARD_STATS_MAP, FORWARD_TARGETS_V4_MAP,
+    FORWARD_TARGETS_V6_MAP, GLOBAL_FLAP_THRESHOLD, GLOBAL_SAMPLE_INTERVAL_NS, GLOBAL_WINDOW_NS, LAST_PATH_UNKNOWN, MAX_POOLS,
+    PROG_TC_FORWARD_HOST, PROG_TC_FORWARD_TUNNEL,
 };
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
@@ -159,38 +161,43 @@ pub enum ForwardError {
     ReaderTaken,
 }
 
-/// Make one family's trie hold exactly the entries of `want` that `key_of` maps to it:
-/// insert new prefixes, overwrite changed ones in place, delete gone ones; `installed` and
-/// `update` follow. Per-entry failures go to `update.failed` (retried next time).
-fn sync_trie<K: aya::Pod>(
-    trie: &mut LpmTrie<&mut MapData, K, ForwardTarget>,
-    key_of: impl Fn(&IpNet) -> Option<Key<K>>,
+/// Bring one family's hash map toward `want` (`key_of` picks the family's prefixes): with
+/// `phase` [`SyncPhase::Write`], insert new prefixes and overwrite changed ones in place; with
+/// [`SyncPhase::Remove`], delete the prefixes `want` no longer has. `installed` and `update`
+/// follow. Per-entry failures go to `update.failed` (retried next time).
+fn sync_targets<K: aya::Pod>(
+    map: &mut BpfHashMap<&mut MapData, K, ForwardTarget>,
+    key_of: impl Fn(&IpNet) -> Option<K>,
+    phase: SyncPhase,
     want: &BTreeMap<IpNet, ForwardTarget>,
     installed: &mut BTreeMap<IpNet, ForwardTarget>,
     update: &mut DestinationsUpdate,
 ) {
-    for (prefix, target) in want {
-        let Some(key) = key_of(prefix) else { continue };
-        let old = installed.get(prefix);
-        if old == Some(target) {
-            continue;
-        }
-        match trie.insert(&key, *target, 0) {
-            Ok(()) => {
-                if old.is_some() {
-                    update.updated += 1;
-                } else {
-                    update.inserted += 1;
-                }
-                installed.insert(*prefix, *target);
+    if phase == SyncPhase::Write {
+        for (prefix, target) in want {
+            let Some(key) = key_of(prefix) else { continue };
+            let old = installed.get(prefix);
+            if old == Some(target) {
+                continue;
             }
-            Err(e) => update.failed.push((*prefix, e.to_string())),
+            match map.insert(key, *target, 0) {
+                Ok(()) => {
+                    if old.is_some() {
+                        update.updated += 1;
+                    } else {
+                        update.inserted += 1;
+                    }
+                    installed.insert(*prefix, *target);
+                }
+                Err(e) => update.failed.push((*prefix, e.to_string())),
+            }
         }
+        return;
     }
-    let gone: Vec<IpNet> = installed.keys().filter(|p| !want.contains_key(p)).copied().collect();
+    let gone: Vec<IpNet> = installed.keys().filter(|p| !want.contains_key(p) && key_of(p).is_some()).copied().collect();
     for prefix in gone {
         let Some(key) = key_of(&prefix) else { continue };
-        match trie.remove(&key) {
+        match map.remove(&key) {
             // Already absent (someone else removed it) is as good as removed.
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {
                 update.removed += 1;
@@ -198,6 +205,27 @@ fn sync_trie<K: aya::Pod>(
             }
             Err(e) => update.failed.push((prefix, e.to_string())),
         }
+    }
+}
+
+/// The two halves of [`sync_targets`]: the pool filter is switched between them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SyncPhase {
+    Write,
+    Remove,
+}
+
+fn key_v4(p: &IpNet) -> Option<routewarden_common::forward::TargetKeyV4> {
+    match p {
+        IpNet::V4(n) => Some(pools::target_key_v4(n)),
+        IpNet::V6(_) => None,
+    }
+}
+
+fn key_v6(p: &IpNet) -> Option<routewarden_common::forward::TargetKeyV6> {
+    match p {
+        IpNet::V6(n) => Some(pools::target_key_v6(n)),
+        IpNet::V4(_) => None,
     }
 }
 
@@ -259,6 +287,9 @@ pub struct ForwardWatch {
     bpf: Ebpf,
     pools: Arc<RwLock<PoolTable>>,
     installed: BTreeMap<IpNet, ForwardTarget>,
+    /// The live pool filter and its slot in `FORWARD_POOLS` (0 or 1).
+    filter: PoolFilter,
+    filter_slot: u32,
     attached: Vec<AttachedDevice>,
     missing: Vec<(String, DeviceRole)>,
     /// Forwards the programs' log lines (`None` with `--bpf-log-level off`).
@@ -313,6 +344,8 @@ impl ForwardWatch {
             bpf,
             pools: Arc::default(),
             installed: BTreeMap::new(),
+            filter: PoolFilter::default(),
+            filter_slot: 0,
             attached: Vec::new(),
             missing: config.devices.clone(),
         };
@@ -422,17 +455,21 @@ impl ForwardWatch {
         self.attached.iter().any(|a| a.role == DeviceRole::Tunnel)
     }
 
-    /// The destinations in the trie now, by prefix.
+    /// The destinations in the kernel now, by prefix.
     pub fn destinations(&self) -> &BTreeMap<IpNet, ForwardTarget> {
         &self.installed
     }
 
-    /// Make the trie hold exactly `entries`: insert new prefixes, overwrite changed ones in
-    /// place, delete gone ones. Never cleared and refilled, so a packet never misses an entry
-    /// that stays. Per-entry failures are reported in the result and retried next time.
+    /// Make the destination maps hold exactly `entries` and the pool filter cover them:
+    /// insert new prefixes and overwrite changed ones in place, then switch to the new filter
+    /// (written to the idle slot of `FORWARD_POOLS`, then made live), then delete gone
+    /// prefixes. Never cleared and refilled, so a packet never misses an entry that stays.
+    /// Per-entry failures are reported in the result and retried next time; a destination the
+    /// filter cannot hold ([`pools::pool_filter`]) is one of them and is not written.
     ///
     /// # Errors
-    /// [`ForwardError::Map`] only if the trie cannot be opened; write failures are per entry.
+    /// [`ForwardError::Map`] if a map cannot be opened or the filter cannot be written;
+    /// destination write failures are per entry.
     pub fn set_destinations(&mut self, entries: &[ForwardEntry]) -> Result<DestinationsUpdate, ForwardError> {
         let mut update = DestinationsUpdate::default();
         let mut want: BTreeMap<IpNet, ForwardTarget> = BTreeMap::new();
@@ -445,7 +482,7 @@ impl ForwardWatch {
                 };
                 let (prefix_len, block) = entries::trie_key(&e.prefix);
                 want.insert(
-                    e.prefix,
+                    e.prefix.trunc(),
                     ForwardTarget {
                         block,
                         prefix_len,
@@ -458,27 +495,38 @@ impl ForwardWatch {
                 );
             }
         }
-        // One trie per family (4-byte IPv4 keys); the same diff against `installed` for each.
-        {
-            let map = self.bpf.map_mut(FORWARD_DESTINATIONS_V4_MAP).ok_or(ForwardError::Missing(FORWARD_DESTINATIONS_V4_MAP))?;
-            let mut trie: LpmTrie<&mut MapData, [u8; 4], ForwardTarget> =
-                LpmTrie::try_from(map).map_err(map_err(FORWARD_DESTINATIONS_V4_MAP, "open"))?;
-            let key_of = |p: &IpNet| match p {
-                IpNet::V4(n) => Some(Key::new(u32::from(n.prefix_len()), n.network().octets())),
-                IpNet::V6(_) => None,
-            };
-            sync_trie(&mut trie, key_of, &want, &mut self.installed, &mut update);
+        let (filter, left_out) = pools::pool_filter(want.keys().copied());
+        for prefix in left_out {
+            want.remove(&prefix);
+            update.failed.push((prefix, format!("the pool filter holds at most {} prefix lengths in one place", routewarden_common::forward::RANGE_LENGTHS)));
         }
-        let map = self.bpf.map_mut(FORWARD_DESTINATIONS_MAP).ok_or(ForwardError::Missing(FORWARD_DESTINATIONS_MAP))?;
-        let mut trie: LpmTrie<&mut MapData, [u8; 16], ForwardTarget> =
-            LpmTrie::try_from(map).map_err(map_err(FORWARD_DESTINATIONS_MAP, "open"))?;
-        let key_of = |p: &IpNet| match p {
-            IpNet::V6(n) => Some(Key::new(u32::from(n.prefix_len()), n.network().octets())),
-            IpNet::V4(_) => None,
-        };
-        sync_trie(&mut trie, key_of, &want, &mut self.installed, &mut update);
+        for phase in [SyncPhase::Write, SyncPhase::Remove] {
+            if phase == SyncPhase::Remove && filter != self.filter {
+                self.switch_filter(&filter)?;
+            }
+            let map = self.bpf.map_mut(FORWARD_TARGETS_V4_MAP).ok_or(ForwardError::Missing(FORWARD_TARGETS_V4_MAP))?;
+            let mut v4 = BpfHashMap::try_from(map).map_err(map_err(FORWARD_TARGETS_V4_MAP, "open"))?;
+            sync_targets(&mut v4, key_v4, phase, &want, &mut self.installed, &mut update);
+            let map = self.bpf.map_mut(FORWARD_TARGETS_V6_MAP).ok_or(ForwardError::Missing(FORWARD_TARGETS_V6_MAP))?;
+            let mut v6 = BpfHashMap::try_from(map).map_err(map_err(FORWARD_TARGETS_V6_MAP, "open"))?;
+            sync_targets(&mut v6, key_v6, phase, &want, &mut self.installed, &mut update);
+        }
         update.total = self.installed.len();
         Ok(update)
+    }
+
+    /// Write `filter` into the idle slot of `FORWARD_POOLS`, then make that slot live.
+    fn switch_filter(&mut self, filter: &PoolFilter) -> Result<(), ForwardError> {
+        let idle = self.filter_slot ^ 1;
+        let map = self.bpf.map_mut(FORWARD_POOLS_MAP).ok_or(ForwardError::Missing(FORWARD_POOLS_MAP))?;
+        let mut slots: Array<&mut MapData, PoolFilter> = Array::try_from(map).map_err(map_err(FORWARD_POOLS_MAP, "open"))?;
+        slots.set(idle, filter, 0).map_err(map_err(FORWARD_POOLS_MAP, "write"))?;
+        let map = self.bpf.map_mut(FORWARD_POOLS_ACTIVE_MAP).ok_or(ForwardError::Missing(FORWARD_POOLS_ACTIVE_MAP))?;
+        let mut active: Array<&mut MapData, u32> = Array::try_from(map).map_err(map_err(FORWARD_POOLS_ACTIVE_MAP, "open"))?;
+        active.set(0, idle, 0).map_err(map_err(FORWARD_POOLS_ACTIVE_MAP, "write"))?;
+        self.filter = *filter;
+        self.filter_slot = idle;
+        Ok(())
     }
 
     /// Sum over CPUs of every counter of the pools known so far.

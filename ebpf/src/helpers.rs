@@ -1,0 +1,34 @@
+//! Small kernel-side helpers shared by every program of the object (the route detector, the
+//! forwarding watch, the log rate limit), so each exists once.
+use aya_ebpf::{helpers::bpf_ktime_get_ns, maps::PerCpuArray};
+
+/// The value of a `u32` global that the loader may override (`EbpfLoader::override_global`).
+/// Read volatile: the compiler would otherwise fold the default into the code.
+#[inline(always)]
+pub fn global_u32(v: &'static u32) -> u32 {
+    // SAFETY: reading a static, which is valid and aligned for the program's whole life.
+    unsafe { core::ptr::read_volatile(v) }
+}
+
+/// As [`global_u32`] for a `u64` global.
+#[inline(always)]
+pub fn global_u64(v: &'static u64) -> u64 {
+    // SAFETY: as above.
+    unsafe { core::ptr::read_volatile(v) }
+}
+
+/// Current kernel time, ns (`bpf_ktime_get_ns`: CLOCK_MONOTONIC, not counting suspend).
+#[inline(always)]
+pub fn now_ns() -> u64 {
+    // SAFETY: helper without arguments.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// This CPU's slot `index` of a per-CPU array, writable; `None` past the array's end.
+#[inline(always)]
+pub fn per_cpu_slot<T>(map: &'static PerCpuArray<T>, index: u32) -> Option<&'static mut T> {
+    // SAFETY: the pointer is this CPU's copy of an element that exists, valid for the
+    // program's run; no other CPU writes it and the program does not run twice at once on one
+    // CPU (TC, socket filter and tracing programs all run with preemption/migration off).
+    map.get_ptr_mut(index).map(|p| unsafe { &mut *p })
+}
