@@ -113,7 +113,7 @@ fn load_blocking(cluster: &ClusterArgs) -> Result<Snapshot> {
 /// `routewarden events`; with `--datastore`, the forwarding watch's events too, from the same
 /// plan the agent computes.
 fn cmd_events(args: &routewarden::bpf::route_watch::events_cmd::EventsArgs) -> Result<ExitCode> {
-    use routewarden::bpf::forward::{entries_from_plan, ForwardConfig};
+    use routewarden::bpf::forward::ForwardConfig;
     use routewarden::bpf::route_watch::events_cmd::{self, ForwardSetup};
     let mut opts = args.options();
     if let Some(spec) = &args.datastore {
@@ -132,7 +132,7 @@ fn cmd_events(args: &routewarden::bpf::route_watch::events_cmd::EventsArgs) -> R
         let p = plan::plan(&snap, &config, &std::collections::BTreeSet::new(), &[]);
         opts.forward = Some(ForwardSetup {
             config: ForwardConfig { log_level: args.bpf_log_level, ..forward_devices },
-            entries: entries_from_plan(&p),
+            entries: p.forward_entries(),
         });
     }
     events_cmd::main(&opts)?;

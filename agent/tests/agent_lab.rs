@@ -280,7 +280,8 @@ fn the_agent_attaches_its_tc_probe_in_the_lab_and_counts() {
         return;
     }
     let lab = lab();
-    let _agent = Agent::start(&lab, "node-a", &example_dir(), &["--tc-devices", "eth0"]);
+    // The probe is off by default (issue 15): --tc-count turns it on.
+    let _agent = Agent::start(&lab, "node-a", &example_dir(), &["--tc-count", "--tc-devices", "eth0"]);
     let ready = wait_ready(&lab, "node-a");
     assert!(ready.contains("bpf tc_count: ready\n"), "{ready}");
     lab.in_netns("node-a", || {

@@ -260,7 +260,8 @@ fn image_agent_programs_a_lab_node_from_its_rootfs() {
     let scratch = tempfile::tempdir().unwrap();
     let ns = lab.node_ns("node-a");
     let metrics_addr = format!("127.0.0.1:{PORT}");
-    let args = ["run", "--datastore", "file:/cluster", "--node", "node-a", "--metrics-addr", &metrics_addr, "--log-format", "text"];
+    // --tc-count: off by default (issue 15); the probe's attach is part of what is checked.
+    let args = ["run", "--datastore", "file:/cluster", "--node", "node-a", "--metrics-addr", &metrics_addr, "--log-format", "text", "--tc-count"];
     let mut cmd = in_image_root(&mounted, scratch.path(), Some(&ns), AGENT, &args);
     // `ip netns exec`, `sh` and `chroot` each exec the next: the child is the agent itself.
     let agent = Agent::from_child(cmd.stdin(Stdio::null()).spawn().unwrap());
@@ -356,6 +357,9 @@ fn daemonset_podman_run(name: &str, netns: &str, image: &str, security_opts: &[S
         let value = overrides.iter().find(|(k, _)| *k == key).map_or_else(|| yaml_str(e, "value"), |(_, v)| v);
         cmd.arg(format!("--env={key}={value}"));
     }
+    // tc_count is off by default (issue 15); these tests still check that the image's object
+    // attaches it, so turn it on.
+    cmd.arg("--env=ROUTEWARDEN_TC_COUNT=true");
     cmd.arg(format!("--volume={}:/cluster:ro", example_dir().canonicalize().unwrap().display())).arg(image);
     for a in c["args"].as_sequence().unwrap() {
         cmd.arg(a.as_str().unwrap());

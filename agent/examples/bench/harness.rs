@@ -949,6 +949,25 @@ fn cpu_ticks(pid: u32) -> Result<u64> {
     Ok(f.get(11).context("no utime")?.parse::<u64>()? + f.get(12).context("no stime")?.parse::<u64>()?)
 }
 
+/// The BPF maps `pid` holds: how many map fds (`/proc/<pid>/fd` entries linking to
+/// `anon_inode:bpf-map`) and the sum of their `memlock` (bytes, the kernel's estimate of the
+/// map's memory, from `/proc/<pid>/fdinfo/<fd>`). A map held through two fds counts twice (the
+/// agent holds one fd per map).
+fn bpf_map_memlock(pid: u32) -> Result<(usize, u64)> {
+    let (mut maps, mut bytes) = (0, 0);
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        let entry = entry?;
+        let Ok(link) = std::fs::read_link(entry.path()) else { continue };
+        if link.as_os_str() != "anon_inode:bpf-map" {
+            continue;
+        }
+        let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", entry.file_name().to_string_lossy())) else { continue };
+        maps += 1;
+        bytes += info.lines().find_map(|l| l.strip_prefix("memlock:")).and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0);
+    }
+    Ok((maps, bytes))
+}
+
 /// Benchmark 8: the agent binary holding 10,000 routes in a lab node namespace, idle.
 pub fn footprint(opts: &Options) -> Result<Outcome> {
     let name = "agent-footprint";
@@ -1007,6 +1026,7 @@ pub fn footprint(opts: &Options) -> Result<Outcome> {
                 .and_then(|v| v.parse::<f64>().ok())
                 .map_or_else(|| "?".into(), |kib| format!("{:.1}", kib / 1024.0))
         };
+        let (bpf_maps, bpf_map_bytes) = bpf_map_memlock(pid)?;
         let held = count()?;
         ensure!(held == opts.routes, "the agent holds {held} routes, expected {}", opts.routes);
         let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)?.unwrap_or(100) as f64;
@@ -1031,6 +1051,8 @@ pub fn footprint(opts: &Options) -> Result<Outcome> {
                 kv("cpu_ticks", ticks),
                 kv("idle_s", format!("{:.1}", elapsed.as_secs_f64())),
                 kv("start_to_all_routes_ms", ms(startup)),
+                kv("bpf_maps", bpf_maps),
+                kv("bpf_map_memlock_mb", format!("{:.1}", bpf_map_bytes as f64 / (1024.0 * 1024.0))),
             ],
         })
     })();

@@ -200,8 +200,13 @@ pub struct RunArgs {
     /// answered 503.
     #[arg(long, env = "ROUTEWARDEN_HTTP_REQUEST_TIMEOUT", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub http_request_timeout: u64,
-    /// Devices the `tc_count` probe attaches to (egress), comma separated. Empty: the tunnel
-    /// device and the host NIC.
+    /// Run the `tc_count` probe (`routewarden_tc_count_*`): the demo classifier that proves the
+    /// BPF build chain. Off by default: every packet on its devices pays a second classifier
+    /// next to the forwarding watch's.
+    #[arg(long, env = "ROUTEWARDEN_TC_COUNT")]
+    pub tc_count: bool,
+    /// Devices the `tc_count` probe attaches to (egress) with `--tc-count`, comma separated.
+    /// Empty: the tunnel device and the host NIC.
     #[arg(long, env = "ROUTEWARDEN_TC_DEVICES", value_delimiter = ',')]
     pub tc_devices: Vec<String>,
     /// Tunnel devices the forwarding watch attaches to (egress), comma separated. Empty: the

@@ -7,13 +7,13 @@
 //!   ([`crate::dataplane::spawn_watcher`]), timers, signals;
 //! - handlers: this loop's cluster handler ([`plan::plan`] → dataplane commands, ownership
 //!   metrics), the dataplane task ([`crate::dataplane::run`], which owns the route table),
-//!   the BPF handler (TC probe counters), and the metrics/health state read by the HTTP server.
+//!   the BPF watches (one [`crate::bpf::watch::WatchHandler`] each, all from one load of the
+//!   object), and the metrics/health state read by the HTTP server.
 
 pub mod config;
 pub mod logging;
 pub mod memory;
 pub mod plan;
-pub mod route_watch;
 pub mod view;
 
 #[cfg(test)]
@@ -27,18 +27,22 @@ use anyhow::{Context, Result};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
+use crate::bpf::forward::ForwardWatch;
+use crate::bpf::loader::{BpfObject, LoadConfig};
+use crate::bpf::route_watch::RouteWatch;
 use crate::bpf::tc_count::{Direction, TcCounter};
+use crate::bpf::watch::WatchHandler;
 use crate::dataplane::{self, ApplyReport, DataplaneCommand, DataplaneConfig, Family, Reconciler, RtNetlink, SystemClock};
 use crate::datastore::{Datastore, DatastoreEvent, FileDatastore, KubernetesDatastore, Snapshot};
 use crate::observe::http::HttpServer;
-use crate::observe::metrics::{AuditLabels, CalicoVersionLabels, FindingLabels, HoldLabels, LoadErrorLabels, NetlinkErrorLabels, OperationLabels, ProblemLabels, ProgramLabels, RouteLabels};
-use crate::observe::{Health, Metrics, WatcherState};
+use crate::observe::metrics::{AuditLabels, CalicoVersionLabels, FindingLabels, HoldLabels, LoadErrorLabels, NetlinkErrorLabels, OperationLabels, ProblemLabels, RouteLabels};
+use crate::observe::{Health, Metrics};
 use crate::ownership::{OwnershipConfig, Role, VersionChoice};
 use crate::routes::{routable_classes, PoolClass, RouteDevices};
 use config::{DatastoreSpec, Mode, RunArgs};
 use plan::{Plan, PlanConfig};
 
-/// How often the TC probe's counters are read into metrics.
+/// How often the BPF watches' counters are read into metrics.
 const COUNTER_POLL: Duration = Duration::from_secs(1);
 /// Invalid objects (and inputs) logged one by one per change of the set.
 const LOGGED_ERRORS: usize = 20;
@@ -422,48 +426,6 @@ impl AuditHandler {
     }
 }
 
-/// The BPF handler: the `tc_count` probe and its counters.
-struct BpfHandler {
-    counter: Option<TcCounter>,
-    last: routewarden_common::TcCounters,
-}
-
-impl BpfHandler {
-    fn start(devices: &[String], metrics: &Metrics, health: &Health) -> BpfHandler {
-        let labels = ProgramLabels { program: routewarden_common::TC_COUNT_PROGRAM };
-        let result = match crate::bpf::embedded_object() {
-            None => Err(crate::bpf::BpfError::NoObject),
-            Some(obj) => TcCounter::attach(obj, devices, Direction::Egress),
-        };
-        match result {
-            Ok(counter) => {
-                info!(program = "tc_count", devices = ?devices, "TC probe attached (egress)");
-                metrics.bpf_program_attached.get_or_create(&labels).set(1);
-                health.set_watcher("tc_count", WatcherState::Ready);
-                BpfHandler { counter: Some(counter), last: routewarden_common::TcCounters::default() }
-            }
-            Err(e) => {
-                warn!(program = "tc_count", error = %e, "TC probe not running; routes are still programmed");
-                metrics.bpf_program_attached.get_or_create(&labels).set(0);
-                health.set_watcher("tc_count", WatcherState::Degraded(e.to_string()));
-                BpfHandler { counter: None, last: routewarden_common::TcCounters::default() }
-            }
-        }
-    }
-
-    fn poll(&mut self, metrics: &Metrics) {
-        let Some(c) = &self.counter else { return };
-        match c.read() {
-            Ok(now) => {
-                metrics.tc_count_packets.inc_by(now.packets.saturating_sub(self.last.packets));
-                metrics.tc_count_bytes.inc_by(now.bytes.saturating_sub(self.last.bytes));
-                self.last = now;
-            }
-            Err(e) => warn!(error = %e, "reading tc_count counters"),
-        }
-    }
-}
-
 /// `routewarden run`: run until SIGTERM/SIGINT.
 #[expect(clippy::too_many_lines, reason = "one linear start-up sequence: watchers, handlers, then the loop; splitting it hides the data flow")]
 ///
@@ -577,9 +539,6 @@ pub async fn run(args: RunArgs) -> Result<()> {
         c.log_level = args.bpf_log_level;
         c
     };
-    let mut bpf = BpfHandler::start(&tc_devices_for(&devices.host_nic), &metrics, &health);
-    // Forwarding watch (issue 6, `bpf::forward`): TC egress on the tunnel device and host NIC.
-    let mut forward = crate::bpf::forward::ForwardHandler::start(&forward_config_for(&devices.host_nic), &metrics, &health);
     // Route-churn watch (issue 5, `bpf::route_watch`): every route write in this namespace.
     let route_watch_config = crate::bpf::route_watch::RouteWatchConfig {
         backend: args.route_watch_backend,
@@ -589,7 +548,24 @@ pub async fn run(args: RunArgs) -> Result<()> {
         log_level: args.bpf_log_level,
         ..Default::default()
     };
-    let mut route_watch = route_watch::RouteWatchHandler::start(&route_watch_config, &metrics, &health);
+    // One load of the BPF object for every watch (`bpf::loader`): each map exists once. A load
+    // that fails (no object, `bpf()` refused) degrades every watch with its reason.
+    let object = BpfObject::load_embedded(LoadConfig {
+        log_level: args.bpf_log_level,
+        route_watch: Some(route_watch_config),
+        forward: Some(forward_config_for(&devices.host_nic)),
+    })
+    .map_err(Arc::new);
+    let from_object = |object: &Result<BpfObject, Arc<crate::bpf::BpfError>>| object.clone().map_err(crate::bpf::BpfError::Object);
+    // The route watch first: its socket-filter fallback without kernel logs loads the object
+    // again, which only works before another watch holds maps of it.
+    let mut route_watch = WatchHandler::start(from_object(&object).and_then(|o| RouteWatch::start_in(&o)), &metrics, &health);
+    // Forwarding watch (issue 6, `bpf::forward`): TC egress on the tunnel device and host NIC.
+    let start_forward = |nic: &str| from_object(&object).and_then(|o| ForwardWatch::start_in(&o, &forward_config_for(nic)));
+    let mut forward = WatchHandler::start(start_forward(&devices.host_nic), &metrics, &health);
+    // The build-chain demo probe, only with --tc-count.
+    let start_tc_count = |nic: &str| from_object(&object).and_then(|o| TcCounter::attach_in(&o, &tc_devices_for(nic), Direction::Egress));
+    let mut tc_count = args.tc_count.then(|| WatchHandler::start(start_tc_count(&devices.host_nic), &metrics, &health));
 
     let mut cluster = ClusterHandler {
         config: PlanConfig { node: node.clone(), ownership, devices, protocol: dp_config.protocol, table: dp_config.table },
@@ -607,7 +583,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         },
     };
 
-    // The watches' start-up (kernel BTF parsed twice, ~20 MB) is done: give it back.
+    // The watches' start-up (kernel BTF parsed, ~20 MB) is done: give it back.
     memory::release_free_heap();
     // Set by work that allocates and frees a lot (a datastore snapshot, an apply); the free
     // heap is released at the next counter tick, so a burst of events costs one trim.
@@ -624,8 +600,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 Some(ev) => {
                     trim_pending |= matches!(ev, DatastoreEvent::Snapshot(_));
                     cluster.on_datastore(ev).await;
-                    if let Some(plan) = cluster.last.as_ref() {
-                        forward.on_plan(plan, &metrics);
+                    if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
+                        w.update_destinations(&plan.forward_entries(), &metrics);
                     }
                     if let (Some(a), Some(plan)) = (auditor.as_mut(), cluster.last.as_ref()) {
                         a.audit(plan, &metrics, &health).await;
@@ -646,12 +622,14 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 if std::mem::take(&mut trim_pending) {
                     memory::release_free_heap();
                 }
-                bpf.poll(&metrics);
-                forward.poll(&metrics);
-                route_watch.poll(&metrics);
+                route_watch.poll(&metrics, &health);
+                forward.poll(&metrics, &health);
+                if let Some(t) = tc_count.as_mut() {
+                    t.poll(&metrics, &health);
+                }
             }
-            Some(ev) = forward.next_event() => crate::bpf::forward::log_event(&ev),
             Some(ev) = route_watch.next_event() => route_watch.on_event(&metrics, &ev),
+            Some(ev) = forward.next_event() => forward.on_event(&metrics, &ev),
             _ = heartbeat.tick() => {
                 // `--host-device auto`: links and addresses change (a NIC renamed, an address
                 // moved); look again every heartbeat.
@@ -661,13 +639,16 @@ pub async fn run(args: RunArgs) -> Result<()> {
             _ = sigterm.recv() => break "SIGTERM",
         }
         if let Some(nic) = cluster.take_host_nic_change() {
-            // The TC watches follow the host NIC (detached from the old one on drop).
-            drop(bpf);
-            drop(forward);
-            bpf = BpfHandler::start(&tc_devices_for(&nic), &metrics, &health);
-            forward = crate::bpf::forward::ForwardHandler::start(&forward_config_for(&nic), &metrics, &health);
-            if let Some(plan) = cluster.last.as_ref() {
-                forward.on_plan(plan, &metrics);
+            // The TC watches follow the host NIC: moved when running (counters and
+            // destinations carry on), started when they could not start before.
+            let devices = forward_config_for(&nic).devices;
+            forward.follow(&metrics, &health, |w| w.set_devices(&devices).map(|_| ()), || start_forward(&nic));
+            if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
+                w.update_destinations(&plan.forward_entries(), &metrics);
+            }
+            if let Some(t) = tc_count.as_mut() {
+                let devices = tc_devices_for(&nic);
+                t.follow(&metrics, &health, |w| w.set_devices(&devices), || start_tc_count(&nic));
             }
         }
         health.progress();
@@ -680,7 +661,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         task.abort();
     }
     http.abort();
-    drop(bpf);
+    drop(tc_count);
     drop(forward);
     drop(route_watch);
     Ok(())

@@ -66,6 +66,15 @@ pub struct Plan {
     pub retired: Vec<IpNet>,
 }
 
+impl Plan {
+    /// The forwarding watch's destinations for this plan: routewarden's desired routes for
+    /// the classes it programs, the expectation for the others
+    /// ([`crate::bpf::forward::entries_from_routes`]).
+    pub fn forward_entries(&self) -> Vec<crate::bpf::forward::ForwardEntry> {
+        crate::bpf::forward::entries_from_routes(&self.desired, &self.expected, &self.decision.programmed)
+    }
+}
+
 /// One prefix of frozen ground.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct FrozenPrefix {

@@ -6,8 +6,9 @@
 //! packet or netlink message that could not be parsed — each kind at most once per second per
 //! CPU. `--bpf-log-level` (default `off`) is written into the object's `AYA_LOG_LEVEL` global
 //! before load, so with it off the kernel side writes nothing and no reader thread runs; with
-//! `error`/`warn`/`info`/`debug` a thread per loaded object drains the `AYA_LOGS` ring buffer
-//! into `tracing` (`RUST_LOG` still filters: `bpf=debug`).
+//! `error`/`warn`/`info`/`debug` one thread for the process's one load drains the `AYA_LOGS`
+//! ring buffer into `tracing` (`RUST_LOG` still filters: `bpf=debug`), each line tagged with the
+//! watch its kernel module belongs to.
 //!
 //! A line: `WARN bpf: route watch: ring buffer full, record lost (kind 5); userspace is not
 //! keeping up watch="route-watch" module="routewarden_ebpf::route_detector"`.
@@ -54,9 +55,23 @@ impl BpfLogLevel {
     }
 }
 
-/// `log::Log` → `tracing`, tagged with the watch the object belongs to.
-struct ToTracing {
-    watch: &'static str,
+/// `log::Log` → `tracing`, tagged with the watch the logging program belongs to.
+struct ToTracing;
+
+/// The watch a kernel-side module belongs to (`routewarden_ebpf::tc_forward` →
+/// `forwarding-watch`, `routewarden_ebpf::route_detector` → `route-watch`): one object holds
+/// every program, so the record's module names the watch.
+fn watch_of(module: &str) -> &'static str {
+    let file = module.rsplit("::").next().unwrap_or(module);
+    if file.starts_with("tc_forward") {
+        "forwarding-watch"
+    } else if file.starts_with("route") {
+        "route-watch"
+    } else if file.starts_with("tc_count") {
+        "tc-count"
+    } else {
+        "bpf"
+    }
 }
 
 impl log::Log for ToTracing {
@@ -65,7 +80,8 @@ impl log::Log for ToTracing {
     }
 
     fn log(&self, record: &log::Record<'_>) {
-        let (watch, module, message) = (self.watch, record.target(), record.args());
+        let (module, message) = (record.target(), record.args());
+        let watch = watch_of(module);
         match record.level() {
             log::Level::Error => tracing::error!(target: "bpf", watch, module, "{message}"),
             log::Level::Warn => tracing::warn!(target: "bpf", watch, module, "{message}"),
@@ -78,7 +94,7 @@ impl log::Log for ToTracing {
     fn flush(&self) {}
 }
 
-/// The thread that drains one object's log ring buffer; stopped (and joined) on drop.
+/// The thread that drains the object's log ring buffer; stopped (and joined) on drop.
 pub struct BpfLogForwarder {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -91,17 +107,18 @@ impl std::fmt::Debug for BpfLogForwarder {
 }
 
 impl BpfLogForwarder {
-    /// Start forwarding the log lines of `bpf` (loaded with `level` applied) as the watch
-    /// `watch`. `None` when `level` is off, or (with a warning) when the object has no log map.
-    /// The thread logs through the `tracing` dispatcher of the calling thread.
-    pub fn start(bpf: &mut Ebpf, watch: &'static str, level: BpfLogLevel) -> Option<BpfLogForwarder> {
+    /// Start forwarding the log lines of `bpf` (loaded with `level` applied), each tagged with
+    /// the watch its module belongs to. `None` when `level` is off, or (with a warning) when
+    /// the object has no log map. The thread logs through the `tracing` dispatcher of the
+    /// calling thread.
+    pub fn start(bpf: &mut Ebpf, level: BpfLogLevel) -> Option<BpfLogForwarder> {
         if level == BpfLogLevel::Off {
             return None;
         }
-        let mut logger = match aya_log::EbpfLogger::init_with_logger(bpf, ToTracing { watch }) {
+        let mut logger = match aya_log::EbpfLogger::init_with_logger(bpf, ToTracing) {
             Ok(l) => l,
             Err(e) => {
-                tracing::warn!(watch, error = %e, "kernel-side logging unavailable");
+                tracing::warn!(error = %e, "kernel-side logging unavailable");
                 return None;
             }
         };
@@ -109,7 +126,7 @@ impl BpfLogForwarder {
         let stopping = Arc::clone(&stop);
         let dispatch = tracing::dispatcher::get_default(Clone::clone);
         let thread = std::thread::Builder::new()
-            .name(format!("bpf-log-{watch}"))
+            .name("bpf-log".to_owned())
             .spawn(move || {
                 tracing::dispatcher::with_default(&dispatch, || {
                     while !stopping.load(Ordering::Relaxed) {
@@ -137,3 +154,15 @@ impl Drop for BpfLogForwarder {
 /// How long (ms) [`BpfLogForwarder`] waits for the ring buffer before checking whether to
 /// stop: the delay of dropping a watch.
 const POLL_MS: u16 = 250;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn each_kernel_module_names_its_watch() {
+        assert_eq!(super::watch_of("routewarden_ebpf::route_detector"), "route-watch");
+        assert_eq!(super::watch_of("routewarden_ebpf::route_watch_netlink"), "route-watch");
+        assert_eq!(super::watch_of("routewarden_ebpf::tc_forward"), "forwarding-watch");
+        assert_eq!(super::watch_of("routewarden_ebpf::tc_count"), "tc-count");
+        assert_eq!(super::watch_of("routewarden_ebpf::helpers"), "bpf");
+    }
+}

@@ -16,15 +16,17 @@
 //! destination). The kernel keeps both observations apart ([`Observation`]); the metrics count
 //! the NIC's IPIP observation only when no tunnel device is watched ([`ForwardMetrics`]).
 //!
-//! The app uses [`ForwardHandler`], which wraps the steps below:
+//! The programs and maps come from the process's one load ([`BpfObject`]); the app runs the
+//! watch in a [`crate::bpf::watch::WatchHandler`] (it implements [`Watch`]), which wraps the
+//! steps below:
 //! ```ignore
-//! let mut watch = ForwardWatch::start(object, &ForwardConfig::for_devices(&tunnels, &nics))?;
+//! let mut watch = ForwardWatch::start_in(&object, &ForwardConfig::for_devices(&tunnels, &nics))?;
 //! let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
 //! watch.spawn_reader(tx)?;
-//! let mut fm = ForwardMetrics::new(watch.tunnel_watched());
-//! // on every plan:          let entries = entries_from_plan(&plan);
-//! //                         watch.set_destinations(&entries)?; fm.declare(&metrics, &entries);
-//! // every second:           fm.apply(&metrics, &watch.counts()?); watch.attach_missing();
+//! // on every plan:          watch.update_destinations(&entries, &metrics);
+//! //                         (entries: `entries_from_routes` of the plan's routes)
+//! // every second:           Watch::poll (attach devices that appeared, counters → metrics)
+//! // host NIC changed:       watch.set_devices(&config.devices)?;
 //! // for each event from rx: log_event(&ev);
 //! ```
 
@@ -37,25 +39,25 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::links::LinkOrder;
-use aya::programs::tc::{self, NlOptions, TcAttachOptions};
-use aya::programs::{SchedClassifier, TcAttachType};
-use aya::{Ebpf, EbpfLoader};
+use aya::programs::tc::SchedClassifierLink;
+use aya::programs::TcAttachType;
 
-use crate::bpf::bpf_log::{BpfLogForwarder, BpfLogLevel};
+use crate::bpf::bpf_log::BpfLogLevel;
+use crate::bpf::loader::{attach_classifier, classifier, BpfObject, LoadConfig, TakenMaps};
+use crate::bpf::watch::Watch;
+use crate::bpf::BpfError;
 use ipnet::IpNet;
 use routewarden_common::forward::{
     counter_index, ForwardCounters, ForwardPath, ForwardStats, ForwardTarget, Observation, PoolFilter, FORWARD_COUNTERS_MAP,
     FORWARD_EVENTS_MAP, FORWARD_FLAPS_MAP, FORWARD_POOLS_ACTIVE_MAP, FORWARD_POOLS_MAP, FORWARD_STATS_MAP, FORWARD_TARGETS_V4_MAP,
-    FORWARD_TARGETS_V6_MAP, GLOBAL_FLAP_THRESHOLD, GLOBAL_SAMPLE_INTERVAL_NS, GLOBAL_WINDOW_NS, LAST_PATH_UNKNOWN, MAX_POOLS,
-    PROG_TC_FORWARD_HOST, PROG_TC_FORWARD_TUNNEL,
+    FORWARD_TARGETS_V6_MAP, LAST_PATH_UNKNOWN, MAX_POOLS, PROG_TC_FORWARD_HOST, PROG_TC_FORWARD_TUNNEL,
 };
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
 use crate::observe::metrics::{ForwardPathLabels, PoolLabels, WrongPathLabels};
 use crate::observe::Metrics;
-pub use entries::{entries_from_plan, entries_from_routes, ForwardEntry};
+pub use entries::{entries_from_routes, ForwardEntry};
 pub use event::{ForwardEvent, ForwardEventKind};
 
 /// What a watched device is.
@@ -109,56 +111,6 @@ impl ForwardConfig {
             .collect();
         ForwardConfig { devices, flap_threshold: 3, window: Duration::from_secs(30), sample_interval: Duration::from_secs(1), log_level: BpfLogLevel::Off }
     }
-}
-
-/// Why the watch (or one operation of it) failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ForwardError {
-    /// The binary was built without the kernel-side object.
-    #[error("no BPF object is embedded in this build (build with `cargo xtask build`)")]
-    NoObject,
-    /// The object failed to load (maps, globals).
-    #[error("loading BPF object: {source}")]
-    Load {
-        #[source]
-        source: Box<aya::EbpfError>,
-    },
-    /// Loading a program failed (verifier).
-    #[error("load {program}: {source}")]
-    Program {
-        program: &'static str,
-        #[source]
-        source: Box<aya::programs::ProgramError>,
-    },
-    /// Attaching a program to a device failed.
-    #[error("attach {program} to {iface} egress ({mode}): {source}")]
-    Attach {
-        program: &'static str,
-        iface: String,
-        mode: &'static str,
-        #[source]
-        source: Box<aya::programs::ProgramError>,
-    },
-    /// None of the configured devices exists.
-    #[error("none of the watched devices exists: {0:?}")]
-    NoDevice(Vec<String>),
-    /// A program or map is missing from the object.
-    #[error("{0} not found in the BPF object")]
-    Missing(&'static str),
-    /// A map has the wrong type or an operation on it failed.
-    #[error("map {map}: {op}: {source}")]
-    Map {
-        map: &'static str,
-        op: &'static str,
-        #[source]
-        source: Box<aya::maps::MapError>,
-    },
-    /// Registering the ring buffer with the runtime failed.
-    #[error("poll ring buffer: {0}")]
-    Poll(#[source] std::io::Error),
-    /// The ring-buffer reader was already started.
-    #[error("the ring-buffer reader is already running")]
-    ReaderTaken,
 }
 
 /// Bring one family's hash map toward `want` (`key_of` picks the family's prefixes): with
@@ -229,9 +181,21 @@ fn key_v6(p: &IpNet) -> Option<routewarden_common::forward::TargetKeyV6> {
     }
 }
 
-fn map_err(map: &'static str, op: &'static str) -> impl Fn(aya::maps::MapError) -> ForwardError {
-    move |e| ForwardError::Map { map, op, source: Box::new(e) }
+fn map_err(map: &'static str, op: &'static str) -> impl Fn(aya::maps::MapError) -> BpfError {
+    BpfError::map(map, op)
 }
+
+/// The maps the watch reads and writes (the per-block state map stays kernel-only).
+const MAPS: [&str; 8] = [
+    FORWARD_TARGETS_V4_MAP,
+    FORWARD_TARGETS_V6_MAP,
+    FORWARD_POOLS_MAP,
+    FORWARD_POOLS_ACTIVE_MAP,
+    FORWARD_COUNTERS_MAP,
+    FORWARD_FLAPS_MAP,
+    FORWARD_STATS_MAP,
+    FORWARD_EVENTS_MAP,
+];
 
 /// A watched device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -276,24 +240,31 @@ pub struct DestinationsUpdate {
     pub updated: usize,
     /// Entries deleted.
     pub removed: usize,
-    /// Entries in the trie now.
+    /// Entries in the destination maps now.
     pub total: usize,
-    /// Entries not written, with why (trie full, pool table full); retried on the next update.
+    /// Entries not written, with why (map full, pool table or pool filter full); retried on the next update.
     pub failed: Vec<(IpNet, String)>,
 }
 
 /// A running forwarding watch. Dropping it detaches the programs.
 pub struct ForwardWatch {
-    bpf: Ebpf,
+    object: BpfObject,
+    maps: TakenMaps,
     pools: Arc<RwLock<PoolTable>>,
     installed: BTreeMap<IpNet, ForwardTarget>,
     /// The live pool filter and its slot in `FORWARD_POOLS` (0 or 1).
     filter: PoolFilter,
     filter_slot: u32,
     attached: Vec<AttachedDevice>,
+    /// One owned link per attached device (same order as `attached`); dropping one detaches.
+    links: Vec<SchedClassifierLink>,
     missing: Vec<(String, DeviceRole)>,
-    /// Forwards the programs' log lines (`None` with `--bpf-log-level off`).
-    _log: Option<BpfLogForwarder>,
+    /// The metrics' view of the counters (deltas since the previous poll).
+    metrics_state: ForwardMetrics,
+    /// The entries of the last update that was written whole.
+    last_entries: Vec<ForwardEntry>,
+    /// Pools whose series are declared: a pool that leaves the plan has its series removed.
+    declared: BTreeSet<String>,
 }
 
 impl std::fmt::Debug for ForwardWatch {
@@ -306,137 +277,117 @@ impl std::fmt::Debug for ForwardWatch {
     }
 }
 
-fn has_tcx() -> bool {
-    aya::util::KernelVersion::current().is_ok_and(|v| v >= aya::util::KernelVersion::new(6, 6, 0))
-}
-
 fn device_exists(name: &str) -> bool {
     nix::net::if_::if_nametoindex(name).is_ok()
 }
 
 impl ForwardWatch {
-    /// Load the object and attach the classifiers to egress of every configured device that
-    /// exists, in the calling thread's network namespace. Devices that do not exist yet are
-    /// kept in [`ForwardWatch::missing`] and tried again by [`ForwardWatch::attach_missing`].
+    /// Load the object on its own ([`BpfObject::load`] with `config`'s thresholds) and start
+    /// the watch from it ([`ForwardWatch::start_in`]): for tests and benchmarks that run the
+    /// forwarding watch alone.
     ///
     /// # Errors
-    /// [`ForwardError::Load`]/[`ForwardError::Program`] when the object or a program does not
-    /// load; [`ForwardError::Attach`] naming the device when an existing device refuses the
-    /// attach; [`ForwardError::NoDevice`] when no configured device exists. The caller reports
-    /// the watch as degraded and carries on.
-    pub fn start(object: &[u8], config: &ForwardConfig) -> Result<ForwardWatch, ForwardError> {
-        if object.is_empty() {
-            return Err(ForwardError::NoObject);
+    /// As [`BpfObject::load`] and [`ForwardWatch::start_in`].
+    pub fn start(object: &'static [u8], config: &ForwardConfig) -> Result<ForwardWatch, BpfError> {
+        let object = BpfObject::load(object, LoadConfig::for_forward(config))?;
+        Self::start_in(&object, config)
+    }
+
+    /// Attach the classifiers of `object` to egress of every device of `config` that exists,
+    /// in the calling thread's network namespace, and take the watch's maps. Devices that do
+    /// not exist yet are kept in [`ForwardWatch::missing`] and tried again by
+    /// [`ForwardWatch::attach_missing`]. The thresholds are those `object` was loaded with
+    /// ([`LoadConfig::forward`]). The maps are taken last, so a start that fails can be tried
+    /// again on the same object.
+    ///
+    /// # Errors
+    /// [`BpfError::Program`] when a program does not load; [`BpfError::Attach`] naming the
+    /// device when an existing device refuses the attach; [`BpfError::NoDevice`] when no
+    /// configured device exists; [`BpfError::Taken`] when another forwarding watch of this
+    /// process holds the maps. The caller reports the watch as degraded and carries on.
+    pub fn start_in(object: &BpfObject, config: &ForwardConfig) -> Result<ForwardWatch, BpfError> {
+        object.with(|ebpf| {
+            for program in [PROG_TC_FORWARD_TUNNEL, PROG_TC_FORWARD_HOST] {
+                classifier(ebpf, program)?;
+            }
+            Ok::<(), BpfError>(())
+        })?;
+        let mut attached = Attachments { attached: Vec::new(), links: Vec::new(), missing: config.devices.clone() };
+        attached.attach_missing(object)?;
+        if attached.attached.is_empty() {
+            return Err(BpfError::NoDevice(config.devices.iter().map(|(d, _)| d.clone()).collect()));
         }
-        let window_ns = u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX);
-        let sample_ns = u64::try_from(config.sample_interval.as_nanos()).unwrap_or(u64::MAX);
-        let threshold = config.flap_threshold.max(1);
-        let mut loader = EbpfLoader::new();
-        loader
-            .override_global(GLOBAL_FLAP_THRESHOLD, &threshold, true)
-            .override_global(GLOBAL_WINDOW_NS, &window_ns, true)
-            .override_global(GLOBAL_SAMPLE_INTERVAL_NS, &sample_ns, true);
-        config.log_level.apply(&mut loader);
-        let mut bpf = loader.load(object).map_err(|e| ForwardError::Load { source: Box::new(e) })?;
-        let log = BpfLogForwarder::start(&mut bpf, "forwarding-watch", config.log_level);
-        let mut watch = ForwardWatch {
-            _log: log,
-            bpf,
+        let maps = object.take_maps(&MAPS)?;
+        let tunnel_watched = attached.attached.iter().any(|a| a.role == DeviceRole::Tunnel);
+        Ok(ForwardWatch {
+            object: object.clone(),
+            maps,
             pools: Arc::default(),
             installed: BTreeMap::new(),
             filter: PoolFilter::default(),
             filter_slot: 0,
-            attached: Vec::new(),
-            missing: config.devices.clone(),
-        };
-        for program in [PROG_TC_FORWARD_TUNNEL, PROG_TC_FORWARD_HOST] {
-            watch.classifier(program)?.load().map_err(|e| ForwardError::Program { program, source: Box::new(e) })?;
-        }
-        watch.attach_missing()?;
-        if watch.attached.is_empty() {
-            return Err(ForwardError::NoDevice(config.devices.iter().map(|(d, _)| d.clone()).collect()));
-        }
-        Ok(watch)
-    }
-
-    fn classifier(&mut self, program: &'static str) -> Result<&mut SchedClassifier, ForwardError> {
-        self.bpf
-            .program_mut(program)
-            .ok_or(ForwardError::Missing(program))?
-            .try_into()
-            .map_err(|e| ForwardError::Program { program, source: Box::new(e) })
+            attached: attached.attached,
+            links: attached.links,
+            missing: attached.missing,
+            metrics_state: ForwardMetrics::new(tunnel_watched),
+            last_entries: Vec::new(),
+            declared: BTreeSet::new(),
+        })
     }
 
     /// Attach to the configured devices that were missing and exist now (a `tunl0` created by
     /// Felix after the agent started). Returns the devices attached by this call.
     ///
     /// # Errors
-    /// [`ForwardError::Attach`] for the first existing device that refuses the attach (it
+    /// [`BpfError::Attach`] for the first existing device that refuses the attach (it
     /// stays in the missing list and is tried again next time).
-    pub fn attach_missing(&mut self) -> Result<Vec<AttachedDevice>, ForwardError> {
-        let tcx = has_tcx();
-        let mut newly = Vec::new();
-        let pending = std::mem::take(&mut self.missing);
-        let mut result = Ok(());
-        for (dev, role) in pending {
-            if result.is_err() || !device_exists(&dev) {
-                self.missing.push((dev, role));
-                continue;
-            }
-            match self.attach_one(&dev, role, tcx) {
-                Ok(mode) => {
-                    let a = AttachedDevice { name: dev, role, mode };
-                    self.attached.push(a.clone());
-                    newly.push(a);
-                }
-                Err(e) => {
-                    self.missing.push((dev, role));
-                    result = Err(e);
-                }
-            }
-        }
-        result.map(|()| newly)
+    pub fn attach_missing(&mut self) -> Result<Vec<AttachedDevice>, BpfError> {
+        let mut a = Attachments { attached: std::mem::take(&mut self.attached), links: std::mem::take(&mut self.links), missing: std::mem::take(&mut self.missing) };
+        let result = a.attach_missing(&self.object);
+        (self.attached, self.links, self.missing) = (a.attached, a.links, a.missing);
+        self.metrics_state.set_tunnel_watched(self.tunnel_watched());
+        result
     }
 
-    fn attach_one(&mut self, dev: &str, role: DeviceRole, tcx: bool) -> Result<&'static str, ForwardError> {
-        let program = role.program();
-        let prog = self.classifier(program)?;
-        let attach_err = |mode, e| ForwardError::Attach { program, iface: dev.to_string(), mode, source: Box::new(e) };
-        if tcx {
-            // First on the hook, so a program returning TC_ACT_OK after us cannot hide packets.
-            match prog.attach_with_options(dev, TcAttachType::Egress, TcAttachOptions::TcxOrder(LinkOrder::first())) {
-                Ok(_) => Ok("tcx"),
-                Err(first_err) => {
-                    tracing::info!(device = dev, error = %first_err, "forwarding watch: cannot attach first on the TCX hook; appending");
-                    prog.attach_with_options(dev, TcAttachType::Egress, TcAttachOptions::TcxOrder(LinkOrder::default()))
-                        .map(|_| "tcx")
-                        .map_err(|e| attach_err("tcx", e))
-                }
+    /// Watch `devices` instead (the host NIC changed): devices no longer listed are detached,
+    /// new ones attached (or kept missing until they exist). Counters, destinations and the
+    /// reader carry on.
+    ///
+    /// # Errors
+    /// As [`ForwardWatch::attach_missing`].
+    pub fn set_devices(&mut self, devices: &[(String, DeviceRole)]) -> Result<Vec<AttachedDevice>, BpfError> {
+        let keep = |name: &str, role: DeviceRole| devices.iter().any(|(d, r)| d == name && *r == role);
+        let mut attached = Vec::new();
+        let mut links = Vec::new();
+        for (a, link) in std::mem::take(&mut self.attached).into_iter().zip(std::mem::take(&mut self.links)) {
+            if keep(&a.name, a.role) {
+                attached.push(a);
+                links.push(link);
+            } else {
+                tracing::info!(device = %a.name, role = a.role.label(), "forwarding watch: detached from a device no longer watched");
             }
-        } else {
-            // EEXIST when Calico/Cilium (or we) already added it.
-            let _ = tc::qdisc_add_clsact(dev);
-            prog.attach_with_options(dev, TcAttachType::Egress, TcAttachOptions::Netlink(NlOptions::default()))
-                .map(|_| "clsact")
-                .map_err(|e| attach_err("clsact", e))
         }
+        (self.attached, self.links) = (attached, links);
+        self.missing = devices.iter().filter(|(d, r)| !self.attached.iter().any(|a| &a.name == d && a.role == *r)).cloned().collect();
+        self.attach_missing()
     }
 
     /// Kernel program ids of the two classifiers (`tc_forward_tunnel`, `tc_forward_host`), for
     /// `bpftool prog show id N` / `bpftool prog run id N` (per-packet cost measurements).
     ///
     /// # Errors
-    /// [`ForwardError::Program`] if the kernel cannot describe a program.
-    pub fn program_ids(&self) -> Result<Vec<(&'static str, u32)>, ForwardError> {
-        [PROG_TC_FORWARD_TUNNEL, PROG_TC_FORWARD_HOST]
-            .into_iter()
-            .map(|name| {
-                let prog: &SchedClassifier =
-                    self.bpf.program(name).ok_or(ForwardError::Missing(name))?.try_into().map_err(|e| ForwardError::Program { program: name, source: Box::new(e) })?;
-                let info = prog.info().map_err(|e| ForwardError::Program { program: name, source: Box::new(e) })?;
-                Ok((name, info.id()))
-            })
-            .collect()
+    /// [`BpfError::Program`] if the kernel cannot describe a program.
+    pub fn program_ids(&self) -> Result<Vec<(&'static str, u32)>, BpfError> {
+        self.object.with(|ebpf| {
+            [PROG_TC_FORWARD_TUNNEL, PROG_TC_FORWARD_HOST]
+                .into_iter()
+                .map(|name| {
+                    let prog = classifier(ebpf, name)?;
+                    let info = prog.info().map_err(BpfError::program("info", name))?;
+                    Ok((name, info.id()))
+                })
+                .collect()
+        })
     }
 
     /// Devices the programs are attached to.
@@ -468,9 +419,9 @@ impl ForwardWatch {
     /// filter cannot hold ([`pools::pool_filter`]) is one of them and is not written.
     ///
     /// # Errors
-    /// [`ForwardError::Map`] if a map cannot be opened or the filter cannot be written;
+    /// [`BpfError::Map`] if a map cannot be opened or the filter cannot be written;
     /// destination write failures are per entry.
-    pub fn set_destinations(&mut self, entries: &[ForwardEntry]) -> Result<DestinationsUpdate, ForwardError> {
+    pub fn set_destinations(&mut self, entries: &[ForwardEntry]) -> Result<DestinationsUpdate, BpfError> {
         let mut update = DestinationsUpdate::default();
         let mut want: BTreeMap<IpNet, ForwardTarget> = BTreeMap::new();
         {
@@ -504,10 +455,10 @@ impl ForwardWatch {
             if phase == SyncPhase::Remove && filter != self.filter {
                 self.switch_filter(&filter)?;
             }
-            let map = self.bpf.map_mut(FORWARD_TARGETS_V4_MAP).ok_or(ForwardError::Missing(FORWARD_TARGETS_V4_MAP))?;
+            let map = self.maps.map_mut(FORWARD_TARGETS_V4_MAP)?;
             let mut v4 = BpfHashMap::try_from(map).map_err(map_err(FORWARD_TARGETS_V4_MAP, "open"))?;
             sync_targets(&mut v4, key_v4, phase, &want, &mut self.installed, &mut update);
-            let map = self.bpf.map_mut(FORWARD_TARGETS_V6_MAP).ok_or(ForwardError::Missing(FORWARD_TARGETS_V6_MAP))?;
+            let map = self.maps.map_mut(FORWARD_TARGETS_V6_MAP)?;
             let mut v6 = BpfHashMap::try_from(map).map_err(map_err(FORWARD_TARGETS_V6_MAP, "open"))?;
             sync_targets(&mut v6, key_v6, phase, &want, &mut self.installed, &mut update);
         }
@@ -516,12 +467,12 @@ impl ForwardWatch {
     }
 
     /// Write `filter` into the idle slot of `FORWARD_POOLS`, then make that slot live.
-    fn switch_filter(&mut self, filter: &PoolFilter) -> Result<(), ForwardError> {
+    fn switch_filter(&mut self, filter: &PoolFilter) -> Result<(), BpfError> {
         let idle = self.filter_slot ^ 1;
-        let map = self.bpf.map_mut(FORWARD_POOLS_MAP).ok_or(ForwardError::Missing(FORWARD_POOLS_MAP))?;
+        let map = self.maps.map_mut(FORWARD_POOLS_MAP)?;
         let mut slots: Array<&mut MapData, PoolFilter> = Array::try_from(map).map_err(map_err(FORWARD_POOLS_MAP, "open"))?;
         slots.set(idle, filter, 0).map_err(map_err(FORWARD_POOLS_MAP, "write"))?;
-        let map = self.bpf.map_mut(FORWARD_POOLS_ACTIVE_MAP).ok_or(ForwardError::Missing(FORWARD_POOLS_ACTIVE_MAP))?;
+        let map = self.maps.map_mut(FORWARD_POOLS_ACTIVE_MAP)?;
         let mut active: Array<&mut MapData, u32> = Array::try_from(map).map_err(map_err(FORWARD_POOLS_ACTIVE_MAP, "open"))?;
         active.set(0, idle, 0).map_err(map_err(FORWARD_POOLS_ACTIVE_MAP, "write"))?;
         self.filter = *filter;
@@ -532,15 +483,15 @@ impl ForwardWatch {
     /// Sum over CPUs of every counter of the pools known so far.
     ///
     /// # Errors
-    /// [`ForwardError::Map`] if a counter map cannot be read.
-    pub fn counts(&self) -> Result<ForwardCounts, ForwardError> {
+    /// [`BpfError::Map`] if a counter map cannot be read.
+    pub fn counts(&self) -> Result<ForwardCounts, BpfError> {
         let pools = self.pools.read().unwrap_or_else(std::sync::PoisonError::into_inner).names.clone();
-        let counters_map = self.bpf.map(FORWARD_COUNTERS_MAP).ok_or(ForwardError::Missing(FORWARD_COUNTERS_MAP))?;
+        let counters_map = self.maps.map(FORWARD_COUNTERS_MAP)?;
         let counters: PerCpuArray<&MapData, ForwardCounters> =
             PerCpuArray::try_from(counters_map).map_err(map_err(FORWARD_COUNTERS_MAP, "open"))?;
-        let flaps_map = self.bpf.map(FORWARD_FLAPS_MAP).ok_or(ForwardError::Missing(FORWARD_FLAPS_MAP))?;
+        let flaps_map = self.maps.map(FORWARD_FLAPS_MAP)?;
         let flaps: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(flaps_map).map_err(map_err(FORWARD_FLAPS_MAP, "open"))?;
-        let stats_map = self.bpf.map(FORWARD_STATS_MAP).ok_or(ForwardError::Missing(FORWARD_STATS_MAP))?;
+        let stats_map = self.maps.map(FORWARD_STATS_MAP)?;
         let stats: PerCpuArray<&MapData, ForwardStats> = PerCpuArray::try_from(stats_map).map_err(map_err(FORWARD_STATS_MAP, "open"))?;
 
         let mut out = ForwardCounts { pools: pools.clone(), ..ForwardCounts::default() };
@@ -578,16 +529,125 @@ impl ForwardWatch {
     /// logged and skipped. The task ends when `tx` is closed.
     ///
     /// # Errors
-    /// [`ForwardError::ReaderTaken`] on a second call; [`ForwardError::Poll`] if the ring
+    /// [`BpfError::ReaderTaken`] on a second call; [`BpfError::Poll`] if the ring
     /// buffer cannot be registered with the runtime.
-    pub fn spawn_reader(&mut self, tx: mpsc::Sender<ForwardEvent>) -> Result<tokio::task::JoinHandle<()>, ForwardError> {
-        let map = self.bpf.take_map(FORWARD_EVENTS_MAP).ok_or(ForwardError::ReaderTaken)?;
+    pub fn spawn_reader(&mut self, tx: mpsc::Sender<ForwardEvent>) -> Result<tokio::task::JoinHandle<()>, BpfError> {
+        let map = self.maps.take(FORWARD_EVENTS_MAP).ok_or(BpfError::ReaderTaken)?;
         let ring = RingBuf::try_from(map).map_err(map_err(FORWARD_EVENTS_MAP, "open"))?;
         // SAFETY: the RingBuf owns its map fd for its whole life and always returns that fd;
         // the AsyncFd owns the RingBuf, so the fd outlives the registration.
-        let fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }.map_err(|e| ForwardError::Poll(e.into()))?;
+        let fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }.map_err(|e| BpfError::Poll(e.into()))?;
         let pools = self.pools.clone();
         Ok(tokio::spawn(read_ring(fd, pools, tx)))
+    }
+}
+
+/// The attach state of a watch being started or moved: attached devices with their links, and
+/// the configured devices not attached yet.
+struct Attachments {
+    attached: Vec<AttachedDevice>,
+    links: Vec<SchedClassifierLink>,
+    missing: Vec<(String, DeviceRole)>,
+}
+
+impl Attachments {
+    /// Attach every missing device that exists; the first refusal stops the round (that
+    /// device and the rest stay missing) and is returned.
+    fn attach_missing(&mut self, object: &BpfObject) -> Result<Vec<AttachedDevice>, BpfError> {
+        let mut newly = Vec::new();
+        let pending = std::mem::take(&mut self.missing);
+        let mut result = Ok(());
+        for (dev, role) in pending {
+            if result.is_err() || !device_exists(&dev) {
+                self.missing.push((dev, role));
+                continue;
+            }
+            let program = role.program();
+            // First on the hook, so a program returning TC_ACT_OK after us cannot hide packets.
+            match object.with(|ebpf| attach_classifier(classifier(ebpf, program)?, program, &dev, TcAttachType::Egress, true)) {
+                Ok((link, mode)) => {
+                    let a = AttachedDevice { name: dev, role, mode };
+                    self.attached.push(a.clone());
+                    self.links.push(link);
+                    newly.push(a);
+                }
+                Err(e) => {
+                    self.missing.push((dev, role));
+                    result = Err(e);
+                }
+            }
+        }
+        result.map(|()| newly)
+    }
+}
+
+impl ForwardWatch {
+    /// A new set of destinations (the plan's, [`entries_from_routes`]): bring the trie in step
+    /// (diffed; nothing written when the entries did not change), declare the new series at 0
+    /// and remove those of pools that left.
+    pub fn update_destinations(&mut self, entries: &[ForwardEntry], metrics: &Metrics) {
+        if entries == self.last_entries.as_slice() {
+            return;
+        }
+        match self.set_destinations(entries) {
+            Ok(up) => {
+                if up.inserted + up.updated + up.removed > 0 {
+                    tracing::info!(inserted = up.inserted, updated = up.updated, removed = up.removed, total = up.total, "forwarding watch destinations updated");
+                }
+                for (prefix, why) in up.failed.iter().take(10) {
+                    tracing::warn!(%prefix, error = %why, "forwarding watch: destination not written; retried on the next plan");
+                }
+                if up.failed.is_empty() {
+                    self.last_entries = entries.to_vec();
+                } else {
+                    self.last_entries.clear();
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "forwarding watch: updating destinations failed"),
+        }
+        ForwardMetrics::declare(metrics, entries);
+        let pools: BTreeSet<String> = entries.iter().map(|e| e.pool.clone()).collect();
+        for gone in self.declared.difference(&pools) {
+            ForwardMetrics::forget(metrics, gone);
+        }
+        self.declared = pools;
+    }
+}
+
+impl Watch for ForwardWatch {
+    type Event = ForwardEvent;
+    const NAME: &'static str = WATCHER_NAME;
+    const DEGRADED: &'static str = "forwarding watch not running; routes are still programmed";
+
+    fn spawn_reader(&mut self, tx: mpsc::Sender<ForwardEvent>) -> Result<Option<tokio::task::JoinHandle<()>>, BpfError> {
+        ForwardWatch::spawn_reader(self, tx).map(Some)
+    }
+
+    fn on_started(&mut self, _metrics: &Metrics) {
+        tracing::info!(attached = ?self.attached(), missing = ?self.missing(), "forwarding watch running (TC egress)");
+    }
+
+    /// Attach devices that appeared, read the counters into the metrics.
+    fn poll(&mut self, metrics: &Metrics) {
+        if !self.missing.is_empty() {
+            match self.attach_missing() {
+                Ok(newly) if !newly.is_empty() => tracing::info!(attached = ?newly, "forwarding watch attached to devices that appeared"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "forwarding watch: attaching a device failed"),
+            }
+        }
+        match self.counts() {
+            Ok(c) => self.metrics_state.apply(metrics, &c),
+            Err(e) => tracing::warn!(error = %e, "forwarding watch: reading counters failed"),
+        }
+    }
+
+    fn on_event(&mut self, _metrics: &Metrics, event: &ForwardEvent) {
+        log_event(event);
+    }
+
+    fn detached_reason(&self) -> Option<String> {
+        self.attached.is_empty().then(|| BpfError::NoDevice(self.missing.iter().map(|(d, _)| d.clone()).collect()).to_string())
     }
 }
 
@@ -641,141 +701,6 @@ pub fn log_event(ev: &ForwardEvent) {
 
 /// Name of the watch in `/readyz` and the `program` label of `routewarden_bpf_program_attached`.
 pub const WATCHER_NAME: &str = "tc_forward";
-
-/// The app's handler for the watch: owns the [`ForwardWatch`] (if it started), its metric
-/// state and the event receiver. Never fails: a watch that cannot start is reported degraded
-/// in `/readyz` and the handler does nothing.
-pub struct ForwardHandler {
-    watch: Option<ForwardWatch>,
-    metrics_state: ForwardMetrics,
-    events: Option<mpsc::Receiver<ForwardEvent>>,
-    reader: Option<tokio::task::JoinHandle<()>>,
-    last_entries: Vec<ForwardEntry>,
-    /// Pools whose series are declared: a pool that leaves the plan has its series removed.
-    declared: BTreeSet<String>,
-}
-
-impl std::fmt::Debug for ForwardHandler {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ForwardHandler").field("watch", &self.watch).finish_non_exhaustive()
-    }
-}
-
-impl ForwardHandler {
-    /// Start the watch with the embedded object in the calling thread's namespace (must run
-    /// inside a tokio runtime: the ring-buffer reader is a task).
-    pub fn start(config: &ForwardConfig, metrics: &Metrics, health: &crate::observe::Health) -> ForwardHandler {
-        let labels = crate::observe::metrics::ProgramLabels { program: WATCHER_NAME };
-        let started = crate::bpf::embedded_object()
-            .ok_or(ForwardError::NoObject)
-            .and_then(|obj| ForwardWatch::start(obj, config))
-            .and_then(|mut w| {
-                let (tx, rx) = mpsc::channel(1024);
-                let reader = w.spawn_reader(tx)?;
-                Ok((w, rx, reader))
-            });
-        match started {
-            Ok((watch, rx, reader)) => {
-                tracing::info!(attached = ?watch.attached(), missing = ?watch.missing(), "forwarding watch running (TC egress)");
-                metrics.bpf_program_attached.get_or_create(&labels).set(1);
-                health.set_watcher(WATCHER_NAME, crate::observe::WatcherState::Ready);
-                ForwardHandler {
-                    metrics_state: ForwardMetrics::new(watch.tunnel_watched()),
-                    watch: Some(watch),
-                    events: Some(rx),
-                    reader: Some(reader),
-                    last_entries: Vec::new(),
-                    declared: BTreeSet::new(),
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "forwarding watch not running; routes are still programmed");
-                metrics.bpf_program_attached.get_or_create(&labels).set(0);
-                health.set_watcher(WATCHER_NAME, crate::observe::WatcherState::Degraded(e.to_string()));
-                ForwardHandler {
-                    watch: None,
-                    metrics_state: ForwardMetrics::new(false),
-                    events: None,
-                    reader: None,
-                    last_entries: Vec::new(),
-                    declared: BTreeSet::new(),
-                }
-            }
-        }
-    }
-
-    /// A new plan: bring the trie in step (diffed; nothing written when the entries did not
-    /// change) and declare the new series at 0.
-    pub fn on_plan(&mut self, plan: &crate::app::plan::Plan, metrics: &Metrics) {
-        let Some(watch) = self.watch.as_mut() else { return };
-        let entries = entries_from_plan(plan);
-        if entries == self.last_entries {
-            return;
-        }
-        match watch.set_destinations(&entries) {
-            Ok(up) => {
-                if up.inserted + up.updated + up.removed > 0 {
-                    tracing::info!(inserted = up.inserted, updated = up.updated, removed = up.removed, total = up.total, "forwarding watch destinations updated");
-                }
-                for (prefix, why) in up.failed.iter().take(10) {
-                    tracing::warn!(%prefix, error = %why, "forwarding watch: destination not written; retried on the next plan");
-                }
-                if up.failed.is_empty() {
-                    self.last_entries.clone_from(&entries);
-                } else {
-                    self.last_entries.clear();
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "forwarding watch: updating destinations failed"),
-        }
-        ForwardMetrics::declare(metrics, &entries);
-        let pools: BTreeSet<String> = entries.iter().map(|e| e.pool.clone()).collect();
-        for gone in self.declared.difference(&pools) {
-            ForwardMetrics::forget(metrics, gone);
-        }
-        self.declared = pools;
-    }
-
-    /// Timer: attach devices that appeared, read the counters into the metrics.
-    pub fn poll(&mut self, metrics: &Metrics) {
-        let Some(watch) = self.watch.as_mut() else { return };
-        if !watch.missing().is_empty() {
-            match watch.attach_missing() {
-                Ok(newly) if !newly.is_empty() => {
-                    tracing::info!(attached = ?newly, "forwarding watch attached to devices that appeared");
-                    self.metrics_state.set_tunnel_watched(watch.tunnel_watched());
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "forwarding watch: attaching a device failed"),
-            }
-        }
-        match watch.counts() {
-            Ok(c) => self.metrics_state.apply(metrics, &c),
-            Err(e) => tracing::warn!(error = %e, "forwarding watch: reading counters failed"),
-        }
-    }
-
-    /// The next wrong-path sample or flap; pending forever when the watch is not running (for
-    /// `tokio::select!`).
-    pub async fn next_event(&mut self) -> Option<ForwardEvent> {
-        if let Some(rx) = self.events.as_mut() {
-            if let Some(ev) = rx.recv().await {
-                return Some(ev);
-            }
-            tracing::warn!("forwarding watch: the ring-buffer reader stopped; counters still work, samples and flap events do not");
-            self.events = None;
-        }
-        std::future::pending().await
-    }
-}
-
-impl Drop for ForwardHandler {
-    fn drop(&mut self) {
-        if let Some(r) = self.reader.take() {
-            r.abort();
-        }
-    }
-}
 
 /// Counters read from the kernel: sums over CPUs since the watch started.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -976,6 +901,6 @@ mod tests {
 
     #[test]
     fn empty_object_is_a_clear_error() {
-        assert!(matches!(ForwardWatch::start(&[], &ForwardConfig::for_devices(&[], &["eth0".into()])), Err(ForwardError::NoObject)));
+        assert!(matches!(ForwardWatch::start(&[], &ForwardConfig::for_devices(&[], &["eth0".into()])), Err(BpfError::NoObject)));
     }
 }

@@ -14,13 +14,18 @@
 //! the hooked prototypes ([`btf`]), passed as the global `ROUTE_WATCH_OFFSETS`, with the
 //! watched network namespace's inode in `ROUTE_WATCH_NETNS_INUM`.
 //!
-//! Namespace: [`RouteWatch::start`] watches the network namespace of the calling thread.
-//! Nothing here panics on kernel data; when no backend loads the caller gets
-//! [`RouteWatchError::NoBackend`] with every attempt's reason and keeps programming routes.
+//! Namespace: the watch covers the network namespace of the thread that loaded the object
+//! ([`BpfObject::load`]). Nothing here panics on kernel data; when no backend loads the caller
+//! gets [`BpfError::NoBackend`] with every attempt's reason and keeps programming routes.
 //!
-//! Use (the app):
+//! The backends are tried in turn on the process's one load: a backend that fails has its
+//! programs unloaded again, and the maps are taken only by the backend that runs, so they
+//! exist once whatever was tried.
+//!
+//! Use (the app runs it in a [`crate::bpf::watch::WatchHandler`]; it implements [`Watch`]):
 //! ```ignore
-//! let mut watch = RouteWatch::start(object, &RouteWatchConfig::default())?;
+//! let object = BpfObject::load(bytes, LoadConfig::for_route_watch(&RouteWatchConfig::default()))?;
+//! let mut watch = RouteWatch::start_in(&object)?;
 //! let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
 //! watch.spawn_reader(tx)?;
 //! let mut state = RouteWatchMetrics::new(watch.window());
@@ -44,13 +49,18 @@ use std::time::Duration;
 use std::collections::HashSet;
 
 use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::programs::fentry::FEntryLink;
+use aya::programs::kprobe::KProbeLink;
 use aya::programs::{FEntry, KProbe, SocketFilter};
-use aya::{Ebpf, EbpfLoader};
+use aya::Ebpf;
 
-use crate::bpf::bpf_log::{BpfLogForwarder, BpfLogLevel};
+use crate::bpf::bpf_log::BpfLogLevel;
+use crate::bpf::loader::{BpfObject, LoadConfig, TakenMaps};
+use crate::bpf::watch::Watch;
+use crate::bpf::BpfError;
+use crate::observe::Metrics;
 use routewarden_common::route_watch::{
-    KernelOffsets, RouteWatchCounters, GLOBAL_FLAP_THRESHOLD, GLOBAL_NETNS_INUM, GLOBAL_OFFSETS, GLOBAL_SELF_PROTOCOL, GLOBAL_SELF_TGID, ROUTE_WATCH_SELF_PORTS_MAP, SELF_PORTS_MAX,
-    GLOBAL_STREAM_WRITES, GLOBAL_WINDOW_NS, HOOKED_FUNCTIONS, PROGS_FENTRY, PROGS_KPROBE, PROG_SOCKET_FILTER,
+    RouteWatchCounters, ROUTE_WATCH_SELF_PORTS_MAP, SELF_PORTS_MAX, HOOKED_FUNCTIONS, PROGS_FENTRY, PROGS_KPROBE, PROG_SOCKET_FILTER,
     ROUTE_WATCH_COUNTERS_MAP, ROUTE_WATCH_EVENTS_MAP,
 };
 use tokio::io::unix::AsyncFd;
@@ -108,31 +118,6 @@ impl FromStr for RouteWatchBackend {
     }
 }
 
-/// `error: cause: cause …`, down to the OS error, for messages operators read.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        next = cause.source();
-    }
-    out
-}
-
-/// Whether the error's cause chain ends in ENOMEM (a socket filter over the socket's option
-/// memory).
-fn is_out_of_memory(e: &RouteWatchError) -> bool {
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(cause) = next {
-        if cause.downcast_ref::<std::io::Error>().and_then(std::io::Error::raw_os_error) == Some(nix::errno::Errno::ENOMEM as i32) {
-            return true;
-        }
-        next = cause.source();
-    }
-    false
-}
-
 /// Settings of the watch.
 #[derive(Clone, Debug)]
 pub struct RouteWatchConfig {
@@ -170,83 +155,34 @@ impl Default for RouteWatchConfig {
     }
 }
 
-/// Why the watch (or one backend of it) is not running.
-#[derive(Debug, thiserror::Error)]
-pub enum RouteWatchError {
-    /// The binary was built without the kernel-side object.
-    #[error("no BPF object is embedded in this build (build with `cargo xtask build`)")]
-    NoObject,
-    /// Every backend tried failed; each attempt's reason, best backend first.
-    #[error("route watch degraded, no backend works: {}", attempts.iter().map(|(_, e)| e.as_str()).collect::<Vec<_>>().join("; "))]
-    NoBackend { attempts: Vec<(RouteWatchBackend, String)> },
-    /// BTF is missing or does not match the hooks (fentry/kprobe only).
-    #[error("{backend}: kernel BTF: {source}")]
-    Btf {
-        backend: RouteWatchBackend,
-        #[source]
-        source: btf::BtfError,
-    },
-    /// Loading the object (maps, globals) failed.
-    #[error("{backend}: loading BPF object: {source}")]
-    Load {
-        backend: RouteWatchBackend,
-        #[source]
-        source: Box<aya::EbpfError>,
-    },
-    /// Loading or attaching one program failed (EPERM for fentry on this host's kernel,
-    /// missing kprobe support, verifier rejection). The message carries the whole cause
-    /// chain, down to the kernel's errno.
-    #[error("{backend}: {op} {program}: {}", error_chain(source.as_ref()))]
-    Program {
-        backend: RouteWatchBackend,
-        op: &'static str,
-        program: &'static str,
-        #[source]
-        source: Box<aya::programs::ProgramError>,
-    },
-    /// A program or map is missing from the object.
-    #[error("{0} not found in the BPF object")]
-    Missing(&'static str),
-    /// A map has the wrong type or cannot be read.
-    #[error("map {map}: {source}")]
-    Map {
-        map: &'static str,
-        #[source]
-        source: Box<aya::maps::MapError>,
-    },
-    /// Creating, binding or watching the NETLINK_ROUTE socket failed.
-    #[error("netlink socket: {op}: {source}")]
-    Socket {
-        op: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
-    /// The ring-buffer reader was already started.
-    #[error("the ring-buffer reader is already running")]
-    ReaderTaken,
-    /// The writer-attribution thread could not be started.
-    #[error("starting the writer-attribution thread: {0}")]
-    Thread(#[source] std::io::Error),
+/// The maps the watch reads and writes (the detector's state map stays kernel-only).
+const MAPS: [&str; 3] = [ROUTE_WATCH_EVENTS_MAP, ROUTE_WATCH_COUNTERS_MAP, ROUTE_WATCH_SELF_PORTS_MAP];
+
+/// An owned link of one backend's program; dropping it detaches the program.
+enum BackendLink {
+    Fentry(#[expect(dead_code, reason = "held for its Drop (detach)")] FEntryLink),
+    Kprobe(#[expect(dead_code, reason = "held for its Drop (detach)")] KProbeLink),
 }
 
 /// A running route watch. Dropping it detaches every program.
 pub struct RouteWatch {
-    bpf: Ebpf,
+    object: BpfObject,
+    maps: TakenMaps,
     backend: RouteWatchBackend,
     window: Duration,
-    /// The NETLINK_ROUTE socket the filter is attached to (socket-filter backend).
+    /// The fentry/kprobe backend's links (dropping them detaches the programs).
+    _links: Vec<BackendLink>,
+    /// The NETLINK_ROUTE socket the filter is attached to (socket-filter backend; closing it
+    /// detaches the filter).
     _socket: Option<OwnedFd>,
     /// Backends that were tried before this one, with why they failed.
     fallbacks: Vec<(RouteWatchBackend, String)>,
     /// What the attribution thread did (zero until the reader starts).
     attribution: Arc<Mutex<writer::AttributionStats>>,
-    /// Forwards the programs' log lines (`None` with `--bpf-log-level off`).
-    _log: Option<BpfLogForwarder>,
-    /// The kernel-side log level in effect: the configured one, or `Off` when the
-    /// socket-filter program with logging did not fit the socket ([`RouteWatch::log_level`]).
-    log_level: BpfLogLevel,
     /// The process whose writes are `self`.
     self_pid: u32,
+    /// The metrics' view of the counters and events.
+    metrics_state: RouteWatchMetrics,
 }
 
 impl std::fmt::Debug for RouteWatch {
@@ -263,38 +199,46 @@ pub fn current_netns_inode() -> Result<u32, std::io::Error> {
 }
 
 impl RouteWatch {
-    /// Start the watch in the calling thread's network namespace: the forced backend, or the
-    /// best of fentry > kprobe > socket filter that loads and attaches.
+    /// Load the object on its own ([`BpfObject::load`] with `config`) and start the watch from
+    /// it ([`RouteWatch::start_in`]): for tests, benchmarks and `routewarden events`.
     ///
     /// # Errors
-    /// [`RouteWatchError::NoBackend`] with each attempt's reason (the forced one alone when a
-    /// backend is forced). The caller reports the watch as degraded and carries on.
-    pub fn start(object: &[u8], config: &RouteWatchConfig) -> Result<RouteWatch, RouteWatchError> {
-        if object.is_empty() {
-            return Err(RouteWatchError::NoObject);
-        }
-        // RLIMIT_MEMLOCK is left alone: kernels >= 5.11 account BPF memory to the memcg, and
-        // raising it fails without CAP_SYS_RESOURCE (toolchain.md).
+    /// As [`BpfObject::load`] and [`RouteWatch::start_in`].
+    pub fn start(object: &'static [u8], config: &RouteWatchConfig) -> Result<RouteWatch, BpfError> {
+        let object = BpfObject::load(object, LoadConfig::for_route_watch(config))?;
+        Self::start_in(&object)
+    }
+
+    /// Start the watch on `object`, with the settings it was loaded with
+    /// ([`LoadConfig::route_watch`]): the forced backend, or the best of fentry > kprobe >
+    /// socket filter that loads and attaches. Start it before any other watch of `object`:
+    /// the socket-filter fallback without kernel logs loads the object again.
+    ///
+    /// # Errors
+    /// [`BpfError::NoBackend`] with each attempt's reason (the forced one alone when a backend
+    /// is forced). The caller reports the watch as degraded and carries on.
+    pub fn start_in(object: &BpfObject) -> Result<RouteWatch, BpfError> {
+        let config = object.config().route_watch.clone().unwrap_or_default();
         let order: Vec<RouteWatchBackend> = match config.backend {
             Some(b) => vec![b],
             None => RouteWatchBackend::PREFERENCE.to_vec(),
         };
         let mut attempts = Vec::new();
         for backend in order {
-            match Self::start_backend(object, config, backend) {
-                Ok((mut bpf, socket, log_level)) => {
+            match Self::start_backend(object, backend).and_then(|(links, socket)| Ok((links, socket, object.take_maps(&MAPS)?))) {
+                Ok((links, socket, maps)) => {
                     tracing::info!(backend = backend.label(), fallbacks = ?attempts, "route watch running");
-                    let log = BpfLogForwarder::start(&mut bpf, "route-watch", log_level);
                     let mut watch = RouteWatch {
-                        _log: log,
-                        log_level,
+                        object: object.clone(),
+                        maps,
                         self_pid: config.self_pid.unwrap_or_else(std::process::id),
-                        bpf,
                         backend,
                         window: config.window,
+                        _links: links,
                         _socket: socket,
                         fallbacks: attempts,
                         attribution: Arc::default(),
+                        metrics_state: RouteWatchMetrics::new(config.window),
                     };
                     if let Err(e) = watch.refresh_self_ports() {
                         tracing::warn!(error = %e, "route watch: cannot list this process's netlink ports; its writes may show as protocol writers");
@@ -302,128 +246,133 @@ impl RouteWatch {
                     return Ok(watch);
                 }
                 Err(e) => {
+                    let e = BpfError::Backend { backend, source: Box::new(e) };
                     tracing::info!(backend = backend.label(), error = %e, "route-watch backend unavailable");
                     attempts.push((backend, e.to_string()));
                 }
             }
         }
-        Err(RouteWatchError::NoBackend { attempts })
+        Err(BpfError::NoBackend { attempts })
     }
 
-    fn load(
-        object: &[u8],
-        config: &RouteWatchConfig,
-        backend: RouteWatchBackend,
-        offsets: &KernelOffsets,
-        log_level: BpfLogLevel,
-    ) -> Result<Ebpf, RouteWatchError> {
-        let window_ns = u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX);
-        let threshold = config.flap_threshold.max(1);
-        let self_protocol = u32::from(config.self_protocol);
-        let stream = u32::from(config.stream_writes);
-        let self_tgid = config.self_pid.unwrap_or_else(std::process::id);
-        let netns = if backend == RouteWatchBackend::SocketFilter { 0 } else { current_netns_inode().unwrap_or(0) };
-        let mut loader = EbpfLoader::new();
-        loader
-            .override_global(GLOBAL_WINDOW_NS, &window_ns, true)
-            .override_global(GLOBAL_FLAP_THRESHOLD, &threshold, true)
-            .override_global(GLOBAL_SELF_PROTOCOL, &self_protocol, true)
-            .override_global(GLOBAL_SELF_TGID, &self_tgid, true)
-            .override_global(GLOBAL_STREAM_WRITES, &stream, true)
-            .override_global(GLOBAL_NETNS_INUM, &netns, true)
-            .override_global(GLOBAL_OFFSETS, offsets, true);
-        if let Some(bytes) = config.ring_buffer_bytes {
-            loader.map_max_entries(ROUTE_WATCH_EVENTS_MAP, bytes);
-        }
-        log_level.apply(&mut loader);
-        loader.load(object).map_err(|e| RouteWatchError::Load { backend, source: Box::new(e) })
-    }
-
-    fn start_backend(
-        object: &[u8],
-        config: &RouteWatchConfig,
-        backend: RouteWatchBackend,
-    ) -> Result<(Ebpf, Option<OwnedFd>, BpfLogLevel), RouteWatchError> {
-        let prog_err = |op, program, e| RouteWatchError::Program { backend, op, program, source: Box::new(e) };
+    /// Load and attach one backend's programs; on failure the ones it loaded are unloaded.
+    fn start_backend(object: &BpfObject, backend: RouteWatchBackend) -> Result<(Vec<BackendLink>, Option<OwnedFd>), BpfError> {
+        let prog_err = BpfError::program;
         match backend {
             RouteWatchBackend::SocketFilter => {
                 // A socket filter is charged to the socket's option memory: a program larger
                 // than `net.core.optmem_max` (20 KiB before Linux 6.9) fails SO_ATTACH_BPF
                 // with ENOMEM (net/core/filter.c, sk_filter_charge). The logging code doubles
                 // the program, so a watch asked to log retries without it rather than going
-                // without a route watch.
-                let attach = |level: BpfLogLevel| -> Result<(Ebpf, OwnedFd, Option<u32>), RouteWatchError> {
-                    let mut bpf = Self::load(object, config, backend, &KernelOffsets::UNRESOLVED, level)?;
+                // without a route watch. The log level is one global of the whole object:
+                // the object is loaded again without logs, for every watch of the process.
+                let attach = || -> Result<(OwnedFd, Option<u32>), BpfError> {
                     let socket = route_socket()?;
-                    let prog: &mut SocketFilter = bpf
-                        .program_mut(PROG_SOCKET_FILTER)
-                        .ok_or(RouteWatchError::Missing(PROG_SOCKET_FILTER))?
-                        .try_into()
-                        .map_err(|e| prog_err("type", PROG_SOCKET_FILTER, e))?;
-                    prog.load().map_err(|e| prog_err("load", PROG_SOCKET_FILTER, e))?;
-                    let size = prog.info().ok().and_then(|i| i.size_translated());
-                    prog.attach(socket.as_fd()).map_err(|e| prog_err("attach", PROG_SOCKET_FILTER, e))?;
-                    Ok((bpf, socket, size))
+                    object.with(|ebpf| {
+                        let prog: &mut SocketFilter = ebpf
+                            .program_mut(PROG_SOCKET_FILTER)
+                            .ok_or(BpfError::Missing(PROG_SOCKET_FILTER))?
+                            .try_into()
+                            .map_err(prog_err("type", PROG_SOCKET_FILTER))?;
+                        match prog.load() {
+                            Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => {}
+                            Err(e) => return Err(prog_err("load", PROG_SOCKET_FILTER)(e)),
+                        }
+                        let size = prog.info().ok().and_then(|i| i.size_translated());
+                        match prog.attach(socket.as_fd()) {
+                            Ok(()) => Ok((socket, size)),
+                            Err(e) => {
+                                let _ = prog.unload();
+                                Err(prog_err("attach", PROG_SOCKET_FILTER)(e))
+                            }
+                        }
+                    })
                 };
-                match attach(config.log_level) {
-                    Ok((bpf, socket, _)) => Ok((bpf, Some(socket), config.log_level)),
-                    Err(e) if config.log_level != BpfLogLevel::Off && is_out_of_memory(&e) => {
-                        let (bpf, socket, size) = attach(BpfLogLevel::Off)?;
+                let requested = object.log_level();
+                match attach() {
+                    Ok((socket, _)) => Ok((Vec::new(), Some(socket))),
+                    Err(e) if requested != BpfLogLevel::Off && e.is_out_of_memory() => {
+                        object.reload_without_logs()?;
+                        let (socket, size) = attach()?;
                         // Global before 6.9 and then not visible from other namespaces.
                         let optmem = std::fs::read_to_string("/proc/sys/net/core/optmem_max")
                             .map_or_else(|_| "unknown".to_owned(), |s| s.trim().to_owned());
                         tracing::warn!(
-                            requested = ?config.log_level,
+                            requested = ?requested,
                             optmem_max = %optmem,
                             bytes_without_logs = size.unwrap_or(0),
                             error = %e,
+                            applies_to = "every BPF program of this process",
                             "route watch: the socket-filter program with kernel logs is larger than this kernel lets a socket hold (net.core.optmem_max); running it without kernel logs"
                         );
-                        Ok((bpf, Some(socket), BpfLogLevel::Off))
+                        Ok((Vec::new(), Some(socket)))
                     }
                     Err(e) => Err(e),
                 }
             }
-            RouteWatchBackend::Fentry | RouteWatchBackend::Kprobe => {
-                let parsed = btf::Btf::from_sys().map_err(|source| RouteWatchError::Btf { backend, source })?;
-                let offsets = btf::resolve_offsets(&parsed).map_err(|source| RouteWatchError::Btf { backend, source })?;
-                let mut bpf = Self::load(object, config, backend, &offsets, config.log_level)?;
-                if backend == RouteWatchBackend::Fentry {
-                    let kbtf = aya::Btf::from_sys_fs().map_err(|e| RouteWatchError::Btf {
-                        backend,
-                        source: btf::BtfError::Read { path: btf::VMLINUX_BTF.into(), source: std::io::Error::other(e.to_string()) },
-                    })?;
+            RouteWatchBackend::Fentry => {
+                object.kernel_offsets()?;
+                let kbtf = aya::Btf::from_sys_fs().map_err(|e| BpfError::Btf(format!("reading {}: {e}", btf::VMLINUX_BTF)))?;
+                object.with(|ebpf| {
+                    let mut links = Vec::new();
                     for (name, func) in PROGS_FENTRY.into_iter().zip(HOOKED_FUNCTIONS) {
-                        let prog: &mut FEntry = bpf
-                            .program_mut(name)
-                            .ok_or(RouteWatchError::Missing(name))?
-                            .try_into()
-                            .map_err(|e| prog_err("type", name, e))?;
-                        prog.load(func, &kbtf).map_err(|e| prog_err("load", name, e))?;
-                        prog.attach().map_err(|e| prog_err("attach", name, e))?;
+                        let attached = (|| {
+                            let prog: &mut FEntry = ebpf.program_mut(name).ok_or(BpfError::Missing(name))?.try_into().map_err(prog_err("type", name))?;
+                            match prog.load(func, &kbtf) {
+                                Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => {}
+                                Err(e) => return Err(prog_err("load", name)(e)),
+                            }
+                            let id = prog.attach().map_err(prog_err("attach", name))?;
+                            prog.take_link(id).map_err(prog_err("attach", name))
+                        })();
+                        match attached {
+                            Ok(link) => links.push(BackendLink::Fentry(link)),
+                            Err(e) => {
+                                drop(links);
+                                unload_all(ebpf, &PROGS_FENTRY);
+                                return Err(e);
+                            }
+                        }
                     }
-                } else {
+                    Ok((links, None))
+                })
+            }
+            RouteWatchBackend::Kprobe => {
+                object.kernel_offsets()?;
+                object.with(|ebpf| {
+                    let mut links = Vec::new();
                     for (name, func) in PROGS_KPROBE.into_iter().zip(HOOKED_FUNCTIONS) {
-                        let prog: &mut KProbe = bpf
-                            .program_mut(name)
-                            .ok_or(RouteWatchError::Missing(name))?
-                            .try_into()
-                            .map_err(|e| prog_err("type", name, e))?;
-                        prog.load().map_err(|e| prog_err("load", name, e))?;
-                        prog.attach(func, 0).map_err(|e| prog_err("attach", name, e))?;
+                        let attached = (|| {
+                            let prog: &mut KProbe = ebpf.program_mut(name).ok_or(BpfError::Missing(name))?.try_into().map_err(prog_err("type", name))?;
+                            match prog.load() {
+                                Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => {}
+                                Err(e) => return Err(prog_err("load", name)(e)),
+                            }
+                            let id = prog.attach(func, 0).map_err(prog_err("attach", name))?;
+                            prog.take_link(id).map_err(prog_err("attach", name))
+                        })();
+                        match attached {
+                            Ok(link) => links.push(BackendLink::Kprobe(link)),
+                            Err(e) => {
+                                drop(links);
+                                unload_all(ebpf, &PROGS_KPROBE);
+                                return Err(e);
+                            }
+                        }
                     }
-                }
-                Ok((bpf, None, config.log_level))
+                    Ok((links, None))
+                })
             }
         }
     }
 
     /// The kernel-side log level in effect: the configured one, or [`BpfLogLevel::Off`] when
     /// the socket-filter program with logging was too large for this kernel's
-    /// `net.core.optmem_max` and was attached without it (a warning says so at start).
+    /// `net.core.optmem_max` and the object was loaded again without it (a warning says so at
+    /// start).
     #[must_use]
     pub fn log_level(&self) -> BpfLogLevel {
-        self.log_level
+        self.object.log_level()
     }
 
     /// Tell the kernel which netlink ports are the self process's (socket-filter backend:
@@ -434,9 +383,9 @@ impl RouteWatch {
     /// registered. The fentry and kprobe backends identify the process by tgid and need none.
     ///
     /// # Errors
-    /// [`RouteWatchError::Map`] when the map cannot be updated; unreadable `/proc` entries
+    /// [`BpfError::Map`] when the map cannot be updated; unreadable `/proc` entries
     /// count as no ports.
-    pub fn refresh_self_ports(&mut self) -> Result<usize, RouteWatchError> {
+    pub fn refresh_self_ports(&mut self) -> Result<usize, BpfError> {
         let table = std::fs::read_to_string("/proc/thread-self/net/netlink").unwrap_or_default();
         let inodes: HashSet<u64> = std::fs::read_dir(format!("/proc/{}/fd", self.self_pid))
             .into_iter()
@@ -447,15 +396,15 @@ impl RouteWatch {
         let mut want: Vec<u32> = writer::parse_proc_net_netlink(&table).into_iter().filter(|(_, i)| inodes.contains(i)).map(|(p, _)| p).collect();
         want.sort_unstable();
         want.truncate(SELF_PORTS_MAX as usize);
-        let map_err = |e| RouteWatchError::Map { map: ROUTE_WATCH_SELF_PORTS_MAP, source: Box::new(e) };
-        let map = self.bpf.map_mut(ROUTE_WATCH_SELF_PORTS_MAP).ok_or(RouteWatchError::Missing(ROUTE_WATCH_SELF_PORTS_MAP))?;
-        let mut ports: aya::maps::HashMap<&mut MapData, u32, u8> = aya::maps::HashMap::try_from(map).map_err(map_err)?;
+        let map_err = BpfError::map(ROUTE_WATCH_SELF_PORTS_MAP, "update");
+        let map = self.maps.map_mut(ROUTE_WATCH_SELF_PORTS_MAP)?;
+        let mut ports: aya::maps::HashMap<&mut MapData, u32, u8> = aya::maps::HashMap::try_from(map).map_err(&map_err)?;
         let stale: Vec<u32> = ports.keys().filter_map(Result::ok).filter(|p| want.binary_search(p).is_err()).collect();
         for p in stale {
             let _ = ports.remove(&p);
         }
         for p in &want {
-            ports.insert(p, 1, 0).map_err(map_err)?;
+            ports.insert(p, 1, 0).map_err(&map_err)?;
         }
         Ok(want.len())
     }
@@ -476,11 +425,14 @@ impl RouteWatch {
     }
 
     /// Sum of the per-CPU counters since the watch started.
-    pub fn counters(&self) -> Result<RouteWatchCounters, RouteWatchError> {
-        let map_err = |e| RouteWatchError::Map { map: ROUTE_WATCH_COUNTERS_MAP, source: Box::new(e) };
-        let map = self.bpf.map(ROUTE_WATCH_COUNTERS_MAP).ok_or(RouteWatchError::Missing(ROUTE_WATCH_COUNTERS_MAP))?;
-        let array: PerCpuArray<&MapData, RouteWatchCounters> = PerCpuArray::try_from(map).map_err(map_err)?;
-        let values = array.get(&0, 0).map_err(map_err)?;
+    ///
+    /// # Errors
+    /// [`BpfError::Map`] when the counter map cannot be read.
+    pub fn counters(&self) -> Result<RouteWatchCounters, BpfError> {
+        let map_err = BpfError::map(ROUTE_WATCH_COUNTERS_MAP, "read");
+        let map = self.maps.map(ROUTE_WATCH_COUNTERS_MAP)?;
+        let array: PerCpuArray<&MapData, RouteWatchCounters> = PerCpuArray::try_from(map).map_err(&map_err)?;
+        let values = array.get(&0, 0).map_err(&map_err)?;
         Ok(values.iter().fold(RouteWatchCounters::default(), |acc, v| sum_counters(&acc, v)))
     }
 
@@ -494,16 +446,16 @@ impl RouteWatch {
     /// what it held.
     ///
     /// # Errors
-    /// [`RouteWatchError::ReaderTaken`] on a second call; map/socket/thread errors otherwise.
-    pub fn spawn_reader(&mut self, tx: mpsc::Sender<RouteWatchEvent>) -> Result<tokio::task::JoinHandle<()>, RouteWatchError> {
-        let map = self.bpf.take_map(ROUTE_WATCH_EVENTS_MAP).ok_or(RouteWatchError::ReaderTaken)?;
-        let ring = RingBuf::try_from(map).map_err(|e| RouteWatchError::Map { map: ROUTE_WATCH_EVENTS_MAP, source: Box::new(e) })?;
+    /// [`BpfError::ReaderTaken`] on a second call; map/socket/thread errors otherwise.
+    pub fn spawn_reader(&mut self, tx: mpsc::Sender<RouteWatchEvent>) -> Result<tokio::task::JoinHandle<()>, BpfError> {
+        let map = self.maps.take(ROUTE_WATCH_EVENTS_MAP).ok_or(BpfError::ReaderTaken)?;
+        let ring = RingBuf::try_from(map).map_err(BpfError::map(ROUTE_WATCH_EVENTS_MAP, "open"))?;
         // SAFETY: the RingBuf owns its map fd for its whole life and always returns that fd;
         // the AsyncFd owns the RingBuf.
         let fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
-            .map_err(|e| RouteWatchError::Socket { op: "poll ring buffer", source: e.into() })?;
+            .map_err(|e| BpfError::Poll(e.into()))?;
         let (batch_tx, batch_rx) = mpsc::channel(ATTRIBUTION_BATCHES);
-        writer::spawn_attribution(batch_rx, tx, Arc::clone(&self.attribution)).map_err(RouteWatchError::Thread)?;
+        writer::spawn_attribution(batch_rx, tx, Arc::clone(&self.attribution)).map_err(BpfError::Thread)?;
         Ok(tokio::spawn(read_ring(fd, batch_tx)))
     }
 
@@ -513,6 +465,62 @@ impl RouteWatch {
         *self.attribution.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
+
+/// Unload the programs `names` (a backend that did not attach; its links are gone already).
+fn unload_all(ebpf: &mut Ebpf, names: &[&str]) {
+    for name in names {
+        if let Some(p) = ebpf.program_mut(name) {
+            let _ = match p {
+                aya::programs::Program::FEntry(p) => p.unload(),
+                aya::programs::Program::KProbe(p) => p.unload(),
+                _ => Ok(()),
+            };
+        }
+    }
+}
+
+impl Watch for RouteWatch {
+    type Event = RouteWatchEvent;
+    const NAME: &'static str = WATCHER_NAME;
+    const DEGRADED: &'static str = "route watch degraded: no backend runs; routes are still programmed";
+
+    fn spawn_reader(&mut self, tx: mpsc::Sender<RouteWatchEvent>) -> Result<Option<tokio::task::JoinHandle<()>>, BpfError> {
+        RouteWatch::spawn_reader(self, tx).map(Some)
+    }
+
+    fn on_started(&mut self, metrics: &Metrics) {
+        // `start_in` already logged each backend it could not use and why.
+        tracing::info!(backend = self.backend.label(), window_s = self.window.as_secs(), "route watch running");
+        self.metrics_state.set_backend(metrics, Some(self.backend));
+    }
+
+    fn on_degraded(metrics: &Metrics) {
+        RouteWatchMetrics::new(Duration::ZERO).set_backend(metrics, None);
+    }
+
+    /// Refresh this process's netlink ports, read the kernel counters and expire the
+    /// flapping-prefixes gauge.
+    fn poll(&mut self, metrics: &Metrics) {
+        // Sockets the agent opened since: its writes must stay `self`.
+        if let Err(e) = self.refresh_self_ports() {
+            tracing::warn!(error = %e, "route watch: refreshing this process's netlink ports");
+        }
+        match self.counters() {
+            Ok(c) => self.metrics_state.apply_counters(metrics, &c),
+            Err(e) => tracing::warn!(error = %e, "route watch: reading counters"),
+        }
+        self.metrics_state.tick(metrics, std::time::Instant::now());
+    }
+
+    /// Fold one event into the metrics (and the conflict/flap warn logs).
+    fn on_event(&mut self, metrics: &Metrics, event: &RouteWatchEvent) {
+        self.metrics_state.apply_event(metrics, event, std::time::Instant::now());
+    }
+}
+
+/// Name of the watch in `/readyz` and of the program label in
+/// `routewarden_bpf_program_attached`.
+pub const WATCHER_NAME: &str = "route_watch";
 
 /// Batches (one per ring-buffer wake-up) queued for the attribution thread; when they are
 /// all taken, the reader waits and the kernel's ring buffer absorbs (and counts as lost)
@@ -575,7 +583,7 @@ pub fn sum_counters(a: &RouteWatchCounters, b: &RouteWatchCounters) -> RouteWatc
 /// A NETLINK_ROUTE socket in the calling thread's namespace, joined to
 /// `RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE`. Non-blocking; nothing reads it (the
 /// filter returns 0, so no message is ever queued).
-fn route_socket() -> Result<OwnedFd, RouteWatchError> {
+fn route_socket() -> Result<OwnedFd, BpfError> {
     use nix::sys::socket::{bind, socket, AddressFamily, NetlinkAddr, SockFlag, SockProtocol, SockType};
     const RTMGRP_LINK: u32 = 0x1;
     const RTMGRP_IPV4_ROUTE: u32 = 0x40;
@@ -586,9 +594,9 @@ fn route_socket() -> Result<OwnedFd, RouteWatchError> {
         SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
         SockProtocol::NetlinkRoute,
     )
-    .map_err(|e| RouteWatchError::Socket { op: "socket(AF_NETLINK, NETLINK_ROUTE)", source: e.into() })?;
+    .map_err(|e| BpfError::Socket { op: "socket(AF_NETLINK, NETLINK_ROUTE)", source: e.into() })?;
     bind(std::os::fd::AsRawFd::as_raw_fd(&sock), &NetlinkAddr::new(0, RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE))
-        .map_err(|e| RouteWatchError::Socket { op: "bind to route groups", source: e.into() })?;
+        .map_err(|e| BpfError::Socket { op: "bind to route groups", source: e.into() })?;
     Ok(sock)
 }
 
@@ -607,6 +615,6 @@ mod tests {
 
     #[test]
     fn empty_object_is_a_clear_error() {
-        assert!(matches!(RouteWatch::start(&[], &RouteWatchConfig::default()), Err(RouteWatchError::NoObject)));
+        assert!(matches!(RouteWatch::start(&[], &RouteWatchConfig::default()), Err(BpfError::NoObject)));
     }
 }

@@ -1,17 +1,17 @@
-//! What goes into the `FORWARD_DESTINATIONS` LPM trie: one [`ForwardEntry`] per IPAM block
+//! What goes into the forwarding watch's destination maps (`FORWARD_TARGETS_V4`/`_V6`): one [`ForwardEntry`] per IPAM block
 //! and borrowed IP, with its pool, class and the path it should take from this node. Pure; no
 //! I/O.
 //!
 //! Source per class (issue 6): routewarden's desired routes for the classes it programs, the
-//! ownership matrix's expectation (`Plan::expected`, the routes Felix/BIRD should have) for
-//! the others, so the watch works the same in audit mode.
+//! ownership matrix's expectation (the routes Felix/BIRD should have) for the others, so the
+//! watch works the same in audit mode. The app passes them in from its plan
+//! (`app::plan::Plan::forward_entries`); nothing here knows the plan.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
 use routewarden_common::forward::{ForwardPath, V4_MAPPED_PREFIX_LEN};
 
-use crate::app::plan::Plan;
 use crate::dataplane::ExpectedRoute;
 use crate::routes::{ClusterRoute, PoolClass, RoutePath};
 
@@ -44,11 +44,6 @@ pub fn class_byte(c: PoolClass) -> u8 {
         PoolClass::NoEncap => 1,
         PoolClass::Vxlan => 2,
     }
-}
-
-/// Entries for `plan`: see [`entries_from_routes`].
-pub fn entries_from_plan(plan: &Plan) -> Vec<ForwardEntry> {
-    entries_from_routes(&plan.desired, &plan.expected, &plan.decision.programmed)
 }
 
 /// Entries from routewarden's `desired` routes for the classes in `programmed`, and from the

@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::{RouteWatch, RouteWatchBackend, RouteWatchConfig, RouteWatchError, RouteWatchEvent};
-use crate::bpf::forward::{ForwardConfig, ForwardEntry, ForwardError, ForwardEvent, ForwardWatch};
+use super::{RouteWatch, RouteWatchBackend, RouteWatchConfig, RouteWatchEvent};
+use crate::bpf::forward::{ForwardConfig, ForwardEntry, ForwardEvent, ForwardWatch};
+use crate::bpf::loader::{BpfObject, LoadConfig};
+use crate::bpf::BpfError;
 
 /// The forwarding watch `routewarden events` runs too: where to attach and the cluster
 /// destinations (from the plan, as the agent computes them).
@@ -152,12 +154,12 @@ pub fn main(opts: &EventsOptions) -> Result<(), EventsError> {
 /// Errors of `routewarden events`.
 #[derive(Debug, thiserror::Error)]
 pub enum EventsError {
-    /// The watch did not start.
+    /// The object did not load or the route watch did not start.
     #[error(transparent)]
-    Watch(#[from] RouteWatchError),
+    Watch(#[from] BpfError),
     /// The forwarding watch did not start.
     #[error("forwarding watch: {0}")]
-    Forward(#[from] ForwardError),
+    Forward(#[source] BpfError),
     /// Writing to the output failed (closed pipe).
     #[error("writing events: {0}")]
     Output(#[from] std::io::Error),
@@ -166,12 +168,13 @@ pub enum EventsError {
 /// Stream events of the embedded object's watch to `out` until Ctrl-C, SIGTERM, `max_events`
 /// or `duration`. Returns the number of events written.
 pub async fn stream_events(opts: &EventsOptions, out: impl Write) -> Result<usize, EventsError> {
-    let object = crate::bpf::embedded_object().ok_or(RouteWatchError::NoObject)?;
+    let object = crate::bpf::embedded_object().ok_or(BpfError::NoObject)?;
     stream_events_with(object, opts, out).await
 }
 
-/// [`stream_events`] with an explicit BPF object.
-pub async fn stream_events_with(object: &[u8], opts: &EventsOptions, mut out: impl Write) -> Result<usize, EventsError> {
+/// One load for both watches of `routewarden events`: the route watch streaming every write
+/// into a 4 MiB ring, the forwarding watch's thresholds when it runs too.
+fn load_object(object: &'static [u8], opts: &EventsOptions) -> Result<BpfObject, BpfError> {
     let config = RouteWatchConfig {
         backend: opts.backend,
         window: opts.window,
@@ -182,7 +185,15 @@ pub async fn stream_events_with(object: &[u8], opts: &EventsOptions, mut out: im
         log_level: opts.log_level,
         self_pid: opts.self_pid,
     };
-    let mut watch = RouteWatch::start(object, &config)?;
+    let load = LoadConfig { log_level: opts.log_level, route_watch: Some(config), forward: opts.forward.as_ref().map(|f| f.config.clone()) };
+    BpfObject::load(object, load)
+}
+
+/// [`stream_events`] with an explicit BPF object, loaded once for both watches.
+pub async fn stream_events_with(object: &'static [u8], opts: &EventsOptions, mut out: impl Write) -> Result<usize, EventsError> {
+    let object = load_object(object, opts)?;
+    // The route watch first: its socket-filter fallback may load the object again.
+    let mut watch = RouteWatch::start_in(&object)?;
     if opts.format == EventsFormat::Text {
         let me = opts.self_pid.map_or_else(|| "none (--agent-pid names the agent)".to_owned(), |p| format!("pid {p}"));
         writeln!(out, "# route watch backend {}; window {:?}, flap threshold {}; self = {me}", watch.backend(), opts.window, opts.flap_threshold)?;
@@ -193,9 +204,9 @@ pub async fn stream_events_with(object: &[u8], opts: &EventsOptions, mut out: im
     let (ftx, mut frx) = mpsc::channel::<ForwardEvent>(1024);
     let mut forward = None;
     if let Some(setup) = &opts.forward {
-        let mut fw = ForwardWatch::start(object, &setup.config)?;
-        fw.set_destinations(&setup.entries)?;
-        let freader = fw.spawn_reader(ftx)?;
+        let mut fw = ForwardWatch::start_in(&object, &setup.config).map_err(EventsError::Forward)?;
+        fw.set_destinations(&setup.entries).map_err(EventsError::Forward)?;
+        let freader = fw.spawn_reader(ftx).map_err(EventsError::Forward)?;
         if opts.format == EventsFormat::Text {
             writeln!(out, "# forwarding watch on {} device(s), {} destinations", fw.attached().len(), setup.entries.len())?;
             out.flush()?;

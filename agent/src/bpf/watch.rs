@@ -1,0 +1,279 @@
+//! One shape for every BPF watch (issue 15): the route watch, the forwarding watch and
+//! `tc_count` implement [`Watch`]; the app runs each in a [`WatchHandler`], which does what
+//! they used to repeat:
+//!
+//! - **start, degraded not fatal**: a watch that cannot start (no object, a load or attach
+//!   refused, no backend) is logged at `warn`, shown as `bpf <name>: degraded: <why>` in
+//!   `/readyz`, and the agent keeps programming routes;
+//! - **attached gauge**: `routewarden_bpf_program_attached{program="<name>"}` is 1 while the
+//!   watch runs attached, 0 otherwise;
+//! - **health line**: `bpf <name>: ready` / `bpf <name>: degraded: <why>`, following
+//!   [`Watch::detached_reason`] on every poll;
+//! - **event stream**: the watch's ring-buffer reader feeds a channel, drained by
+//!   [`WatchHandler::next_event`] (pending forever when there is none, for `tokio::select!`);
+//! - **detach on drop**: dropping the handler stops the reader and drops the watch, whose
+//!   owned links detach its programs.
+//!
+//! ```ignore
+//! let mut route = WatchHandler::start(RouteWatch::start_in(&object), &metrics, &health);
+//! // every second:         route.poll(&metrics);
+//! // in the select! loop:  Some(ev) = route.next_event() => route.on_event(&metrics, &ev),
+//! ```
+
+use tokio::sync::mpsc;
+
+use super::BpfError;
+use crate::observe::metrics::ProgramLabels;
+use crate::observe::{Health, Metrics, WatcherState};
+
+/// Events buffered between a watch's reader and the app's loop.
+const EVENT_QUEUE: usize = 1024;
+
+/// A BPF watch as the app's loop sees it.
+pub trait Watch {
+    /// What its ring buffer yields.
+    type Event: Send + 'static;
+    /// Name in `/readyz` (`bpf <NAME>: ready`) and the `program` label of
+    /// `routewarden_bpf_program_attached`: `route_watch`, `tc_forward`, `tc_count`.
+    const NAME: &'static str;
+    /// What the `warn` line says when the watch cannot start (the error is a field).
+    const DEGRADED: &'static str;
+
+    /// Start the ring-buffer reader on the current tokio runtime, sending to `tx`; `Ok(None)`
+    /// when the watch has no events.
+    ///
+    /// # Errors
+    /// Whatever stops the reader from starting; the handler keeps the watch (counters only).
+    fn spawn_reader(&mut self, tx: mpsc::Sender<Self::Event>) -> Result<Option<tokio::task::JoinHandle<()>>, BpfError>;
+
+    /// Called once after a successful start (the info line, metrics that name the backend).
+    fn on_started(&mut self, _metrics: &Metrics) {}
+
+    /// Called once when the watch could not start.
+    fn on_degraded(_metrics: &Metrics) {}
+
+    /// Timer (every second): read the kernel counters into the metrics, attach what appeared.
+    fn poll(&mut self, metrics: &Metrics);
+
+    /// One event from the reader.
+    fn on_event(&mut self, _metrics: &Metrics, _event: &Self::Event) {}
+
+    /// Why the running watch is attached to nothing (every configured device gone), or
+    /// `None` while it is attached.
+    fn detached_reason(&self) -> Option<String> {
+        None
+    }
+}
+
+/// What a handler last published for its running watch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Published {
+    /// Gauge 1, `ready`.
+    Attached,
+    /// Gauge 0, `degraded: <why>`.
+    Detached(String),
+}
+
+/// Runs one [`Watch`] for the app (see the module docs).
+pub struct WatchHandler<W: Watch> {
+    watch: Option<W>,
+    events: Option<mpsc::Receiver<W::Event>>,
+    reader: Option<tokio::task::JoinHandle<()>>,
+    /// What the gauge and the health line say now (`None`: nothing published yet).
+    published: Option<Published>,
+}
+
+impl<W: Watch> std::fmt::Debug for WatchHandler<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchHandler").field("name", &W::NAME).field("running", &self.watch.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl<W: Watch> WatchHandler<W> {
+    /// Take the outcome of the watch's start: running (gauge 1, `ready`, reader started) or
+    /// degraded (gauge 0, `degraded: <why>`, a warning). Never fails. Must run inside a tokio
+    /// runtime (the reader is a task).
+    pub fn start(started: Result<W, BpfError>, metrics: &Metrics, health: &Health) -> WatchHandler<W> {
+        match started {
+            Ok(mut watch) => {
+                watch.on_started(metrics);
+                let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+                let (events, reader) = match watch.spawn_reader(tx) {
+                    Ok(Some(r)) => (Some(rx), Some(r)),
+                    Ok(None) => (None, None),
+                    Err(e) => {
+                        tracing::warn!(watch = W::NAME, error = %e, "cannot read the watch's ring buffer; counters only");
+                        (None, None)
+                    }
+                };
+                let mut handler = WatchHandler { watch: Some(watch), events, reader, published: None };
+                handler.publish(metrics, health);
+                handler
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "{}", W::DEGRADED);
+                W::on_degraded(metrics);
+                Self::degraded(metrics, health, &e.to_string());
+                WatchHandler { watch: None, events: None, reader: None, published: None }
+            }
+        }
+    }
+
+    fn degraded(metrics: &Metrics, health: &Health, why: &str) {
+        metrics.bpf_program_attached.get_or_create(&ProgramLabels { program: W::NAME }).set(0);
+        health.set_watcher(W::NAME, WatcherState::Degraded(why.to_owned()));
+    }
+
+    /// Publish the gauge and the health line when [`Watch::detached_reason`] changed.
+    fn publish(&mut self, metrics: &Metrics, health: &Health) {
+        let Some(w) = &self.watch else { return };
+        let now = w.detached_reason().map_or(Published::Attached, Published::Detached);
+        if self.published.as_ref() == Some(&now) {
+            return;
+        }
+        match &now {
+            Published::Attached => {
+                metrics.bpf_program_attached.get_or_create(&ProgramLabels { program: W::NAME }).set(1);
+                health.set_watcher(W::NAME, WatcherState::Ready);
+            }
+            Published::Detached(why) => Self::degraded(metrics, health, why),
+        }
+        self.published = Some(now);
+    }
+
+    /// Whether the watch started.
+    pub fn is_running(&self) -> bool {
+        self.watch.is_some()
+    }
+
+    /// The running watch.
+    pub fn watch_mut(&mut self) -> Option<&mut W> {
+        self.watch.as_mut()
+    }
+
+    /// Timer: [`Watch::poll`], then the gauge and the health line.
+    pub fn poll(&mut self, metrics: &Metrics, health: &Health) {
+        if let Some(w) = self.watch.as_mut() {
+            w.poll(metrics);
+        }
+        self.publish(metrics, health);
+    }
+
+    /// Move the running watch (`retarget`, e.g. to a host NIC that changed), or start it again
+    /// with `start` when it is not running (a start that failed for want of a device).
+    pub fn follow(
+        &mut self,
+        metrics: &Metrics,
+        health: &Health,
+        retarget: impl FnOnce(&mut W) -> Result<(), BpfError>,
+        start: impl FnOnce() -> Result<W, BpfError>,
+    ) {
+        match self.watch.as_mut() {
+            Some(w) => {
+                if let Err(e) = retarget(w) {
+                    tracing::warn!(watch = W::NAME, error = %e, "moving the watch to its new devices failed; retried every second");
+                }
+                self.publish(metrics, health);
+            }
+            None => *self = Self::start(start(), metrics, health),
+        }
+    }
+
+    /// The next event from the kernel; pending forever when the watch is not running or its
+    /// reader stopped (logged once).
+    pub async fn next_event(&mut self) -> Option<W::Event> {
+        if let Some(rx) = self.events.as_mut() {
+            if let Some(ev) = rx.recv().await {
+                return Some(ev);
+            }
+            tracing::warn!(watch = W::NAME, "the watch's ring-buffer reader stopped; counters still work, events do not");
+            self.events = None;
+        }
+        std::future::pending().await
+    }
+
+    /// Fold one event into the metrics and logs ([`Watch::on_event`]).
+    pub fn on_event(&mut self, metrics: &Metrics, event: &W::Event) {
+        if let Some(w) = self.watch.as_mut() {
+            w.on_event(metrics, event);
+        }
+    }
+}
+
+impl<W: Watch> Drop for WatchHandler<W> {
+    fn drop(&mut self) {
+        if let Some(r) = self.reader.take() {
+            r.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A watch whose attachment the test flips.
+    struct Fake {
+        detached: Option<String>,
+    }
+
+    impl Watch for Fake {
+        type Event = ();
+        const NAME: &'static str = "fake";
+        const DEGRADED: &'static str = "fake watch not running";
+
+        fn spawn_reader(&mut self, _tx: mpsc::Sender<()>) -> Result<Option<tokio::task::JoinHandle<()>>, BpfError> {
+            Ok(None)
+        }
+
+        fn poll(&mut self, _metrics: &Metrics) {}
+
+        fn detached_reason(&self) -> Option<String> {
+            self.detached.clone()
+        }
+    }
+
+    fn attached(metrics: &Metrics) -> i64 {
+        metrics.bpf_program_attached.get_or_create(&ProgramLabels { program: "fake" }).get()
+    }
+
+    fn line(health: &Health) -> String {
+        health.ready().1.lines().find(|l| l.starts_with("bpf fake: ")).unwrap_or_default().to_owned()
+    }
+
+    #[test]
+    fn gauge_and_health_line_follow_the_watch() {
+        let (_, metrics) = Metrics::new_registry();
+        let health = Health::default();
+        let degraded: WatchHandler<Fake> = WatchHandler::start(Err(BpfError::NoObject), &metrics, &health);
+        assert!(!degraded.is_running());
+        assert_eq!(attached(&metrics), 0);
+        assert!(line(&health).starts_with("bpf fake: degraded: no BPF object is embedded"), "{}", line(&health));
+
+        let mut running = WatchHandler::start(Ok(Fake { detached: None }), &metrics, &health);
+        assert_eq!((attached(&metrics), line(&health).as_str()), (1, "bpf fake: ready"));
+        running.watch_mut().unwrap().detached = Some("none of the watched devices exists: [\"eth0\"]".into());
+        running.poll(&metrics, &health);
+        assert_eq!(attached(&metrics), 0);
+        assert_eq!(line(&health), "bpf fake: degraded: none of the watched devices exists: [\"eth0\"]");
+        running.watch_mut().unwrap().detached = None;
+        running.poll(&metrics, &health);
+        assert_eq!((attached(&metrics), line(&health).as_str()), (1, "bpf fake: ready"));
+    }
+
+    #[test]
+    fn follow_moves_a_running_watch_and_starts_a_degraded_one() {
+        let (_, metrics) = Metrics::new_registry();
+        let health = Health::default();
+        let mut h: WatchHandler<Fake> = WatchHandler::start(Err(BpfError::NoDevice(vec!["eth0".into()])), &metrics, &health);
+        let mut moved = false;
+        h.follow(&metrics, &health, |_| Ok(()), || Ok(Fake { detached: None }));
+        assert!(h.is_running());
+        assert_eq!(attached(&metrics), 1);
+        h.follow(&metrics, &health, |_| {
+            moved = true;
+            Ok(())
+        }, || panic!("a running watch is moved, not started again"));
+        assert!(moved);
+    }
+}
