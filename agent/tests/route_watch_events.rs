@@ -66,7 +66,7 @@ fn events_json_streams_writes_and_conflicts() {
         format: EventsFormat::Json,
         window: Duration::from_secs(5),
         self_protocol: 80,
-        duration: Some(Duration::from_secs(60)),
+        duration: Some(Duration::from_mins(1)),
         ..EventsOptions::default()
     };
     let deadline = Duration::from_secs(20);
@@ -111,11 +111,11 @@ fn events_json_streams_writes_and_conflicts() {
     // The socket filter reports the outcome (the kernel's notification says the replace
     // created the route); fentry/kprobe see the request, whose flags say replace.
     assert!(writes[0]["route"]["op"] == "add" || writes[0]["route"]["op"] == "replace", "{:?}", writes[0]);
-    let ops: Vec<&str> = writes[1..].iter().map(|w| w["route"]["op"].as_str().unwrap()).collect();
-    assert_eq!(ops, ["replace", "replace", "replace"], "{writes:#?}");
-    let writers: Vec<(&str, u64)> = writes.iter().map(|w| (w["route"]["writer"]["class"].as_str().unwrap(), w["route"]["writer"]["protocol"].as_u64().unwrap())).collect();
+    let later_ops: Vec<&str> = writes[1..].iter().map(|w| w["route"]["op"].as_str().unwrap()).collect();
+    assert_eq!(later_ops, ["replace", "replace", "replace"], "{writes:#?}");
+    let writer_of: Vec<(&str, u64)> = writes.iter().map(|w| (w["route"]["writer"]["class"].as_str().unwrap(), w["route"]["writer"]["protocol"].as_u64().unwrap())).collect();
     // `ip` writing protocol 80 is not this process: `felix`, never `self` (issue 19).
-    assert_eq!(writers, [("felix", 80), ("bird", 12), ("felix", 80), ("bird", 12)], "{writes:#?}");
+    assert_eq!(writer_of, [("felix", 80), ("bird", 12), ("felix", 80), ("bird", 12)], "{writes:#?}");
     assert!(writes.iter().all(|w| w["route"]["gateway"] == "10.0.0.12" && w["route"]["metric"] == 1024 && w["route"]["table"] == 254), "{writes:#?}");
     // The conflict starts at BIRD's first overwrite of the protocol-80 route: two writes in the window.
     let conflicts: Vec<&serde_json::Value> = lines.iter().filter(|v| v["event"] == "conflict" && v["route"]["dst"] == "10.244.20.0/26").collect();

@@ -130,12 +130,16 @@ impl Observation {
 /// is out of range. Layout: `(pool * PATHS + expected) * OBSERVATIONS + observation`.
 #[inline(always)]
 pub const fn counter_index(pool: u16, expected: u8, observation: u8) -> Option<u32> {
+    // The table's dimensions, small constants (256, 3, 3): `as` cannot truncate them, and
+    // `TryFrom` is not const.
+    #[expect(clippy::cast_possible_truncation, reason = "MAX_POOLS, PATHS and OBSERVATIONS are 256, 3 and 3")]
+    const DIMS: (u32, u32, u32) = (MAX_POOLS as u32, PATHS as u32, OBSERVATIONS as u32);
     // `as` widening: `From` is not const.
     let (pool, expected, observation) = (pool as u32, expected as u32, observation as u32);
-    if pool >= MAX_POOLS as u32 || expected >= PATHS as u32 || observation >= OBSERVATIONS as u32 {
+    if pool >= DIMS.0 || expected >= DIMS.1 || observation >= DIMS.2 {
         return None;
     }
-    Some((pool * PATHS as u32 + expected) * OBSERVATIONS as u32 + observation)
+    Some((pool * DIMS.1 + expected) * DIMS.2 + observation)
 }
 
 /// Value of `FORWARD_TARGETS_V4`/`_V6`: one IPAM block or borrowed IP.

@@ -4,6 +4,11 @@
 //!
 //! The `user` feature adds `aya::Pod` impls so the agent can read them from maps.
 #![no_std]
+// Shared with the kernel side, which needs these small helpers inlined (a BPF-to-BPF call costs
+// more than the helper and older verifiers refuse some), and whose `#[repr(C)]` structs spell
+// out their padding as `_pad` fields so both sides agree on every byte.
+#![allow(clippy::inline_always, reason = "BPF programs call these per packet; they must be inlined")]
+#![allow(clippy::pub_underscore_fields, reason = "explicit `_pad` fields of #[repr(C)] structs shared with the kernel")]
 
 /// Per-CPU packet and byte counters kept by the `tc_count` TC classifier.
 ///

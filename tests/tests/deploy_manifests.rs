@@ -205,8 +205,8 @@ fn kustomization_lists_every_manifest_and_each_parses() {
     let account = resource("ServiceAccount");
     assert_eq!((s(sa, "name"), s(sa, "namespace")), (s(&account["metadata"], "name"), s(&account["metadata"], "namespace")));
     let groups = strings(&seq(rule, "resourceRules")[0]["apiGroups"]);
-    let role = resource("ClusterRole");
-    for r in seq(&role, "rules") {
+    let cluster_role = resource("ClusterRole");
+    for r in seq(&cluster_role, "rules") {
         for g in strings(&r["apiGroups"]) {
             assert!(groups.contains(&g), "FlowSchema misses API group {g:?} of the ClusterRole");
         }

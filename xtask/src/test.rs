@@ -19,6 +19,7 @@ use crate::{build::build_bpf, run_cmd, workspace_root};
 
 /// Options of `cargo xtask test`.
 #[derive(Args)]
+#[expect(clippy::struct_excessive_bools, reason = "independent command-line switches")]
 pub struct TestArgs {
     /// Do not run the QEMU lane.
     #[arg(long)]
@@ -29,10 +30,37 @@ pub struct TestArgs {
     /// Run only the QEMU lane.
     #[arg(long, conflicts_with = "no_qemu")]
     pub qemu_only: bool,
+    /// Skip the house rules (`cargo fmt --check`, clippy with `-D warnings`); CI runs them.
+    #[arg(long)]
+    pub no_lint: bool,
     #[expect(clippy::struct_field_names, reason = "the flag is `cargo test`'s arguments; renaming it would change the CLI")]
     /// Extra arguments passed to `cargo test` after `--` (test name filters, `--nocapture`).
     #[arg(trailing_var_arg = true)]
     pub cargo_test_args: Vec<String>,
+}
+
+/// The house rules (issue 15): the whole tree formatted (`rustfmt.toml`), and clippy with the
+/// workspace lints (pedantic, `Cargo.toml` `[workspace.lints]`) and `-D warnings` on every
+/// host crate and target, and on the BPF crate. Debian's BPF toolchain ships no clippy, so the
+/// BPF crate is linted for the host target with panic=abort (aya-ebpf builds there; the lints
+/// are about the source, which is the same).
+///
+/// # Errors
+/// The first rule broken, naming the command.
+pub fn lint(root: &std::path::Path) -> Result<()> {
+    run_cmd(Command::new("cargo").args(["fmt", "--all", "--", "--check"]).current_dir(root))?;
+    run_cmd(
+        Command::new("cargo")
+            .args(["clippy", "--all-targets", "--", "-D", "warnings"])
+            .current_dir(root)
+            .env("CARGO_TARGET_DIR", root.join("target")),
+    )?;
+    run_cmd(
+        Command::new("cargo")
+            .args(["clippy", "-p", "routewarden-ebpf", "--config", "profile.dev.panic=\"abort\"", "--", "-D", "warnings"])
+            .current_dir(root)
+            .env("CARGO_TARGET_DIR", root.join("target/clippy-ebpf")),
+    )
 }
 
 /// Run the suite.
@@ -42,6 +70,9 @@ pub fn test(args: &TestArgs) -> Result<()> {
     let object = build_bpf()?;
     if args.qemu_only {
         return crate::qemu::run(&object).map(|_| ());
+    }
+    if !args.no_lint {
+        lint(&root)?;
     }
     if !routewarden_lab::is_root() {
         eprintln!("NOTE: not root: the network-namespace and BPF tests will print SKIPPED; CI runs as root");

@@ -138,11 +138,10 @@ fn full_matrix() {
                         Role::Audit | Role::Explicit(_) => (Writer::Felix, Writer::Bird),
                     };
                     let (rw_ipip, rw_ne) = match role {
-                        Role::Explicit(ClusterRoutes::Disabled) => (false, false),
                         Role::Explicit(ClusterRoutes::EnabledIpipOnly) => (true, false),
                         Role::Explicit(ClusterRoutes::EnabledNoEncapOnly) => (false, true),
                         Role::Explicit(ClusterRoutes::Enabled) => (true, true),
-                        _ => (false, false),
+                        Role::Explicit(ClusterRoutes::Disabled) | Role::Felix | Role::Bird | Role::Audit => (false, false),
                     };
                     let expect = |f: bool, b: bool, rw: bool| {
                         let mut w = BTreeSet::new();
