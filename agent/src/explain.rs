@@ -127,12 +127,7 @@ struct WireguardPeer {
 
 /// Render the explanation for `cluster` (with the object errors the datastore reported) under
 /// `config`; `opts.node` replaces `config.node`.
-pub fn explain(
-    cluster: &Cluster,
-    object_errors: &[ObjectError],
-    config: &OwnershipConfig,
-    opts: &ExplainOptions,
-) -> Result<Explanation, ExplainError> {
+pub fn explain(cluster: &Cluster, object_errors: &[ObjectError], config: &OwnershipConfig, opts: &ExplainOptions) -> Result<Explanation, ExplainError> {
     let config = OwnershipConfig { node: opts.node.clone(), ..config.clone() };
     let decision = decide(cluster, &config);
     let audit = config.role == Role::Audit;
@@ -140,17 +135,10 @@ pub fn explain(
     let desired = opts.node.as_deref().map(|n| desired_routes(cluster, n, &classes, &opts.devices));
     let routes: Vec<RouteRow<'_>> = desired
         .as_ref()
-        .map(|d| {
-            d.routes
-                .iter()
-                .map(|r| RouteRow { route: r, ip_route: ip_route_line(r, opts.route_protocol, opts.metric) })
-                .collect()
-        })
+        .map(|d| d.routes.iter().map(|r| RouteRow { route: r, ip_route: ip_route_line(r, opts.route_protocol, opts.metric) }).collect())
         .unwrap_or_default();
-    let route_problems: Vec<Problem> = desired
-        .as_ref()
-        .map(|d| d.problems.iter().map(|p| Problem { code: p.code(), message: p.to_string() }).collect())
-        .unwrap_or_default();
+    let route_problems: Vec<Problem> =
+        desired.as_ref().map(|d| d.problems.iter().map(|p| Problem { code: p.code(), message: p.to_string() }).collect()).unwrap_or_default();
     let invalid_pools = invalid_pools(object_errors);
     let has_errors = decision.has_errors() || !invalid_pools.is_empty();
     let report = Report {
@@ -212,11 +200,7 @@ fn serialize(report: &impl Serialize, format: OutputFormat) -> Result<String, Ex
 /// `blackhole 10.244.10.0/26 proto 80`, `10.244.20.5 via ...` (host routes without `/32`, as
 /// iproute2 prints them). `protocol` is printed by its iproute2 name when it has one.
 pub fn ip_route_line(route: &ClusterRoute, protocol: u8, metric: Option<u32>) -> String {
-    let dst = if route.dst.prefix_len() == route.dst.max_prefix_len() {
-        route.dst.addr().to_string()
-    } else {
-        route.dst.to_string()
-    };
+    let dst = if route.dst.prefix_len() == route.dst.max_prefix_len() { route.dst.addr().to_string() } else { route.dst.to_string() };
     let mut out = String::new();
     if route.path == RoutePath::Blackhole {
         let _ = write!(out, "blackhole {dst}");
@@ -262,8 +246,7 @@ fn protocol_name(p: u8) -> String {
 fn table(out: &mut String, rows: &[Vec<String>]) {
     let rows: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(|c| escape(c).into_owned()).collect()).collect();
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> =
-        (0..cols).map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..cols).map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
     for row in &rows {
         let mut line = String::from("  ");
         for (c, cell) in row.iter().enumerate() {

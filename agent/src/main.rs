@@ -122,18 +122,12 @@ fn cmd_events(args: &routewarden::bpf::route_watch::events_cmd::EventsArgs) -> R
         let node = app::node_name(args.node.as_deref())?;
         let ownership = app::ownership_config(&args.role, "auto", Mode::Program, &node)?;
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let devices = rt.block_on(resolve_host_nic(
-            RouteDevices { tunnel: args.tunnel_device.clone(), host_nic: args.host_device.clone() },
-            &snap.cluster,
-            Some(&node),
-        ));
+        let devices =
+            rt.block_on(resolve_host_nic(RouteDevices { tunnel: args.tunnel_device.clone(), host_nic: args.host_device.clone() }, &snap.cluster, Some(&node)));
         let forward_devices = ForwardConfig::for_devices(std::slice::from_ref(&devices.tunnel), std::slice::from_ref(&devices.host_nic));
         let config = plan::PlanConfig { node, ownership, devices, protocol: args.route_protocol, table: 254 };
         let p = plan::plan(&snap, &config, &std::collections::BTreeSet::new(), &[]);
-        opts.forward = Some(ForwardSetup {
-            config: ForwardConfig { log_level: args.bpf_log_level, ..forward_devices },
-            entries: p.forward_entries(),
-        });
+        opts.forward = Some(ForwardSetup { config: ForwardConfig { log_level: args.bpf_log_level, ..forward_devices }, entries: p.forward_entries() });
     }
     events_cmd::main(&opts)?;
     Ok(ExitCode::SUCCESS)
@@ -274,7 +268,13 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => {
             app::logging::init(args.log_format);
-            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(anyhow::Error::from).and_then(|rt| rt.block_on(app::run(*args))).map(|()| ExitCode::SUCCESS)
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(app::run(*args)))
+                .map(|()| ExitCode::SUCCESS)
         }
         Command::Explain(args) => {
             app::logging::init(LogFormat::Text);

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use lab_support::{copy_examples, example_dir, lab, metrics, routes, routes_stay, wait_for, wait_ready, Agent, NODE_A_IPIP, PORT};
 use routewarden_lab::skip_unless_root;
 
-
 #[test]
 fn felix_role_programs_ipip_and_a_restart_writes_nothing() {
     if skip_unless_root("felix_role_programs_ipip_and_a_restart_writes_nothing") {
@@ -85,7 +84,10 @@ fn broken_input_keeps_routes_and_freezes_what_it_names_until_fixed() {
     std::fs::write(&calico, format!("{good}\n---\nkind: IPPool\nspec: [unclosed\n")).unwrap();
     let ipam = dir.path().join("ipam.yaml");
     let ipam_good = std::fs::read_to_string(&ipam).unwrap();
-    let released = ipam_good.replace("spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: false}", "spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: true}");
+    let released = ipam_good.replace(
+        "spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: false}",
+        "spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: true}",
+    );
     assert_ne!(released, ipam_good);
     std::fs::write(&ipam, &released).unwrap();
     // One broken input does not unready the agent: its last good content is used and the
@@ -107,9 +109,7 @@ fn broken_input_keeps_routes_and_freezes_what_it_names_until_fixed() {
 
     // Fixed: the frozen ground thaws and the released block's route goes.
     std::fs::write(&calico, good).unwrap();
-    wait_for("route to the released block removed", Duration::from_secs(20), || {
-        (routes(&lab, "node-a", "80").len() == NODE_A_IPIP.len() - 1).then_some(())
-    });
+    wait_for("route to the released block removed", Duration::from_secs(20), || (routes(&lab, "node-a", "80").len() == NODE_A_IPIP.len() - 1).then_some(()));
     let expected: Vec<&str> = NODE_A_IPIP.iter().copied().filter(|r| !r.starts_with("10.245.40.0/26")).collect();
     assert_eq!(routes(&lab, "node-a", "80"), expected);
     let m = metrics(&lab, "node-a");
@@ -157,13 +157,19 @@ fn explain_and_audit_commands_report_the_lab() {
     // audit with routewarden as the Felix side is clean.
     let agent = Agent::start(&lab, "node-a", &example_dir(), &[]);
     wait_ready(&lab, "node-a");
-    for r in ["blackhole 10.246.10.0/26", "10.246.30.0/26 via 10.0.0.13 dev eth0", "blackhole fd00:10:244:0:10::/122", "fd00:10:244:0:20::/122 via fd00:10::12 dev eth0"] {
+    for r in [
+        "blackhole 10.246.10.0/26",
+        "10.246.30.0/26 via 10.0.0.13 dev eth0",
+        "blackhole fd00:10:244:0:10::/122",
+        "fd00:10:244:0:20::/122 via fd00:10::12 dev eth0",
+    ] {
         let mut args: Vec<&str> = if r.contains(':') { vec!["-6", "route", "add"] } else { vec!["route", "add"] };
         args.extend(r.split(' '));
         args.extend(["proto", "bird", "metric", "1024"]);
         lab.ip("node-a", &args).unwrap();
     }
-    let out = lab.command("node-a", env!("CARGO_BIN_EXE_routewarden")).args(["audit", "--node", "node-a", "--role", "felix", "--datastore", &ds]).output().unwrap();
+    let out =
+        lab.command("node-a", env!("CARGO_BIN_EXE_routewarden")).args(["audit", "--node", "node-a", "--role", "felix", "--datastore", &ds]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
@@ -201,7 +207,12 @@ fn audit_mode_programs_nothing_and_reports_findings() {
         args.extend(["proto", "80"]);
         lab.ip("node-a", &args).unwrap();
     }
-    for r in ["blackhole 10.246.10.0/26", "10.246.30.0/26 via 10.0.0.13 dev eth0", "blackhole fd00:10:244:0:10::/122", "fd00:10:244:0:20::/122 via fd00:10::12 dev eth0"] {
+    for r in [
+        "blackhole 10.246.10.0/26",
+        "10.246.30.0/26 via 10.0.0.13 dev eth0",
+        "blackhole fd00:10:244:0:10::/122",
+        "fd00:10:244:0:20::/122 via fd00:10::12 dev eth0",
+    ] {
         let mut args: Vec<&str> = if r.contains(':') { vec!["-6", "route", "add"] } else { vec!["route", "add"] };
         args.extend(r.split(' '));
         args.extend(["proto", "bird", "metric", "1024"]);
@@ -332,9 +343,7 @@ fn the_agent_reports_a_second_writer_fighting_over_its_route() {
     assert!(m.value(r#"routewarden_route_flaps_total{family="ipv4"}"#) >= 1, "{m}");
     assert!(m.value(r#"routewarden_route_writes_total{family="ipv4",op="replace",writer="bird"}"#) >= 3, "{m}");
     // The fight stops: the gauge returns to 0 once the window (2 s) has passed.
-    wait_for("flapping_prefixes back to 0", Duration::from_secs(20), || {
-        (metrics(&lab, "node-a").value("routewarden_flapping_prefixes") == 0).then_some(())
-    });
+    wait_for("flapping_prefixes back to 0", Duration::from_secs(20), || (metrics(&lab, "node-a").value("routewarden_flapping_prefixes") == 0).then_some(()));
 }
 
 #[test]
@@ -484,7 +493,11 @@ fn host_device_auto_is_the_link_holding_the_node_address() {
     let dir = copy_examples();
     let calico = dir.path().join("calico.yaml");
     let good = std::fs::read_to_string(&calico).unwrap();
-    std::fs::write(&calico, good.replacen("ipv4Address: 10.0.0.11/24", "ipv4Address: 10.0.0.99/24", 1).replacen("ipv6Address: fd00:10::11/64", "ipv6Address: fd00:10::99/64", 1)).unwrap();
+    std::fs::write(
+        &calico,
+        good.replacen("ipv4Address: 10.0.0.11/24", "ipv4Address: 10.0.0.99/24", 1).replacen("ipv6Address: fd00:10::11/64", "ipv6Address: fd00:10::99/64", 1),
+    )
+    .unwrap();
     lab.ip("node-a", &["route", "flush", "proto", "80"]).unwrap();
     let _agent = Agent::start(&lab, "node-a", dir.path(), &[]);
     let body = wait_for("node-a /readyz names the missing address", Duration::from_secs(30), || match lab.http_get("node-a", PORT, "/readyz") {

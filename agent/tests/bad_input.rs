@@ -82,7 +82,10 @@ fn row01_emptied_file_deletes_nothing() {
     let invalid: Vec<&str> = body.lines().filter(|l| l.starts_with("invalid: ")).collect();
     assert_eq!(
         invalid,
-        [format!("invalid: {}: no document (empty, whitespace or comments only): refused; write `kind: List` with `items: []` for an input that is empty on purpose", ipam.display())]
+        [format!(
+            "invalid: {}: no document (empty, whitespace or comments only): refused; write `kind: List` with `items: []` for an input that is empty on purpose",
+            ipam.display()
+        )]
     );
     std::fs::write(&ipam, good).unwrap();
     wait_for("the file good again", Duration::from_secs(10), || (metrics(&lab, "node-a").value("routewarden_datastore_invalid_inputs") == 0).then_some(()));
@@ -327,8 +330,14 @@ fn row10_one_invalid_object_freezes_only_what_it_names() {
     std::fs::write(&calico, text).unwrap();
     let affinity = "  - {apiVersion: crd.projectcalico.org/v1, kind: BlockAffinity, metadata: {name: node-c-10-244-30-0-26-x}, spec: {cidr: 10.244.30.0/26, node: node-c, state: weird}}\n";
     let released = good
-        .replace("spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: false}", "spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: true}")
-        .replace("spec: {cidr: 10.244.30.0/26, affinity: \"host:node-c\", allocations: [], attributes: [], deleted: false}", "spec: {cidr: 10.244.30.0/26, affinity: \"host:node-c\", allocations: [], attributes: [], deleted: true}");
+        .replace(
+            "spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: false}",
+            "spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: true}",
+        )
+        .replace(
+            "spec: {cidr: 10.244.30.0/26, affinity: \"host:node-c\", allocations: [], attributes: [], deleted: false}",
+            "spec: {cidr: 10.244.30.0/26, affinity: \"host:node-c\", allocations: [], attributes: [], deleted: true}",
+        );
     assert_ne!(released, good);
     std::fs::write(&ipam, format!("{released}{affinity}")).unwrap();
     let want: Vec<&str> = NODE_A_IPIP.iter().copied().filter(|r| !r.starts_with("10.245.40.0/26")).collect();
@@ -418,7 +427,12 @@ fn row12_huge_allocations_array_stays_within_memory() {
     let rss = peak_rss_mib(agent.pid());
     assert!(rss < 200.0, "peak RSS {rss} MiB");
     let (_, body) = readyz(&lab);
-    assert!(body.lines().any(|l| l.contains(r#"IPAMBlock "10-244-20-0-26": line "#) && l.ends_with("a sequence has more than 65536 entries (its last good version is kept)")), "{body}");
+    assert!(
+        body.lines().any(
+            |l| l.contains(r#"IPAMBlock "10-244-20-0-26": line "#) && l.ends_with("a sequence has more than 65536 entries (its last good version is kept)")
+        ),
+        "{body}"
+    );
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE + 1));
     assert_eq!(ops(&lab), (7, 0));
     eprintln!("row12: peak RSS {rss:.1} MiB with a {} MB allocations array", huge.len() / 1_000_000);
@@ -510,17 +524,26 @@ fn row16_fifo_datastore_path_is_refused_not_opened() {
 fn row08_bird_filter_rejects_an_unclassifiable_pool_and_exits_1() {
     let dir = copy_examples();
     let calico = file(&dir, "calico.yaml");
-    let text = std::fs::read_to_string(&calico).unwrap().replace("cidr: 10.246.0.0/16, blockSize: 26, ipipMode: Never", "cidr: 10.246.0.0/16, blockSize: 26, ipipMode: Sometimes");
+    let text = std::fs::read_to_string(&calico)
+        .unwrap()
+        .replace("cidr: 10.246.0.0/16, blockSize: 26, ipipMode: Never", "cidr: 10.246.0.0/16, blockSize: 26, ipipMode: Sometimes");
     std::fs::write(&calico, text).unwrap();
     let out = bird_filter(dir.path());
     assert_eq!(out.status.code(), Some(1));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("error: skipped: ") && stderr.contains(r#"IPPool "flat": spec.ipipMode: invalid value "Sometimes" (expected Never, Always or CrossSubnet)"#), "{stderr}");
+    assert!(
+        stderr.contains("error: skipped: ")
+            && stderr.contains(r#"IPPool "flat": spec.ipipMode: invalid value "Sometimes" (expected Never, Always or CrossSubnet)"#),
+        "{stderr}"
+    );
     // In the v4 filter, the reject comes before any pool line.
     let v4: Vec<&str> = stdout.lines().skip_while(|l| !l.starts_with("filter routewarden_kernel_programming_v4")).take_while(|l| *l != "}").collect();
     let first_pool_line = v4.iter().position(|l| l.trim_start().starts_with("if (net ~")).unwrap();
-    assert_eq!(v4[first_pool_line].trim(), r#"if (net ~ 10.246.0.0/16) then { reject; } # unclassified IP pool: IPPool "flat": spec.ipipMode: invalid value "Sometimes" (expected Never, Always or CrossSubnet)"#);
+    assert_eq!(
+        v4[first_pool_line].trim(),
+        r#"if (net ~ 10.246.0.0/16) then { reject; } # unclassified IP pool: IPPool "flat": spec.ipipMode: invalid value "Sometimes" (expected Never, Always or CrossSubnet)"#
+    );
     bird_parses(&stdout);
 }
 
@@ -532,7 +555,9 @@ fn row09_injected_names_never_reach_bird_config_or_the_terminal() {
     let dir = copy_examples();
     let calico = file(&dir, "calico.yaml");
     let mut text = std::fs::read_to_string(&calico).unwrap();
-    text.push_str("\n---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: \"x\\nif (net ~ 0.0.0.0/0) then { accept; }\"}\nspec: {cidr: 10.251.0.0/16}\n");
+    text.push_str(
+        "\n---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: \"x\\nif (net ~ 0.0.0.0/0) then { accept; }\"}\nspec: {cidr: 10.251.0.0/16}\n",
+    );
     text.push_str("---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: \"\\e[31mred\"}\nspec: {cidr: 10.252.0.0/16}\n");
     let injected = text.replace("programClusterRoutes: EnabledIPIPOnly", "programClusterRoutes: \"Enabled\\nif (net ~ 0.0.0.0/0) then { accept; }\"");
     assert_ne!(injected, text, "the example sets Felix's programClusterRoutes");
@@ -552,7 +577,11 @@ fn row09_injected_names_never_reach_bird_config_or_the_terminal() {
         assert!(!text.contains('\u{1b}'), "{text}");
         assert!(!text.lines().any(|l| l.trim_start().starts_with("if (net ~")), "{text}");
     }
-    assert!(String::from_utf8_lossy(&out.stderr).contains(r#"IPPool "\u{1b}[31mred": metadata.name: invalid value"#), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(r#"IPPool "\u{1b}[31mred": metadata.name: invalid value"#),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn bird_filter(dir: &Path) -> std::process::Output {

@@ -6,9 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use routewarden::bird_filter::{
-    render, BirdFilterOptions, EXPORT_FUNCTION, KERNEL_FILTER_V4, KERNEL_FILTER_V6,
-};
+use routewarden::bird_filter::{render, BirdFilterOptions, EXPORT_FUNCTION, KERNEL_FILTER_V4, KERNEL_FILTER_V6};
 use routewarden::datastore::FileDatastore;
 use routewarden::ownership::{decide, ClusterRoutes, OwnershipConfig, Role};
 
@@ -19,16 +17,8 @@ fn bird_parses(name: &str, role: Role, route_protocol: u8) {
         println!("SKIPPED {name}: bird not installed");
         return;
     }
-    let snap = FileDatastore::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/cluster"))
-        .expect("example loads");
-    let decision = decide(
-        &snap.cluster,
-        &OwnershipConfig {
-            role,
-            node: Some("node-a".into()),
-            ..OwnershipConfig::default()
-        },
-    );
+    let snap = FileDatastore::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/cluster")).expect("example loads");
+    let decision = decide(&snap.cluster, &OwnershipConfig { role, node: Some("node-a".into()), ..OwnershipConfig::default() });
     let dir = tempfile::tempdir().expect("tempdir");
     let snippet = dir.path().join("routewarden.conf");
     let opts = BirdFilterOptions {
@@ -73,12 +63,7 @@ protocol bgp node_b from mesh {{ neighbor 192.0.2.2 as 64512; }}
     );
     let conf_path = dir.path().join("bird.conf");
     std::fs::write(&conf_path, conf).unwrap();
-    let out = Command::new(BIRD)
-        .arg("-p")
-        .arg("-c")
-        .arg(&conf_path)
-        .output()
-        .expect("run bird -p");
+    let out = Command::new(BIRD).arg("-p").arg("-c").arg(&conf_path).output().expect("run bird -p");
     assert!(
         out.status.success(),
         "{name}: bird -p rejected the config: {}\n{}\n--- snippet ---\n{text}",
@@ -99,11 +84,7 @@ fn bird_accepts_filter_role_bird() {
 
 #[test]
 fn bird_accepts_filter_explicit_with_felix_protocol_too() {
-    bird_parses(
-        "bird_accepts_filter_explicit_with_felix_protocol_too",
-        Role::Explicit(ClusterRoutes::Disabled),
-        90,
-    );
+    bird_parses("bird_accepts_filter_explicit_with_felix_protocol_too", Role::Explicit(ClusterRoutes::Disabled), 90);
 }
 
 /// Issue 19 part 6, end to end: `routewarden bird-filter --node node-a` on the example cluster

@@ -14,8 +14,7 @@ fn the_object_has_exactly_the_maps_common_names() {
     };
     let parsed = aya_obj::Object::parse(obj).expect("parse the embedded BPF object");
     // The compiler's data sections (`.rodata`, `.bss`, ...) and aya-log's ring are not ours.
-    let in_object: BTreeSet<&str> =
-        parsed.maps.keys().map(String::as_str).filter(|n| !n.starts_with('.') && *n != "AYA_LOGS").collect();
+    let in_object: BTreeSet<&str> = parsed.maps.keys().map(String::as_str).filter(|n| !n.starts_with('.') && *n != "AYA_LOGS").collect();
     let listed: BTreeSet<&str> = routewarden_common::MAP_NAMES.iter().copied().collect();
     assert_eq!(in_object, listed, "maps in the object vs routewarden_common::MAP_NAMES");
     assert!(parsed.maps.contains_key("AYA_LOGS"), "aya-log's ring is in the object: {:?}", parsed.maps.keys());

@@ -101,7 +101,11 @@ impl RouteMonitor {
 /// The destination of an `ip route` line as a prefix (`blackhole` skipped, `/32` added).
 fn dst_of(route: &str) -> String {
     let dst = route.split_whitespace().find(|w| *w != "blackhole").unwrap_or("");
-    if dst.contains('/') { dst.to_string() } else { format!("{dst}/32") }
+    if dst.contains('/') {
+        dst.to_string()
+    } else {
+        format!("{dst}/32")
+    }
 }
 
 /// The metric of an `ip route` line (0 when not shown).
@@ -177,7 +181,8 @@ fn s1_consistent_split_traffic_flows_no_flap_audit_clean() {
     let quiet = Duration::from_secs(std::env::var("RW_LAB_QUIET_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60));
     let a = WORKLOADS[0];
     let d = WORKLOADS[3];
-    let probe = Probe::start(&cl.lab.workload_ns_of(a.ip.parse().unwrap()).unwrap(), a.ip.parse().unwrap(), d.ip.parse().unwrap(), Duration::from_millis(20)).unwrap();
+    let probe =
+        Probe::start(&cl.lab.workload_ns_of(a.ip.parse().unwrap()).unwrap(), a.ip.parse().unwrap(), d.ip.parse().unwrap(), Duration::from_millis(20)).unwrap();
     let started = Instant::now();
     assert_all_pairs_talk(&cl, 3);
     std::thread::sleep(quiet.saturating_sub(started.elapsed()));
@@ -232,7 +237,9 @@ fn s2_inconsistent_pair_reported_then_fixed() {
         "explain:\n{text}"
     );
     // BIRD has programmed no-encap everywhere; now the agents start.
-    wait_for("BIRD's no-encap route on node-a", Duration::from_secs(30), || cl.routes("node-a", "main", Some("bird")).iter().any(|r| r.starts_with("10.246.30.0/26")).then_some(()));
+    wait_for("BIRD's no-encap route on node-a", Duration::from_secs(30), || {
+        cl.routes("node-a", "main", Some("bird")).iter().any(|r| r.starts_with("10.246.30.0/26")).then_some(())
+    });
     let mut cl = cl;
     for node in NODES {
         cl.start_agent(node);
@@ -263,7 +270,8 @@ fn s2_inconsistent_pair_reported_then_fixed() {
     cl.set_program_cluster_routes("EnabledIPIPOnly", "EnabledNoEncapOnly");
     for node in NODES {
         wait_for(&format!("{node}: nothing held after the fix"), Duration::from_secs(20), || {
-            (cl.routes_in_state(node, "held") == 0 && !cl.metrics(node).has(r#"routewarden_ownership_findings{code="double-programmed",class="noencap"}"#)).then_some(())
+            (cl.routes_in_state(node, "held") == 0 && !cl.metrics(node).has(r#"routewarden_ownership_findings{code="double-programmed",class="noencap"}"#))
+                .then_some(())
         });
         let m = cl.metrics(node);
         let findings = m.family("routewarden_ownership_findings");
@@ -351,9 +359,17 @@ fn s4_live_handover_bird_to_routewarden_and_back_loses_nothing() {
         cl.routes("node-a", "main", Some("bird")).iter().any(|r| r == "10.244.40.0/26 via 10.0.1.14 dev tunl0 proto bird metric 1024 onlink").then_some(())
     });
     assert_all_pairs_talk(&cl, 2);
-    let all_ipip = |proto: &str, node: &str| cl.routes(node, "main", Some(proto)).iter().filter(|r| r.starts_with("10.244.") || r.starts_with("10.245.")).filter(|r| !r.starts_with("blackhole") && !r.contains(" dev cali")).count();
+    let all_ipip = |proto: &str, node: &str| {
+        cl.routes(node, "main", Some(proto))
+            .iter()
+            .filter(|r| r.starts_with("10.244.") || r.starts_with("10.245."))
+            .filter(|r| !r.starts_with("blackhole") && !r.contains(" dev cali"))
+            .count()
+    };
 
-    for (phase, felix, bgp, proto) in [("BIRD -> routewarden", "EnabledIPIPOnly", "EnabledNoEncapOnly", "80"), ("routewarden -> BIRD", "Disabled", "Enabled", "bird")] {
+    for (phase, felix, bgp, proto) in
+        [("BIRD -> routewarden", "EnabledIPIPOnly", "EnabledNoEncapOnly", "80"), ("routewarden -> BIRD", "Disabled", "Enabled", "bird")]
+    {
         // Every node's IPIP-pool routes (not blackholes, not workloads) before the handover.
         let before: BTreeMap<&str, BTreeMap<String, BTreeSet<u32>>> = NODES.iter().map(|n| (*n, ipip_routes_now(&cl, n))).collect();
         let counts: BTreeMap<&str, usize> = NODES.iter().map(|n| (*n, all_ipip("80", n) + all_ipip("bird", n))).collect();
@@ -421,7 +437,10 @@ fn s5_upgrade_handover_after_bird_killed_removes_released_leftovers() {
     // is cut until routewarden takes over there.)
     let end = Instant::now() + Duration::from_secs(1);
     while Instant::now() < end {
-        assert!(cl.routes("node-a", "main", Some("bird")).iter().any(|r| r.starts_with("10.245.40.0/26 via 10.0.1.14 dev tunl0")), "BIRD's routes persist after SIGKILL");
+        assert!(
+            cl.routes("node-a", "main", Some("bird")).iter().any(|r| r.starts_with("10.245.40.0/26 via 10.0.1.14 dev tunl0")),
+            "BIRD's routes persist after SIGKILL"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     // Release node-d's ipip-always block (IPAMBlock and its affinity), then hand IPIP over.
@@ -436,7 +455,9 @@ fn s5_upgrade_handover_after_bird_killed_removes_released_leftovers() {
     cl.set_program_cluster_routes("EnabledIPIPOnly", "EnabledNoEncapOnly");
     let want: Vec<String> = sorted_strs(&NODE_A_IPIP).into_iter().filter(|r| !r.contains("10.245.40.0/26")).collect();
     wait_for("node-a: routewarden owns IPIP, leftovers gone", Duration::from_secs(20), || {
-        (sorted(cl.routes("node-a", "main", Some("80"))) == want && !cl.routes("node-a", "main", Some("bird")).iter().any(|r| r.starts_with("10.244.") || r.starts_with("10.245."))).then_some(())
+        (sorted(cl.routes("node-a", "main", Some("80"))) == want
+            && !cl.routes("node-a", "main", Some("bird")).iter().any(|r| r.starts_with("10.244.") || r.starts_with("10.245.")))
+        .then_some(())
     });
     // Every node has taken over: BIRD's IPIP routes gone or replaced, and every IPIP route the
     // agent wants programmed. (Waiting for the first alone passes at once on a node that had
@@ -599,7 +620,11 @@ fn s7_blocks_learned_only_from_their_owner() {
                 let w = wrong(&cl);
                 w.iter().any(|w| w.contains(" learns 10.244.40.0/26 from node_")).then_some(w)
             });
-            eprintln!("{TEST}: export reject off: {} re-advertisements once node-d's routes were withdrawn ({:?} after its BIRD was killed): {w:#?}", w.len(), killed.elapsed());
+            eprintln!(
+                "{TEST}: export reject off: {} re-advertisements once node-d's routes were withdrawn ({:?} after its BIRD was killed): {w:#?}",
+                w.len(),
+                killed.elapsed()
+            );
         }
     }
 }
@@ -715,4 +740,3 @@ fn s01_two_birds_fight_over_a_block() {
     let deletes_after = cl.metrics("node-a").value(deletes);
     assert_eq!(deletes_after, deletes_before, "routewarden deleted routes during the BIRD fight");
 }
-

@@ -21,7 +21,6 @@ const TEST: &str = "handover_to_bird_at_same_metric_steps_aside";
 const IPIP: [&str; 3] = ["10.244.10.0/26", "10.244.10.7/32", "10.244.30.0/26"];
 
 #[test]
-#[expect(clippy::too_many_lines, reason = "one hand-over scenario, step by step")]
 fn handover_to_bird_at_same_metric_steps_aside() {
     if skip_unless_root(TEST) {
         return;
@@ -43,10 +42,7 @@ fn handover_to_bird_at_same_metric_steps_aside() {
     let ns = Netns::new();
     ns.rt.block_on(async {
         // IPv4 only for the handed-over class (BIRD here exports IPv4); the no-encap routes stay.
-        let cluster: Vec<_> = example_cluster()
-            .into_iter()
-            .filter(|c| c.class == PoolClass::NoEncap || c.dst.addr().is_ipv4())
-            .collect();
+        let cluster: Vec<_> = example_cluster().into_iter().filter(|c| c.class == PoolClass::NoEncap || c.dst.addr().is_ipv4()).collect();
         let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(16);
         let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(10_000);
         let (rep_tx, mut rep_rx) = tokio::sync::mpsc::channel(1000);
@@ -88,10 +84,7 @@ fn handover_to_bird_at_same_metric_steps_aside() {
         let bird = with_proto(254, "bird");
         for dst in IPIP {
             let plain = dst.trim_end_matches("/32");
-            assert!(
-                bird.iter().any(|l| l.contains(&format!("{plain} ")) && l.contains(" metric 1024")),
-                "{dst}: BIRD's route: {bird:?}"
-            );
+            assert!(bird.iter().any(|l| l.contains(&format!("{plain} ")) && l.contains(" metric 1024")), "{dst}: BIRD's route: {bird:?}");
         }
         let ours = with_proto(254, "80");
         assert_eq!(
@@ -106,8 +99,7 @@ fn handover_to_bird_at_same_metric_steps_aside() {
         // Replay the monitor: every IPIP prefix had our route (metric 1024) when it started;
         // it must never have been without a route.
         let events = mon.drain(Duration::from_millis(300)).await;
-        let mut present: BTreeMap<String, BTreeSet<(u32, u8)>> =
-            IPIP.iter().map(|d| ((*d).to_string(), BTreeSet::from([(1024, 80)]))).collect();
+        let mut present: BTreeMap<String, BTreeSet<(u32, u8)>> = IPIP.iter().map(|d| ((*d).to_string(), BTreeSet::from([(1024, 80)]))).collect();
         let mut trace = Vec::new();
         for e in &events {
             let (added, route) = match e {

@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use dataplane_support::{example_cluster, example_lines, ip, lines_stay, reconciler, route, routes, wait_for_lines, with_proto, Monitor, Netns, DEADLINE};
 use routewarden::dataplane::{
-    self, audit_kernel, AuditScope, DataplaneCommand, DataplaneConfig, ErrorKind, ExpectedRoute, FindingCode,
-    OwnershipPolicy, RtNetlink,
+    self, audit_kernel, AuditScope, DataplaneCommand, DataplaneConfig, ErrorKind, ExpectedRoute, FindingCode, OwnershipPolicy, RtNetlink,
 };
 use routewarden::routes::{RouteDevices, RoutePath, Writer};
 use routewarden_lab::skip_unless_root;
@@ -387,10 +386,8 @@ fn bird_leftovers_claimed_only_when_policy_says_so() {
         );
         // The audit names the static writer on the cluster prefix.
         let mut nl = RtNetlink::connect().unwrap();
-        let expected: Vec<ExpectedRoute> = example_cluster()
-            .into_iter()
-            .map(|route| ExpectedRoute { route, owner: Writer::Routewarden, protocol: 80 })
-            .collect();
+        let expected: Vec<ExpectedRoute> =
+            example_cluster().into_iter().map(|route| ExpectedRoute { route, owner: Writer::Routewarden, protocol: 80 }).collect();
         let scope = AuditScope {
             table: 254,
             cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap(), "fd00:10:244::/48".parse().unwrap()],
@@ -514,7 +511,8 @@ fn cold_start_10k_routes_timing() {
         // The same without pipelining (one request in flight), into another table, for scale.
         let cfg = DataplaneConfig { table: 49, ..DataplaneConfig::default() };
         let nl = RtNetlink::connect().unwrap().with_window(1);
-        let mut serial = routewarden::dataplane::Reconciler::new(cfg.clone(), cfg.policy_owning(dataplane_support::POOLS), nl, routewarden::dataplane::SystemClock);
+        let mut serial =
+            routewarden::dataplane::Reconciler::new(cfg.clone(), cfg.policy_owning(dataplane_support::POOLS), nl, routewarden::dataplane::SystemClock);
         serial.set_desired(&cluster);
         let t = Instant::now();
         let rep = serial.apply().await;
@@ -600,8 +598,7 @@ fn handover_to_bird_keeps_routes_until_bird_route_seen() {
         let mut mon = Monitor::start();
 
         // IPIP goes to BIRD: routewarden keeps only the no-encap routes.
-        let no_encap: Vec<_> =
-            example_cluster().into_iter().filter(|c| c.class == routewarden::routes::PoolClass::NoEncap).collect();
+        let no_encap: Vec<_> = example_cluster().into_iter().filter(|c| c.class == routewarden::routes::PoolClass::NoEncap).collect();
         let handover = dataplane::Handover {
             class: routewarden::routes::PoolClass::Ipip,
             to: Writer::Bird,
@@ -630,11 +627,7 @@ fn handover_to_bird_keeps_routes_until_bird_route_seen() {
         })
         .await
         .expect("our IPIP routes removed once BIRD's are seen");
-        eprintln!(
-            "handover: our routes removed {:?} after BIRD's appeared ({:?} after the handover began)",
-            seen_at.elapsed(),
-            started.elapsed()
-        );
+        eprintln!("handover: our routes removed {:?} after BIRD's appeared ({:?} after the handover began)", seen_at.elapsed(), started.elapsed());
         assert_eq!(
             with_proto(254, "80"),
             [
@@ -676,14 +669,7 @@ fn batched_ops_keep_per_op_results_and_order() {
         let key = |dst: &str| RouteKey { table: 254, family: Family::V4, dst: dst.parse().unwrap(), tos: 0, metric: 1024 };
         let via = |dst: &str, gw: &str, onlink: bool| KernelRoute {
             key: key(dst),
-            target: RouteTarget {
-                kind: RouteKind::Unicast,
-                gateway: Some(gw.parse().unwrap()),
-                device: Some("eth0".into()),
-                onlink,
-                protocol: 80,
-                scope: 0,
-            },
+            target: RouteTarget { kind: RouteKind::Unicast, gateway: Some(gw.parse().unwrap()), device: Some("eth0".into()), onlink, protocol: 80, scope: 0 },
         };
         for window in [dataplane::netlink::DEFAULT_WINDOW, 2, 1] {
             let mut nl = RtNetlink::connect().unwrap().with_window(window);
@@ -700,8 +686,7 @@ fn batched_ops_keep_per_op_results_and_order() {
                 write(via("10.244.5.0/26", "10.0.0.12", true), eth0, false),
             ];
             let results = nl.execute(&ops).await;
-            let errnos: Vec<Option<Errno>> =
-                results.iter().map(|r| r.as_ref().err().map(|e| e.errno().expect("a kernel errno"))).collect();
+            let errnos: Vec<Option<Errno>> = results.iter().map(|r| r.as_ref().err().map(|e| e.errno().expect("a kernel errno"))).collect();
             assert_eq!(
                 errnos,
                 [None, Some(Errno::EEXIST), Some(Errno::ESRCH), Some(Errno::ENODEV), Some(Errno::ENETUNREACH), None, None],

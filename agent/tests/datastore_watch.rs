@@ -23,10 +23,7 @@ async fn reloads_on_change_and_keeps_last_good_state() {
     std::fs::write(&file, POOL).unwrap();
 
     let (tx, mut rx) = mpsc::channel(16);
-    let handle = FileDatastore::new(&dir)
-        .with_debounce(Duration::from_millis(100))
-        .with_rescan_interval(Duration::from_mins(1))
-        .spawn(tx);
+    let handle = FileDatastore::new(&dir).with_debounce(Duration::from_millis(100)).with_rescan_interval(Duration::from_mins(1)).spawn(tx);
 
     let DatastoreEvent::Snapshot(s) = next(&mut rx).await else { panic!("first event must be a snapshot") };
     assert!(s.cluster.ip_pools.contains_key("p1"));

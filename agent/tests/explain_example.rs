@@ -101,26 +101,17 @@ fn explicit_enabled_is_an_error_and_json_is_structured() {
     assert_eq!(v["calico_rules"], "3.33");
     assert_eq!(v["calico_version_source"], serde_json::json!({"source": "cluster-information", "value": "v3.33.0"}));
     assert_eq!(v["has_errors"], true);
-    let codes: Vec<(String, String)> = v["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| (f["code"].as_str().unwrap().to_owned(), f["class"].as_str().unwrap_or("none").to_owned()))
-        .collect();
+    let codes: Vec<(String, String)> =
+        v["findings"].as_array().unwrap().iter().map(|f| (f["code"].as_str().unwrap().to_owned(), f["class"].as_str().unwrap_or("none").to_owned())).collect();
     assert_eq!(
         codes,
-        vec![
-            ("double-programmed".into(), "ipip".into()),
-            ("double-programmed".into(), "no-encap".into()),
-            ("consistent".into(), "vxlan".into()),
-        ]
+        vec![("double-programmed".into(), "ipip".into()), ("double-programmed".into(), "no-encap".into()), ("consistent".into(), "vxlan".into()),]
     );
     assert_eq!(v["programmed_classes"], serde_json::json!(["ipip", "no-encap"]));
     // node-b, both classes: its own blocks are blackholes; node-c's borrowed 10.244.20.5 of
     // node-b's block gets a /32; CrossSubnet natively to node-a/node-c (10.0.0.0/24), through
     // the tunnel to node-d (10.0.1.0/24); no-encap (v4 and v6) always on eth0; no VXLAN.
-    let routes: Vec<(&str, &str)> =
-        v["routes"].as_array().unwrap().iter().map(|r| (r["ip_route"].as_str().unwrap(), r["class"].as_str().unwrap())).collect();
+    let routes: Vec<(&str, &str)> = v["routes"].as_array().unwrap().iter().map(|r| (r["ip_route"].as_str().unwrap(), r["class"].as_str().unwrap())).collect();
     assert_eq!(
         routes,
         [
@@ -151,12 +142,8 @@ fn audit_yaml_shows_every_class_and_no_errors() {
     // Audit mode expects every routable class (IPIP and no-encap), whoever programs it; node-d
     // is in the other subnet, so CrossSubnet goes through the tunnel to every node; it has no
     // IPv6 address, so no IPv6 route.
-    let routes: Vec<(&str, &str)> = v["routes"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|r| (r["ip_route"].as_str().unwrap(), r["class"].as_str().unwrap()))
-        .collect();
+    let routes: Vec<(&str, &str)> =
+        v["routes"].as_sequence().unwrap().iter().map(|r| (r["ip_route"].as_str().unwrap(), r["class"].as_str().unwrap())).collect();
     assert_eq!(
         routes,
         [
@@ -173,12 +160,8 @@ fn audit_yaml_shows_every_class_and_no_errors() {
     );
     // node-d has no IPv6 address: Felix's IPv6 manager has no parent device there, so no
     // native IPv6 route (only blackholes, and node-d has no IPv6 block).
-    let problems: Vec<(&str, &str)> = v["route_problems"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|p| (p["code"].as_str().unwrap(), p["message"].as_str().unwrap()))
-        .collect();
+    let problems: Vec<(&str, &str)> =
+        v["route_problems"].as_sequence().unwrap().iter().map(|p| (p["code"].as_str().unwrap(), p["message"].as_str().unwrap())).collect();
     assert_eq!(
         problems,
         [(
@@ -231,7 +214,8 @@ fn example_with(extra: &str) -> routewarden::datastore::Snapshot {
     FileDatastore::load(example_dir_with(extra).path()).unwrap()
 }
 
-const NODE_C_ENABLED: &str = "---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.node-c}\nspec: {programClusterRoutes: Enabled}\n";
+const NODE_C_ENABLED: &str =
+    "---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.node-c}\nspec: {programClusterRoutes: Enabled}\n";
 
 /// The example as shipped: every node takes FelixConfiguration default, the pair is
 /// complementary everywhere, exit 0.
@@ -292,7 +276,10 @@ fn all_nodes_names_the_one_overridden_node() {
         section(&e.text, "Node notes"),
         ["  node-d: FelixConfiguration node.node-d: programClusterRoutes \"Sometimes\" is not a programClusterRoutes value of any Calico release (Felix 3.33); Felix uses its default EnabledIPIPOnly"]
     );
-    assert_eq!(section(&e.text, "Findings on every node"), ["  warning  no-such-node  FelixConfiguration node.node-z names no Node in the cluster; it applies nowhere"]);
+    assert_eq!(
+        section(&e.text, "Findings on every node"),
+        ["  warning  no-such-node  FelixConfiguration node.node-z names no Node in the cluster; it applies nowhere"]
+    );
     assert_eq!(e.text.lines().last(), Some("1 of 4 nodes inconsistent: node-c"));
 }
 
@@ -310,12 +297,19 @@ fn all_nodes_json_yaml_and_audit_role() {
     assert_eq!(v["role"], "audit");
     assert_eq!(v["calico_version_source"], serde_json::json!({"source": "cluster-information", "value": "v3.33.0"}));
     assert_eq!(v["inconsistent_nodes"], serde_json::json!(["node-b", "node-c"]));
-    let row = |n: usize| (v["nodes"][n]["node"].clone(), v["nodes"][n]["double_programmed"].clone(), v["nodes"][n]["unowned"].clone(), v["nodes"][n]["consistent"].clone());
+    let row = |n: usize| {
+        (v["nodes"][n]["node"].clone(), v["nodes"][n]["double_programmed"].clone(), v["nodes"][n]["unowned"].clone(), v["nodes"][n]["consistent"].clone())
+    };
     assert_eq!(row(0), (serde_json::json!("node-a"), serde_json::json!([]), serde_json::json!([]), serde_json::json!(true)));
     assert_eq!(row(1), (serde_json::json!("node-b"), serde_json::json!([]), serde_json::json!(["ipip"]), serde_json::json!(false)));
     assert_eq!(
         row(2),
-        (serde_json::json!("node-c"), serde_json::json!([{"class": "no-encap", "writers": ["felix", "bird"]}]), serde_json::json!([]), serde_json::json!(false))
+        (
+            serde_json::json!("node-c"),
+            serde_json::json!([{"class": "no-encap", "writers": ["felix", "bird"]}]),
+            serde_json::json!([]),
+            serde_json::json!(false)
+        )
     );
     assert_eq!(v["nodes"][2]["felix"]["source"], serde_json::json!({"source": "field", "object": "FelixConfiguration node.node-c", "value": "Enabled"}));
     assert_eq!(v["has_errors"], true);
@@ -386,4 +380,3 @@ fn calico_node_env_and_operator_from_a_dump() {
         serde_json::json!({"source": "env", "daemonset": "calico-system/calico-node", "name": "FELIX_PROGRAMCLUSTERROUTES", "value": "Enabled", "overrides": "FelixConfiguration default: EnabledIPIPOnly"})
     );
 }
-

@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use lab_support::{copy_examples, lab, metrics, routes, wait_for, wait_ready, Agent, NODE_A_IPIP};
 use routewarden::model::Cluster;
-use routewarden_lab::skip_unless_root;
 use routewarden::routes::{desired_routes, ClusterRoute, PoolClass, RouteDevices, RoutePath, RouteProblem};
+use routewarden_lab::skip_unless_root;
 
 /// Pools: IPIP Always, IPIP CrossSubnet, no-encap, VXLAN. node-a (this node) and node-b on
 /// 10.0.0.0/24, node-c on 10.0.1.0/24. Blocks: node-a's and node-c's in each IPIP pool.
@@ -72,15 +72,15 @@ items:
 "#;
 
 /// The routes BASE alone gives node-a for every routable class.
-const BASE_ROUTES: [&str; 3] = [
-    "blackhole 10.244.10.0/26 [ipip]",
-    "10.244.30.0/26 via 10.0.1.13 dev tunl0 [ipip]",
-    "10.245.30.0/26 via 10.0.1.13 dev tunl0 [cross]",
-];
+const BASE_ROUTES: [&str; 3] =
+    ["blackhole 10.244.10.0/26 [ipip]", "10.244.30.0/26 via 10.0.1.13 dev tunl0 [ipip]", "10.245.30.0/26 via 10.0.1.13 dev tunl0 [cross]"];
 
 /// BASE plus `extra`, where a Node in `extra` replaces BASE's Node of that name.
 fn with_base(extra: &str) -> String {
-    let base: Vec<&str> = BASE.split("\n---\n").filter(|doc| !(doc.contains("kind: Node\n") && extra.contains(doc.lines().find(|l| l.starts_with("metadata:")).unwrap()))).collect();
+    let base: Vec<&str> = BASE
+        .split("\n---\n")
+        .filter(|doc| !(doc.contains("kind: Node\n") && extra.contains(doc.lines().find(|l| l.starts_with("metadata:")).unwrap())))
+        .collect();
     format!("{}\n---\n{extra}", base.join("\n---\n"))
 }
 
@@ -111,12 +111,8 @@ fn run(row: &Row) {
     assert_eq!(errors, vec![], "{}", row.name);
     let classes: BTreeSet<PoolClass> = row.classes.iter().copied().collect();
     let d = desired_routes(&cluster, "node-a", &classes, &RouteDevices::default());
-    let mut want: Vec<String> = BASE_ROUTES
-        .iter()
-        .filter(|r| classes.contains(&PoolClass::Ipip) || r.contains("[flat]"))
-        .chain(row.routes)
-        .map(|s| (*s).to_owned())
-        .collect();
+    let mut want: Vec<String> =
+        BASE_ROUTES.iter().filter(|r| classes.contains(&PoolClass::Ipip) || r.contains("[flat]")).chain(row.routes).map(|s| (*s).to_owned()).collect();
     // Destination order, the way desired_routes sorts (addresses compared numerically).
     want.sort_by_key(|l| {
         let dst = l.trim_start_matches("blackhole ").split(' ').next().unwrap().to_owned();
@@ -618,12 +614,24 @@ items:
         let (cluster, errors) = Cluster::from_yaml_str(&text).unwrap();
         assert_eq!(errors, vec![]);
         let snapshot = Snapshot { cluster: std::sync::Arc::new(cluster), object_errors: vec![], load_errors: vec![], inputs: 1, settled: true };
-        let config = PlanConfig { node: "node-a".into(), ownership: OwnershipConfig { role, ..Default::default() }, devices: RouteDevices::default(), protocol: 201, table: 254 };
+        let config = PlanConfig {
+            node: "node-a".into(),
+            ownership: OwnershipConfig { role, ..Default::default() },
+            devices: RouteDevices::default(),
+            protocol: 201,
+            table: 254,
+        };
         plan(&snapshot, &config, &BTreeSet::new(), &[])
     };
     let plan_for = |role: Role, felix: &str, bgp: &str| plan_with(extra, role, felix, bgp);
     let wg = |p: &Plan| -> Vec<String> { p.audit_scope.wireguard.iter().map(|w| format!("{} {} {}", w.prefix, w.peer, w.bgp_address)).collect() };
-    let expected = |p: &Plan| -> Vec<(Writer, String)> { p.expected.iter().filter(|e| e.route.dst.to_string().contains(".20.0/26") || e.route.dst.to_string().starts_with("10.246.30")).map(|e| (e.owner, line(&e.route))).collect() };
+    let expected = |p: &Plan| -> Vec<(Writer, String)> {
+        p.expected
+            .iter()
+            .filter(|e| e.route.dst.to_string().contains(".20.0/26") || e.route.dst.to_string().starts_with("10.246.30"))
+            .map(|e| (e.owner, line(&e.route)))
+            .collect()
+    };
 
     // Audit, the 3.33 pair (Felix IPIP, BIRD no-encap): Felix's IPIP route to node-b is expected;
     // BIRD's no-encap route to node-b is not (WireGuard), to node-c it is.

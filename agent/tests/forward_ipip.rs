@@ -107,12 +107,7 @@ fn send(sock: &UdpSocket, to: &str, n: u64) {
 }
 
 fn entries() -> Vec<ForwardEntry> {
-    vec![ForwardEntry {
-        prefix: "10.244.1.0/26".parse().unwrap(),
-        pool: "ipip-pool".into(),
-        class: PoolClass::Ipip,
-        expected: ForwardPath::Tunnel,
-    }]
+    vec![ForwardEntry { prefix: "10.244.1.0/26".parse().unwrap(), pool: "ipip-pool".into(), class: PoolClass::Ipip, expected: ForwardPath::Tunnel }]
 }
 
 fn forwarded(m: &Metrics, path: &'static str) -> (u64, u64) {

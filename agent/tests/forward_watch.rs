@@ -17,11 +17,9 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::time::Duration;
 
-use routewarden::bpf::forward::{
-    DeviceRole, ForwardConfig, ForwardEntry, ForwardEvent, ForwardEventKind, ForwardMetrics, ForwardWatch,
-};
 use aya::programs::{SchedClassifier, TcAttachType};
 use nix::sys::socket::{sendto, socket, AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, SockaddrIn};
+use routewarden::bpf::forward::{DeviceRole, ForwardConfig, ForwardEntry, ForwardEvent, ForwardEventKind, ForwardMetrics, ForwardWatch};
 use routewarden::bpf::tc_count::{Direction, TcCounter};
 use routewarden::observe::metrics::{ForwardPathLabels, PoolLabels, WrongPathLabels};
 use routewarden::observe::Metrics;
@@ -403,7 +401,8 @@ fn an_unparsable_packet_is_logged_through_aya_log() {
             let ns = NetNsGuard::new().expect("netns");
             let _peer = build(&ns, if level == BpfLogLevel::Off { "logoff" } else { "logwarn" });
             route(&ns, "10.250.1.0/26", "eth0");
-            let mut watch = ForwardWatch::start(obj, &ForwardConfig { log_level: level, ..config(Duration::from_secs(1)) }).expect("start the forwarding watch");
+            let mut watch =
+                ForwardWatch::start(obj, &ForwardConfig { log_level: level, ..config(Duration::from_secs(1)) }).expect("start the forwarding watch");
             watch.set_destinations(&[entry("10.250.1.0/26", "flat", PoolClass::NoEncap, ForwardPath::Host)]).expect("destinations");
             // On one CPU, so the per-CPU rate limit allows exactly one line for the three.
             let all = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).expect("affinity");

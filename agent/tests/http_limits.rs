@@ -374,7 +374,9 @@ fn slow_heads_and_idle_connections_are_closed_after_their_timeouts() {
             closed_within(&mut s, Duration::from_secs(20)).await.expect("silent connection still open after 20 s")
         };
         let ((slow_took, slow_sent), idle_took, stalled_took, silent_took) = tokio::join!(slowloris, kept_alive, stalled_next, silent);
-        eprintln!("closed after: slowloris {slow_took:?} ({slow_sent} bytes sent), idle {idle_took:?}, stalled next head {stalled_took:?}, silent {silent_took:?}");
+        eprintln!(
+            "closed after: slowloris {slow_took:?} ({slow_sent} bytes sent), idle {idle_took:?}, stalled next head {stalled_took:?}, silent {silent_took:?}"
+        );
         // It would have kept sending for 10 s: its bytes did not extend the deadline.
         assert!(slow_took >= header && slow_took < Duration::from_secs(5), "slowloris closed after {slow_took:?}");
         assert!(slow_sent >= 3, "slowloris sent only {slow_sent} bytes before it was closed");
@@ -448,10 +450,13 @@ fn at_the_cap_the_oldest_connection_makes_room_for_the_newest_client() {
 fn a_handler_slower_than_the_request_timeout_gets_503_and_the_connection_lives_on() {
     let _serial = serial();
     let slow = Router::new()
-        .route("/slow", axum::routing::get(|| async {
-            tokio::time::sleep(Duration::from_secs(30)).await;
-            "too late\n"
-        }))
+        .route(
+            "/slow",
+            axum::routing::get(|| async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                "too late\n"
+            }),
+        )
         .route("/fast", axum::routing::get(|| async { "fast\n" }));
     let server = TestServer::start(slow, limits(5000, 30_000, 16, 300));
     let rt = client_runtime();

@@ -43,9 +43,7 @@ const FILES: [&str; 6] = [
 
 /// Names that would mean a shell or a package manager slipped in (checked on every path
 /// component, although [`FILES`] already pins the whole content).
-const FORBIDDEN: &[&str] = &[
-    "sh", "bash", "dash", "ash", "zsh", "busybox", "toybox", "apt", "apt-get", "dpkg", "rpm", "yum", "dnf", "microdnf", "apk", "pip",
-];
+const FORBIDDEN: &[&str] = &["sh", "bash", "dash", "ash", "zsh", "busybox", "toybox", "apt", "apt-get", "dpkg", "rpm", "yum", "dnf", "microdnf", "apk", "pip"];
 
 /// The image's upper bound, in bytes (issue 14: aim for at most 30 MB).
 const MAX_SIZE: u64 = 30_000_000;
@@ -244,7 +242,9 @@ fn image_agent_runs_version_and_explain_from_its_rootfs() {
     // `explain` from the image prints what the agent built with this test prints.
     let args = ["explain", "--datastore", "file:/cluster", "--node", "node-a"];
     let from_image = output(&mut in_image_root(&mounted, &scratch.path().join("e"), None, AGENT, &args));
-    let here = output(Command::new(env!("CARGO_BIN_EXE_routewarden")).args(["explain", "--node", "node-a", "--datastore"]).arg(format!("file:{}", example_dir().display())));
+    let here = output(
+        Command::new(env!("CARGO_BIN_EXE_routewarden")).args(["explain", "--node", "node-a", "--datastore"]).arg(format!("file:{}", example_dir().display())),
+    );
     let text = String::from_utf8_lossy(&from_image.stdout);
     assert_eq!(from_image.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&from_image.stderr));
     assert!(text.starts_with("role felix, Calico 3.33 (ClusterInformation default: v3.33.0), node node-a\n"), "{text}");
@@ -447,5 +447,7 @@ fn image_runs_under_podman_with_the_daemonsets_settings() {
     }
     assert_eq!(metrics(&lab, "node-a").value(r#"routewarden_route_watch_backend_info{backend="socket-filter"}"#), 1);
     stop_container(&lab, container);
-    eprintln!("image: podman run with the DaemonSet's settings, bpf()/perf_event_open() allowed for CAP_BPF/CAP_PERFMON: every BPF watcher ready; /readyz:\n{ready}");
+    eprintln!(
+        "image: podman run with the DaemonSet's settings, bpf()/perf_event_open() allowed for CAP_BPF/CAP_PERFMON: every BPF watcher ready; /readyz:\n{ready}"
+    );
 }

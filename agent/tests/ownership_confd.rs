@@ -90,11 +90,7 @@ fn check_scenario(dir: &str, expect_bgp_field: Option<&str>) {
     let v6 = KernelProgrammingFilter::parse(&std::fs::read_to_string(base.join("bird6_ipam.cfg")).expect("bird6_ipam.cfg"));
     let (cluster, errors) = Cluster::from_yaml_str(&input).expect("input parses");
     assert_eq!(errors, vec![], "{dir}");
-    assert_eq!(
-        cluster.bgp_default().and_then(|b| b.program_cluster_routes.as_deref()),
-        expect_bgp_field,
-        "{dir}: scenario input"
-    );
+    assert_eq!(cluster.bgp_default().and_then(|b| b.program_cluster_routes.as_deref()), expect_bgp_field, "{dir}: scenario input");
     assert_eq!(cluster.ip_pools.len(), 5, "{dir}");
 
     let audit = decide(&cluster, &OwnershipConfig { role: Role::Audit, version: CalicoVersion::V3_33.into(), node: None });

@@ -63,12 +63,7 @@ struct Tally {
 
 impl Tally {
     fn of(c: &RouteWatchCounters) -> Tally {
-        Tally {
-            writes: c.writes[0].iter().flatten().sum(),
-            conflicts: c.conflicts[0].iter().flatten().sum(),
-            flaps: c.flaps[0],
-            flushes: c.flushes[0],
-        }
+        Tally { writes: c.writes[0].iter().flatten().sum(), conflicts: c.conflicts[0].iter().flatten().sum(), flaps: c.flaps[0], flushes: c.flushes[0] }
     }
 }
 
@@ -322,7 +317,12 @@ fn link_flush(test: &str, backend: RouteWatchBackend) {
         assert!(c.flushes[1] >= M as u64, "{test}: at least P6's {M} IPv6 flushes: {:?}", c.flushes);
         let link_downs = if backend == RouteWatchBackend::SocketFilter { M } else { 0 };
         let flushes_of = |h: &Harness, p: &str| {
-            h.events.iter().filter_map(|(_, e)| if let RouteWatchEvent::Flush { route } = e { Some(route) } else { None }).filter(|r| r.dst.to_string() == p).cloned().collect::<Vec<_>>()
+            h.events
+                .iter()
+                .filter_map(|(_, e)| if let RouteWatchEvent::Flush { route } = e { Some(route) } else { None })
+                .filter(|r| r.dst.to_string() == p)
+                .cloned()
+                .collect::<Vec<_>>()
         };
         let downs = |h: &Harness| h.events.iter().filter(|(_, e)| matches!(e, RouteWatchEvent::LinkDown { ifindex, .. } if *ifindex == rw0)).count();
         let arrived = h.pump_until(EVENT_DEADLINE, |h| flushes_of(h, p4).len() >= M && flushes_of(h, p6).len() >= M && downs(h) >= link_downs).await;
@@ -497,7 +497,9 @@ fn lru_pressure(test: &str, backend: RouteWatchBackend) {
         let want = vec![Episode::Conflict { dst: fresh.into(), op: "replace", writer: b.pid, previous: a.pid, writes: 2 }];
         assert_eq!(h.episodes(), want, "{test}: {:#?}", h.events);
         h.assert_episodes_exported(test);
-        eprintln!("{test}: state map of {capacity} entries, {fillers} more prefixes written in {took:?}; the evicted prefix restarts cold, the fresh one conflicts");
+        eprintln!(
+            "{test}: state map of {capacity} entries, {fillers} more prefixes written in {took:?}; the evicted prefix restarts cold, the fresh one conflicts"
+        );
     });
     drop(ns);
     drop(pinned);

@@ -113,7 +113,8 @@ fn events_json_streams_writes_and_conflicts() {
     assert!(writes[0]["route"]["op"] == "add" || writes[0]["route"]["op"] == "replace", "{:?}", writes[0]);
     let later_ops: Vec<&str> = writes[1..].iter().map(|w| w["route"]["op"].as_str().unwrap()).collect();
     assert_eq!(later_ops, ["replace", "replace", "replace"], "{writes:#?}");
-    let writer_of: Vec<(&str, u64)> = writes.iter().map(|w| (w["route"]["writer"]["class"].as_str().unwrap(), w["route"]["writer"]["protocol"].as_u64().unwrap())).collect();
+    let writer_of: Vec<(&str, u64)> =
+        writes.iter().map(|w| (w["route"]["writer"]["class"].as_str().unwrap(), w["route"]["writer"]["protocol"].as_u64().unwrap())).collect();
     // `ip` writing protocol 80 is not this process: `felix`, never `self` (issue 19).
     assert_eq!(writer_of, [("felix", 80), ("bird", 12), ("felix", 80), ("bird", 12)], "{writes:#?}");
     assert!(writes.iter().all(|w| w["route"]["gateway"] == "10.0.0.12" && w["route"]["metric"] == 1024 && w["route"]["table"] == 254), "{writes:#?}");

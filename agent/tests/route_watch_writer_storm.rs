@@ -85,9 +85,7 @@ fn socket_filter_writer_storm_attribution_is_cheap() {
         let counters_before = watch.counters().unwrap();
         let stats_before = watch.attribution_stats();
         let (cpu0, ticks0, t0) = (thread_cpu_ns(&attr_tid), process_cpu_ticks(), Instant::now());
-        let script = format!(
-            "i=0; while [ $i -lt {STORM} ]; do ip route replace 10.77.$((i / 256)).$((i % 256))/32 dev lo || exit 1; i=$((i + 1)); done"
-        );
+        let script = format!("i=0; while [ $i -lt {STORM} ]; do ip route replace 10.77.$((i / 256)).$((i % 256))/32 dev lo || exit 1; i=$((i + 1)); done");
         let mut storm = ChildGuard(Command::new("sh").args(["-c", &script]).stdout(Stdio::null()).spawn().expect("spawn sh"));
         let mut storm_writers: Vec<WriterInfo> = Vec::new();
         let mut long_writers: HashMap<u8, WriterInfo> = HashMap::new();

@@ -8,9 +8,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use proptest::prelude::*;
 use routewarden::model::Cluster;
-use routewarden::routes::{
-    desired_routes, routable_classes, ClusterRoute, PoolClass, RouteDevices, RouteOrigin, RoutePath, RouteProblem,
-};
+use routewarden::routes::{desired_routes, routable_classes, ClusterRoute, PoolClass, RouteDevices, RouteOrigin, RoutePath, RouteProblem};
 
 /// node-a/b/c on 10.0.0.0/24, node-d on 10.0.1.0/24; one pool per class.
 const SCENARIO: &str = r#"
@@ -107,13 +105,7 @@ fn ip(s: &str) -> IpAddr {
 fn line(r: &ClusterRoute) -> String {
     match r.path {
         RoutePath::Blackhole => format!("blackhole {} [{}]", r.dst, r.pool),
-        _ => format!(
-            "{} via {} dev {} [{}]",
-            r.dst,
-            r.gateway.map(|g| g.to_string()).unwrap_or_default(),
-            r.device.clone().unwrap_or_default(),
-            r.pool
-        ),
+        _ => format!("{} via {} dev {} [{}]", r.dst, r.gateway.map(|g| g.to_string()).unwrap_or_default(), r.device.clone().unwrap_or_default(), r.pool),
     }
 }
 
@@ -223,18 +215,12 @@ fn spec() -> impl Strategy<Value = Spec> {
     (
         prop::collection::vec((prop::bool::weighted(0.85), 0u8..2), 2..6),
         prop::sample::select(vec!["Always", "CrossSubnet", "Never"]),
-        prop::collection::vec(
-            (prop::option::weighted(0.85, 0usize..8), prop::collection::vec(prop::option::of(0usize..8), 0..16)),
-            1..10,
-        ),
+        prop::collection::vec((prop::option::weighted(0.85, 0usize..8), prop::collection::vec(prop::option::of(0usize..8), 0..16)), 1..10),
         0usize..8,
     )
         .prop_map(|(nodes, mode, blocks, local)| {
             let n = nodes.len();
-            let blocks = blocks
-                .into_iter()
-                .map(|(h, allocs)| (h.map(|h| h % n), allocs.into_iter().map(|a| a.map(|a| a % (n + 1))).collect()))
-                .collect();
+            let blocks = blocks.into_iter().map(|(h, allocs)| (h.map(|h| h % n), allocs.into_iter().map(|a| a.map(|a| a % (n + 1))).collect())).collect();
             Spec { local: local % n, nodes, mode, blocks }
         })
 }
@@ -258,11 +244,7 @@ fn docs(s: &Spec) -> Vec<String> {
         s.mode
     )];
     for (i, (has_addr, subnet)) in s.nodes.iter().enumerate() {
-        let spec = if *has_addr {
-            format!("{{bgp: {{ipv4Address: {}/24}}}}", node_ip(i, *subnet))
-        } else {
-            "{}".to_owned()
-        };
+        let spec = if *has_addr { format!("{{bgp: {{ipv4Address: {}/24}}}}", node_ip(i, *subnet)) } else { "{}".to_owned() };
         out.push(format!("apiVersion: projectcalico.org/v3\nkind: Node\nmetadata: {{name: {}}}\nspec: {spec}\n", node_name(i)));
     }
     for (i, (host, allocs)) in s.blocks.iter().enumerate() {

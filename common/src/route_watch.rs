@@ -89,15 +89,8 @@ pub enum WriterClass {
 
 impl WriterClass {
     /// All classes, in index order.
-    pub const ALL: [WriterClass; WRITER_CLASSES] = [
-        WriterClass::SelfAgent,
-        WriterClass::Felix,
-        WriterClass::Bird,
-        WriterClass::Kernel,
-        WriterClass::Boot,
-        WriterClass::Static,
-        WriterClass::Other,
-    ];
+    pub const ALL: [WriterClass; WRITER_CLASSES] =
+        [WriterClass::SelfAgent, WriterClass::Felix, WriterClass::Bird, WriterClass::Kernel, WriterClass::Boot, WriterClass::Static, WriterClass::Other];
 
     /// Class of a route `protocol`, given the agent's own protocol (0: none configured).
     #[inline(always)]
@@ -459,19 +452,11 @@ pub const GLOBAL_OFFSETS: &str = "ROUTE_WATCH_OFFSETS";
 /// Socket-filter program on a NETLINK_ROUTE socket.
 pub const PROG_SOCKET_FILTER: &str = "route_watch_netlink";
 /// fentry programs: `fib_table_insert`, `fib_table_delete`, `fib6_add`, `fib6_del`.
-pub const PROGS_FENTRY: [&str; 4] = [
-    "route_watch_fentry_fib_table_insert",
-    "route_watch_fentry_fib_table_delete",
-    "route_watch_fentry_fib6_add",
-    "route_watch_fentry_fib6_del",
-];
+pub const PROGS_FENTRY: [&str; 4] =
+    ["route_watch_fentry_fib_table_insert", "route_watch_fentry_fib_table_delete", "route_watch_fentry_fib6_add", "route_watch_fentry_fib6_del"];
 /// kprobe programs, same functions and order as [`PROGS_FENTRY`].
-pub const PROGS_KPROBE: [&str; 4] = [
-    "route_watch_kprobe_fib_table_insert",
-    "route_watch_kprobe_fib_table_delete",
-    "route_watch_kprobe_fib6_add",
-    "route_watch_kprobe_fib6_del",
-];
+pub const PROGS_KPROBE: [&str; 4] =
+    ["route_watch_kprobe_fib_table_insert", "route_watch_kprobe_fib_table_delete", "route_watch_kprobe_fib6_add", "route_watch_kprobe_fib6_del"];
 /// Kernel functions hooked by fentry/kprobe, same order as [`PROGS_FENTRY`].
 pub const HOOKED_FUNCTIONS: [&str; 4] = ["fib_table_insert", "fib_table_delete", "fib6_add", "fib6_del"];
 

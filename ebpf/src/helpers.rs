@@ -26,6 +26,7 @@ pub fn now_ns() -> u64 {
 
 /// This CPU's slot `index` of a per-CPU array, writable; `None` past the array's end.
 #[inline(always)]
+#[expect(clippy::mut_from_ref, reason = "a per-CPU map slot is this CPU's own memory (see SAFETY)")]
 pub fn per_cpu_slot<T>(map: &'static PerCpuArray<T>, index: u32) -> Option<&'static mut T> {
     // SAFETY: the pointer is this CPU's copy of an element that exists, valid for the
     // program's run; no other CPU writes it and the program does not run twice at once on one

@@ -18,6 +18,7 @@
 //!   plain add (no overwrite) of a prefix believed present at the same metric, which proves the
 //!   route vanished without a notification (IPv4 flushes a downed link's routes silently).
 //!   Flushes are counted apart and are never changes or conflicts.
+//!
 //! A first write of a prefix (cold start) creates its state and is neither.
 use aya_ebpf::{
     macros::map,
@@ -26,8 +27,8 @@ use aya_ebpf::{
 use aya_log_ebpf::{macro_support::Level, warn};
 use routewarden_common::assert_bpf_name;
 use routewarden_common::route_watch::{
-    family_index, PrefixKey, PrefixState, RecordKind, RouteWatchCounters, RouteWatchRecord, RouteWrite, WriteOp, Writer,
-    WriterClass, WriterIdKind, SELF_PORTS_MAX, STATE_CONFLICT, STATE_FLAP, STATE_FLUSHED, STATE_REMOVED,
+    family_index, PrefixKey, PrefixState, RecordKind, RouteWatchCounters, RouteWatchRecord, RouteWrite, WriteOp, Writer, WriterClass, WriterIdKind,
+    SELF_PORTS_MAX, STATE_CONFLICT, STATE_FLAP, STATE_FLUSHED, STATE_REMOVED,
 };
 
 use crate::bpf_log::{allowed, LogKind};
@@ -103,18 +104,15 @@ pub fn count_other_netns() {
 /// Push a record; count it as lost when the ring buffer is full.
 #[inline(always)]
 fn emit(kind: RecordKind, changes: u32, write: &RouteWrite, previous: &Writer) {
-    match ROUTE_WATCH_EVENTS.reserve::<RouteWatchRecord>(0) {
-        Some(mut entry) => {
-            entry.write(RouteWatchRecord { kind: kind as u8, _pad: [0; 3], changes, write: *write, previous: *previous });
-            entry.submit(0);
+    if let Some(mut entry) = ROUTE_WATCH_EVENTS.reserve::<RouteWatchRecord>(0) {
+        entry.write(RouteWatchRecord { kind: kind as u8, _pad: [0; 3], changes, write: *write, previous: *previous });
+        entry.submit(0);
+    } else {
+        if let Some(c) = counters() {
+            c.records_lost += 1;
         }
-        None => {
-            if let Some(c) = counters() {
-                c.records_lost += 1;
-            }
-            if allowed(LogKind::RouteRingFull, Level::Warn) {
-                warn!(&(), "route watch: ring buffer full, record lost (kind {}); userspace is not keeping up", kind as u8);
-            }
+        if allowed(LogKind::RouteRingFull, Level::Warn) {
+            warn!(&(), "route watch: ring buffer full, record lost (kind {}); userspace is not keeping up", kind as u8);
         }
     }
 }
@@ -170,11 +168,12 @@ fn is_self(writer: &Writer) -> bool {
         return true;
     }
     // SAFETY: a lookup in this program's own map; the value is not kept.
-    writer.id_kind == WriterIdKind::NetlinkPort as u8 && unsafe { ROUTE_WATCH_SELF_PORTS.get(&writer.id) }.is_some()
+    writer.id_kind == WriterIdKind::NetlinkPort as u8 && unsafe { ROUTE_WATCH_SELF_PORTS.get(writer.id) }.is_some()
 }
 
 /// Run the detector on one write. `w.ts_ns` must be set; `w.writer.class` is filled in here.
 #[inline(always)]
+#[expect(clippy::too_many_lines, reason = "one pass the verifier follows top to bottom: classify, compare with the last write, count, emit")]
 pub fn observe(w: &mut RouteWrite) {
     let Some(op) = WriteOp::from_u8(w.op) else {
         count_decode_error();
@@ -203,7 +202,7 @@ pub fn observe(w: &mut RouteWrite) {
     let threshold = global_u32(&ROUTE_WATCH_FLAP_THRESHOLD);
     let attrs = attrs_hash(w);
 
-    let Some(st) = ROUTE_WATCH_STATE.get_ptr_mut(&key) else {
+    let Some(st) = ROUTE_WATCH_STATE.get_ptr_mut(key) else {
         // First write of this prefix since the watch started (or since LRU eviction).
         if matches!(op, WriteOp::Delete) {
             if is_kernel_removal(w) {
@@ -226,7 +225,7 @@ pub fn observe(w: &mut RouteWrite) {
             _pad: [0; 2],
             last_writer: w.writer,
         };
-        if let Err(e) = ROUTE_WATCH_STATE.insert(&key, &st, 0) {
+        if let Err(e) = ROUTE_WATCH_STATE.insert(key, st, 0) {
             if allowed(LogKind::RouteStateInsert, Level::Warn) {
                 warn!(&(), "route watch: state map insert failed (error {}); this write starts no history", e);
             }

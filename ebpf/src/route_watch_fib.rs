@@ -64,7 +64,6 @@ fn in_watched_netns(net: u64) -> Result<bool, ()> {
 
 #[inline(always)]
 fn current_writer(protocol: u8) -> Writer {
-    #[expect(clippy::cast_possible_truncation, reason = "the upper 32 bits of pid_tgid are the tgid")]
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let comm = bpf_get_current_comm().unwrap_or([0; 16]);
     Writer { id: tgid, id_kind: WriterIdKind::Process as u8, protocol, class: 0, _pad: 0, comm }
@@ -169,7 +168,7 @@ fn fib6_inner(rt: u64, info: u64, delete: bool) -> Result<(), ()> {
     let protocol: u8 = rd(rt, off!(f6i_protocol))?;
     let dev: u64 = rd(rt, off!(f6i_nh_dev)).unwrap_or(0);
     let oif: u32 = if dev == 0 { 0 } else { rd(dev, off!(dev_ifindex)).unwrap_or(0) };
-    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "an IPv6 prefix length is 0..=128")]
+    #[expect(clippy::cast_sign_loss, reason = "an IPv6 prefix length is 0..=128")]
     let dst_len = (plen & 0xff) as u8;
     let mut w = RouteWrite {
         ts_ns: now_ns(),

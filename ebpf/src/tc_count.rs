@@ -5,7 +5,12 @@
 //! `TC_ACT_UNSPEC` (-1), which for clsact means "continue with the next filter / default
 //! action" and for TCX is `TCX_NEXT`, so other programs on the same hook (Calico's, Cilium's)
 //! still see every packet.
-use aya_ebpf::{bindings::TC_ACT_UNSPEC, macros::{classifier, map}, maps::PerCpuArray, programs::TcContext};
+use aya_ebpf::{
+    bindings::TC_ACT_UNSPEC,
+    macros::{classifier, map},
+    maps::PerCpuArray,
+    programs::TcContext,
+};
 use routewarden_common::{assert_bpf_name, TcCounters};
 
 /// One [`TcCounters`] per CPU at index 0.

@@ -32,12 +32,11 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use aya_log_ebpf::{macro_support::Level, warn};
-use routewarden_common::{assert_bpf_name, forward};
 use routewarden_common::forward::{
-    counter_index, BlockKey, BlockState, ForwardCounters, ForwardRecord, ForwardRecordKind, ForwardStats,
-    ForwardTarget, Observation, PoolFilter, TargetKeyV4, TargetKeyV6, COUNTER_SLOTS, LAST_PATH_UNKNOWN, MAX_POOLS,
-    POOL_RANGES_V4, POOL_RANGES_V6, RANGE_LENGTHS,
+    counter_index, BlockKey, BlockState, ForwardCounters, ForwardRecord, ForwardRecordKind, ForwardStats, ForwardTarget, Observation, PoolFilter, TargetKeyV4,
+    TargetKeyV6, COUNTER_SLOTS, LAST_PATH_UNKNOWN, MAX_POOLS, POOL_RANGES_V4, POOL_RANGES_V6, RANGE_LENGTHS,
 };
+use routewarden_common::{assert_bpf_name, forward};
 
 use crate::bpf_log::{allowed, LogKind};
 use crate::helpers::{global_u32, global_u64, now_ns, per_cpu_slot};
@@ -397,16 +396,7 @@ fn block_insert(key: &BlockKey, state: &BlockState) {
 
 #[inline(always)]
 #[expect(clippy::too_many_arguments, reason = "one record's fields; inlined")]
-fn emit(
-    ctx: &TcContext,
-    kind: ForwardRecordKind,
-    target: &ForwardTarget,
-    dst: &[u8; 16],
-    obs: Observation,
-    previous: u8,
-    changes: u32,
-    now: u64,
-) {
+fn emit(ctx: &TcContext, kind: ForwardRecordKind, target: &ForwardTarget, dst: &[u8; 16], obs: Observation, previous: u8, changes: u32, now: u64) {
     let Some(mut entry) = FORWARD_EVENTS.reserve::<ForwardRecord>(0) else {
         if let Some(s) = stats() {
             s.events_lost += 1;

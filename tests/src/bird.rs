@@ -33,11 +33,7 @@ impl Bird {
     /// The configuration does not parse (BIRD's message in the error), or BIRD does not come up
     /// within 10 s.
     pub fn start(netns: Option<&str>, dir: &Path, name: &str, conf: &str) -> Result<Bird> {
-        let bird = Bird {
-            child: None,
-            dir: dir.to_path_buf(),
-            name: name.to_string(),
-        };
+        let bird = Bird { child: None, dir: dir.to_path_buf(), name: name.to_string() };
         bird.check_and_write(conf)?;
         let mut cmd = match netns {
             Some(ns) => {
@@ -48,28 +44,14 @@ impl Bird {
             None => Command::new(BIRD),
         };
         let log = std::fs::File::create(bird.path("log"))?;
-        cmd.arg("-f")
-            .arg("-c")
-            .arg(bird.path("conf"))
-            .arg("-s")
-            .arg(bird.path("ctl"))
-            .arg("-P")
-            .arg(bird.path("pid"));
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("start bird")?;
+        cmd.arg("-f").arg("-c").arg(bird.path("conf")).arg("-s").arg(bird.path("ctl")).arg("-P").arg(bird.path("pid"));
+        let child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn().context("start bird")?;
         let mut bird = bird;
         bird.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while bird.birdc(&["show", "status"]).is_err() {
             if Instant::now() > deadline {
-                bail!(
-                    "BIRD {name} did not come up: {}",
-                    std::fs::read_to_string(bird.path("log")).unwrap_or_default()
-                );
+                bail!("BIRD {name} did not come up: {}", std::fs::read_to_string(bird.path("log")).unwrap_or_default());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -83,18 +65,9 @@ impl Bird {
     fn check_and_write(&self, conf: &str) -> Result<()> {
         let candidate = self.path("conf.new");
         std::fs::write(&candidate, conf)?;
-        let out = Command::new(BIRD)
-            .arg("-p")
-            .arg("-c")
-            .arg(&candidate)
-            .output()
-            .context("run bird -p")?;
+        let out = Command::new(BIRD).arg("-p").arg("-c").arg(&candidate).output().context("run bird -p")?;
         if !out.status.success() {
-            bail!(
-                "bird -p rejects {}: {}",
-                candidate.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
+            bail!("bird -p rejects {}: {}", candidate.display(), String::from_utf8_lossy(&out.stderr).trim());
         }
         std::fs::rename(&candidate, self.path("conf"))?;
         Ok(())
@@ -105,19 +78,10 @@ impl Bird {
     /// # Errors
     /// birdc fails (BIRD not running, unknown command).
     pub fn birdc(&self, args: &[&str]) -> Result<String> {
-        let out = Command::new(BIRDC)
-            .arg("-s")
-            .arg(self.path("ctl"))
-            .args(args)
-            .output()
-            .context("run birdc")?;
+        let out = Command::new(BIRDC).arg("-s").arg(self.path("ctl")).args(args).output().context("run birdc")?;
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         if !out.status.success() {
-            bail!(
-                "birdc {} failed: {text}{}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            bail!("birdc {} failed: {text}{}", args.join(" "), String::from_utf8_lossy(&out.stderr));
         }
         Ok(text)
     }
@@ -141,11 +105,7 @@ impl Bird {
     /// birdc fails.
     pub fn established(&self) -> Result<Vec<String>> {
         let out = self.birdc(&["show", "protocols"])?;
-        Ok(out
-            .lines()
-            .filter(|l| l.contains(" BGP ") && l.contains("Established"))
-            .filter_map(|l| l.split_whitespace().next().map(str::to_string))
-            .collect())
+        Ok(out.lines().filter(|l| l.contains(" BGP ") && l.contains("Established")).filter_map(|l| l.split_whitespace().next().map(str::to_string)).collect())
     }
 
     /// The BIRD process id.

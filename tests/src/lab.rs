@@ -118,12 +118,7 @@ pub(crate) fn run_ip(netns: Option<&str>, args: &[&str]) -> Result<String> {
     cmd.args(args);
     let out = cmd.output().with_context(|| format!("run ip {}", args.join(" ")))?;
     if !out.status.success() {
-        bail!(
-            "`ip {}{}` failed: {}",
-            netns.map(|n| format!("-n {n} ")).unwrap_or_default(),
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        bail!("`ip {}{}` failed: {}", netns.map(|n| format!("-n {n} ")).unwrap_or_default(), args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }

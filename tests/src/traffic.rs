@@ -27,10 +27,8 @@ impl UdpEcho {
     /// # Errors
     /// The namespace cannot be entered or the address cannot be bound.
     pub fn start(netns: &str, ip: IpAddr) -> Result<UdpEcho> {
-        let sock = in_named_netns(netns, move || {
-            UdpSocket::bind(SocketAddr::new(ip, ECHO_PORT))
-        })?
-        .with_context(|| format!("bind {ip}:{ECHO_PORT} in {netns}"))?;
+        let sock =
+            in_named_netns(netns, move || UdpSocket::bind(SocketAddr::new(ip, ECHO_PORT)))?.with_context(|| format!("bind {ip}:{ECHO_PORT} in {netns}"))?;
         sock.set_read_timeout(Some(Duration::from_millis(100)))?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
@@ -42,10 +40,7 @@ impl UdpEcho {
                 }
             }
         });
-        Ok(UdpEcho {
-            stop,
-            thread: Some(thread),
-        })
+        Ok(UdpEcho { stop, thread: Some(thread) })
     }
 }
 
@@ -63,26 +58,16 @@ impl Drop for UdpEcho {
 ///
 /// # Errors
 /// The namespace cannot be entered or the socket cannot be bound.
-pub fn echo_count(
-    netns: &str,
-    from: IpAddr,
-    to: IpAddr,
-    tries: u32,
-    wait: Duration,
-) -> Result<u32> {
+pub fn echo_count(netns: &str, from: IpAddr, to: IpAddr, tries: u32, wait: Duration) -> Result<u32> {
     in_named_netns(netns, move || -> Result<u32> {
-        let sock =
-            UdpSocket::bind(SocketAddr::new(from, 0)).with_context(|| format!("bind {from}"))?;
+        let sock = UdpSocket::bind(SocketAddr::new(from, 0)).with_context(|| format!("bind {from}"))?;
         sock.set_read_timeout(Some(wait))?;
         let mut ok = 0;
         let mut buf = [0u8; 64];
         for i in 0..tries {
             let msg = format!("probe {i}");
             // A send can fail with EHOSTUNREACH/ENETUNREACH after an ICMP error: a lost probe.
-            if sock
-                .send_to(msg.as_bytes(), SocketAddr::new(to, ECHO_PORT))
-                .is_err()
-            {
+            if sock.send_to(msg.as_bytes(), SocketAddr::new(to, ECHO_PORT)).is_err() {
                 std::thread::sleep(wait.min(Duration::from_millis(100)));
                 continue;
             }
@@ -130,8 +115,7 @@ impl Probe {
     /// Never in practice: the probe thread reads its sequence number from an 8-byte prefix
     /// it checked the length of.
     pub fn start(netns: &str, from: IpAddr, to: IpAddr, interval: Duration) -> Result<Probe> {
-        let sock = in_named_netns(netns, move || UdpSocket::bind(SocketAddr::new(from, 0)))?
-            .with_context(|| format!("bind {from} in {netns}"))?;
+        let sock = in_named_netns(netns, move || UdpSocket::bind(SocketAddr::new(from, 0)))?.with_context(|| format!("bind {from} in {netns}"))?;
         sock.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
@@ -164,16 +148,9 @@ impl Probe {
                 std::thread::sleep(Duration::from_micros(500));
             }
             let lost = (0..sent).filter(|s| !seen.contains(s)).collect();
-            Ok(ProbeResult {
-                sent,
-                echoed: seen.len() as u64,
-                lost,
-            })
+            Ok(ProbeResult { sent, echoed: seen.len() as u64, lost })
         });
-        Ok(Probe {
-            stop,
-            thread: Some(thread),
-        })
+        Ok(Probe { stop, thread: Some(thread) })
     }
 
     /// Stop sending, wait 300 ms for the last echoes, and return the result.
@@ -185,11 +162,7 @@ impl Probe {
     /// Only if called twice (the thread handle is taken once).
     pub fn finish(mut self) -> Result<ProbeResult> {
         self.stop.store(true, Ordering::Relaxed);
-        self.thread
-            .take()
-            .expect("running")
-            .join()
-            .map_err(|_| anyhow::anyhow!("probe thread panicked"))?
+        self.thread.take().expect("running").join().map_err(|_| anyhow::anyhow!("probe thread panicked"))?
     }
 }
 

@@ -82,11 +82,7 @@ fn seq<'a>(v: &'a Value, key: &str) -> &'a Vec<Value> {
 }
 
 fn strings(v: &Value) -> BTreeSet<String> {
-    v.as_sequence()
-        .unwrap_or_else(|| panic!("expected a list of strings, got {v:?}"))
-        .iter()
-        .map(|x| x.as_str().expect("string").to_string())
-        .collect()
+    v.as_sequence().unwrap_or_else(|| panic!("expected a list of strings, got {v:?}")).iter().map(|x| x.as_str().expect("string").to_string()).collect()
 }
 
 /// `resources` of deploy/kustomization.yaml, each loaded.
@@ -223,12 +219,21 @@ fn kustomization_lists_every_manifest_and_each_parses() {
 }
 
 #[test]
+#[expect(clippy::too_many_lines, reason = "the base build and each overlay, checked in turn")]
 fn kustomization_builds() {
     // Debian has no kustomize package; kubectl embeds it (`kubectl kustomize`).
     let (tool, mut base) = if let Some(k) = which("kustomize") {
-        ("kustomize", { let mut c = Command::new(k); c.arg("build"); c })
+        ("kustomize", {
+            let mut c = Command::new(k);
+            c.arg("build");
+            c
+        })
     } else if let Some(k) = which("kubectl") {
-        ("kubectl", { let mut c = Command::new(k); c.arg("kustomize"); c })
+        ("kubectl", {
+            let mut c = Command::new(k);
+            c.arg("kustomize");
+            c
+        })
     } else {
         eprintln!("SKIPPED kustomization_builds: kustomize (or kubectl) not installed");
         return;
@@ -268,7 +273,11 @@ fn kustomization_builds() {
     }
     // The DaemonSet runs routewarden:<crate version> (kustomization.yaml `images:`).
     let ds = docs.iter().find(|d| s(d, "kind") == "DaemonSet").expect("DaemonSet");
-    assert_eq!(s(&ds["spec"]["template"]["spec"]["containers"][0], "image"), format!("routewarden:{}", env!("CARGO_PKG_VERSION")), "{tool} build: DaemonSet image");
+    assert_eq!(
+        s(&ds["spec"]["template"]["spec"]["containers"][0], "image"),
+        format!("routewarden:{}", env!("CARGO_PKG_VERSION")),
+        "{tool} build: DaemonSet image"
+    );
     std::fs::write(scratch("build").join("built.yaml"), &out).expect("keep build output");
 
     // An overlay enabling the legacy-kernel component builds and grants SYS_ADMIN.
@@ -281,7 +290,15 @@ fn kustomization_builds() {
         format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{rel}]\ncomponents: [{rel}/legacy-kernel]\n"),
     )
     .expect("write overlay");
-    let mut c = if tool == "kustomize" { let mut c = Command::new(which("kustomize").expect("kustomize")); c.arg("build"); c } else { let mut c = Command::new(which("kubectl").expect("kubectl")); c.arg("kustomize"); c };
+    let mut c = if tool == "kustomize" {
+        let mut c = Command::new(which("kustomize").expect("kustomize"));
+        c.arg("build");
+        c
+    } else {
+        let mut c = Command::new(which("kubectl").expect("kubectl"));
+        c.arg("kustomize");
+        c
+    };
     let out = run(c.arg(&dir).arg("--load-restrictor=LoadRestrictionsNone"));
     let ds = yaml_docs(&out, "legacy overlay").into_iter().find(|d| s(d, "kind") == "DaemonSet").expect("DaemonSet");
     let caps = strings(&ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"]);
@@ -298,14 +315,25 @@ fn kustomization_builds() {
         format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{rel}]\ncomponents: [{rel}/operator]\n"),
     )
     .expect("write overlay");
-    let mut c = if tool == "kustomize" { let mut c = Command::new(which("kustomize").expect("kustomize")); c.arg("build"); c } else { let mut c = Command::new(which("kubectl").expect("kubectl")); c.arg("kustomize"); c };
+    let mut c = if tool == "kustomize" {
+        let mut c = Command::new(which("kustomize").expect("kustomize"));
+        c.arg("build");
+        c
+    } else {
+        let mut c = Command::new(which("kubectl").expect("kubectl"));
+        c.arg("kustomize");
+        c
+    };
     let out = run(c.arg(&dir).arg("--load-restrictor=LoadRestrictionsNone"));
     let roles: BTreeSet<String> = yaml_docs(&out, "operator overlay")
         .iter()
         .filter(|d| ["Role", "RoleBinding"].contains(&s(d, "kind")))
         .map(|d| format!("{} {}/{}", s(d, "kind"), s(&d["metadata"], "namespace"), s(&d["metadata"], "name")))
         .collect();
-    let want: BTreeSet<String> = ["Role calico-system", "RoleBinding calico-system", "Role kube-system", "RoleBinding kube-system"].iter().map(|k| format!("{k}/routewarden-calico-node-env")).collect();
+    let want: BTreeSet<String> = ["Role calico-system", "RoleBinding calico-system", "Role kube-system", "RoleBinding kube-system"]
+        .iter()
+        .map(|k| format!("{k}/routewarden-calico-node-env"))
+        .collect();
     assert_eq!(roles, want, "operator overlay");
     let _ = std::fs::remove_dir_all(&dir);
 
@@ -319,7 +347,15 @@ fn kustomization_builds() {
         format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{rel}]\nimages:\n  - name: routewarden\n    newName: registry.example.com/ops/routewarden\n"),
     )
     .expect("write overlay");
-    let mut c = if tool == "kustomize" { let mut c = Command::new(which("kustomize").expect("kustomize")); c.arg("build"); c } else { let mut c = Command::new(which("kubectl").expect("kubectl")); c.arg("kustomize"); c };
+    let mut c = if tool == "kustomize" {
+        let mut c = Command::new(which("kustomize").expect("kustomize"));
+        c.arg("build");
+        c
+    } else {
+        let mut c = Command::new(which("kubectl").expect("kubectl"));
+        c.arg("kustomize");
+        c
+    };
     let out = run(c.arg(&dir).arg("--load-restrictor=LoadRestrictionsNone"));
     let ds = yaml_docs(&out, "registry overlay").into_iter().find(|d| s(d, "kind") == "DaemonSet").expect("DaemonSet");
     assert_eq!(s(&ds["spec"]["template"]["spec"]["containers"][0], "image"), format!("registry.example.com/ops/routewarden:{}", env!("CARGO_PKG_VERSION")));
@@ -359,7 +395,10 @@ fn manifests_validate_against_kubernetes_schemas() {
     let mut files = Vec::new();
     for (name, v) in resources() {
         if CRD_KINDS.contains(&s(&v, "kind")) {
-            eprintln!("note: {name} ({}) is a Prometheus Operator CRD: no Kubernetes schema, checked structurally by crd_objects_are_structurally_sound", s(&v, "kind"));
+            eprintln!(
+                "note: {name} ({}) is a Prometheus Operator CRD: no Kubernetes schema, checked structurally by crd_objects_are_structurally_sound",
+                s(&v, "kind")
+            );
         } else {
             files.push(deploy().join(name));
         }
@@ -497,7 +536,10 @@ fn daemonset_is_least_privilege_and_configured_by_env() {
     assert_eq!(s(spec, "serviceAccountName"), "routewarden");
     // The Kubernetes datastore authenticates with the service account token.
     assert_eq!(spec["automountServiceAccountToken"].as_bool(), Some(true), "the Kubernetes datastore needs the service account token");
-    assert!(seq(spec, "tolerations").iter().any(|t| t.get("operator").and_then(Value::as_str) == Some("Exists") && t.get("key").is_none()), "must tolerate every taint");
+    assert!(
+        seq(spec, "tolerations").iter().any(|t| t.get("operator").and_then(Value::as_str) == Some("Exists") && t.get("key").is_none()),
+        "must tolerate every taint"
+    );
     assert_eq!(s(&ds["spec"]["updateStrategy"], "type"), "RollingUpdate");
     assert_eq!(ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"].as_u64(), Some(1));
 
@@ -509,7 +551,11 @@ fn daemonset_is_least_privilege_and_configured_by_env() {
     assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false));
     assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
     assert_eq!(strings(&sc["capabilities"]["drop"]), BTreeSet::from(["ALL".to_string()]));
-    assert_eq!(strings(&sc["capabilities"]["add"]), ["NET_ADMIN", "BPF", "PERFMON"].map(String::from).into(), "capabilities (SYS_ADMIN only via deploy/legacy-kernel)");
+    assert_eq!(
+        strings(&sc["capabilities"]["add"]),
+        ["NET_ADMIN", "BPF", "PERFMON"].map(String::from).into(),
+        "capabilities (SYS_ADMIN only via deploy/legacy-kernel)"
+    );
 
     for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
         assert_eq!(s(&c[probe]["httpGet"], "path"), path);
@@ -523,10 +569,8 @@ fn daemonset_is_least_privilege_and_configured_by_env() {
         }
     }
 
-    let mounts: BTreeMap<String, bool> = seq(c, "volumeMounts")
-        .iter()
-        .map(|m| (s(m, "mountPath").to_string(), m.get("readOnly").and_then(Value::as_bool).unwrap_or(false)))
-        .collect();
+    let mounts: BTreeMap<String, bool> =
+        seq(c, "volumeMounts").iter().map(|m| (s(m, "mountPath").to_string(), m.get("readOnly").and_then(Value::as_bool).unwrap_or(false))).collect();
     for path in ["/sys/fs/bpf", "/sys/kernel/btf"] {
         assert_eq!(mounts.get(path), Some(&true), "{path} must be mounted read-only");
     }
@@ -556,7 +600,14 @@ fn daemonset_is_least_privilege_and_configured_by_env() {
     assert!(["program", "audit"].contains(&s(&env["ROUTEWARDEN_MODE"], "value")));
     assert!(s(&env["ROUTEWARDEN_METRICS_ADDR"], "value").ends_with(":9695"), "metrics address must match the container port");
     assert_eq!(s(&env["ROUTEWARDEN_LOG_FORMAT"], "value"), "json");
-    for name in ["ROUTEWARDEN_ROLE", "ROUTEWARDEN_ROUTE_PROTOCOL", "ROUTEWARDEN_ROUTE_METRIC", "ROUTEWARDEN_ROUTE_TABLE", "ROUTEWARDEN_TUNNEL_DEVICE", "ROUTEWARDEN_HOST_DEVICE"] {
+    for name in [
+        "ROUTEWARDEN_ROLE",
+        "ROUTEWARDEN_ROUTE_PROTOCOL",
+        "ROUTEWARDEN_ROUTE_METRIC",
+        "ROUTEWARDEN_ROUTE_TABLE",
+        "ROUTEWARDEN_TUNNEL_DEVICE",
+        "ROUTEWARDEN_HOST_DEVICE",
+    ] {
         assert!(env.contains_key(name), "{name} not set in the DaemonSet");
     }
 }
@@ -602,7 +653,10 @@ fn clusterrole_is_read_only_on_exactly_the_watched_resources() {
     let rules = seq(&role, "rules");
     assert_eq!(rules.len(), 1);
     assert_eq!(strings(&rules[0]["verbs"]), read_only);
-    assert_eq!((strings(&rules[0]["apiGroups"]), strings(&rules[0]["resources"]), strings(&rules[0]["resourceNames"])), (["apps".to_string()].into(), ["daemonsets".to_string()].into(), ["calico-node".to_string()].into()));
+    assert_eq!(
+        (strings(&rules[0]["apiGroups"]), strings(&rules[0]["resources"]), strings(&rules[0]["resourceNames"])),
+        (["apps".to_string()].into(), ["daemonsets".to_string()].into(), ["calico-node".to_string()].into())
+    );
 
     let binding = resource("ClusterRoleBinding");
     assert_eq!(s(&binding["roleRef"], "name"), "routewarden");

@@ -34,7 +34,13 @@ pub fn build_bpf() -> Result<PathBuf> {
 pub fn build_all() -> Result<PathBuf> {
     let object = build_bpf()?;
     let root = workspace_root();
-    run_cmd(Command::new("cargo").args(["build", "--release", "-p", "routewarden"]).current_dir(&root).env("CARGO_TARGET_DIR", root.join("target")).env("ROUTEWARDEN_BPF_OBJECT", &object))?;
+    run_cmd(
+        Command::new("cargo")
+            .args(["build", "--release", "-p", "routewarden"])
+            .current_dir(&root)
+            .env("CARGO_TARGET_DIR", root.join("target"))
+            .env("ROUTEWARDEN_BPF_OBJECT", &object),
+    )?;
     let bin = root.join("target/release/routewarden");
     eprintln!("built {} (BPF object {} embedded)", bin.display(), object.display());
     Ok(bin)

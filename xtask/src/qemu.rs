@@ -91,8 +91,8 @@ const MODULES: &[&str] = &[
 
 /// Busybox applets linked in the initramfs (`ip` is iproute2's, not busybox's).
 const APPLETS: &[&str] = &[
-    "sh", "mount", "insmod", "mkdir", "cat", "echo", "poweroff", "sleep", "sysctl", "uname", "ls", "rm", "cp", "ln",
-    "true", "false", "grep", "kill", "ps", "dmesg", "env", "seq", "mv", "touch",
+    "sh", "mount", "insmod", "mkdir", "cat", "echo", "poweroff", "sleep", "sysctl", "uname", "ls", "rm", "cp", "ln", "true", "false", "grep", "kill", "ps",
+    "dmesg", "env", "seq", "mv", "touch",
 ];
 
 /// Guest wall-clock limit.
@@ -521,7 +521,11 @@ mod tests {
         assert_eq!((s.passed, s.failed, s.skipped), (2, 0, 1));
         assert_eq!(
             s.skips,
-            vec![Skip { binary: "route_detector".into(), test: "fentry::lru_pressure".into(), reason: "the fentry backend cannot run on this kernel: EPERM".into() }]
+            vec![Skip {
+                binary: "route_detector".into(),
+                test: "fentry::lru_pressure".into(),
+                reason: "the fentry backend cannot run on this kernel: EPERM".into()
+            }]
         );
         let problems = s.problems(&[]);
         assert_eq!(problems.len(), 1, "{problems:?}");

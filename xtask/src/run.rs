@@ -368,7 +368,17 @@ fn story(args: &RunArgs, bin: &std::path::Path, datastore: &std::path::Path, lab
 /// Part 2: the second writer fights over `target` for `seconds`; what the watch and the agent
 /// did goes into `observed`.
 #[allow(clippy::too_many_arguments)]
-fn fight(lab: &Lab, bin: &std::path::Path, agent_pid: u32, node: &str, protocol: &str, target: &KernelRoute, other_gw: &str, seconds: u64, observed: &mut Observed) -> Result<()> {
+fn fight(
+    lab: &Lab,
+    bin: &std::path::Path,
+    agent_pid: u32,
+    node: &str,
+    protocol: &str,
+    target: &KernelRoute,
+    other_gw: &str,
+    seconds: u64,
+    observed: &mut Observed,
+) -> Result<()> {
     let ns = lab.node_ns(node);
     let own_gw = target.gateway.clone().unwrap_or_default();
     let fight_seconds = seconds;
@@ -488,7 +498,9 @@ fn traffic(lab: &Lab, node: &str, protocol: &str, observed: &mut Observed) -> Re
     println!("10 UDP datagrams from {node} to each of {}", probed.join(", "));
     let after = wait_for(Duration::from_secs(10), || {
         let s = Scrape::get(lab, node).ok()?;
-        (s.sum("routewarden_forwarded_packets_total") >= before.sum("routewarden_forwarded_packets_total") + 10.0 * f64::from(u32::try_from(probed.len()).unwrap_or(u32::MAX))).then_some(s)
+        (s.sum("routewarden_forwarded_packets_total")
+            >= before.sum("routewarden_forwarded_packets_total") + 10.0 * f64::from(u32::try_from(probed.len()).unwrap_or(u32::MAX)))
+        .then_some(s)
     })?
     .map_or_else(|| Scrape::get(lab, node), Ok)?;
     println!("routewarden_forwarded_packets_total (by IP pool and the path taken; counted at egress, each packet once):");

@@ -50,7 +50,11 @@ pub fn ensure_test_tools() -> Result<()> {
         return Ok(());
     }
     if !nix_is_root() || !is_debian_like() {
-        eprintln!("setup: test tools missing; as root run: apt-get install -y {} && python3 -m pip install {}", TEST_APT_PACKAGES.join(" "), TEST_PIP_PACKAGES.join(" "));
+        eprintln!(
+            "setup: test tools missing; as root run: apt-get install -y {} && python3 -m pip install {}",
+            TEST_APT_PACKAGES.join(" "),
+            TEST_PIP_PACKAGES.join(" ")
+        );
         return Ok(());
     }
     if !missing.is_empty() {
@@ -79,11 +83,7 @@ pub fn tools_bin() -> PathBuf {
 }
 
 fn missing_packages() -> Vec<&'static str> {
-    APT_PACKAGES
-        .iter()
-        .copied()
-        .filter(|p| !dpkg_installed(p))
-        .collect()
+    APT_PACKAGES.iter().copied().filter(|p| !dpkg_installed(p)).collect()
 }
 
 fn has_debian_toolchain() -> bool {
@@ -94,18 +94,12 @@ fn has_debian_toolchain() -> bool {
 }
 
 fn has_bpf_linker() -> bool {
-    Command::new(tools_bin().join("bpf-linker"))
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(BPF_LINKER_VERSION))
+    Command::new(tools_bin().join("bpf-linker")).arg("--version").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(BPF_LINKER_VERSION))
 }
 
 pub(crate) fn is_debian_like() -> bool {
-    std::fs::read_to_string("/etc/os-release").is_ok_and(|s| {
-        s.lines().any(|l| {
-            (l.starts_with("ID=") || l.starts_with("ID_LIKE=")) && (l.contains("debian") || l.contains("ubuntu"))
-        })
-    })
+    std::fs::read_to_string("/etc/os-release")
+        .is_ok_and(|s| s.lines().any(|l| (l.starts_with("ID=") || l.starts_with("ID_LIKE=")) && (l.contains("debian") || l.contains("ubuntu"))))
 }
 
 fn bpf_linker_install_cmd() -> Command {

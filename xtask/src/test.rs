@@ -49,12 +49,7 @@ pub struct TestArgs {
 /// The first rule broken, naming the command.
 pub fn lint(root: &std::path::Path) -> Result<()> {
     run_cmd(Command::new("cargo").args(["fmt", "--all", "--", "--check"]).current_dir(root))?;
-    run_cmd(
-        Command::new("cargo")
-            .args(["clippy", "--all-targets", "--", "-D", "warnings"])
-            .current_dir(root)
-            .env("CARGO_TARGET_DIR", root.join("target")),
-    )?;
+    run_cmd(Command::new("cargo").args(["clippy", "--all-targets", "--", "-D", "warnings"]).current_dir(root).env("CARGO_TARGET_DIR", root.join("target")))?;
     run_cmd(
         Command::new("cargo")
             .args(["clippy", "-p", "routewarden-ebpf", "--config", "profile.dev.panic=\"abort\"", "--", "-D", "warnings"])
@@ -81,10 +76,7 @@ pub fn test(args: &TestArgs) -> Result<()> {
     let image = if args.no_image { Ok(None) } else { crate::image::ensure_tools(true).and_then(|()| crate::image::build()).map(Some) };
     let mut cmd = Command::new("cargo");
     // --no-fail-fast: one failing test binary must not hide the results of the others.
-    cmd.args(["test", "--workspace", "--no-fail-fast"])
-        .current_dir(&root)
-        .env("CARGO_TARGET_DIR", root.join("target"))
-        .env("ROUTEWARDEN_BPF_OBJECT", &object);
+    cmd.args(["test", "--workspace", "--no-fail-fast"]).current_dir(&root).env("CARGO_TARGET_DIR", root.join("target")).env("ROUTEWARDEN_BPF_OBJECT", &object);
     match &image {
         Ok(Some(image)) => {
             eprint!("{}", crate::image::summary(image));

@@ -89,7 +89,12 @@ fn the_main_job_shows_a_fight_caught_and_ctrl_c_removes_the_lab() {
     eprintln!("the story took {story:?}");
 
     let text = out.join("\n");
-    for section in ["=== 1. Who programs what on node-a", "=== 2. A second writer fights routewarden over", "=== 3. Traffic to every remote block", "=== 4. Where to look next ==="] {
+    for section in [
+        "=== 1. Who programs what on node-a",
+        "=== 2. A second writer fights routewarden over",
+        "=== 3. Traffic to every remote block",
+        "=== 4. Where to look next ===",
+    ] {
         assert!(text.contains(section), "missing {section:?}:\n{text}");
     }
     let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();

@@ -6,12 +6,7 @@
 //! repeated [`Options::runs`] times and the median is used: the machines are noisy, the
 //! ratio against a reference measured in the same run is the figure that matters.
 
-#![allow(
-    clippy::cast_precision_loss,
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    reason = "figures are printed with a few significant digits"
-)]
+#![allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "figures are printed with a few significant digits")]
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
@@ -25,17 +20,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use ipnet::IpNet;
-use routewarden::dataplane::{
-    spawn_watcher, DataplaneConfig, DataplaneEvent, Family, LinkInfo, NetlinkError, Reconciler, RouteNetlink, RouteOp,
-    RtNetlink, SystemClock,
-};
-use routewarden::model::{
-    Affinity, AllocationAttributes, Cluster, EncapMode, IpPool, IpamBlock, Node, NodeForm,
-};
+use routewarden::bpf::forward::{ForwardConfig, ForwardEntry, ForwardWatch};
 use routewarden::bpf::route_watch::{RouteWatch, RouteWatchConfig, RouteWatchEvent};
 use routewarden::dataplane::model::to_kernel_route;
+use routewarden::dataplane::{
+    spawn_watcher, DataplaneConfig, DataplaneEvent, Family, LinkInfo, NetlinkError, Reconciler, RouteNetlink, RouteOp, RtNetlink, SystemClock,
+};
+use routewarden::model::{Affinity, AllocationAttributes, Cluster, EncapMode, IpPool, IpamBlock, Node, NodeForm};
 use routewarden::routes::{desired_routes, ClusterRoute, PoolClass, RouteDevices, RouteOrigin, RoutePath};
-use routewarden::bpf::forward::{ForwardConfig, ForwardEntry, ForwardWatch};
 use routewarden_common::forward::ForwardPath;
 use routewarden_lab::{Lab, LabNodeSpec, LabSpec, NetNsGuard};
 
@@ -299,11 +291,8 @@ pub fn cluster_routes(n: usize) -> Vec<ClusterRoute> {
         .map(|i| {
             let base = u32::from(Ipv4Addr::new(10, 128, 0, 0)) + (i as u32) * 64;
             let dst: IpNet = format!("{}/26", Ipv4Addr::from(base)).parse().expect("valid CIDR");
-            let (path, gw, class) = if i % 2 == 0 {
-                (RoutePath::Tunnel, [10, 0, 1, 13], PoolClass::Ipip)
-            } else {
-                (RoutePath::HostNic, [10, 0, 0, 12], PoolClass::NoEncap)
-            };
+            let (path, gw, class) =
+                if i % 2 == 0 { (RoutePath::Tunnel, [10, 0, 1, 13], PoolClass::Ipip) } else { (RoutePath::HostNic, [10, 0, 0, 12], PoolClass::NoEncap) };
             ClusterRoute {
                 dst,
                 path,
@@ -421,9 +410,7 @@ fn rw_program_once_with(routes: Arc<Vec<ClusterRoute>>, watch: bool) -> Result<(
 
 /// Start the churn watch in the calling thread's namespace as the agent does (best backend,
 /// our protocol classified `self`), with its events going to the returned receiver.
-fn start_watch(
-    rt: &tokio::runtime::Runtime,
-) -> Result<(RouteWatch, tokio::sync::mpsc::Receiver<RouteWatchEvent>)> {
+fn start_watch(rt: &tokio::runtime::Runtime) -> Result<(RouteWatch, tokio::sync::mpsc::Receiver<RouteWatchEvent>)> {
     let object = routewarden::bpf::embedded_object().context("no BPF object embedded (build with `cargo xtask bench`)")?;
     let config = RouteWatchConfig { self_protocol: 80, ..RouteWatchConfig::default() };
     let mut w = RouteWatch::start(object, &config).map_err(|e| anyhow!("start the route watch: {e}"))?;
@@ -575,10 +562,7 @@ fn bird_once(conf: PathBuf, dir: PathBuf, n: usize) -> Result<(Duration, bool)> 
             .await;
             watcher.abort();
             let in_kernel = count_routes("bird");
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(0)),
-                nix::sys::signal::Signal::SIGTERM,
-            );
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(0)), nix::sys::signal::Signal::SIGTERM);
             let _ = child.wait();
             let took = outcome?;
             let in_kernel = in_kernel?;
@@ -756,29 +740,21 @@ pub fn compute_cluster(size: ComputeSize) -> Cluster {
     let every = (size.blocks / size.borrowed.max(1)).max(1);
     let mut borrowed = 0;
     for j in 0..size.blocks {
-        let base = if j < half {
-            u32::from(Ipv4Addr::new(10, 0, 0, 0)) + (j as u32) * 64
-        } else {
-            u32::from(Ipv4Addr::new(10, 128, 0, 0)) + ((j - half) as u32) * 64
-        };
+        let base =
+            if j < half { u32::from(Ipv4Addr::new(10, 0, 0, 0)) + (j as u32) * 64 } else { u32::from(Ipv4Addr::new(10, 128, 0, 0)) + ((j - half) as u32) * 64 };
         let cidr: IpNet = format!("{}/26", v4(base)).parse().expect("valid CIDR");
         let name = format!("{}-26", v4(base).to_string().replace('.', "-"));
         let owner = j % size.nodes.max(1);
         let (allocations, attributes) = if borrowed < size.borrowed && j % every == 0 {
             borrowed += 1;
             let user = (owner + 1) % size.nodes.max(1);
-            let attrs = AllocationAttributes {
-                handle_id: Some(format!("k8s-pod-network.{j}")),
-                secondary: BTreeMap::from([("node".to_string(), node_name(user))]),
-            };
+            let attrs =
+                AllocationAttributes { handle_id: Some(format!("k8s-pod-network.{j}")), secondary: BTreeMap::from([("node".to_string(), node_name(user))]) };
             (vec![None, None, None, None, None, Some(0)], vec![attrs])
         } else {
             (Vec::new(), Vec::new())
         };
-        c.ipam_blocks.insert(
-            name.clone(),
-            IpamBlock { name, cidr, affinity: Some(Affinity::Host(node_name(owner))), allocations, attributes, deleted: false },
-        );
+        c.ipam_blocks.insert(name.clone(), IpamBlock { name, cidr, affinity: Some(Affinity::Host(node_name(owner))), allocations, attributes, deleted: false });
     }
     c
 }
@@ -857,13 +833,7 @@ fn compute_child_main(args: &[String]) -> Result<()> {
     let num = |i: usize| -> Result<usize> { Ok(args.get(i).context("--compute-child needs 4 numbers")?.parse()?) };
     let size = ComputeSize { nodes: num(0)?, blocks: num(1)?, borrowed: num(2)? };
     let f = compute_in_process(size, num(3)?)?;
-    println!(
-        "routes={} median_ns={} model_peak_kib={} peak_kib={}",
-        f.routes,
-        f.median.as_nanos(),
-        f.model_peak_kib,
-        f.peak_kib
-    );
+    println!("routes={} median_ns={} model_peak_kib={} peak_kib={}", f.routes, f.median.as_nanos(), f.model_peak_kib, f.peak_kib);
     Ok(())
 }
 
@@ -917,12 +887,7 @@ pub fn write_footprint_cluster(dir: &Path, nodes: usize, routes: usize) -> Resul
          apiVersion: projectcalico.org/v3\nkind: NodeList\nitems:\n",
     );
     for i in 0..nodes {
-        let _ = writeln!(
-            calico,
-            "  - metadata: {{name: node-{i:04}}}\n    spec: {{bgp: {{ipv4Address: 192.168.{}.{}/24}}}}",
-            i / 200,
-            i % 200 + 10
-        );
+        let _ = writeln!(calico, "  - metadata: {{name: node-{i:04}}}\n    spec: {{bgp: {{ipv4Address: 192.168.{}.{}/24}}}}", i / 200, i % 200 + 10);
     }
     let mut ipam = String::from("apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlockList\nitems:\n");
     for j in 0..routes {
@@ -993,9 +958,7 @@ pub fn footprint(opts: &Options) -> Result<Outcome> {
         .context("start the agent")?;
     let pid = child.id();
     let result = (|| -> Result<Outcome> {
-        let count = || -> Result<usize> {
-            Ok(lab.ip("node-0000", &["route", "show", "proto", PROTO_OURS])?.lines().filter(|l| !l.trim().is_empty()).count())
-        };
+        let count = || -> Result<usize> { Ok(lab.ip("node-0000", &["route", "show", "proto", PROTO_OURS])?.lines().filter(|l| !l.trim().is_empty()).count()) };
         let startup = loop {
             if let Some(status) = child.try_wait()? {
                 bail!("the agent exited: {status}; log: {}", std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default());
@@ -1094,13 +1057,7 @@ pub fn watch_overhead(opts: &Options) -> Result<Outcome> {
         ratio: with.as_secs_f64() / without.as_secs_f64(),
         target: Target::AtMost(1.05),
         ok: true,
-        details: vec![
-            kv("routes", routes.len()),
-            kv("with_watch_ms", ms(with)),
-            kv("without_ms", ms(without)),
-            kv("backend", backend),
-            kv("runs", opts.runs),
-        ],
+        details: vec![kv("routes", routes.len()), kv("with_watch_ms", ms(with)), kv("without_ms", ms(without)), kv("backend", backend), kv("runs", opts.runs)],
     })
 }
 
@@ -1345,7 +1302,10 @@ pub fn tc_overhead(opts: &Options) -> Result<Outcome> {
                     let host_id = watch.program_ids()?.get(1).map(|(_, id)| *id).context("no tc_forward_host id")?;
                     let ns = frames.iter().map(|(_, frame)| test_run_ns(host_id, frame)).collect();
                     let counts = watch.counts()?;
-                    ensure!(counts.observed("flat", routewarden_common::forward::Observation::HostNative).packets > 0, "the host-NIC program saw none of the stream");
+                    ensure!(
+                        counts.observed("flat", routewarden_common::forward::Observation::HostNative).packets > 0,
+                        "the host-NIC program saw none of the stream"
+                    );
                     drop(watch);
                     Ok((pps, ns))
                 })??;
@@ -1471,6 +1431,7 @@ pub fn worst_inputs(bytes: usize) -> Vec<(&'static str, String)> {
 /// its peak RSS (VmHWM) covers all of them. Linearity: the harness parses each shape in-process
 /// at 1 MiB and at 16 MiB; the ratio of their per-byte costs is the reference measured in the
 /// same run. ratio = the largest of rss/200 MB, parse/2 s and per-byte(16 MiB)/per-byte(1 MiB)/1.5.
+#[expect(clippy::too_many_lines, reason = "one benchmark, its shapes and its report in order; the harness is split per benchmark in issue 16")]
 pub fn bad_input_worst(opts: &Options) -> Result<Outcome> {
     let name = "bad-input-worst";
     let Some(agent) = &opts.agent_bin else {
@@ -1555,7 +1516,12 @@ pub fn bad_input_worst(opts: &Options) -> Result<Outcome> {
     let (hwm_kib, _) = proc_mem_kib(&pid.to_string()).unwrap_or((0, 0));
     let _ = child.kill();
     let _ = child.wait();
-    let detect = result.map_err(|e| anyhow!("{e:#}; agent log: {}", std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default().lines().rev().take(5).collect::<Vec<_>>().join(" | ")))?;
+    let detect = result.map_err(|e| {
+        anyhow!(
+            "{e:#}; agent log: {}",
+            std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default().lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+        )
+    })?;
     drop(lab);
     let peak_mb = hwm_kib as f64 / 1024.0;
     let worst_parse = detect.iter().map(|(_, d)| d.as_secs_f64()).fold(0.0, f64::max);

@@ -36,7 +36,10 @@ fn variants(file: usize) -> Vec<String> {
         // No-encap pool gone, IPIP pool kept.
         0 => original.replace("10.246.0.0/16", "10.249.0.0/16"),
         // node-d's IPIP-always block released.
-        1 => original.replace("spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: false}", "spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: true}"),
+        1 => original.replace(
+            "spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: false}",
+            "spec: {cidr: 10.245.40.0/26, affinity: \"host:node-d\", deleted: true}",
+        ),
         // node-b's address changed.
         _ => original.replace("10.0.0.12", "10.0.0.22"),
     };
@@ -266,8 +269,7 @@ fn run(initial: [usize; 3], ops: &[(Op, u64)], last: [usize; 3]) -> Result<(), T
     prop_assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "routes of the final tree");
     prop_assert_eq!(&got, &want);
     let wanted: BTreeSet<String> = want.keys().map(ToString::to_string).collect();
-    let deleted_wanted: Vec<String> =
-        nl.take_log().into_iter().filter(|l| l.strip_prefix("delete ").is_some_and(|k| wanted.contains(k))).collect();
+    let deleted_wanted: Vec<String> = nl.take_log().into_iter().filter(|l| l.strip_prefix("delete ").is_some_and(|k| wanted.contains(k))).collect();
     prop_assert!(deleted_wanted.is_empty(), "deleted routes the final tree wants: {:?}", deleted_wanted);
     Ok(())
 }

@@ -114,10 +114,9 @@ impl ClusterArgs {
     pub fn datastore_spec(&self) -> DatastoreSpec {
         match &self.datastore {
             DatastoreSpec::File(p) => DatastoreSpec::File(p.clone()),
-            DatastoreSpec::Kubernetes(_) => DatastoreSpec::Kubernetes(KubernetesOptions {
-                kubeconfig: self.kubeconfig.clone(),
-                api_group: self.calico_api_group,
-            }),
+            DatastoreSpec::Kubernetes(_) => {
+                DatastoreSpec::Kubernetes(KubernetesOptions { kubeconfig: self.kubeconfig.clone(), api_group: self.calico_api_group })
+            }
         }
     }
 }
@@ -311,7 +310,17 @@ mod tests {
         let c = RunCli::try_parse_from(["x", "--datastore", "file:/a"]).unwrap();
         assert_eq!(c.run.http_limits(), HttpLimits::default());
         let c = RunCli::try_parse_from([
-            "x", "--datastore", "file:/a", "--http-header-timeout", "2", "--http-idle-timeout", "60", "--http-max-connections", "16", "--http-request-timeout", "3",
+            "x",
+            "--datastore",
+            "file:/a",
+            "--http-header-timeout",
+            "2",
+            "--http-idle-timeout",
+            "60",
+            "--http-max-connections",
+            "16",
+            "--http-request-timeout",
+            "3",
         ])
         .unwrap();
         assert_eq!(

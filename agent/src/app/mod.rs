@@ -35,7 +35,9 @@ use crate::bpf::watch::WatchHandler;
 use crate::dataplane::{self, ApplyReport, DataplaneCommand, DataplaneConfig, Family, Reconciler, RtNetlink, SystemClock};
 use crate::datastore::{Datastore, DatastoreEvent, FileDatastore, KubernetesDatastore, Snapshot};
 use crate::observe::http::HttpServer;
-use crate::observe::metrics::{AuditLabels, CalicoVersionLabels, FindingLabels, HoldLabels, LoadErrorLabels, NetlinkErrorLabels, OperationLabels, ProblemLabels, RouteLabels};
+use crate::observe::metrics::{
+    AuditLabels, CalicoVersionLabels, FindingLabels, HoldLabels, LoadErrorLabels, NetlinkErrorLabels, OperationLabels, ProblemLabels, RouteLabels,
+};
 use crate::observe::{Health, Metrics};
 use crate::ownership::{OwnershipConfig, Role, VersionChoice};
 use crate::routes::{routable_classes, PoolClass, RouteDevices};
@@ -288,7 +290,11 @@ impl ClusterHandler {
         for p in &plan.problems {
             self.metrics.route_problems.get_or_create(&ProblemLabels { code: p.code() }).inc();
         }
-        self.metrics.record_calico_version(&CalicoVersionLabels { version: d.version.version.to_string(), rules: d.version.rules.label(), source: d.version.source.label() });
+        self.metrics.record_calico_version(&CalicoVersionLabels {
+            version: d.version.version.to_string(),
+            rules: d.version.rules.label(),
+            source: d.version.source.label(),
+        });
         self.metrics.ownership_findings.clear();
         for f in &d.findings {
             self.metrics.ownership_findings.get_or_create(&FindingLabels { code: f.code(), class: f.class_label() }).inc();
@@ -314,11 +320,9 @@ struct ReportLog {
 }
 
 fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport, log: &mut ReportLog, percent: u8, settle: Duration) {
-    for (reason, n) in [
-        ("not-synced", report.deletes_deferred_unsynced),
-        ("frozen", report.deletes_deferred_frozen),
-        ("mass-deletion", report.deletes_held_mass),
-    ] {
+    for (reason, n) in
+        [("not-synced", report.deletes_deferred_unsynced), ("frozen", report.deletes_deferred_frozen), ("mass-deletion", report.deletes_held_mass)]
+    {
         metrics.deletions_held.get_or_create(&HoldLabels { reason }).set(i64::try_from(n).unwrap_or(i64::MAX));
     }
     match report.mass_deletion {
@@ -353,10 +357,7 @@ fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport, log: 
             let counts = report.by_class.iter().filter(|((f, c, _), _)| *f == fam && *c == class).map(|(_, v)| v);
             let (programmed, held) = counts.fold((0, 0), |(p, h), v| (p + v.programmed, h + v.held));
             for (state, n) in [("programmed", programmed), ("held", held)] {
-                metrics
-                    .routes
-                    .get_or_create(&RouteLabels { family: family_label(fam), class: class.label(), state })
-                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+                metrics.routes.get_or_create(&RouteLabels { family: family_label(fam), class: class.label(), state }).set(i64::try_from(n).unwrap_or(i64::MAX));
             }
         }
     }
@@ -471,7 +472,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let health = Arc::new(Health::default());
     health.progress();
     let http_limits = args.http_limits();
-    let http_server = HttpServer::bind(args.metrics_addr, crate::observe::http::router(registry, health.clone()), http_limits).await.context("--metrics-addr")?;
+    let http_server =
+        HttpServer::bind(args.metrics_addr, crate::observe::http::router(registry, health.clone()), http_limits).await.context("--metrics-addr")?;
     info!(
         addr = %args.metrics_addr,
         header_timeout_s = http_limits.header_read_timeout.as_secs(),
@@ -529,7 +531,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
         }
     };
     let forward_config_for = |host_nic: &str| {
-        let or_default = |list: &[String], dev: &str| if list.is_empty() { [dev].into_iter().filter(|d| !d.is_empty()).map(str::to_owned).collect() } else { list.to_vec() };
+        let or_default =
+            |list: &[String], dev: &str| if list.is_empty() { [dev].into_iter().filter(|d| !d.is_empty()).map(str::to_owned).collect() } else { list.to_vec() };
         let mut c = crate::bpf::forward::ForwardConfig::for_devices(
             &or_default(&args.forward_tunnel_devices, &tunnel_dev),
             &or_default(&args.forward_host_devices, host_nic),

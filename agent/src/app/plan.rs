@@ -92,10 +92,8 @@ pub fn writer_protocol(writer: Writer, cluster: &Cluster, node: &str, ours: u8) 
         Writer::Routewarden => ours,
         Writer::Bird => RTPROT_BIRD,
         Writer::Felix => {
-            let configured = cluster
-                .felix_for_node(node)
-                .and_then(|f| f.device_route_protocol)
-                .or_else(|| cluster.felix_default().and_then(|f| f.device_route_protocol));
+            let configured =
+                cluster.felix_for_node(node).and_then(|f| f.device_route_protocol).or_else(|| cluster.felix_default().and_then(|f| f.device_route_protocol));
             match configured {
                 None | Some(3) => RTPROT_FELIX,
                 Some(p) => p,
@@ -177,7 +175,11 @@ fn set_bird_claims(policy: &mut OwnershipPolicy, cluster: &Cluster, decision: &O
 fn wireguard_peer_of(route: &ClusterRoute, peers: &[(String, std::net::IpAddr)]) -> Option<WireguardRoute> {
     let node = route.origin.node()?;
     let v6 = route.dst.addr().is_ipv6();
-    peers.iter().find(|(name, bgp)| name == node && bgp.is_ipv6() == v6).map(|(name, bgp)| WireguardRoute { prefix: route.dst, peer: name.clone(), bgp_address: *bgp })
+    peers.iter().find(|(name, bgp)| name == node && bgp.is_ipv6() == v6).map(|(name, bgp)| WireguardRoute {
+        prefix: route.dst,
+        peer: name.clone(),
+        bgp_address: *bgp,
+    })
 }
 
 /// The audit's expectations: per routable class, every writer's routes (BIRD's as BIRD learns

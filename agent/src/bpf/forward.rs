@@ -48,9 +48,9 @@ use crate::bpf::watch::Watch;
 use crate::bpf::BpfError;
 use ipnet::IpNet;
 use routewarden_common::forward::{
-    counter_index, ForwardCounters, ForwardPath, ForwardStats, ForwardTarget, Observation, PoolFilter, FORWARD_COUNTERS_MAP,
-    FORWARD_EVENTS_MAP, FORWARD_FLAPS_MAP, FORWARD_POOLS_ACTIVE_MAP, FORWARD_POOLS_MAP, FORWARD_STATS_MAP, FORWARD_TARGETS_V4_MAP,
-    FORWARD_TARGETS_V6_MAP, LAST_PATH_UNKNOWN, MAX_POOLS, PROG_TC_FORWARD_HOST, PROG_TC_FORWARD_TUNNEL,
+    counter_index, ForwardCounters, ForwardPath, ForwardStats, ForwardTarget, Observation, PoolFilter, FORWARD_COUNTERS_MAP, FORWARD_EVENTS_MAP,
+    FORWARD_FLAPS_MAP, FORWARD_POOLS_ACTIVE_MAP, FORWARD_POOLS_MAP, FORWARD_STATS_MAP, FORWARD_TARGETS_V4_MAP, FORWARD_TARGETS_V6_MAP, LAST_PATH_UNKNOWN,
+    MAX_POOLS, PROG_TC_FORWARD_HOST, PROG_TC_FORWARD_TUNNEL,
 };
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
@@ -104,11 +104,7 @@ pub struct ForwardConfig {
 impl ForwardConfig {
     /// Watch `tunnels` as tunnel devices and `nics` as host NICs, with the default thresholds.
     pub fn for_devices(tunnels: &[String], nics: &[String]) -> ForwardConfig {
-        let devices = tunnels
-            .iter()
-            .map(|d| (d.clone(), DeviceRole::Tunnel))
-            .chain(nics.iter().map(|d| (d.clone(), DeviceRole::HostNic)))
-            .collect();
+        let devices = tunnels.iter().map(|d| (d.clone(), DeviceRole::Tunnel)).chain(nics.iter().map(|d| (d.clone(), DeviceRole::HostNic))).collect();
         ForwardConfig { devices, flap_threshold: 3, window: Duration::from_secs(30), sample_interval: Duration::from_secs(1), log_level: BpfLogLevel::Off }
     }
 }
@@ -342,7 +338,8 @@ impl ForwardWatch {
     /// [`BpfError::Attach`] for the first existing device that refuses the attach (it
     /// stays in the missing list and is tried again next time).
     pub fn attach_missing(&mut self) -> Result<Vec<AttachedDevice>, BpfError> {
-        let mut a = Attachments { attached: std::mem::take(&mut self.attached), links: std::mem::take(&mut self.links), missing: std::mem::take(&mut self.missing) };
+        let mut a =
+            Attachments { attached: std::mem::take(&mut self.attached), links: std::mem::take(&mut self.links), missing: std::mem::take(&mut self.missing) };
         let result = a.attach_missing(&self.object);
         (self.attached, self.links, self.missing) = (a.attached, a.links, a.missing);
         self.metrics_state.set_tunnel_watched(self.tunnel_watched());
@@ -487,8 +484,7 @@ impl ForwardWatch {
     pub fn counts(&self) -> Result<ForwardCounts, BpfError> {
         let pools = self.pools.read().unwrap_or_else(std::sync::PoisonError::into_inner).names.clone();
         let counters_map = self.maps.map(FORWARD_COUNTERS_MAP)?;
-        let counters: PerCpuArray<&MapData, ForwardCounters> =
-            PerCpuArray::try_from(counters_map).map_err(map_err(FORWARD_COUNTERS_MAP, "open"))?;
+        let counters: PerCpuArray<&MapData, ForwardCounters> = PerCpuArray::try_from(counters_map).map_err(map_err(FORWARD_COUNTERS_MAP, "open"))?;
         let flaps_map = self.maps.map(FORWARD_FLAPS_MAP)?;
         let flaps: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(flaps_map).map_err(map_err(FORWARD_FLAPS_MAP, "open"))?;
         let stats_map = self.maps.map(FORWARD_STATS_MAP)?;
@@ -500,10 +496,8 @@ impl ForwardWatch {
                 for obs in Observation::ALL {
                     let Some(i) = counter_index(id, expected as u8, obs as u8) else { continue };
                     let per_cpu = counters.get(&i, 0).map_err(map_err(FORWARD_COUNTERS_MAP, "read"))?;
-                    let sum = per_cpu.iter().fold(ForwardCounters::default(), |a, v| ForwardCounters {
-                        packets: a.packets + v.packets,
-                        bytes: a.bytes + v.bytes,
-                    });
+                    let sum =
+                        per_cpu.iter().fold(ForwardCounters::default(), |a, v| ForwardCounters { packets: a.packets + v.packets, bytes: a.bytes + v.bytes });
                     if sum != ForwardCounters::default() {
                         out.slots.insert((id, expected, obs), sum);
                     }
@@ -592,7 +586,13 @@ impl ForwardWatch {
         match self.set_destinations(entries) {
             Ok(up) => {
                 if up.inserted + up.updated + up.removed > 0 {
-                    tracing::info!(inserted = up.inserted, updated = up.updated, removed = up.removed, total = up.total, "forwarding watch destinations updated");
+                    tracing::info!(
+                        inserted = up.inserted,
+                        updated = up.updated,
+                        removed = up.removed,
+                        total = up.total,
+                        "forwarding watch destinations updated"
+                    );
                 }
                 for (prefix, why) in up.failed.iter().take(10) {
                     tracing::warn!(%prefix, error = %why, "forwarding watch: destination not written; retried on the next plan");
@@ -723,9 +723,10 @@ impl ForwardCounts {
     /// Packets and bytes to `pool` seen as `obs`, over every expected path.
     pub fn observed(&self, pool: &str, obs: Observation) -> ForwardCounters {
         let Some(id) = self.pool_id(pool) else { return ForwardCounters::default() };
-        self.slots.iter().filter(|((p, _, o), _)| *p == id && *o == obs).fold(ForwardCounters::default(), |a, (_, v)| {
-            ForwardCounters { packets: a.packets + v.packets, bytes: a.bytes + v.bytes }
-        })
+        self.slots
+            .iter()
+            .filter(|((p, _, o), _)| *p == id && *o == obs)
+            .fold(ForwardCounters::default(), |a, (_, v)| ForwardCounters { packets: a.packets + v.packets, bytes: a.bytes + v.bytes })
     }
 
     /// Packets to `pool` expected on `expected` that were seen as `obs`.
@@ -768,11 +769,8 @@ impl ForwardMetrics {
                 let _ = metrics.forwarded_packets.get_or_create(&labels);
                 let _ = metrics.forwarded_bytes.get_or_create(&labels);
                 if path != e.expected {
-                    let _ = metrics.wrong_path_packets.get_or_create(&WrongPathLabels {
-                        pool: e.pool.clone(),
-                        expected: e.expected.label(),
-                        actual: path.label(),
-                    });
+                    let _ =
+                        metrics.wrong_path_packets.get_or_create(&WrongPathLabels { pool: e.pool.clone(), expected: e.expected.label(), actual: path.label() });
                 }
             }
             let _ = metrics.forwarding_flaps.get_or_create(&PoolLabels { pool: e.pool.clone() });
@@ -864,9 +862,7 @@ mod tests {
         assert_eq!(get(&metrics, "ipip", "tunnel"), 10);
         assert_eq!(get(&metrics, "ipip", "host"), 4);
         assert_eq!(get(&metrics, "flat", "host"), 7);
-        let wrong = |pool: &str, e, a| {
-            metrics.wrong_path_packets.get_or_create(&WrongPathLabels { pool: pool.into(), expected: e, actual: a }).get()
-        };
+        let wrong = |pool: &str, e, a| metrics.wrong_path_packets.get_or_create(&WrongPathLabels { pool: pool.into(), expected: e, actual: a }).get();
         assert_eq!(wrong("ipip", "tunnel", "host"), 4);
         assert_eq!(wrong("flat", "host", "tunnel"), 0);
         assert_eq!(metrics.forwarding_flaps.get_or_create(&PoolLabels { pool: "ipip".into() }).get(), 1);
@@ -881,10 +877,7 @@ mod tests {
         let mut fm = ForwardMetrics::new(false);
         fm.apply(&metrics, &counts(&[((0, ForwardPath::Host, Observation::HostIpip), 5)]));
         assert_eq!(get(&metrics, "ipip", "tunnel"), 5);
-        assert_eq!(
-            metrics.wrong_path_packets.get_or_create(&WrongPathLabels { pool: "ipip".into(), expected: "host", actual: "tunnel" }).get(),
-            5
-        );
+        assert_eq!(metrics.wrong_path_packets.get_or_create(&WrongPathLabels { pool: "ipip".into(), expected: "host", actual: "tunnel" }).get(), 5);
     }
 
     #[test]

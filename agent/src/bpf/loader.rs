@@ -108,9 +108,7 @@ impl BpfObject {
         let offsets = if config.route_watch.as_ref().is_none_or(|r| r.backend == Some(RouteWatchBackend::SocketFilter)) {
             Err("not resolved: this load does not run the fentry/kprobe backends".to_owned())
         } else {
-            super::route_watch::btf::Btf::from_sys()
-                .and_then(|b| super::route_watch::btf::resolve_offsets(&b))
-                .map_err(|e| e.to_string())
+            super::route_watch::btf::Btf::from_sys().and_then(|b| super::route_watch::btf::resolve_offsets(&b)).map_err(|e| e.to_string())
         };
         let level = config.log_level;
         let mut ebpf = load_with(bytes, &config, offsets.as_ref().unwrap_or(&KernelOffsets::UNRESOLVED), level)?;
@@ -277,8 +275,7 @@ pub(crate) fn has_tcx() -> bool {
 /// # Errors
 /// [`BpfError::Missing`], or [`BpfError::Program`] (`type`, `load`).
 pub(crate) fn classifier<'a>(ebpf: &'a mut Ebpf, program: &'static str) -> Result<&'a mut SchedClassifier, BpfError> {
-    let prog: &mut SchedClassifier =
-        ebpf.program_mut(program).ok_or(BpfError::Missing(program))?.try_into().map_err(BpfError::program("type", program))?;
+    let prog: &mut SchedClassifier = ebpf.program_mut(program).ok_or(BpfError::Missing(program))?.try_into().map_err(BpfError::program("type", program))?;
     match prog.load() {
         Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => Ok(prog),
         Err(e) => Err(BpfError::program("load", program)(e)),

@@ -60,8 +60,8 @@ use crate::bpf::watch::Watch;
 use crate::bpf::BpfError;
 use crate::observe::Metrics;
 use routewarden_common::route_watch::{
-    RouteWatchCounters, ROUTE_WATCH_SELF_PORTS_MAP, SELF_PORTS_MAX, HOOKED_FUNCTIONS, PROGS_FENTRY, PROGS_KPROBE, PROG_SOCKET_FILTER,
-    ROUTE_WATCH_COUNTERS_MAP, ROUTE_WATCH_EVENTS_MAP,
+    RouteWatchCounters, HOOKED_FUNCTIONS, PROGS_FENTRY, PROGS_KPROBE, PROG_SOCKET_FILTER, ROUTE_WATCH_COUNTERS_MAP, ROUTE_WATCH_EVENTS_MAP,
+    ROUTE_WATCH_SELF_PORTS_MAP, SELF_PORTS_MAX,
 };
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
@@ -82,8 +82,7 @@ pub enum RouteWatchBackend {
 
 impl RouteWatchBackend {
     /// Preference order used when none is forced.
-    pub const PREFERENCE: [RouteWatchBackend; 3] =
-        [RouteWatchBackend::Fentry, RouteWatchBackend::Kprobe, RouteWatchBackend::SocketFilter];
+    pub const PREFERENCE: [RouteWatchBackend; 3] = [RouteWatchBackend::Fentry, RouteWatchBackend::Kprobe, RouteWatchBackend::SocketFilter];
 
     /// `fentry`, `kprobe`, `socket-filter` (flag value and metric label).
     pub fn label(self) -> &'static str {
@@ -295,8 +294,7 @@ impl RouteWatch {
                         object.reload_without_logs()?;
                         let (socket, size) = attach()?;
                         // Global before 6.9 and then not visible from other namespaces.
-                        let optmem = std::fs::read_to_string("/proc/sys/net/core/optmem_max")
-                            .map_or_else(|_| "unknown".to_owned(), |s| s.trim().to_owned());
+                        let optmem = std::fs::read_to_string("/proc/sys/net/core/optmem_max").map_or_else(|_| "unknown".to_owned(), |s| s.trim().to_owned());
                         tracing::warn!(
                             requested = ?requested,
                             optmem_max = %optmem,
@@ -452,8 +450,7 @@ impl RouteWatch {
         let ring = RingBuf::try_from(map).map_err(BpfError::map(ROUTE_WATCH_EVENTS_MAP, "open"))?;
         // SAFETY: the RingBuf owns its map fd for its whole life and always returns that fd;
         // the AsyncFd owns the RingBuf.
-        let fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
-            .map_err(|e| BpfError::Poll(e.into()))?;
+        let fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }.map_err(|e| BpfError::Poll(e.into()))?;
         let (batch_tx, batch_rx) = mpsc::channel(ATTRIBUTION_BATCHES);
         writer::spawn_attribution(batch_rx, tx, Arc::clone(&self.attribution)).map_err(BpfError::Thread)?;
         Ok(tokio::spawn(read_ring(fd, batch_tx)))
@@ -588,13 +585,8 @@ fn route_socket() -> Result<OwnedFd, BpfError> {
     const RTMGRP_LINK: u32 = 0x1;
     const RTMGRP_IPV4_ROUTE: u32 = 0x40;
     const RTMGRP_IPV6_ROUTE: u32 = 0x400;
-    let sock = socket(
-        AddressFamily::Netlink,
-        SockType::Raw,
-        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
-        SockProtocol::NetlinkRoute,
-    )
-    .map_err(|e| BpfError::Socket { op: "socket(AF_NETLINK, NETLINK_ROUTE)", source: e.into() })?;
+    let sock = socket(AddressFamily::Netlink, SockType::Raw, SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK, SockProtocol::NetlinkRoute)
+        .map_err(|e| BpfError::Socket { op: "socket(AF_NETLINK, NETLINK_ROUTE)", source: e.into() })?;
     bind(std::os::fd::AsRawFd::as_raw_fd(&sock), &NetlinkAddr::new(0, RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE))
         .map_err(|e| BpfError::Socket { op: "bind to route groups", source: e.into() })?;
     Ok(sock)

@@ -114,10 +114,7 @@ impl TcCounter {
         let map = self.maps.map(TC_COUNTERS_MAP)?;
         let array: PerCpuArray<&MapData, TcCounters> = PerCpuArray::try_from(map).map_err(BpfError::map(TC_COUNTERS_MAP, "open"))?;
         let values = array.get(&0, 0).map_err(BpfError::map(TC_COUNTERS_MAP, "read"))?;
-        Ok(values.iter().fold(TcCounters::default(), |acc, v| TcCounters {
-            packets: acc.packets + v.packets,
-            bytes: acc.bytes + v.bytes,
-        }))
+        Ok(values.iter().fold(TcCounters::default(), |acc, v| TcCounters { packets: acc.packets + v.packets, bytes: acc.bytes + v.bytes }))
     }
 }
 

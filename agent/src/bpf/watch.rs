@@ -270,10 +270,15 @@ mod tests {
         h.follow(&metrics, &health, |_| Ok(()), || Ok(Fake { detached: None }));
         assert!(h.is_running());
         assert_eq!(attached(&metrics), 1);
-        h.follow(&metrics, &health, |_| {
-            moved = true;
-            Ok(())
-        }, || panic!("a running watch is moved, not started again"));
+        h.follow(
+            &metrics,
+            &health,
+            |_| {
+                moved = true;
+                Ok(())
+            },
+            || panic!("a running watch is moved, not started again"),
+        );
         assert!(moved);
     }
 }

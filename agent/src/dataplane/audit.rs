@@ -282,11 +282,7 @@ pub fn audit(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &AuditSc
             for r in &mine {
                 let have = kernel_path(r);
                 if have != want_path {
-                    push(
-                        FindingCode::WrongPath,
-                        vec![r.to_string()],
-                        format!("{dst} goes {} but should go {}", path_label(have), path_label(want_path)),
-                    );
+                    push(FindingCode::WrongPath, vec![r.to_string()], format!("{dst} goes {} but should go {}", path_label(have), path_label(want_path)));
                 } else if want_path != Path::Blackhole
                     && r.target.gateway != e.route.gateway
                     && !(e.owner == Writer::Bird && r.target.gateway.is_some() && r.target.gateway == e.route.gateway.and_then(underlay_gateway))
@@ -294,11 +290,7 @@ pub fn audit(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &AuditSc
                     push(
                         FindingCode::WrongNextHop,
                         vec![r.to_string()],
-                        format!(
-                            "{dst} goes via {} but should go via {}",
-                            opt_ip(r.target.gateway),
-                            opt_ip(e.route.gateway)
-                        ),
+                        format!("{dst} goes via {} but should go via {}", opt_ip(r.target.gateway), opt_ip(e.route.gateway)),
                     );
                 }
             }
@@ -313,11 +305,7 @@ pub fn audit(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &AuditSc
                         None => format!("{} route for {dst}, which nobody should program", w.label()),
                     },
                 ),
-                None => push(
-                    FindingCode::ForeignWriter,
-                    vec![r.to_string()],
-                    format!("proto {} writes cluster prefix {dst}", r.target.protocol),
-                ),
+                None => push(FindingCode::ForeignWriter, vec![r.to_string()], format!("proto {} writes cluster prefix {dst}", r.target.protocol)),
             }
         }
         let distinct: BTreeSet<(u8, u32)> = routes.iter().map(|r| (r.target.protocol, r.key.metric)).collect();
@@ -370,11 +358,7 @@ pub fn audit_tables(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &
 ///
 /// # Errors
 /// A failed dump ([`NetlinkError`]).
-pub async fn audit_kernel<N: RouteNetlink>(
-    nl: &mut N,
-    expected: &[ExpectedRoute],
-    scope: &AuditScope,
-) -> Result<AuditReport, NetlinkError> {
+pub async fn audit_kernel<N: RouteNetlink>(nl: &mut N, expected: &[ExpectedRoute], scope: &AuditScope) -> Result<AuditReport, NetlinkError> {
     let links = nl.dump_links().await?;
     let names: BTreeMap<u32, String> = links.into_iter().map(|l| (l.index, l.name)).collect();
     let mut routes = Vec::new();
@@ -512,10 +496,7 @@ mod tests {
 
     #[test]
     fn duplicate_same_protocol_two_metrics() {
-        let kernel = vec![
-            k("10.244.20.0/26", Some("10.0.0.12"), Some("tunl0"), 80, 0),
-            k("10.244.20.0/26", Some("10.0.0.12"), Some("tunl0"), 80, 1024),
-        ];
+        let kernel = vec![k("10.244.20.0/26", Some("10.0.0.12"), Some("tunl0"), 80, 0), k("10.244.20.0/26", Some("10.0.0.12"), Some("tunl0"), 80, 1024)];
         let exp = vec![e("10.244.20.0/26", RoutePath::Tunnel, Some("10.0.0.12"), Writer::Felix, 80)];
         assert_eq!(codes(&audit(&kernel, &exp, &scope())), vec![("10.244.20.0/26".into(), "duplicate")]);
     }

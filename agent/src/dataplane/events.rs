@@ -84,12 +84,8 @@ impl EventDecoder {
     /// Decode one notification into zero or more events.
     pub fn decode(&mut self, msg: &RouteNetlinkMessage, writer_port: u32) -> Vec<DataplaneEvent> {
         match msg {
-            RouteNetlinkMessage::NewRoute(r) => {
-                parse_route(r).map(|route| DataplaneEvent::RouteAdded { route, writer_port }).into_iter().collect()
-            }
-            RouteNetlinkMessage::DelRoute(r) => {
-                parse_route(r).map(|route| DataplaneEvent::RouteRemoved { route, writer_port }).into_iter().collect()
-            }
+            RouteNetlinkMessage::NewRoute(r) => parse_route(r).map(|route| DataplaneEvent::RouteAdded { route, writer_port }).into_iter().collect(),
+            RouteNetlinkMessage::DelRoute(r) => parse_route(r).map(|route| DataplaneEvent::RouteRemoved { route, writer_port }).into_iter().collect(),
             RouteNetlinkMessage::NewLink(l) => {
                 let Some(info) = link_info(l) else { return Vec::new() };
                 let mut out = Vec::new();
@@ -126,18 +122,14 @@ impl EventDecoder {
     }
 }
 
-type Messages = futures::channel::mpsc::UnboundedReceiver<(
-    rtnetlink::packet_core::NetlinkMessage<RouteNetlinkMessage>,
-    rtnetlink::sys::SocketAddr,
-)>;
+type Messages = futures::channel::mpsc::UnboundedReceiver<(rtnetlink::packet_core::NetlinkMessage<RouteNetlinkMessage>, rtnetlink::sys::SocketAddr)>;
 
 /// Open a multicast connection for link, IPv4-route and IPv6-route notifications and spawn its
 /// driver. Must run inside a tokio runtime; the socket lives in the calling thread's network
 /// namespace.
 fn subscribe() -> Result<(tokio::task::JoinHandle<()>, Messages), DataplaneError> {
     let groups = [MulticastGroup::Link, MulticastGroup::Ipv4Route, MulticastGroup::Ipv6Route];
-    let (mut conn, _handle, messages) =
-        rtnetlink::new_multicast_connection(&groups).map_err(|source| DataplaneError::Subscribe { source })?;
+    let (mut conn, _handle, messages) = rtnetlink::new_multicast_connection(&groups).map_err(|source| DataplaneError::Subscribe { source })?;
     // Bursts (a link flush, a cold start of 10,000 routes) must not overrun the socket.
     let _ = conn.socket_mut().socket_mut().set_rx_buf_sz(8 * 1024 * 1024);
     Ok((tokio::spawn(conn), messages))

@@ -74,12 +74,7 @@ impl FakeNetlink {
 }
 
 impl RouteNetlink for FakeNetlink {
-    fn dump_routes(
-        &mut self,
-        family: Family,
-        table: u32,
-        protocol: u8,
-    ) -> impl std::future::Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send {
+    fn dump_routes(&mut self, family: Family, table: u32, protocol: u8) -> impl std::future::Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send {
         let mut s = self.0.lock().unwrap();
         s.dumps += 1;
         let res = if let Some(errno) = s.dump_errno {
@@ -88,11 +83,7 @@ impl RouteNetlink for FakeNetlink {
             s.interrupt_dumps -= 1;
             Err(NetlinkError::DumpInterrupted { op: NetlinkOp::DumpRoutes, target: "fake".into() })
         } else {
-            Ok(s.routes
-                .values()
-                .filter(|r| r.key.family == family && r.key.table == table && (protocol == 0 || r.protocol == protocol))
-                .cloned()
-                .collect())
+            Ok(s.routes.values().filter(|r| r.key.family == family && r.key.table == table && (protocol == 0 || r.protocol == protocol)).cloned().collect())
         };
         std::future::ready(res)
     }

@@ -81,10 +81,11 @@ pub fn pick_host_nic(node: &str, wanted: &[IpAddr], links: &[LinkAddresses]) -> 
     if wanted.is_empty() {
         return Err(HostNicError::NoAddress { node: node.to_owned() });
     }
-    wanted
-        .iter()
-        .find_map(|w| links.iter().find(|l| l.addresses.contains(w)).map(|l| l.name.clone()))
-        .ok_or_else(|| HostNicError::NotHeld { node: node.to_owned(), wanted: wanted.to_vec(), links: links.to_vec() })
+    wanted.iter().find_map(|w| links.iter().find(|l| l.addresses.contains(w)).map(|l| l.name.clone())).ok_or_else(|| HostNicError::NotHeld {
+        node: node.to_owned(),
+        wanted: wanted.to_vec(),
+        links: links.to_vec(),
+    })
 }
 
 /// Every link of this network namespace with its addresses, by name.

@@ -13,12 +13,8 @@ use std::fmt;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use rtnetlink::packet_core::{
-    NetlinkMessage, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST,
-};
-use rtnetlink::packet_route::route::{
-    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
-};
+use rtnetlink::packet_core::{NetlinkMessage, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST};
+use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType};
 use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
 use serde::Serialize;
 
@@ -274,17 +270,11 @@ impl Default for RouteSettings {
 pub fn to_kernel_route(route: &ClusterRoute, settings: &RouteSettings) -> Result<DesiredRoute, ConversionError> {
     let key = RouteKey::new(settings.table, route.dst, 0, settings.metric);
     let target = match route.path {
-        RoutePath::Blackhole => RouteTarget {
-            kind: RouteKind::Blackhole,
-            gateway: None,
-            device: None,
-            onlink: false,
-            protocol: settings.protocol,
-            scope: RT_SCOPE_UNIVERSE,
-        },
+        RoutePath::Blackhole => {
+            RouteTarget { kind: RouteKind::Blackhole, gateway: None, device: None, onlink: false, protocol: settings.protocol, scope: RT_SCOPE_UNIVERSE }
+        }
         RoutePath::Tunnel | RoutePath::HostNic => {
-            let gateway =
-                route.gateway.ok_or(ConversionError::MissingGateway { dst: route.dst, path: route.path.label() })?;
+            let gateway = route.gateway.ok_or(ConversionError::MissingGateway { dst: route.dst, path: route.path.label() })?;
             if gateway.is_ipv4() != matches!(route.dst, IpNet::V4(_)) {
                 return Err(ConversionError::FamilyMismatch { dst: route.dst, gateway });
             }
@@ -340,14 +330,7 @@ impl ObservedRoute {
         };
         KernelRoute {
             key: self.key,
-            target: RouteTarget {
-                kind: self.kind,
-                gateway: self.gateway,
-                device,
-                onlink: self.onlink,
-                protocol: self.protocol,
-                scope: self.scope,
-            },
+            target: RouteTarget { kind: self.kind, gateway: self.gateway, device, onlink: self.onlink, protocol: self.protocol, scope: self.scope },
         }
     }
 }
@@ -463,8 +446,7 @@ pub fn write_request(route: &KernelRoute, oif: Option<u32>, exclusive: bool) -> 
         msg.attributes.push(RouteAttribute::Oif(oif));
     }
     let mut req = NetlinkMessage::from(RouteNetlinkMessage::NewRoute(msg));
-    req.header.flags =
-        NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | if exclusive { NLM_F_EXCL } else { NLM_F_REPLACE };
+    req.header.flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | if exclusive { NLM_F_EXCL } else { NLM_F_REPLACE };
     req
 }
 
@@ -536,14 +518,8 @@ mod tests {
     #[test]
     fn conversion_errors() {
         let s = RouteSettings::default();
-        assert!(matches!(
-            to_kernel_route(&cr("10.244.20.0/26", RoutePath::Tunnel, None), &s),
-            Err(ConversionError::MissingGateway { .. })
-        ));
-        assert!(matches!(
-            to_kernel_route(&cr("10.244.20.0/26", RoutePath::Tunnel, Some("fd00::1")), &s),
-            Err(ConversionError::FamilyMismatch { .. })
-        ));
+        assert!(matches!(to_kernel_route(&cr("10.244.20.0/26", RoutePath::Tunnel, None), &s), Err(ConversionError::MissingGateway { .. })));
+        assert!(matches!(to_kernel_route(&cr("10.244.20.0/26", RoutePath::Tunnel, Some("fd00::1")), &s), Err(ConversionError::FamilyMismatch { .. })));
     }
 
     #[test]

@@ -11,9 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::StreamExt;
-use rtnetlink::packet_core::{
-    NetlinkBuffer, NetlinkMessage, NetlinkPayload, NLMSG_ALIGNTO, NLMSG_ERROR, NLM_F_ACK, NLM_F_DUMP_INTR, NLM_F_REQUEST,
-};
+use rtnetlink::packet_core::{NetlinkBuffer, NetlinkMessage, NetlinkPayload, NLMSG_ALIGNTO, NLMSG_ERROR, NLM_F_ACK, NLM_F_DUMP_INTR, NLM_F_REQUEST};
 use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags};
 use rtnetlink::packet_route::RouteNetlinkMessage;
 use rtnetlink::sys::protocols::NETLINK_ROUTE;
@@ -168,12 +166,7 @@ impl NetlinkError {
 pub trait RouteNetlink: Send {
     /// Dump the routes of `family` in `table` with `protocol` (0 = any). A table that does not
     /// exist is empty.
-    fn dump_routes(
-        &mut self,
-        family: Family,
-        table: u32,
-        protocol: u8,
-    ) -> impl Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send;
+    fn dump_routes(&mut self, family: Family, table: u32, protocol: u8) -> impl Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send;
 
     /// Dump all links.
     fn dump_links(&mut self) -> impl Future<Output = Result<Vec<LinkInfo>, NetlinkError>> + Send;
@@ -236,12 +229,7 @@ impl RtNetlink {
         conn.socket_mut().socket_mut().bind_auto().map_err(conn_err)?;
         let batcher = Batcher::open().map_err(conn_err)?;
         tokio::spawn(conn);
-        Ok(RtNetlink {
-            handle,
-            batcher: Arc::new(tokio::sync::Mutex::new(batcher)),
-            window: DEFAULT_WINDOW,
-            timeout: DEFAULT_TIMEOUT,
-        })
+        Ok(RtNetlink { handle, batcher: Arc::new(tokio::sync::Mutex::new(batcher)), window: DEFAULT_WINDOW, timeout: DEFAULT_TIMEOUT })
     }
 
     /// Set how many route messages go into one `sendmsg` (at least 1; 1 = one round trip per
@@ -432,9 +420,7 @@ fn fill_slots(buf: &[u8], base: u32, pending: &[Pending], slots: &mut Slots) -> 
         let idx = nl.sequence_number().wrapping_sub(base) as usize;
         if nl.message_type() == NLMSG_ERROR {
             if let (Some(slot @ None), Some(p)) = (slots.get_mut(idx), pending.get(idx)) {
-                if let Ok(NetlinkMessage { payload: NetlinkPayload::Error(e), .. }) =
-                    NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rest[..len])
-                {
+                if let Ok(NetlinkMessage { payload: NetlinkPayload::Error(e), .. }) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rest[..len]) {
                     *slot = Some(match e.code {
                         None => Ok(()),
                         Some(code) => Err(NetlinkError::Kernel { op: p.op, target: p.target.clone(), errno: errno_of(code.get()) }),
@@ -461,9 +447,7 @@ async fn request(
     timeout: Duration,
 ) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
     let mut handle = handle.clone();
-    let mut responses = handle
-        .request(req)
-        .map_err(|e| NetlinkError::Connection { op, reason: e.to_string() })?;
+    let mut responses = handle.request(req).map_err(|e| NetlinkError::Connection { op, reason: e.to_string() })?;
     let collect = async {
         let mut out = Vec::new();
         let mut interrupted = false;
@@ -496,12 +480,7 @@ async fn request(
 }
 
 impl RouteNetlink for RtNetlink {
-    fn dump_routes(
-        &mut self,
-        family: Family,
-        table: u32,
-        protocol: u8,
-    ) -> impl Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send {
+    fn dump_routes(&mut self, family: Family, table: u32, protocol: u8) -> impl Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send {
         let handle = self.handle.clone();
         let timeout = self.timeout;
         async move {

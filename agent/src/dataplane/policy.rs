@@ -123,8 +123,7 @@ impl OwnershipPolicy {
             return Verdict::KernelManaged;
         }
         let dev = t.device.as_deref();
-        let cluster_device =
-            t.kind == RouteKind::Blackhole || dev == Some(self.tunnel_dev.as_str()) || dev == Some(self.host_nic.as_str());
+        let cluster_device = t.kind == RouteKind::Blackhole || dev == Some(self.tunnel_dev.as_str()) || dev == Some(self.host_nic.as_str());
         if t.protocol == self.protocol {
             if !cluster_device {
                 return Verdict::OtherDevice;
@@ -134,7 +133,11 @@ impl OwnershipPolicy {
             }
             return Verdict::OursByProtocol;
         }
-        if t.protocol == RTPROT_BIRD && t.kind == RouteKind::Blackhole && !overlaps_any(&self.frozen, &route.key.dst) && inside(&self.claim_bird_blackholes, &route.key.dst) {
+        if t.protocol == RTPROT_BIRD
+            && t.kind == RouteKind::Blackhole
+            && !overlaps_any(&self.frozen, &route.key.dst)
+            && inside(&self.claim_bird_blackholes, &route.key.dst)
+        {
             return Verdict::ClaimedBirdBlackhole;
         }
         if t.protocol == RTPROT_BIRD && t.kind == RouteKind::Unicast && !overlaps_any(&self.frozen, &route.key.dst) {
@@ -187,14 +190,7 @@ mod tests {
     fn route(dst: &str, kind: RouteKind, dev: Option<&str>, proto: u8, table: u32) -> KernelRoute {
         KernelRoute {
             key: RouteKey::new(table, dst.parse().unwrap(), 0, 1024),
-            target: RouteTarget {
-                kind,
-                gateway: None,
-                device: dev.map(Into::into),
-                onlink: false,
-                protocol: proto,
-                scope: RT_SCOPE_UNIVERSE,
-            },
+            target: RouteTarget { kind, gateway: None, device: dev.map(Into::into), onlink: false, protocol: proto, scope: RT_SCOPE_UNIVERSE },
         }
     }
 

@@ -31,10 +31,7 @@ use nix::errno::Errno;
 use serde::Serialize;
 
 use super::events::DataplaneEvent;
-use super::model::{
-    to_kernel_route, ConversionError, DesiredRoute, Family, KernelRoute, RouteKey, RouteKind,
-    RouteSettings, RTPROT_BIRD,
-};
+use super::model::{to_kernel_route, ConversionError, DesiredRoute, Family, KernelRoute, RouteKey, RouteKind, RouteSettings, RTPROT_BIRD};
 use super::netlink::{Clock, LinkInfo, NetlinkError, RouteNetlink, RouteOp};
 use super::policy::{OwnershipPolicy, Verdict};
 use super::DataplaneConfig;
@@ -101,9 +98,7 @@ impl ErrorKind {
                 Errno::ENETDOWN => ErrorKind::DeviceDown,
                 Errno::ENETUNREACH | Errno::EHOSTUNREACH => ErrorKind::NetUnreachable,
                 Errno::EPERM | Errno::EACCES => ErrorKind::Permission,
-                Errno::EINVAL | Errno::ERANGE | Errno::EAFNOSUPPORT | Errno::EOPNOTSUPP => {
-                    ErrorKind::Invalid
-                }
+                Errno::EINVAL | Errno::ERANGE | Errno::EAFNOSUPPORT | Errno::EOPNOTSUPP => ErrorKind::Invalid,
                 _ => ErrorKind::Other,
             },
         }
@@ -134,9 +129,7 @@ impl Handover {
     /// `NLM_F_CREATE|NLM_F_EXCL` and fails with `EEXIST` while our route holds the key
     /// (Felix replaces; a writer at another metric coexists).
     fn needs_step_aside(&self, key: &RouteKey) -> bool {
-        self.to == Writer::Bird
-            && self.table == key.table
-            && self.metric.is_none_or(|m| m == key.metric)
+        self.to == Writer::Bird && self.table == key.table && self.metric.is_none_or(|m| m == key.metric)
     }
 }
 
@@ -266,10 +259,7 @@ pub struct ApplyReport {
 
 mod opt_secs {
     use std::time::Duration;
-    #[expect(
-        clippy::ref_option,
-        reason = "serde's `with` passes a reference to the field"
-    )]
+    #[expect(clippy::ref_option, reason = "serde's `with` passes a reference to the field")]
     pub fn serialize<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match d {
             Some(d) => s.serialize_some(&d.as_secs_f64()),
@@ -327,9 +317,7 @@ struct PendingHandover {
 
 /// The key one metric below in priority (`metric + 1`) where a route steps aside, if any.
 fn step_aside_key(key: &RouteKey) -> Option<RouteKey> {
-    key.metric
-        .checked_add(1)
-        .map(|metric| RouteKey { metric, ..*key })
+    key.metric.checked_add(1).map(|metric| RouteKey { metric, ..*key })
 }
 
 /// About a year (2^25 s): "never" for timers, without overflowing `Instant`.
@@ -437,8 +425,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     pub fn set_datastore_synced(&mut self, synced: bool) {
         if synced && !self.datastore_synced {
             // Deletes held back meanwhile become due.
-            self.dirty
-                .extend(self.kernel.keys().filter(|k| !self.desired.contains_key(k)));
+            self.dirty.extend(self.kernel.keys().filter(|k| !self.desired.contains_key(k)));
         }
         self.datastore_synced = synced;
     }
@@ -473,12 +460,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             }
         }
         // Removed keys.
-        let removed: Vec<RouteKey> = self
-            .desired
-            .keys()
-            .filter(|k| !next.contains_key(k))
-            .copied()
-            .collect();
+        let removed: Vec<RouteKey> = self.desired.keys().filter(|k| !next.contains_key(k)).copied().collect();
         for key in removed {
             let old = self.desired.remove(&key);
             self.dirty.insert(key);
@@ -493,12 +475,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 // Same protocol and table: the new owner adopts our route in place.
                 self.kernel.remove(&key);
                 self.dirty.remove(&key);
-                self.released.push(HandoverOutcome {
-                    dst: key.dst,
-                    to: h.to,
-                    end: HandoverEnd::Released,
-                    waited: Duration::ZERO,
-                });
+                self.released.push(HandoverOutcome { dst: key.dst, to: h.to, end: HandoverEnd::Released, waited: Duration::ZERO });
             } else {
                 self.handovers.insert(
                     key,
@@ -543,11 +520,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 }
                 let named = self.name(route);
                 for (key, h) in &mut self.handovers {
-                    if !h.seen
-                        && key.dst == named.key.dst
-                        && h.protocol == named.target.protocol
-                        && h.table == named.key.table
-                    {
+                    if !h.seen && key.dst == named.key.dst && h.protocol == named.target.protocol && h.table == named.key.table {
                         h.seen = true;
                         self.dirty.insert(*key);
                     }
@@ -555,21 +528,10 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 let verdict = self.policy.verdict(&named);
                 let key = named.key;
                 if verdict.is_ours() {
-                    self.kernel.insert(
-                        key,
-                        KernelEntry {
-                            route: named,
-                            oif: route.oif,
-                            extra: route.extra,
-                            verified: true,
-                            verdict,
-                        },
-                    );
+                    self.kernel.insert(key, KernelEntry { route: named, oif: route.oif, extra: route.extra, verified: true, verdict });
                     self.blocked.remove(&key);
                     self.dirty.insert(key);
-                } else if key.table == self.policy.table
-                    && (self.kernel.contains_key(&key) || self.desired.contains_key(&key))
-                {
+                } else if key.table == self.policy.table && (self.kernel.contains_key(&key) || self.desired.contains_key(&key)) {
                     // Another writer took the key: never fight it, report it.
                     self.kernel.remove(&key);
                     self.blocked.entry(key).or_insert(false);
@@ -578,11 +540,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             }
             DataplaneEvent::RouteRemoved { route, .. } => {
                 let key = route.key;
-                if self
-                    .kernel
-                    .get(&key)
-                    .is_some_and(|e| e.route.target.protocol == route.protocol)
-                {
+                if self.kernel.get(&key).is_some_and(|e| e.route.target.protocol == route.protocol) {
                     self.kernel.remove(&key);
                     self.dirty.insert(key);
                 }
@@ -605,12 +563,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     self.links_by_name.remove(name);
                 }
                 // The kernel removes every route through a device that goes away.
-                let gone: Vec<RouteKey> = self
-                    .kernel
-                    .iter()
-                    .filter(|(_, e)| e.oif == Some(*index))
-                    .map(|(k, _)| *k)
-                    .collect();
+                let gone: Vec<RouteKey> = self.kernel.iter().filter(|(_, e)| e.oif == Some(*index)).map(|(k, _)| *k).collect();
                 for k in gone {
                     self.kernel.remove(&k);
                     self.dirty.insert(k);
@@ -637,14 +590,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 self.mark_device_dirty(&old_name);
             }
         }
-        self.links_by_index.insert(
-            index,
-            LinkInfo {
-                index,
-                name: name.to_string(),
-                up,
-            },
-        );
+        self.links_by_index.insert(index, LinkInfo { index, name: name.to_string(), up });
         self.links_by_name.insert(name.to_string(), index);
         // Routes through this link: renamed device, or possibly flushed without notification
         // (IPv4 on down); re-verify them with a replace.
@@ -679,11 +625,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// Whether an apply has work: dirty keys whose retry time has come, or a due resync.
     pub fn needs_apply(&self) -> bool {
         let now = self.clock.now();
-        now >= self.resync_due
-            || self
-                .dirty
-                .iter()
-                .any(|k| self.retries.get(k).is_none_or(|r| r.not_before <= now))
+        now >= self.resync_due || self.dirty.iter().any(|k| self.retries.get(k).is_none_or(|r| r.not_before <= now))
     }
 
     /// When [`apply`](Self::apply) should run next if nothing else happens: the resync timer,
@@ -724,11 +666,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 let mut attempt = 0;
                 let routes = loop {
                     attempt += 1;
-                    match self
-                        .nl
-                        .dump_routes(family, self.policy.table, protocol)
-                        .await
-                    {
+                    match self.nl.dump_routes(family, self.policy.table, protocol).await {
                         Ok(r) => break r,
                         Err(NetlinkError::DumpInterrupted { .. }) if attempt < DUMP_ATTEMPTS => {
                             *report.errors.entry(ErrorKind::DumpInterrupted).or_default() += 1;
@@ -740,16 +678,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     let named = self.name(r);
                     let verdict = self.policy.verdict(&named);
                     if verdict.is_ours() {
-                        fresh.insert(
-                            named.key,
-                            KernelEntry {
-                                route: named,
-                                oif: r.oif,
-                                extra: r.extra,
-                                verified: true,
-                                verdict,
-                            },
-                        );
+                        fresh.insert(named.key, KernelEntry { route: named, oif: r.oif, extra: r.extra, verified: true, verdict });
                     }
                 }
             }
@@ -783,11 +712,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         };
         let now = self.clock.now();
         for (key, e) in &self.kernel {
-            if key.metric != metric
-                || e.route.target.protocol != self.policy.protocol
-                || self.desired.contains_key(key)
-                || self.handovers.contains_key(key)
-            {
+            if key.metric != metric || e.route.target.protocol != self.policy.protocol || self.desired.contains_key(key) || self.handovers.contains_key(key) {
                 continue;
             }
             self.handovers.insert(
@@ -819,11 +744,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             let Ok(routes) = self.nl.dump_routes(family, table, protocol).await else {
                 continue;
             };
-            let dsts: BTreeSet<IpNet> = routes
-                .iter()
-                .filter(|r| !r.cloned)
-                .map(|r| r.key.dst)
-                .collect();
+            let dsts: BTreeSet<IpNet> = routes.iter().filter(|r| !r.cloned).map(|r| r.key.dst).collect();
             for (k, h) in &mut self.handovers {
                 if k.family == family && h.table == table && h.protocol == protocol {
                     h.checked = true;
@@ -863,13 +784,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     fn fail(&mut self, key: RouteKey) {
         let now = self.clock.now();
         let failures = self.retries.get(&key).map_or(0, |r| r.failures) + 1;
-        self.retries.insert(
-            key,
-            Retry {
-                failures,
-                not_before: now + backoff(failures),
-            },
-        );
+        self.retries.insert(key, Retry { failures, not_before: now + backoff(failures) });
     }
 
     /// Do the netlink work: resync if due, then writes, then deletes. Never fails as a whole;
@@ -912,18 +827,10 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         let (mut writes, delete_candidates) = self.plan(now, &mut report);
         let step_asides = self.plan_step_asides(&delete_candidates, now);
         writes.extend(step_asides.iter().map(|(op, _)| op.clone()));
-        let results = if writes.is_empty() {
-            Vec::new()
-        } else {
-            self.nl.execute(&writes).await
-        };
+        let results = if writes.is_empty() { Vec::new() } else { self.nl.execute(&writes).await };
         let failed_dsts = self.record_writes(&writes, results, &step_asides, now, &mut report);
         let deletes = self.plan_deletes(delete_candidates, &failed_dsts, now, &mut report);
-        let results = if deletes.is_empty() {
-            Vec::new()
-        } else {
-            self.nl.execute(&deletes).await
-        };
+        let results = if deletes.is_empty() { Vec::new() } else { self.nl.execute(&deletes).await };
         self.record_deletes(&deletes, results, &mut report);
         self.finish_handovers(&mut report);
         report.handovers.append(&mut self.released);
@@ -950,9 +857,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                             if kind == ErrorKind::NoDevice {
                                 // Missing device (e.g. no tunl0 yet): reported, retried with
                                 // backoff; the retry refreshes the link list.
-                                report.error(kind, || {
-                                    format!("route {key}: device {name} does not exist")
-                                });
+                                report.error(kind, || format!("route {key}: device {name} does not exist"));
                                 self.refresh_links = true;
                                 self.fail(key);
                             } else {
@@ -967,11 +872,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                         self.retries.remove(&key);
                         continue;
                     }
-                    writes.push(RouteOp::Write {
-                        route: d.route.clone(),
-                        oif,
-                        exclusive: k.is_none(),
-                    });
+                    writes.push(RouteOp::Write { route: d.route.clone(), oif, exclusive: k.is_none() });
                 }
                 (None, Some(_)) => delete_candidates.push(key),
                 (None, None) => {
@@ -1001,24 +902,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             let (Some(copy), Some(k)) = (step_aside_key(key), self.kernel.get(key)) else {
                 continue;
             };
-            if self.kernel.contains_key(&copy)
-                || self.desired.contains_key(&copy)
-                || self.handovers.contains_key(&copy)
-            {
+            if self.kernel.contains_key(&copy) || self.desired.contains_key(&copy) || self.handovers.contains_key(&copy) {
                 continue;
             }
-            let route = KernelRoute {
-                key: copy,
-                target: k.route.target.clone(),
-            };
-            ops.push((
-                RouteOp::Write {
-                    route,
-                    oif: k.oif,
-                    exclusive: true,
-                },
-                *key,
-            ));
+            let route = KernelRoute { key: copy, target: k.route.target.clone() };
+            ops.push((RouteOp::Write { route, oif: k.oif, exclusive: true }, *key));
         }
         ops
     }
@@ -1038,13 +926,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         match res {
             Ok(()) => {
                 report.writes += 1;
-                let entry = KernelEntry {
-                    route: route.clone(),
-                    oif,
-                    extra: false,
-                    verified: true,
-                    verdict: Verdict::OursByProtocol,
-                };
+                let entry = KernelEntry { route: route.clone(), oif, extra: false, verified: true, verdict: Verdict::OursByProtocol };
                 self.kernel.insert(route.key, entry);
                 if let Some(mut h) = self.handovers.remove(&original) {
                     h.step_aside = false;
@@ -1063,9 +945,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 } else {
                     self.fail(original);
                 }
-                report.error(ErrorKind::of(&e), || {
-                    format!("step aside of {original}: {e}")
-                });
+                report.error(ErrorKind::of(&e), || format!("step aside of {original}: {e}"));
                 report.write_errors += 1;
                 false
             }
@@ -1083,17 +963,9 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         report: &mut ApplyReport,
     ) -> BTreeSet<(u32, IpNet)> {
         let mut failed_dsts = BTreeSet::new();
-        let stepping: HashMap<RouteKey, RouteKey> = step_asides
-            .iter()
-            .map(|(op, original)| (*op.key(), *original))
-            .collect();
+        let stepping: HashMap<RouteKey, RouteKey> = step_asides.iter().map(|(op, original)| (*op.key(), *original)).collect();
         for (op, res) in writes.iter().zip(results) {
-            let RouteOp::Write {
-                route,
-                oif,
-                exclusive,
-            } = op
-            else {
+            let RouteOp::Write { route, oif, exclusive } = op else {
                 continue;
             };
             let key = route.key;
@@ -1108,19 +980,10 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     report.writes += 1;
                     if let Some(prev) = self.kernel.get(&key) {
                         if prev.route.target.protocol != route.target.protocol {
-                            report.overwrote.push(Overwrite {
-                                previous: prev.route.to_string(),
-                                verdict: prev.verdict,
-                            });
+                            report.overwrote.push(Overwrite { previous: prev.route.to_string(), verdict: prev.verdict });
                         }
                     }
-                    let entry = KernelEntry {
-                        route: route.clone(),
-                        oif: *oif,
-                        extra: false,
-                        verified: true,
-                        verdict: Verdict::OursByProtocol,
-                    };
+                    let entry = KernelEntry { route: route.clone(), oif: *oif, extra: false, verified: true, verdict: Verdict::OursByProtocol };
                     self.kernel.insert(key, entry);
                     self.dirty.remove(&key);
                     self.retries.remove(&key);
@@ -1142,21 +1005,12 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                         counted = !*reported;
                         if !*reported {
                             *reported = true;
-                            report.conflicts.push(Conflict {
-                                key,
-                                wanted: route.to_string(),
-                            });
+                            report.conflicts.push(Conflict { key, wanted: route.to_string() });
                             // First time: maybe the route is ours after all (written
                             // meanwhile); a resync tells.
                             self.resync_due = self.resync_due.min(now);
                         }
-                    } else if matches!(
-                        kind,
-                        ErrorKind::NoDevice
-                            | ErrorKind::DeviceDown
-                            | ErrorKind::Other
-                            | ErrorKind::Timeout
-                    ) {
+                    } else if matches!(kind, ErrorKind::NoDevice | ErrorKind::DeviceDown | ErrorKind::Other | ErrorKind::Timeout) {
                         // Our view of links or of the socket is stale: resync soon.
                         self.resync_due = self.resync_due.min(now + backoff(1));
                     }
@@ -1182,13 +1036,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// The deletes that may go out now: datastore synced, outside frozen ground, the prefix's
     /// replacement did not fail, no handover grace pending, and past the mass-deletion
     /// breaker.
-    fn plan_deletes(
-        &mut self,
-        candidates: Vec<RouteKey>,
-        failed_dsts: &BTreeSet<(u32, IpNet)>,
-        now: Instant,
-        report: &mut ApplyReport,
-    ) -> Vec<RouteOp> {
+    fn plan_deletes(&mut self, candidates: Vec<RouteKey>, failed_dsts: &BTreeSet<(u32, IpNet)>, now: Instant, report: &mut ApplyReport) -> Vec<RouteOp> {
         let mut handed_over = Vec::new();
         let mut plain = Vec::new();
         for key in candidates {
@@ -1236,12 +1084,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         handed_over
             .into_iter()
             .chain(plain)
-            .filter_map(|key| {
-                self.kernel.get(&key).map(|k| RouteOp::Delete {
-                    key,
-                    protocol: k.route.target.protocol,
-                })
-            })
+            .filter_map(|key| self.kernel.get(&key).map(|k| RouteOp::Delete { key, protocol: k.route.target.protocol }))
             .collect()
     }
 
@@ -1277,12 +1120,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         out
     }
 
-    fn record_deletes(
-        &mut self,
-        deletes: &[RouteOp],
-        results: Vec<Result<(), NetlinkError>>,
-        report: &mut ApplyReport,
-    ) {
+    fn record_deletes(&mut self, deletes: &[RouteOp], results: Vec<Result<(), NetlinkError>>, report: &mut ApplyReport) {
         for (op, res) in deletes.iter().zip(results) {
             let key = *op.key();
             match res {
@@ -1308,22 +1146,13 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// seen or the grace ended, or removed by someone else).
     fn finish_handovers(&mut self, report: &mut ApplyReport) {
         let now = self.clock.now();
-        let done: Vec<RouteKey> = self
-            .handovers
-            .keys()
-            .filter(|k| !self.kernel.contains_key(k))
-            .copied()
-            .collect();
+        let done: Vec<RouteKey> = self.handovers.keys().filter(|k| !self.kernel.contains_key(k)).copied().collect();
         for k in done {
             if let Some(h) = self.handovers.remove(&k) {
                 report.handovers.push(HandoverOutcome {
                     dst: k.dst,
                     to: h.to,
-                    end: if h.seen {
-                        HandoverEnd::Seen
-                    } else {
-                        HandoverEnd::GraceExpired
-                    },
+                    end: if h.seen { HandoverEnd::Seen } else { HandoverEnd::GraceExpired },
                     waited: now.saturating_duration_since(h.started),
                 });
             }
@@ -1332,20 +1161,10 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
 
     fn finish_report(&self, report: &mut ApplyReport, started: Instant) {
         for d in self.desired.values() {
-            let c = report
-                .by_class
-                .entry((Family::of(&d.route.key.dst), d.class, d.path))
-                .or_default();
+            let c = report.by_class.entry((Family::of(&d.route.key.dst), d.class, d.path)).or_default();
             c.desired += 1;
-            let oif = self
-                .resolve(d.route.target.device.as_deref())
-                .ok()
-                .flatten();
-            if self
-                .kernel
-                .get(&d.route.key)
-                .is_some_and(|k| Self::in_sync(&d.route, oif, k))
-            {
+            let oif = self.resolve(d.route.target.device.as_deref()).ok().flatten();
+            if self.kernel.get(&d.route.key).is_some_and(|k| Self::in_sync(&d.route, oif, k)) {
                 c.programmed += 1;
             } else if self.blocked.contains_key(&d.route.key) {
                 c.held += 1;

@@ -195,12 +195,9 @@ async fn foreign_route_at_our_key_is_reported_not_overwritten() {
 
 #[tokio::test]
 async fn bird_leftover_claimed_only_with_policy() {
-    let bird = ObservedRoute {
-        gateway: Some("10.0.1.13".parse().unwrap()),
-        onlink: true,
-        ..foreign("10.244.30.0/26", 12, Some(TUNL0), RouteKind::Unicast)
-    };
-    let stale_bird = ObservedRoute { gateway: Some("10.0.1.14".parse().unwrap()), onlink: true, ..foreign("10.244.40.0/26", 12, Some(TUNL0), RouteKind::Unicast) };
+    let bird = ObservedRoute { gateway: Some("10.0.1.13".parse().unwrap()), onlink: true, ..foreign("10.244.30.0/26", 12, Some(TUNL0), RouteKind::Unicast) };
+    let stale_bird =
+        ObservedRoute { gateway: Some("10.0.1.14".parse().unwrap()), onlink: true, ..foreign("10.244.40.0/26", 12, Some(TUNL0), RouteKind::Unicast) };
     // Without the claim: untouched.
     let (mut r, nl, _c) = setup(None);
     nl.insert(bird.clone());

@@ -527,8 +527,7 @@ fn has_document(text: &str) -> bool {
 /// last good version (by kind and name), with the rejection marked `last_good`.
 fn keep_last_good_objects(previous: Option<&ParsedObjects>, parsed: ParsedObjects) -> ParsedObjects {
     let Some(previous) = previous else { return parsed };
-    let good: HashMap<(Kind, &str), &ParsedObject> =
-        previous.items().iter().filter(|i| i.is_good()).filter_map(|i| i.identity().map(|id| (id, i))).collect();
+    let good: HashMap<(Kind, &str), &ParsedObject> = previous.items().iter().filter(|i| i.is_good()).filter_map(|i| i.identity().map(|id| (id, i))).collect();
     let mut kept: std::collections::HashSet<(Kind, String)> = std::collections::HashSet::new();
     let mut out = Vec::with_capacity(parsed.items().len());
     for item in parsed.into_items() {

@@ -453,8 +453,7 @@ impl KubernetesDatastore {
     pub async fn connect(options: &KubernetesOptions) -> Result<KubernetesDatastore, KubernetesError> {
         let config = match &options.kubeconfig {
             Some(path) => {
-                let kc = kube::config::Kubeconfig::read_from(path)
-                    .map_err(|source| KubernetesError::Kubeconfig { path: path.clone(), source })?;
+                let kc = kube::config::Kubeconfig::read_from(path).map_err(|source| KubernetesError::Kubeconfig { path: path.clone(), source })?;
                 kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                     .await
                     .map_err(|source| KubernetesError::Kubeconfig { path: path.clone(), source })?
@@ -682,13 +681,7 @@ pub(crate) fn api_resource(group: CalicoGroup, w: Watched) -> ApiResource {
         _ => {}
     }
     if w.kind == Kind::Node {
-        ApiResource {
-            group: String::new(),
-            version: "v1".into(),
-            api_version: "v1".into(),
-            kind: w.kind.as_str().into(),
-            plural: w.plural.into(),
-        }
+        ApiResource { group: String::new(), version: "v1".into(), api_version: "v1".into(), kind: w.kind.as_str().into(), plural: w.plural.into() }
     } else {
         ApiResource {
             group: group.group().into(),
@@ -709,13 +702,8 @@ pub async fn discover(client: &Client, choice: ApiGroupChoice) -> Result<CalicoG
     let group = match choice {
         ApiGroupChoice::Forced(g) => g,
         ApiGroupChoice::Auto => {
-            let list = client
-                .list_api_groups()
-                .await
-                .map_err(|cause| KubernetesError::Discovery { request: "GET /apis".into(), cause })?;
-            let served = |g: CalicoGroup| {
-                list.groups.iter().any(|ag| ag.name == g.group() && ag.versions.iter().any(|v| v.version == g.version()))
-            };
+            let list = client.list_api_groups().await.map_err(|cause| KubernetesError::Discovery { request: "GET /apis".into(), cause })?;
+            let served = |g: CalicoGroup| list.groups.iter().any(|ag| ag.name == g.group() && ag.versions.iter().any(|v| v.version == g.version()));
             if served(CalicoGroup::CrdV1) {
                 CalicoGroup::CrdV1
             } else if served(CalicoGroup::V3) {
@@ -725,17 +713,14 @@ pub async fn discover(client: &Client, choice: ApiGroupChoice) -> Result<CalicoG
             }
         }
     };
-    let resources = client.list_api_group_resources(group.api_version()).await.map_err(|source| {
-        KubernetesError::Discovery { request: format!("GET /apis/{}", group.api_version()), cause: source }
-    })?;
+    let resources = client
+        .list_api_group_resources(group.api_version())
+        .await
+        .map_err(|source| KubernetesError::Discovery { request: format!("GET /apis/{}", group.api_version()), cause: source })?;
     let missing: Vec<&'static str> = CALICO_RESOURCES
         .iter()
         .map(|w| w.plural)
-        .filter(|plural| {
-            !resources.resources.iter().any(|r| {
-                r.name == *plural && VERBS.iter().all(|verb| r.verbs.iter().any(|v| v == verb))
-            })
-        })
+        .filter(|plural| !resources.resources.iter().any(|r| r.name == *plural && VERBS.iter().all(|verb| r.verbs.iter().any(|v| v == verb))))
         .collect();
     if !missing.is_empty() {
         return Err(KubernetesError::MissingResources { group, missing });
@@ -750,9 +735,7 @@ pub async fn discover(client: &Client, choice: ApiGroupChoice) -> Result<CalicoG
 /// Errors: [`KubernetesError::Discovery`] when the request itself failed (transport).
 pub async fn discover_operator(client: &Client) -> Result<bool, KubernetesError> {
     match client.list_api_group_resources(OPERATOR_API_VERSION).await {
-        Ok(list) => Ok(list.resources.iter().any(|r| {
-            r.name == INSTALLATION_RESOURCE.plural && VERBS.iter().all(|verb| r.verbs.iter().any(|v| v == verb))
-        })),
+        Ok(list) => Ok(list.resources.iter().any(|r| r.name == INSTALLATION_RESOURCE.plural && VERBS.iter().all(|verb| r.verbs.iter().any(|v| v == verb)))),
         Err(kube::Error::Api(status)) => {
             tracing::debug!(code = status.code, "kubernetes datastore: {OPERATOR_API_VERSION} not served; no operator sources");
             Ok(false)

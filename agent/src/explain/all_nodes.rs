@@ -15,9 +15,7 @@ use serde::Serialize;
 use super::{invalid_pools, serialize, table, ExplainError, Explanation, OutputFormat};
 use crate::datastore::ObjectError;
 use crate::model::Cluster;
-use crate::ownership::{
-    decide, ComponentDecision, Finding, FindingKind, OwnershipConfig, Severity, VersionSource,
-};
+use crate::ownership::{decide, ComponentDecision, Finding, FindingKind, OwnershipConfig, Severity, VersionSource};
 use crate::routes::{PoolClass, Writer};
 use crate::text::escape;
 
@@ -75,38 +73,18 @@ pub fn explain_all_nodes(
     config: &OwnershipConfig,
     format: OutputFormat,
 ) -> Result<Explanation, ExplainError> {
-    let base = decide(
-        cluster,
-        &OwnershipConfig {
-            node: None,
-            ..config.clone()
-        },
-    );
-    let shared: Vec<Finding> = base
-        .findings
-        .iter()
-        .filter(|f| f.class.is_none())
-        .cloned()
-        .collect();
+    let base = decide(cluster, &OwnershipConfig { node: None, ..config.clone() });
+    let shared: Vec<Finding> = base.findings.iter().filter(|f| f.class.is_none()).cloned().collect();
     let mut nodes = Vec::with_capacity(cluster.nodes.len());
     for name in cluster.nodes.keys() {
-        let d = decide(
-            cluster,
-            &OwnershipConfig {
-                node: Some(name.clone()),
-                ..config.clone()
-            },
-        );
+        let d = decide(cluster, &OwnershipConfig { node: Some(name.clone()), ..config.clone() });
         let mut double_programmed = Vec::new();
         let mut unowned = Vec::new();
         let mut remarks = Vec::new();
         for f in d.findings {
             match (&f.kind, f.class) {
                 (FindingKind::DoubleProgrammed { writers }, Some(class)) => {
-                    double_programmed.push(DoubleProgrammed {
-                        class,
-                        writers: writers.clone(),
-                    });
+                    double_programmed.push(DoubleProgrammed { class, writers: writers.clone() });
                 }
                 (FindingKind::Unowned, Some(class)) => unowned.push(class),
                 (_, None) if !shared.contains(&f) => remarks.push(f.message),
@@ -114,29 +92,15 @@ pub fn explain_all_nodes(
             }
         }
         let consistent = double_programmed.is_empty() && unowned.is_empty();
-        nodes.push(NodeRow {
-            node: name.clone(),
-            felix: d.felix,
-            double_programmed,
-            unowned,
-            consistent,
-            notes: remarks,
-        });
+        nodes.push(NodeRow { node: name.clone(), felix: d.felix, double_programmed, unowned, consistent, notes: remarks });
     }
-    let inconsistent_nodes: Vec<String> = nodes
-        .iter()
-        .filter(|n| !n.consistent)
-        .map(|n| n.node.clone())
-        .collect();
+    let inconsistent_nodes: Vec<String> = nodes.iter().filter(|n| !n.consistent).map(|n| n.node.clone()).collect();
     let invalid_pools = invalid_pools(object_errors);
     let has_errors = !inconsistent_nodes.is_empty() || !invalid_pools.is_empty();
     let overrides_without_node: Vec<String> = cluster
         .felix_configurations
         .keys()
-        .filter(|k| {
-            k.strip_prefix("node.")
-                .is_some_and(|n| !cluster.nodes.contains_key(n))
-        })
+        .filter(|k| k.strip_prefix("node.").is_some_and(|n| !cluster.nodes.contains_key(n)))
         .map(|k| format!("FelixConfiguration {k}"))
         .collect();
     let report = AllNodesReport {
@@ -166,66 +130,20 @@ fn doubles(d: &[DoubleProgrammed]) -> String {
     if d.is_empty() {
         return "-".to_owned();
     }
-    d.iter()
-        .map(|x| {
-            format!(
-                "{} ({})",
-                x.class.label(),
-                x.writers
-                    .iter()
-                    .map(|w| w.label())
-                    .collect::<Vec<_>>()
-                    .join("+")
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+    d.iter().map(|x| format!("{} ({})", x.class.label(), x.writers.iter().map(|w| w.label()).collect::<Vec<_>>().join("+"))).collect::<Vec<_>>().join(", ")
 }
 
 fn render(r: &AllNodesReport, version: &str) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "role {}, Calico {}, all nodes ({})",
-        r.role,
-        escape(version),
-        r.nodes.len()
-    );
-    let _ = writeln!(
-        out,
-        "bird: {} ({}), the same on every node",
-        r.bird.value,
-        escape(&r.bird.source.to_string())
-    );
+    let _ = writeln!(out, "role {}, Calico {}, all nodes ({})", r.role, escape(version), r.nodes.len());
+    let _ = writeln!(out, "bird: {} ({}), the same on every node", r.bird.value, escape(&r.bird.source.to_string()));
     if let Some(e) = &r.explicit {
-        let _ = writeln!(
-            out,
-            "routewarden: {} ({}), the same on every node",
-            e.value,
-            escape(&e.source.to_string())
-        );
+        let _ = writeln!(out, "routewarden: {} ({}), the same on every node", e.value, escape(&e.source.to_string()));
     }
     out.push_str("\nNodes\n");
-    let mut rows = vec![[
-        "NODE",
-        "FELIX",
-        "FELIX SOURCE",
-        "BIRD",
-        "DOUBLE-PROGRAMMED",
-        "UNOWNED",
-    ]
-    .map(String::from)
-    .to_vec()];
+    let mut rows = vec![["NODE", "FELIX", "FELIX SOURCE", "BIRD", "DOUBLE-PROGRAMMED", "UNOWNED"].map(String::from).to_vec()];
     for n in &r.nodes {
-        let unowned = if n.unowned.is_empty() {
-            "-".to_owned()
-        } else {
-            n.unowned
-                .iter()
-                .map(|c| c.label())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+        let unowned = if n.unowned.is_empty() { "-".to_owned() } else { n.unowned.iter().map(|c| c.label()).collect::<Vec<_>>().join(", ") };
         rows.push(vec![
             n.node.clone(),
             n.felix.value.to_string(),
@@ -240,11 +158,7 @@ fn render(r: &AllNodesReport, version: &str) -> String {
     } else {
         table(&mut out, &rows);
     }
-    let notes: Vec<(&str, &String)> = r
-        .nodes
-        .iter()
-        .flat_map(|n| n.notes.iter().map(move |m| (n.node.as_str(), m)))
-        .collect();
+    let notes: Vec<(&str, &String)> = r.nodes.iter().flat_map(|n| n.notes.iter().map(move |m| (n.node.as_str(), m))).collect();
     if !notes.is_empty() {
         out.push_str("\nNode notes\n");
         for (node, m) in notes {
@@ -269,18 +183,10 @@ fn render_shared(out: &mut String, r: &AllNodesReport) {
         rows.push(vec![sev.to_owned(), f.code().to_owned(), f.message.clone()]);
     }
     for o in &r.overrides_without_node {
-        rows.push(vec![
-            "warning".to_owned(),
-            "no-such-node".to_owned(),
-            format!("{o} names no Node in the cluster; it applies nowhere"),
-        ]);
+        rows.push(vec!["warning".to_owned(), "no-such-node".to_owned(), format!("{o} names no Node in the cluster; it applies nowhere")]);
     }
     for p in &r.invalid_pools {
-        rows.push(vec![
-            "ERROR".to_owned(),
-            "invalid-pool".to_owned(),
-            format!("{p}; nothing in its CIDR is routed, deleted or claimed"),
-        ]);
+        rows.push(vec!["ERROR".to_owned(), "invalid-pool".to_owned(), format!("{p}; nothing in its CIDR is routed, deleted or claimed")]);
     }
     if rows.is_empty() {
         out.push_str("  (none)\n");
@@ -291,12 +197,7 @@ fn render_shared(out: &mut String, r: &AllNodesReport) {
     if r.inconsistent_nodes.is_empty() {
         let _ = writeln!(out, "every node consistent ({} nodes)", r.nodes.len());
     } else {
-        let shown: Vec<String> = r
-            .inconsistent_nodes
-            .iter()
-            .take(20)
-            .map(|n| escape(n).into_owned())
-            .collect();
+        let shown: Vec<String> = r.inconsistent_nodes.iter().take(20).map(|n| escape(n).into_owned()).collect();
         let more = r.inconsistent_nodes.len().saturating_sub(shown.len());
         let _ = writeln!(
             out,
@@ -304,11 +205,7 @@ fn render_shared(out: &mut String, r: &AllNodesReport) {
             r.inconsistent_nodes.len(),
             r.nodes.len(),
             shown.join(", "),
-            if more > 0 {
-                format!(" and {more} more")
-            } else {
-                String::new()
-            }
+            if more > 0 { format!(" and {more} more") } else { String::new() }
         );
     }
     if !r.object_errors.is_empty() {

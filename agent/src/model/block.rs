@@ -138,10 +138,7 @@ impl IpamBlock {
                     None
                 }
                 None => {
-                    f.fail(
-                        "spec.affinity",
-                        FieldProblem::InvalidValue { value: s.to_owned(), expected: "host:<node> or virtual:<name>" },
-                    );
+                    f.fail("spec.affinity", FieldProblem::InvalidValue { value: s.to_owned(), expected: "host:<node> or virtual:<name>" });
                     None
                 }
             },
@@ -160,13 +157,7 @@ impl IpamBlock {
                 Value::Number(n) => match n.as_u64().and_then(|n| usize::try_from(n).ok()) {
                     Some(idx) if idx < attributes.len() => allocations.push(Some(idx)),
                     _ => {
-                        f.fail(
-                            field,
-                            FieldProblem::Inconsistent(format!(
-                                "attribute index {n} out of range ({} attributes)",
-                                attributes.len()
-                            )),
-                        );
+                        f.fail(field, FieldProblem::Inconsistent(format!("attribute index {n} out of range ({} attributes)", attributes.len())));
                         allocations.push(None);
                     }
                 },
@@ -186,13 +177,7 @@ impl IpamBlock {
         let host_bits = u32::from(cidr.max_prefix_len() - cidr.prefix_len());
         let size = 1u128.checked_shl(host_bits).unwrap_or(u128::MAX);
         if allocations.len() as u128 > size {
-            f.fail(
-                "spec.allocations",
-                FieldProblem::Inconsistent(format!(
-                    "{} entries for a block of {size} addresses ({cidr})",
-                    allocations.len()
-                )),
-            );
+            f.fail("spec.allocations", FieldProblem::Inconsistent(format!("{} entries for a block of {size} addresses ({cidr})", allocations.len())));
         }
         f.take_result(IpamBlock { name: name.to_owned(), cidr: cidr.trunc(), affinity, allocations, attributes, deleted })
     }
@@ -208,20 +193,14 @@ fn parse_attributes(f: &mut Fields<'_>, index: usize, item: &Value) -> Allocatio
     match map.get("handle_id") {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => out.handle_id = Some(s.clone()),
-        Some(other) => f.fail(
-            format!("spec.attributes[{i}].handle_id"),
-            FieldProblem::WrongType { expected: "string", found: type_name(other) },
-        ),
+        Some(other) => f.fail(format!("spec.attributes[{i}].handle_id"), FieldProblem::WrongType { expected: "string", found: type_name(other) }),
     }
     match map.get("secondary") {
         None | Some(Value::Null) => {}
         Some(Value::Mapping(sec)) => {
             for (key, val) in sec {
                 let (Some(key), Some(val)) = (key.as_str(), val.as_str()) else {
-                    f.fail(
-                        format!("spec.attributes[{i}].secondary"),
-                        FieldProblem::WrongType { expected: "map of strings", found: type_name(val) },
-                    );
+                    f.fail(format!("spec.attributes[{i}].secondary"), FieldProblem::WrongType { expected: "map of strings", found: type_name(val) });
                     continue;
                 };
                 if key == "node" && !val.is_empty() && !is_dns1123_subdomain(val) {
@@ -231,10 +210,7 @@ fn parse_attributes(f: &mut Fields<'_>, index: usize, item: &Value) -> Allocatio
                 out.secondary.insert(key.to_owned(), val.to_owned());
             }
         }
-        Some(other) => f.fail(
-            format!("spec.attributes[{i}].secondary"),
-            FieldProblem::WrongType { expected: "mapping", found: type_name(other) },
-        ),
+        Some(other) => f.fail(format!("spec.attributes[{i}].secondary"), FieldProblem::WrongType { expected: "mapping", found: type_name(other) }),
     }
     out
 }
@@ -301,26 +277,13 @@ impl BlockAffinity {
             Some("pending") => AffinityState::Pending,
             Some("pendingDeletion") => AffinityState::PendingDeletion,
             Some(other) => {
-                f.fail(
-                    "spec.state",
-                    FieldProblem::InvalidValue {
-                        value: other.to_owned(),
-                        expected: "confirmed, pending or pendingDeletion",
-                    },
-                );
+                f.fail("spec.state", FieldProblem::InvalidValue { value: other.to_owned(), expected: "confirmed, pending or pendingDeletion" });
                 AffinityState::Confirmed
             }
         };
         let affinity_type = f.string(&["spec", "type"]).filter(|s| !s.is_empty()).unwrap_or("host").to_owned();
         let deleted = f.bool_lenient(&["spec", "deleted"]).unwrap_or(false);
         let (Some(node), Some(cidr)) = (node, cidr) else { return Err(f.take_errors()) };
-        f.take_result(BlockAffinity {
-            name: name.to_owned(),
-            node: node.to_owned(),
-            cidr: cidr.trunc(),
-            state,
-            affinity_type,
-            deleted,
-        })
+        f.take_result(BlockAffinity { name: name.to_owned(), node: node.to_owned(), cidr: cidr.trunc(), state, affinity_type, deleted })
     }
 }

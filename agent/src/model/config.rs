@@ -51,15 +51,11 @@ impl FelixConfiguration {
             FelixScope::Other
         };
         let program_cluster_routes = f.string(&["spec", "programClusterRoutes"]).map(str::to_owned);
-        let device_route_protocol =
-            f.uint(&["spec", "deviceRouteProtocol"], 0, 255).and_then(|n| u8::try_from(n).ok());
+        let device_route_protocol = f.uint(&["spec", "deviceRouteProtocol"], 0, 255).and_then(|n| u8::try_from(n).ok());
         let route_refresh_interval = match f.string(&["spec", "routeRefreshInterval"]) {
             None => None,
             Some(s) => parse_go_duration(s).or_else(|| {
-                f.fail(
-                    "spec.routeRefreshInterval",
-                    FieldProblem::InvalidValue { value: s.to_owned(), expected: "a duration such as 1m30s" },
-                );
+                f.fail("spec.routeRefreshInterval", FieldProblem::InvalidValue { value: s.to_owned(), expected: "a duration such as 1m30s" });
                 None
             }),
         };
@@ -97,12 +93,7 @@ impl BgpConfiguration {
         let program_cluster_routes = f.string(&["spec", "programClusterRoutes"]).map(str::to_owned);
         let ipv4_normal_route_priority = priority(f, "ipv4NormalRoutePriority");
         let ipv6_normal_route_priority = priority(f, "ipv6NormalRoutePriority");
-        f.take_result(BgpConfiguration {
-            name: name.to_owned(),
-            program_cluster_routes,
-            ipv4_normal_route_priority,
-            ipv6_normal_route_priority,
-        })
+        f.take_result(BgpConfiguration { name: name.to_owned(), program_cluster_routes, ipv4_normal_route_priority, ipv6_normal_route_priority })
     }
 }
 

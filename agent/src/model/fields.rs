@@ -69,12 +69,7 @@ impl<'a> Fields<'a> {
     /// Record a problem with `field` (a rendered path). Names and values are cut to
     /// [`MAX_TEXT`] characters in the error: a 16 MiB name stays a short message.
     pub(crate) fn fail(&mut self, field: impl Into<String>, problem: FieldProblem) {
-        self.errors.push(ModelError::Field {
-            kind: self.kind,
-            name: bounded(self.name),
-            field: field.into(),
-            problem: problem.bounded(),
-        });
+        self.errors.push(ModelError::Field { kind: self.kind, name: bounded(self.name), field: field.into(), problem: problem.bounded() });
     }
 
     /// The value at `path`; `None` when absent or null. A non-mapping on the way is an error.

@@ -35,10 +35,12 @@ pub mod yaml;
 
 pub use block::{nth_ip, Affinity, AffinityState, Allocation, AllocationAttributes, BlockAffinity, IpamBlock};
 pub use config::{parse_go_duration, BgpConfiguration, FelixConfiguration, FelixScope};
-pub use node::{Node, NodeAddress, NodeAddressSource, NodeAddressType, NodeForm, TunnelAddressKind};
 pub use names::{block_name, cidrs_in_text, is_dns1123_subdomain, mentioned_cidrs};
+pub use node::{Node, NodeAddress, NodeAddressSource, NodeAddressType, NodeForm, TunnelAddressKind};
 pub use pool::{check_pools, AllowedUse, EncapMode, IpPool};
-pub use sources::{CalicoNodeDaemonSet, ClusterInformation, EnvSetting, EnvValue, Installation, OptionalSource, CALICO_NODE, CALICO_NODE_NAMESPACES, FELIX_ENV};
+pub use sources::{
+    CalicoNodeDaemonSet, ClusterInformation, EnvSetting, EnvValue, Installation, OptionalSource, CALICO_NODE, CALICO_NODE_NAMESPACES, FELIX_ENV,
+};
 pub use yaml::{YamlError, YamlLimits};
 
 use fields::{type_name, Fields};
@@ -288,10 +290,7 @@ impl Cluster {
     /// The IP pool containing `cidr`: the most specific one when pools overlap, ties broken
     /// by name.
     pub fn pool_for(&self, cidr: IpNet) -> Option<&IpPool> {
-        self.ip_pools
-            .values()
-            .filter(|p| p.cidr.contains(&cidr))
-            .max_by(|a, b| a.cidr.prefix_len().cmp(&b.cidr.prefix_len()).then_with(|| b.name.cmp(&a.name)))
+        self.ip_pools.values().filter(|p| p.cidr.contains(&cidr)).max_by(|a, b| a.cidr.prefix_len().cmp(&b.cidr.prefix_len()).then_with(|| b.name.cmp(&a.name)))
     }
 
     /// The BGPConfiguration named `default`, the only one that affects ownership.
@@ -375,12 +374,8 @@ impl ClusterBuilder {
                 ParsedObject::IpamBlock(name, o) => insert(&mut c.ipam_blocks, Kind::IpamBlock, name, o),
                 ParsedObject::BlockAffinity(name, o) => insert(&mut c.block_affinities, Kind::BlockAffinity, name, o),
                 ParsedObject::Node(name, o) => insert(&mut c.nodes, Kind::Node, name, o),
-                ParsedObject::FelixConfiguration(name, o) => {
-                    insert(&mut c.felix_configurations, Kind::FelixConfiguration, name, o)
-                }
-                ParsedObject::BgpConfiguration(name, o) => {
-                    insert(&mut c.bgp_configurations, Kind::BgpConfiguration, name, o)
-                }
+                ParsedObject::FelixConfiguration(name, o) => insert(&mut c.felix_configurations, Kind::FelixConfiguration, name, o),
+                ParsedObject::BgpConfiguration(name, o) => insert(&mut c.bgp_configurations, Kind::BgpConfiguration, name, o),
                 ParsedObject::ClusterInformation(name, o) => insert(&mut c.cluster_informations, Kind::ClusterInformation, name, o),
                 ParsedObject::Installation(name, o) => insert(&mut c.installations, Kind::Installation, name, o),
                 ParsedObject::DaemonSet(name, o) => insert(&mut c.calico_node_daemonsets, Kind::DaemonSet, name, o),
@@ -633,7 +628,10 @@ impl ParsedObjects {
         if !is_dns1123_subdomain(name) {
             f.fail(
                 "metadata.name",
-                FieldProblem::InvalidValue { value: name.to_owned(), expected: "a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253 characters" },
+                FieldProblem::InvalidValue {
+                    value: name.to_owned(),
+                    expected: "a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253 characters",
+                },
             );
         }
         let result = match kind {
@@ -642,12 +640,8 @@ impl ParsedObjects {
             Kind::BlockAffinity => BlockAffinity::parse(&mut f, name).map(|o| ParsedObject::BlockAffinity(n, o)),
             Kind::Node if core_node => Node::parse_kubernetes(&mut f, name).map(|o| ParsedObject::Node(n, o)),
             Kind::Node => Node::parse_calico(&mut f, name).map(|o| ParsedObject::Node(n, o)),
-            Kind::FelixConfiguration => {
-                FelixConfiguration::parse(&mut f, name).map(|o| ParsedObject::FelixConfiguration(n, o))
-            }
-            Kind::BgpConfiguration => {
-                BgpConfiguration::parse(&mut f, name).map(|o| ParsedObject::BgpConfiguration(n, o))
-            }
+            Kind::FelixConfiguration => FelixConfiguration::parse(&mut f, name).map(|o| ParsedObject::FelixConfiguration(n, o)),
+            Kind::BgpConfiguration => BgpConfiguration::parse(&mut f, name).map(|o| ParsedObject::BgpConfiguration(n, o)),
             Kind::ClusterInformation => ClusterInformation::parse(&mut f, name).map(|o| ParsedObject::ClusterInformation(n, o)),
             Kind::Installation => Installation::parse(&mut f, name).map(|o| ParsedObject::Installation(n, o)),
             Kind::DaemonSet => CalicoNodeDaemonSet::parse(&mut f, namespace).map(|o| ParsedObject::DaemonSet(n, o)),

@@ -24,10 +24,7 @@ pub fn is_dns1123_subdomain(name: &str) -> bool {
         && name.len() <= 253
         && name.split('.').all(|label| {
             let b = label.as_bytes();
-            !b.is_empty()
-                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-                && b[0] != b'-'
-                && b[b.len() - 1] != b'-'
+            !b.is_empty() && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-') && b[0] != b'-' && b[b.len() - 1] != b'-'
         })
 }
 
@@ -133,11 +130,7 @@ mod tests {
 
     #[test]
     fn block_names_round_trip() {
-        for (cidr, name) in [
-            ("10.244.1.0/26", "10-244-1-0-26"),
-            ("fd00:10:244:0:10::/122", "fd00-10-244-0-10---122"),
-            ("fd00::/122", "fd00---122"),
-        ] {
+        for (cidr, name) in [("10.244.1.0/26", "10-244-1-0-26"), ("fd00:10:244:0:10::/122", "fd00-10-244-0-10---122"), ("fd00::/122", "fd00---122")] {
             let net: IpNet = cidr.parse().unwrap();
             assert_eq!(block_name(net), name);
             assert_eq!(parse_block_name(name), Some(net));
@@ -148,10 +141,9 @@ mod tests {
 
     #[test]
     fn cidrs_are_found_in_values_and_text() {
-        let v: Value = serde_yaml_ng::from_str(
-            "metadata: {name: 10-244-9-0-26}\nspec: {cidr: 10.244.9.0/26, node: 10.0.0.11, x: [fd00::1, 'not an address', 12, 1.2]}",
-        )
-        .unwrap();
+        let v: Value =
+            serde_yaml_ng::from_str("metadata: {name: 10-244-9-0-26}\nspec: {cidr: 10.244.9.0/26, node: 10.0.0.11, x: [fd00::1, 'not an address', 12, 1.2]}")
+                .unwrap();
         let got: Vec<String> = mentioned_cidrs(&v, Some(Kind::IpamBlock), Some("10-245-1-0-26")).iter().map(ToString::to_string).collect();
         assert_eq!(got, ["10.0.0.11/32", "10.244.9.0/26", "10.245.1.0/26", "fd00::1/128"]);
         let text = "kind: IPPool\nspec: {cidr: 10.244.0.0/16, ipipMode: Always\n  # node 10.0.1.14, time 10:05:00.000\n";

@@ -160,10 +160,7 @@ impl Node {
 
     /// The first InternalIP of the family, else the first ExternalIP.
     fn first_address(&self, v6: bool) -> Option<(IpAddr, NodeAddressSource)> {
-        for (kind, source) in [
-            (NodeAddressType::InternalIP, NodeAddressSource::InternalIp),
-            (NodeAddressType::ExternalIP, NodeAddressSource::ExternalIp),
-        ] {
+        for (kind, source) in [(NodeAddressType::InternalIP, NodeAddressSource::InternalIp), (NodeAddressType::ExternalIP, NodeAddressSource::ExternalIp)] {
             if let Some(a) = self.addresses.iter().find(|a| a.kind == kind && a.address.is_ipv6() == v6) {
                 return Some((a.address, source));
             }

@@ -94,10 +94,7 @@ impl IpPool {
             match f.string(&path) {
                 None => EncapMode::Never,
                 Some(s) => EncapMode::parse(s).unwrap_or_else(|| {
-                    f.fail(
-                        path_label(&path),
-                        FieldProblem::InvalidValue { value: s.to_owned(), expected: "Never, Always or CrossSubnet" },
-                    );
+                    f.fail(path_label(&path), FieldProblem::InvalidValue { value: s.to_owned(), expected: "Never, Always or CrossSubnet" });
                     EncapMode::Never
                 }),
             }
@@ -114,10 +111,7 @@ impl IpPool {
                 Some("Workload") => allowed_uses.push(AllowedUse::Workload),
                 Some("Tunnel") => allowed_uses.push(AllowedUse::Tunnel),
                 Some("LoadBalancer") => allowed_uses.push(AllowedUse::LoadBalancer),
-                Some(other) => f.fail(
-                    field,
-                    FieldProblem::InvalidValue { value: other.to_owned(), expected: "Workload, Tunnel or LoadBalancer" },
-                ),
+                Some(other) => f.fail(field, FieldProblem::InvalidValue { value: other.to_owned(), expected: "Workload, Tunnel or LoadBalancer" }),
                 None => f.fail(field, FieldProblem::WrongType { expected: "string", found: super::fields::type_name(item) }),
             }
         }
@@ -126,10 +120,7 @@ impl IpPool {
         let Some(cidr) = cidr else { return Err(f.take_errors()) };
         // `validateAndSetDefaults`: "IPPool CIDR is not strictly masked".
         if cidr.addr() != cidr.network() {
-            f.fail(
-                "spec.cidr",
-                FieldProblem::Inconsistent(format!("{cidr} is not strictly masked (host bits are set; the network is {})", cidr.trunc())),
-            );
+            f.fail("spec.cidr", FieldProblem::Inconsistent(format!("{cidr} is not strictly masked (host bits are set; the network is {})", cidr.trunc())));
         }
         // `validateAndSetDefaults`: a pool must not overlap the link-local ranges; this also
         // refuses `0.0.0.0/0` and `::/0`.
@@ -141,10 +132,7 @@ impl IpPool {
         let (min, max, default) = if v4 { (20, 32, 26) } else { (116, 128, 122) };
         let block_size = f.uint(&["spec", "blockSize"], min, max).map_or(default, |n| u8::try_from(n).unwrap_or(default));
         if block_size < cidr.prefix_len() {
-            f.fail(
-                "spec.blockSize",
-                FieldProblem::Inconsistent(format!("block size /{block_size} is larger than the pool {cidr}")),
-            );
+            f.fail("spec.blockSize", FieldProblem::Inconsistent(format!("block size /{block_size} is larger than the pool {cidr}")));
         }
         // CRD XValidation on IPPoolSpec (ippool.go): "IPIP is not supported on IPv6 pools".
         if !v4 && ipip_mode.enabled() {
@@ -152,10 +140,7 @@ impl IpPool {
         }
         // v3 validation (libcalico-go validator): IPIP and VXLAN cannot both be enabled.
         if ipip_mode.enabled() && vxlan_mode.enabled() {
-            f.fail(
-                "spec.vxlanMode",
-                FieldProblem::Inconsistent("ipipMode and vxlanMode cannot both be enabled".into()),
-            );
+            f.fail("spec.vxlanMode", FieldProblem::Inconsistent("ipipMode and vxlanMode cannot both be enabled".into()));
         }
         let pool = IpPool {
             name: name.to_owned(),

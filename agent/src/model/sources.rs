@@ -67,17 +67,10 @@ pub struct ClusterInformation {
 }
 
 impl ClusterInformation {
-    pub(crate) fn parse(
-        f: &mut Fields<'_>,
-        name: &str,
-    ) -> Result<ClusterInformation, Vec<ModelError>> {
+    pub(crate) fn parse(f: &mut Fields<'_>, name: &str) -> Result<ClusterInformation, Vec<ModelError>> {
         let calico_version = f.string(&["spec", "calicoVersion"]).map(str::to_owned);
         let variant = f.string(&["spec", "variant"]).map(str::to_owned);
-        f.take_result(ClusterInformation {
-            name: name.to_owned(),
-            calico_version,
-            variant,
-        })
+        f.take_result(ClusterInformation { name: name.to_owned(), calico_version, variant })
     }
 }
 
@@ -93,13 +86,8 @@ pub struct Installation {
 
 impl Installation {
     pub(crate) fn parse(f: &mut Fields<'_>, name: &str) -> Result<Installation, Vec<ModelError>> {
-        let cluster_routing_mode = f
-            .string(&["spec", "calicoNetwork", "clusterRoutingMode"])
-            .map(str::to_owned);
-        f.take_result(Installation {
-            name: name.to_owned(),
-            cluster_routing_mode,
-        })
+        let cluster_routing_mode = f.string(&["spec", "calicoNetwork", "clusterRoutingMode"]).map(str::to_owned);
+        f.take_result(Installation { name: name.to_owned(), cluster_routing_mode })
     }
 }
 
@@ -154,23 +142,11 @@ impl CalicoNodeDaemonSet {
         format!("DaemonSet {}", CalicoNodeDaemonSet::key(&self.namespace))
     }
 
-    pub(crate) fn parse(
-        f: &mut Fields<'_>,
-        namespace: &str,
-    ) -> Result<CalicoNodeDaemonSet, Vec<ModelError>> {
-        let mut ds = CalicoNodeDaemonSet {
-            namespace: namespace.to_owned(),
-            container_found: false,
-            program_cluster_routes: None,
-            env_from: Vec::new(),
-        };
+    pub(crate) fn parse(f: &mut Fields<'_>, namespace: &str) -> Result<CalicoNodeDaemonSet, Vec<ModelError>> {
+        let mut ds = CalicoNodeDaemonSet { namespace: namespace.to_owned(), container_found: false, program_cluster_routes: None, env_from: Vec::new() };
         let containers = f.seq(&["spec", "template", "spec", "containers"]);
         let base = path_label(&["spec", "template", "spec", "containers"]);
-        let Some((index, container)) = containers
-            .iter()
-            .enumerate()
-            .find(|(_, c)| c.get("name").and_then(Value::as_str) == Some(CALICO_NODE))
-        else {
+        let Some((index, container)) = containers.iter().enumerate().find(|(_, c)| c.get("name").and_then(Value::as_str) == Some(CALICO_NODE)) else {
             return f.take_result(ds);
         };
         ds.container_found = true;
@@ -182,48 +158,25 @@ impl CalicoNodeDaemonSet {
                     let field = format!("{at}.env[{i}]");
                     let Some(name) = e.get("name").and_then(Value::as_str) else {
                         let found = e.get("name").map_or("nothing", type_name);
-                        f.fail(
-                            format!("{field}.name"),
-                            FieldProblem::WrongType {
-                                expected: "string",
-                                found,
-                            },
-                        );
+                        f.fail(format!("{field}.name"), FieldProblem::WrongType { expected: "string", found });
                         continue;
                     };
                     if !name.eq_ignore_ascii_case(FELIX_ENV) {
                         continue;
                     }
                     let value = match (e.get("value"), e.get("valueFrom")) {
-                        (_, Some(from)) if !from.is_null() => {
-                            EnvValue::Reference(describe_value_from(from))
-                        }
+                        (_, Some(from)) if !from.is_null() => EnvValue::Reference(describe_value_from(from)),
                         (None | Some(Value::Null), _) => EnvValue::Literal(String::new()),
                         (Some(Value::String(s)), _) => EnvValue::Literal(s.clone()),
                         (Some(other), _) => {
-                            f.fail(
-                                format!("{field}.value"),
-                                FieldProblem::WrongType {
-                                    expected: "string",
-                                    found: type_name(other),
-                                },
-                            );
+                            f.fail(format!("{field}.value"), FieldProblem::WrongType { expected: "string", found: type_name(other) });
                             continue;
                         }
                     };
-                    ds.program_cluster_routes = Some(EnvSetting {
-                        name: name.to_owned(),
-                        value,
-                    });
+                    ds.program_cluster_routes = Some(EnvSetting { name: name.to_owned(), value });
                 }
             }
-            Some(other) => f.fail(
-                format!("{at}.env"),
-                FieldProblem::WrongType {
-                    expected: "list",
-                    found: type_name(other),
-                },
-            ),
+            Some(other) => f.fail(format!("{at}.env"), FieldProblem::WrongType { expected: "list", found: type_name(other) }),
         }
         if let Some(Value::Sequence(from)) = container.get("envFrom") {
             ds.env_from = from.iter().map(describe_env_from).collect();
@@ -240,13 +193,7 @@ fn describe_value_from(from: &Value) -> String {
     let Some((Value::String(kind), spec)) = m.iter().next() else {
         return "valueFrom".to_owned();
     };
-    let get = |k: &str| {
-        get_in(spec, &[k])
-            .ok()
-            .flatten()
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-    };
+    let get = |k: &str| get_in(spec, &[k]).ok().flatten().and_then(Value::as_str).unwrap_or("?");
     match kind.as_str() {
         "configMapKeyRef" | "secretKeyRef" => format!("{kind} {}/{}", get("name"), get("key")),
         "fieldRef" => format!("{kind} {}", get("fieldPath")),
@@ -257,20 +204,10 @@ fn describe_value_from(from: &Value) -> String {
 
 /// `configMapRef calico-env`, `secretRef s` (with `prefix P` when set).
 fn describe_env_from(from: &Value) -> String {
-    let prefix = from
-        .get("prefix")
-        .and_then(Value::as_str)
-        .filter(|p| !p.is_empty());
+    let prefix = from.get("prefix").and_then(Value::as_str).filter(|p| !p.is_empty());
     let source = ["configMapRef", "secretRef"]
         .iter()
-        .find_map(|k| {
-            from.get(*k).map(|r| {
-                format!(
-                    "{k} {}",
-                    r.get("name").and_then(Value::as_str).unwrap_or("?")
-                )
-            })
-        })
+        .find_map(|k| from.get(*k).map(|r| format!("{k} {}", r.get("name").and_then(Value::as_str).unwrap_or("?"))))
         .unwrap_or_else(|| "envFrom".to_owned());
     match prefix {
         Some(p) => format!("{source} (prefix {p})"),

@@ -375,9 +375,15 @@ fn cluster_information_in_both_groups() {
     }
     let (cluster, errors) = load("kind: ClusterInformation\nmetadata: {name: default}\nspec: {variant: Calico}\n");
     assert_eq!(errors, vec![]);
-    assert_eq!(cluster.cluster_information_default(), Some(&ClusterInformation { name: "default".into(), calico_version: None, variant: Some("Calico".into()) }));
+    assert_eq!(
+        cluster.cluster_information_default(),
+        Some(&ClusterInformation { name: "default".into(), calico_version: None, variant: Some("Calico".into()) })
+    );
     let (_, errors) = load("apiVersion: crd.projectcalico.org/v1\nkind: ClusterInformation\nmetadata: {name: default}\nspec: {calicoVersion: 3.3}\n");
-    assert_eq!(errors.iter().map(ToString::to_string).collect::<Vec<_>>(), vec![r#"ClusterInformation "default": spec.calicoVersion: expected string, found number"#]);
+    assert_eq!(
+        errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        vec![r#"ClusterInformation "default": spec.calicoVersion: expected string, found number"#]
+    );
 }
 
 /// The operator's Installation: `operator.tigera.io/v1` only.
@@ -424,7 +430,9 @@ fn calico_node_daemonset_env() {
     );
     assert_eq!(cluster.calico_node_daemonsets_preferred().iter().map(|d| d.namespace.as_str()).collect::<Vec<_>>(), vec!["calico-system", "kube-system"]);
     // No calico-node container (a renamed one): found, nothing read.
-    let (cluster, errors) = load("apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: calico-node, namespace: kube-system}\nspec: {template: {spec: {containers: [{name: node}]}}}\n");
+    let (cluster, errors) = load(
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: calico-node, namespace: kube-system}\nspec: {template: {spec: {containers: [{name: node}]}}}\n",
+    );
     assert_eq!(errors, vec![]);
     assert!(!cluster.calico_node_daemonsets["kube-system/calico-node"].container_found);
     // A bad env: named by object (with its namespace) and field.

@@ -128,11 +128,24 @@ enum Event {
     StreamEnd,
     DocumentStart,
     DocumentEnd,
-    Alias { anchor: String },
-    Scalar { anchor: Option<String>, tag: Option<String>, value: String, style: Style },
-    SequenceStart { anchor: Option<String>, tag: Option<String> },
+    Alias {
+        anchor: String,
+    },
+    Scalar {
+        anchor: Option<String>,
+        tag: Option<String>,
+        value: String,
+        style: Style,
+    },
+    SequenceStart {
+        anchor: Option<String>,
+        tag: Option<String>,
+    },
     SequenceEnd,
-    MappingStart { anchor: Option<String>, tag: Option<String> },
+    MappingStart {
+        anchor: Option<String>,
+        tag: Option<String>,
+    },
     MappingEnd,
     /// Stream start and anything else that carries no content.
     Nothing,
@@ -253,15 +266,9 @@ unsafe fn convert(e: &sys::yaml_event_t) -> Event {
                     style: if s.style == sys::YAML_PLAIN_SCALAR_STYLE { Style::Plain } else { Style::Quoted },
                 }
             }
-            sys::YAML_SEQUENCE_START_EVENT => Event::SequenceStart {
-                anchor: c_text(e.data.sequence_start.anchor),
-                tag: c_text(e.data.sequence_start.tag),
-            },
+            sys::YAML_SEQUENCE_START_EVENT => Event::SequenceStart { anchor: c_text(e.data.sequence_start.anchor), tag: c_text(e.data.sequence_start.tag) },
             sys::YAML_SEQUENCE_END_EVENT => Event::SequenceEnd,
-            sys::YAML_MAPPING_START_EVENT => Event::MappingStart {
-                anchor: c_text(e.data.mapping_start.anchor),
-                tag: c_text(e.data.mapping_start.tag),
-            },
+            sys::YAML_MAPPING_START_EVENT => Event::MappingStart { anchor: c_text(e.data.mapping_start.anchor), tag: c_text(e.data.mapping_start.tag) },
             sys::YAML_MAPPING_END_EVENT => Event::MappingEnd,
             _ => Event::Nothing,
         }
@@ -385,7 +392,13 @@ fn resolve_scalar(value: String, tag: Option<&str>, style: Style) -> Result<Valu
             _ => Err(format!("{value:?} is not an integer")),
         },
         Some(TAG_FLOAT) => parse_float(&value).map(|f| Value::Number(Number::from(f))).ok_or_else(|| format!("{value:?} is not a float")),
-        Some(TAG_NULL) => if is_null(&value) { Ok(Value::Null) } else { Err(format!("{value:?} is not null")) },
+        Some(TAG_NULL) => {
+            if is_null(&value) {
+                Ok(Value::Null)
+            } else {
+                Err(format!("{value:?} is not null"))
+            }
+        }
         Some(t) if t.starts_with('!') => {
             let inner = if style == Style::Plain { resolve_plain(value)? } else { Value::String(value) };
             Ok(local_tag(t, inner))
@@ -439,16 +452,7 @@ struct Loader {
 
 impl Loader {
     fn new(limits: YamlLimits) -> Loader {
-        Loader {
-            limits,
-            stack: Vec::new(),
-            anchors: HashMap::new(),
-            budget: Budget::default(),
-            outer: None,
-            streamed_items: false,
-            fatal: None,
-            line: 1,
-        }
+        Loader { limits, stack: Vec::new(), anchors: HashMap::new(), budget: Budget::default(), outer: None, streamed_items: false, fatal: None, line: 1 }
     }
 
     /// True while the value being built is an element of the root's streamed `items`
@@ -531,8 +535,7 @@ impl Loader {
             Event::SequenceStart { anchor, tag } => {
                 self.open(line)?;
                 // The root mapping's `items` sequence is streamed: its elements are objects.
-                let streaming = self.stack.len() == 1
-                    && matches!(&self.stack[0], Node::Map { key: Some(Value::String(k)), .. } if k == "items");
+                let streaming = self.stack.len() == 1 && matches!(&self.stack[0], Node::Map { key: Some(Value::String(k)), .. } if k == "items");
                 if streaming {
                     self.streamed_items = true;
                     self.outer = Some(std::mem::take(&mut self.budget));
@@ -773,7 +776,8 @@ just a string
     #[test]
     fn long_sequences_and_big_objects_become_invalid_objects_with_their_start() {
         let limits = YamlLimits { max_sequence_len: 4, max_object_nodes: 1_000, ..YamlLimits::default() };
-        let text = "items:\n- kind: IPAMBlock\n  metadata: {name: x}\n  spec: {cidr: 10.0.0.0/30, allocations: [0, 1, 2, 3, 4, 5]}\n- kind: IPPool\nkind: List\n";
+        let text =
+            "items:\n- kind: IPAMBlock\n  metadata: {name: x}\n  spec: {cidr: 10.0.0.0/30, allocations: [0, 1, 2, 3, 4, 5]}\n- kind: IPPool\nkind: List\n";
         let got = chunks(text, &limits).unwrap();
         let Chunk::Invalid { partial, line, reason, in_list } = &got[0] else { panic!("{got:?}") };
         assert_eq!(reason, "a sequence has more than 4 entries");

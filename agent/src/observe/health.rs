@@ -136,7 +136,10 @@ mod tests {
         h.set_datastore_synced(true);
         h.set_first_apply_done();
         h.set_waiting_devices(&BTreeMap::from([("ipip0".to_owned(), 3)]));
-        assert_eq!(h.ready(), (true, "datastore: synced\nroutes: first apply done\ndevice ipip0: missing or down; 3 cluster route(s) wait for it\n".to_owned()));
+        assert_eq!(
+            h.ready(),
+            (true, "datastore: synced\nroutes: first apply done\ndevice ipip0: missing or down; 3 cluster route(s) wait for it\n".to_owned())
+        );
         h.set_waiting_devices(&BTreeMap::new());
         assert_eq!(h.ready().1, "datastore: synced\nroutes: first apply done\n");
     }

@@ -45,11 +45,7 @@ pub fn router(registry: Registry, health: Arc<Health>) -> Router {
 async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
     let mut body = String::new();
     match prometheus_client::encoding::text::encode(&mut body, &s.registry) {
-        Ok(()) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-            body,
-        ),
+        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], e.to_string()),
     }
 }
@@ -185,7 +181,16 @@ fn is_per_connection(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted)
         || matches!(
             e.raw_os_error().map(Errno::from_raw),
-            Some(Errno::ENETDOWN | Errno::EPROTO | Errno::ENOPROTOOPT | Errno::EHOSTDOWN | Errno::ENONET | Errno::EHOSTUNREACH | Errno::EOPNOTSUPP | Errno::ENETUNREACH)
+            Some(
+                Errno::ENETDOWN
+                    | Errno::EPROTO
+                    | Errno::ENOPROTOOPT
+                    | Errno::EHOSTDOWN
+                    | Errno::ENONET
+                    | Errno::EHOSTUNREACH
+                    | Errno::EOPNOTSUPP
+                    | Errno::ENETUNREACH
+            )
         )
 }
 

@@ -265,22 +265,34 @@ impl Metrics {
     pub fn new_registry() -> (Registry, std::sync::Arc<Metrics>) {
         let m = std::sync::Arc::new(Metrics::default());
         let mut r = Registry::with_prefix("routewarden");
-        r.register(
-            "build",
-            "Build information",
-            Info::new(vec![("version".to_string(), env!("CARGO_PKG_VERSION").to_string())]),
-        );
+        r.register("build", "Build information", Info::new(vec![("version".to_string(), env!("CARGO_PKG_VERSION").to_string())]));
         r.register("calico_version_info", "Calico release line in force (1): the version, whose rules decide, and where it came from (--calico-version, ClusterInformation default, or assumed)", m.calico_version.clone());
         r.register("datastore_synced", "1 when the datastore view is complete and current, else 0", m.datastore_synced.clone());
         r.register("datastore_load_errors", "Broken datastore files or objects seen, by reason", m.datastore_load_errors.clone());
         r.register("datastore_invalid_objects", "Datastore objects currently skipped because they failed validation", m.datastore_invalid_objects.clone());
-        r.register("datastore_invalid_inputs", "Datastore inputs (files, watched resources) currently broken; their last good content is used", m.datastore_invalid_inputs.clone());
-        r.register("frozen_prefixes", "Prefixes of frozen ground: named by a broken object or input, or covered by an invalid IP pool; nothing there is deleted or claimed", m.frozen_prefixes.clone());
+        r.register(
+            "datastore_invalid_inputs",
+            "Datastore inputs (files, watched resources) currently broken; their last good content is used",
+            m.datastore_invalid_inputs.clone(),
+        );
+        r.register(
+            "frozen_prefixes",
+            "Prefixes of frozen ground: named by a broken object or input, or covered by an invalid IP pool; nothing there is deleted or claimed",
+            m.frozen_prefixes.clone(),
+        );
         r.register("deletions_held", "Route deletions held back in the last apply, by reason", m.deletions_held.clone());
-        r.register("mass_deletion_holds", "Times the mass-deletion breaker engaged: one change would have deleted more than the threshold of routewarden's routes at once", m.mass_deletion_holds.clone());
+        r.register(
+            "mass_deletion_holds",
+            "Times the mass-deletion breaker engaged: one change would have deleted more than the threshold of routewarden's routes at once",
+            m.mass_deletion_holds.clone(),
+        );
         r.register("ownership_findings", "Findings of the current ownership decision, by code and pool class", m.ownership_findings.clone());
         r.register("route_problems", "Problems in the IPAM data that change routes, by code", m.route_problems.clone());
-        r.register("routes", "Cluster routes routewarden wants (desired), has in the kernel (programmed), and finds held by another writer it will not overwrite (held)", m.routes.clone());
+        r.register(
+            "routes",
+            "Cluster routes routewarden wants (desired), has in the kernel (programmed), and finds held by another writer it will not overwrite (held)",
+            m.routes.clone(),
+        );
         r.register("route_operations", "Netlink route writes, by operation and result", m.route_operations.clone());
         r.register("netlink_errors", "Netlink errors, by operation and errno kind", m.netlink_errors.clone());
         r.register("reconcile_duration_seconds", "Duration of one route-table apply pass", m.reconcile_duration.0.clone());
@@ -289,7 +301,11 @@ impl Metrics {
         r.register("tc_count_packets", "Packets seen by the tc_count probe on the watched devices", m.tc_count_packets.clone());
         r.register("tc_count_bytes", "Bytes seen by the tc_count probe on the watched devices", m.tc_count_bytes.clone());
         r.register("route_writes", "Kernel route writes seen by the route watch, by family, operation and writer class", m.route_writes.clone());
-        r.register("route_conflicts", "Conflict episodes: two writers overwrote or deleted each other's route for a prefix within the window", m.route_conflicts.clone());
+        r.register(
+            "route_conflicts",
+            "Conflict episodes: two writers overwrote or deleted each other's route for a prefix within the window",
+            m.route_conflicts.clone(),
+        );
         r.register("route_flaps", "Flap episodes: a prefix changed at least threshold times within the window", m.route_flaps.clone());
         r.register("route_flushes", "Routes removed by the kernel without a writer (link down flush)", m.route_flushes.clone());
         r.register("flapping_prefixes", "Prefixes in flap or conflict now", m.flapping_prefixes.clone());

@@ -53,8 +53,7 @@ pub enum ClusterRoutes {
 
 impl ClusterRoutes {
     /// The four values, in the enum's order.
-    pub const ALL: [ClusterRoutes; 4] =
-        [ClusterRoutes::Disabled, ClusterRoutes::EnabledIpipOnly, ClusterRoutes::EnabledNoEncapOnly, ClusterRoutes::Enabled];
+    pub const ALL: [ClusterRoutes; 4] = [ClusterRoutes::Disabled, ClusterRoutes::EnabledIpipOnly, ClusterRoutes::EnabledNoEncapOnly, ClusterRoutes::Enabled];
 
     /// Canonical spelling.
     pub fn as_str(self) -> &'static str {
@@ -459,11 +458,7 @@ pub fn decide(cluster: &Cluster, config: &OwnershipConfig) -> OwnershipDecision 
     let bird = bird_value(cluster, &version, &mut sources);
     operator_findings(cluster, &version, &mut sources);
     let explicit = match config.role {
-        Role::Explicit(v) => Some(ComponentDecision {
-            field_of: Writer::Routewarden,
-            value: v,
-            source: DecisionSource::Role { value: v.as_str().to_owned() },
-        }),
+        Role::Explicit(v) => Some(ComponentDecision { field_of: Writer::Routewarden, value: v, source: DecisionSource::Role { value: v.as_str().to_owned() } }),
         _ => None,
     };
 
@@ -471,8 +466,7 @@ pub fn decide(cluster: &Cluster, config: &OwnershipConfig) -> OwnershipDecision 
     for class in [PoolClass::Ipip, PoolClass::NoEncap, PoolClass::Vxlan] {
         writers.insert(class, class_writers(class, config.role, felix.value, bird.value));
     }
-    let programmed: BTreeSet<PoolClass> =
-        writers.iter().filter(|(_, w)| w.contains(&Writer::Routewarden)).map(|(c, _)| *c).collect();
+    let programmed: BTreeSet<PoolClass> = writers.iter().filter(|(_, w)| w.contains(&Writer::Routewarden)).map(|(c, _)| *c).collect();
 
     let pools: Vec<PoolOwnership> = cluster
         .ip_pools
@@ -484,9 +478,7 @@ pub fn decide(cluster: &Cluster, config: &OwnershipConfig) -> OwnershipDecision 
                 // confd's `programsPool` looks at encapsulation only [inferred for LB-only].
                 PoolKind::Vxlan => false,
                 PoolKind::IpipAlways | PoolKind::IpipCrossSubnet => bird.value.covers(PoolClass::Ipip),
-                PoolKind::NoEncap | PoolKind::NoEncapV6 | PoolKind::LoadBalancerOnly => {
-                    bird.value.covers(PoolClass::NoEncap)
-                }
+                PoolKind::NoEncap | PoolKind::NoEncapV6 | PoolKind::LoadBalancerOnly => bird.value.covers(PoolClass::NoEncap),
             };
             PoolOwnership {
                 pool: p.name.clone(),
@@ -501,8 +493,7 @@ pub fn decide(cluster: &Cluster, config: &OwnershipConfig) -> OwnershipDecision 
 
     let mut findings = Vec::new();
     for (class, ws) in &writers {
-        let class_pools: Vec<&str> =
-            pools.iter().filter(|p| p.class == Some(*class)).map(|p| p.pool.as_str()).collect();
+        let class_pools: Vec<&str> = pools.iter().filter(|p| p.class == Some(*class)).map(|p| p.pool.as_str()).collect();
         if class_pools.is_empty() {
             continue;
         }
@@ -571,7 +562,10 @@ fn felix_value(cluster: &Cluster, node: Option<&str>, version: &ResolvedVersion,
                 findings.push(ignored_finding(&format!("FelixConfiguration {}", fc.name), raw, v, "Felix", "Felix programs only VXLAN cluster routes"));
             }
         }
-        return decision(ClusterRoutes::Disabled, DecisionSource::Fixed { reason: format!("Calico {v} has no programClusterRoutes: Felix programs only VXLAN cluster routes") });
+        return decision(
+            ClusterRoutes::Disabled,
+            DecisionSource::Fixed { reason: format!("Calico {v} has no programClusterRoutes: Felix programs only VXLAN cluster routes") },
+        );
     }
     let default = if rules == Rules::V3_33 { ClusterRoutes::EnabledIpipOnly } else { ClusterRoutes::Disabled };
     let (object, raw, from_env) = match (&env, &datastore) {
@@ -632,12 +626,19 @@ impl EnvRead {
 fn felix_env(cluster: &Cluster, findings: &mut Vec<Finding>) -> Option<EnvRead> {
     for (source, reason) in &cluster.unread {
         if let OptionalSource::CalicoNodeEnv(_) = source {
-            findings.push(unreadable_finding(*source, reason, "a FELIX_PROGRAMCLUSTERROUTES there outranks every FelixConfiguration, so the decision shown follows the datastore and may not be Felix's"));
+            findings.push(unreadable_finding(
+                *source,
+                reason,
+                "a FELIX_PROGRAMCLUSTERROUTES there outranks every FelixConfiguration, so the decision shown follows the datastore and may not be Felix's",
+            ));
         }
     }
     let dss = cluster.calico_node_daemonsets_preferred();
-    let settings: Vec<(String, Option<&EnvValue>)> =
-        dss.iter().filter(|d| d.container_found).map(|d| (CalicoNodeDaemonSet::key(&d.namespace), d.program_cluster_routes.as_ref().map(|s| &s.value))).collect();
+    let settings: Vec<(String, Option<&EnvValue>)> = dss
+        .iter()
+        .filter(|d| d.container_found)
+        .map(|d| (CalicoNodeDaemonSet::key(&d.namespace), d.program_cluster_routes.as_ref().map(|s| &s.value)))
+        .collect();
     if settings.windows(2).any(|w| w[0].1 != w[1].1) {
         let daemonsets: Vec<String> = settings.iter().map(|(k, _)| k.clone()).collect();
         let shown: Vec<String> = settings
@@ -680,7 +681,9 @@ fn felix_env(cluster: &Cluster, findings: &mut Vec<Finding>) -> Option<EnvRead> 
                 kind: FindingKind::EnvUnresolved { daemonset: key.clone(), detail: from.clone() },
                 class: None,
                 severity: Severity::Info,
-                message: format!("calico-node env ({key}): envFrom {from} is not read; a FELIX_PROGRAMCLUSTERROUTES from there would outrank every FelixConfiguration"),
+                message: format!(
+                    "calico-node env ({key}): envFrom {from} is not read; a FELIX_PROGRAMCLUSTERROUTES from there would outrank every FelixConfiguration"
+                ),
             });
             None
         }
@@ -739,7 +742,15 @@ fn bird_value(cluster: &Cluster, version: &ResolvedVersion, findings: &mut Vec<F
                 if let Some(value) = ClusterRoutes::parse_exact(raw) {
                     decision(value, DecisionSource::Field { object, value: raw.to_owned() })
                 } else {
-                    findings.push(skew_finding(&object, raw, v, rules, "confd", None, "confd compares case-sensitively and uses its default EnabledNoEncapOnly"));
+                    findings.push(skew_finding(
+                        &object,
+                        raw,
+                        v,
+                        rules,
+                        "confd",
+                        None,
+                        "confd compares case-sensitively and uses its default EnabledNoEncapOnly",
+                    ));
                     decision(
                         ClusterRoutes::EnabledNoEncapOnly,
                         DecisionSource::Fallback {
@@ -810,7 +821,11 @@ fn operator_findings(cluster: &Cluster, version: &ResolvedVersion, findings: &mu
     if wrong.is_empty() {
         return;
     }
-    let known = if matches!(mode, "BIRD" | "Felix" | "FelixIPIPOnly") { String::new() } else { " (not a mode the operator knows; its switch treats it as BIRD)".to_owned() };
+    let known = if matches!(mode, "BIRD" | "Felix" | "FelixIPIPOnly") {
+        String::new()
+    } else {
+        " (not a mode the operator knows; its switch treats it as BIRD)".to_owned()
+    };
     let bgp = if rules.confd_reads_field() { format!(" and BGPConfiguration default {bgp_want}") } else { String::new() };
     findings.push(Finding {
         kind: FindingKind::OperatorMismatch { mode: mode.to_owned() },
@@ -846,7 +861,10 @@ fn version_findings(version: &ResolvedVersion, findings: &mut Vec<Finding>) {
             kind: FindingKind::VersionOlder { version: v.to_string() },
             class: None,
             severity: Severity::Warning,
-            message: format!("Calico {v} is older than the oldest line routewarden supports ({}); deciding by the 3.26-3.30 rules (no programClusterRoutes fields)", CalicoVersion::OLDEST),
+            message: format!(
+                "Calico {v} is older than the oldest line routewarden supports ({}); deciding by the 3.26-3.30 rules (no programClusterRoutes fields)",
+                CalicoVersion::OLDEST
+            ),
         });
     }
 }

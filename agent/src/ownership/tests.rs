@@ -1,7 +1,6 @@
 //! Table tests for the ownership engine. The expectations are written out independently from
 //! the reference tables (§1.2–§1.4), not derived from the engine's helpers.
 
-use std::fmt::Write as _;
 use super::*;
 
 const POOLS: &str = r"
@@ -37,16 +36,8 @@ spec: {cidr: 10.248.0.0/16, allowedUses: [LoadBalancer]}
 ";
 
 /// Field values under test: absent, the four values, lower case, unknown.
-const VALUES: [Option<&str>; 8] = [
-    None,
-    Some("Disabled"),
-    Some("EnabledIPIPOnly"),
-    Some("EnabledNoEncapOnly"),
-    Some("Enabled"),
-    Some("enabled"),
-    Some("enabledipiponly"),
-    Some("Sometimes"),
-];
+const VALUES: [Option<&str>; 8] =
+    [None, Some("Disabled"), Some("EnabledIPIPOnly"), Some("EnabledNoEncapOnly"), Some("Enabled"), Some("enabled"), Some("enabledipiponly"), Some("Sometimes")];
 
 /// Release lines under test, by minor number: three of the legacy lines (3.26 to 3.30), 3.31,
 /// 3.32, 3.33 and 3.34 (newer than the newest known line, decided as 3.33).
@@ -96,10 +87,14 @@ fn expected_bird(minor: u16, raw: Option<&str>) -> ((bool, bool), Option<&'stati
 fn cluster(felix: Option<&str>, bgp: Option<&str>) -> Cluster {
     let mut text = POOLS.to_owned();
     if let Some(v) = felix {
-        let _ = write!(text, "---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {v}}}\n");
+        let _ =
+            write!(text, "---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {v}}}\n");
     }
     if let Some(v) = bgp {
-        let _ = write!(text, "---\napiVersion: crd.projectcalico.org/v1\nkind: BGPConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {v}}}\n");
+        let _ = write!(
+            text,
+            "---\napiVersion: crd.projectcalico.org/v1\nkind: BGPConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {v}}}\n"
+        );
     }
     let (c, errors) = Cluster::from_yaml_str(&text).expect("yaml");
     assert_eq!(errors, vec![]);
@@ -189,11 +184,7 @@ fn full_matrix() {
                         1 => "consistent",
                         _ => "double-programmed",
                     };
-                    let mut want = vec![
-                        (code(&ipip), "ipip"),
-                        (code(&ne), "noencap"),
-                        ("consistent", "vxlan"),
-                    ];
+                    let mut want = vec![(code(&ipip), "ipip"), (code(&ne), "noencap"), ("consistent", "vxlan")];
                     // BIRD's IPIP is deprecated from 3.33 on.
                     if minor >= 33 && b_ipip {
                         want.push(("deprecated", "ipip"));
@@ -216,12 +207,7 @@ fn full_matrix() {
 /// The supported pairs of §1.8 are consistent in audit mode on 3.33.
 #[test]
 fn supported_pairs_are_consistent() {
-    for (f, b) in [
-        ("EnabledIPIPOnly", "EnabledNoEncapOnly"),
-        ("Enabled", "Disabled"),
-        ("Disabled", "Enabled"),
-        ("EnabledNoEncapOnly", "EnabledIPIPOnly"),
-    ] {
+    for (f, b) in [("EnabledIPIPOnly", "EnabledNoEncapOnly"), ("Enabled", "Disabled"), ("Disabled", "Enabled"), ("EnabledNoEncapOnly", "EnabledIPIPOnly")] {
         let d = decide(&cluster(Some(f), Some(b)), &OwnershipConfig { role: Role::Audit, ..Default::default() });
         assert!(!d.has_errors(), "{f}/{b}: {:#?}", d.findings);
     }
@@ -238,11 +224,12 @@ fn explicit_role_counts_three_writers() {
     let role: Role = "explicit:Enabled".parse().unwrap();
     let d = decide(&cluster(None, Some("Enabled")), &OwnershipConfig { role, ..Default::default() });
     let ipip = d.findings.iter().find(|f| f.class == Some(PoolClass::Ipip) && f.code() == "double-programmed").unwrap();
-    assert_eq!(
-        ipip.kind,
-        FindingKind::DoubleProgrammed { writers: vec![Writer::Felix, Writer::Bird, Writer::Routewarden] }
+    assert_eq!(ipip.kind, FindingKind::DoubleProgrammed { writers: vec![Writer::Felix, Writer::Bird, Writer::Routewarden] });
+    assert!(
+        ipip.message.starts_with("felix and bird and routewarden all program the IPIP cluster routes of pools ipip-always, ipip-cross"),
+        "{}",
+        ipip.message
     );
-    assert!(ipip.message.starts_with("felix and bird and routewarden all program the IPIP cluster routes of pools ipip-always, ipip-cross"), "{}", ipip.message);
     assert_eq!(d.explicit.as_ref().map(|e| e.value), Some(ClusterRoutes::Enabled));
 }
 
@@ -259,10 +246,7 @@ fn per_node_felix_override() {
     let for_node = |n: Option<&str>| decide(&c, &OwnershipConfig { role: Role::Felix, version: CalicoVersion::V3_33.into(), node: n.map(Into::into) });
     let a = for_node(Some("node-a"));
     assert_eq!(a.felix.value, ClusterRoutes::Enabled);
-    assert_eq!(
-        a.felix.source,
-        DecisionSource::FieldIgnoringCase { object: "FelixConfiguration node.node-a".into(), value: "enabled".into() }
-    );
+    assert_eq!(a.felix.source, DecisionSource::FieldIgnoringCase { object: "FelixConfiguration node.node-a".into(), value: "enabled".into() });
     assert_eq!(a.programmed, BTreeSet::from([PoolClass::Ipip, PoolClass::NoEncap]));
     let b = for_node(Some("node-b"));
     assert_eq!(b.felix.source, DecisionSource::Field { object: "FelixConfiguration default".into(), value: "EnabledIPIPOnly".into() });
@@ -329,10 +313,7 @@ fn cli_parsing() {
     assert_eq!("auto".parse::<VersionChoice>(), Ok(VersionChoice::Auto));
     assert_eq!("3.30".parse::<VersionChoice>(), Ok(VersionChoice::Fixed(CalicoVersion::V3_30)));
     assert_eq!(VersionChoice::default(), VersionChoice::Auto);
-    assert_eq!(
-        "3.29".parse::<VersionChoice>().map(|v| v.to_string()),
-        Ok("3.29".to_owned())
-    );
+    assert_eq!("3.29".parse::<VersionChoice>().map(|v| v.to_string()), Ok("3.29".to_owned()));
     assert_eq!(
         OwnershipError::InvalidVersion { value: "3.2".into() }.to_string(),
         "invalid --calico-version \"3.2\": expected auto or a release line 3.26 or later (3.26 to 3.30 have no programClusterRoutes fields; 3.34 and later behave as 3.33)"
@@ -359,8 +340,13 @@ fn audit_auto() -> OwnershipConfig {
 /// 3.33 and names what was missing. Each expected value is written out from the reference.
 #[test]
 fn auto_version_from_cluster_information() {
-    let assumed = |reason: &str| ResolvedVersion { version: CalicoVersion::V3_33, rules: Rules::V3_33, source: VersionSource::Assumed { reason: reason.to_owned() } };
-    let detected = |minor: u16, rules: Rules, value: &str| ResolvedVersion { version: CalicoVersion::new(minor), rules, source: VersionSource::ClusterInformation { value: value.to_owned() } };
+    let assumed =
+        |reason: &str| ResolvedVersion { version: CalicoVersion::V3_33, rules: Rules::V3_33, source: VersionSource::Assumed { reason: reason.to_owned() } };
+    let detected = |minor: u16, rules: Rules, value: &str| ResolvedVersion {
+        version: CalicoVersion::new(minor),
+        rules,
+        source: VersionSource::ClusterInformation { value: value.to_owned() },
+    };
     let cases: Vec<(String, ResolvedVersion)> = vec![
         (String::new(), assumed("no ClusterInformation default")),
         (cluster_info("crd.projectcalico.org/v1", "v3.30.2"), detected(30, Rules::Legacy, "v3.30.2")),
@@ -407,14 +393,19 @@ fn version_findings_and_display() {
     );
     assert_eq!(
         findings(&cluster_info("crd.projectcalico.org/v1", "v3.34.1")),
-        vec![("version-newer".to_owned(), Severity::Info, "Calico 3.34 is newer than the newest line routewarden knows (3.33); deciding by its rules".to_owned())]
+        vec![(
+            "version-newer".to_owned(),
+            Severity::Info,
+            "Calico 3.34 is newer than the newest line routewarden knows (3.33); deciding by its rules".to_owned()
+        )]
     );
     assert_eq!(
         findings(&cluster_info("crd.projectcalico.org/v1", "v3.25.1")),
         vec![(
             "version-older".to_owned(),
             Severity::Warning,
-            "Calico 3.25 is older than the oldest line routewarden supports (3.26); deciding by the 3.26-3.30 rules (no programClusterRoutes fields)".to_owned()
+            "Calico 3.25 is older than the oldest line routewarden supports (3.26); deciding by the 3.26-3.30 rules (no programClusterRoutes fields)"
+                .to_owned()
         )]
     );
     assert_eq!(findings(&cluster_info("crd.projectcalico.org/v1", "v3.30.2")), vec![]);
@@ -467,7 +458,8 @@ fn calico_node_ds(namespace: &str, env: &str) -> String {
     )
 }
 
-const FELIX_DEFAULT_IPIP: &str = "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {programClusterRoutes: EnabledIPIPOnly}\n";
+const FELIX_DEFAULT_IPIP: &str =
+    "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {programClusterRoutes: EnabledIPIPOnly}\n";
 
 /// `FELIX_PROGRAMCLUSTERROUTES` in the calico-node container outranks every FelixConfiguration
 /// (`felix/config/config_params.go` `SourcesInDescendingOrder`), in any case of its name; an
@@ -500,7 +492,10 @@ fn calico_node_env_outranks_the_datastore() {
     // Any case of the name, any case of the value.
     let d = on(&calico_node_ds("kube-system", "- {name: felix_programClusterRoutes, value: enablednoencaponly}"), None);
     assert_eq!(d.felix.value, ClusterRoutes::EnabledNoEncapOnly);
-    assert_eq!(d.felix.source.to_string(), "calico-node env (kube-system/calico-node): felix_programClusterRoutes=enablednoencaponly, over FelixConfiguration default: EnabledIPIPOnly");
+    assert_eq!(
+        d.felix.source.to_string(),
+        "calico-node env (kube-system/calico-node): felix_programClusterRoutes=enablednoencaponly, over FelixConfiguration default: EnabledIPIPOnly"
+    );
     // An unknown value: Felix's default, not the datastore's Disabled.
     let d = on(&calico_node_ds("calico-system", "- {name: FELIX_PROGRAMCLUSTERROUTES, value: Sometimes}"), Some("node-a"));
     assert_eq!(d.felix.value, ClusterRoutes::EnabledIpipOnly);
@@ -520,7 +515,10 @@ fn calico_node_env_that_cannot_be_known_is_a_finding() {
         decide(c, &audit_auto()).findings.into_iter().filter(|f| f.class.is_none()).map(|f| (f.code().to_owned(), f.severity, f.message)).collect()
     };
     let base = format!("{}---\n{FELIX_DEFAULT_IPIP}", cluster_info("crd.projectcalico.org/v1", "v3.33.0"));
-    let c = with(&format!("{base}---\n{}", calico_node_ds("calico-system", "- {name: FELIX_PROGRAMCLUSTERROUTES, valueFrom: {configMapKeyRef: {name: calico-config, key: routes}}}")));
+    let c = with(&format!(
+        "{base}---\n{}",
+        calico_node_ds("calico-system", "- {name: FELIX_PROGRAMCLUSTERROUTES, valueFrom: {configMapKeyRef: {name: calico-config, key: routes}}}")
+    ));
     assert_eq!(decide(&c, &audit_auto()).felix.source, DecisionSource::Field { object: "FelixConfiguration default".into(), value: "EnabledIPIPOnly".into() });
     assert_eq!(
         codes(&c),

@@ -99,21 +99,11 @@ impl CalicoVersion {
     ///
     /// Errors: [`OwnershipError::InvalidVersion`] for anything else (`master`, `v4.0.0`, `3`).
     pub fn parse_release(s: &str) -> Result<CalicoVersion, OwnershipError> {
-        let err = || OwnershipError::InvalidVersion {
-            value: s.to_owned(),
-        };
+        let err = || OwnershipError::InvalidVersion { value: s.to_owned() };
         let t = s.strip_prefix('v').unwrap_or(s);
         let mut parts = t.splitn(3, '.');
-        let major: u32 = parts
-            .next()
-            .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|p| p.parse().ok())
-            .ok_or_else(err)?;
-        let minor: u16 = parts
-            .next()
-            .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|p| p.parse().ok())
-            .ok_or_else(err)?;
+        let major: u32 = parts.next().filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())).and_then(|p| p.parse().ok()).ok_or_else(err)?;
+        let minor: u16 = parts.next().filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())).and_then(|p| p.parse().ok()).ok_or_else(err)?;
         if let Some(rest) = parts.next() {
             // `2`, `0-0.dev`, `1-12-gabc`: the patch starts with digits, and the rest is
             // semver pre-release or build text (so a detected value shown as is in `explain`,
@@ -121,9 +111,7 @@ impl CalicoVersion {
             let digits = rest.split(['-', '+', '.']).next().unwrap_or("");
             if digits.is_empty()
                 || !digits.bytes().all(|b| b.is_ascii_digit())
-                || !rest
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.'))
+                || !rest.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.'))
             {
                 return Err(err());
             }
@@ -163,9 +151,7 @@ impl FromStr for CalicoVersion {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let v = CalicoVersion::parse_release(s)?;
         if v < CalicoVersion::OLDEST {
-            return Err(OwnershipError::InvalidVersion {
-                value: s.to_owned(),
-            });
+            return Err(OwnershipError::InvalidVersion { value: s.to_owned() });
         }
         Ok(v)
     }
@@ -274,27 +260,17 @@ impl fmt::Display for ResolvedVersion {
 /// `spec.calicoVersion` (any Calico 3 release; a non-`Calico` `spec.variant` is not an
 /// open-source line), else 3.33 with the reason.
 pub fn resolve_version(cluster: &Cluster, choice: VersionChoice) -> ResolvedVersion {
-    let assumed = |reason: String| ResolvedVersion {
-        version: CalicoVersion::NEWEST_KNOWN,
-        rules: Rules::V3_33,
-        source: VersionSource::Assumed { reason },
-    };
+    let assumed = |reason: String| ResolvedVersion { version: CalicoVersion::NEWEST_KNOWN, rules: Rules::V3_33, source: VersionSource::Assumed { reason } };
     match choice {
-        VersionChoice::Fixed(version) => ResolvedVersion {
-            version,
-            rules: version.rules(),
-            source: VersionSource::Flag,
-        },
+        VersionChoice::Fixed(version) => ResolvedVersion { version, rules: version.rules(), source: VersionSource::Flag },
         VersionChoice::Auto => {
             let Some(info) = cluster.cluster_information_default() else {
                 return assumed("no ClusterInformation default".to_owned());
             };
-            if let Some(variant) = info
-                .variant
-                .as_deref()
-                .filter(|v| !v.is_empty() && *v != "Calico")
-            {
-                return assumed(format!("ClusterInformation default: spec.variant {variant:?} is not Calico open source, whose release lines routewarden knows"));
+            if let Some(variant) = info.variant.as_deref().filter(|v| !v.is_empty() && *v != "Calico") {
+                return assumed(format!(
+                    "ClusterInformation default: spec.variant {variant:?} is not Calico open source, whose release lines routewarden knows"
+                ));
             }
             match info.calico_version.as_deref().filter(|v| !v.is_empty()) {
                 None => assumed("ClusterInformation default has no spec.calicoVersion (no calico-node has started yet)".to_owned()),

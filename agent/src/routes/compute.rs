@@ -171,12 +171,7 @@ pub fn routable_classes() -> BTreeSet<PoolClass> {
 
 /// The cluster routes node `node_name` needs for the pool `classes` given, with the devices
 /// named in `devices`. [`PoolClass::Vxlan`] in `classes` has no effect.
-pub fn desired_routes(
-    cluster: &Cluster,
-    node_name: &str,
-    classes: &BTreeSet<PoolClass>,
-    devices: &RouteDevices,
-) -> DesiredRoutes {
+pub fn desired_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<PoolClass>, devices: &RouteDevices) -> DesiredRoutes {
     let local = cluster.nodes.get(node_name);
     let mut problems = BTreeSet::new();
     if local.is_none() {
@@ -192,11 +187,7 @@ pub fn desired_routes(
     let mut routes: BTreeMap<IpNet, (ClusterRoute, String)> = BTreeMap::new();
     let add = |routes: &mut BTreeMap<IpNet, (ClusterRoute, String)>, route: ClusterRoute, block: &str, problems: &mut BTreeSet<RouteProblem>| {
         if let Some((_, kept)) = routes.get(&route.dst) {
-            problems.insert(RouteProblem::DuplicateDestination {
-                dst: route.dst,
-                kept: kept.clone(),
-                dropped: block.to_owned(),
-            });
+            problems.insert(RouteProblem::DuplicateDestination { dst: route.dst, kept: kept.clone(), dropped: block.to_owned() });
         } else {
             routes.insert(route.dst, (route, block.to_owned()));
         }
@@ -263,10 +254,7 @@ pub fn desired_routes(
     }
     tunnel_address_routes(&ctx, &blocks, classes, &mut routes, &mut problems);
     problems.extend(affinity_conflicts(cluster));
-    DesiredRoutes {
-        routes: routes.into_values().map(|(r, _)| r).collect(),
-        problems: problems.into_iter().collect(),
-    }
+    DesiredRoutes { routes: routes.into_values().map(|(r, _)| r).collect(), problems: problems.into_iter().collect() }
 }
 
 /// The /32s (/128s) for node tunnel addresses in blocks affine to another node (the module
@@ -330,11 +318,7 @@ fn tunnel_address_routes(
         let kind = holders.iter().filter(|h| h.0 == winner).map(|h| h.1).min().unwrap_or(TunnelAddressKind::Ipip);
         let nodes: BTreeSet<&str> = holders.iter().map(|h| h.0).collect();
         if nodes.len() > 1 {
-            problems.insert(RouteProblem::TunnelAddressShared {
-                ip: addr,
-                nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
-                kept: winner.to_owned(),
-            });
+            problems.insert(RouteProblem::TunnelAddressShared { ip: addr, nodes: nodes.iter().map(|n| (*n).to_owned()).collect(), kept: winner.to_owned() });
         }
         let dst = IpNet::from(addr);
         let Some((pool, class)) = ctx.routed_class(dst, classes) else { continue };
@@ -434,8 +418,7 @@ impl Ctx<'_> {
             problems.insert(RouteProblem::NodeWithoutAddress { node: node.to_owned(), family: if v6 { 6 } else { 4 }, dst });
             return None;
         };
-        let same_subnet = pool.cross_subnet()
-            && self.local.and_then(|l| l.subnet(v6)).is_some_and(|subnet| subnet.contains(&node_ip));
+        let same_subnet = pool.cross_subnet() && self.local.and_then(|l| l.subnet(v6)).is_some_and(|subnet| subnet.contains(&node_ip));
         let path = match class {
             PoolClass::Ipip if !same_subnet => RoutePath::Tunnel,
             _ => RoutePath::HostNic,
@@ -448,24 +431,12 @@ impl Ctx<'_> {
             RoutePath::Tunnel => {
                 let tunnel_gateway = remote.tunnel_gateway().map(|(gw, _)| gw);
                 if tunnel_gateway != Some(node_ip) {
-                    problems.insert(RouteProblem::NextHopSourcesDisagree {
-                        node: node.to_owned(),
-                        bgp_address: node_ip,
-                        tunnel_gateway,
-                    });
+                    problems.insert(RouteProblem::NextHopSourcesDisagree { node: node.to_owned(), bgp_address: node_ip, tunnel_gateway });
                 }
                 (tunnel_gateway.unwrap_or(node_ip), self.devices.tunnel.clone())
             }
             _ => (node_ip, self.devices.host_nic.clone()),
         };
-        Some(ClusterRoute {
-            dst,
-            path,
-            gateway: Some(gateway),
-            device: Some(device),
-            class,
-            pool: pool.name.clone(),
-            origin,
-        })
+        Some(ClusterRoute { dst, path, gateway: Some(gateway), device: Some(device), class, pool: pool.name.clone(), origin })
     }
 }

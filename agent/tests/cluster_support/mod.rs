@@ -41,65 +41,23 @@ pub struct Workload {
 /// Workloads, one per (node, pool) with a block of that node (10.244.20.5 is the borrowed IP
 /// of node-b's block that node-c's pod `api-7c8d` holds).
 pub const WORKLOADS: [Workload; 10] = [
-    Workload {
-        node: "node-a",
-        ip: "10.244.10.5",
-        pool: "default-ipv4-ippool",
-    },
-    Workload {
-        node: "node-b",
-        ip: "10.244.20.6",
-        pool: "default-ipv4-ippool",
-    },
-    Workload {
-        node: "node-c",
-        ip: "10.244.20.5",
-        pool: "default-ipv4-ippool",
-    },
-    Workload {
-        node: "node-d",
-        ip: "10.244.40.5",
-        pool: "default-ipv4-ippool",
-    },
-    Workload {
-        node: "node-b",
-        ip: "10.245.20.5",
-        pool: "ipip-always",
-    },
-    Workload {
-        node: "node-d",
-        ip: "10.245.40.5",
-        pool: "ipip-always",
-    },
-    Workload {
-        node: "node-a",
-        ip: "10.246.10.5",
-        pool: "flat",
-    },
-    Workload {
-        node: "node-c",
-        ip: "10.246.30.5",
-        pool: "flat",
-    },
-    Workload {
-        node: "node-a",
-        ip: "fd00:10:244:0:10::5",
-        pool: "flat-ipv6",
-    },
-    Workload {
-        node: "node-b",
-        ip: "fd00:10:244:0:20::5",
-        pool: "flat-ipv6",
-    },
+    Workload { node: "node-a", ip: "10.244.10.5", pool: "default-ipv4-ippool" },
+    Workload { node: "node-b", ip: "10.244.20.6", pool: "default-ipv4-ippool" },
+    Workload { node: "node-c", ip: "10.244.20.5", pool: "default-ipv4-ippool" },
+    Workload { node: "node-d", ip: "10.244.40.5", pool: "default-ipv4-ippool" },
+    Workload { node: "node-b", ip: "10.245.20.5", pool: "ipip-always" },
+    Workload { node: "node-d", ip: "10.245.40.5", pool: "ipip-always" },
+    Workload { node: "node-a", ip: "10.246.10.5", pool: "flat" },
+    Workload { node: "node-c", ip: "10.246.30.5", pool: "flat" },
+    Workload { node: "node-a", ip: "fd00:10:244:0:10::5", pool: "flat-ipv6" },
+    Workload { node: "node-b", ip: "fd00:10:244:0:20::5", pool: "flat-ipv6" },
 ];
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Run scenarios one at a time (a failed one does not poison the others).
 pub fn serial() -> MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Skip (with the reason on stderr) unless root and BIRD 2 are available.
@@ -127,11 +85,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options {
-            agent_flags: Vec::new(),
-            agents: true,
-            export_reject: true,
-        }
+        Options { agent_flags: Vec::new(), agents: true, export_reject: true }
     }
 }
 
@@ -151,16 +105,7 @@ pub struct ClusterLab {
 /// The node's addresses as the datastore has them (`10.0.0.11/24`, `fd00:10::11/64`).
 fn node_addresses(dir: &Path) -> BTreeMap<String, Vec<String>> {
     let snap = FileDatastore::load(dir).unwrap();
-    snap.cluster
-        .nodes
-        .values()
-        .map(|n| {
-            (
-                n.name.clone(),
-                n.bgp_addresses().iter().map(ToString::to_string).collect(),
-            )
-        })
-        .collect()
+    snap.cluster.nodes.values().map(|n| (n.name.clone(), n.bgp_addresses().iter().map(ToString::to_string).collect())).collect()
 }
 
 impl ClusterLab {
@@ -175,21 +120,12 @@ impl ClusterLab {
         let datastore = copy_examples();
         edit(datastore.path());
         let addrs = node_addresses(datastore.path());
-        let nodes = NODES
-            .iter()
-            .map(|n| LabNodeSpec {
-                name: (*n).to_string(),
-                addresses: addrs[*n].clone(),
-            })
-            .collect();
+        let nodes = NODES.iter().map(|n| LabNodeSpec { name: (*n).to_string(), addresses: addrs[*n].clone() }).collect();
         let mut spec = LabSpec::new(nodes);
         spec.router = true;
         spec.tunnel_overlay = true;
         for w in WORKLOADS {
-            spec.workloads
-                .entry(w.node.to_string())
-                .or_default()
-                .push(w.ip.parse().unwrap());
+            spec.workloads.entry(w.node.to_string()).or_default().push(w.ip.parse().unwrap());
         }
         let lab = Lab::build(spec).unwrap();
         let mut echo = Vec::new();
@@ -198,19 +134,10 @@ impl ClusterLab {
             echo.push(UdpEcho::start(&lab.workload_ns_of(ip).unwrap(), ip).unwrap());
         }
         let bird_dir = tempfile::tempdir().unwrap();
-        let mut cl = ClusterLab {
-            lab,
-            datastore,
-            bird_dir,
-            birds: BTreeMap::new(),
-            agents: BTreeMap::new(),
-            options,
-            _echo: echo,
-        };
+        let mut cl = ClusterLab { lab, datastore, bird_dir, birds: BTreeMap::new(), agents: BTreeMap::new(), options, _echo: echo };
         for node in NODES {
             let conf = cl.bird_conf(node);
-            let bird =
-                Bird::start(Some(&cl.lab.node_ns(node)), cl.bird_dir.path(), node, &conf).unwrap();
+            let bird = Bird::start(Some(&cl.lab.node_ns(node)), cl.bird_dir.path(), node, &conf).unwrap();
             cl.birds.insert(node, bird);
         }
         cl.wait_mesh();
@@ -226,12 +153,7 @@ impl ClusterLab {
     }
 
     pub fn start_agent(&mut self, node: &'static str) {
-        let mut flags: Vec<&str> = self
-            .options
-            .agent_flags
-            .iter()
-            .map(String::as_str)
-            .collect();
+        let mut flags: Vec<&str> = self.options.agent_flags.iter().map(String::as_str).collect();
         // The lab edits its datastore on purpose and times handovers: its agents take a file
         // change as settled after 2 s instead of 30 s (the default is tested in bad_input.rs).
         if !flags.contains(&"--settle-period") {
@@ -250,25 +172,16 @@ impl ClusterLab {
     fn expected_sessions(&self, node: &str) -> usize {
         let addrs = node_addresses(self.datastore.path());
         let v6 = |n: &str| addrs[n].iter().any(|a| a.contains(':'));
-        NODES
-            .iter()
-            .filter(|p| **p != node)
-            .map(|p| 1 + usize::from(v6(node) && v6(p)))
-            .sum()
+        NODES.iter().filter(|p| **p != node).map(|p| 1 + usize::from(v6(node) && v6(p))).sum()
     }
 
     /// Wait until every BIRD has all its sessions Established.
     pub fn wait_mesh(&self) {
         for node in NODES {
             let want = self.expected_sessions(node);
-            wait_for(
-                &format!("{node}: {want} BGP sessions Established"),
-                Duration::from_secs(30),
-                || {
-                    (self.birds[node].established().map_or(0, |e| e.len()) == want)
-                        .then_some(())
-                },
-            );
+            wait_for(&format!("{node}: {want} BGP sessions Established"), Duration::from_secs(30), || {
+                (self.birds[node].established().map_or(0, |e| e.len()) == want).then_some(())
+            });
         }
     }
 
@@ -279,11 +192,7 @@ impl ClusterLab {
             .arg(format!("file:{}", self.datastore.path().display()))
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "bird-filter {node}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "bird-filter {node}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     }
 
@@ -297,10 +206,7 @@ impl ClusterLab {
         let me = &snap.cluster.nodes[node];
         let v4 = me.bgp_address(false).map(|a| a.addr());
         let v6 = me.bgp_address(true).map(|a| a.addr());
-        let filter_path = self
-            .bird_dir
-            .path()
-            .join(format!("{node}-routewarden.conf"));
+        let filter_path = self.bird_dir.path().join(format!("{node}-routewarden.conf"));
         std::fs::write(&filter_path, self.bird_filter(node)).unwrap();
         let mut blocks: [Vec<String>; 2] = [Vec::new(), Vec::new()];
         for b in snap.cluster.ipam_blocks.values().filter(|b| !b.deleted) {
@@ -318,28 +224,22 @@ impl ClusterLab {
         let _ = writeln!(c, "protocol device {{ scan time 2; }}");
         let _ = writeln!(c, "protocol direct {{ ipv4; ipv6; interface \"eth0\"; }}");
         let _ = writeln!(c, "include \"{}\";", filter_path.display());
-        let _ = writeln!(c, "protocol kernel k4 {{ learn; persist; metric 0; scan time 1; ipv4 {{ import all; export filter routewarden_kernel_programming_v4; }}; }}");
-        let _ = writeln!(c, "protocol kernel k6 {{ learn; persist; metric 0; scan time 1; ipv6 {{ import all; export filter routewarden_kernel_programming_v6; }}; }}");
+        let _ = writeln!(
+            c,
+            "protocol kernel k4 {{ learn; persist; metric 0; scan time 1; ipv4 {{ import all; export filter routewarden_kernel_programming_v4; }}; }}"
+        );
+        let _ = writeln!(
+            c,
+            "protocol kernel k6 {{ learn; persist; metric 0; scan time 1; ipv6 {{ import all; export filter routewarden_kernel_programming_v6; }}; }}"
+        );
         for (i, fam) in ["ipv4", "ipv6"].iter().enumerate() {
-            let _ = writeln!(
-                c,
-                "protocol static blocks{} {{ {fam};",
-                if i == 0 { 4 } else { 6 }
-            );
+            let _ = writeln!(c, "protocol static blocks{} {{ {fam};", if i == 0 { 4 } else { 6 });
             for b in &blocks[i] {
                 let _ = writeln!(c, "  route {b} blackhole;");
             }
             let _ = writeln!(c, "}}");
-            let reject = if self.options.export_reject {
-                "routewarden_reject_foreign_cluster_routes(); "
-            } else {
-                ""
-            };
-            let pools_match = if pools[i].is_empty() {
-                String::new()
-            } else {
-                format!("if (net ~ [ {} ]) then accept; ", pools[i].join(", "))
-            };
+            let reject = if self.options.export_reject { "routewarden_reject_foreign_cluster_routes(); " } else { "" };
+            let pools_match = if pools[i].is_empty() { String::new() } else { format!("if (net ~ [ {} ]) then accept; ", pools[i].join(", ")) };
             let n = if i == 0 { 4 } else { 6 };
             // confd's calico_aggr: advertise own blocks, not the workload /32s inside them.
             let aggr = blocks[i].iter().fold(String::new(), |mut out, b| {
@@ -358,18 +258,11 @@ impl ClusterLab {
                 "template bgp mesh{n} {{ local {local} as {AS}; {timers} {fam} {{ import all; export filter mesh_export_v{n}; gateway recursive; next hop self; }}; }}"
             );
             for peer in NODES.iter().filter(|p| **p != node) {
-                let Some(addr) = addrs[*peer]
-                    .iter()
-                    .find(|a| a.contains(':') == (fam == "ipv6"))
-                else {
+                let Some(addr) = addrs[*peer].iter().find(|a| a.contains(':') == (fam == "ipv6")) else {
                     continue;
                 };
                 let ip = addr.split('/').next().unwrap();
-                let _ = writeln!(
-                    c,
-                    "protocol bgp {}_v{n} from mesh{n} {{ neighbor {ip} as {AS}; }}",
-                    peer.replace('-', "_")
-                );
+                let _ = writeln!(c, "protocol bgp {}_v{n} from mesh{n} {{ neighbor {ip} as {AS}; }}", peer.replace('-', "_"));
             }
         }
         c
@@ -389,14 +282,7 @@ impl ClusterLab {
     /// Round trips of `tries` UDP datagrams from workload `from` to workload `to`.
     pub fn echo(&self, from: &str, to: &str, tries: u32) -> u32 {
         let (f, t): (IpAddr, IpAddr) = (from.parse().unwrap(), to.parse().unwrap());
-        echo_count(
-            &self.lab.workload_ns_of(f).unwrap(),
-            f,
-            t,
-            tries,
-            Duration::from_millis(300),
-        )
-        .unwrap()
+        echo_count(&self.lab.workload_ns_of(f).unwrap(), f, t, tries, Duration::from_millis(300)).unwrap()
     }
 
     /// Every pair of workloads in the same pool on different nodes (each checked once; an
@@ -435,14 +321,7 @@ impl ClusterLab {
             .args(extra)
             .output()
             .unwrap();
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
+        (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
     }
 
     /// `node`'s `/metrics` (asserts a 200 answer; see [`Metrics`]).

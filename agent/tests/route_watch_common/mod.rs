@@ -290,7 +290,12 @@ impl Harness {
         assert_eq!(c.records_lost, 0, "{test}: ring-buffer records lost");
         let counted = usize::try_from(c.conflicts.iter().flatten().flatten().sum::<u64>() + c.flaps.iter().sum::<u64>()).unwrap();
         let got = self.pump_until(EVENT_DEADLINE, |h| h.conflicts().len() + h.flaps().len() >= counted).await;
-        assert!(got.is_some(), "{test}: {counted} episodes counted, {} events after {EVENT_DEADLINE:?}: {:?}", self.conflicts().len() + self.flaps().len(), self.events);
+        assert!(
+            got.is_some(),
+            "{test}: {counted} episodes counted, {} events after {EVENT_DEADLINE:?}: {:?}",
+            self.conflicts().len() + self.flaps().len(),
+            self.events
+        );
     }
 
     pub fn conflicts(&self) -> Vec<&RouteWatchEvent> {
@@ -321,7 +326,11 @@ impl Harness {
         for e in self.conflicts().into_iter().chain(self.flaps()) {
             let key = match e {
                 RouteWatchEvent::Conflict { route, previous, .. } => {
-                    format!(r#"routewarden_route_conflicts_total{{family="{}",writers="{}"}}"#, route.family, writers_label(route.writer.writer_class(), previous.writer_class()))
+                    format!(
+                        r#"routewarden_route_conflicts_total{{family="{}",writers="{}"}}"#,
+                        route.family,
+                        writers_label(route.writer.writer_class(), previous.writer_class())
+                    )
                 }
                 RouteWatchEvent::Flap { route, .. } => format!(r#"routewarden_route_flaps_total{{family="{}"}}"#, route.family),
                 _ => unreachable!(),
@@ -357,13 +366,9 @@ impl Episode {
                 previous: previous.pid,
                 writes: *writes_in_window,
             }),
-            RouteWatchEvent::Flap { route, previous, changes_in_window } => Some(Episode::Flap {
-                dst: route.dst.to_string(),
-                op: route.op,
-                writer: route.writer.pid,
-                previous: previous.pid,
-                changes: *changes_in_window,
-            }),
+            RouteWatchEvent::Flap { route, previous, changes_in_window } => {
+                Some(Episode::Flap { dst: route.dst.to_string(), op: route.op, writer: route.writer.pid, previous: previous.pid, changes: *changes_in_window })
+            }
             _ => None,
         }
     }
@@ -451,7 +456,12 @@ pub fn fight(test: &str, backend: RouteWatchBackend) {
         // Each side writes every 150-200 ms: three changes fall in the first window, a flap.
         assert!(!h.flaps().is_empty(), "{test}: the fight is a flap too: {:?}", h.events);
         let at_most = 1 + usize::try_from(span.as_nanos() / WINDOW.as_nanos()).unwrap();
-        assert!(h.conflicts().len() <= at_most, "{test}: {} conflict episodes in {span:?}, at most one per {WINDOW:?}: {:?}", h.conflicts().len(), h.conflicts());
+        assert!(
+            h.conflicts().len() <= at_most,
+            "{test}: {} conflict episodes in {span:?}, at most one per {WINDOW:?}: {:?}",
+            h.conflicts().len(),
+            h.conflicts()
+        );
         assert!(h.flaps().len() <= at_most, "{test}: {} flap episodes in {span:?}, at most one per {WINDOW:?}: {:?}", h.flaps().len(), h.flaps());
         h.assert_episodes_exported(test);
         let expo = h.exposition();
@@ -723,12 +733,8 @@ pub fn ring_full_is_logged(test: &str, backend: RouteWatchBackend) {
     for (level, optmem_max) in cases {
         let captured = Captured::default();
         let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .without_time()
-            .with_max_level(tracing::Level::DEBUG)
-            .finish();
+        let subscriber =
+            tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).without_time().with_max_level(tracing::Level::DEBUG).finish();
         let run = tracing::subscriber::with_default(subscriber, || {
             let ns = lab();
             if let Some(bytes) = optmem_max {

@@ -76,11 +76,9 @@ impl fmt::Display for ForwardEvent {
         let pool = self.pool.as_deref().unwrap_or("?");
         let dev = self.device.as_deref().map_or_else(|| format!("ifindex {}", self.ifindex), str::to_string);
         match self.event {
-            ForwardEventKind::WrongPath => write!(
-                f,
-                "wrong-path {} (pool {pool}) dst {} left via {} on {dev}, expected {}",
-                self.block, self.dst, self.actual, self.expected
-            ),
+            ForwardEventKind::WrongPath => {
+                write!(f, "wrong-path {} (pool {pool}) dst {} left via {} on {dev}, expected {}", self.block, self.dst, self.actual, self.expected)
+            }
             ForwardEventKind::Flap => write!(
                 f,
                 "forwarding-flap {} (pool {pool}) {} -> {} on {dev}, {} path changes in the window (expected {})",

@@ -192,7 +192,12 @@ pub fn pool_filter(destinations: impl IntoIterator<Item = IpNet>) -> (PoolFilter
     filter.v4_ranges = u32::try_from(ranges.len()).unwrap_or(0);
     for (slot, r) in filter.v4.iter_mut().zip(&ranges) {
         let net = v4_of(r.net);
-        *slot = PoolRangeV4 { net: ne_u32(net.network()), mask: ne_u32(net.netmask()), lengths: u32::try_from(r.lengths.len()).unwrap_or(0), ..PoolRangeV4::default() };
+        *slot = PoolRangeV4 {
+            net: ne_u32(net.network()),
+            mask: ne_u32(net.netmask()),
+            lengths: u32::try_from(r.lengths.len()).unwrap_or(0),
+            ..PoolRangeV4::default()
+        };
         for (j, len) in r.lengths.iter().rev().enumerate() {
             slot.prefix_lens[j] = u32::from(*len);
             slot.masks[j] = ne_u32(ipnet::Ipv4Net::new(Ipv4Addr::UNSPECIFIED, *len).unwrap_or_default().netmask());
@@ -203,7 +208,12 @@ pub fn pool_filter(destinations: impl IntoIterator<Item = IpNet>) -> (PoolFilter
     filter.v6_ranges = u32::try_from(ranges.len()).unwrap_or(0);
     for (slot, r) in filter.v6.iter_mut().zip(&ranges) {
         let net = v6_of(r.net);
-        *slot = PoolRangeV6 { net: ne_u64s(net.network()), mask: ne_u64s(net.netmask()), lengths: u32::try_from(r.lengths.len()).unwrap_or(0), ..PoolRangeV6::default() };
+        *slot = PoolRangeV6 {
+            net: ne_u64s(net.network()),
+            mask: ne_u64s(net.netmask()),
+            lengths: u32::try_from(r.lengths.len()).unwrap_or(0),
+            ..PoolRangeV6::default()
+        };
         for (j, len) in r.lengths.iter().rev().enumerate() {
             slot.prefix_lens[j] = u32::from(*len);
             slot.masks[j] = ne_u64s(ipnet::Ipv6Net::new(Ipv6Addr::UNSPECIFIED, *len).unwrap_or_default().netmask());
@@ -224,10 +234,8 @@ mod tests {
     fn kernel_lookup(filter: &PoolFilter, installed: &BTreeSet<IpNet>, dst: IpAddr) -> Option<IpNet> {
         let v4: std::collections::HashMap<TargetKeyV4, IpNet> =
             installed.iter().filter_map(|p| if let IpNet::V4(n) = p { Some((target_key_v4(n), *p)) } else { None }).collect();
-        let v6: BTreeMap<(u32, [u64; 2]), IpNet> = installed
-            .iter()
-            .filter_map(|p| if let IpNet::V6(n) = p { Some(((u32::from(n.prefix_len()), target_key_v6(n).addr), *p)) } else { None })
-            .collect();
+        let v6: BTreeMap<(u32, [u64; 2]), IpNet> =
+            installed.iter().filter_map(|p| if let IpNet::V6(n) = p { Some(((u32::from(n.prefix_len()), target_key_v6(n).addr), *p)) } else { None }).collect();
         match dst {
             IpAddr::V4(a) => {
                 let addr = ne_u32(a);
@@ -296,15 +304,13 @@ mod tests {
 
     fn arb_v4_net() -> impl Strategy<Value = IpNet> {
         // A narrow space (10.0.0.0/14) so destinations nest and collide.
-        (0u32..(1 << 18), prop::sample::select(vec![14u8, 20, 24, 26, 26, 26, 32, 32])).prop_map(|(a, len)| {
-            IpNet::V4(ipnet::Ipv4Net::new(Ipv4Addr::from(u32::from_be_bytes([10, 0, 0, 0]) + a * 4), len).unwrap().trunc())
-        })
+        (0u32..(1 << 18), prop::sample::select(vec![14u8, 20, 24, 26, 26, 26, 32, 32]))
+            .prop_map(|(a, len)| IpNet::V4(ipnet::Ipv4Net::new(Ipv4Addr::from(u32::from_be_bytes([10, 0, 0, 0]) + a * 4), len).unwrap().trunc()))
     }
 
     fn arb_v6_net() -> impl Strategy<Value = IpNet> {
-        (0u128..(1 << 20), prop::sample::select(vec![64u8, 112, 122, 122, 128])).prop_map(|(a, len)| {
-            IpNet::V6(ipnet::Ipv6Net::new(Ipv6Addr::from((0xfd00_u128 << 112) + (a << 4)), len).unwrap().trunc())
-        })
+        (0u128..(1 << 20), prop::sample::select(vec![64u8, 112, 122, 122, 128]))
+            .prop_map(|(a, len)| IpNet::V6(ipnet::Ipv6Net::new(Ipv6Addr::from((0xfd00_u128 << 112) + (a << 4)), len).unwrap().trunc()))
     }
 
     proptest! {

@@ -91,10 +91,7 @@ pub struct Btf {
 }
 
 fn u32_at(b: &[u8], off: usize) -> Result<u32, BtfError> {
-    b.get(off..off + 4)
-        .and_then(|s| <[u8; 4]>::try_from(s).ok())
-        .map(u32::from_le_bytes)
-        .ok_or(BtfError::Malformed("truncated"))
+    b.get(off..off + 4).and_then(|s| <[u8; 4]>::try_from(s).ok()).map(u32::from_le_bytes).ok_or(BtfError::Malformed("truncated"))
 }
 
 impl Btf {
@@ -150,8 +147,7 @@ impl Btf {
                     }
                 }
                 KIND_DATASEC | KIND_ENUM64 => off += 12 * vlen,
-                KIND_PTR | KIND_FWD | KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_FUNC | KIND_FLOAT
-                | KIND_TYPE_TAG => {}
+                KIND_PTR | KIND_FWD | KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_FUNC | KIND_FLOAT | KIND_TYPE_TAG => {}
                 _ => return Err(BtfError::Malformed("unknown type kind")),
             }
             types.push(t);
@@ -218,15 +214,10 @@ impl Btf {
     /// Anonymous struct/union members are looked through; an array member stands for its
     /// element 0.
     pub fn member_offset(&self, strukt: &str, path: &[&str]) -> Result<u32, BtfError> {
-        let mut id = *self
-            .by_name
-            .get(&(KIND_STRUCT, strukt.to_string()))
-            .ok_or_else(|| BtfError::NoStruct(strukt.to_string()))?;
+        let mut id = *self.by_name.get(&(KIND_STRUCT, strukt.to_string())).ok_or_else(|| BtfError::NoStruct(strukt.to_string()))?;
         let mut bits = 0u32;
         for member in path {
-            let (b, ty) = self
-                .find_member(id, member, 0)
-                .ok_or_else(|| BtfError::NoMember { strukt: strukt.to_string(), member: path.join(".") })?;
+            let (b, ty) = self.find_member(id, member, 0).ok_or_else(|| BtfError::NoMember { strukt: strukt.to_string(), member: path.join(".") })?;
             bits += b;
             id = self.strip(ty);
             if let Some(t) = self.ty(id) {

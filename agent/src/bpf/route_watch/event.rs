@@ -4,9 +4,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
-use routewarden_common::route_watch::{
-    RecordKind, RouteWatchRecord, RouteWrite, WriteOp, Writer, WriterClass, WriterIdKind, AF_INET, AF_INET6,
-};
+use routewarden_common::route_watch::{RecordKind, RouteWatchRecord, RouteWrite, WriteOp, Writer, WriterClass, WriterIdKind, AF_INET, AF_INET6};
 use serde::Serialize;
 
 /// A record that cannot be decoded (wrong size, unknown kind, impossible prefix).
@@ -222,16 +220,12 @@ pub fn decode_record(bytes: &[u8]) -> Result<RouteWatchEvent, DecodeError> {
         RecordKind::LinkDown => RouteWatchEvent::LinkDown { at_ns: rec.write.ts_ns, ifindex: rec.write.oif },
         RecordKind::Write => RouteWatchEvent::Write { route: decode_write(&rec.write)? },
         RecordKind::Flush => RouteWatchEvent::Flush { route: decode_write(&rec.write)? },
-        RecordKind::Conflict => RouteWatchEvent::Conflict {
-            route: decode_write(&rec.write)?,
-            previous: WriterInfo::from_raw(&rec.previous),
-            writes_in_window: rec.changes,
-        },
-        RecordKind::Flap => RouteWatchEvent::Flap {
-            route: decode_write(&rec.write)?,
-            previous: WriterInfo::from_raw(&rec.previous),
-            changes_in_window: rec.changes,
-        },
+        RecordKind::Conflict => {
+            RouteWatchEvent::Conflict { route: decode_write(&rec.write)?, previous: WriterInfo::from_raw(&rec.previous), writes_in_window: rec.changes }
+        }
+        RecordKind::Flap => {
+            RouteWatchEvent::Flap { route: decode_write(&rec.write)?, previous: WriterInfo::from_raw(&rec.previous), changes_in_window: rec.changes }
+        }
     })
 }
 

@@ -167,14 +167,7 @@ impl PortResolver {
     /// A resolver reading `netlink_table` and scanning `proc_root` (tests use fixtures), with
     /// rounds at most every [`ROUND_INTERVAL`].
     pub fn new(netlink_table: PathBuf, proc_root: PathBuf) -> PortResolver {
-        PortResolver {
-            netlink_table,
-            proc_root,
-            round_interval: ROUND_INTERVAL,
-            cache: HashMap::new(),
-            last_round: None,
-            stats: AttributionStats::default(),
-        }
+        PortResolver { netlink_table, proc_root, round_interval: ROUND_INTERVAL, cache: HashMap::new(), last_round: None, stats: AttributionStats::default() }
     }
 
     /// The cached answer for `port` at `now`: `Some(None)` is a cached miss, `None` means a
@@ -198,9 +191,7 @@ impl PortResolver {
         }
         self.last_round = Some(now);
         self.stats.rounds += 1;
-        let table = std::fs::read_to_string(&self.netlink_table)
-            .or_else(|_| std::fs::read_to_string("/proc/net/netlink"))
-            .unwrap_or_default();
+        let table = std::fs::read_to_string(&self.netlink_table).or_else(|_| std::fs::read_to_string("/proc/net/netlink")).unwrap_or_default();
         let inodes = parse_proc_net_netlink(&table);
         let wanted: HashSet<u64> = ports.iter().filter_map(|p| inodes.get(p)).copied().collect();
         let owners = if wanted.is_empty() {
@@ -209,8 +200,7 @@ impl PortResolver {
             self.stats.walks += 1;
             find_socket_owners(&self.proc_root, &wanted)
         };
-        let answers: HashMap<u32, Option<ProcessInfo>> =
-            ports.iter().map(|&p| (p, inodes.get(&p).and_then(|i| owners.get(i)).cloned())).collect();
+        let answers: HashMap<u32, Option<ProcessInfo>> = ports.iter().map(|&p| (p, inodes.get(&p).and_then(|i| owners.get(i)).cloned())).collect();
         for (&port, answer) in &answers {
             if answer.is_some() {
                 self.stats.resolved += 1;
@@ -296,8 +286,7 @@ impl Attribution {
         let mut out = Vec::new();
         while let Some(ev) = self.held.front_mut() {
             let mut writers = ev.writers_mut();
-            let found: Option<Vec<Option<ProcessInfo>>> =
-                writers.iter().map(|w| unresolved_port(w).map_or(Some(None), answer)).collect();
+            let found: Option<Vec<Option<ProcessInfo>>> = writers.iter().map(|w| unresolved_port(w).map_or(Some(None), answer)).collect();
             let Some(found) = found else { break };
             for (w, p) in writers.iter_mut().zip(found) {
                 if let Some(p) = p {
@@ -372,12 +361,7 @@ fn recv_until<T>(rx: &mut mpsc::Receiver<T>, waker: &std::task::Waker, deadline:
 /// (a round runs if the rate limit allows). While events are held, batches keep being taken
 /// (so the reader never waits on a full queue) and the release waits for the next round:
 /// nothing can leave before it, since the first held event waits for that round.
-fn run_attribution(
-    mut queue: Attribution,
-    mut rx: mpsc::Receiver<Vec<RouteWatchEvent>>,
-    tx: &mpsc::Sender<RouteWatchEvent>,
-    stats: &Mutex<AttributionStats>,
-) {
+fn run_attribution(mut queue: Attribution, mut rx: mpsc::Receiver<Vec<RouteWatchEvent>>, tx: &mpsc::Sender<RouteWatchEvent>, stats: &Mutex<AttributionStats>) {
     let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut wake: Option<Instant> = None;
     let mut open = true;
@@ -626,11 +610,7 @@ garbage line
 
         // 50 ms later: a new port (waits for t0 + 200 ms), then a cached one and a writer
         // known by pid (fentry), which wait behind it.
-        q.extend([
-            write_event("10.0.0.2/32", Some(101), None),
-            write_event("10.0.0.3/32", Some(100), None),
-            write_event("10.0.0.4/32", None, Some(77)),
-        ]);
+        q.extend([write_event("10.0.0.2/32", Some(101), None), write_event("10.0.0.3/32", Some(100), None), write_event("10.0.0.4/32", None, Some(77))]);
         let (out, next) = q.release(ms(50));
         assert!(out.is_empty(), "{out:?}");
         assert_eq!(next, Some(ms(200)));

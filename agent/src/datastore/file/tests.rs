@@ -203,8 +203,16 @@ fn objects_keep_their_last_good_version_per_object() {
     assert_eq!(
         errs,
         [
-            (r#"IPPool "p2": spec.ipipMode: invalid value "Sometimes" (expected Never, Always or CrossSubnet)"#.to_string(), true, vec!["10.245.0.0/16".to_string()]),
-            (r#"IPPool "p3": spec.vxlanMode: invalid value "Maybe" (expected Never, Always or CrossSubnet)"#.to_string(), false, vec!["10.247.0.0/16".to_string()]),
+            (
+                r#"IPPool "p2": spec.ipipMode: invalid value "Sometimes" (expected Never, Always or CrossSubnet)"#.to_string(),
+                true,
+                vec!["10.245.0.0/16".to_string()]
+            ),
+            (
+                r#"IPPool "p3": spec.vxlanMode: invalid value "Maybe" (expected Never, Always or CrossSubnet)"#.to_string(),
+                false,
+                vec!["10.247.0.0/16".to_string()]
+            ),
         ]
     );
     // Still bad on the next edit: the same last good version (not the first one) is kept.
@@ -297,7 +305,8 @@ fn oversized_and_deeply_nested_files_are_refused() {
 #[test]
 fn object_errors_name_the_file() {
     let dir = TempDir::new("objerr");
-    let f = dir.write("bad.yaml", &format!("{POOL}---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {{name: pool-a}}\nspec: {{cidr: 10.0.0/8}}\n"));
+    let f =
+        dir.write("bad.yaml", &format!("{POOL}---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {{name: pool-a}}\nspec: {{cidr: 10.0.0/8}}\n"));
     let snap = FileDatastore::load(&dir.0).expect("loads");
     assert_eq!(snap.object_errors.len(), 1);
     assert_eq!(snap.object_errors[0].file, f);

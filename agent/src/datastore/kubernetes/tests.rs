@@ -25,9 +25,8 @@ fn rbac_table_matches_deploy_clusterrole_exactly() {
     let text = std::fs::read_to_string(path).expect("deploy/clusterrole.yaml");
     let role: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("YAML");
     assert_eq!(role["kind"].as_str(), Some("ClusterRole"));
-    let strs = |v: &serde_yaml_ng::Value| -> Vec<String> {
-        v.as_sequence().expect("a list").iter().map(|s| s.as_str().expect("a string").to_owned()).collect()
-    };
+    let strs =
+        |v: &serde_yaml_ng::Value| -> Vec<String> { v.as_sequence().expect("a list").iter().map(|s| s.as_str().expect("a string").to_owned()).collect() };
     let rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role["rules"]
         .as_sequence()
         .expect("rules")
@@ -55,8 +54,7 @@ fn rbac_table_matches_deploy_clusterrole_exactly() {
         .filter(|t| t.namespace.is_none())
         .map(|t| (t.api.group, t.api.plural))
         .collect();
-    let table: BTreeSet<(String, String)> =
-        RBAC.iter().flat_map(|r| r.resources.iter().map(|res| (r.api_group.to_owned(), (*res).to_owned()))).collect();
+    let table: BTreeSet<(String, String)> = RBAC.iter().flat_map(|r| r.resources.iter().map(|res| (r.api_group.to_owned(), (*res).to_owned()))).collect();
     assert_eq!(watched, table);
     // Read-only.
     for v in VERBS.iter().chain(RBAC.iter().flat_map(|r| r.verbs)) {
@@ -72,9 +70,8 @@ fn rbac_table_matches_deploy_clusterrole_exactly() {
 #[test]
 fn namespaced_rbac_matches_the_roles_in_deploy_exactly() {
     let deploy = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy"));
-    let strs = |v: &serde_yaml_ng::Value| -> Vec<String> {
-        v.as_sequence().expect("a list").iter().map(|s| s.as_str().expect("a string").to_owned()).collect()
-    };
+    let strs =
+        |v: &serde_yaml_ng::Value| -> Vec<String> { v.as_sequence().expect("a list").iter().map(|s| s.as_str().expect("a string").to_owned()).collect() };
     for want in &NAMESPACED_RBAC {
         let one = |file: &str, kind: &str| {
             let path = deploy.join(want.manifest).with_file_name(file);
@@ -91,7 +88,10 @@ fn namespaced_rbac_matches_the_roles_in_deploy_exactly() {
         assert_eq!(binding["roleRef"]["kind"].as_str(), Some("Role"));
         let subjects = binding["subjects"].as_sequence().expect("subjects");
         assert_eq!(subjects.len(), 1);
-        assert_eq!((subjects[0]["kind"].as_str(), subjects[0]["name"].as_str(), subjects[0]["namespace"].as_str()), (Some("ServiceAccount"), Some("routewarden"), Some("routewarden")));
+        assert_eq!(
+            (subjects[0]["kind"].as_str(), subjects[0]["name"].as_str(), subjects[0]["namespace"].as_str()),
+            (Some("ServiceAccount"), Some("routewarden"), Some("routewarden"))
+        );
         let rules = role["rules"].as_sequence().expect("rules");
         assert_eq!(rules.len(), 1, "{}: one rule", want.manifest);
         let r = &rules[0];
@@ -126,9 +126,9 @@ mod fake {
     use futures::channel::mpsc::{unbounded, UnboundedReceiver, UnboundedSender};
     use futures::StreamExt;
     use http::{Request, Response, StatusCode};
+    use http_body::Frame;
     use http_body_util::combinators::BoxBody;
     use http_body_util::{BodyExt, Full, StreamBody};
-    use http_body::Frame;
     use kube::client::Body;
     use kube::Client;
     use serde_json::{json, Value};
@@ -266,8 +266,8 @@ use http::StatusCode;
 use serde_json::{json, Value as Json};
 
 use crate::model::{
-    parse_yaml_documents, Affinity, AffinityState, AllocationAttributes, AllowedUse, BgpConfiguration, BlockAffinity, Cluster, ClusterInformation, EncapMode, OptionalSource,
-    FelixConfiguration, FelixScope, IpPool, IpamBlock, Node, NodeAddress, NodeAddressType, NodeForm,
+    parse_yaml_documents, Affinity, AffinityState, AllocationAttributes, AllowedUse, BgpConfiguration, BlockAffinity, Cluster, ClusterInformation, EncapMode,
+    FelixConfiguration, FelixScope, IpPool, IpamBlock, Node, NodeAddress, NodeAddressType, NodeForm, OptionalSource,
 };
 use crate::ownership::{decide, CalicoVersion, ClusterRoutes, ComponentDecision, DecisionSource, OwnershipConfig, Role, VersionChoice};
 use crate::routes::{PoolClass, Writer as RouteWriter};
@@ -457,10 +457,8 @@ fn cluster_objects(yaml: &str, group: CalicoGroup) -> Objects {
                         ann[format!("projectcalico.org/{key}")] = v.clone();
                     }
                 }
-                let addrs: Vec<Json> = item["spec"]["addresses"]
-                    .as_array()
-                    .map(|a| a.iter().filter(|x| x["type"] == "InternalIP").cloned().collect())
-                    .unwrap_or_default();
+                let addrs: Vec<Json> =
+                    item["spec"]["addresses"].as_array().map(|a| a.iter().filter(|x| x["type"] == "InternalIP").cloned().collect()).unwrap_or_default();
                 (ann, Json::Array(addrs))
             };
             out.entry("nodes").or_default().push(node(name, &rv, &ann, &addrs));
@@ -519,7 +517,14 @@ fn block_v(name: &str, cidr: &str, host: &str, allocations: &[Option<usize>], at
 /// A confirmed host BlockAffinity named `<node>-<block name>`.
 fn affinity_v(node: &str, block: &str, cidr: &str) -> (String, BlockAffinity) {
     let name = format!("{node}-{block}");
-    let affinity = BlockAffinity { name: name.clone(), node: node.to_owned(), cidr: net(cidr), state: AffinityState::Confirmed, affinity_type: "host".to_owned(), deleted: false };
+    let affinity = BlockAffinity {
+        name: name.clone(),
+        node: node.to_owned(),
+        cidr: net(cidr),
+        state: AffinityState::Confirmed,
+        affinity_type: "host".to_owned(),
+        deleted: false,
+    };
     (name, affinity)
 }
 
@@ -545,7 +550,12 @@ fn node_v(name: &str, v4: &str, v6: Option<&str>, ipip_tunnel: Option<&str>, int
 }
 
 fn bgp_v(program_cluster_routes: &str) -> (String, BgpConfiguration) {
-    let bgp = BgpConfiguration { name: "default".to_owned(), program_cluster_routes: Some(program_cluster_routes.to_owned()), ipv4_normal_route_priority: None, ipv6_normal_route_priority: None };
+    let bgp = BgpConfiguration {
+        name: "default".to_owned(),
+        program_cluster_routes: Some(program_cluster_routes.to_owned()),
+        ipv4_normal_route_priority: None,
+        ipv6_normal_route_priority: None,
+    };
     ("default".to_owned(), bgp)
 }
 
@@ -663,11 +673,7 @@ fn writers(ipip: &[RouteWriter], noencap: &[RouteWriter], vxlan: &[RouteWriter])
 
 fn examples_cluster() -> String {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/cluster");
-    ["calico.yaml", "ipam.yaml", "nodes.yaml"]
-        .iter()
-        .map(|f| std::fs::read_to_string(format!("{dir}/{f}")).unwrap())
-        .collect::<Vec<_>>()
-        .join("\n---\n")
+    ["calico.yaml", "ipam.yaml", "nodes.yaml"].iter().map(|f| std::fs::read_to_string(format!("{dir}/{f}")).unwrap()).collect::<Vec<_>>().join("\n---\n")
 }
 
 /// A backoff of 10 ms, always (the production one starts at 800 ms).
@@ -892,7 +898,9 @@ async fn v1_cluster_not_synced_until_every_resource_listed_then_exact_requests()
         KUBE_SYSTEM_DS.to_owned(),
         vec![
             format!("GET {KUBE_SYSTEM_DS}?&fieldSelector=metadata.name%3Dcalico-node&resourceVersion=0&resourceVersionMatch=NotOlderThan"),
-            format!("GET {KUBE_SYSTEM_DS}?&watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dcalico-node&allowWatchBookmarks=true&resourceVersion=100"),
+            format!(
+                "GET {KUBE_SYSTEM_DS}?&watch=true&timeoutSeconds=290&fieldSelector=metadata.name%3Dcalico-node&allowWatchBookmarks=true&resourceVersion=100"
+            ),
         ],
     );
     assert_eq!(per, want);
@@ -1020,7 +1028,13 @@ async fn program_cluster_routes_changes_take_effect_live() {
     let api = StdArc::new(FakeApi::default());
     script_discovery(&api, group);
     let mut objects = Objects::new();
-    objects.insert("ippools", vec![pool("ipip", "1", "10.244.0.0/16"), object(group, "ippools", "flat", "2", &json!({"cidr": "10.246.0.0/16", "ipipMode": "Never", "vxlanMode": "Never"}))]);
+    objects.insert(
+        "ippools",
+        vec![
+            pool("ipip", "1", "10.244.0.0/16"),
+            object(group, "ippools", "flat", "2", &json!({"cidr": "10.246.0.0/16", "ipipMode": "Never", "vxlanMode": "Never"})),
+        ],
+    );
     objects.insert("felixconfigurations", vec![felix_config("3", "EnabledIPIPOnly")]);
     objects.insert("bgpconfigurations", vec![bgp_config("4", "EnabledNoEncapOnly")]);
     let watches = script_lists(&api, group, &objects, "10");
@@ -1093,7 +1107,13 @@ async fn calico_upgrade_in_cluster_information_changes_the_decision_live() {
 }
 
 fn block(name: &str, rv: &str, cidr: &str, node: &str) -> Json {
-    object(CalicoGroup::CrdV1, "ipamblocks", name, rv, &json!({"cidr": cidr, "affinity": format!("host:{node}"), "allocations": [], "attributes": [], "deleted": false}))
+    object(
+        CalicoGroup::CrdV1,
+        "ipamblocks",
+        name,
+        rv,
+        &json!({"cidr": cidr, "affinity": format!("host:{node}"), "allocations": [], "attributes": [], "deleted": false}),
+    )
 }
 
 #[tokio::test]
@@ -1117,13 +1137,11 @@ async fn gone_410_during_watch_relists_and_applies_deletions_only_then() {
 
     // A bookmark moves the resourceVersion on; then the server says 410 Gone.
     let w = &watches["ipamblocks"];
-    w.unbounded_send(event("BOOKMARK", &json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMBlock", "metadata": {"resourceVersion": "150"}}))).unwrap();
+    w.unbounded_send(event("BOOKMARK", &json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMBlock", "metadata": {"resourceVersion": "150"}})))
+        .unwrap();
     w.unbounded_send(event("ERROR", &status(410, "Expired", "too old resource version: 150 (190)"))).unwrap();
     let DatastoreEvent::Unsynced { reason } = ds.next().await else { panic!("expected Unsynced") };
-    assert_eq!(
-        reason,
-        "ipamblocks.crd.projectcalico.org: watch ended with an error: too old resource version: 150 (190) (410 Expired)"
-    );
+    assert_eq!(reason, "ipamblocks.crd.projectcalico.org: watch ended with an error: too old resource version: 150 (190) (410 Expired)");
     let events = ds.until_synced().await;
     // Until the re-list completes, every snapshot keeps both blocks and marks the resource
     // broken (the app deletes nothing); the last one, after the re-list, has the deletion.
@@ -1146,7 +1164,10 @@ async fn api_server_away_keeps_the_view_and_recovery_syncs_again() {
     script_discovery(&api, group);
     let mut objects = Objects::new();
     objects.insert("ippools", vec![pool("p", "1", "10.244.0.0/16")]);
-    objects.insert("nodes", vec![node("a", "5", &json!({"projectcalico.org/IPv4Address": "10.0.0.1/24"}), &json!([{"type": "InternalIP", "address": "10.0.0.1"}]))]);
+    objects.insert(
+        "nodes",
+        vec![node("a", "5", &json!({"projectcalico.org/IPv4Address": "10.0.0.1/24"}), &json!([{"type": "InternalIP", "address": "10.0.0.1"}]))],
+    );
     let mut watches = script_lists(&api, group, &objects, "100");
     let mut ds = Running::start(&api, ApiGroupChoice::Auto);
     let _ = ds.snapshot().await;
@@ -1199,12 +1220,7 @@ async fn api_server_away_keeps_the_view_and_recovery_syncs_again() {
     // the held list (ok), then a watch from it.
     assert_eq!(
         api.take_log(),
-        vec![
-            watch_url(group, "ippools", "100"),
-            list_url(group, "ippools"),
-            list_url(group, "ippools"),
-            watch_url(group, "ippools", "300"),
-        ]
+        vec![watch_url(group, "ippools", "100"), list_url(group, "ippools"), list_url(group, "ippools"), watch_url(group, "ippools", "300"),]
     );
     ds.quiet(100).await;
 }
@@ -1239,7 +1255,8 @@ async fn initial_list_in_pages_is_one_snapshot() {
     let group = CalicoGroup::CrdV1;
     let api = StdArc::new(FakeApi::default());
     script_discovery(&api, group);
-    let blocks: Vec<Json> = (0..1200u32).map(|i| block(&format!("10-{}-{}-0-26", 100 + i / 256, i % 256), "1", &format!("10.{}.{}.0/26", 100 + i / 256, i % 256), "n")).collect();
+    let blocks: Vec<Json> =
+        (0..1200u32).map(|i| block(&format!("10-{}-{}-0-26", 100 + i / 256, i % 256), "1", &format!("10.{}.{}.0/26", 100 + i / 256, i % 256), "n")).collect();
     let mut objects = Objects::new();
     objects.insert("ippools", vec![pool("p", "1", "10.0.0.0/8")]);
     let _w = script_lists(&api, group, &objects, "100");
@@ -1512,7 +1529,9 @@ async fn operator_install_env_outranks_the_datastore_and_a_forbidden_namespace_i
     let mut ds = Running::start(&api, ApiGroupChoice::Auto);
     let events = ds.until_synced().await;
     assert!(events.iter().all(|e| !matches!(e, DatastoreEvent::Unsynced { .. })), "a forbidden optional source never unsyncs: {events:?}");
-    let Some(DatastoreEvent::Snapshot(snap)) = events.iter().rev().find(|e| matches!(e, DatastoreEvent::Snapshot(_))).cloned() else { panic!("no snapshot: {events:?}") };
+    let Some(DatastoreEvent::Snapshot(snap)) = events.iter().rev().find(|e| matches!(e, DatastoreEvent::Snapshot(_))).cloned() else {
+        panic!("no snapshot: {events:?}")
+    };
     assert!(snap.load_errors.is_empty() && snap.object_errors.is_empty(), "{:?} {:?}", snap.load_errors, snap.object_errors);
     let reason = "list failed: daemonsets.apps \"calico-node\" is forbidden: User \"system:serviceaccount:routewarden:routewarden\" cannot list resource \"daemonsets\" in API group \"apps\" in the namespace \"kube-system\" (403 Forbidden)";
     assert_eq!(snap.cluster.unread, BTreeMap::from([(OptionalSource::CalicoNodeEnv("kube-system"), reason.to_owned())]));
@@ -1524,7 +1543,11 @@ async fn operator_install_env_outranks_the_datastore_and_a_forbidden_namespace_i
     // EnabledIPIPOnly), so routewarden in Felix's role programs IPIP and no-encap.
     let d = decide(&snap.cluster, &felix("node-a"));
     assert_eq!(d.felix.value, ClusterRoutes::Enabled);
-    assert!(matches!(&d.felix.source, DecisionSource::Env { daemonset, value, .. } if daemonset == "calico-system/calico-node" && value == "Enabled"), "{:?}", d.felix.source);
+    assert!(
+        matches!(&d.felix.source, DecisionSource::Env { daemonset, value, .. } if daemonset == "calico-system/calico-node" && value == "Enabled"),
+        "{:?}",
+        d.felix.source
+    );
     let codes: Vec<(&str, String)> = d.findings.iter().filter(|f| f.class.is_none()).map(|f| (f.code(), f.message.clone())).collect();
     assert!(codes.contains(&(
         "source-unreadable",
@@ -1540,7 +1563,10 @@ async fn operator_install_env_outranks_the_datastore_and_a_forbidden_namespace_i
 
     // The exact requests of the optional reads: by name only, in their namespaces.
     let per = per_resource(&api.log());
-    assert_eq!(per[CALICO_SYSTEM_DS][0], format!("GET {CALICO_SYSTEM_DS}?&fieldSelector=metadata.name%3Dcalico-node&resourceVersion=0&resourceVersionMatch=NotOlderThan"));
+    assert_eq!(
+        per[CALICO_SYSTEM_DS][0],
+        format!("GET {CALICO_SYSTEM_DS}?&fieldSelector=metadata.name%3Dcalico-node&resourceVersion=0&resourceVersionMatch=NotOlderThan")
+    );
     assert_eq!(per[INSTALLATIONS][0], format!("GET {INSTALLATIONS}?&resourceVersion=0&resourceVersionMatch=NotOlderThan"));
     assert_eq!(per[KUBE_SYSTEM_DS].iter().filter(|l| !l.contains("watch=true")).count(), 2, "{:?}", per[KUBE_SYSTEM_DS]);
 }
@@ -1739,7 +1765,10 @@ async fn a_hung_api_server_is_noticed_and_every_resource_relisted() {
     let hung = api.deferred("GET /version");
     let (tx, mut rx) = mpsc::channel(64);
     let probe = Probe { interval: Duration::from_secs(30), timeout: Duration::from_secs(10) };
-    let ds = KubernetesDatastore::new(api.client(), ApiGroupChoice::Auto).with_debounce(Duration::from_millis(30)).with_list_settle(Duration::ZERO).with_probe(probe);
+    let ds = KubernetesDatastore::new(api.client(), ApiGroupChoice::Auto)
+        .with_debounce(Duration::from_millis(30))
+        .with_list_settle(Duration::ZERO)
+        .with_probe(probe);
     let task = ds.spawn(tx);
     let mut next = async || tokio::time::timeout(Duration::from_mins(5), rx.recv()).await.expect("an event").expect("running");
     while next().await != DatastoreEvent::Synced {}
@@ -1769,7 +1798,8 @@ async fn a_hung_api_server_is_noticed_and_every_resource_relisted() {
             assert!(!s.load_errors.is_empty() || s.cluster.ip_pools.len() == 1, "{:?}", s.load_errors);
         }
     }
-    let lists: BTreeSet<String> = api.log().iter().filter(|l| !l.contains("watch=true") && !l.contains("/version")).map(|l| l.split('?').next().unwrap().to_owned()).collect();
+    let lists: BTreeSet<String> =
+        api.log().iter().filter(|l| !l.contains("watch=true") && !l.contains("/version")).map(|l| l.split('?').next().unwrap().to_owned()).collect();
     let mut want: BTreeSet<String> = CALICO_PLURALS.iter().chain(&["nodes"]).map(|p| format!("GET {}", path(group, p))).collect();
     want.insert(format!("GET {KUBE_SYSTEM_DS}"));
     assert_eq!(lists, want, "every resource listed again");

@@ -15,7 +15,9 @@ use kube::runtime::watcher::{self, Event};
 use kube::ResourceExt;
 use serde_yaml_ng::Value;
 
-use super::{api_resource, CalicoGroup, StoreWriter, Watched, CALICO_NODE_SELECTOR, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE};
+use super::{
+    api_resource, CalicoGroup, StoreWriter, Watched, CALICO_NODE_SELECTOR, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE,
+};
 use crate::datastore::{DatastoreEvent, LoadError, LoadErrorKind, ObjectError, Snapshot};
 use crate::model::{check_pools, mentioned_cidrs, CalicoNodeDaemonSet, Cluster, Kind, ModelError, OptionalSource, Rejected};
 
@@ -393,7 +395,13 @@ fn refresh(r: &mut Resource, label: &str, cluster: &mut Cluster) -> (u64, bool) 
                 continue;
             }
         }
-        let e = r.entries.entry(name.clone()).or_insert_with(|| Entry { resource_version: String::new(), hash: 0, good: false, errors: Vec::new(), cidrs: Vec::new() });
+        let e = r.entries.entry(name.clone()).or_insert_with(|| Entry {
+            resource_version: String::new(),
+            hash: 0,
+            good: false,
+            errors: Vec::new(),
+            cidrs: Vec::new(),
+        });
         e.resource_version = rv;
         let parsed = match serde_yaml_ng::to_value(&*obj) {
             Ok(value) => {

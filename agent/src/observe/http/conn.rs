@@ -223,11 +223,7 @@ impl hyper::service::Service<Request<Incoming>> for RequestService {
                 Err(_elapsed) => {
                     stats.request_timeouts.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(limit_ms = limit.as_millis(), "HTTP request timed out");
-                    Ok((
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        [(header::CONTENT_TYPE, "text/plain")],
-                        format!("request timed out after {} ms\n", limit.as_millis()),
-                    )
+                    Ok((StatusCode::SERVICE_UNAVAILABLE, [(header::CONTENT_TYPE, "text/plain")], format!("request timed out after {} ms\n", limit.as_millis()))
                         .into_response())
                 }
             }
