@@ -238,7 +238,7 @@ fn target_v4(dst: [u8; 4]) -> Option<&'static mut ForwardTarget> {
                 return None;
             }
             let key = TargetKeyV4 { prefix_len: range.prefix_lens[j], addr: addr & range.masks[j] };
-            if let Some(t) = FORWARD_TARGETS_V4.get_ptr_mut(&key) {
+            if let Some(t) = FORWARD_TARGETS_V4.get_ptr_mut(key) {
                 // SAFETY: a value of the map, a `ForwardTarget`, valid for this run (RCU).
                 return Some(unsafe { &mut *t });
             }
@@ -273,7 +273,7 @@ fn target_v6(dst: &[u8; 16]) -> Option<&'static mut ForwardTarget> {
             }
             let m = range.masks[j];
             let key = TargetKeyV6 { prefix_len: range.prefix_lens[j], _pad: 0, addr: [addr[0] & m[0], addr[1] & m[1]] };
-            if let Some(t) = FORWARD_TARGETS_V6.get_ptr_mut(&key) {
+            if let Some(t) = FORWARD_TARGETS_V6.get_ptr_mut(key) {
                 // SAFETY: as in `target_v4`.
                 return Some(unsafe { &mut *t });
             }
@@ -326,14 +326,14 @@ fn account(ctx: &TcContext, target: &mut ForwardTarget, dst: &[u8; 16], obs: Obs
     let seen = target.last_path;
     target.last_path = actual;
     let key = BlockKey { prefix_len: target.prefix_len, block: target.block };
-    let state = match FORWARD_BLOCKS.get_ptr_mut(&key) {
+    let state = match FORWARD_BLOCKS.get_ptr_mut(key) {
         Some(state) => state,
         // The block's state is gone (LRU: the fast path does not refresh it) but the entry
         // remembers another path: start from that one, so this change counts.
         None if seen != LAST_PATH_UNKNOWN && seen != actual => {
             let known = BlockState { last_path: seen, _pad: [0; 3], changes: 0, window_start_ns: 0, last_sample_ns: 0 };
             block_insert(&key, &known);
-            let Some(state) = FORWARD_BLOCKS.get_ptr_mut(&key) else { return };
+            let Some(state) = FORWARD_BLOCKS.get_ptr_mut(key) else { return };
             state
         }
         None => {
