@@ -27,10 +27,12 @@
 //!   `DatastoreMigration` object, which routewarden has no RBAC to read). The chosen group must
 //!   serve all six resources with `list` and `watch`, or the datastore stays not synced and
 //!   retries, saying which are missing.
-//! - **Watches.** One kube-runtime [`watcher`] per resource (list with `limit=500` pages, then
-//!   watch from the list's resourceVersion with `allowWatchBookmarks=true`, 290 s server
-//!   timeout), feeding a reflector [`Writer`]: a re-list replaces the store atomically at
-//!   `InitDone`, so objects deleted while the watch was down disappear then, not before.
+//! - **Watches.** One kube-runtime [`watcher`] per resource (a list from the watch cache,
+//!   [`cache_lists`], then a watch from the list's resourceVersion with
+//!   `allowWatchBookmarks=true`, 290 s server timeout), feeding a reflector [`Writer`]: a
+//!   re-list replaces the store atomically at `InitDone`, so objects deleted while the watch
+//!   was down disappear then, not before; and deletions wait [`DEFAULT_LIST_SETTLE`] after
+//!   every list, since a cached list may lag etcd.
 //! - **Errors.** Any watch error (API server unreachable, 5xx, 403, `410 Gone` from an expired
 //!   resourceVersion) marks the resource failed and sends [`DatastoreEvent::Unsynced`]; the
 //!   watcher is restarted after [`default_backoff`] (500 ms doubling to 5 s, each delay
