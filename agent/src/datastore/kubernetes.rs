@@ -52,8 +52,9 @@
 //!   does a Calico upgrade (`ClusterInformation default` `spec.calicoVersion`, read by
 //!   `--calico-version auto`).
 //! - **A hung API server** (TCP up, nothing answered): `GET /version` every 30 s with a 10 s
-//!   limit ([`DEFAULT_PROBE`]); no answer means `Unsynced` ("API server not answering"), every
-//!   watch restarted and every resource re-listed before `Synced` again. A watch that is
+//!   limit ([`DEFAULT_PROBE`]); no answer means `Unsynced` ("API server not answering") until
+//!   one comes; a second miss in a row ([`PROBE_MISSES_BEFORE_RELIST`]) restarts every watch,
+//!   and every resource is re-listed before `Synced` again. A watch that is
 //!   silent because the server is hung would otherwise stay silent until its 290 s timeout
 //!   (kube-runtime does not hand bookmarks to its consumer, so silence cannot be timed per
 //!   watch).
@@ -419,6 +420,10 @@ pub struct Probe {
     pub timeout: Duration,
 }
 
+/// Probes in a row without an answer before every watch is restarted (the first miss only
+/// makes the datastore unsynced).
+pub const PROBE_MISSES_BEFORE_RELIST: u32 = 2;
+
 /// Probe every 30 s, allow 10 s.
 pub const DEFAULT_PROBE: Probe = Probe { interval: Duration::from_secs(30), timeout: Duration::from_secs(10) };
 
@@ -599,7 +604,8 @@ impl Datastore for KubernetesDatastore {
         };
         let mut streams = start_watches(&view);
         let mut probes = spawn_probe(self.client.clone(), self.probe);
-        let mut stale = false;
+        // Probes in a row without an answer.
+        let mut misses = 0u32;
         let mut deadline: Option<Instant> = None;
         // The window grows to twice the time the last flush took, so that a huge cluster under
         // constant churn spends at most about a third of a core building snapshots.
@@ -619,29 +625,41 @@ impl Datastore for KubernetesDatastore {
                     }
                 }
                 Some(answered) = probes.recv() => {
-                    match answered {
-                        Ok(()) if stale => {
-                            tracing::info!("kubernetes datastore: the API server answers again");
-                            stale = false;
-                        }
-                        Err(reason) if !stale => {
-                            // Restart every watch (a hung one would stay silent until its own
-                            // timeout): each re-lists, and the view is synced again only when
-                            // every list completes. The last view is kept meanwhile.
-                            tracing::warn!(%reason, "kubernetes datastore: the API server does not answer; re-listing every resource");
-                            stale = true;
-                            streams = start_watches(&view);
-                            for ev in view.restart_all(&reason) {
-                                if tx.send(ev).await.is_err() {
-                                    return Ok(());
-                                }
+                    let events = match answered {
+                        Ok(()) => {
+                            if misses > 0 {
+                                tracing::info!(misses, "kubernetes datastore: the API server answers again");
                             }
-                            if deadline.is_none() {
-                                deadline = Some(Instant::now() + window);
+                            misses = 0;
+                            view.set_stale(None)
+                        }
+                        Err(reason) => {
+                            misses += 1;
+                            if misses == 1 {
+                                // Unsynced at once (nothing is deleted on a view nobody can
+                                // confirm); the watches are left alone, a slow server is not
+                                // helped by every agent re-listing.
+                                tracing::warn!(%reason, "kubernetes datastore: the API server does not answer; deletions held");
+                                view.set_stale(Some(&reason))
+                            } else if misses == PROBE_MISSES_BEFORE_RELIST {
+                                // Still silent: restart every watch (a hung one would stay
+                                // silent until its own timeout); each re-lists, and the view is
+                                // synced again only when every list completes.
+                                tracing::warn!(%reason, misses, "kubernetes datastore: the API server is still silent; re-listing every resource");
+                                streams = start_watches(&view);
+                                view.restart_all(&reason)
+                            } else {
+                                Vec::new()
                             }
                         }
-                        // Answered while fine, or still hung: nothing new to do.
-                        Ok(()) | Err(_) => {}
+                    };
+                    for ev in events {
+                        if tx.send(ev).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    if view.is_dirty() && deadline.is_none() {
+                        deadline = Some(Instant::now() + window);
                     }
                 }
                 () = tokio::time::sleep_until(view.settle_deadline().map_or_else(Instant::now, Instant::from_std)), if deadline.is_none() && view.settle_deadline().is_some() => {

@@ -121,6 +121,8 @@ pub(crate) struct View {
     list_settle: Duration,
     /// Until when the last completed list is settling (`None`: settled).
     settling_until: Option<Instant>,
+    /// The API server does not answer the probe: not synced whatever the watches say.
+    stale: Option<String>,
 }
 
 impl View {
@@ -154,6 +156,7 @@ impl View {
             parse_failures: 0,
             list_settle: Duration::ZERO,
             settling_until: None,
+            stale: None,
         }
     }
 
@@ -197,7 +200,7 @@ impl View {
     /// True when every required resource has completed a list since its last failure and
     /// every optional one was tried once (listed, or failed and recorded as unread).
     pub(crate) fn all_ready(&self) -> bool {
-        self.resources.iter().all(|r| r.status == Status::Ready || (r.optional.is_some() && r.status != Status::Listing))
+        self.stale.is_none() && self.resources.iter().all(|r| r.status == Status::Ready || (r.optional.is_some() && r.status != Status::Listing))
     }
 
     /// True when a flush may have something to send.
@@ -277,9 +280,36 @@ impl View {
         }
         self.dirty = true;
         self.status_changed = true;
+        self.unsynced(reason)
+    }
+
+    /// The probe's verdict: `Some(reason)` when the API server did not answer (not synced
+    /// until it does; returns the `Unsynced` to send), `None` when it answered (a flush sends
+    /// `Synced` again once every resource is listed).
+    pub(crate) fn set_stale(&mut self, reason: Option<&str>) -> Vec<DatastoreEvent> {
+        let changed = self.stale.as_deref() != reason;
+        self.stale = reason.map(str::to_owned);
+        if !changed {
+            return Vec::new();
+        }
+        self.dirty = true;
+        self.status_changed = true;
+        match reason {
+            Some(reason) => self.unsynced(reason),
+            None => Vec::new(),
+        }
+    }
+
+    /// Not synced for `reason`: the `Unsynced` to send, unless it was just sent.
+    fn unsynced(&mut self, reason: &str) -> Vec<DatastoreEvent> {
+        let send = self.announced_synced || self.last_unsynced.as_deref() != Some(reason);
         self.announced_synced = false;
-        self.last_unsynced = Some(reason.to_owned());
-        vec![DatastoreEvent::Unsynced { reason: reason.to_owned() }]
+        if send {
+            self.last_unsynced = Some(reason.to_owned());
+            vec![DatastoreEvent::Unsynced { reason: reason.to_owned() }]
+        } else {
+            Vec::new()
+        }
     }
 
     /// End of a debounce window: a snapshot when the view changed (never before the first
