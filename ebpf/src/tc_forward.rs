@@ -7,7 +7,9 @@
 //!   tunnel and is attributed to its inner destination; anything else took the host path.
 //!
 //! Context: `struct __sk_buff` of a `BPF_PROG_TYPE_SCHED_CLS` program at egress
-//! (`sch_handle_egress` / `tcx_run`, net/core/dev.c). Headers are read with
+//! (`sch_handle_egress` / `tcx_run`, net/core/dev.c). An IPv4 header is read by direct packet
+//! access when its place is confirmed from the packet ([`direct_ipv4`]); otherwise, and for
+//! IPv6, headers are read with
 //! `long bpf_skb_load_bytes_relative(const void *skb, u32 offset, void *to, u32 len,
 //! u32 start_header)` from `BPF_HDR_START_NET` (include/uapi/linux/bpf.h): the network
 //! header is set on egress, so the same code reads a real `tunl0` (no L2 header, ARPHRD_TUNNEL),
