@@ -106,7 +106,7 @@ fn per_packet_cost_with_a_loaded_trie() {
     let payload = udp(100);
     // 10.0.1.5 is in 10.0.1.0/26, ipip-pool; 10.100.0.9 in flat; 10.200.3.7 a borrowed /32.
     let cases: Vec<(&str, u32, Vec<u8>)> = vec![
-        ("non-cluster destination (trie miss)", host_id, ether(&ipv4([192, 168, 0, 1], [8, 8, 8, 8], 17, &payload))),
+        ("non-cluster destination (pool filter miss)", host_id, ether(&ipv4([192, 168, 0, 1], [8, 8, 8, 8], 17, &payload))),
         ("host NIC, no-encap block, right path", host_id, ether(&ipv4([192, 168, 0, 1], [10, 100, 0, 9], 17, &payload))),
         ("host NIC, borrowed /32, right path", host_id, ether(&ipv4([192, 168, 0, 1], [10, 200, 3, 7], 17, &payload))),
         ("tunnel device, IPIP block, right path", tunnel_id, ether(&ipv4([10, 0, 0, 1], [10, 0, 1, 5], 17, &payload))),

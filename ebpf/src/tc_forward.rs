@@ -7,7 +7,9 @@
 //!   tunnel and is attributed to its inner destination; anything else took the host path.
 //!
 //! Context: `struct __sk_buff` of a `BPF_PROG_TYPE_SCHED_CLS` program at egress
-//! (`sch_handle_egress` / `tcx_run`, net/core/dev.c). Headers are read with
+//! (`sch_handle_egress` / `tcx_run`, net/core/dev.c). An IPv4 header is read by direct packet
+//! access when its place is confirmed from the packet ([`direct_ipv4`]); otherwise, and for
+//! IPv6, headers are read with
 //! `long bpf_skb_load_bytes_relative(const void *skb, u32 offset, void *to, u32 len,
 //! u32 start_header)` from `BPF_HDR_START_NET` (include/uapi/linux/bpf.h): the network
 //! header is set on egress, so the same code reads a real `tunl0` (no L2 header, ARPHRD_TUNNEL),
@@ -117,12 +119,16 @@ const ETH_P_IPV6: u16 = 0x86DD;
 const IPPROTO_IPIP: u8 = 4;
 
 #[classifier]
+// Inlined into the entry point the macro generates: otherwise each packet pays a BPF-to-BPF
+// call once the body grows past LLVM's inlining threshold.
+#[inline(always)]
 pub fn tc_forward_tunnel(ctx: TcContext) -> i32 {
     watch(&ctx, false);
     TC_ACT_UNSPEC
 }
 
 #[classifier]
+#[inline(always)]
 pub fn tc_forward_host(ctx: TcContext) -> i32 {
     watch(&ctx, true);
     TC_ACT_UNSPEC
@@ -160,6 +166,10 @@ fn watch(ctx: &TcContext, host_nic: bool) {
     #[expect(clippy::cast_possible_truncation, reason = "the field holds a 16-bit value")]
     let proto = u16::from_be(ctx.skb.protocol() as u16);
     if proto == ETH_P_IP {
+        if let Some(ip) = direct_ipv4(ctx) {
+            watch_v4_direct(ctx, ip, host_nic);
+            return;
+        }
         let Some(h) = load_net::<20>(ctx, 0) else {
             unparsable(ctx, 4);
             return;
@@ -197,6 +207,86 @@ fn watch(ctx: &TcContext, host_nic: bool) {
         dst.copy_from_slice(&h[24..40]);
         let obs = if host_nic { Observation::HostNative } else { Observation::TunnelDevice };
         lookup_and_account(ctx, dst, obs);
+    }
+}
+
+/// Ethernet header length (include/uapi/linux/if_ether.h `ETH_HLEN`).
+const ETH_HLEN: usize = 14;
+/// An IPv4 header without options, version 4 and IHL 5.
+const IPV4_VIHL: u8 = 0x45;
+
+/// Byte `i` of the packet at address `p` (a packet pointer the caller bounds-checked).
+#[inline(always)]
+fn byte(p: usize, i: usize) -> u8 {
+    // SAFETY: the caller checked `p + i < data_end`; the verifier checks it again.
+    unsafe { *((p + i) as *const u8) }
+}
+
+/// Direct packet access (no helper call): the address of an IPv4 header of 20 bytes, no
+/// options, that lies in the linear data with its 20 bytes checked against `data_end`, or
+/// `None` when the layout cannot be confirmed (the caller then reads the header through
+/// `bpf_skb_load_bytes_relative` from the network header, as before).
+///
+/// At TC egress `skb->data` is the start of the device's link-layer header, whose length
+/// `__sk_buff` does not give: 14 on an Ethernet NIC or a veth stand-in, 0 on a real `tunl0`.
+/// Both are confirmed from the packet rather than assumed per program:
+/// - Ethernet: the EtherType at 12 is `ETH_P_IP`, the byte at 14 is 0x45 and the IPv4 total
+///   length equals `skb->len - 14` (nothing pads an egress frame before the driver);
+/// - no link-layer header: the byte at 0 is 0x45 and the total length equals `skb->len`. An
+///   Ethernet frame cannot pass this: 0x45 as the first destination MAC byte is a group
+///   address, never an IPv4 unicast frame's.
+///
+/// A GSO packet above 64 KiB (total length 0), IP options or headers outside the linear data
+/// take the helper path.
+#[inline(always)]
+fn direct_ipv4(ctx: &TcContext) -> Option<usize> {
+    let data = ctx.data();
+    if data + ETH_HLEN + 20 > ctx.data_end() {
+        return None;
+    }
+    let len = ctx.len();
+    if byte(data, 12) == 0x08 && byte(data, 13) == 0x00 && byte(data, ETH_HLEN) == IPV4_VIHL {
+        let total = u32::from(byte(data, ETH_HLEN + 2)) << 8 | u32::from(byte(data, ETH_HLEN + 3));
+        if total + ETH_HLEN as u32 == len {
+            return Some(data + ETH_HLEN);
+        }
+    } else if byte(data, 0) == IPV4_VIHL {
+        let total = u32::from(byte(data, 2)) << 8 | u32::from(byte(data, 3));
+        if total == len {
+            return Some(data);
+        }
+    }
+    None
+}
+
+/// [`watch`] for an IPv4 header at `ip` (20 bytes, bounds-checked, IHL 5) from
+/// [`direct_ipv4`]: the same decisions as the helper path.
+#[inline(always)]
+fn watch_v4_direct(ctx: &TcContext, ip: usize, host_nic: bool) {
+    if host_nic && byte(ip, 9) == IPPROTO_IPIP {
+        // Outer header of IPIP: only a first fragment carries the inner header.
+        if byte(ip, 6) & 0x1f != 0 || byte(ip, 7) != 0 {
+            return;
+        }
+        let inner = if ip + 40 <= ctx.data_end() {
+            if byte(ip, 20) >> 4 != 4 {
+                return;
+            }
+            [byte(ip, 36), byte(ip, 37), byte(ip, 38), byte(ip, 39)]
+        } else {
+            let Some(inner) = load_net::<20>(ctx, 20) else {
+                unparsable(ctx, 44);
+                return;
+            };
+            if inner[0] >> 4 != 4 {
+                return;
+            }
+            [inner[16], inner[17], inner[18], inner[19]]
+        };
+        lookup_and_account_v4(ctx, inner, Observation::HostIpip);
+    } else {
+        let obs = if host_nic { Observation::HostNative } else { Observation::TunnelDevice };
+        lookup_and_account_v4(ctx, [byte(ip, 16), byte(ip, 17), byte(ip, 18), byte(ip, 19)], obs);
     }
 }
 
