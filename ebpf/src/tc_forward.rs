@@ -212,6 +212,9 @@ fn watch(ctx: &TcContext, host_nic: bool) {
 
 /// Ethernet header length (include/uapi/linux/if_ether.h `ETH_HLEN`).
 const ETH_HLEN: usize = 14;
+/// [`ETH_HLEN`] in `skb->len`'s type.
+#[expect(clippy::cast_possible_truncation, reason = "14")]
+const ETH_HLEN_U32: u32 = ETH_HLEN as u32;
 /// An IPv4 header without options, version 4 and IHL 5.
 const IPV4_VIHL: u8 = 0x45;
 
@@ -247,7 +250,7 @@ fn direct_ipv4(ctx: &TcContext) -> Option<usize> {
     let len = ctx.len();
     if byte(data, 12) == 0x08 && byte(data, 13) == 0x00 && byte(data, ETH_HLEN) == IPV4_VIHL {
         let total = u32::from(byte(data, ETH_HLEN + 2)) << 8 | u32::from(byte(data, ETH_HLEN + 3));
-        if total + ETH_HLEN as u32 == len {
+        if total + ETH_HLEN_U32 == len {
             return Some(data + ETH_HLEN);
         }
     } else if byte(data, 0) == IPV4_VIHL {
