@@ -57,3 +57,50 @@ mod tests {
         assert_eq!(one_line(&"x".repeat(400)).len(), 300);
     }
 }
+
+/// An error and its causes, `error: cause: cause …` down to the OS error, each printed once: a
+/// cause whose text the line already holds (kube, hyper and aya errors often restate their
+/// source in their own message) is left out, so one failure reads as one short line. Used for
+/// the messages operators read: Kubernetes datastore errors and BPF load errors.
+pub fn causes_once(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !text.is_empty() && !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = cause.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod causes_tests {
+    use super::causes_once;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("permission denied (os error 1)")]
+    struct Os;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("the BPF_PROG_LOAD syscall returned {source}")]
+    struct Syscall {
+        source: Os,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("load route_watch_fentry")]
+    struct Load {
+        source: Syscall,
+    }
+
+    #[test]
+    fn each_cause_once_down_to_the_os_error() {
+        // The syscall error restates the OS error: it is printed once, the chain in full.
+        let e = Load { source: Syscall { source: Os } };
+        assert_eq!(causes_once(&e), "load route_watch_fentry: the BPF_PROG_LOAD syscall returned permission denied (os error 1)");
+        assert_eq!(causes_once(&Os), "permission denied (os error 1)");
+    }
+}

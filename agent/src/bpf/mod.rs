@@ -28,18 +28,6 @@ pub fn embedded_object() -> Option<&'static [u8]> {
     }
 }
 
-/// `error: cause: cause …`, down to the OS error, for messages operators read.
-pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        next = cause.source();
-    }
-    out
-}
-
 /// Why a BPF watch (or one operation of it) failed: the one error type of `bpf/`, for the
 /// load, the route watch, the forwarding watch and `tc_count`. Each variant carries the
 /// context a reader needs (`program`, `iface`, `mode`, `map`, `op`, `source`). Shown in
@@ -61,7 +49,7 @@ pub enum BpfError {
     /// A program has the wrong type (`op` `type`), or loading it (`load`: the verifier, EPERM
     /// for fentry on kernels that refuse it) or attaching it (`attach`) failed. The message
     /// carries the whole cause chain, down to the kernel's errno.
-    #[error("{op} {program}: {}", error_chain(source.as_ref()))]
+    #[error("{op} {program}: {}", crate::text::causes_once(source.as_ref()))]
     Program {
         /// The program's name in the object.
         program: &'static str,

@@ -100,29 +100,12 @@ use super::{Datastore, DatastoreError, DatastoreEvent, Snapshot};
 use crate::model::{Cluster, ClusterBuilder, Kind, OptionalSource};
 pub(crate) use view::View;
 
-/// An error and its causes, each printed once: a cause whose text the line already holds
-/// (kube and hyper errors restate their source in their own message) is left out, so one
-/// failed list reads as one short line.
-pub fn causes_once(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        let text = cause.to_string();
-        if !text.is_empty() && !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        next = cause.source();
-    }
-    out
-}
-
 /// A kube error in one line: the API server's answer as `message (code reason)`, anything else
-/// with its causes once ([`causes_once`]).
+/// with its causes once ([`crate::text::causes_once`]).
 pub fn describe_kube_error(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
-        other => causes_once(other),
+        other => crate::text::causes_once(other),
     }
 }
 
@@ -362,7 +345,7 @@ pub enum KubernetesError {
     #[error("Kubernetes client: {source}")]
     Client { source: kube::Error },
     /// A discovery request failed. The cause is printed with each link of its chain once
-    /// ([`causes_once`]), and is deliberately not an error `source` (printers that walk the
+    /// ([`crate::text::causes_once`]), and is deliberately not an error `source` (printers that walk the
     /// chain would repeat it).
     #[error("API discovery {request}: {}", describe_kube_error(cause))]
     Discovery { request: String, cause: kube::Error },

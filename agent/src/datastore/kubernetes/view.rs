@@ -523,11 +523,11 @@ pub(crate) fn describe_watch_error(e: &watcher::Error) -> String {
     let status = |s: &kube::core::Status| format!("{} ({} {})", s.message, s.code, s.reason);
     match e {
         watcher::Error::InitialListFailed(kube::Error::Api(s)) => format!("list failed: {}", status(s)),
-        watcher::Error::InitialListFailed(other) => format!("list failed: {}", super::causes_once(other)),
+        watcher::Error::InitialListFailed(other) => format!("list failed: {}", crate::text::causes_once(other)),
         watcher::Error::WatchStartFailed(kube::Error::Api(s)) => format!("watch failed to start: {}", status(s)),
-        watcher::Error::WatchStartFailed(other) => format!("watch failed to start: {}", super::causes_once(other)),
+        watcher::Error::WatchStartFailed(other) => format!("watch failed to start: {}", crate::text::causes_once(other)),
         watcher::Error::WatchError(s) => format!("watch ended with an error: {}", status(s)),
-        watcher::Error::WatchFailed(other) => format!("watch failed: {}", super::causes_once(other)),
+        watcher::Error::WatchFailed(other) => format!("watch failed: {}", crate::text::causes_once(other)),
         watcher::Error::NoResourceVersion => e.to_string(),
     }
 }
