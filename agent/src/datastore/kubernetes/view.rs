@@ -93,6 +93,9 @@ struct Resource {
     reader: Store<DynamicObject>,
     status: Status,
     entries: BTreeMap<String, Entry>,
+    /// The store changed since the last refresh: only such resources are scanned (a Node
+    /// heartbeat must not cost a pass over 100,000 IPAM blocks).
+    changed: bool,
 }
 
 /// See the module docs.
@@ -133,7 +136,7 @@ impl View {
             let api = api_resource(group, w);
             let writer = StoreWriter::new(api.clone());
             let reader = writer.as_reader();
-            Resource { watched: w, api, namespace, optional, writer, reader, status: Status::Listing, entries: BTreeMap::new() }
+            Resource { watched: w, api, namespace, optional, writer, reader, status: Status::Listing, entries: BTreeMap::new(), changed: true }
         };
         let resources = CALICO_RESOURCES
             .iter()
@@ -218,6 +221,7 @@ impl View {
                 let (kind, api) = (r.watched.kind, r.api.clone());
                 let event = event.modify(|obj| strip(kind, &api, obj));
                 r.writer.apply_watcher_event(&event);
+                r.changed = true;
                 match event {
                     Event::InitDone => {
                         if r.status != Status::Ready {
@@ -356,6 +360,9 @@ impl View {
         let mut changed = std::mem::take(&mut self.status_changed);
         for index in 0..self.resources.len() {
             let label = self.resource_label(index);
+            if !std::mem::take(&mut self.resources[index].changed) {
+                continue;
+            }
             let (failures, c) = refresh(&mut self.resources[index], &label, &mut self.cluster);
             self.parse_failures += failures;
             changed |= c;
