@@ -134,8 +134,9 @@ fn row03_replaced_directory_deletes_nothing() {
     let aside = dir.path().with_extension("aside");
     std::fs::rename(dir.path(), &aside).unwrap();
     std::fs::create_dir(dir.path()).unwrap();
+    // Wait for the line that says why, not only the 503 (set by two events; see row 4).
     let body = wait_for("not synced", Duration::from_secs(40), || match readyz(&lab) {
-        (503, b) => Some(b),
+        (503, b) if b.lines().any(|l| l.starts_with("not synced: ")) => Some(b),
         _ => None,
     });
     assert!(body.lines().any(|l| l.starts_with("not synced: ") && l.contains("vanished or unreadable")), "{body}");
@@ -168,8 +169,10 @@ fn row04_dangling_symlink_or_deleted_file_is_held_then_converges() {
     let good = std::fs::read_to_string(&nodes).unwrap();
     std::fs::remove_file(&nodes).unwrap();
     std::os::unix::fs::symlink("/nonexistent", &nodes).unwrap();
+    // The 503 can come a moment before the line that says why (the health flag and the notes
+    // are set by two events): wait for the line.
     let body = wait_for("not synced, naming the path", Duration::from_secs(10), || match readyz(&lab) {
-        (503, b) => Some(b),
+        (503, b) if b.lines().any(|l| l.starts_with("not synced: ")) => Some(b),
         _ => None,
     });
     let reason = body.lines().find(|l| l.starts_with("not synced: ")).unwrap_or_default().to_owned();
