@@ -219,7 +219,6 @@ fn kustomization_lists_every_manifest_and_each_parses() {
 }
 
 #[test]
-#[expect(clippy::too_many_lines, reason = "the base build and each overlay, checked in turn")]
 fn kustomization_builds() {
     // Debian has no kustomize package; kubectl embeds it (`kubectl kustomize`).
     let (tool, mut base) = if let Some(k) = which("kustomize") {
@@ -281,50 +280,14 @@ fn kustomization_builds() {
     std::fs::write(scratch("build").join("built.yaml"), &out).expect("keep build output");
 
     // An overlay enabling the legacy-kernel component builds and grants SYS_ADMIN.
-    // kustomize refuses absolute paths: reach deploy/ relatively from the scratch dir.
-    let dir = scratch("legacy");
-    let up = "../".repeat(dir.components().count() - 1);
-    let rel = format!("{up}{}", deploy().display().to_string().trim_start_matches('/'));
-    std::fs::write(
-        dir.join("kustomization.yaml"),
-        format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{rel}]\ncomponents: [{rel}/legacy-kernel]\n"),
-    )
-    .expect("write overlay");
-    let mut c = if tool == "kustomize" {
-        let mut c = Command::new(which("kustomize").expect("kustomize"));
-        c.arg("build");
-        c
-    } else {
-        let mut c = Command::new(which("kubectl").expect("kubectl"));
-        c.arg("kustomize");
-        c
-    };
-    let out = run(c.arg(&dir).arg("--load-restrictor=LoadRestrictionsNone"));
+    let out = build_overlay(tool, "legacy", "components: [{rel}/legacy-kernel]\n");
     let ds = yaml_docs(&out, "legacy overlay").into_iter().find(|d| s(d, "kind") == "DaemonSet").expect("DaemonSet");
     let caps = strings(&ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"]);
     assert_eq!(caps, ["NET_ADMIN", "SYS_ADMIN", "SYS_RESOURCE"].map(String::from).into(), "legacy-kernel capabilities");
-    let _ = std::fs::remove_dir_all(&dir);
 
     // An overlay enabling the operator component reads calico-node env in both namespaces;
     // everything else stays where it was.
-    let dir = scratch("operator");
-    let up = "../".repeat(dir.components().count() - 1);
-    let rel = format!("{up}{}", deploy().display().to_string().trim_start_matches('/'));
-    std::fs::write(
-        dir.join("kustomization.yaml"),
-        format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{rel}]\ncomponents: [{rel}/operator]\n"),
-    )
-    .expect("write overlay");
-    let mut c = if tool == "kustomize" {
-        let mut c = Command::new(which("kustomize").expect("kustomize"));
-        c.arg("build");
-        c
-    } else {
-        let mut c = Command::new(which("kubectl").expect("kubectl"));
-        c.arg("kustomize");
-        c
-    };
-    let out = run(c.arg(&dir).arg("--load-restrictor=LoadRestrictionsNone"));
+    let out = build_overlay(tool, "operator", "components: [{rel}/operator]\n");
     let roles: BTreeSet<String> = yaml_docs(&out, "operator overlay")
         .iter()
         .filter(|d| ["Role", "RoleBinding"].contains(&s(d, "kind")))
@@ -335,31 +298,32 @@ fn kustomization_builds() {
         .map(|k| format!("{k}/routewarden-calico-node-env"))
         .collect();
     assert_eq!(roles, want, "operator overlay");
-    let _ = std::fs::remove_dir_all(&dir);
 
     // An overlay that points the image at a registry (README "Deploy to a cluster") keeps
     // the tag: routewarden's crate version.
-    let dir = scratch("registry");
+    let out = build_overlay(tool, "registry", "images:\n  - name: routewarden\n    newName: registry.example.com/ops/routewarden\n");
+    let ds = yaml_docs(&out, "registry overlay").into_iter().find(|d| s(d, "kind") == "DaemonSet").expect("DaemonSet");
+    assert_eq!(s(&ds["spec"]["template"]["spec"]["containers"][0], "image"), format!("registry.example.com/ops/routewarden:{}", env!("CARGO_PKG_VERSION")));
+}
+
+/// Build an overlay of deploy/ (`kustomize build`, or `kubectl kustomize` when `tool` is
+/// `kubectl`) whose kustomization is `resources: [deploy/]` plus `extra` (`{rel}` in it stands
+/// for the path to deploy/), in a scratch dir named `name`; returns the output. kustomize
+/// refuses absolute paths: deploy/ is reached relatively from the scratch dir.
+fn build_overlay(tool: &str, name: &str, extra: &str) -> String {
+    let dir = scratch(name);
     let up = "../".repeat(dir.components().count() - 1);
     let rel = format!("{up}{}", deploy().display().to_string().trim_start_matches('/'));
     std::fs::write(
         dir.join("kustomization.yaml"),
-        format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{rel}]\nimages:\n  - name: routewarden\n    newName: registry.example.com/ops/routewarden\n"),
+        format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{rel}]\n{}", extra.replace("{rel}", &rel)),
     )
     .expect("write overlay");
-    let mut c = if tool == "kustomize" {
-        let mut c = Command::new(which("kustomize").expect("kustomize"));
-        c.arg("build");
-        c
-    } else {
-        let mut c = Command::new(which("kubectl").expect("kubectl"));
-        c.arg("kustomize");
-        c
-    };
+    let mut c = Command::new(which(tool).expect("kustomize or kubectl"));
+    c.arg(if tool == "kustomize" { "build" } else { "kustomize" });
     let out = run(c.arg(&dir).arg("--load-restrictor=LoadRestrictionsNone"));
-    let ds = yaml_docs(&out, "registry overlay").into_iter().find(|d| s(d, "kind") == "DaemonSet").expect("DaemonSet");
-    assert_eq!(s(&ds["spec"]["template"]["spec"]["containers"][0], "image"), format!("registry.example.com/ops/routewarden:{}", env!("CARGO_PKG_VERSION")));
     let _ = std::fs::remove_dir_all(&dir);
+    out
 }
 
 /// The DaemonSet's image tag and the crate version come from one place, kustomization.yaml's
