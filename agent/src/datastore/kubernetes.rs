@@ -594,76 +594,57 @@ impl Datastore for KubernetesDatastore {
         // constant churn spends at most about a third of a core building snapshots.
         let mut window = self.debounce;
         loop {
-            tokio::select! {
+            // Every branch yields what to send; then one send and one debounce rule.
+            let events = tokio::select! {
                 () = tx.closed() => return Ok(()),
                 next = streams.next() => {
                     let Some((index, item)) = next else { return Ok(()) };
-                    for ev in view.apply(index, item) {
-                        if tx.send(ev).await.is_err() {
-                            return Ok(());
-                        }
-                    }
-                    if view.is_dirty() && deadline.is_none() {
-                        deadline = Some(Instant::now() + window);
-                    }
+                    view.apply(index, item)
                 }
-                Some(answered) = probes.recv() => {
-                    let events = match answered {
-                        Ok(()) => {
-                            if misses > 0 {
-                                tracing::info!(misses, "kubernetes datastore: the API server answers again");
-                            }
-                            misses = 0;
-                            view.set_stale(None)
+                Some(answered) = probes.recv() => match answered {
+                    Ok(()) => {
+                        if misses > 0 {
+                            tracing::info!(misses, "kubernetes datastore: the API server answers again");
                         }
-                        Err(reason) => {
-                            misses += 1;
-                            if misses == 1 {
-                                // Unsynced at once (nothing is deleted on a view nobody can
-                                // confirm); the watches are left alone, a slow server is not
-                                // helped by every agent re-listing.
-                                tracing::warn!(%reason, "kubernetes datastore: the API server does not answer; deletions held");
-                                view.set_stale(Some(&reason))
-                            } else if misses == PROBE_MISSES_BEFORE_RELIST {
-                                // Still silent: restart every watch (a hung one would stay
-                                // silent until its own timeout); each re-lists, and the view is
-                                // synced again only when every list completes.
-                                tracing::warn!(%reason, misses, "kubernetes datastore: the API server is still silent; re-listing every resource");
-                                streams = start_watches(&view);
-                                view.restart_all(&reason)
-                            } else {
-                                Vec::new()
-                            }
-                        }
-                    };
-                    for ev in events {
-                        if tx.send(ev).await.is_err() {
-                            return Ok(());
+                        misses = 0;
+                        view.set_stale(None)
+                    }
+                    Err(reason) => {
+                        misses += 1;
+                        if misses == 1 {
+                            // Unsynced at once (nothing is deleted on a view nobody can
+                            // confirm); the watches are left alone, a slow server is not
+                            // helped by every agent re-listing.
+                            tracing::warn!(%reason, "kubernetes datastore: the API server does not answer; deletions held");
+                            view.set_stale(Some(&reason))
+                        } else if misses == PROBE_MISSES_BEFORE_RELIST {
+                            // Still silent: restart every watch (a hung one would stay
+                            // silent until its own timeout); each re-lists, and the view is
+                            // synced again only when every list completes.
+                            tracing::warn!(%reason, misses, "kubernetes datastore: the API server is still silent; re-listing every resource");
+                            streams = start_watches(&view);
+                            view.restart_all(&reason)
+                        } else {
+                            Vec::new()
                         }
                     }
-                    if view.is_dirty() && deadline.is_none() {
-                        deadline = Some(Instant::now() + window);
-                    }
-                }
-                () = tokio::time::sleep_until(view.settle_deadline().map_or_else(Instant::now, Instant::from_std)), if deadline.is_none() && view.settle_deadline().is_some() => {
-                    let events = view.flush();
-                    for ev in events {
-                        if tx.send(ev).await.is_err() {
-                            return Ok(());
-                        }
-                    }
-                }
+                },
+                () = tokio::time::sleep_until(view.settle_deadline().map_or_else(Instant::now, Instant::from_std)), if deadline.is_none() && view.settle_deadline().is_some() => view.flush(),
                 () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     deadline = None;
                     let started = Instant::now();
                     let events = view.flush();
                     window = self.debounce.max(started.elapsed() * 2);
-                    for ev in events {
-                        if tx.send(ev).await.is_err() {
-                            return Ok(());
-                        }
-                    }
+                    events
                 }
+            };
+            for ev in events {
+                if tx.send(ev).await.is_err() {
+                    return Ok(());
+                }
+            }
+            if view.is_dirty() && deadline.is_none() {
+                deadline = Some(Instant::now() + window);
             }
         }
     }
