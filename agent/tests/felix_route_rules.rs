@@ -451,13 +451,34 @@ fn rule_2_the_tunnel_gateway_follows_extract_node_address() {
     }
 }
 
+/// node-a's plan in `role` for BASE plus `extra`, with `programClusterRoutes` of the `default`
+/// FelixConfiguration and BGPConfiguration set to `felix` and `bgp` (protocol 201, main table).
+fn plan_of(extra: &str, role: routewarden::ownership::Role, felix: &str, bgp: &str) -> routewarden::app::plan::Plan {
+    use routewarden::app::plan::{plan, PlanConfig};
+    use routewarden::datastore::Snapshot;
+    use routewarden::ownership::OwnershipConfig;
+    let text = format!(
+        "{}\n---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {felix}}}\n---\napiVersion: projectcalico.org/v3\nkind: BGPConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {bgp}}}\n",
+        with_base(extra)
+    );
+    let (cluster, errors) = Cluster::from_yaml_str(&text).unwrap();
+    assert_eq!(errors, vec![]);
+    let snapshot = Snapshot { cluster: std::sync::Arc::new(cluster), object_errors: vec![], load_errors: vec![], inputs: 1, settled: true };
+    let config = PlanConfig {
+        node: "node-a".into(),
+        ownership: OwnershipConfig { role, ..Default::default() },
+        devices: RouteDevices::default(),
+        protocol: 201,
+        table: 254,
+    };
+    plan(&snapshot, &config, &BTreeSet::new(), &[])
+}
+
 /// The audit's expectations per writer: Felix's follow both rules; BIRD's next hop is the
 /// peer's BGP address (bare or not) and BIRD has no route for a tunnel address.
 #[test]
 fn audit_expectations_follow_each_writer() {
-    use routewarden::app::plan::{plan, PlanConfig};
-    use routewarden::datastore::Snapshot;
-    use routewarden::ownership::{OwnershipConfig, Role};
+    use routewarden::ownership::Role;
     use routewarden::routes::Writer;
 
     let extra = concat!(
@@ -465,21 +486,7 @@ fn audit_expectations_follow_each_writer() {
         "---\napiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: 10-244-20-0-26}\nspec: {cidr: 10.244.20.0/26, affinity: \"host:node-b\"}\n",
     );
     let expected_for = |felix: &str, bgp: &str| -> Vec<(Writer, String)> {
-        let text = format!(
-            "{}\n---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {felix}}}\n---\napiVersion: projectcalico.org/v3\nkind: BGPConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {bgp}}}\n",
-            with_base(extra)
-        );
-        let (cluster, errors) = Cluster::from_yaml_str(&text).unwrap();
-        assert_eq!(errors, vec![]);
-        let snapshot = Snapshot { cluster: std::sync::Arc::new(cluster), object_errors: vec![], load_errors: vec![], inputs: 1, settled: true };
-        let config = PlanConfig {
-            node: "node-a".into(),
-            ownership: OwnershipConfig { role: Role::Audit, ..Default::default() },
-            devices: RouteDevices::default(),
-            protocol: 201,
-            table: 254,
-        };
-        let p = plan(&snapshot, &config, &BTreeSet::new(), &[]);
+        let p = plan_of(extra, Role::Audit, felix, bgp);
         p.expected.iter().filter(|e| e.route.class == PoolClass::Ipip).map(|e| (e.owner, line(&e.route))).collect()
     };
     // Felix programs IPIP: tunnel gateway from extractNodeAddress, and the tunnel address.
@@ -581,9 +588,8 @@ fn both_rules_reach_the_kernel_in_a_netns() {
 /// routewarden in Felix's role; routewarden in BIRD's role leaves them out as BIRD would.
 #[test]
 fn wireguard_peers_felix_keeps_its_routes_bird_leaves_them_to_wireguard() {
-    use routewarden::app::plan::{plan, Plan, PlanConfig};
-    use routewarden::datastore::Snapshot;
-    use routewarden::ownership::{OwnershipConfig, Role};
+    use routewarden::app::plan::Plan;
+    use routewarden::ownership::Role;
     use routewarden::routes::Writer;
 
     let extra = r#"apiVersion: projectcalico.org/v3
@@ -606,23 +612,7 @@ items:
   - metadata: {name: 10-246-30-0-26}
     spec: {cidr: 10.246.30.0/26, affinity: "host:node-c"}
 "#;
-    let plan_with = |extra: &str, role: Role, felix: &str, bgp: &str| -> Plan {
-        let text = format!(
-            "{}\n---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {felix}}}\n---\napiVersion: projectcalico.org/v3\nkind: BGPConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {bgp}}}\n",
-            with_base(extra)
-        );
-        let (cluster, errors) = Cluster::from_yaml_str(&text).unwrap();
-        assert_eq!(errors, vec![]);
-        let snapshot = Snapshot { cluster: std::sync::Arc::new(cluster), object_errors: vec![], load_errors: vec![], inputs: 1, settled: true };
-        let config = PlanConfig {
-            node: "node-a".into(),
-            ownership: OwnershipConfig { role, ..Default::default() },
-            devices: RouteDevices::default(),
-            protocol: 201,
-            table: 254,
-        };
-        plan(&snapshot, &config, &BTreeSet::new(), &[])
-    };
+    let plan_with = plan_of;
     let plan_for = |role: Role, felix: &str, bgp: &str| plan_with(extra, role, felix, bgp);
     let wg = |p: &Plan| -> Vec<String> { p.audit_scope.wireguard.iter().map(|w| format!("{} {} {}", w.prefix, w.peer, w.bgp_address)).collect() };
     let expected = |p: &Plan| -> Vec<(Writer, String)> {
