@@ -612,8 +612,7 @@ items:
   - metadata: {name: 10-246-30-0-26}
     spec: {cidr: 10.246.30.0/26, affinity: "host:node-c"}
 "#;
-    let plan_with = plan_of;
-    let plan_for = |role: Role, felix: &str, bgp: &str| plan_with(extra, role, felix, bgp);
+    let plan_for = |role: Role, felix: &str, bgp: &str| plan_of(extra, role, felix, bgp);
     let wg = |p: &Plan| -> Vec<String> { p.audit_scope.wireguard.iter().map(|w| format!("{} {} {}", w.prefix, w.peer, w.bgp_address)).collect() };
     let expected = |p: &Plan| -> Vec<(Writer, String)> {
         p.expected
@@ -651,7 +650,7 @@ items:
     // BIRD's route to node-b is expected again.
     let no_local_wg = extra.replacen(", wireguard: {interfaceIPv4Address: 10.244.10.2}", "", 1);
     assert_ne!(no_local_wg, extra);
-    let p = plan_with(&no_local_wg, Role::Audit, "EnabledIPIPOnly", "EnabledNoEncapOnly");
+    let p = plan_of(&no_local_wg, Role::Audit, "EnabledIPIPOnly", "EnabledNoEncapOnly");
     assert!(wg(&p).is_empty());
     assert!(expected(&p).contains(&(Writer::Bird, "10.246.20.0/26 via 10.0.0.12 dev eth0 [flat]".to_owned())), "{:?}", expected(&p));
 }
