@@ -21,9 +21,10 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use crate::model::{Cluster, Node};
-use crate::ownership::{KernelFilter, OwnershipDecision, PoolKind, PoolOwnership, Role};
-use crate::routes::{PoolClass, Writer};
+use crate::ownership::{KernelFilter, OwnershipDecision, PoolOwnership, Role};
 use crate::text::escape;
+use crate::vocabulary::PoolKind;
+use crate::vocabulary::{PoolClass, Writer};
 
 /// Felix's cluster-route protocol with the default `deviceRouteProtocol` 3
 /// (`calculateRouteProtocol`, `felix/dataplane/linux/route_mgr.go` L137; reference §2.5).

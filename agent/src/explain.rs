@@ -12,8 +12,9 @@ use serde::Serialize;
 use crate::datastore::ObjectError;
 use crate::model::Cluster;
 use crate::ownership::{decide, ComponentDecision, Finding, OwnershipConfig, OwnershipDecision, PoolOwnership, Role, Severity, VersionSource};
-use crate::routes::{desired_routes, routable_classes, ClusterRoute, PoolClass, RouteDevices, RouteOrigin, RoutePath};
+use crate::routes::{desired_routes, routable_classes, ClusterRoute, RouteDevices, RouteOrigin};
 use crate::text::escape;
+use crate::vocabulary::{PoolClass, RoutePath};
 
 mod all_nodes;
 

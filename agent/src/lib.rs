@@ -26,3 +26,4 @@ pub mod observe;
 pub mod ownership;
 pub mod routes;
 pub mod text;
+pub mod vocabulary;

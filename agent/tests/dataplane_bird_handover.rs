@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use dataplane_support::{example_cluster, reconciler, with_proto, Monitor, Netns};
 use routewarden::dataplane::{self, DataplaneCommand, DataplaneConfig, DataplaneEvent};
-use routewarden::routes::{PoolClass, Writer};
+use routewarden::vocabulary::{PoolClass, Writer};
 use routewarden_lab::bird::Bird;
 use routewarden_lab::skip_unless_root;
 

@@ -10,7 +10,8 @@ use dataplane_support::{example_cluster, example_lines, ip, lines_stay, reconcil
 use routewarden::dataplane::{
     self, audit_kernel, AuditScope, DataplaneCommand, DataplaneConfig, ErrorKind, ExpectedRoute, FindingCode, OwnershipPolicy, RtNetlink,
 };
-use routewarden::routes::{RouteDevices, RoutePath, Writer};
+use routewarden::routes::RouteDevices;
+use routewarden::vocabulary::{RoutePath, Writer};
 use routewarden_lab::skip_unless_root;
 
 const SETTLE: Duration = Duration::from_millis(300);
@@ -598,9 +599,9 @@ fn handover_to_bird_keeps_routes_until_bird_route_seen() {
         let mut mon = Monitor::start();
 
         // IPIP goes to BIRD: routewarden keeps only the no-encap routes.
-        let no_encap: Vec<_> = example_cluster().into_iter().filter(|c| c.class == routewarden::routes::PoolClass::NoEncap).collect();
+        let no_encap: Vec<_> = example_cluster().into_iter().filter(|c| c.class == routewarden::vocabulary::PoolClass::NoEncap).collect();
         let handover = dataplane::Handover {
-            class: routewarden::routes::PoolClass::Ipip,
+            class: routewarden::vocabulary::PoolClass::Ipip,
             to: Writer::Bird,
             protocol: 12,
             table: 254,

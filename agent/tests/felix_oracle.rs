@@ -38,7 +38,8 @@
 //! VXLAN (always Felix's, never routewarden's), and tunnel-address /32s.
 
 use routewarden::model::Cluster;
-use routewarden::routes::{desired_routes, routable_classes, ClusterRoute, RouteDevices, RoutePath};
+use routewarden::routes::{desired_routes, routable_classes, ClusterRoute, RouteDevices};
+use routewarden::vocabulary::RoutePath;
 
 /// Nodes: node-a and node-b in 192.168.10.0/24 with IPv6; node-c in another subnet, IPv4
 /// only; node-d without a BGP address, known by its InternalIP (in node-a's subnet).

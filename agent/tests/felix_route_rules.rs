@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use lab_support::{copy_examples, lab, metrics, routes, wait_for, wait_ready, Agent, NODE_A_IPIP};
 use routewarden::model::Cluster;
-use routewarden::routes::{desired_routes, ClusterRoute, PoolClass, RouteDevices, RoutePath, RouteProblem};
+use routewarden::routes::{desired_routes, ClusterRoute, RouteDevices, RouteProblem};
+use routewarden::vocabulary::{PoolClass, RoutePath};
 use routewarden_lab::skip_unless_root;
 
 /// Pools: IPIP Always, IPIP CrossSubnet, no-encap, VXLAN. node-a (this node) and node-b on
@@ -479,7 +480,7 @@ fn plan_of(extra: &str, role: routewarden::ownership::Role, felix: &str, bgp: &s
 #[test]
 fn audit_expectations_follow_each_writer() {
     use routewarden::ownership::Role;
-    use routewarden::routes::Writer;
+    use routewarden::vocabulary::Writer;
 
     let extra = concat!(
         node_b!("{bgp: {ipv4Address: 10.0.0.12, ipv4IPIPTunnelAddr: 10.244.30.5}, addresses: [{address: 10.0.5.12, type: InternalIP}]}"),
@@ -590,7 +591,7 @@ fn both_rules_reach_the_kernel_in_a_netns() {
 fn wireguard_peers_felix_keeps_its_routes_bird_leaves_them_to_wireguard() {
     use routewarden::app::plan::Plan;
     use routewarden::ownership::Role;
-    use routewarden::routes::Writer;
+    use routewarden::vocabulary::Writer;
 
     let extra = r#"apiVersion: projectcalico.org/v3
 kind: Node

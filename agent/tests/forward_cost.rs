@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use routewarden::bpf::forward::{ForwardConfig, ForwardEntry, ForwardWatch};
-use routewarden::routes::PoolClass;
+use routewarden::vocabulary::PoolClass;
 use routewarden_common::forward::ForwardPath;
 use routewarden_lab::{skip_unless_root, NetNsGuard};
 

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use routewarden::bpf::forward::{ForwardConfig, ForwardEntry, ForwardMetrics, ForwardWatch};
 use routewarden::observe::metrics::ForwardPathLabels;
 use routewarden::observe::Metrics;
-use routewarden::routes::PoolClass;
+use routewarden::vocabulary::PoolClass;
 use routewarden_common::forward::{ForwardPath, Observation};
 use routewarden_lab::{skip_unless_root, NetNsGuard};
 

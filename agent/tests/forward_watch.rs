@@ -23,7 +23,7 @@ use routewarden::bpf::forward::{DeviceRole, ForwardConfig, ForwardEntry, Forward
 use routewarden::bpf::tc_count::{Direction, TcCounter};
 use routewarden::observe::metrics::{ForwardPathLabels, PoolLabels, WrongPathLabels};
 use routewarden::observe::Metrics;
-use routewarden::routes::PoolClass;
+use routewarden::vocabulary::PoolClass;
 use routewarden_common::forward::{ForwardPath, Observation};
 use routewarden_lab::{skip_unless_root, NetNsGuard};
 

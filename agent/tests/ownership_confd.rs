@@ -11,8 +11,9 @@ use std::path::PathBuf;
 
 use ipnet::IpNet;
 use routewarden::model::Cluster;
-use routewarden::ownership::{decide, CalicoVersion, KernelFilter, OwnershipConfig, PoolKind, Role};
-use routewarden::routes::{PoolClass, Writer};
+use routewarden::ownership::{decide, CalicoVersion, KernelFilter, OwnershipConfig, Role};
+use routewarden::vocabulary::PoolKind;
+use routewarden::vocabulary::{PoolClass, Writer};
 
 fn testdata() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/calico-testdata/confd"))

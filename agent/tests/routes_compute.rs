@@ -8,7 +8,8 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use proptest::prelude::*;
 use routewarden::model::Cluster;
-use routewarden::routes::{desired_routes, routable_classes, ClusterRoute, PoolClass, RouteDevices, RouteOrigin, RoutePath, RouteProblem};
+use routewarden::routes::{desired_routes, routable_classes, ClusterRoute, RouteDevices, RouteOrigin, RouteProblem};
+use routewarden::vocabulary::{PoolClass, RoutePath};
 
 /// node-a/b/c on 10.0.0.0/24, node-d on 10.0.1.0/24; one pool per class.
 const SCENARIO: &str = r#"

@@ -27,7 +27,8 @@ use routewarden::dataplane::{
     spawn_watcher, DataplaneConfig, DataplaneEvent, Family, LinkInfo, NetlinkError, Reconciler, RouteNetlink, RouteOp, RtNetlink, SystemClock,
 };
 use routewarden::model::{Affinity, AllocationAttributes, Cluster, EncapMode, IpPool, IpamBlock, Node, NodeForm};
-use routewarden::routes::{desired_routes, ClusterRoute, PoolClass, RouteDevices, RouteOrigin, RoutePath};
+use routewarden::routes::{desired_routes, ClusterRoute, RouteDevices, RouteOrigin};
+use routewarden::vocabulary::{PoolClass, RoutePath};
 use routewarden_common::forward::ForwardPath;
 use routewarden_lab::{Lab, LabNodeSpec, LabSpec, NetNsGuard};
 

@@ -40,7 +40,8 @@ use crate::observe::metrics::{
 };
 use crate::observe::{Health, Metrics};
 use crate::ownership::{OwnershipConfig, Role, VersionChoice};
-use crate::routes::{routable_classes, PoolClass, RouteDevices};
+use crate::routes::{routable_classes, RouteDevices};
+use crate::vocabulary::PoolClass;
 use config::{DatastoreSpec, Mode, RunArgs};
 use plan::{Plan, PlanConfig};
 
@@ -413,7 +414,7 @@ impl AuditHandler {
                         info!(expected = report.expected, kernel_routes = report.kernel_routes, "audit clean");
                     }
                     for f in &report.findings {
-                        warn!(code = f.code.as_str(), prefix = %f.prefix, owner = f.owner.map(crate::routes::Writer::label), "{}", f.detail);
+                        warn!(code = f.code.as_str(), prefix = %f.prefix, owner = f.owner.map(crate::vocabulary::Writer::label), "{}", f.detail);
                     }
                     self.last_findings = report.findings;
                 }

@@ -19,7 +19,8 @@ use crate::dataplane::{AuditScope, ExpectedRoute, Handover, OwnershipPolicy, Wir
 use crate::datastore::Snapshot;
 use crate::model::Cluster;
 use crate::ownership::{decide, OwnershipConfig, OwnershipDecision, Role};
-use crate::routes::{desired_routes, routable_classes, ClusterRoute, PoolClass, RouteDevices, RouteOrigin, RoutePath, RouteProblem, Writer};
+use crate::routes::{desired_routes, routable_classes, ClusterRoute, RouteDevices, RouteOrigin, RouteProblem};
+use crate::vocabulary::{PoolClass, RoutePath, Writer};
 
 /// Settings the plan needs from the command line.
 #[derive(Clone, Debug)]
@@ -155,7 +156,7 @@ fn set_bird_claims(policy: &mut OwnershipPolicy, cluster: &Cluster, decision: &O
         policy.claim_bird_on_tunnel = pool_cidrs(cluster, decision, PoolClass::Ipip);
         // CrossSubnet: BIRD routed same-subnet peers natively (confd sets `krt_tunnel=""` when
         // the next hop is in the local subnet), so its leftovers there are on the host NIC.
-        policy.claim_bird_on_nic = decision.pools.iter().filter(|p| p.kind == crate::ownership::PoolKind::IpipCrossSubnet).map(|p| p.cidr).collect();
+        policy.claim_bird_on_nic = decision.pools.iter().filter(|p| p.kind == crate::vocabulary::PoolKind::IpipCrossSubnet).map(|p| p.cidr).collect();
     }
     if decision.programs(PoolClass::NoEncap) && !bird_writes(PoolClass::NoEncap) {
         policy.claim_bird_on_nic.extend(pool_cidrs(cluster, decision, PoolClass::NoEncap));

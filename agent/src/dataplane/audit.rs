@@ -33,7 +33,8 @@ use serde::Serialize;
 
 use super::model::{Family, KernelRoute, RouteKind, RTPROT_BIRD, RTPROT_FELIX, RTPROT_KERNEL, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN};
 use super::netlink::{NetlinkError, RouteNetlink};
-use crate::routes::{ClusterRoute, RouteDevices, RoutePath, Writer};
+use crate::routes::{ClusterRoute, RouteDevices};
+use crate::vocabulary::{RoutePath, Writer};
 
 /// What one owner should have programmed for one prefix.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -375,7 +376,8 @@ pub async fn audit_kernel<N: RouteNetlink>(nl: &mut N, expected: &[ExpectedRoute
 mod tests {
     use super::*;
     use crate::dataplane::model::{RouteKey, RouteTarget};
-    use crate::routes::{PoolClass, RouteOrigin};
+    use crate::routes::RouteOrigin;
+    use crate::vocabulary::PoolClass;
 
     fn k(dst: &str, gw: Option<&str>, dev: Option<&str>, proto: u8, metric: u32) -> KernelRoute {
         KernelRoute {

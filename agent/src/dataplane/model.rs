@@ -18,7 +18,8 @@ use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteFlags, R
 use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
 use serde::Serialize;
 
-use crate::routes::{ClusterRoute, PoolClass, RouteDevices, RoutePath};
+use crate::routes::{ClusterRoute, RouteDevices};
+use crate::vocabulary::{PoolClass, RoutePath};
 
 /// `RTPROT_KERNEL`: routes the kernel made (connected subnets, `lo`).
 pub const RTPROT_KERNEL: u8 = 2;

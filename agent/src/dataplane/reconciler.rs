@@ -35,7 +35,8 @@ use super::model::{to_kernel_route, ConversionError, DesiredRoute, Family, Kerne
 use super::netlink::{Clock, LinkInfo, NetlinkError, RouteNetlink, RouteOp};
 use super::policy::{OwnershipPolicy, Verdict};
 use super::DataplaneConfig;
-use crate::routes::{ClusterRoute, PoolClass, RoutePath, Writer};
+use crate::routes::ClusterRoute;
+use crate::vocabulary::{PoolClass, RoutePath, Writer};
 
 /// Attempts of a dump that the kernel marked interrupted (Felix `routeListFilterAttempts`).
 const DUMP_ATTEMPTS: u32 = 5;

@@ -9,7 +9,8 @@ use super::fake::{FakeClock, FakeNetlink};
 use super::model::{Family, ObservedRoute, RouteKey, RouteKind};
 use super::reconciler::{ErrorKind, Handover, HandoverEnd, Reconciler};
 use super::{DataplaneConfig, OwnershipPolicy};
-use crate::routes::{ClusterRoute, PoolClass, RouteOrigin, RoutePath, Writer};
+use crate::routes::{ClusterRoute, RouteOrigin};
+use crate::vocabulary::{PoolClass, RoutePath, Writer};
 
 const ETH0: u32 = 2;
 /// The IP pools of the test cluster: our routes inside them are ours.

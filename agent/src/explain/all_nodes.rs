@@ -16,8 +16,8 @@ use super::{invalid_pools, serialize, table, ExplainError, Explanation, OutputFo
 use crate::datastore::ObjectError;
 use crate::model::Cluster;
 use crate::ownership::{decide, ComponentDecision, Finding, FindingKind, OwnershipConfig, Severity, VersionSource};
-use crate::routes::{PoolClass, Writer};
 use crate::text::escape;
+use crate::vocabulary::{PoolClass, Writer};
 
 /// A class two or more components program on a node, and who.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

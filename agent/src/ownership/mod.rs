@@ -21,8 +21,8 @@ use std::str::FromStr;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use crate::model::{CalicoNodeDaemonSet, Cluster, EncapMode, EnvSetting, EnvValue, IpPool, OptionalSource};
-use crate::routes::{PoolClass, Writer};
+use crate::model::{CalicoNodeDaemonSet, Cluster, EnvSetting, EnvValue, OptionalSource};
+use crate::vocabulary::{PoolClass, PoolKind, Writer};
 
 #[cfg(test)]
 mod tests;
@@ -233,65 +233,6 @@ pub struct ComponentDecision {
     /// The value the component acts on.
     pub value: ClusterRoutes,
     pub source: DecisionSource,
-}
-
-/// How routing treats one IP pool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PoolKind {
-    IpipAlways,
-    IpipCrossSubnet,
-    /// IPv4 with both modes `Never`.
-    NoEncap,
-    /// IPv6 with both modes `Never` (IPv6 pools cannot be IPIP).
-    NoEncapV6,
-    /// `vxlanMode` `Always` or `CrossSubnet` (v4 or v6).
-    Vxlan,
-    /// `allowedUses: [LoadBalancer]`: no cluster routes (`l3_route_resolver.go`
-    /// `isLoadBalancerOnlyPool`).
-    LoadBalancerOnly,
-}
-
-impl PoolKind {
-    /// Classify a pool: VXLAN first (`vxlanMode != Never`), then IPIP, else no-encap
-    /// (`l3_route_resolver.go` `poolTypeForPool`; confd `programsPool`, `poolUsesVXLAN`,
-    /// `poolUsesIPIP`).
-    pub fn of(pool: &IpPool) -> PoolKind {
-        if pool.is_load_balancer_only() {
-            PoolKind::LoadBalancerOnly
-        } else if pool.vxlan_mode.enabled() {
-            PoolKind::Vxlan
-        } else if pool.ipip_mode == EncapMode::Always {
-            PoolKind::IpipAlways
-        } else if pool.ipip_mode == EncapMode::CrossSubnet {
-            PoolKind::IpipCrossSubnet
-        } else if matches!(pool.cidr, IpNet::V6(_)) {
-            PoolKind::NoEncapV6
-        } else {
-            PoolKind::NoEncap
-        }
-    }
-
-    /// The ownership class; `None` for LoadBalancer-only pools.
-    pub fn class(self) -> Option<PoolClass> {
-        match self {
-            PoolKind::IpipAlways | PoolKind::IpipCrossSubnet => Some(PoolClass::Ipip),
-            PoolKind::NoEncap | PoolKind::NoEncapV6 => Some(PoolClass::NoEncap),
-            PoolKind::Vxlan => Some(PoolClass::Vxlan),
-            PoolKind::LoadBalancerOnly => None,
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            PoolKind::IpipAlways => "ipip-always",
-            PoolKind::IpipCrossSubnet => "ipip-cross-subnet",
-            PoolKind::NoEncap => "no-encap",
-            PoolKind::NoEncapV6 => "no-encap-v6",
-            PoolKind::Vxlan => "vxlan",
-            PoolKind::LoadBalancerOnly => "load-balancer-only",
-        }
-    }
 }
 
 /// confd's verdict for a pool in BIRD's `calico_kernel_programming` filter.

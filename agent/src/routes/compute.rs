@@ -42,9 +42,9 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::{ClusterRoute, PoolClass, RouteDevices, RouteOrigin, RoutePath};
+use super::{ClusterRoute, RouteDevices, RouteOrigin};
 use crate::model::{Cluster, IpPool, IpamBlock, Node, TunnelAddressKind};
-use crate::ownership::PoolKind;
+use crate::vocabulary::{PoolClass, PoolKind, RoutePath};
 
 /// Routes and problems for one node.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]

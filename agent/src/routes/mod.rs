@@ -11,58 +11,11 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use crate::model::TunnelAddressKind;
+use crate::vocabulary::{PoolClass, RoutePath};
 
 pub mod compute;
 
 pub use compute::{desired_routes, routable_classes, DesiredRoutes, RouteProblem};
-
-/// Ownership class of an IP pool: the unit at which Felix and BIRD split cluster-route
-/// programming (`confd/pkg/backends/calico/bgp_processor.go` `programsPool`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PoolClass {
-    /// `ipipMode: Always` or `CrossSubnet` (IPv4 only).
-    Ipip,
-    /// `ipipMode` and `vxlanMode` both `Never` or unset (IPv4 and IPv6).
-    NoEncap,
-    /// `vxlanMode: Always` or `CrossSubnet`: always Felix's, never routewarden's or BIRD's.
-    Vxlan,
-}
-
-impl PoolClass {
-    /// Stable lowercase name, used as a metric label value (`ipip`, `noencap`, `vxlan`).
-    pub fn label(self) -> &'static str {
-        match self {
-            PoolClass::Ipip => "ipip",
-            PoolClass::NoEncap => "noencap",
-            PoolClass::Vxlan => "vxlan",
-        }
-    }
-}
-
-/// The path a packet to a cluster destination takes from this node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RoutePath {
-    /// Encapsulated: `via <node> dev <tunnel device> onlink` (IPIP, `tunl0` by default).
-    Tunnel,
-    /// Native: `via <node> dev <host NIC> onlink` (no-encap, or IPIP CrossSubnet to a node in
-    /// this node's BGP subnet).
-    HostNic,
-    /// `blackhole <own block>`: this node's own IPAM blocks.
-    Blackhole,
-}
-
-impl RoutePath {
-    /// Stable lowercase name, used as a metric label value (`tunnel`, `host-nic`, `blackhole`).
-    pub fn label(self) -> &'static str {
-        match self {
-            RoutePath::Tunnel => "tunnel",
-            RoutePath::HostNic => "host-nic",
-            RoutePath::Blackhole => "blackhole",
-        }
-    }
-}
 
 /// Why a cluster route exists.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
@@ -117,29 +70,6 @@ pub struct ClusterRoute {
     pub pool: String,
     /// Why the route exists.
     pub origin: RouteOrigin,
-}
-
-/// A component that programs cluster routes into the kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Writer {
-    /// Calico Felix (route protocol 80 by default, `felix/dataplane/linux/dataplanedefs`).
-    Felix,
-    /// BIRD via confd's `calico_kernel_programming` filter (route protocol 12, `RTPROT_BIRD`).
-    Bird,
-    /// This agent (route protocol from `--route-protocol`).
-    Routewarden,
-}
-
-impl Writer {
-    /// Stable lowercase name, used as a metric label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            Writer::Felix => "felix",
-            Writer::Bird => "bird",
-            Writer::Routewarden => "routewarden",
-        }
-    }
 }
 
 /// Names of the devices cluster routes use on this node.

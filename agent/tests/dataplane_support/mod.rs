@@ -5,7 +5,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use routewarden::dataplane::{spawn_watcher, DataplaneConfig, DataplaneEvent, OwnershipPolicy, Reconciler, RtNetlink, SystemClock};
-use routewarden::routes::{ClusterRoute, PoolClass, RouteOrigin, RoutePath};
+use routewarden::routes::{ClusterRoute, RouteOrigin};
+use routewarden::vocabulary::{PoolClass, RoutePath};
 use routewarden_lab::NetNsGuard;
 use tokio::sync::mpsc;
 

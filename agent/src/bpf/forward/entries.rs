@@ -13,7 +13,8 @@ use ipnet::IpNet;
 use routewarden_common::forward::{ForwardPath, V4_MAPPED_PREFIX_LEN};
 
 use crate::dataplane::ExpectedRoute;
-use crate::routes::{ClusterRoute, PoolClass, RoutePath};
+use crate::routes::ClusterRoute;
+use crate::vocabulary::{PoolClass, RoutePath};
 
 /// One cluster destination as the kernel watch sees it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -92,7 +93,8 @@ pub fn addr_from_trie(addr: [u8; 16]) -> std::net::IpAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routes::{RouteOrigin, Writer};
+    use crate::routes::RouteOrigin;
+    use crate::vocabulary::Writer;
 
     fn route(dst: &str, path: RoutePath, class: PoolClass, pool: &str) -> ClusterRoute {
         ClusterRoute {

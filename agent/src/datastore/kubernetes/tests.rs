@@ -270,7 +270,8 @@ use crate::model::{
     FelixConfiguration, FelixScope, IpPool, IpamBlock, Node, NodeAddress, NodeAddressType, NodeForm, OptionalSource,
 };
 use crate::ownership::{decide, CalicoVersion, ClusterRoutes, ComponentDecision, DecisionSource, OwnershipConfig, Role, VersionChoice};
-use crate::routes::{PoolClass, Writer as RouteWriter};
+use crate::vocabulary::PoolClass;
+use crate::vocabulary::Writer as RouteWriter;
 
 const CALICO_PLURAL_KINDS: [(&str, &str); 6] = [
     ("ippools", "IPPool"),
