@@ -24,6 +24,7 @@ pub mod explain;
 pub mod model;
 pub mod observe;
 pub mod ownership;
+pub mod plan;
 pub mod routes;
 pub mod text;
 pub mod vocabulary;

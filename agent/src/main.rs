@@ -5,11 +5,12 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use routewarden::app;
 use routewarden::app::config::{AuditArgs, ClusterArgs, DatastoreSpec, ExplainArgs, LogFormat, Mode, Output, RunArgs};
-use routewarden::app::{self, plan};
 use routewarden::dataplane::{audit_kernel, RtNetlink};
 use routewarden::datastore::{Datastore, FileDatastore, KubernetesDatastore, Snapshot};
 use routewarden::explain::{explain, explain_all_nodes, ExplainOptions, OutputFormat};
+use routewarden::plan;
 use routewarden::routes::RouteDevices;
 
 #[derive(Parser)]
@@ -127,7 +128,7 @@ fn cmd_events(args: &routewarden::bpf::route_watch::events_cmd::EventsArgs) -> R
         let forward_devices = ForwardConfig::for_devices(std::slice::from_ref(&devices.tunnel), std::slice::from_ref(&devices.host_nic));
         let config = plan::PlanConfig { node, ownership, devices, protocol: args.route_protocol, table: 254 };
         let p = plan::plan(&snap, &config, &std::collections::BTreeSet::new(), &[]);
-        opts.forward = Some(ForwardSetup { config: ForwardConfig { log_level: args.bpf_log_level, ..forward_devices }, entries: p.forward_entries() });
+        opts.forward = Some(ForwardSetup { config: ForwardConfig { log_level: args.bpf_log_level, ..forward_devices }, entries: app::forward_entries(&p) });
     }
     events_cmd::main(&opts)?;
     Ok(ExitCode::SUCCESS)

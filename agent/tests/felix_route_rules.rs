@@ -454,10 +454,10 @@ fn rule_2_the_tunnel_gateway_follows_extract_node_address() {
 
 /// node-a's plan in `role` for BASE plus `extra`, with `programClusterRoutes` of the `default`
 /// FelixConfiguration and BGPConfiguration set to `felix` and `bgp` (protocol 201, main table).
-fn plan_of(extra: &str, role: routewarden::ownership::Role, felix: &str, bgp: &str) -> routewarden::app::plan::Plan {
-    use routewarden::app::plan::{plan, PlanConfig};
+fn plan_of(extra: &str, role: routewarden::ownership::Role, felix: &str, bgp: &str) -> routewarden::plan::Plan {
     use routewarden::datastore::Snapshot;
     use routewarden::ownership::OwnershipConfig;
+    use routewarden::plan::{plan, PlanConfig};
     let text = format!(
         "{}\n---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {felix}}}\n---\napiVersion: projectcalico.org/v3\nkind: BGPConfiguration\nmetadata: {{name: default}}\nspec: {{programClusterRoutes: {bgp}}}\n",
         with_base(extra)
@@ -589,8 +589,8 @@ fn both_rules_reach_the_kernel_in_a_netns() {
 /// routewarden in Felix's role; routewarden in BIRD's role leaves them out as BIRD would.
 #[test]
 fn wireguard_peers_felix_keeps_its_routes_bird_leaves_them_to_wireguard() {
-    use routewarden::app::plan::Plan;
     use routewarden::ownership::Role;
+    use routewarden::plan::Plan;
     use routewarden::vocabulary::Writer;
 
     let extra = r#"apiVersion: projectcalico.org/v3

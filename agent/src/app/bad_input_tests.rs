@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::plan::{plan, Plan, PlanConfig};
 use super::view::ViewState;
 use crate::dataplane::fake::{FakeClock, FakeNetlink};
 use crate::dataplane::model::{ObservedRoute, RouteKey};
 use crate::dataplane::{Clock, DataplaneConfig, Reconciler};
 use crate::datastore::file_loader_for_tests as loader_for;
 use crate::ownership::{CalicoVersion, OwnershipConfig, Role};
+use crate::plan::{plan, Plan, PlanConfig};
 use crate::routes::RouteDevices;
 
 const SETTLE: Duration = Duration::from_secs(30);

@@ -5,7 +5,7 @@
 //!
 //! - watchers: the datastore task ([`crate::datastore`]), the netlink route/link watcher
 //!   ([`crate::dataplane::spawn_watcher`]), timers, signals;
-//! - handlers: this loop's cluster handler ([`plan::plan`] → dataplane commands, ownership
+//! - handlers: this loop's cluster handler ([`crate::plan::plan`] → dataplane commands, ownership
 //!   metrics), the dataplane task ([`crate::dataplane::run`], which owns the route table),
 //!   the BPF watches (one [`crate::bpf::watch::WatchHandler`] each, all from one load of the
 //!   object), and the metrics/health state read by the HTTP server.
@@ -13,7 +13,6 @@
 pub mod config;
 pub mod logging;
 pub mod memory;
-pub mod plan;
 pub mod view;
 
 #[cfg(test)]
@@ -40,15 +39,23 @@ use crate::observe::metrics::{
 };
 use crate::observe::{Health, Metrics};
 use crate::ownership::{OwnershipConfig, Role, VersionChoice};
+use crate::plan::{self, Plan, PlanConfig};
 use crate::routes::{routable_classes, RouteDevices};
 use crate::vocabulary::PoolClass;
 use config::{DatastoreSpec, Mode, RunArgs};
-use plan::{Plan, PlanConfig};
 
 /// How often the BPF watches' counters are read into metrics.
 const COUNTER_POLL: Duration = Duration::from_secs(1);
 /// Invalid objects (and inputs) logged one by one per change of the set.
 const LOGGED_ERRORS: usize = 20;
+
+/// The forwarding watch's destinations for a plan: routewarden's desired routes for the
+/// classes it programs, the expectation for the others
+/// ([`crate::bpf::forward::entries_from_routes`]). Built here, in the app, so that the plan
+/// knows nothing of the BPF side and the BPF side nothing of the plan.
+pub fn forward_entries(plan: &Plan) -> Vec<crate::bpf::forward::ForwardEntry> {
+    crate::bpf::forward::entries_from_routes(&plan.desired, &plan.expected, &plan.decision.programmed)
+}
 
 /// Resolve this node's name: `--node`, else the host name.
 ///
@@ -605,7 +612,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                     trim_pending |= matches!(ev, DatastoreEvent::Snapshot(_));
                     cluster.on_datastore(ev).await;
                     if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
-                        w.update_destinations(&plan.forward_entries(), &metrics);
+                        w.update_destinations(&forward_entries(plan), &metrics);
                     }
                     if let (Some(a), Some(plan)) = (auditor.as_mut(), cluster.last.as_ref()) {
                         a.audit(plan, &metrics, &health).await;
@@ -648,7 +655,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
             let devices = forward_config_for(&nic).devices;
             forward.follow(&metrics, &health, |w| w.set_devices(&devices).map(|_| ()), || start_forward(&nic));
             if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
-                w.update_destinations(&plan.forward_entries(), &metrics);
+                w.update_destinations(&forward_entries(plan), &metrics);
             }
             if let Some(t) = tc_count.as_mut() {
                 let devices = tc_devices_for(&nic);

@@ -3,8 +3,8 @@
 //! deleted, and what `/readyz` says about it. Pure; the cluster handler and the bad-input
 //! property test drive it the same way.
 
-use super::plan::Plan;
 use crate::datastore::{DatastoreEvent, Snapshot};
+use crate::plan::Plan;
 
 /// Invalid inputs and objects named one by one on `/readyz` (the rest are counted).
 const READYZ_NAMED: usize = 5;

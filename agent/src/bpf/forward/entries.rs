@@ -5,7 +5,7 @@
 //! Source per class (issue 6): routewarden's desired routes for the classes it programs, the
 //! ownership matrix's expectation (the routes Felix/BIRD should have) for the others, so the
 //! watch works the same in audit mode. The app passes them in from its plan
-//! (`app::plan::Plan::forward_entries`); nothing here knows the plan.
+//! (`app::forward_entries`); nothing here knows the plan.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1389,10 +1389,10 @@ async fn connect_builds_a_tls_client_from_a_kubeconfig_without_requests() {
 /// period goes through is `dataplane::reconciler_tests::mass_deletion_is_held_for_the_settle_period`.)
 #[tokio::test]
 async fn empty_relist_is_held_by_the_breaker_and_a_restored_list_costs_nothing() {
-    use crate::app::plan::{plan, Plan, PlanConfig};
     use crate::app::view::ViewState;
     use crate::dataplane::fake::{FakeClock, FakeNetlink};
     use crate::dataplane::{DataplaneConfig, Reconciler};
+    use crate::plan::{plan, Plan, PlanConfig};
     use crate::routes::RouteDevices;
 
     struct Pipeline {

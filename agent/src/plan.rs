@@ -1,5 +1,6 @@
-//! The cluster handler's pure step: from a datastore snapshot to everything the dataplane,
-//! the audit and the metrics need. No I/O; unit-tested.
+//! The plan: the pure step from a datastore snapshot to everything the dataplane, the audit,
+//! the forwarding watch and the metrics need. No I/O; unit-tested. The app (`app/`) runs it
+//! on every snapshot and hands its parts to the handlers.
 //!
 //! ```text
 //! Snapshot ─> ownership::decide ─> classes routewarden programs ─> routes::desired_routes
@@ -65,15 +66,6 @@ pub struct Plan {
     pub local_node_missing: bool,
     /// Pool CIDRs routewarden still owns although their pools are gone (given in, kept).
     pub retired: Vec<IpNet>,
-}
-
-impl Plan {
-    /// The forwarding watch's destinations for this plan: routewarden's desired routes for
-    /// the classes it programs, the expectation for the others
-    /// ([`crate::bpf::forward::entries_from_routes`]).
-    pub fn forward_entries(&self) -> Vec<crate::bpf::forward::ForwardEntry> {
-        crate::bpf::forward::entries_from_routes(&self.desired, &self.expected, &self.decision.programmed)
-    }
 }
 
 /// One prefix of frozen ground.
