@@ -23,12 +23,7 @@ use ipnet::IpNet;
 use crate::model::{Cluster, Node};
 use crate::ownership::{KernelFilter, OwnershipDecision, PoolOwnership, Role};
 use crate::text::escape;
-use crate::vocabulary::PoolKind;
-use crate::vocabulary::{PoolClass, Writer};
-
-/// Felix's cluster-route protocol with the default `deviceRouteProtocol` 3
-/// (`calculateRouteProtocol`, `felix/dataplane/linux/route_mgr.go` L137; reference §2.5).
-pub const FELIX_CLUSTER_ROUTE_PROTOCOL: u8 = 80;
+use crate::vocabulary::{PoolClass, PoolKind, Writer, RTPROT_FELIX};
 
 /// Name of the IPv4 kernel export filter.
 pub const KERNEL_FILTER_V4: &str = "routewarden_kernel_programming_v4";
@@ -165,7 +160,7 @@ pub fn rejects_tunnel_device(decision: &OwnershipDecision) -> bool {
 pub fn rejected_protocols(decision: &OwnershipDecision, opts: &BirdFilterOptions) -> BTreeSet<u8> {
     let mut out = BTreeSet::from([opts.route_protocol]);
     if felix_programs(decision) {
-        out.insert(FELIX_CLUSTER_ROUTE_PROTOCOL);
+        out.insert(RTPROT_FELIX);
     }
     out
 }
@@ -335,7 +330,7 @@ fn render_export_function(s: &mut String, decision: &OwnershipDecision, opts: &B
     let _ = writeln!(s, "  if (source = RTS_INHERIT) then {{");
     let _ = writeln!(s, "    if (defined(krt_source)) then {{");
     for p in &protos {
-        let who = match (*p == opts.route_protocol, *p == FELIX_CLUSTER_ROUTE_PROTOCOL && felix_programs(decision)) {
+        let who = match (*p == opts.route_protocol, *p == RTPROT_FELIX && felix_programs(decision)) {
             (true, true) => "routewarden and Felix",
             (true, false) => "routewarden",
             _ => "Felix",

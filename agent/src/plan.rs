@@ -15,13 +15,12 @@ use std::collections::BTreeSet;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use crate::dataplane::model::{RTPROT_BIRD, RTPROT_FELIX};
 use crate::dataplane::{AuditScope, ExpectedRoute, Handover, OwnershipPolicy, WireguardRoute};
 use crate::datastore::Snapshot;
 use crate::model::Cluster;
 use crate::ownership::{decide, OwnershipConfig, OwnershipDecision, Role};
 use crate::routes::{desired_routes, routable_classes, ClusterRoute, RouteDevices, RouteOrigin, RouteProblem};
-use crate::vocabulary::{PoolClass, RoutePath, Writer};
+use crate::vocabulary::{PoolClass, RoutePath, Writer, RTPROT_BIRD, RTPROT_FELIX};
 
 /// Settings the plan needs from the command line.
 #[derive(Clone, Debug)]

@@ -7,6 +7,8 @@
 //! - [`Writer`]: a component that programs cluster routes (Felix, BIRD, routewarden).
 //! - [`RoutePath`]: the path a packet to a cluster destination takes (tunnel, host NIC,
 //!   blackhole).
+//! - The route protocols and the table the field's writers use ([`RTPROT_FELIX`],
+//!   [`RTPROT_BIRD`], …, [`RT_TABLE_MAIN`]).
 //!
 //! Every `label()` here is a fixed metric label value.
 
@@ -14,6 +16,22 @@ use ipnet::IpNet;
 use serde::Serialize;
 
 use crate::model::{EncapMode, IpPool};
+
+/// `RTPROT_KERNEL`: routes the kernel made (connected subnets, `lo`).
+pub const RTPROT_KERNEL: u8 = 2;
+/// `RTPROT_BOOT`: routes added by `ip route` without `proto` (and Felix's device routes).
+pub const RTPROT_BOOT: u8 = 3;
+/// `RTPROT_STATIC`: routes an administrator marked static.
+pub const RTPROT_STATIC: u8 = 4;
+/// `RTPROT_BIRD`: routes BIRD programs (Calico's BGP daemon; confd's
+/// `calico_kernel_programming` export).
+pub const RTPROT_BIRD: u8 = 12;
+/// Felix's cluster-route protocol with the default `deviceRouteProtocol` 3
+/// (`dataplanedefs.DefaultRouteProto`; `calculateRouteProtocol`,
+/// `felix/dataplane/linux/route_mgr.go` L137; reference §2.5).
+pub const RTPROT_FELIX: u8 = 80;
+/// `RT_TABLE_MAIN`: the table Felix and BIRD program cluster routes into.
+pub const RT_TABLE_MAIN: u32 = 254;
 
 /// How routing treats one IP pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
