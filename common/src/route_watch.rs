@@ -135,7 +135,7 @@ impl WriterClass {
     }
 }
 
-/// How [`Writer::id`] identifies the writer.
+/// How [`WriteOrigin::id`] identifies the writer.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriterIdKind {
@@ -150,7 +150,7 @@ pub enum WriterIdKind {
 /// Who made a write. 24 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Writer {
+pub struct WriteOrigin {
     /// Netlink port id or PID, see `id_kind`.
     pub id: u32,
     /// [`WriterIdKind`] as a byte.
@@ -191,7 +191,7 @@ pub struct RouteWrite {
     /// Gateway address (RTA_GATEWAY), network order; zeros when absent.
     pub gateway: [u8; 16],
     /// Who wrote.
-    pub writer: Writer,
+    pub writer: WriteOrigin,
 }
 
 /// Detector map key: one per (family, table, destination prefix). 24 bytes.
@@ -248,7 +248,7 @@ pub struct PrefixState {
     /// Padding, zero.
     pub _pad: [u8; 2],
     /// The last writer.
-    pub last_writer: Writer,
+    pub last_writer: WriteOrigin,
 }
 
 /// What a [`RouteWatchRecord`] reports.
@@ -296,7 +296,7 @@ pub struct RouteWatchRecord {
     /// The write that triggered the record.
     pub write: RouteWrite,
     /// The previous writer of the prefix (conflict), else zeros.
-    pub previous: Writer,
+    pub previous: WriteOrigin,
 }
 
 /// Per-CPU counters (index 0 of `ROUTE_WATCH_COUNTERS`); userspace sums over CPUs.
@@ -471,7 +471,7 @@ mod pod {
 }
 
 // The kernel writes these bytes and userspace reads them: pin the layouts.
-const _: () = assert!(core::mem::size_of::<Writer>() == 24);
+const _: () = assert!(core::mem::size_of::<WriteOrigin>() == 24);
 const _: () = assert!(core::mem::size_of::<RouteWrite>() == 80);
 const _: () = assert!(core::mem::size_of::<PrefixKey>() == 24);
 const _: () = assert!(core::mem::size_of::<PrefixState>() == 80);

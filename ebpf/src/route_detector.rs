@@ -27,7 +27,7 @@ use aya_ebpf::{
 use aya_log_ebpf::{macro_support::Level, warn};
 use routewarden_common::assert_bpf_name;
 use routewarden_common::route_watch::{
-    family_index, PrefixKey, PrefixState, RecordKind, RouteWatchCounters, RouteWatchRecord, RouteWrite, WriteOp, Writer, WriterClass, WriterIdKind,
+    family_index, PrefixKey, PrefixState, RecordKind, RouteWatchCounters, RouteWatchRecord, RouteWrite, WriteOp, WriteOrigin, WriterClass, WriterIdKind,
     SELF_PORTS_MAX, STATE_CONFLICT, STATE_FLAP, STATE_FLUSHED, STATE_REMOVED,
 };
 
@@ -103,7 +103,7 @@ pub fn count_other_netns() {
 
 /// Push a record; count it as lost when the ring buffer is full.
 #[inline(always)]
-fn emit(kind: RecordKind, changes: u32, write: &RouteWrite, previous: &Writer) {
+fn emit(kind: RecordKind, changes: u32, write: &RouteWrite, previous: &WriteOrigin) {
     if let Some(mut entry) = ROUTE_WATCH_EVENTS.reserve::<RouteWatchRecord>(0) {
         entry.write(RouteWatchRecord { kind: kind as u8, _pad: [0; 3], changes, write: *write, previous: *previous });
         entry.submit(0);
@@ -120,7 +120,7 @@ fn emit(kind: RecordKind, changes: u32, write: &RouteWrite, previous: &Writer) {
 /// Report a link that went administratively down (socket-filter backend).
 #[inline(always)]
 pub fn link_down(write: &RouteWrite) {
-    emit(RecordKind::LinkDown, 0, write, &Writer::default());
+    emit(RecordKind::LinkDown, 0, write, &WriteOrigin::default());
 }
 
 /// FNV-1a over the attributes that make a route different: protocol, metric, oif, gateway.
@@ -145,7 +145,7 @@ fn attrs_hash(w: &RouteWrite) -> u32 {
 }
 
 #[inline(always)]
-fn same_writer(a: &Writer, b: &Writer, op: WriteOp) -> bool {
+fn same_writer(a: &WriteOrigin, b: &WriteOrigin, op: WriteOp) -> bool {
     // A delete carries the deleted route's protocol, not the deleter's: compare the process.
     a.id == b.id && a.id_kind == b.id_kind && (matches!(op, WriteOp::Delete) || a.protocol == b.protocol)
 }
@@ -159,7 +159,7 @@ fn is_kernel_removal(w: &RouteWrite) -> bool {
 /// Whether `writer` is the self process: its tgid (fentry, kprobe), or one of its netlink ports
 /// (socket filter; the first socket a process binds gets its tgid as port).
 #[inline(always)]
-fn is_self(writer: &Writer) -> bool {
+fn is_self(writer: &WriteOrigin) -> bool {
     let tgid = global_u32(&ROUTE_WATCH_SELF_TGID);
     if tgid == 0 {
         return false;
@@ -193,7 +193,7 @@ pub fn observe(w: &mut RouteWrite) {
     }
     let stream = global_u32(&ROUTE_WATCH_STREAM_WRITES) != 0;
     if stream {
-        emit(RecordKind::Write, 0, w, &Writer::default());
+        emit(RecordKind::Write, 0, w, &WriteOrigin::default());
     }
 
     let key = PrefixKey { table: w.table, family: w.family, dst_len: w.dst_len, _pad: [0; 2], dst: w.dst };

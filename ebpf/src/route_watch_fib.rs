@@ -12,7 +12,7 @@
 //! kernel-made removal, i.e. a flush.
 use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel};
 use aya_log_ebpf::{macro_support::Level, warn};
-use routewarden_common::route_watch::{KernelOffsets, RouteWrite, WriteOp, Writer, WriterIdKind, AF_INET, AF_INET6};
+use routewarden_common::route_watch::{KernelOffsets, RouteWrite, WriteOp, WriteOrigin, WriterIdKind, AF_INET, AF_INET6};
 
 use crate::bpf_log::{allowed, LogKind};
 use crate::route_detector::{count_decode_error, count_other_netns, now_ns, observe};
@@ -63,10 +63,10 @@ fn in_watched_netns(net: u64) -> Result<bool, ()> {
 }
 
 #[inline(always)]
-fn current_writer(protocol: u8) -> Writer {
+fn current_writer(protocol: u8) -> WriteOrigin {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let comm = bpf_get_current_comm().unwrap_or([0; 16]);
-    Writer { id: tgid, id_kind: WriterIdKind::Process as u8, protocol, class: 0, _pad: 0, comm }
+    WriteOrigin { id: tgid, id_kind: WriterIdKind::Process as u8, protocol, class: 0, _pad: 0, comm }
 }
 
 /// `fib_table_insert(net, tb, cfg, extack)` / `fib_table_delete(net, tb, cfg, extack)`.

@@ -21,7 +21,7 @@ use aya_ebpf::{
     programs::SkBuffContext,
 };
 use aya_log_ebpf::{macro_support::Level, warn};
-use routewarden_common::route_watch::{RouteWrite, WriteOp, Writer, WriterIdKind, AF_INET, AF_INET6};
+use routewarden_common::route_watch::{RouteWrite, WriteOp, WriteOrigin, WriterIdKind, AF_INET, AF_INET6};
 
 use crate::bpf_log::{allowed, LogKind};
 
@@ -94,7 +94,7 @@ fn link_message(ctx: &SkBuffContext) -> Result<(), i64> {
             _pad: 0,
             dst: [0; 16],
             gateway: [0; 16],
-            writer: Writer::default(),
+            writer: WriteOrigin::default(),
         };
         link_down(&write);
     }
@@ -135,7 +135,7 @@ fn route_message(ctx: &SkBuffContext, msg_type: u16) -> Result<(), i64> {
         _pad: 0,
         dst: [0; 16],
         gateway: [0; 16],
-        writer: Writer { id: port, id_kind: WriterIdKind::NetlinkPort as u8, protocol: rtm[5], class: 0, _pad: 0, comm: [0; 16] },
+        writer: WriteOrigin { id: port, id_kind: WriterIdKind::NetlinkPort as u8, protocol: rtm[5], class: 0, _pad: 0, comm: [0; 16] },
     };
     let len = ctx.len() as usize;
     let mut off: usize = 28;

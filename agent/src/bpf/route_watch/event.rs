@@ -4,7 +4,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
-use routewarden_common::route_watch::{RecordKind, RouteWatchRecord, RouteWrite, WriteOp, Writer, WriterClass, WriterIdKind, AF_INET, AF_INET6};
+use routewarden_common::route_watch::{RecordKind, RouteWatchRecord, RouteWrite, WriteOp, WriteOrigin, WriterClass, WriterIdKind, AF_INET, AF_INET6};
 use serde::Serialize;
 
 /// A record that cannot be decoded (wrong size, unknown kind, impossible prefix).
@@ -48,7 +48,7 @@ pub struct WriterInfo {
 }
 
 impl WriterInfo {
-    fn from_raw(w: &Writer) -> WriterInfo {
+    fn from_raw(w: &WriteOrigin) -> WriterInfo {
         let class = WriterClass::from_u8(w.class);
         let process = w.id_kind == WriterIdKind::Process as u8;
         let comm_len = w.comm.iter().position(|&c| c == 0).unwrap_or(w.comm.len());
@@ -263,10 +263,10 @@ mod tests {
     use super::*;
     use routewarden_common::route_watch::{RecordKind, RouteWatchRecord, RouteWrite};
 
-    fn writer(id: u32, kind: WriterIdKind, protocol: u8, class: WriterClass, comm: &[u8]) -> Writer {
+    fn writer(id: u32, kind: WriterIdKind, protocol: u8, class: WriterClass, comm: &[u8]) -> WriteOrigin {
         let mut c = [0u8; 16];
         c[..comm.len()].copy_from_slice(comm);
-        Writer { id, id_kind: kind as u8, protocol, class: class as u8, _pad: 0, comm: c }
+        WriteOrigin { id, id_kind: kind as u8, protocol, class: class as u8, _pad: 0, comm: c }
     }
 
     fn record(kind: RecordKind, family: u8, dst: &[u8], dst_len: u8) -> RouteWatchRecord {
