@@ -1,6 +1,8 @@
 //! Table tests for the ownership engine. The expectations are written out independently from
 //! the reference tables (§1.2–§1.4), not derived from the engine's helpers.
 
+use std::fmt::Write as _;
+
 use super::*;
 
 const POOLS: &str = r"
