@@ -5,7 +5,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use routewarden::bpf::route_watch::events_cmd::{stream_events_with, EventsFormat, EventsOptions};
+use routewarden::bpf::route_watch::events_stream::{stream_events_with, EventsFormat, EventsOptions};
 use routewarden_lab::{skip_unless_root, NetNsGuard};
 
 /// The stream's output, shared with the test while the stream runs.

@@ -387,14 +387,14 @@ fn fight(
         "routewarden's route: {} via {own_gw} dev tunl0 metric {} proto {protocol}. The second writer, a BIRD-like process in {ns},\nreplaces it at the same key (table, destination, metric) with `via {other_gw} ... proto bird`, every 500 ms.",
         target.dst, target.metric
     );
-    let mut events_cmd = lab.command(node, &bin.display().to_string());
-    events_cmd
+    let mut events_stream = lab.command(node, &bin.display().to_string());
+    events_stream
         // The agent's writes are `self` (`ip netns exec` execs it: its pid is the agent's).
         .args(["events", "--window-seconds", &WATCH_WINDOW.to_string(), "--route-protocol", protocol, "--agent-pid", &agent_pid.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .stdin(Stdio::null());
-    let mut events = ChildGuard(events_cmd.spawn().context("start routewarden events")?, "routewarden events");
+    let mut events = ChildGuard(events_stream.spawn().context("start routewarden events")?, "routewarden events");
     let stdout = events.0.stdout.take().context("events stdout")?;
     let (tx, rx) = mpsc::channel::<(Instant, String)>();
     std::thread::spawn(move || {

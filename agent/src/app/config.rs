@@ -1,4 +1,6 @@
-//! Command-line and environment configuration of `routewarden run` / `explain` / `audit`.
+//! Command-line and environment configuration of `routewarden run`, and the cluster flags
+//! every command shares ([`ClusterArgs`]); each command's own flags are in the binary's
+//! `cli/<command>.rs`.
 //!
 //! Every flag can also be set with an environment variable `ROUTEWARDEN_<FLAG>` (as DaemonSet
 //! manifests need); the flag wins over the variable.
@@ -54,13 +56,14 @@ pub enum LogFormat {
     Json,
 }
 
-/// Inputs shared by `run`, `explain` and `audit`.
+/// Inputs shared by every command (`run`, `explain`, `audit`, `events`, `bird-filter`).
 #[derive(Args, Clone, Debug)]
 pub struct ClusterArgs {
     /// Cluster description: `file:<path>` (YAML file or directory), or `kubernetes` (watch the
     /// API server).
-    #[arg(long, env = "ROUTEWARDEN_DATASTORE")]
-    pub datastore: DatastoreSpec,
+    /// Required by every command but `events`, which streams route events without one.
+    #[arg(long, env = "ROUTEWARDEN_DATASTORE", required = true)]
+    pub datastore: Option<DatastoreSpec>,
     /// With `--datastore kubernetes`: a kubeconfig file. Default: `KUBECONFIG` or
     /// `~/.kube/config` when present, else the in-cluster service account.
     #[arg(long, env = "ROUTEWARDEN_KUBECONFIG")]
@@ -110,52 +113,16 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
-    /// `--datastore` with the Kubernetes flags applied (they are ignored for `file:`).
-    pub fn datastore_spec(&self) -> DatastoreSpec {
-        match &self.datastore {
+    /// `--datastore` with the Kubernetes flags applied (they are ignored for `file:`); `None`
+    /// only where the command leaves `--datastore` optional (`events`).
+    pub fn datastore_spec(&self) -> Option<DatastoreSpec> {
+        Some(match self.datastore.as_ref()? {
             DatastoreSpec::File(p) => DatastoreSpec::File(p.clone()),
             DatastoreSpec::Kubernetes(_) => {
                 DatastoreSpec::Kubernetes(KubernetesOptions { kubeconfig: self.kubeconfig.clone(), api_group: self.calico_api_group })
             }
-        }
+        })
     }
-}
-
-/// Output format of `explain` and `audit`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Output {
-    /// Human-readable table.
-    Table,
-    /// JSON.
-    Json,
-    /// YAML.
-    Yaml,
-}
-
-/// `routewarden explain`.
-#[derive(Args, Clone, Debug)]
-pub struct ExplainArgs {
-    #[command(flatten)]
-    pub cluster: ClusterArgs,
-    /// Every node's decision, one row each, instead of one node's routes: Felix's value and
-    /// its source (`FelixConfiguration node.<name>` or `default`), BIRD's, and the classes
-    /// double-programmed or unowned there; exits 1 when any node is inconsistent. `--node`
-    /// is not used.
-    #[arg(long)]
-    pub all_nodes: bool,
-    /// Output format.
-    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
-    pub output: Output,
-}
-
-/// `routewarden audit`: one-shot comparison of the kernel with the ownership matrix.
-#[derive(Args, Clone, Debug)]
-pub struct AuditArgs {
-    #[command(flatten)]
-    pub cluster: ClusterArgs,
-    /// Output format.
-    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
-    pub output: Output,
 }
 
 /// `routewarden run`.
@@ -285,17 +252,17 @@ mod tests {
         let c = Cli::try_parse_from(["x", "--datastore", "kubernetes", "--kubeconfig", "/k", "--calico-api-group", "projectcalico.org/v3"]).unwrap();
         assert_eq!(
             c.cluster.datastore_spec(),
-            DatastoreSpec::Kubernetes(KubernetesOptions { kubeconfig: Some("/k".into()), api_group: ApiGroupChoice::Forced(CalicoGroup::V3) })
+            Some(DatastoreSpec::Kubernetes(KubernetesOptions { kubeconfig: Some("/k".into()), api_group: ApiGroupChoice::Forced(CalicoGroup::V3) }))
         );
         let c = Cli::try_parse_from(["x", "--datastore", "kubernetes"]).unwrap();
-        assert_eq!(c.cluster.datastore_spec(), DatastoreSpec::Kubernetes(KubernetesOptions::default()));
+        assert_eq!(c.cluster.datastore_spec(), Some(DatastoreSpec::Kubernetes(KubernetesOptions::default())));
         let c = Cli::try_parse_from(["x", "--datastore", "kubernetes", "--calico-api-group", "crd.projectcalico.org/v1"]).unwrap();
         assert_eq!(c.cluster.calico_api_group, ApiGroupChoice::Forced(CalicoGroup::CrdV1));
         let err = Cli::try_parse_from(["x", "--datastore", "kubernetes", "--calico-api-group", "v3"]).err().unwrap().to_string();
         assert!(err.contains("unknown Calico API group \"v3\""), "{err}");
         // The Kubernetes flags do not change a file datastore.
         let c = Cli::try_parse_from(["x", "--datastore", "file:/a", "--calico-api-group", "projectcalico.org/v3"]).unwrap();
-        assert_eq!(c.cluster.datastore_spec(), DatastoreSpec::File("/a".into()));
+        assert_eq!(c.cluster.datastore_spec(), Some(DatastoreSpec::File("/a".into())));
     }
 
     #[derive(clap::Parser)]

@@ -37,7 +37,7 @@
 
 pub mod btf;
 pub mod event;
-pub mod events_cmd;
+pub mod events_stream;
 pub mod metrics_apply;
 pub mod writer;
 

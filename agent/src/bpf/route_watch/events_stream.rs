@@ -1,4 +1,5 @@
-//! `routewarden events [-o json]`: stream route writes, flushes, conflicts and flaps live, like
+//! The engine of `routewarden events [-o json]` (flags in the binary's `cli/events.rs`):
+//! stream route writes, flushes, conflicts and flaps live, like
 //! `ip monitor route` but with the writer's process and the detector's verdict.
 //!
 //! It loads its own copy of the watch with write streaming on (the agent's copy only emits
@@ -76,71 +77,6 @@ impl Default for EventsOptions {
             forward: None,
             log_level: crate::bpf::bpf_log::BpfLogLevel::Off,
             self_pid: None,
-        }
-    }
-}
-
-/// Command-line arguments of `routewarden events` (for the CLI's `Events(EventsArgs)` arm).
-#[derive(Clone, Debug, clap::Args)]
-pub struct EventsArgs {
-    /// Output: `text` (one line per event) or `json` (one JSON object per line).
-    #[arg(short = 'o', long = "output", default_value = "text", value_parser = ["text", "json"])]
-    pub output: String,
-    /// Force a backend: fentry, kprobe or socket-filter (default: the best that loads).
-    #[arg(long = "route-watch-backend")]
-    pub backend: Option<RouteWatchBackend>,
-    /// Conflict / flap window, seconds.
-    #[arg(long, default_value_t = 30)]
-    pub window_seconds: u64,
-    /// Changes within the window that make a flap.
-    #[arg(long, default_value_t = 3)]
-    pub flap_threshold: u32,
-    /// routewarden's route protocol (its writes show as writer class `self`).
-    #[arg(long, default_value_t = 80)]
-    pub route_protocol: u8,
-    /// Stop after this many events.
-    #[arg(long)]
-    pub count: Option<usize>,
-    /// Also stream wrong-path samples and forwarding flaps: the cluster to take the
-    /// destinations from (`file:<path>` or `kubernetes`, as for `routewarden run`).
-    #[arg(long)]
-    pub datastore: Option<String>,
-    /// This node (with `--datastore`; default: the host name).
-    #[arg(long)]
-    pub node: Option<String>,
-    /// routewarden's role, as for `routewarden run` (with `--datastore`).
-    #[arg(long, default_value = "felix")]
-    pub role: String,
-    /// Tunnel device the forwarding watch attaches to (with `--datastore`).
-    #[arg(long, default_value = "tunl0")]
-    pub tunnel_device: String,
-    /// Host NIC the forwarding watch attaches to (with `--datastore`); `auto`: the link
-    /// holding the node's Calico address, as for `routewarden run`.
-    #[arg(long, default_value = "auto")]
-    pub host_device: String,
-    /// Kernel-side log lines of the watches, to stderr: off, error, warn, info, debug.
-    #[arg(long, value_enum, default_value = "off")]
-    pub bpf_log_level: crate::bpf::bpf_log::BpfLogLevel,
-    /// The routewarden agent's pid: its writes at `--route-protocol` show as `self`. Without
-    /// it nothing is `self` (this command writes no routes) and protocol 80 shows as `felix`.
-    #[arg(long)]
-    pub agent_pid: Option<u32>,
-}
-
-impl EventsArgs {
-    /// The options these arguments describe.
-    pub fn options(&self) -> EventsOptions {
-        EventsOptions {
-            format: if self.output == "json" { EventsFormat::Json } else { EventsFormat::Text },
-            backend: self.backend,
-            window: Duration::from_secs(self.window_seconds),
-            flap_threshold: self.flap_threshold,
-            self_protocol: self.route_protocol,
-            max_events: self.count,
-            duration: None,
-            forward: None,
-            log_level: self.bpf_log_level,
-            self_pid: self.agent_pid,
         }
     }
 }
