@@ -104,6 +104,23 @@ pub fn for_each_chunk(text: &str, limits: &YamlLimits, sink: &mut dyn FnMut(Chun
     }
 }
 
+/// Split a multi-document YAML string into values with `serde_yaml_ng`. Empty documents are
+/// skipped. Unbounded (the whole text in memory at once): for trusted input such as test
+/// fixtures; datastore files go through [`ParsedObjects::from_yaml_str`](super::ParsedObjects::from_yaml_str).
+///
+/// Errors: the first YAML syntax error; its `location()` gives the line in `text`.
+pub fn parse_yaml_documents(text: &str) -> Result<Vec<Value>, serde_yaml_ng::Error> {
+    use serde::Deserialize;
+    let mut out = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        let v = Value::deserialize(doc)?;
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
 /// The number of nodes of `v` (itself included).
 fn count_nodes(v: &Value) -> usize {
     match v {
