@@ -82,7 +82,7 @@
 //! datastore and its async loop, and `view.rs` (with `view/`) the synchronous core the loop
 //! feeds: per-resource stores, last good objects, sync state, snapshots.
 //!
-//! [`watcher`]: kube::runtime::watcher
+//! [`watcher`]: kube::runtime::watcher::watcher
 //! [`Writer`]: kube::runtime::reflector::store::Writer
 //! [`DatastoreEvent::Unsynced`]: crate::datastore::DatastoreEvent::Unsynced
 //! [`DatastoreEvent::Synced`]: crate::datastore::DatastoreEvent::Synced

@@ -22,7 +22,7 @@ use super::yaml::{self, YamlError, YamlLimits};
 /// million kept, logged and frozen.
 pub const MAX_REJECTED_PER_INPUT: usize = 1000;
 
-/// One parsed object (or one object's rejection), not yet in a [`Cluster`].
+/// One parsed object (or one object's rejection), not yet in a [`Cluster`](super::Cluster).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ParsedObject {
     IpPool(String, IpPool),

@@ -41,7 +41,7 @@ pub const OPERATOR_API_VERSION: &str = "operator.tigera.io/v1";
 /// The operator's `Installation` (cluster-scoped; only `default` is reconciled).
 pub const INSTALLATION_RESOURCE: Watched = Watched { kind: Kind::Installation, plural: "installations" };
 
-/// `apps/v1` DaemonSets: only `calico-node`, only in the namespaces of [`NAMESPACED_RBAC`],
+/// `apps/v1` DaemonSets: only `calico-node`, only in the namespaces of [`NAMESPACED_RBAC`](super::NAMESPACED_RBAC),
 /// read with a `metadata.name=calico-node` field selector (which is what lets a `Role` name
 /// the one object with `resourceNames`).
 pub const DAEMONSET_RESOURCE: Watched = Watched { kind: Kind::DaemonSet, plural: "daemonsets" };
