@@ -595,7 +595,7 @@ fn clusterrole_is_read_only_on_exactly_the_watched_resources() {
     let calico: BTreeSet<String> =
         ["ippools", "ipamblocks", "blockaffinities", "felixconfigurations", "bgpconfigurations", "clusterinformations"].map(String::from).into();
     // Exactly the verbs the Kubernetes datastore requests (`VERBS` in
-    // agent/src/datastore/kubernetes.rs): list and watch, not even `get`.
+    // agent/src/datastore/kubernetes/sources.rs): list and watch, not even `get`.
     let read_only: BTreeSet<String> = ["list", "watch"].map(String::from).into();
     let mut got: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for r in seq(&role, "rules") {

@@ -9,9 +9,9 @@ use ipnet::IpNet;
 use serde::Serialize;
 use serde_yaml_ng::Value;
 
+use super::error::{FieldProblem, ModelError};
 use super::fields::{type_name, Fields};
 use super::names::{block_name, is_dns1123_subdomain};
-use super::{FieldProblem, ModelError};
 
 const NODE_NAME: &str = "a node name (DNS-1123 subdomain)";
 

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::error::{FieldProblem, ModelError};
 use super::fields::Fields;
-use super::{FieldProblem, ModelError};
 
 /// Which nodes a FelixConfiguration applies to, from its name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]

@@ -7,7 +7,8 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde_yaml_ng::Value;
 
-use super::{FieldProblem, Kind, ModelError};
+use super::error::{FieldProblem, ModelError};
+use super::kind::Kind;
 
 /// One object being parsed: its kind, name, root value and the errors found so far.
 pub(crate) struct Fields<'a> {
@@ -28,6 +29,20 @@ pub(crate) fn bounded(s: &str) -> String {
     let mut out: String = s.chars().take(MAX_TEXT).collect();
     out.push_str("...");
     out
+}
+
+impl FieldProblem {
+    /// The problem with every value it repeats cut to [`MAX_TEXT`] characters.
+    fn bounded(self) -> FieldProblem {
+        match self {
+            FieldProblem::InvalidCidr(v) => FieldProblem::InvalidCidr(bounded(&v)),
+            FieldProblem::InvalidIp(v) => FieldProblem::InvalidIp(bounded(&v)),
+            FieldProblem::InvalidValue { value, expected } => FieldProblem::InvalidValue { value: bounded(&value), expected },
+            FieldProblem::OutOfRange { value, min, max } => FieldProblem::OutOfRange { value: bounded(&value), min, max },
+            FieldProblem::Inconsistent(v) => FieldProblem::Inconsistent(bounded(&v)),
+            other => other,
+        }
+    }
 }
 
 /// Render a field path: `spec.cidr`, `metadata.annotations[projectcalico.org/IPv4Address]`.

@@ -16,7 +16,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde_yaml_ng::Value;
 
-use super::Kind;
+use super::kind::Kind;
 
 /// Whether `name` is a DNS-1123 subdomain (Kubernetes object names).
 pub fn is_dns1123_subdomain(name: &str) -> bool {

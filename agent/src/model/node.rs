@@ -7,8 +7,8 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::Serialize;
 
+use super::error::{FieldProblem, ModelError};
 use super::fields::{parse_ip_or_cidr, path_label, type_name, Fields};
-use super::{FieldProblem, ModelError};
 
 /// Which object the node was read from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -9,8 +9,10 @@
 use ipnet::IpNet;
 use serde::Serialize;
 
+use super::cluster::Cluster;
+use super::error::{FieldProblem, ModelError, Rejected};
 use super::fields::{path_label, Fields};
-use super::{Cluster, FieldProblem, Kind, ModelError, Rejected};
+use super::kind::Kind;
 
 /// `ipipMode` / `vxlanMode` of an IP pool. Absent means `Never`
 /// (`libcalico-go/lib/backend/k8s/resources/ippool.go` `IPPoolV3ToV1`).

@@ -16,8 +16,8 @@
 use serde::Serialize;
 use serde_yaml_ng::Value;
 
+use super::error::{FieldProblem, ModelError};
 use super::fields::{get_in, path_label, type_name, Fields};
-use super::{FieldProblem, ModelError};
 
 /// The name of Calico's node DaemonSet, in `calico-system` (operator installs) and
 /// `kube-system` (manifest installs).
@@ -128,7 +128,7 @@ pub struct CalicoNodeDaemonSet {
 }
 
 impl CalicoNodeDaemonSet {
-    /// `namespace/name` (the key in [`super::Cluster::calico_node_daemonsets`]).
+    /// `namespace/name` (the key in [`Cluster::calico_node_daemonsets`](super::Cluster::calico_node_daemonsets)).
     pub fn key(namespace: &str) -> String {
         if namespace.is_empty() {
             CALICO_NODE.to_owned()

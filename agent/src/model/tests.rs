@@ -1,5 +1,7 @@
 use std::net::IpAddr;
 
+use ipnet::IpNet;
+
 use super::*;
 
 fn load(text: &str) -> (Cluster, Vec<ModelError>) {

@@ -3,8 +3,19 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
+use kube::api::DynamicObject;
+use kube::runtime::utils::Backoff;
+use tokio::sync::mpsc;
+
+use super::rbac::CALICO_PLURALS;
+use super::sources::api_resource;
+use super::view::{self, View};
 use super::*;
+use crate::datastore::{Datastore, DatastoreError, DatastoreEvent, Snapshot};
+use crate::model::Kind;
 
 /// `(apiGroup, resource, verb)` triples of a ClusterRole's rules.
 fn triples<'a>(rules: impl IntoIterator<Item = (&'a str, Vec<&'a str>, Vec<&'a str>)>) -> BTreeSet<(String, String, String)> {

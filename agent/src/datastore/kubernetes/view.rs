@@ -1,102 +1,29 @@
 //! The synchronous core of the Kubernetes datastore: reflector stores fed with watcher events,
 //! the last good version of every object, sync state, and what to send. No I/O; the async
-//! loop in the parent module only moves events in and out.
+//! loop (`run.rs`) only moves events in and out.
+//!
+//! The parts: `view/store.rs` owns one resource's store and the refresh of the cluster from
+//! it; `view/trim.rs` what a store keeps of an object. This file holds the view over all
+//! resources: sync state, list settle, probe staleness, and building snapshots.
 
-use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{Hash, Hasher};
+mod store;
+mod trim;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::api::{ApiResource, DynamicObject, TypeMeta};
-use kube::runtime::reflector::store::Store;
+use kube::api::DynamicObject;
 use kube::runtime::watcher::{self, Event};
-use kube::ResourceExt;
-use serde_yaml_ng::Value;
 
-use super::{
-    api_resource, CalicoGroup, StoreWriter, Watched, CALICO_NODE_SELECTOR, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE,
-};
-use crate::datastore::{DatastoreEvent, LoadError, LoadErrorKind, ObjectError, Snapshot};
-use crate::model::{check_pools, mentioned_cidrs, CalicoNodeDaemonSet, Cluster, Kind, ModelError, OptionalSource, Rejected};
-
-/// Annotation prefix the model reads on core Nodes (`libcalico-go/lib/backend/k8s/resources/node.go`).
-const NODE_ANNOTATION_PREFIX: &str = "projectcalico.org/";
-
-/// Sync state of one resource.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Status {
-    /// Never listed completely yet.
-    Listing,
-    /// Listed; watching.
-    Ready,
-    /// The watch failed; the last view is kept until a re-list completes.
-    Failed(String),
-}
-
-/// What is known about one object.
-#[derive(Debug)]
-struct Entry {
-    /// `metadata.resourceVersion` last looked at.
-    resource_version: String,
-    /// Hash of the stripped object last looked at (an update that changes nothing the model
-    /// reads, such as a Node heartbeat, keeps the hash).
-    hash: u64,
-    /// A version parsed once (it is in the view's cluster).
-    good: bool,
-    /// The errors of the current version (empty when it is the good one).
-    errors: Vec<ModelError>,
-    /// The CIDRs the current (failing) version mentions: frozen ground while no good
-    /// version stands in for it.
-    cidrs: Vec<ipnet::IpNet>,
-}
-
-/// What one watcher reads: the resource, in one namespace or cluster-wide, maybe narrowed by a
-/// field selector; `optional` for the sources whose failure is a finding, not unsynced.
-#[derive(Clone, Debug)]
-pub(crate) struct WatchTarget {
-    pub(crate) api: ApiResource,
-    pub(crate) namespace: Option<&'static str>,
-    pub(crate) field_selector: Option<&'static str>,
-    pub(crate) optional: Option<OptionalSource>,
-}
-
-impl WatchTarget {
-    /// The type-erased API handle: namespaced when the target is.
-    pub(crate) fn api(&self, client: &kube::Client) -> kube::Api<DynamicObject> {
-        match self.namespace {
-            Some(ns) => kube::Api::namespaced_with(client.clone(), ns, &self.api),
-            None => kube::Api::all_with(client.clone(), &self.api),
-        }
-    }
-
-    /// `base` with this target's field selector.
-    pub(crate) fn config(&self, base: &watcher::Config) -> watcher::Config {
-        match self.field_selector {
-            Some(sel) => base.clone().fields(sel),
-            None => base.clone(),
-        }
-    }
-}
-
-/// One watched resource: its store and its objects' last good versions.
-struct Resource {
-    watched: Watched,
-    api: ApiResource,
-    /// The namespace read (the calico-node DaemonSets); `None`: cluster-wide.
-    namespace: Option<&'static str>,
-    /// An optional source ([`OptionalSource`]): a failure to read it is recorded in
-    /// [`Cluster::unread`] and never makes the datastore unsynced.
-    optional: Option<OptionalSource>,
-    writer: StoreWriter,
-    reader: Store<DynamicObject>,
-    status: Status,
-    entries: BTreeMap<String, Entry>,
-    /// The store changed since the last refresh: only such resources are scanned (a Node
-    /// heartbeat must not cost a pass over 100,000 IPAM blocks).
-    changed: bool,
-}
+use super::error::describe_watch_error;
+use super::sources::{CalicoGroup, Watched, CALICO_NODE_SELECTOR, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE};
+use super::watch::WatchTarget;
+use crate::datastore::error::{LoadError, LoadErrorKind, ObjectError};
+use crate::datastore::event::{DatastoreEvent, Snapshot};
+use crate::model::{check_pools, Cluster, Kind, OptionalSource};
+use store::{refresh, Resource, Status};
+pub(super) use trim::strip;
 
 /// See the module docs.
 #[expect(clippy::struct_excessive_bools, reason = "independent flags of one state machine, each documented")]
@@ -132,12 +59,7 @@ impl View {
     /// A view of the six Calico resources in `group`, the core Nodes and the `optional`
     /// sources (in that order), nothing listed yet.
     pub(crate) fn new(group: CalicoGroup, optional: &[OptionalSource]) -> View {
-        let new = |w: Watched, namespace: Option<&'static str>, optional: Option<OptionalSource>| {
-            let api = api_resource(group, w);
-            let writer = StoreWriter::new(api.clone());
-            let reader = writer.as_reader();
-            Resource { watched: w, api, namespace, optional, writer, reader, status: Status::Listing, entries: BTreeMap::new(), changed: true }
-        };
+        let new = |w: Watched, namespace: Option<&'static str>, optional: Option<OptionalSource>| Resource::new(group, w, namespace, optional);
         let resources = CALICO_RESOURCES
             .iter()
             .chain(std::iter::once(&NODE_RESOURCE))
@@ -406,204 +328,5 @@ impl View {
         // watch from that version has had time to deliver what happened since.
         let settled = self.settling_until.is_none_or(|t| Instant::now() >= t);
         Snapshot { cluster: Arc::new(cluster), object_errors, load_errors, inputs, settled }
-    }
-}
-
-/// Bring a resource's entries and its objects in `cluster` in line with its store: parse what
-/// changed, keep the last good version of what does not parse, drop what was deleted. Returns
-/// the number of object versions that failed to parse, and whether anything changed.
-fn refresh(r: &mut Resource, label: &str, cluster: &mut Cluster) -> (u64, bool) {
-    let kind = r.watched.kind;
-    // The model's key: a DaemonSet is `namespace/name` (one calico-node per namespace).
-    let namespace = r.namespace;
-    let key = move |name: &str| match namespace {
-        Some(ns) if kind == Kind::DaemonSet => CalicoNodeDaemonSet::key(ns),
-        _ => name.to_owned(),
-    };
-    let mut failures = 0;
-    let mut changed = false;
-    let mut seen = BTreeSet::new();
-    for obj in r.reader.state() {
-        let name = obj.name_any();
-        let rv = obj.resource_version().unwrap_or_default();
-        seen.insert(name.clone());
-        if let Some(e) = r.entries.get(&name) {
-            if !rv.is_empty() && e.resource_version == rv {
-                continue;
-            }
-        }
-        let e = r.entries.entry(name.clone()).or_insert_with(|| Entry {
-            resource_version: String::new(),
-            hash: 0,
-            good: false,
-            errors: Vec::new(),
-            cidrs: Vec::new(),
-        });
-        e.resource_version = rv;
-        let parsed = match serde_yaml_ng::to_value(&*obj) {
-            Ok(value) => {
-                let hash = hash_value(&value);
-                if e.hash == hash && (e.good || !e.errors.is_empty()) {
-                    continue; // nothing the model reads changed (a Node heartbeat)
-                }
-                e.hash = hash;
-                changed = true;
-                super::parse_alone(&value)
-            }
-            // Not expected: a DynamicObject always serializes.
-            Err(err) => {
-                changed = true;
-                let cidrs = mentioned_cidrs(&serde_yaml_ng::Value::Null, Some(kind), Some(&name));
-                Err(vec![Rejected::new(ModelError::NotAnObject { reason: format!("{label}/{name}: {err}") }, cidrs)])
-            }
-        };
-        match parsed {
-            Ok(one) => {
-                remove(cluster, kind, &key(&name));
-                merge(cluster, one);
-                e.good = true;
-                e.errors.clear();
-                e.cidrs.clear();
-            }
-            Err(rejected) => {
-                failures += 1;
-                e.cidrs = rejected.iter().flat_map(|r| r.cidrs.iter().copied()).collect();
-                e.cidrs.sort();
-                e.cidrs.dedup();
-                let errors: Vec<ModelError> = rejected.into_iter().map(|r| r.error).collect();
-                for error in &errors {
-                    tracing::warn!(
-                        kind = %kind,
-                        name = %name,
-                        resource = %label,
-                        error = %error,
-                        kept_last_good = e.good,
-                        "kubernetes datastore: object does not parse; skipped"
-                    );
-                }
-                e.errors = errors;
-            }
-        }
-    }
-    r.entries.retain(|name, _| {
-        let keep = seen.contains(name);
-        if !keep {
-            remove(cluster, kind, &key(name));
-            changed = true;
-        }
-        keep
-    });
-    (failures, changed)
-}
-
-/// Remove object `name` of `kind` from `cluster`.
-fn remove(cluster: &mut Cluster, kind: Kind, name: &str) {
-    match kind {
-        Kind::IpPool => drop(cluster.ip_pools.remove(name)),
-        Kind::IpamBlock => drop(cluster.ipam_blocks.remove(name)),
-        Kind::BlockAffinity => drop(cluster.block_affinities.remove(name)),
-        Kind::Node => drop(cluster.nodes.remove(name)),
-        Kind::FelixConfiguration => drop(cluster.felix_configurations.remove(name)),
-        Kind::BgpConfiguration => drop(cluster.bgp_configurations.remove(name)),
-        Kind::ClusterInformation => drop(cluster.cluster_informations.remove(name)),
-        Kind::Installation => drop(cluster.installations.remove(name)),
-        Kind::DaemonSet => drop(cluster.calico_node_daemonsets.remove(name)),
-    }
-}
-
-/// Add every object of `one` (a one-object cluster) to `cluster`.
-fn merge(cluster: &mut Cluster, one: Cluster) {
-    cluster.ip_pools.extend(one.ip_pools);
-    cluster.ipam_blocks.extend(one.ipam_blocks);
-    cluster.block_affinities.extend(one.block_affinities);
-    cluster.nodes.extend(one.nodes);
-    cluster.felix_configurations.extend(one.felix_configurations);
-    cluster.bgp_configurations.extend(one.bgp_configurations);
-    cluster.cluster_informations.extend(one.cluster_informations);
-    cluster.installations.extend(one.installations);
-    cluster.calico_node_daemonsets.extend(one.calico_node_daemonsets);
-}
-
-/// A one-line description of a watcher error (each cause once): what failed, then the API server's message,
-/// HTTP code and reason (`list failed: apiserver is shutting down (503 ServiceUnavailable)`).
-pub(crate) fn describe_watch_error(e: &watcher::Error) -> String {
-    let status = |s: &kube::core::Status| format!("{} ({} {})", s.message, s.code, s.reason);
-    match e {
-        watcher::Error::InitialListFailed(kube::Error::Api(s)) => format!("list failed: {}", status(s)),
-        watcher::Error::InitialListFailed(other) => format!("list failed: {}", crate::text::causes_once(other)),
-        watcher::Error::WatchStartFailed(kube::Error::Api(s)) => format!("watch failed to start: {}", status(s)),
-        watcher::Error::WatchStartFailed(other) => format!("watch failed to start: {}", crate::text::causes_once(other)),
-        watcher::Error::WatchError(s) => format!("watch ended with an error: {}", status(s)),
-        watcher::Error::WatchFailed(other) => format!("watch failed: {}", crate::text::causes_once(other)),
-        watcher::Error::NoResourceVersion => e.to_string(),
-    }
-}
-
-fn hash_value(v: &Value) -> u64 {
-    let mut h = DefaultHasher::new();
-    v.hash(&mut h);
-    h.finish()
-}
-
-/// Keep only what the model reads, and give every object its `apiVersion`/`kind` (list items
-/// of core types come without them).
-///
-/// - Calico kinds: `metadata.name`, `metadata.resourceVersion`, `spec`.
-/// - Nodes: the same metadata plus `projectcalico.org/*` annotations, and `status.addresses`.
-pub(crate) fn strip(kind: Kind, api: &ApiResource, obj: &mut DynamicObject) {
-    obj.types = Some(TypeMeta { api_version: api.api_version.clone(), kind: api.kind.clone() });
-    let m = &mut obj.metadata;
-    m.managed_fields = None;
-    m.labels = None;
-    m.owner_references = None;
-    m.finalizers = None;
-    m.generate_name = None;
-    m.creation_timestamp = None;
-    m.uid = None;
-    m.generation = None;
-    if kind == Kind::DaemonSet {
-        // Only the containers' names, env and envFrom (what Felix's value can depend on).
-        m.annotations = None;
-        let containers: Vec<serde_json::Value> = obj
-            .data
-            .pointer("/spec/template/spec/containers")
-            .and_then(serde_json::Value::as_array)
-            .map(|cs| {
-                cs.iter()
-                    .map(|c| {
-                        let mut out = serde_json::Map::new();
-                        for k in ["name", "env", "envFrom"] {
-                            if let Some(v) = c.get(k) {
-                                out.insert(k.to_owned(), v.clone());
-                            }
-                        }
-                        serde_json::Value::Object(out)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        obj.data = serde_json::json!({ "spec": { "template": { "spec": { "containers": containers } } } });
-    } else if kind == Kind::Installation {
-        m.annotations = None;
-        obj.data = match obj.data.pointer("/spec/calicoNetwork/clusterRoutingMode").cloned() {
-            Some(mode) => serde_json::json!({ "spec": { "calicoNetwork": { "clusterRoutingMode": mode } } }),
-            None => serde_json::json!({ "spec": {} }),
-        };
-    } else if kind == Kind::Node {
-        if let Some(a) = &mut m.annotations {
-            a.retain(|k, _| k.starts_with(NODE_ANNOTATION_PREFIX));
-        }
-        let addresses = obj.data.pointer("/status/addresses").cloned();
-        obj.data = match addresses {
-            Some(a) => serde_json::json!({ "status": { "addresses": a } }),
-            None => serde_json::json!({}),
-        };
-    } else {
-        m.annotations = None;
-        let spec = obj.data.get("spec").cloned();
-        obj.data = match spec {
-            Some(s) => serde_json::json!({ "spec": s }),
-            None => serde_json::json!({}),
-        };
     }
 }

@@ -1,0 +1,120 @@
+//! Reading the file datastore's tree: list the input paths under the root without opening
+//! anything but the directory ([`list_inputs`]), and read one file bounded by the size limit,
+//! never blocking on a FIFO, re-read until two reads agree ([`read_settled`]).
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::io::Read as _;
+use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What the root's listing shows for one input path.
+pub(super) enum Listed {
+    /// A regular file (or a symlink to one).
+    Regular,
+    /// A symlink whose target does not exist.
+    Dangling,
+    /// A FIFO, socket, device or directory: never opened.
+    NotRegular(&'static str),
+}
+
+/// Why a file could not be read.
+pub(super) enum ReadError {
+    /// Over the size limit (its length in bytes); not read.
+    TooLarge(u64),
+    Io(std::io::Error),
+}
+
+/// Read `path` (at most `max` bytes, never blocking on a FIFO swapped in after the listing);
+/// when its content differs from `seen`, re-read after `settle` until two reads agree (at
+/// most 10 rounds), so a file caught mid-write is not used.
+pub(super) fn read_settled(path: &Path, seen: Option<u64>, settle: Duration, max: u64) -> Result<String, ReadError> {
+    let mut text = read_bounded(path, max)?;
+    if settle.is_zero() || seen == Some(hash(&text)) {
+        return Ok(text);
+    }
+    for _ in 0..10 {
+        std::thread::sleep(settle);
+        let again = read_bounded(path, max)?;
+        if again == text {
+            break;
+        }
+        text = again;
+    }
+    Ok(text)
+}
+
+fn read_bounded(path: &Path, max: u64) -> Result<String, ReadError> {
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(path).map_err(ReadError::Io)?;
+    let meta = file.metadata().map_err(ReadError::Io)?;
+    if !meta.is_file() {
+        return Err(ReadError::Io(std::io::Error::other("not a regular file")));
+    }
+    if meta.len() > max {
+        return Err(ReadError::TooLarge(meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes).map_err(ReadError::Io)?;
+    if bytes.len() as u64 > max {
+        return Err(ReadError::TooLarge(bytes.len() as u64));
+    }
+    String::from_utf8(bytes).map_err(|e| ReadError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not UTF-8: {e}"))))
+}
+
+pub(super) fn hash(text: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+/// What a non-regular file is, for the error message.
+fn describe_type(t: std::fs::FileType) -> &'static str {
+    if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "a device"
+    } else if t.is_dir() {
+        "a directory"
+    } else {
+        "a special file"
+    }
+}
+
+/// The input paths under `root`, sorted: `root` itself if it is a regular file, else its
+/// `*.yaml`/`*.yml`/`*.json` entries (skipping hidden names), each with what it is. Never opens
+/// anything but the directory.
+///
+/// Errors: `root` is missing or unreadable, or is neither a regular file nor a directory.
+pub(super) fn list_inputs(root: &Path) -> std::io::Result<Vec<(PathBuf, Listed)>> {
+    let meta = std::fs::metadata(root)?;
+    if meta.is_file() {
+        return Ok(vec![(root.to_path_buf(), Listed::Regular)]);
+    }
+    if !meta.is_dir() {
+        return Err(std::io::Error::other(format!("{} is neither a regular file nor a directory: refused", describe_type(meta.file_type()))));
+    }
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(root)? {
+        let path = entry?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+        if name.starts_with('.') {
+            continue;
+        }
+        let ext_ok = Path::new(name).extension().and_then(|e| e.to_str()).is_some_and(|e| matches!(e, "yaml" | "yml" | "json"));
+        if !ext_ok {
+            continue;
+        }
+        let listed = match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => Listed::Regular,
+            Ok(m) => Listed::NotRegular(describe_type(m.file_type())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Listed::Dangling,
+            Err(_) => Listed::Regular, // unreadable metadata: reading it reports why
+        };
+        out.push((path, listed));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}

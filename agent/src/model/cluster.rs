@@ -1,0 +1,179 @@
+//! The [`Cluster`] as routewarden sees it (every good object, keyed by name, and the optional
+//! sources that could not be read), the lookups the rest of the agent uses, and its
+//! construction from parsed objects ([`ClusterBuilder`]: duplicates across inputs, then the
+//! checks that need every object).
+
+use std::collections::BTreeMap;
+
+use ipnet::IpNet;
+use serde::Serialize;
+use serde_yaml_ng::Value;
+
+use super::block::{BlockAffinity, IpamBlock};
+use super::config::{BgpConfiguration, FelixConfiguration};
+use super::error::{ModelError, Rejected};
+use super::kind::Kind;
+use super::node::Node;
+use super::objects::{ParsedObject, ParsedObjects};
+use super::pool::{check_pools, IpPool};
+use super::sources::{CalicoNodeDaemonSet, ClusterInformation, Installation, OptionalSource, CALICO_NODE_NAMESPACES};
+use super::yaml::{YamlError, YamlLimits};
+
+/// The cluster as routewarden sees it. Maps are keyed by object name (deterministic order).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Cluster {
+    pub ip_pools: BTreeMap<String, IpPool>,
+    pub ipam_blocks: BTreeMap<String, IpamBlock>,
+    pub block_affinities: BTreeMap<String, BlockAffinity>,
+    pub nodes: BTreeMap<String, Node>,
+    pub felix_configurations: BTreeMap<String, FelixConfiguration>,
+    pub bgp_configurations: BTreeMap<String, BgpConfiguration>,
+    pub cluster_informations: BTreeMap<String, ClusterInformation>,
+    pub installations: BTreeMap<String, Installation>,
+    /// calico-node DaemonSets by `namespace/calico-node` ([`CalicoNodeDaemonSet::key`]).
+    pub calico_node_daemonsets: BTreeMap<String, CalicoNodeDaemonSet>,
+    /// Optional sources the datastore could not read, with why (`forbidden (403)`): what they
+    /// would say is unknown, and the decision says so ([`OptionalSource`]). Always empty from
+    /// the file datastore, which reads what the files hold.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", serialize_with = "serialize_unread")]
+    pub unread: BTreeMap<OptionalSource, String>,
+}
+
+/// `unread` as `{"calico-node env (kube-system/calico-node)": "forbidden (403)"}`: JSON map
+/// keys are strings.
+fn serialize_unread<S: serde::Serializer>(unread: &BTreeMap<OptionalSource, String>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(unread.iter().map(|(k, v)| (k.label(), v)))
+}
+
+impl Cluster {
+    /// Build a cluster from parsed YAML documents. Returns the cluster of every good object and
+    /// one error per bad object (or per bad field of it), pool overlaps included.
+    pub fn from_values<'a>(docs: impl IntoIterator<Item = &'a Value>) -> (Cluster, Vec<ModelError>) {
+        let mut b = ClusterBuilder::default();
+        let mut errors = Vec::new();
+        for doc in docs {
+            errors.extend(b.add(doc).into_iter().map(|r| r.error));
+        }
+        let (cluster, rejected) = b.finish();
+        errors.extend(rejected.into_iter().map(|r| r.error));
+        (cluster, errors)
+    }
+
+    /// Parse a multi-document YAML string with the bounded loader and default limits (pure;
+    /// the datastore does the file reading).
+    ///
+    /// Errors: a YAML syntax error (or nesting past the limit) fails the whole text; object
+    /// errors are returned alongside the cluster.
+    pub fn from_yaml_str(text: &str) -> Result<(Cluster, Vec<ModelError>), YamlError> {
+        let parsed = ParsedObjects::from_yaml_str(text, &YamlLimits::default())?;
+        let mut b = ClusterBuilder::default();
+        let mut errors: Vec<ModelError> = b.add_parsed(parsed.into_items()).into_iter().map(|r| r.error).collect();
+        let (cluster, rejected) = b.finish();
+        errors.extend(rejected.into_iter().map(|r| r.error));
+        Ok((cluster, errors))
+    }
+
+    /// The IP pool containing `cidr`: the most specific one when pools overlap, ties broken
+    /// by name.
+    pub fn pool_for(&self, cidr: IpNet) -> Option<&IpPool> {
+        self.ip_pools.values().filter(|p| p.cidr.contains(&cidr)).max_by(|a, b| a.cidr.prefix_len().cmp(&b.cidr.prefix_len()).then_with(|| b.name.cmp(&a.name)))
+    }
+
+    /// The BGPConfiguration named `default`, the only one that affects ownership.
+    pub fn bgp_default(&self) -> Option<&BgpConfiguration> {
+        self.bgp_configurations.get("default")
+    }
+
+    /// The FelixConfiguration named `default`.
+    pub fn felix_default(&self) -> Option<&FelixConfiguration> {
+        self.felix_configurations.get("default")
+    }
+
+    /// The FelixConfiguration named `node.<node>`.
+    pub fn felix_for_node(&self, node: &str) -> Option<&FelixConfiguration> {
+        self.felix_configurations.get(&format!("node.{node}"))
+    }
+
+    /// The ClusterInformation named `default` (the only one calico-node writes).
+    pub fn cluster_information_default(&self) -> Option<&ClusterInformation> {
+        self.cluster_informations.get("default")
+    }
+
+    /// The Installation named `default` (the only one the operator reconciles).
+    pub fn installation_default(&self) -> Option<&Installation> {
+        self.installations.get("default")
+    }
+
+    /// The calico-node DaemonSets, preferred first: `calico-system`, then `kube-system`, then
+    /// any other namespace by name.
+    pub fn calico_node_daemonsets_preferred(&self) -> Vec<&CalicoNodeDaemonSet> {
+        let rank = |ds: &CalicoNodeDaemonSet| CALICO_NODE_NAMESPACES.iter().position(|n| *n == ds.namespace).unwrap_or(CALICO_NODE_NAMESPACES.len());
+        let mut v: Vec<&CalicoNodeDaemonSet> = self.calico_node_daemonsets.values().collect();
+        v.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.namespace.cmp(&b.namespace)));
+        v
+    }
+}
+
+/// Incremental [`Cluster`] construction, one document at a time (the datastore uses it to tie
+/// errors to files).
+#[derive(Debug, Default)]
+pub struct ClusterBuilder {
+    cluster: Cluster,
+}
+
+impl ClusterBuilder {
+    /// Add one document: a Kubernetes object, or a `List` of them. Unknown kinds are ignored.
+    /// Returns the rejections of this document's objects.
+    pub fn add(&mut self, doc: &Value) -> Vec<Rejected> {
+        let mut parsed = ParsedObjects::default();
+        parsed.add(doc);
+        self.add_parsed(parsed.into_items())
+    }
+
+    /// Add objects parsed earlier ([`ParsedObjects`]), in their document order, exactly as
+    /// [`ClusterBuilder::add`] of the documents they came from would. Returns their
+    /// rejections (including duplicates of objects added before).
+    pub fn add_parsed(&mut self, items: impl IntoIterator<Item = ParsedObject>) -> Vec<Rejected> {
+        let c = &mut self.cluster;
+        let mut errors = Vec::new();
+        for item in items {
+            let cidrs = item.cidrs();
+            let dup = match item {
+                ParsedObject::IpPool(name, o) => insert(&mut c.ip_pools, Kind::IpPool, name, o),
+                ParsedObject::IpamBlock(name, o) => insert(&mut c.ipam_blocks, Kind::IpamBlock, name, o),
+                ParsedObject::BlockAffinity(name, o) => insert(&mut c.block_affinities, Kind::BlockAffinity, name, o),
+                ParsedObject::Node(name, o) => insert(&mut c.nodes, Kind::Node, name, o),
+                ParsedObject::FelixConfiguration(name, o) => insert(&mut c.felix_configurations, Kind::FelixConfiguration, name, o),
+                ParsedObject::BgpConfiguration(name, o) => insert(&mut c.bgp_configurations, Kind::BgpConfiguration, name, o),
+                ParsedObject::ClusterInformation(name, o) => insert(&mut c.cluster_informations, Kind::ClusterInformation, name, o),
+                ParsedObject::Installation(name, o) => insert(&mut c.installations, Kind::Installation, name, o),
+                ParsedObject::DaemonSet(name, o) => insert(&mut c.calico_node_daemonsets, Kind::DaemonSet, name, o),
+                ParsedObject::Error(r) => {
+                    errors.push(r);
+                    continue;
+                }
+            };
+            errors.extend(dup.map(|e| Rejected::new(e, cidrs)));
+        }
+        errors
+    }
+
+    /// The cluster built so far, with the checks that need every object applied: IP pools
+    /// that overlap another pool are taken out and returned as rejections ([`check_pools`]).
+    pub fn finish(self) -> (Cluster, Vec<Rejected>) {
+        let mut cluster = self.cluster;
+        let rejected = check_pools(&mut cluster);
+        (cluster, rejected)
+    }
+}
+
+/// Insert unless the name is taken; a duplicate is reported and the first kept.
+fn insert<T>(map: &mut BTreeMap<String, T>, kind: Kind, name: String, obj: T) -> Option<ModelError> {
+    match map.entry(name) {
+        std::collections::btree_map::Entry::Occupied(e) => Some(ModelError::Duplicate { kind, name: e.key().clone() }),
+        std::collections::btree_map::Entry::Vacant(e) => {
+            e.insert(obj);
+            None
+        }
+    }
+}
