@@ -1,21 +1,17 @@
-//! The benchmark harness (`agent/examples/bench`, run by `cargo xtask bench`) cannot rot: a
-//! tiny instance of each benchmark that exists (100 routes, one run, in its own network
-//! namespaces) prints one well-formed `bench <name> ratio=<value> target=<value> ...` line.
+//! The benchmark harness (the `routewarden-bench` crate in `bench/`, run by `cargo xtask
+//! bench`) cannot rot: a tiny instance of each benchmark that exists (100 routes, one run, in
+//! its own network namespaces) prints one well-formed `bench <name> ratio=<value> target=<value> ...` line.
 //! Figures are not checked here: the benchmarks are too slow and noisy for CI. Every
 //! benchmark runs, except those documented as unable to run in this context
 //! ([`DOCUMENTED_SKIPS`]); a benchmark that fails to run fails the test.
 
-#[allow(dead_code, reason = "the harness's CLI entry point is not used by the test")]
-#[path = "../examples/bench/harness.rs"]
-mod harness;
-
-use harness::{Options, Outcome, Shared, ALL, BIRD};
+use routewarden_bench::{self as harness, Options, Outcome, Shared, ALL, BIRD};
 use routewarden_lab::skip_unless_root;
 
 /// Whether a documented reason to skip is true here.
 type Holds = fn() -> bool;
 
-/// The benchmarks that may skip in this test, by name, with the reason `harness.rs` prints
+/// The benchmarks that may skip in this test, by name, with the reason the benchmark prints
 /// and the condition under which it does; a skip of any other benchmark, or for another
 /// reason, or while the condition does not hold, fails the test. `agent-footprint` and
 /// `bad-input-worst` need the agent binary: this test passes Cargo's build of it, so they

@@ -2,7 +2,8 @@
 //! measured in the same run.
 //!
 //! 1. Build the BPF object and the release agent (as `cargo xtask build`, into `target/`).
-//! 2. Build the harness (`agent/examples/bench`) in release mode with the same settings.
+//! 2. Build the harness (the `bench` binary of `bench/`, crate `routewarden-bench`) in release
+//!    mode with the same settings.
 //! 3. Run it as root: every benchmark in network namespaces or a lab it creates, never the
 //!    machine's own namespace. Each prints one line on stdout,
 //!    `bench <name> ratio=<value> target=<value> <details>`; progress goes to stderr.
@@ -44,12 +45,12 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     let object = root.join("target/bpf/bpfel-unknown-none/release/routewarden-ebpf");
     run_cmd(
         Command::new("cargo")
-            .args(["build", "--release", "-p", "routewarden", "--example", "bench"])
+            .args(["build", "--release", "-p", "routewarden-bench", "--bin", "bench"])
             .current_dir(&root)
             .env("CARGO_TARGET_DIR", root.join("target"))
             .env("ROUTEWARDEN_BPF_OBJECT", &object),
     )?;
-    let harness = root.join("target/release/examples/bench");
+    let harness = root.join("target/release/bench");
     let uname = Command::new("uname").arg("-r").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
     let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     eprintln!("bench: machine: {cores} cores, kernel {uname}; {} run(s) per measurement, median reported", args.runs);

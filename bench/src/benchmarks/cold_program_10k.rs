@@ -1,0 +1,84 @@
+//! `cold-program-10k` (benchmark 1): routewarden's cold programming of 10,000 cluster routes
+//! into an empty table, against `ip -batch` adding the same routes. Target: at most 1.5.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Result};
+use routewarden::routes::ClusterRoute;
+use routewarden::vocabulary::RoutePath;
+
+use crate::fixtures::{cluster_routes, PROTO_OURS};
+use crate::netns::{count_routes, in_node_netns};
+use crate::report::{kv, ms};
+use crate::runs::rw_program_once;
+use crate::{median, Benchmark, Options, Outcome, Shared, Target};
+
+/// This benchmark's registry entry: its name and [`run`].
+pub const BENCHMARK: Benchmark = Benchmark { name: "cold-program-10k", run };
+
+/// The `ip route` arguments of a cluster route as routewarden programs it (protocol 80,
+/// metric 1024, onlink), without the leading `route add`.
+fn ip_route_args(r: &ClusterRoute) -> String {
+    let gw = r.gateway.map(|g| g.to_string()).unwrap_or_default();
+    let dev = if r.path == RoutePath::Tunnel { "tunl0" } else { "eth0" };
+    format!("{} via {gw} dev {dev} proto {PROTO_OURS} metric 1024 onlink", r.dst)
+}
+
+/// An `ip -batch` file adding `routes`.
+fn write_ip_batch(dir: &Path, routes: &[ClusterRoute]) -> Result<PathBuf> {
+    let mut s = String::with_capacity(routes.len() * 80);
+    for r in routes {
+        let _ = writeln!(s, "route add {}", ip_route_args(r));
+    }
+    let path = dir.join("routes.batch");
+    std::fs::write(&path, s)?;
+    Ok(path)
+}
+
+/// `ip -batch` adds the same routes into a fresh namespace. Returns the wall time of the
+/// `ip` process.
+fn ip_batch_once(batch: PathBuf, n: usize) -> Result<Duration> {
+    in_node_netns(move |_| {
+        let t = Instant::now();
+        let status = Command::new("ip").arg("-batch").arg(&batch).stdout(Stdio::null()).status()?;
+        let took = t.elapsed();
+        ensure!(status.success(), "ip -batch failed: {status}");
+        let got = count_routes(PROTO_OURS)?;
+        ensure!(got == n, "ip -batch left {got} routes, expected {n}");
+        Ok(took)
+    })
+}
+
+/// Benchmark 1: routewarden's cold programming of 10,000 routes / `ip -batch` of the same.
+pub fn run(opts: &Options, shared: &mut Shared) -> Result<Outcome> {
+    let routes = Arc::new(cluster_routes(opts.routes));
+    let dir = tempfile::tempdir()?;
+    let batch = write_ip_batch(dir.path(), &routes)?;
+    let (mut rw, mut ipb) = (Vec::new(), Vec::new());
+    // Alternate, so slow phases of a noisy machine hit both sides.
+    for _ in 0..opts.runs {
+        rw.push(rw_program_once(routes.clone())?);
+        ipb.push(ip_batch_once(batch.clone(), routes.len())?);
+    }
+    let (rw_min, ip_min) = (rw.iter().min().copied().unwrap_or_default(), ipb.iter().min().copied().unwrap_or_default());
+    let (rw, ipb) = (median(rw), median(ipb));
+    shared.rw_program = Some((rw, opts.routes));
+    Ok(Outcome::Measured {
+        name: BENCHMARK.name.into(),
+        ratio: rw.as_secs_f64() / ipb.as_secs_f64(),
+        target: Target::AtMost(1.5),
+        ok: true,
+        details: vec![
+            kv("routes", routes.len()),
+            kv("rw_ms", ms(rw)),
+            kv("ip_batch_ms", ms(ipb)),
+            kv("rw_min_ms", ms(rw_min)),
+            kv("ip_batch_min_ms", ms(ip_min)),
+            kv("runs", opts.runs),
+        ],
+    })
+}

@@ -1,0 +1,121 @@
+//! `compute-100k` (benchmark 4): computing the desired routes of one node of a 5,000-node,
+//! 100,000-block cluster, against the time to program that many routes at benchmark 1's
+//! per-route rate. Target: at most 0.1. Computed in a child process of the harness
+//! (`bench --compute-child ...`), so its peak memory is the computation's alone.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use routewarden::routes::{desired_routes, RouteDevices};
+use routewarden::vocabulary::PoolClass;
+
+use crate::fixtures::compute_cluster;
+use crate::procfs::proc_mem_kib;
+use crate::report::{kv, ms};
+use crate::runs::rw_program_median;
+use crate::{median, Benchmark, ComputeSize, Options, Outcome, Shared, Target};
+
+/// This benchmark's registry entry: its name and [`run`].
+pub const BENCHMARK: Benchmark = Benchmark { name: "compute-100k", run };
+
+/// What the compute-only process measured.
+#[derive(Clone, Copy, Debug)]
+pub struct ComputeFigures {
+    /// Routes computed.
+    pub routes: usize,
+    /// Median time of one `desired_routes`.
+    pub median: Duration,
+    /// Peak RSS after the cluster was built, before computing (KiB).
+    pub model_peak_kib: u64,
+    /// Peak RSS after computing (KiB).
+    pub peak_kib: u64,
+}
+
+/// Build the cluster, compute node-00000's routes `runs` times. What the compute-only child
+/// runs (and the smoke test, in-process).
+pub fn compute_in_process(size: ComputeSize, runs: usize) -> Result<ComputeFigures> {
+    let cluster = compute_cluster(size);
+    let classes = BTreeSet::from([PoolClass::Ipip, PoolClass::NoEncap]);
+    let devices = RouteDevices::default();
+    let (model_peak_kib, _) = proc_mem_kib("self")?;
+    let mut times = Vec::new();
+    let mut routes = 0;
+    for _ in 0..runs.max(1) {
+        let t = Instant::now();
+        let d = desired_routes(&cluster, "node-00000", &classes, &devices);
+        times.push(t.elapsed());
+        routes = d.routes.len();
+        ensure!(d.problems.is_empty(), "compute reported problems: {:?}", &d.problems[..d.problems.len().min(3)]);
+        drop(d);
+    }
+    let (peak_kib, _) = proc_mem_kib("self")?;
+    Ok(ComputeFigures { routes, median: median(times), model_peak_kib, peak_kib })
+}
+
+/// Run [`compute_in_process`] in a child process of this harness (so peak memory is the
+/// computation's alone) and parse its answer.
+fn compute_in_child(exe: &Path, size: ComputeSize, runs: usize) -> Result<ComputeFigures> {
+    let out = Command::new(exe)
+        .args(["--compute-child", &size.nodes.to_string(), &size.blocks.to_string(), &size.borrowed.to_string(), &runs.to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("start the compute child")?;
+    ensure!(out.status.success(), "compute child failed: {}", out.status);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut f = BTreeMap::new();
+    for kv in text.split_whitespace() {
+        if let Some((k, v)) = kv.split_once('=') {
+            f.insert(k.to_string(), v.parse::<u64>().with_context(|| format!("compute child: {kv}"))?);
+        }
+    }
+    let get = |k: &str| f.get(k).copied().with_context(|| format!("compute child did not report {k}: {text}"));
+    Ok(ComputeFigures {
+        routes: usize::try_from(get("routes")?)?,
+        median: Duration::from_nanos(get("median_ns")?),
+        model_peak_kib: get("model_peak_kib")?,
+        peak_kib: get("peak_kib")?,
+    })
+}
+
+/// The compute child's entry point: `--compute-child <nodes> <blocks> <borrowed> <runs>`.
+pub fn child_main(args: &[String]) -> Result<()> {
+    let num = |i: usize| -> Result<usize> { Ok(args.get(i).context("--compute-child needs 4 numbers")?.parse()?) };
+    let size = ComputeSize { nodes: num(0)?, blocks: num(1)?, borrowed: num(2)? };
+    let f = compute_in_process(size, num(3)?)?;
+    println!("routes={} median_ns={} model_peak_kib={} peak_kib={}", f.routes, f.median.as_nanos(), f.model_peak_kib, f.peak_kib);
+    Ok(())
+}
+
+/// Benchmark 4: computing the desired routes of one node of a 5,000-node, 100,000-block
+/// cluster / the time to program that many routes at benchmark 1's per-route rate.
+pub fn run(opts: &Options, shared: &mut Shared) -> Result<Outcome> {
+    let f = match &opts.child_exe {
+        Some(exe) => compute_in_child(exe, opts.compute, opts.runs)?,
+        None => compute_in_process(opts.compute, opts.runs)?,
+    };
+    let rw = rw_program_median(opts, shared)?;
+    let per_route = rw.as_secs_f64() / opts.routes as f64;
+    let program = per_route * f.routes as f64;
+    Ok(Outcome::Measured {
+        name: BENCHMARK.name.into(),
+        ratio: f.median.as_secs_f64() / program,
+        target: Target::AtMost(0.1),
+        ok: true,
+        details: vec![
+            kv("nodes", opts.compute.nodes),
+            kv("blocks", opts.compute.blocks),
+            kv("borrowed", opts.compute.borrowed),
+            kv("routes", f.routes),
+            kv("compute_ms", ms(f.median)),
+            kv("program_est_ms", format!("{:.1}", program * 1e3)),
+            kv("program_us_per_route", format!("{:.2}", per_route * 1e6)),
+            kv("peak_rss_mb", format!("{:.1}", f.peak_kib as f64 / 1024.0)),
+            kv("model_rss_mb", format!("{:.1}", f.model_peak_kib as f64 / 1024.0)),
+            kv("process", if opts.child_exe.is_some() { "compute-only-child" } else { "in-process" }),
+            kv("runs", opts.runs),
+        ],
+    })
+}

@@ -1,0 +1,95 @@
+//! routewarden's benchmark harness (`cargo xtask bench` builds it in release mode and runs it;
+//! the benchmarks are the library of this crate).
+//!
+//! Kept out of the shipped CLI on purpose: it is a crate of its own, so `cargo test` compiles it
+//! (it cannot rot), and `agent/tests/bench_smoke.rs` runs a tiny instance of it.
+//!
+//! ```text
+//! bench [NAME...] [--agent-bin PATH] [--quick] [--runs N] [--tiny]
+//! ```
+//!
+//! Each benchmark runs in network namespaces it creates (never the machine's own) and prints
+//! exactly one line on stdout: `bench <name> ratio=<value> target=<value> <details>`.
+//! Everything else goes to stderr. See BENCHMARKS.md at the repository root.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use routewarden_bench::benchmarks::compute_100k;
+use routewarden_bench::{run_one, Options, Outcome, Shared, ALL};
+
+/// The `--help` text, with the name of every benchmark.
+fn usage() -> String {
+    format!(
+        "usage: bench [NAME...] [--agent-bin PATH] [--quick] [--runs N] [--tiny]\n  names: {}\n  \
+         --quick: 10 s idle window for agent-footprint instead of 60 s\n  \
+         --tiny: 100 routes, one run (checks the harness, not the figures)\n",
+        ALL.join(", ")
+    )
+}
+
+/// Parse the command line, run the benchmarks, print one line each. Exit 1 if one failed
+/// to run (a missed target is not a failure of the harness).
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--compute-child") {
+        return match compute_100k::child_main(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("compute child: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let mut opts = if args.iter().any(|a| a == "--tiny") { Options::tiny() } else { Options::full() };
+    opts.child_exe = std::env::current_exe().ok();
+    let mut names = Vec::new();
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--agent-bin" => opts.agent_bin = it.next().map(PathBuf::from),
+            "--quick" => opts.idle = Duration::from_secs(10),
+            "--tiny" => {}
+            "--runs" => match it.next().and_then(|v| v.parse().ok()) {
+                Some(n) if n > 0 => opts.runs = n,
+                _ => {
+                    eprint!("--runs needs a positive number\n{}", usage());
+                    return ExitCode::from(2);
+                }
+            },
+            "-h" | "--help" => {
+                print!("{}", usage());
+                return ExitCode::SUCCESS;
+            }
+            "all" => names.extend(ALL.iter().map(ToString::to_string)),
+            n if ALL.contains(&n) => names.push(n.to_string()),
+            other => {
+                eprint!("unknown benchmark or option {other:?}\n{}", usage());
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if names.is_empty() {
+        names.extend(ALL.iter().map(ToString::to_string));
+    }
+    if !routewarden_lab::is_root() {
+        eprintln!("bench: needs root (it creates network namespaces)");
+        return ExitCode::from(2);
+    }
+    let mut shared = Shared::default();
+    let mut failed = false;
+    for name in &names {
+        eprintln!("bench: running {name} ...");
+        let t = Instant::now();
+        let out = run_one(name, &opts, &mut shared);
+        eprintln!("bench: {name} took {:.1} s", t.elapsed().as_secs_f64());
+        failed |= matches!(out, Outcome::Failed { .. });
+        println!("{out}");
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

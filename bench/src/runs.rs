@@ -1,0 +1,85 @@
+//! routewarden's own side of the routing benchmarks: its cold programming of cluster routes in
+//! a fresh node namespace (benchmarks 1, 2, 4 and 5; the median shared through [`Shared`]),
+//! and the churn watch started as the agent starts it (benchmarks 5 and 7).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, ensure, Context, Result};
+use routewarden::bpf::route_watch::{RouteWatch, RouteWatchConfig, RouteWatchEvent};
+use routewarden::dataplane::{DataplaneConfig, Reconciler, RtNetlink, SystemClock};
+use routewarden::routes::ClusterRoute;
+
+use crate::fixtures::{cluster_routes, PROTO_OURS};
+use crate::netns::{count_routes, in_node_netns};
+use crate::{median, Options, Shared};
+
+/// routewarden programs `routes` into the empty main table of a fresh namespace: connect,
+/// set the desired set, one apply (its first resync included), in a task spawned on a
+/// runtime shaped like the agent's. Returns the wall time.
+pub fn rw_program_once(routes: Arc<Vec<ClusterRoute>>) -> Result<Duration> {
+    rw_program_once_with(routes, false).map(|(d, _)| d)
+}
+
+/// [`rw_program_once`], with the churn watch attached first when `watch` is set (its events
+/// drained by a task, as the agent does). Returns the time and the watch's backend.
+pub fn rw_program_once_with(routes: Arc<Vec<ClusterRoute>>, watch: bool) -> Result<(Duration, String)> {
+    in_node_netns(move |rt| {
+        let n = routes.len();
+        // Held until the programming is done; dropping it detaches the watch.
+        let attached = if watch { Some(start_watch(rt)?) } else { None };
+        let backend = attached.as_ref().map(|(w, _)| w.backend().to_string()).unwrap_or_default();
+        let work = async move {
+            let cfg = DataplaneConfig::default();
+            let t = Instant::now();
+            let mut r = Reconciler::new(cfg.clone(), cfg.policy_owning(&["10.0.0.0/8"]), RtNetlink::connect()?, SystemClock);
+            r.set_datastore_synced(true);
+            r.set_desired(&routes);
+            let rep = r.apply().await;
+            let took = t.elapsed();
+            ensure!(
+                rep.writes == routes.len() as u64 && rep.error_count() == 0,
+                "routewarden wrote {} of {} routes: {:?}",
+                rep.writes,
+                routes.len(),
+                rep.error_messages
+            );
+            Ok(took)
+        };
+        // A spawned task on the multi-thread runtime, as the agent runs `dataplane::run`.
+        let took = rt.block_on(rt.spawn(work))??;
+        let got = count_routes(PROTO_OURS)?;
+        ensure!(got == n, "{got} routes of protocol {PROTO_OURS} in the kernel, expected {n}");
+        drop(attached);
+        Ok((took, backend))
+    })
+}
+
+/// Start the churn watch in the calling thread's namespace as the agent does (best backend,
+/// our protocol classified `self`), with its events going to the returned receiver.
+pub fn start_watch(rt: &tokio::runtime::Runtime) -> Result<(RouteWatch, tokio::sync::mpsc::Receiver<RouteWatchEvent>)> {
+    let object = routewarden::bpf::embedded_object().context("no BPF object embedded (build with `cargo xtask bench`)")?;
+    let config = RouteWatchConfig { self_protocol: 80, ..RouteWatchConfig::default() };
+    let mut w = RouteWatch::start(object, &config).map_err(|e| anyhow!("start the route watch: {e}"))?;
+    let (tx, rx) = tokio::sync::mpsc::channel(100_000);
+    let _enter = rt.enter();
+    w.spawn_reader(tx).map_err(|e| anyhow!("route watch reader: {e}"))?;
+    Ok((w, rx))
+}
+
+/// Median of routewarden's cold programming, measured now or taken from earlier in the run.
+pub fn rw_program_median(opts: &Options, shared: &mut Shared) -> Result<Duration> {
+    if let Some((d, n)) = shared.rw_program {
+        if n == opts.routes {
+            return Ok(d);
+        }
+    }
+    let routes = Arc::new(cluster_routes(opts.routes));
+    let mut rw = Vec::new();
+    for _ in 0..opts.runs {
+        rw.push(rw_program_once(routes.clone())?);
+    }
+    let d = median(rw);
+    shared.rw_program = Some((d, opts.routes));
+    Ok(d)
+}
