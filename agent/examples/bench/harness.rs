@@ -22,7 +22,7 @@ use anyhow::{anyhow, bail, ensure, Context, Result};
 use ipnet::IpNet;
 use routewarden::bpf::forward::{ForwardConfig, ForwardEntry, ForwardWatch};
 use routewarden::bpf::route_watch::{RouteWatch, RouteWatchConfig, RouteWatchEvent};
-use routewarden::dataplane::model::to_kernel_route;
+use routewarden::dataplane::kernel_route::to_kernel_route;
 use routewarden::dataplane::{
     spawn_watcher, DataplaneConfig, DataplaneEvent, Family, LinkInfo, NetlinkError, Reconciler, RouteNetlink, RouteOp, RtNetlink, SystemClock,
 };
@@ -349,7 +349,7 @@ impl<N: RouteNetlink> RouteNetlink for Counting<N> {
         family: Family,
         table: u32,
         protocol: u8,
-    ) -> impl Future<Output = Result<Vec<routewarden::dataplane::model::ObservedRoute>, NetlinkError>> + Send {
+    ) -> impl Future<Output = Result<Vec<routewarden::dataplane::kernel_route::ObservedRoute>, NetlinkError>> + Send {
         self.dumps += 1;
         self.inner.dump_routes(family, table, protocol)
     }

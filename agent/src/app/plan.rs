@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use crate::dataplane::model::{RTPROT_BIRD, RTPROT_FELIX};
+use crate::dataplane::kernel_route::{RTPROT_BIRD, RTPROT_FELIX};
 use crate::dataplane::{AuditScope, ExpectedRoute, Handover, OwnershipPolicy, WireguardRoute};
 use crate::datastore::Snapshot;
 use crate::model::Cluster;
@@ -316,7 +316,7 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
                 class: *class,
                 to,
                 protocol: writer_protocol(to, cluster, &config.node, config.protocol),
-                table: crate::dataplane::model::RT_TABLE_MAIN,
+                table: crate::dataplane::kernel_route::RT_TABLE_MAIN,
                 // BIRD's metric is set by confd's bird.cfg, not known here: a hand-over to BIRD
                 // steps aside (safe at any metric).
                 metric: None,

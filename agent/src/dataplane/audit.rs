@@ -31,7 +31,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::model::{Family, KernelRoute, RouteKind, RTPROT_BIRD, RTPROT_FELIX, RTPROT_KERNEL, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN};
+use super::kernel_route::{Family, KernelRoute, RouteKind, RTPROT_BIRD, RTPROT_FELIX, RTPROT_KERNEL, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN};
 use super::netlink::{NetlinkError, RouteNetlink};
 use crate::routes::{ClusterRoute, RouteDevices, RoutePath, Writer};
 
@@ -374,7 +374,7 @@ pub async fn audit_kernel<N: RouteNetlink>(nl: &mut N, expected: &[ExpectedRoute
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::model::{RouteKey, RouteTarget};
+    use crate::dataplane::kernel_route::{RouteKey, RouteTarget};
     use crate::routes::{PoolClass, RouteOrigin};
 
     fn k(dst: &str, gw: Option<&str>, dev: Option<&str>, proto: u8, metric: u32) -> KernelRoute {

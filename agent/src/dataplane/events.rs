@@ -18,7 +18,7 @@ use rtnetlink::sys::AsyncSocket;
 use rtnetlink::MulticastGroup;
 use tokio::sync::mpsc;
 
-use super::model::{parse_route, ObservedRoute};
+use super::kernel_route::{parse_route, ObservedRoute};
 use super::netlink::link_info;
 use super::DataplaneError;
 

@@ -8,8 +8,9 @@
 //!                                                      (→ metrics)   │ filtered dumps
 //! ```
 //!
-//! - [`model`]: [`RouteKey`] / [`KernelRoute`] keyed as the kernel keys routes; conversions
-//!   from [`ClusterRoute`](crate::routes::ClusterRoute) and to/from rtnetlink messages.
+//! - [`kernel_route`]: [`RouteKey`] / [`KernelRoute`] keyed as the kernel keys routes; the
+//!   conversion from [`ClusterRoute`](crate::routes::ClusterRoute) and the rtnetlink wire
+//!   encoding (dump, write and delete requests; parsing of dump replies and notifications).
 //! - [`policy`]: [`OwnershipPolicy`], the one place that decides which kernel routes are ours.
 //! - [`reconciler`]: [`Reconciler`], Felix routetable's delta tracker + apply + resync.
 //! - [`netlink`]: the [`RouteNetlink`] and [`Clock`] traits and their real implementations.
@@ -30,7 +31,7 @@ use tokio::sync::mpsc;
 pub mod audit;
 pub mod events;
 pub mod host_nic;
-pub mod model;
+pub mod kernel_route;
 pub mod netlink;
 pub mod policy;
 pub mod reconciler;
@@ -42,7 +43,7 @@ mod reconciler_tests;
 
 pub use audit::{audit, audit_kernel, AuditFinding, AuditReport, AuditScope, ExpectedRoute, FindingCode, WireguardRoute};
 pub use events::{spawn_watcher, DataplaneEvent, EventDecoder};
-pub use model::{Family, KernelRoute, RouteKey, RouteKind, RouteSettings, RouteTarget};
+pub use kernel_route::{Family, KernelRoute, RouteKey, RouteKind, RouteSettings, RouteTarget};
 pub use netlink::{Clock, LinkInfo, NetlinkError, RouteNetlink, RouteOp, RtNetlink, SystemClock};
 pub use policy::{OwnershipPolicy, Verdict};
 pub use reconciler::{ApplyReport, ErrorKind, Handover, HandoverEnd, HandoverOutcome, Reconciler};
@@ -99,9 +100,9 @@ pub struct DataplaneConfig {
 impl Default for DataplaneConfig {
     fn default() -> Self {
         DataplaneConfig {
-            protocol: model::RTPROT_FELIX,
+            protocol: kernel_route::RTPROT_FELIX,
             metric: 1024,
-            table: model::RT_TABLE_MAIN,
+            table: kernel_route::RT_TABLE_MAIN,
             devices: RouteDevices::default(),
             resync_interval: Duration::from_secs(90),
             handover_grace: Duration::from_secs(30),

@@ -31,7 +31,7 @@ use nix::errno::Errno;
 use serde::Serialize;
 
 use super::events::DataplaneEvent;
-use super::model::{to_kernel_route, ConversionError, DesiredRoute, Family, KernelRoute, RouteKey, RouteKind, RouteSettings, RTPROT_BIRD};
+use super::kernel_route::{to_kernel_route, ConversionError, DesiredRoute, Family, KernelRoute, RouteKey, RouteKind, RouteSettings, RTPROT_BIRD};
 use super::netlink::{Clock, LinkInfo, NetlinkError, RouteNetlink, RouteOp};
 use super::policy::{OwnershipPolicy, Verdict};
 use super::DataplaneConfig;
@@ -618,7 +618,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         }
     }
 
-    fn name(&self, r: &super::model::ObservedRoute) -> KernelRoute {
+    fn name(&self, r: &super::kernel_route::ObservedRoute) -> KernelRoute {
         r.named(|i| self.links_by_index.get(&i).map(|l| l.name.clone()))
     }
 

@@ -6,7 +6,7 @@ use nix::errno::Errno;
 
 use super::events::DataplaneEvent;
 use super::fake::{FakeClock, FakeNetlink};
-use super::model::{Family, ObservedRoute, RouteKey, RouteKind};
+use super::kernel_route::{Family, ObservedRoute, RouteKey, RouteKind};
 use super::reconciler::{ErrorKind, Handover, HandoverEnd, Reconciler};
 use super::{DataplaneConfig, OwnershipPolicy};
 use crate::routes::{ClusterRoute, PoolClass, RouteOrigin, RoutePath, Writer};

@@ -1,6 +1,6 @@
-//! Kernel route model: routes keyed exactly as the kernel FIB keys them, their target
-//! attributes, and the conversions between [`ClusterRoute`]s, this model and rtnetlink
-//! messages.
+//! The kernel route and its wire encoding: routes keyed exactly as the kernel FIB keys them,
+//! their target attributes, the conversion from [`ClusterRoute`]s, and the rtnetlink messages
+//! that dump, write and delete them (and the parse of what the kernel sends back).
 //!
 //! Keying mirrors Felix `felix/routetable/defs.go` (`RouteKey{CIDR, TOS, Priority}`) plus the
 //! table and address family, because this agent programs one table of either family. The IPv4
