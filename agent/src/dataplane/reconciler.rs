@@ -30,11 +30,11 @@ use ipnet::IpNet;
 use nix::errno::Errno;
 use serde::Serialize;
 
+use super::config::DataplaneConfig;
 use super::events::DataplaneEvent;
 use super::kernel_route::{to_kernel_route, ConversionError, DesiredRoute, Family, KernelRoute, RouteKey, RouteKind, RouteSettings, RTPROT_BIRD};
 use super::netlink::{Clock, LinkInfo, NetlinkError, RouteNetlink, RouteOp};
 use super::policy::{OwnershipPolicy, Verdict};
-use super::DataplaneConfig;
 use crate::routes::{ClusterRoute, PoolClass, RoutePath, Writer};
 
 /// Attempts of a dump that the kernel marked interrupted (Felix `routeListFilterAttempts`).
@@ -213,7 +213,7 @@ pub struct ApplyReport {
     pub deletes_already_gone: u64,
     /// Failed writes, deletes and dumps by kind.
     pub errors: BTreeMap<ErrorKind, u64>,
-    /// How many `SetDesired` commands the driver ([`super::run`]) had folded in before this
+    /// How many `SetDesired` commands the driver ([`run()`](super::run())) had folded in before this
     /// apply (0: the apply ran on the kernel view alone, before any desired set arrived).
     pub desired_sets: u64,
     /// Route writes (replace or create) the kernel refused in this apply.

@@ -4,11 +4,12 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 
+use super::config::DataplaneConfig;
 use super::events::DataplaneEvent;
 use super::fake::{FakeClock, FakeNetlink};
 use super::kernel_route::{Family, ObservedRoute, RouteKey, RouteKind};
+use super::policy::OwnershipPolicy;
 use super::reconciler::{ErrorKind, Handover, HandoverEnd, Reconciler};
-use super::{DataplaneConfig, OwnershipPolicy};
 use crate::routes::{ClusterRoute, PoolClass, RouteOrigin, RoutePath, Writer};
 
 const ETH0: u32 = 2;
@@ -264,7 +265,7 @@ async fn missing_tunnel_device_reported_and_retried() {
     assert_eq!(rep.waiting_for_device["tunl0"], 2);
     assert_eq!(rep.errors[&ErrorKind::NoDevice], 2);
     assert_eq!(rep.writes, 4);
-    nl.state().links.insert(9, super::LinkInfo { index: 9, name: "tunl0".into(), up: true });
+    nl.state().links.insert(9, super::netlink::LinkInfo { index: 9, name: "tunl0".into(), up: true });
     clock.advance(Duration::from_secs(1));
     let rep = r.apply().await;
     assert_eq!(rep.writes, 2, "{rep:?}");
@@ -326,7 +327,7 @@ async fn handover_keeps_route_until_new_owner_seen() {
     assert_eq!(rep.handovers[0].end, HandoverEnd::Seen);
     assert_eq!(rep.handovers[0].waited, Duration::from_secs(2));
     // The others expire after the grace period.
-    assert!(r.next_wakeup() <= super::Clock::now(&clock) + Duration::from_secs(28));
+    assert!(r.next_wakeup() <= super::netlink::Clock::now(&clock) + Duration::from_secs(28));
     clock.advance(Duration::from_secs(29));
     let rep = r.apply().await;
     assert_eq!(rep.deletes, 3);
@@ -520,7 +521,7 @@ async fn mass_deletion_is_held_for_the_settle_period() {
     let rep = r.apply().await;
     assert_eq!((rep.deletes, rep.deletes_held_mass, rep.mass_deletion), (0, 6, Some((6, 6))), "{rep:?}");
     assert!(nl.take_log().is_empty());
-    assert_eq!(r.next_wakeup(), super::Clock::now(&clock) + Duration::from_secs(30));
+    assert_eq!(r.next_wakeup(), super::netlink::Clock::now(&clock) + Duration::from_secs(30));
     // Restored before the settle period ends: nothing was ever deleted, the hold clears.
     clock.advance(Duration::from_secs(20));
     r.set_desired(&cluster());
