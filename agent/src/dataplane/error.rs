@@ -1,5 +1,5 @@
 //! [`DataplaneError`]: the errors of the dataplane's setup (per-route failures are not errors:
-//! they are counted in [`ApplyReport`](super::ApplyReport) and retried).
+//! they are counted in [`ApplyReport`](super::report::ApplyReport) and retried).
 
 use super::netlink::NetlinkError;
 

@@ -35,6 +35,7 @@ pub mod kernel_route;
 pub mod netlink;
 pub mod policy;
 pub mod reconciler;
+pub mod report;
 pub mod run;
 
 #[cfg(test)]
@@ -49,5 +50,6 @@ pub use events::{spawn_watcher, DataplaneEvent, EventDecoder};
 pub use kernel_route::{Family, KernelRoute, RouteKey, RouteKind, RouteSettings, RouteTarget};
 pub use netlink::{Clock, LinkInfo, NetlinkError, RouteNetlink, RouteOp, RtNetlink, SystemClock};
 pub use policy::{OwnershipPolicy, Verdict};
-pub use reconciler::{ApplyReport, ErrorKind, Handover, HandoverEnd, HandoverOutcome, Reconciler};
+pub use reconciler::{Handover, HandoverEnd, HandoverOutcome, Reconciler};
+pub use report::{ApplyReport, ErrorKind};
 pub use run::{run, DataplaneCommand, DEFAULT_DEBOUNCE};

@@ -9,7 +9,8 @@ use super::events::DataplaneEvent;
 use super::fake::{FakeClock, FakeNetlink};
 use super::kernel_route::{Family, ObservedRoute, RouteKey, RouteKind};
 use super::policy::OwnershipPolicy;
-use super::reconciler::{ErrorKind, Handover, HandoverEnd, Reconciler};
+use super::reconciler::{Handover, HandoverEnd, Reconciler};
+use super::report::ErrorKind;
 use crate::routes::{ClusterRoute, PoolClass, RouteOrigin, RoutePath, Writer};
 
 const ETH0: u32 = 2;

@@ -8,7 +8,8 @@ use tokio::sync::mpsc;
 use super::events::DataplaneEvent;
 use super::netlink::{Clock, RouteNetlink};
 use super::policy::OwnershipPolicy;
-use super::reconciler::{ApplyReport, Handover, Reconciler};
+use super::reconciler::{Handover, Reconciler};
+use super::report::ApplyReport;
 use crate::routes::ClusterRoute;
 
 /// Instructions for [`run()`].
