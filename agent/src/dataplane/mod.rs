@@ -27,6 +27,7 @@
 //! so a foreign route is never overwritten unless the policy claims it.
 
 pub mod audit;
+mod breaker;
 pub mod config;
 pub mod error;
 pub mod events;
@@ -36,6 +37,7 @@ pub mod netlink;
 pub mod policy;
 pub mod reconciler;
 pub mod report;
+mod retry;
 pub mod run;
 
 #[cfg(test)]

@@ -30,20 +30,18 @@ use ipnet::IpNet;
 use nix::errno::Errno;
 use serde::Serialize;
 
+use super::breaker::MassDeletionBreaker;
 use super::config::DataplaneConfig;
 use super::events::DataplaneEvent;
 use super::kernel_route::{to_kernel_route, ConversionError, DesiredRoute, Family, KernelRoute, RouteKey, RouteKind, RouteSettings, RTPROT_BIRD};
 use super::netlink::{Clock, LinkInfo, NetlinkError, RouteNetlink, RouteOp};
 use super::policy::{OwnershipPolicy, Verdict};
 use super::report::{ApplyReport, Conflict, ErrorKind, Overwrite};
+use super::retry::{backoff, later, ResyncTimer, Retries};
 use crate::routes::{ClusterRoute, PoolClass, Writer};
 
 /// Attempts of a dump that the kernel marked interrupted (Felix `routeListFilterAttempts`).
 const DUMP_ATTEMPTS: u32 = 5;
-/// First retry delay after a failed write or resync; doubles per failure.
-const BACKOFF_BASE: Duration = Duration::from_millis(200);
-/// Longest retry delay.
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// A new owner for a class routewarden stops programming: its routes are kept until the new
 /// owner's route for the same prefix (`protocol` in `table`) is seen, at most the grace period.
@@ -113,12 +111,6 @@ struct KernelEntry {
     verdict: Verdict,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Retry {
-    failures: u32,
-    not_before: Instant,
-}
-
 #[derive(Clone, Debug)]
 struct PendingHandover {
     to: Writer,
@@ -138,19 +130,6 @@ fn step_aside_key(key: &RouteKey) -> Option<RouteKey> {
     key.metric.checked_add(1).map(|metric| RouteKey { metric, ..*key })
 }
 
-/// About a year (2^25 s): "never" for timers, without overflowing `Instant`.
-const FAR_FUTURE: Duration = Duration::from_secs(1 << 25);
-
-/// `now + d`, saturating at [`FAR_FUTURE`] instead of overflowing `Instant`.
-fn later(now: Instant, d: Duration) -> Instant {
-    now.checked_add(d).unwrap_or_else(|| now + FAR_FUTURE)
-}
-
-fn backoff(failures: u32) -> Duration {
-    let shift = failures.saturating_sub(1).min(16);
-    BACKOFF_BASE.saturating_mul(1 << shift).min(BACKOFF_MAX)
-}
-
 /// The route reconciler. `N` talks to the kernel, `C` tells the time.
 pub struct Reconciler<N, C> {
     config: DataplaneConfig,
@@ -161,19 +140,17 @@ pub struct Reconciler<N, C> {
     desired: BTreeMap<RouteKey, DesiredRoute>,
     kernel: BTreeMap<RouteKey, KernelEntry>,
     dirty: BTreeSet<RouteKey>,
-    retries: HashMap<RouteKey, Retry>,
+    retries: Retries,
     blocked: BTreeMap<RouteKey, bool>,
     handovers: BTreeMap<RouteKey, PendingHandover>,
     released: Vec<HandoverOutcome>,
     bad_desired: Vec<ConversionError>,
     links_by_index: HashMap<u32, LinkInfo>,
     links_by_name: HashMap<String, u32>,
-    resync_due: Instant,
-    resync_failures: u32,
+    resync: ResyncTimer,
     datastore_synced: bool,
     refresh_links: bool,
-    /// Deletes held by the mass-deletion breaker, with the time each was first wanted.
-    mass_held: BTreeMap<RouteKey, Instant>,
+    breaker: MassDeletionBreaker,
     /// Original keys whose step-aside copy is in: their delete completes a make-before-break
     /// and is never held.
     stepped: BTreeSet<RouteKey>,
@@ -184,6 +161,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// The datastore counts as not synced until [`set_datastore_synced`](Self::set_datastore_synced).
     pub fn new(config: DataplaneConfig, policy: OwnershipPolicy, nl: N, clock: C) -> Self {
         let now = clock.now();
+        let resync = ResyncTimer::new(config.resync_interval, now);
+        let breaker = MassDeletionBreaker::new(config.mass_deletion_percent, config.settle);
         Reconciler {
             settings: config.route_settings(),
             config,
@@ -193,18 +172,17 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             desired: BTreeMap::new(),
             kernel: BTreeMap::new(),
             dirty: BTreeSet::new(),
-            retries: HashMap::new(),
+            retries: Retries::default(),
             blocked: BTreeMap::new(),
             handovers: BTreeMap::new(),
             released: Vec::new(),
             bad_desired: Vec::new(),
             links_by_index: HashMap::new(),
             links_by_name: HashMap::new(),
-            resync_due: now,
-            resync_failures: 0,
+            resync,
             datastore_synced: false,
             refresh_links: false,
-            mass_held: BTreeMap::new(),
+            breaker,
             stepped: BTreeSet::new(),
         }
     }
@@ -250,7 +228,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
 
     /// Ask for a full resync on the next apply.
     pub fn request_resync(&mut self) {
-        self.resync_due = self.clock.now();
+        self.resync.request(self.clock.now());
     }
 
     /// Set the complete desired route set. Records deltas only; no I/O.
@@ -322,7 +300,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 }
             }
             if self.desired.get(&key) != Some(&d) {
-                self.retries.remove(&key);
+                self.retries.clear(&key);
                 self.dirty.insert(key);
                 self.desired.insert(key, d);
             }
@@ -363,7 +341,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     self.dirty.insert(key);
                 }
                 if self.blocked.remove(&key).is_some() {
-                    self.retries.remove(&key);
+                    self.retries.clear(&key);
                     self.dirty.insert(key);
                 }
             }
@@ -430,7 +408,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     fn mark_device_dirty(&mut self, name: &str) {
         for (k, d) in &self.desired {
             if d.route.target.device.as_deref() == Some(name) {
-                self.retries.remove(k);
+                self.retries.clear(k);
                 self.dirty.insert(*k);
             }
         }
@@ -443,16 +421,16 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// Whether an apply has work: dirty keys whose retry time has come, or a due resync.
     pub fn needs_apply(&self) -> bool {
         let now = self.clock.now();
-        now >= self.resync_due || self.dirty.iter().any(|k| self.retries.get(k).is_none_or(|r| r.not_before <= now))
+        self.resync.is_due(now) || self.dirty.iter().any(|k| !self.retries.waiting(k, now))
     }
 
     /// When [`apply`](Self::apply) should run next if nothing else happens: the resync timer,
     /// the earliest retry, or the earliest handover deadline.
     pub fn next_wakeup(&self) -> Instant {
-        let mut t = self.resync_due;
+        let mut t = self.resync.due();
         for k in &self.dirty {
-            if let Some(r) = self.retries.get(k) {
-                t = t.min(r.not_before);
+            if let Some(at) = self.retries.not_before(k) {
+                t = t.min(at);
             }
         }
         for h in self.handovers.values() {
@@ -460,8 +438,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 t = t.min(h.deadline);
             }
         }
-        if let Some(first) = self.mass_held.values().min() {
-            t = t.min(later(*first, self.config.settle));
+        if let Some(release) = self.breaker.next_release() {
+            t = t.min(release);
         }
         t
     }
@@ -505,7 +483,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // by a new policy): retry it at once.
         for k in fresh.keys() {
             if self.blocked.remove(k).is_some() {
-                self.retries.remove(k);
+                self.retries.clear(k);
             }
         }
         // Mark and sweep: everything desired or found is re-examined by the apply.
@@ -600,9 +578,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     }
 
     fn fail(&mut self, key: RouteKey) {
-        let now = self.clock.now();
-        let failures = self.retries.get(&key).map_or(0, |r| r.failures) + 1;
-        self.retries.insert(key, Retry { failures, not_before: now + backoff(failures) });
+        self.retries.fail(key, self.clock.now());
     }
 
     /// Do the netlink work: resync if due, then writes, then deletes. Never fails as a whole;
@@ -613,15 +589,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         for e in &self.bad_desired {
             report.error(ErrorKind::BadDesiredRoute, || e.to_string());
         }
-        if started >= self.resync_due {
+        if self.resync.is_due(started) {
             match self.full_resync(&mut report).await {
-                Ok(()) => {
-                    self.resync_failures = 0;
-                    self.resync_due = later(self.clock.now(), self.config.resync_interval);
-                }
+                Ok(()) => self.resync.succeeded(self.clock.now()),
                 Err(e) => {
-                    self.resync_failures += 1;
-                    self.resync_due = self.clock.now() + backoff(self.resync_failures);
+                    self.resync.failed(self.clock.now());
                     report.resync_failed = true;
                     report.error(ErrorKind::of(&e), || e.to_string());
                     self.finish_report(&mut report, started);
@@ -640,7 +612,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         }
         let now = self.clock.now();
         // Deletes the breaker held come back for another look.
-        self.dirty.extend(self.mass_held.keys().copied());
+        self.dirty.extend(self.breaker.held().copied());
         // Pass 1: writes. Pass 2: deletes, after the new routes are in.
         let (mut writes, delete_candidates) = self.plan(now, &mut report);
         let step_asides = self.plan_step_asides(&delete_candidates, now);
@@ -663,7 +635,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         let mut delete_candidates: Vec<RouteKey> = Vec::new();
         let dirty: Vec<RouteKey> = self.dirty.iter().copied().collect();
         for key in dirty {
-            if self.retries.get(&key).is_some_and(|r| r.not_before > now) {
+            if self.retries.waiting(&key, now) {
                 continue;
             }
             match (self.desired.get(&key), self.kernel.get(&key)) {
@@ -687,7 +659,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     };
                     if k.is_some_and(|k| Self::in_sync(&d.route, oif, k)) {
                         self.dirty.remove(&key);
-                        self.retries.remove(&key);
+                        self.retries.clear(&key);
                         continue;
                     }
                     writes.push(RouteOp::Write { route: d.route.clone(), oif, exclusive: k.is_none() });
@@ -695,7 +667,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 (None, Some(_)) => delete_candidates.push(key),
                 (None, None) => {
                     self.dirty.remove(&key);
-                    self.retries.remove(&key);
+                    self.retries.clear(&key);
                 }
             }
         }
@@ -752,7 +724,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 }
                 self.stepped.insert(original);
                 self.dirty.insert(route.key);
-                self.retries.remove(&original);
+                self.retries.clear(&original);
                 true
             }
             Err(e) => {
@@ -804,7 +776,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     let entry = KernelEntry { route: route.clone(), oif: *oif, extra: false, verified: true, verdict: Verdict::OursByProtocol };
                     self.kernel.insert(key, entry);
                     self.dirty.remove(&key);
-                    self.retries.remove(&key);
+                    self.retries.clear(&key);
                     self.blocked.remove(&key);
                 }
                 Err(e) => {
@@ -826,11 +798,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                             report.conflicts.push(Conflict { key, wanted: route.to_string() });
                             // First time: maybe the route is ours after all (written
                             // meanwhile); a resync tells.
-                            self.resync_due = self.resync_due.min(now);
+                            self.resync.no_later_than(now);
                         }
                     } else if matches!(kind, ErrorKind::NoDevice | ErrorKind::DeviceDown | ErrorKind::Other | ErrorKind::Timeout) {
                         // Our view of links or of the socket is stale: resync soon.
-                        self.resync_due = self.resync_due.min(now + backoff(1));
+                        self.resync.no_later_than(now + backoff(1));
                     }
                     if counted {
                         report.error(kind, || e.to_string());
@@ -840,8 +812,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                         // Another writer's route holds the key: its removal (an event) frees
                         // it at once; otherwise look again at the resync interval, not
                         // every backoff step (issue 19).
-                        let failures = self.retries.get(&key).map_or(0, |r| r.failures) + 1;
-                        self.retries.insert(key, Retry { failures, not_before: now + self.config.resync_interval.max(backoff(1)) });
+                        self.retries.fail_until(key, now + self.resync.interval().max(backoff(1)));
                     } else {
                         self.fail(key);
                     }
@@ -906,36 +877,19 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             .collect()
     }
 
-    /// The breaker: when `deletes` is more than the threshold share of our routes in the
-    /// kernel, only the deletes wanted continuously for the settle period go out; the rest
-    /// are held (and looked at again at the earliest release time).
+    /// The mass-deletion breaker over the plain deletes of this apply: held deletes are
+    /// counted, and looked at again at the earliest release time ([`next_wakeup`](Self::next_wakeup)).
     fn mass_deletion_breaker(&mut self, deletes: Vec<RouteKey>, now: Instant, report: &mut ApplyReport) -> Vec<RouteKey> {
-        let wanted: BTreeSet<RouteKey> = deletes.iter().copied().collect();
-        // A delete that is not wanted any more (the route came back into the desired set)
-        // starts over if it is wanted again.
-        self.mass_held.retain(|k, _| wanted.contains(k));
         let ours = self.kernel.len();
-        let percent = usize::from(self.config.mass_deletion_percent);
-        let over = ours > 0 && percent < 100 && deletes.len().saturating_mul(100) > percent.saturating_mul(ours);
-        if !over {
-            self.mass_held.clear();
-            return deletes;
-        }
-        let settle = self.config.settle;
-        let mut out = Vec::new();
-        for key in deletes {
-            let since = *self.mass_held.entry(key).or_insert(now);
-            if now.saturating_duration_since(since) >= settle {
-                out.push(key);
-            } else {
-                report.deletes_held_mass += 1;
-                self.dirty.remove(&key); // back at the release time (next_wakeup)
-            }
+        let verdict = self.breaker.check(deletes, ours, now);
+        for key in &verdict.held {
+            report.deletes_held_mass += 1;
+            self.dirty.remove(key); // back at the release time (next_wakeup)
         }
         if report.deletes_held_mass > 0 {
-            report.mass_deletion = Some((wanted.len(), ours));
+            report.mass_deletion = Some((verdict.wanted, ours));
         }
-        out
+        verdict.pass
     }
 
     fn record_deletes(&mut self, deletes: &[RouteOp], results: Vec<Result<(), NetlinkError>>, report: &mut ApplyReport) {
@@ -954,8 +908,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             }
             self.kernel.remove(&key);
             self.dirty.remove(&key);
-            self.retries.remove(&key);
-            self.mass_held.remove(&key);
+            self.retries.clear(&key);
+            self.breaker.forget(&key);
             self.stepped.remove(&key);
         }
     }
