@@ -33,6 +33,7 @@ pub mod error;
 pub mod events;
 pub mod host_nic;
 pub mod kernel_route;
+mod links;
 pub mod netlink;
 pub mod policy;
 pub mod reconciler;

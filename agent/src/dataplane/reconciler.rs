@@ -34,7 +34,8 @@ use super::breaker::MassDeletionBreaker;
 use super::config::DataplaneConfig;
 use super::events::DataplaneEvent;
 use super::kernel_route::{to_kernel_route, ConversionError, DesiredRoute, Family, KernelRoute, RouteKey, RouteKind, RouteSettings, RTPROT_BIRD};
-use super::netlink::{Clock, LinkInfo, NetlinkError, RouteNetlink, RouteOp};
+use super::links::Links;
+use super::netlink::{Clock, NetlinkError, RouteNetlink, RouteOp};
 use super::policy::{OwnershipPolicy, Verdict};
 use super::report::{ApplyReport, Conflict, ErrorKind, Overwrite};
 use super::retry::{backoff, later, ResyncTimer, Retries};
@@ -145,11 +146,9 @@ pub struct Reconciler<N, C> {
     handovers: BTreeMap<RouteKey, PendingHandover>,
     released: Vec<HandoverOutcome>,
     bad_desired: Vec<ConversionError>,
-    links_by_index: HashMap<u32, LinkInfo>,
-    links_by_name: HashMap<String, u32>,
+    links: Links,
     resync: ResyncTimer,
     datastore_synced: bool,
-    refresh_links: bool,
     breaker: MassDeletionBreaker,
     /// Original keys whose step-aside copy is in: their delete completes a make-before-break
     /// and is never held.
@@ -177,11 +176,9 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             handovers: BTreeMap::new(),
             released: Vec::new(),
             bad_desired: Vec::new(),
-            links_by_index: HashMap::new(),
-            links_by_name: HashMap::new(),
+            links: Links::default(),
             resync,
             datastore_synced: false,
-            refresh_links: false,
             breaker,
             stepped: BTreeSet::new(),
         }
@@ -314,7 +311,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 if route.cloned {
                     return;
                 }
-                let named = self.name(route);
+                let named = self.links.name(route);
                 for (key, h) in &mut self.handovers {
                     if !h.seen && key.dst == named.key.dst && h.protocol == named.target.protocol && h.table == named.key.table {
                         h.seen = true;
@@ -348,16 +345,13 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             DataplaneEvent::LinkUp { index, name } => self.link_changed(*index, name, true),
             DataplaneEvent::LinkDown { index, name } => self.link_changed(*index, name, false),
             DataplaneEvent::LinkRenamed { index, old, new } => {
-                self.links_by_name.remove(old);
-                let up = self.links_by_index.get(index).is_some_and(|l| l.up);
+                self.links.forget_name(old);
+                let up = self.links.is_up(*index);
                 self.link_changed(*index, new, up);
                 self.mark_device_dirty(old);
             }
             DataplaneEvent::LinkRemoved { index, name } => {
-                self.links_by_index.remove(index);
-                if self.links_by_name.get(name) == Some(index) {
-                    self.links_by_name.remove(name);
-                }
+                self.links.remove(*index, name);
                 // The kernel removes every route through a device that goes away.
                 let gone: Vec<RouteKey> = self.kernel.iter().filter(|(_, e)| e.oif == Some(*index)).map(|(k, _)| *k).collect();
                 for k in gone {
@@ -371,38 +365,22 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     }
 
     fn link_changed(&mut self, index: u32, name: &str, up: bool) {
-        let prev = self.links_by_index.get(&index).cloned();
-        if prev.as_ref().is_some_and(|p| p.name == name && p.up == up) {
-            // Nothing we care about changed (the watcher reports a link it had not seen yet).
+        let Some(change) = self.links.update(index, name, up) else {
             return;
+        };
+        if let Some(old) = &change.old_name {
+            self.mark_device_dirty(old);
         }
-        // A link that went down or came back up may have lost its IPv4 routes without a
-        // notification: re-verify them with a replace. A rename alone loses nothing.
-        let maybe_flushed = prev.as_ref().is_none_or(|p| p.up != up);
-        if let Some(old) = &prev {
-            if old.name != name && self.links_by_name.get(&old.name) == Some(&index) {
-                let old_name = old.name.clone();
-                self.links_by_name.remove(&old_name);
-                self.mark_device_dirty(&old_name);
-            }
-        }
-        self.links_by_index.insert(index, LinkInfo { index, name: name.to_string(), up });
-        self.links_by_name.insert(name.to_string(), index);
         // Routes through this link: renamed device, or possibly flushed without notification
         // (IPv4 on down); re-verify them with a replace.
         for (k, e) in &mut self.kernel {
             if e.oif == Some(index) {
                 e.route.target.device = Some(name.to_string());
-                e.verified &= !maybe_flushed;
+                e.verified &= !change.maybe_flushed;
                 self.dirty.insert(*k);
             }
         }
         self.mark_device_dirty(name);
-    }
-
-    fn set_links(&mut self, links: &[LinkInfo]) {
-        self.links_by_index = links.iter().map(|l| (l.index, l.clone())).collect();
-        self.links_by_name = links.iter().map(|l| (l.name.clone(), l.index)).collect();
     }
 
     fn mark_device_dirty(&mut self, name: &str) {
@@ -412,10 +390,6 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 self.dirty.insert(*k);
             }
         }
-    }
-
-    fn name(&self, r: &super::kernel_route::ObservedRoute) -> KernelRoute {
-        r.named(|i| self.links_by_index.get(&i).map(|l| l.name.clone()))
     }
 
     /// Whether an apply has work: dirty keys whose retry time has come, or a due resync.
@@ -455,7 +429,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     async fn full_resync(&mut self, report: &mut ApplyReport) -> Result<(), NetlinkError> {
         let started = self.clock.now();
         let links = self.nl.dump_links().await?;
-        self.set_links(&links);
+        self.links.replace(&links);
         let mut fresh: BTreeMap<RouteKey, KernelEntry> = BTreeMap::new();
         for family in [Family::V4, Family::V6] {
             for protocol in self.policy.dump_protocols() {
@@ -471,7 +445,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     }
                 };
                 for r in routes.iter().filter(|r| !r.cloned) {
-                    let named = self.name(r);
+                    let named = self.links.name(r);
                     let verdict = self.policy.verdict(&named);
                     if verdict.is_ours() {
                         fresh.insert(named.key, KernelEntry { route: named, oif: r.oif, extra: r.extra, verified: true, verdict });
@@ -553,17 +527,6 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         }
     }
 
-    fn resolve(&self, device: Option<&str>) -> Result<Option<u32>, (ErrorKind, String)> {
-        let Some(name) = device else { return Ok(None) };
-        let Some(index) = self.links_by_name.get(name) else {
-            return Err((ErrorKind::NoDevice, name.to_string()));
-        };
-        match self.links_by_index.get(index) {
-            Some(l) if l.up => Ok(Some(*index)),
-            _ => Err((ErrorKind::DeviceDown, name.to_string())),
-        }
-    }
-
     fn in_sync(d: &KernelRoute, oif: Option<u32>, k: &KernelEntry) -> bool {
         let (dt, kt) = (&d.target, &k.route.target);
         k.verified
@@ -601,9 +564,9 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 }
             }
         }
-        if std::mem::take(&mut self.refresh_links) && !report.resynced {
+        if self.links.take_refresh() && !report.resynced {
             match self.nl.dump_links().await {
-                Ok(links) => self.set_links(&links),
+                Ok(links) => self.links.replace(&links),
                 Err(e) => report.error(ErrorKind::of(&e), || e.to_string()),
             }
         }
@@ -640,7 +603,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             }
             match (self.desired.get(&key), self.kernel.get(&key)) {
                 (Some(d), k) => {
-                    let oif = match self.resolve(d.route.target.device.as_deref()) {
+                    let oif = match self.links.resolve(d.route.target.device.as_deref()) {
                         Ok(oif) => oif,
                         Err((kind, name)) => {
                             *report.waiting_for_device.entry(name.clone()).or_default() += 1;
@@ -648,7 +611,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                                 // Missing device (e.g. no tunl0 yet): reported, retried with
                                 // backoff; the retry refreshes the link list.
                                 report.error(kind, || format!("route {key}: device {name} does not exist"));
-                                self.refresh_links = true;
+                                self.links.request_refresh();
                                 self.fail(key);
                             } else {
                                 // Down: the link-up event (or the next resync) marks it again.
@@ -935,7 +898,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         for d in self.desired.values() {
             let c = report.by_class.entry((Family::of(&d.route.key.dst), d.class, d.path)).or_default();
             c.desired += 1;
-            let oif = self.resolve(d.route.target.device.as_deref()).ok().flatten();
+            let oif = self.links.resolve(d.route.target.device.as_deref()).ok().flatten();
             if self.kernel.get(&d.route.key).is_some_and(|k| Self::in_sync(&d.route, oif, k)) {
                 c.programmed += 1;
             } else if self.blocked.contains_key(&d.route.key) {
