@@ -22,137 +22,86 @@
 //!   that cannot replace our route at its key (BIRD adds create-exclusive) gets the key freed
 //!   make-before-break: ours is copied to metric+1, then the original deleted ("step aside");
 //!   the copy is the pending handover.
+//!
+//! The reconciler owns the change tracking (`desired`, `kernel`, `dirty`) and the keys another
+//! writer holds; the rest are parts with their own rules: the handover and step-aside state
+//! ([`Handovers`], `handover.rs`), the link cache ([`Links`], `links.rs`), per-key retries and
+//! the resync schedule ([`Retries`], [`ResyncTimer`], `retry.rs`) and the mass-deletion breaker
+//! ([`MassDeletionBreaker`], `breaker.rs`); what an apply did is an [`ApplyReport`]
+//! (`report.rs`).
+//!
+//! Change tracking is not a generic delta tracker like Felix's `felix/deltatracker` (desired
+//! and dataplane maps whose pending updates and deletions follow from comparing the two
+//! values): whether a desired route is in sync depends on more than the two entries — on the
+//! link cache at apply time (the device's ifindex, and whether it is up) and on whether the
+//! kernel entry was re-verified since its link went down or up — and a key that must wait
+//! (its device is down, or its delete waits for the datastore to sync or for frozen ground to
+//! thaw) leaves the `dirty` set on purpose until the event that can change the answer marks
+//! it again, so an apply looks only at keys that may have changed. A tracker whose pending
+//! sets follow from the two maps alone can express neither, so `dirty` is kept by hand.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ipnet::IpNet;
 use nix::errno::Errno;
-use serde::Serialize;
 
 use super::breaker::MassDeletionBreaker;
 use super::config::DataplaneConfig;
 use super::events::DataplaneEvent;
-use super::kernel_route::{to_kernel_route, ConversionError, DesiredRoute, Family, KernelRoute, RouteKey, RouteKind, RouteSettings, RTPROT_BIRD};
+use super::handover::{DeleteGate, Handover, Handovers};
+use super::kernel_route::{to_kernel_route, ConversionError, DesiredRoute, Family, KernelRoute, RouteKey, RouteKind, RouteSettings};
 use super::links::Links;
 use super::netlink::{Clock, NetlinkError, RouteNetlink, RouteOp};
 use super::policy::{OwnershipPolicy, Verdict};
 use super::report::{ApplyReport, Conflict, ErrorKind, Overwrite};
-use super::retry::{backoff, later, ResyncTimer, Retries};
-use crate::routes::{ClusterRoute, PoolClass, Writer};
+use super::retry::{backoff, ResyncTimer, Retries};
+use crate::routes::ClusterRoute;
 
 /// Attempts of a dump that the kernel marked interrupted (Felix `routeListFilterAttempts`).
 const DUMP_ATTEMPTS: u32 = 5;
 
-/// A new owner for a class routewarden stops programming: its routes are kept until the new
-/// owner's route for the same prefix (`protocol` in `table`) is seen, at most the grace period.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Handover {
-    /// The class being handed over.
-    pub class: PoolClass,
-    /// Who programs it from now on.
-    pub to: Writer,
-    /// The protocol the new owner's routes carry (Felix 80, BIRD 12).
-    pub protocol: u8,
-    /// The table the new owner writes (254 for Felix and BIRD).
-    pub table: u32,
-    /// The metric of the new owner's routes, when known. A hand-over to BIRD in our route's
-    /// table steps aside (ours moves to metric+1 before BIRD's add) unless this is known to
-    /// differ from our route's metric; `None` (unknown, e.g. set by confd's `bird.cfg`) steps
-    /// aside, which costs two writes and is safe at any BIRD metric.
-    pub metric: Option<u32>,
-}
-
-impl Handover {
-    /// Whether the new owner needs our route's key free: BIRD adds with
-    /// `NLM_F_CREATE|NLM_F_EXCL` and fails with `EEXIST` while our route holds the key
-    /// (Felix replaces; a writer at another metric coexists).
-    fn needs_step_aside(&self, key: &RouteKey) -> bool {
-        self.to == Writer::Bird && self.table == key.table && self.metric.is_none_or(|m| m == key.metric)
-    }
-}
-
-/// How a handover of one prefix ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum HandoverEnd {
-    /// The new owner's route was seen; ours was then deleted.
-    Seen,
-    /// The grace period ran out first; ours was deleted anyway.
-    GraceExpired,
-    /// The new owner uses our protocol and table: the route was left in place for it to adopt
-    /// (the app must add the class's pools to [`OwnershipPolicy::disown`]).
-    Released,
-}
-
-/// One finished handover, for metrics and logs.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct HandoverOutcome {
-    /// The prefix.
-    pub dst: IpNet,
-    /// The new owner.
-    pub to: Writer,
-    /// How it ended.
-    pub end: HandoverEnd,
-    /// From the handover's start until ours was deleted (or released).
-    #[serde(with = "super::report::secs_f64")]
-    pub waited: Duration,
-}
-
+/// A route of ours in the kernel, as the reconciler last saw or wrote it.
 #[derive(Clone, Debug)]
 struct KernelEntry {
     /// The route with its device named at observation time (renames update it).
     route: KernelRoute,
+    /// Its output device's ifindex.
     oif: Option<u32>,
     /// Attributes we never write are present.
     extra: bool,
     /// False after the route's link went down/up: the kernel may have flushed it silently
     /// (IPv4), so it is re-written with a replace even if it looks equal.
     verified: bool,
+    /// Why the policy calls it ours (reported when a write overwrites a foreign protocol).
     verdict: Verdict,
-}
-
-#[derive(Clone, Debug)]
-struct PendingHandover {
-    to: Writer,
-    protocol: u8,
-    table: u32,
-    started: Instant,
-    deadline: Instant,
-    seen: bool,
-    checked: bool,
-    /// Our route is still at its original key and must first be copied to metric+1 (then the
-    /// pending handover moves to the copy's key).
-    step_aside: bool,
-}
-
-/// The key one metric below in priority (`metric + 1`) where a route steps aside, if any.
-fn step_aside_key(key: &RouteKey) -> Option<RouteKey> {
-    key.metric.checked_add(1).map(|metric| RouteKey { metric, ..*key })
 }
 
 /// The route reconciler. `N` talks to the kernel, `C` tells the time.
 pub struct Reconciler<N, C> {
     config: DataplaneConfig,
+    /// Protocol, metric, table and devices of the routes we write.
     settings: RouteSettings,
     policy: OwnershipPolicy,
     nl: N,
     clock: C,
+    /// What we want in the kernel (the last desired set).
     desired: BTreeMap<RouteKey, DesiredRoute>,
+    /// What we believe is in the kernel: routes the policy calls ours only.
     kernel: BTreeMap<RouteKey, KernelEntry>,
+    /// Keys the next apply looks at (desired and kernel state may differ there).
     dirty: BTreeSet<RouteKey>,
     retries: Retries,
+    /// Keys a route we may not overwrite holds, each with whether the hold was reported.
     blocked: BTreeMap<RouteKey, bool>,
-    handovers: BTreeMap<RouteKey, PendingHandover>,
-    released: Vec<HandoverOutcome>,
+    handovers: Handovers,
+    /// Desired routes that could not be converted (reported by every apply).
     bad_desired: Vec<ConversionError>,
     links: Links,
     resync: ResyncTimer,
+    /// Whether the datastore view is complete (no deletes while false).
     datastore_synced: bool,
     breaker: MassDeletionBreaker,
-    /// Original keys whose step-aside copy is in: their delete completes a make-before-break
-    /// and is never held.
-    stepped: BTreeSet<RouteKey>,
 }
 
 impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
@@ -160,10 +109,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// The datastore counts as not synced until [`set_datastore_synced`](Self::set_datastore_synced).
     pub fn new(config: DataplaneConfig, policy: OwnershipPolicy, nl: N, clock: C) -> Self {
         let now = clock.now();
-        let resync = ResyncTimer::new(config.resync_interval, now);
-        let breaker = MassDeletionBreaker::new(config.mass_deletion_percent, config.settle);
         Reconciler {
             settings: config.route_settings(),
+            resync: ResyncTimer::new(now),
+            breaker: MassDeletionBreaker::new(config.mass_deletion_percent, config.settle),
+            handovers: Handovers::new(config.handover_grace),
             config,
             policy,
             nl,
@@ -173,14 +123,9 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             dirty: BTreeSet::new(),
             retries: Retries::default(),
             blocked: BTreeMap::new(),
-            handovers: BTreeMap::new(),
-            released: Vec::new(),
             bad_desired: Vec::new(),
             links: Links::default(),
-            resync,
             datastore_synced: false,
-            breaker,
-            stepped: BTreeSet::new(),
         }
     }
 
@@ -268,33 +213,17 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 // Same protocol and table: the new owner adopts our route in place.
                 self.kernel.remove(&key);
                 self.dirty.remove(&key);
-                self.released.push(HandoverOutcome { dst: key.dst, to: h.to, end: HandoverEnd::Released, waited: Duration::ZERO });
+                self.handovers.release(&key, h.to);
             } else {
-                self.handovers.insert(
-                    key,
-                    PendingHandover {
-                        to: h.to,
-                        protocol: h.protocol,
-                        table: h.table,
-                        started: now,
-                        deadline: later(now, self.config.handover_grace),
-                        seen: false,
-                        checked: false,
-                        step_aside: h.needs_step_aside(&key),
-                    },
-                );
+                self.handovers.begin(key, h, now);
             }
         }
         // Added or changed keys.
         for (key, d) in next {
-            self.handovers.remove(&key);
             // A prefix we program again: a stepped-aside copy of it goes once the new route is
             // in (plan_deletes holds it if that write fails).
-            if let Some(copy) = step_aside_key(&key) {
-                if let Some(h) = self.handovers.get_mut(&copy) {
-                    h.deadline = now;
-                    self.dirty.insert(copy);
-                }
+            if let Some(copy) = self.handovers.resume(&key, now) {
+                self.dirty.insert(copy);
             }
             if self.desired.get(&key) != Some(&d) {
                 self.retries.clear(&key);
@@ -312,12 +241,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     return;
                 }
                 let named = self.links.name(route);
-                for (key, h) in &mut self.handovers {
-                    if !h.seen && key.dst == named.key.dst && h.protocol == named.target.protocol && h.table == named.key.table {
-                        h.seen = true;
-                        self.dirty.insert(*key);
-                    }
-                }
+                self.dirty.extend(self.handovers.route_seen(&named.key.dst, named.target.protocol, named.key.table));
                 let verdict = self.policy.verdict(&named);
                 let key = named.key;
                 if verdict.is_ours() {
@@ -407,10 +331,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 t = t.min(at);
             }
         }
-        for h in self.handovers.values() {
-            if !h.seen {
-                t = t.min(h.deadline);
-            }
+        if let Some(deadline) = self.handovers.next_deadline() {
+            t = t.min(deadline);
         }
         if let Some(release) = self.breaker.next_release() {
             t = t.min(release);
@@ -472,61 +394,35 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     }
 
     /// Routes of ours at our metric+1 that nothing desires are step-aside copies left by a
-    /// hand-over to BIRD that an earlier run (or an earlier apply) did not finish: keep each
-    /// as a pending handover to BIRD (deleted once BIRD's route for the prefix is seen, at most
-    /// `handover_grace` from now) instead of deleting it at once, which would leave the
-    /// prefix without a route until BIRD's next scan.
+    /// hand-over to BIRD that an earlier run (or an earlier apply) did not finish: each becomes
+    /// a pending handover to BIRD ([`Handovers::adopt_step_aside_copy`]).
     fn adopt_stepped_aside(&mut self) {
         let Some(metric) = self.settings.metric.checked_add(1) else {
             return;
         };
         let now = self.clock.now();
         for (key, e) in &self.kernel {
-            if key.metric != metric || e.route.target.protocol != self.policy.protocol || self.desired.contains_key(key) || self.handovers.contains_key(key) {
-                continue;
+            if key.metric == metric && e.route.target.protocol == self.policy.protocol && !self.desired.contains_key(key) {
+                self.handovers.adopt_step_aside_copy(*key, now);
             }
-            self.handovers.insert(
-                *key,
-                PendingHandover {
-                    to: Writer::Bird,
-                    protocol: RTPROT_BIRD,
-                    table: key.table,
-                    started: now,
-                    deadline: later(now, self.config.handover_grace),
-                    seen: false,
-                    checked: false,
-                    step_aside: false,
-                },
-            );
         }
     }
 
     /// Check pending handovers against the kernel once (the new owner may have been there
-    /// before we started to hand over).
+    /// before we started to hand over). A failed dump is checked again on the next apply.
     async fn check_handovers(&mut self) {
-        let mut wanted: BTreeSet<(Family, u32, u8)> = BTreeSet::new();
-        for (k, h) in &self.handovers {
-            if !h.checked {
-                wanted.insert((k.family, h.table, h.protocol));
-            }
-        }
-        for (family, table, protocol) in wanted {
+        for (family, table, protocol) in self.handovers.unchecked() {
             let Ok(routes) = self.nl.dump_routes(family, table, protocol).await else {
                 continue;
             };
             let dsts: BTreeSet<IpNet> = routes.iter().filter(|r| !r.cloned).map(|r| r.key.dst).collect();
-            for (k, h) in &mut self.handovers {
-                if k.family == family && h.table == table && h.protocol == protocol {
-                    h.checked = true;
-                    if dsts.contains(&k.dst) {
-                        h.seen = true;
-                        self.dirty.insert(*k);
-                    }
-                }
-            }
+            self.dirty.extend(self.handovers.checked(family, table, protocol, &dsts));
         }
     }
 
+    /// Whether kernel entry `k` is desired route `d` written through `oif`: same type,
+    /// protocol and scope, and (unless a blackhole) same gateway, onlink flag and device;
+    /// re-verified since its link went down or up, and with no attribute we never write.
     fn in_sync(d: &KernelRoute, oif: Option<u32>, k: &KernelEntry) -> bool {
         let (dt, kt) = (&d.target, &k.route.target);
         k.verified
@@ -540,6 +436,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             }
     }
 
+    /// A write or delete at `key` failed: retry it after the backoff.
     fn fail(&mut self, key: RouteKey) {
         self.retries.fail(key, self.clock.now());
     }
@@ -554,7 +451,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         }
         if self.resync.is_due(started) {
             match self.full_resync(&mut report).await {
-                Ok(()) => self.resync.succeeded(self.clock.now()),
+                Ok(()) => self.resync.succeeded(self.clock.now(), self.config.resync_interval),
                 Err(e) => {
                     self.resync.failed(self.clock.now());
                     report.resync_failed = true;
@@ -570,9 +467,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 Err(e) => report.error(ErrorKind::of(&e), || e.to_string()),
             }
         }
-        if self.handovers.values().any(|h| !h.checked) {
-            self.check_handovers().await;
-        }
+        self.check_handovers().await;
         let now = self.clock.now();
         // Deletes the breaker held come back for another look.
         self.dirty.extend(self.breaker.held().copied());
@@ -585,8 +480,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         let deletes = self.plan_deletes(delete_candidates, &failed_dsts, now, &mut report);
         let results = if deletes.is_empty() { Vec::new() } else { self.nl.execute(&deletes).await };
         self.record_deletes(&deletes, results, &mut report);
-        self.finish_handovers(&mut report);
-        report.handovers.append(&mut self.released);
+        let kernel = &self.kernel;
+        self.handovers.finish(self.clock.now(), |k| kernel.contains_key(k), &mut report.handovers);
         self.finish_report(&mut report, started);
         report
     }
@@ -644,18 +539,10 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     fn plan_step_asides(&self, candidates: &[RouteKey], now: Instant) -> Vec<(RouteOp, RouteKey)> {
         let mut ops = Vec::new();
         for key in candidates {
-            let Some(h) = self.handovers.get(key) else {
+            let (Some(copy), Some(k)) = (self.handovers.step_aside_copy(key, now), self.kernel.get(key)) else {
                 continue;
             };
-            // Not held while deletions are (an unsettled or unsynced view): the prefix keeps
-            // our route at metric+1, so stepping aside loses nothing.
-            if !h.step_aside || h.seen || now >= h.deadline {
-                continue;
-            }
-            let (Some(copy), Some(k)) = (step_aside_key(key), self.kernel.get(key)) else {
-                continue;
-            };
-            if self.kernel.contains_key(&copy) || self.desired.contains_key(&copy) || self.handovers.contains_key(&copy) {
+            if self.kernel.contains_key(&copy) || self.desired.contains_key(&copy) {
                 continue;
             }
             let route = KernelRoute { key: copy, target: k.route.target.clone() };
@@ -681,20 +568,14 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 report.writes += 1;
                 let entry = KernelEntry { route: route.clone(), oif, extra: false, verified: true, verdict: Verdict::OursByProtocol };
                 self.kernel.insert(route.key, entry);
-                if let Some(mut h) = self.handovers.remove(&original) {
-                    h.step_aside = false;
-                    self.handovers.insert(route.key, h);
-                }
-                self.stepped.insert(original);
+                self.handovers.stepped_aside(original, route.key);
                 self.dirty.insert(route.key);
                 self.retries.clear(&original);
                 true
             }
             Err(e) => {
                 if e.errno() == Some(Errno::EEXIST) {
-                    if let Some(h) = self.handovers.get_mut(&original) {
-                        h.step_aside = false;
-                    }
+                    self.handovers.give_up_step_aside(&original);
                 } else {
                     self.fail(original);
                 }
@@ -775,7 +656,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                         // Another writer's route holds the key: its removal (an event) frees
                         // it at once; otherwise look again at the resync interval, not
                         // every backoff step (issue 19).
-                        self.retries.fail_until(key, now + self.resync.interval().max(backoff(1)));
+                        self.retries.fail_until(key, now + self.config.resync_interval.max(backoff(1)));
                     } else {
                         self.fail(key);
                     }
@@ -796,22 +677,20 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 // The replacement for this prefix failed: keep the old route (no hole).
                 continue;
             }
-            if self.stepped.contains(&key) && !self.desired.contains_key(&key) {
-                // Our copy at metric+1 is in: the original goes (make before break).
-                handed_over.push(key);
-                continue;
-            }
-            if let Some(h) = self.handovers.get(&key) {
-                if h.seen {
-                    // The new owner's route for the prefix is in the kernel: deleting ours
-                    // leaves the prefix routed whatever the datastore says now.
+            let gate = self.handovers.delete_gate(&key, now);
+            match gate {
+                // Our copy at metric+1 is in (the original goes: make before break), or the new
+                // owner's route for the prefix is in the kernel (deleting ours leaves the prefix
+                // routed whatever the datastore says now).
+                DeleteGate::Now => {
                     handed_over.push(key);
                     continue;
                 }
-                if now < h.deadline {
+                DeleteGate::Wait => {
                     report.deletes_deferred_handover += 1;
                     continue;
                 }
+                DeleteGate::GraceOver | DeleteGate::NotHandedOver => {}
             }
             if !self.datastore_synced {
                 report.deletes_deferred_unsynced += 1;
@@ -823,7 +702,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 self.dirty.remove(&key); // re-marked when the frozen ground changes
                 continue;
             }
-            if self.handovers.contains_key(&key) {
+            if gate == DeleteGate::GraceOver {
                 // The grace period ended without the new owner: deliberate, waited for.
                 handed_over.push(key);
                 continue;
@@ -855,6 +734,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         verdict.pass
     }
 
+    /// Fold delete results into the kernel view: deleted and already gone (`ESRCH`) routes
+    /// leave it; other failures retry with backoff.
     fn record_deletes(&mut self, deletes: &[RouteOp], results: Vec<Result<(), NetlinkError>>, report: &mut ApplyReport) {
         for (op, res) in deletes.iter().zip(results) {
             let key = *op.key();
@@ -873,27 +754,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             self.dirty.remove(&key);
             self.retries.clear(&key);
             self.breaker.forget(&key);
-            self.stepped.remove(&key);
+            self.handovers.deleted(&key);
         }
     }
 
-    /// Report handovers whose route is gone (deleted by us after the new owner's route was
-    /// seen or the grace ended, or removed by someone else).
-    fn finish_handovers(&mut self, report: &mut ApplyReport) {
-        let now = self.clock.now();
-        let done: Vec<RouteKey> = self.handovers.keys().filter(|k| !self.kernel.contains_key(k)).copied().collect();
-        for k in done {
-            if let Some(h) = self.handovers.remove(&k) {
-                report.handovers.push(HandoverOutcome {
-                    dst: k.dst,
-                    to: h.to,
-                    end: if h.seen { HandoverEnd::Seen } else { HandoverEnd::GraceExpired },
-                    waited: now.saturating_duration_since(h.started),
-                });
-            }
-        }
-    }
-
+    /// The per-class counts and totals after this apply, and its wall time since `started`.
     fn finish_report(&self, report: &mut ApplyReport, started: Instant) {
         for d in self.desired.values() {
             let c = report.by_class.entry((Family::of(&d.route.key.dst), d.class, d.path)).or_default();

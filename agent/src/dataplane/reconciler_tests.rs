@@ -7,9 +7,10 @@ use nix::errno::Errno;
 use super::config::DataplaneConfig;
 use super::events::DataplaneEvent;
 use super::fake::{FakeClock, FakeNetlink};
+use super::handover::{Handover, HandoverEnd};
 use super::kernel_route::{Family, ObservedRoute, RouteKey, RouteKind};
 use super::policy::OwnershipPolicy;
-use super::reconciler::{Handover, HandoverEnd, Reconciler};
+use super::reconciler::Reconciler;
 use super::report::ErrorKind;
 use crate::routes::{ClusterRoute, PoolClass, RouteOrigin, RoutePath, Writer};
 

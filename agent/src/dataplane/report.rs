@@ -8,10 +8,10 @@ use std::time::Duration;
 use nix::errno::Errno;
 use serde::Serialize;
 
+use super::handover::HandoverOutcome;
 use super::kernel_route::{Family, RouteKey};
 use super::netlink::NetlinkError;
 use super::policy::Verdict;
-use super::reconciler::HandoverOutcome;
 use crate::routes::{PoolClass, RoutePath};
 
 /// Error kinds counted in [`ApplyReport::errors`]: fixed, label-safe values.

@@ -80,20 +80,14 @@ impl Retries {
 /// When the next full resync is due.
 #[derive(Debug)]
 pub(super) struct ResyncTimer {
-    interval: Duration,
     due: Instant,
     failures: u32,
 }
 
 impl ResyncTimer {
-    /// A timer with the first resync due at `now`, then every `interval`.
-    pub(super) fn new(interval: Duration, now: Instant) -> Self {
-        ResyncTimer { interval, due: now, failures: 0 }
-    }
-
-    /// The resync period (Felix `RouteRefreshInterval`).
-    pub(super) fn interval(&self) -> Duration {
-        self.interval
+    /// A timer with the first resync due at `now`.
+    pub(super) fn new(now: Instant) -> Self {
+        ResyncTimer { due: now, failures: 0 }
     }
 
     /// When the next resync is due.
@@ -116,10 +110,11 @@ impl ResyncTimer {
         self.due = self.due.min(at);
     }
 
-    /// A resync finished at `now`: the next is one interval later.
-    pub(super) fn succeeded(&mut self, now: Instant) {
+    /// A resync finished at `now`: the next is one `interval` later (the resync period,
+    /// Felix `RouteRefreshInterval`).
+    pub(super) fn succeeded(&mut self, now: Instant, interval: Duration) {
         self.failures = 0;
-        self.due = later(now, self.interval);
+        self.due = later(now, interval);
     }
 
     /// A resync failed at `now`: try again after the backoff of the failures in a row.

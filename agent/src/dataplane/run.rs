@@ -6,9 +6,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::events::DataplaneEvent;
+use super::handover::Handover;
 use super::netlink::{Clock, RouteNetlink};
 use super::policy::OwnershipPolicy;
-use super::reconciler::{Handover, Reconciler};
+use super::reconciler::Reconciler;
 use super::report::ApplyReport;
 use crate::routes::ClusterRoute;
 
