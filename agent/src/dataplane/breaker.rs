@@ -76,3 +76,58 @@ impl MassDeletionBreaker {
         self.held.values().min().map(|first| later(*first, self.settle))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(n: u8) -> Vec<RouteKey> {
+        (0..n).map(|i| RouteKey::new(254, format!("10.244.{i}.0/26").parse().unwrap(), 0, 1024)).collect()
+    }
+
+    #[test]
+    fn at_or_under_the_threshold_everything_passes() {
+        let now = Instant::now();
+        let mut b = MassDeletionBreaker::new(50, Duration::from_secs(30));
+        let v = b.check(keys(5), 10, now);
+        assert_eq!((v.pass.len(), v.held.len(), v.wanted), (5, 0, 5));
+        assert_eq!(b.next_release(), None);
+    }
+
+    #[test]
+    fn over_the_threshold_deletes_wait_for_the_settle_period() {
+        let now = Instant::now();
+        let settle = Duration::from_secs(30);
+        let mut b = MassDeletionBreaker::new(50, settle);
+        let v = b.check(keys(6), 10, now);
+        assert_eq!((v.pass.len(), v.held.len(), v.wanted), (0, 6, 6));
+        assert_eq!(b.next_release(), Some(now + settle));
+        assert_eq!(b.held().count(), 6);
+        let v = b.check(keys(6), 10, now + Duration::from_secs(29));
+        assert_eq!(v.held.len(), 6);
+        let v = b.check(keys(6), 10, now + settle);
+        assert_eq!((v.pass.len(), v.held.len()), (6, 0));
+    }
+
+    #[test]
+    fn a_delete_no_longer_wanted_starts_over() {
+        let now = Instant::now();
+        let settle = Duration::from_secs(30);
+        let mut b = MassDeletionBreaker::new(50, settle);
+        b.check(keys(6), 10, now);
+        // Five of the six are wanted later (still over half of 8): the sixth's hold is gone.
+        b.check(keys(5), 8, now + Duration::from_secs(10));
+        assert_eq!(b.held().count(), 5);
+        let v = b.check(keys(6), 10, now + settle);
+        assert_eq!((v.pass.len(), v.held.len()), (5, 1), "{v:?}");
+        b.forget(&keys(6)[5]);
+        assert_eq!(b.next_release(), Some(now + settle));
+    }
+
+    #[test]
+    fn one_hundred_percent_turns_the_breaker_off() {
+        let mut b = MassDeletionBreaker::new(100, Duration::from_secs(30));
+        let v = b.check(keys(10), 10, Instant::now());
+        assert_eq!((v.pass.len(), v.held.len()), (10, 0));
+    }
+}

@@ -101,3 +101,57 @@ impl Links {
         std::mem::take(&mut self.refresh)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn links() -> Links {
+        let mut l = Links::default();
+        l.replace(&[LinkInfo { index: 2, name: "eth0".into(), up: true }, LinkInfo { index: 3, name: "tunl0".into(), up: false }]);
+        l
+    }
+
+    #[test]
+    fn resolve_by_name_needs_a_known_link_that_is_up() {
+        let l = links();
+        assert_eq!(l.resolve(None), Ok(None));
+        assert_eq!(l.resolve(Some("eth0")), Ok(Some(2)));
+        assert_eq!(l.resolve(Some("tunl0")), Err((ErrorKind::DeviceDown, "tunl0".into())));
+        assert_eq!(l.resolve(Some("vxlan.calico")), Err((ErrorKind::NoDevice, "vxlan.calico".into())));
+        assert!(l.is_up(2) && !l.is_up(3) && !l.is_up(9));
+    }
+
+    #[test]
+    fn updates_say_what_may_have_been_flushed() {
+        let mut l = links();
+        assert!(l.update(2, "eth0", true).is_none(), "nothing changed");
+        let c = l.update(3, "tunl0", true).unwrap();
+        assert!(c.maybe_flushed && c.old_name.is_none());
+        let c = l.update(2, "ens3", true).unwrap();
+        assert!(!c.maybe_flushed, "a rename alone loses nothing");
+        assert_eq!(c.old_name.as_deref(), Some("eth0"));
+        assert_eq!(l.resolve(Some("ens3")), Ok(Some(2)));
+        assert_eq!(l.resolve(Some("eth0")).unwrap_err().0, ErrorKind::NoDevice);
+        assert!(l.update(7, "eth1", true).unwrap().maybe_flushed, "a new link");
+    }
+
+    #[test]
+    fn remove_keeps_a_name_another_link_took() {
+        let mut l = links();
+        l.update(4, "eth0", true);
+        l.remove(2, "eth0");
+        assert_eq!(l.resolve(Some("eth0")), Ok(Some(4)));
+        l.forget_name("eth0");
+        assert_eq!(l.resolve(Some("eth0")).unwrap_err().0, ErrorKind::NoDevice);
+    }
+
+    #[test]
+    fn a_refresh_is_taken_once() {
+        let mut l = links();
+        assert!(!l.take_refresh());
+        l.request_refresh();
+        assert!(l.take_refresh());
+        assert!(!l.take_refresh());
+    }
+}

@@ -123,3 +123,64 @@ impl ResyncTimer {
         self.due = now + backoff(self.failures);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> RouteKey {
+        RouteKey::new(254, "10.244.1.0/26".parse().unwrap(), 0, 1024)
+    }
+
+    #[test]
+    fn backoff_doubles_from_200ms_up_to_30s() {
+        let ms = |f| backoff(f).as_millis();
+        assert_eq!([ms(0), ms(1), ms(2), ms(3), ms(8)], [200, 200, 400, 800, 25_600]);
+        assert_eq!([ms(9), ms(17), ms(u32::MAX)], [30_000, 30_000, 30_000]);
+    }
+
+    #[test]
+    fn later_saturates_instead_of_overflowing() {
+        let now = Instant::now();
+        assert_eq!(later(now, Duration::from_secs(5)), now + Duration::from_secs(5));
+        assert_eq!(later(now, Duration::MAX), now + FAR_FUTURE);
+    }
+
+    #[test]
+    fn retries_back_off_per_key_until_cleared() {
+        let (now, k) = (Instant::now(), key());
+        let mut r = Retries::default();
+        assert!(!r.waiting(&k, now));
+        r.fail(k, now);
+        r.fail(k, now);
+        assert_eq!(r.not_before(&k), Some(now + Duration::from_millis(400)));
+        assert!(r.waiting(&k, now + Duration::from_millis(399)));
+        assert!(!r.waiting(&k, now + Duration::from_millis(400)));
+        r.fail_until(k, now + Duration::from_secs(90));
+        assert_eq!(r.not_before(&k), Some(now + Duration::from_secs(90)));
+        r.fail(k, now);
+        assert_eq!(r.not_before(&k), Some(now + Duration::from_millis(1600)), "fail_until counts as a failure");
+        r.clear(&k);
+        assert_eq!(r.not_before(&k), None);
+    }
+
+    #[test]
+    fn resync_timer_schedule() {
+        let now = Instant::now();
+        let mut t = ResyncTimer::new(now);
+        assert!(t.is_due(now));
+        t.failed(now);
+        t.failed(now);
+        assert_eq!(t.due(), now + Duration::from_millis(400));
+        t.succeeded(now, Duration::from_secs(90));
+        assert_eq!(t.due(), now + Duration::from_secs(90));
+        t.no_later_than(now + Duration::from_secs(100));
+        assert_eq!(t.due(), now + Duration::from_secs(90));
+        t.no_later_than(now + Duration::from_secs(1));
+        assert_eq!(t.due(), now + Duration::from_secs(1));
+        t.request(now);
+        assert!(t.is_due(now));
+        t.failed(now);
+        assert_eq!(t.due(), now + Duration::from_millis(200), "a success resets the failure count");
+    }
+}
