@@ -3,7 +3,8 @@
 
 use super::netlink::NetlinkError;
 
-/// Errors of the dataplane's setup (per-route failures are counted in [`ApplyReport`]).
+/// Errors of the dataplane's setup (per-route failures are counted in
+/// [`ApplyReport`](super::report::ApplyReport)).
 #[derive(Debug, thiserror::Error)]
 pub enum DataplaneError {
     /// Subscribing to rtnetlink multicast groups failed.

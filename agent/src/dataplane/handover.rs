@@ -1,5 +1,5 @@
 //! Ownership handover: when routewarden stops programming a class, its routes go to the new
-//! writer without a gap. [`Handover`] names the new writer (from the plan), [`Handovers`] is the
+//! writer without a gap. [`Handover`] names the new writer (from the plan), `Handovers` is the
 //! reconciler's state machine for each prefix being handed over, and [`HandoverOutcome`] says
 //! how each ended.
 //!
@@ -67,8 +67,8 @@ pub enum HandoverEnd {
     /// The grace period ran out first; ours was deleted anyway.
     GraceExpired,
     /// The new owner uses our protocol and table: the route was left in place for it to adopt
-    /// (the app must add the class's pools to
-    /// [`OwnershipPolicy::disown`](super::policy::OwnershipPolicy::disown)).
+    /// (the app must drop the class's pools from
+    /// [`OwnershipPolicy::owned`](super::policy::OwnershipPolicy::owned)).
     Released,
 }
 

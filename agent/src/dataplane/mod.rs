@@ -4,7 +4,7 @@
 //! ```text
 //!  ClusterRoute (routes::) ──set_desired──> Reconciler ──apply──> RouteNetlink (rtnetlink)
 //!                                              ^   |                 │ replace / create-excl /
-//!  watch_netlink (route+link groups) ──events──┘   └─> ApplyReport   │ delete-by-protocol,
+//!  spawn_watcher (route+link groups) ──events──┘   └─> ApplyReport   │ delete-by-protocol,
 //!                                                      (→ metrics)   │ filtered dumps
 //! ```
 //!
@@ -12,23 +12,34 @@
 //!   conversion from [`ClusterRoute`](crate::routes::ClusterRoute) and the rtnetlink wire
 //!   encoding (dump, write and delete requests; parsing of dump replies and notifications).
 //! - [`policy`]: [`OwnershipPolicy`], the one place that decides which kernel routes are ours.
-//! - [`reconciler`]: [`Reconciler`], Felix routetable's delta tracker + apply + resync.
+//! - [`reconciler`]: [`Reconciler`], Felix routetable's change tracking + apply + resync
+//!   (`reconciler/apply.rs`: the write and delete passes of one apply). Its parts, each a type
+//!   with its own rules:
+//!   - [`handover`]: [`Handover`] in, [`HandoverOutcome`] out, and the handover and step-aside
+//!     state machine between them;
+//!   - `links`: the link cache (ifindex, name, up) that names and resolves route devices;
+//!   - `retry`: per-key backoff after failures and the full-resync schedule;
+//!   - `breaker`: the mass-deletion breaker.
+//! - [`report`]: [`ApplyReport`], what one apply did ([`ErrorKind`]: fixed error kinds).
 //! - [`netlink`]: the [`RouteNetlink`] and [`Clock`] traits and their real implementations.
 //! - [`events`]: [`DataplaneEvent`] and the netlink watcher.
-//! - [`audit`]: compare the kernel with what each owner should have programmed.
-//! - [`run`](mod@run): [`run()`], the task that drives a reconciler from [`DataplaneCommand`]s,
-//!   events and timers.
+//! - [`audit`](mod@audit): compare the kernel with what each owner should have programmed.
+//! - [`driver`]: [`run`], the task that drives a reconciler from [`DataplaneCommand`]s, events
+//!   and timers.
 //! - [`config`]: [`DataplaneConfig`], the settings from flags; [`error`]: [`DataplaneError`].
+//! - [`host_nic`]: finding the host NIC for `--host-device auto`.
 //!
 //! Invariants: a route is deleted only if the policy calls it ours, it is not desired, the
 //! datastore is synced, its prefix is outside frozen ground, the mass-deletion breaker lets it
-//! through, and (on handover) the new owner's route was seen or the grace period ended; deletes carry the route's protocol so a route another writer put at the same key
+//! through, and (on handover) the new owner's route was seen or the grace period ended;
+//! deletes carry the route's protocol so a route another writer put at the same key
 //! meanwhile survives (`ESRCH`). A key not known to hold our route is written create-exclusive,
 //! so a foreign route is never overwritten unless the policy claims it.
 
 pub mod audit;
 mod breaker;
 pub mod config;
+pub mod driver;
 pub mod error;
 pub mod events;
 pub mod handover;
@@ -40,7 +51,6 @@ pub mod policy;
 pub mod reconciler;
 pub mod report;
 mod retry;
-pub mod run;
 
 #[cfg(test)]
 pub(crate) mod fake;
@@ -49,6 +59,7 @@ mod reconciler_tests;
 
 pub use audit::{audit, audit_kernel, AuditFinding, AuditReport, AuditScope, ExpectedRoute, FindingCode, WireguardRoute};
 pub use config::DataplaneConfig;
+pub use driver::{run, DataplaneCommand, DEFAULT_DEBOUNCE};
 pub use error::DataplaneError;
 pub use events::{spawn_watcher, DataplaneEvent, EventDecoder};
 pub use handover::{Handover, HandoverEnd, HandoverOutcome};
@@ -57,4 +68,3 @@ pub use netlink::{Clock, LinkInfo, NetlinkError, RouteNetlink, RouteOp, RtNetlin
 pub use policy::{OwnershipPolicy, Verdict};
 pub use reconciler::Reconciler;
 pub use report::{ApplyReport, ErrorKind};
-pub use run::{run, DataplaneCommand, DEFAULT_DEBOUNCE};

@@ -25,9 +25,9 @@
 //!
 //! The reconciler owns the change tracking (`desired`, `kernel`, `dirty`) and the keys another
 //! writer holds; the rest are parts with their own rules: the handover and step-aside state
-//! ([`Handovers`], `handover.rs`), the link cache ([`Links`], `links.rs`), per-key retries and
-//! the resync schedule ([`Retries`], [`ResyncTimer`], `retry.rs`) and the mass-deletion breaker
-//! ([`MassDeletionBreaker`], `breaker.rs`). The write and delete passes of one apply are in
+//! (`Handovers`, `handover.rs`), the link cache (`Links`, `links.rs`), per-key retries and the
+//! resync schedule (`Retries`, `ResyncTimer`, `retry.rs`) and the mass-deletion breaker
+//! (`MassDeletionBreaker`, `breaker.rs`). The write and delete passes of one apply are in
 //! `reconciler/apply.rs`; what an apply did is an [`ApplyReport`] (`report.rs`).
 //!
 //! Change tracking is not a generic delta tracker like Felix's `felix/deltatracker` (desired

@@ -122,7 +122,7 @@ pub struct ApplyReport {
     pub deletes_already_gone: u64,
     /// Failed writes, deletes and dumps by kind.
     pub errors: BTreeMap<ErrorKind, u64>,
-    /// How many `SetDesired` commands the driver ([`run()`](super::run::run())) had folded in
+    /// How many `SetDesired` commands the driver ([`run`](super::driver::run)) had folded in
     /// before this apply (0: the apply ran on the kernel view alone, before any desired set
     /// arrived).
     pub desired_sets: u64,

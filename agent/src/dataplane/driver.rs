@@ -1,4 +1,4 @@
-//! [`run()`]: the task that drives a [`Reconciler`] from [`DataplaneCommand`]s, netlink
+//! The dataplane's driver, [`run`]: the task that drives a [`Reconciler`] from [`DataplaneCommand`]s, netlink
 //! [`DataplaneEvent`]s and its own timers, and hands every apply's [`ApplyReport`] on.
 
 use std::time::Duration;
@@ -13,7 +13,7 @@ use super::reconciler::Reconciler;
 use super::report::ApplyReport;
 use crate::routes::ClusterRoute;
 
-/// Instructions for [`run()`].
+/// Instructions for [`run`].
 #[derive(Clone, Debug)]
 pub enum DataplaneCommand {
     /// The complete desired route set, and the classes being handed to another writer.
