@@ -93,7 +93,7 @@ async fn cold_start_then_zero_writes_on_resync_and_restart() {
     let rep = r2.apply().await;
     assert_eq!((rep.writes, rep.deletes), (0, 0), "{rep:?}");
     assert!(nl.take_log().is_empty());
-    let c = rep.by_class[&(crate::dataplane::Family::V4, PoolClass::Ipip, RoutePath::Tunnel)];
+    let c = rep.by_class[&(Family::V4, PoolClass::Ipip, RoutePath::Tunnel)];
     assert_eq!((c.desired, c.programmed), (2, 2));
 }
 
