@@ -107,7 +107,8 @@ pub struct ClassCount {
     pub held: usize,
 }
 
-/// What one [`Reconciler::apply`](super::reconciler::Reconciler::apply) did. Plain data: the app turns it into metrics and logs.
+/// What one [`Reconciler::apply`](super::reconciler::Reconciler::apply) did. Plain data: the app
+/// turns it into metrics and logs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ApplyReport {
     /// A full resync (dump) ran.
