@@ -308,7 +308,7 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
                 class: *class,
                 to,
                 protocol: writer_protocol(to, cluster, &config.node, config.protocol),
-                table: crate::dataplane::model::RT_TABLE_MAIN,
+                table: crate::vocabulary::RT_TABLE_MAIN,
                 // BIRD's metric is set by confd's bird.cfg, not known here: a hand-over to BIRD
                 // steps aside (safe at any metric).
                 metric: None,

@@ -31,10 +31,11 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::model::{Family, KernelRoute, RouteKind, RTPROT_BIRD, RTPROT_FELIX, RTPROT_KERNEL, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN};
+use super::kernel_route::{Family, KernelRoute, RouteKind, RT_SCOPE_UNIVERSE};
 use super::netlink::{NetlinkError, RouteNetlink};
 use crate::routes::{ClusterRoute, RouteDevices};
 use crate::vocabulary::{RoutePath, Writer};
+use crate::vocabulary::{RTPROT_BIRD, RTPROT_FELIX, RTPROT_KERNEL, RT_TABLE_MAIN};
 
 /// What one owner should have programmed for one prefix.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -375,7 +376,7 @@ pub async fn audit_kernel<N: RouteNetlink>(nl: &mut N, expected: &[ExpectedRoute
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::model::{RouteKey, RouteTarget};
+    use crate::dataplane::kernel_route::{RouteKey, RouteTarget};
     use crate::routes::RouteOrigin;
     use crate::vocabulary::PoolClass;
 

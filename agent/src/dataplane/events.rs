@@ -18,9 +18,9 @@ use rtnetlink::sys::AsyncSocket;
 use rtnetlink::MulticastGroup;
 use tokio::sync::mpsc;
 
-use super::model::{parse_route, ObservedRoute};
+use super::error::DataplaneError;
+use super::kernel_route::{parse_route, ObservedRoute};
 use super::netlink::link_info;
-use super::DataplaneError;
 
 /// A route or link change seen on the rtnetlink multicast groups.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use ipnet::IpNet;
 use nix::errno::Errno;
 
-use super::model::{Family, ObservedRoute, RouteKey};
+use super::kernel_route::{Family, ObservedRoute, RouteKey};
 use super::netlink::{Clock, LinkInfo, NetlinkError, NetlinkOp, RouteNetlink, RouteOp};
 
 /// A manually advanced clock; clones share the time.

@@ -17,7 +17,7 @@ use rtnetlink::packet_route::RouteNetlinkMessage;
 use rtnetlink::sys::protocols::NETLINK_ROUTE;
 use rtnetlink::sys::{AsyncSocket, AsyncSocketExt, SocketAddr, TokioSocket};
 
-use super::model::{delete_request, dump_request, parse_route, write_request, Family, KernelRoute, ObservedRoute, RouteKey};
+use super::kernel_route::{delete_request, dump_request, parse_route, write_request, Family, KernelRoute, ObservedRoute, RouteKey};
 
 /// Wall-clock source for timers (resync interval, retry backoff, handover grace).
 pub trait Clock: Send {

@@ -23,7 +23,8 @@
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::model::{KernelRoute, RouteKind, RTPROT_BIRD};
+use super::kernel_route::{KernelRoute, RouteKind};
+use crate::vocabulary::RTPROT_BIRD;
 
 /// Which kernel routes are ours. Built from plain data; the app derives it from the
 /// ownership decision (which classes routewarden programs, which BIRD programs, pool CIDRs).
@@ -171,7 +172,7 @@ impl OwnershipPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::model::{RouteKey, RouteTarget, RT_SCOPE_UNIVERSE};
+    use crate::dataplane::kernel_route::{RouteKey, RouteTarget, RT_SCOPE_UNIVERSE};
 
     fn policy() -> OwnershipPolicy {
         OwnershipPolicy {

@@ -22,344 +22,87 @@
 //!   that cannot replace our route at its key (BIRD adds create-exclusive) gets the key freed
 //!   make-before-break: ours is copied to metric+1, then the original deleted ("step aside");
 //!   the copy is the pending handover.
+//!
+//! The reconciler owns the change tracking (`desired`, `kernel`, `dirty`) and the keys another
+//! writer holds; the rest are parts with their own rules: the handover and step-aside state
+//! (`Handovers`, `handover.rs`), the link cache (`Links`, `links.rs`), per-key retries and the
+//! resync schedule (`Retries`, `ResyncTimer`, `retry.rs`) and the mass-deletion breaker
+//! (`MassDeletionBreaker`, `breaker.rs`). The write and delete passes of one apply are in
+//! `reconciler/apply.rs`; what an apply did is an [`ApplyReport`] (`report.rs`).
+//!
+//! Change tracking is not a generic delta tracker like Felix's `felix/deltatracker` (desired
+//! and dataplane maps whose pending updates and deletions follow from comparing the two
+//! values): whether a desired route is in sync depends on more than the two entries — on the
+//! link cache at apply time (the device's ifindex, and whether it is up) and on whether the
+//! kernel entry was re-verified since its link went down or up — and a key that must wait
+//! (its device is down, or its delete waits for the datastore to sync or for frozen ground to
+//! thaw) leaves the `dirty` set on purpose until the event that can change the answer marks
+//! it again, so an apply looks only at keys that may have changed. A tracker whose pending
+//! sets follow from the two maps alone can express neither, so `dirty` is kept by hand.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
 use ipnet::IpNet;
-use nix::errno::Errno;
-use serde::Serialize;
 
+use super::breaker::MassDeletionBreaker;
+use super::config::DataplaneConfig;
 use super::events::DataplaneEvent;
-use super::model::{to_kernel_route, ConversionError, DesiredRoute, Family, KernelRoute, RouteKey, RouteKind, RouteSettings, RTPROT_BIRD};
-use super::netlink::{Clock, LinkInfo, NetlinkError, RouteNetlink, RouteOp};
+use super::handover::{Handover, Handovers};
+use super::kernel_route::{to_kernel_route, ConversionError, DesiredRoute, Family, KernelRoute, RouteKey, RouteSettings};
+use super::links::Links;
+use super::netlink::{Clock, NetlinkError, RouteNetlink};
 use super::policy::{OwnershipPolicy, Verdict};
-use super::DataplaneConfig;
+use super::report::{ApplyReport, ErrorKind};
+use super::retry::{ResyncTimer, Retries};
 use crate::routes::ClusterRoute;
-use crate::vocabulary::{PoolClass, RoutePath, Writer};
+
+mod apply;
 
 /// Attempts of a dump that the kernel marked interrupted (Felix `routeListFilterAttempts`).
 const DUMP_ATTEMPTS: u32 = 5;
-/// First retry delay after a failed write or resync; doubles per failure.
-const BACKOFF_BASE: Duration = Duration::from_millis(200);
-/// Longest retry delay.
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
-/// Error kinds counted in [`ApplyReport::errors`]: fixed, label-safe values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ErrorKind {
-    /// A dump came back `NLM_F_DUMP_INTR` more than the retry budget allows.
-    DumpInterrupted,
-    /// `EEXIST` on create: a route we do not own holds the key.
-    ForeignRouteAtKey,
-    /// The route's device does not exist (by name) or vanished (`ENODEV`).
-    NoDevice,
-    /// The route's device is down (`ENETDOWN`).
-    DeviceDown,
-    /// `ENETUNREACH`: the gateway is not reachable (or the device has no carrier).
-    NetUnreachable,
-    /// No answer within the netlink timeout.
-    Timeout,
-    /// `EPERM`/`EACCES`.
-    Permission,
-    /// `EINVAL` and friends: the kernel refused the route.
-    Invalid,
-    /// A desired cluster route that cannot be converted (no gateway, family mismatch).
-    BadDesiredRoute,
-    /// Anything else (connection lost, other errno).
-    Other,
-}
-
-impl ErrorKind {
-    /// Stable label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            ErrorKind::DumpInterrupted => "dump-interrupted",
-            ErrorKind::ForeignRouteAtKey => "foreign-route-at-key",
-            ErrorKind::NoDevice => "no-device",
-            ErrorKind::DeviceDown => "device-down",
-            ErrorKind::NetUnreachable => "net-unreachable",
-            ErrorKind::Timeout => "timeout",
-            ErrorKind::Permission => "permission",
-            ErrorKind::Invalid => "invalid",
-            ErrorKind::BadDesiredRoute => "bad-desired-route",
-            ErrorKind::Other => "other",
-        }
-    }
-
-    fn of(e: &NetlinkError) -> ErrorKind {
-        match e {
-            NetlinkError::DumpInterrupted { .. } => ErrorKind::DumpInterrupted,
-            NetlinkError::Timeout { .. } => ErrorKind::Timeout,
-            NetlinkError::Connection { .. } => ErrorKind::Other,
-            NetlinkError::Kernel { errno, .. } => match *errno {
-                Errno::EEXIST => ErrorKind::ForeignRouteAtKey,
-                Errno::ENODEV => ErrorKind::NoDevice,
-                Errno::ENETDOWN => ErrorKind::DeviceDown,
-                Errno::ENETUNREACH | Errno::EHOSTUNREACH => ErrorKind::NetUnreachable,
-                Errno::EPERM | Errno::EACCES => ErrorKind::Permission,
-                Errno::EINVAL | Errno::ERANGE | Errno::EAFNOSUPPORT | Errno::EOPNOTSUPP => ErrorKind::Invalid,
-                _ => ErrorKind::Other,
-            },
-        }
-    }
-}
-
-/// A new owner for a class routewarden stops programming: its routes are kept until the new
-/// owner's route for the same prefix (`protocol` in `table`) is seen, at most the grace period.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Handover {
-    /// The class being handed over.
-    pub class: PoolClass,
-    /// Who programs it from now on.
-    pub to: Writer,
-    /// The protocol the new owner's routes carry (Felix 80, BIRD 12).
-    pub protocol: u8,
-    /// The table the new owner writes (254 for Felix and BIRD).
-    pub table: u32,
-    /// The metric of the new owner's routes, when known. A hand-over to BIRD in our route's
-    /// table steps aside (ours moves to metric+1 before BIRD's add) unless this is known to
-    /// differ from our route's metric; `None` (unknown, e.g. set by confd's `bird.cfg`) steps
-    /// aside, which costs two writes and is safe at any BIRD metric.
-    pub metric: Option<u32>,
-}
-
-impl Handover {
-    /// Whether the new owner needs our route's key free: BIRD adds with
-    /// `NLM_F_CREATE|NLM_F_EXCL` and fails with `EEXIST` while our route holds the key
-    /// (Felix replaces; a writer at another metric coexists).
-    fn needs_step_aside(&self, key: &RouteKey) -> bool {
-        self.to == Writer::Bird && self.table == key.table && self.metric.is_none_or(|m| m == key.metric)
-    }
-}
-
-/// How a handover of one prefix ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum HandoverEnd {
-    /// The new owner's route was seen; ours was then deleted.
-    Seen,
-    /// The grace period ran out first; ours was deleted anyway.
-    GraceExpired,
-    /// The new owner uses our protocol and table: the route was left in place for it to adopt
-    /// (the app must add the class's pools to [`OwnershipPolicy::disown`]).
-    Released,
-}
-
-/// One finished handover, for metrics and logs.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct HandoverOutcome {
-    /// The prefix.
-    pub dst: IpNet,
-    /// The new owner.
-    pub to: Writer,
-    /// How it ended.
-    pub end: HandoverEnd,
-    /// From the handover's start until ours was deleted (or released).
-    #[serde(with = "secs_f64")]
-    pub waited: Duration,
-}
-
-mod secs_f64 {
-    use std::time::Duration;
-    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(d.as_secs_f64())
-    }
-}
-
-/// A key we want but a route we do not own holds (reported, never overwritten).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Conflict {
-    /// The contested key.
-    pub key: RouteKey,
-    /// The route we wanted there.
-    pub wanted: String,
-}
-
-/// A foreign-protocol route we overwrote because the policy claims it (e.g. a BIRD leftover on
-/// the tunnel device inside an IPIP pool we own). Always reported (scenario S12).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Overwrite {
-    /// The route that was there (`ip route` form).
-    pub previous: String,
-    /// Why it was ours to overwrite.
-    pub verdict: Verdict,
-}
-
-/// Per class and path: how many routes are desired and how many are in the kernel as desired.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct ClassCount {
-    /// Desired routes.
-    pub desired: usize,
-    /// Desired routes present in the kernel with the desired attributes.
-    pub programmed: usize,
-    /// Desired routes whose key holds another writer's route that we may not overwrite
-    /// (create-exclusive refused): another component programs what we were told to.
-    pub held: usize,
-}
-
-/// What one [`Reconciler::apply`] did. Plain data: the app turns it into metrics and logs.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct ApplyReport {
-    /// A full resync (dump) ran.
-    pub resynced: bool,
-    /// The resync failed (apply stopped there).
-    pub resync_failed: bool,
-    /// Routes written (replace or create) successfully.
-    pub writes: u64,
-    /// Routes deleted successfully.
-    pub deletes: u64,
-    /// Deletes answered `ESRCH` (already gone, or replaced by another writer meanwhile).
-    pub deletes_already_gone: u64,
-    /// Failed writes, deletes and dumps by kind.
-    pub errors: BTreeMap<ErrorKind, u64>,
-    /// How many `SetDesired` commands the driver ([`super::run`]) had folded in before this
-    /// apply (0: the apply ran on the kernel view alone, before any desired set arrived).
-    pub desired_sets: u64,
-    /// Route writes (replace or create) the kernel refused in this apply.
-    pub write_errors: u64,
-    /// Route deletes the kernel refused in this apply (`ESRCH` is not an error).
-    pub delete_errors: u64,
-    /// Deletes held back because the datastore view is not synced (scenario S10), an input
-    /// never loaded, or this node's Node is missing.
-    pub deletes_deferred_unsynced: usize,
-    /// Deletes held back because their prefix is in frozen ground (a broken object or input
-    /// mentions it, or an invalid IP pool covers it).
-    pub deletes_deferred_frozen: usize,
-    /// Deletes held back by the mass-deletion breaker in this apply.
-    pub deletes_held_mass: usize,
-    /// The breaker is holding deletes: (deletes wanted, routes of ours) when it engaged.
-    pub mass_deletion: Option<(usize, usize)>,
-    /// Deletes held back during a handover grace period.
-    pub deletes_deferred_handover: usize,
-    /// Desired routes waiting for their device (missing or down).
-    pub waiting_for_device: BTreeMap<String, usize>,
-    /// Keys found held by a route we do not own in this apply (each reported once per hold;
-    /// `ClassCount::held` counts them every apply).
-    pub conflicts: Vec<Conflict>,
-    /// Foreign routes overwritten by claim.
-    pub overwrote: Vec<Overwrite>,
-    /// Handovers that finished.
-    pub handovers: Vec<HandoverOutcome>,
-    /// Per class, per path counts (after this apply).
-    pub by_class: BTreeMap<(Family, PoolClass, RoutePath), ClassCount>,
-    /// Routes of ours in the kernel (after this apply).
-    pub kernel_routes: usize,
-    /// Keys still not converged (will be retried).
-    pub pending: usize,
-    /// Duration of the resync dump, if one ran.
-    #[serde(with = "opt_secs")]
-    pub resync_duration: Option<Duration>,
-    /// Wall time of the whole apply.
-    #[serde(with = "secs_f64")]
-    pub duration: Duration,
-    /// Human-readable error messages of this apply (at most 20; counts are in `errors`).
-    pub error_messages: Vec<String>,
-}
-
-mod opt_secs {
-    use std::time::Duration;
-    #[expect(clippy::ref_option, reason = "serde's `with` passes a reference to the field")]
-    pub fn serialize<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-        match d {
-            Some(d) => s.serialize_some(&d.as_secs_f64()),
-            None => s.serialize_none(),
-        }
-    }
-}
-
-impl ApplyReport {
-    fn error(&mut self, kind: ErrorKind, msg: impl FnOnce() -> String) {
-        *self.errors.entry(kind).or_default() += 1;
-        if self.error_messages.len() < 20 {
-            self.error_messages.push(msg());
-        }
-    }
-
-    /// Total errors of any kind.
-    pub fn error_count(&self) -> u64 {
-        self.errors.values().sum()
-    }
-}
-
+/// A route of ours in the kernel, as the reconciler last saw or wrote it.
 #[derive(Clone, Debug)]
 struct KernelEntry {
     /// The route with its device named at observation time (renames update it).
     route: KernelRoute,
+    /// Its output device's ifindex.
     oif: Option<u32>,
     /// Attributes we never write are present.
     extra: bool,
     /// False after the route's link went down/up: the kernel may have flushed it silently
     /// (IPv4), so it is re-written with a replace even if it looks equal.
     verified: bool,
+    /// Why the policy calls it ours (reported when a write overwrites a foreign protocol).
     verdict: Verdict,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Retry {
-    failures: u32,
-    not_before: Instant,
-}
-
-#[derive(Clone, Debug)]
-struct PendingHandover {
-    to: Writer,
-    protocol: u8,
-    table: u32,
-    started: Instant,
-    deadline: Instant,
-    seen: bool,
-    checked: bool,
-    /// Our route is still at its original key and must first be copied to metric+1 (then the
-    /// pending handover moves to the copy's key).
-    step_aside: bool,
-}
-
-/// The key one metric below in priority (`metric + 1`) where a route steps aside, if any.
-fn step_aside_key(key: &RouteKey) -> Option<RouteKey> {
-    key.metric.checked_add(1).map(|metric| RouteKey { metric, ..*key })
-}
-
-/// About a year (2^25 s): "never" for timers, without overflowing `Instant`.
-const FAR_FUTURE: Duration = Duration::from_secs(1 << 25);
-
-/// `now + d`, saturating at [`FAR_FUTURE`] instead of overflowing `Instant`.
-fn later(now: Instant, d: Duration) -> Instant {
-    now.checked_add(d).unwrap_or_else(|| now + FAR_FUTURE)
-}
-
-fn backoff(failures: u32) -> Duration {
-    let shift = failures.saturating_sub(1).min(16);
-    BACKOFF_BASE.saturating_mul(1 << shift).min(BACKOFF_MAX)
 }
 
 /// The route reconciler. `N` talks to the kernel, `C` tells the time.
 pub struct Reconciler<N, C> {
     config: DataplaneConfig,
+    /// Protocol, metric, table and devices of the routes we write.
     settings: RouteSettings,
     policy: OwnershipPolicy,
     nl: N,
     clock: C,
+    /// What we want in the kernel (the last desired set).
     desired: BTreeMap<RouteKey, DesiredRoute>,
+    /// What we believe is in the kernel: routes the policy calls ours only.
     kernel: BTreeMap<RouteKey, KernelEntry>,
+    /// Keys the next apply looks at (desired and kernel state may differ there).
     dirty: BTreeSet<RouteKey>,
-    retries: HashMap<RouteKey, Retry>,
+    retries: Retries,
+    /// Keys a route we may not overwrite holds, each with whether the hold was reported.
     blocked: BTreeMap<RouteKey, bool>,
-    handovers: BTreeMap<RouteKey, PendingHandover>,
-    released: Vec<HandoverOutcome>,
+    handovers: Handovers,
+    /// Desired routes that could not be converted (reported by every apply).
     bad_desired: Vec<ConversionError>,
-    links_by_index: HashMap<u32, LinkInfo>,
-    links_by_name: HashMap<String, u32>,
-    resync_due: Instant,
-    resync_failures: u32,
+    links: Links,
+    resync: ResyncTimer,
+    /// Whether the datastore view is complete (no deletes while false).
     datastore_synced: bool,
-    refresh_links: bool,
-    /// Deletes held by the mass-deletion breaker, with the time each was first wanted.
-    mass_held: BTreeMap<RouteKey, Instant>,
-    /// Original keys whose step-aside copy is in: their delete completes a make-before-break
-    /// and is never held.
-    stepped: BTreeSet<RouteKey>,
+    breaker: MassDeletionBreaker,
 }
 
 impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
@@ -369,6 +112,9 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         let now = clock.now();
         Reconciler {
             settings: config.route_settings(),
+            resync: ResyncTimer::new(now),
+            breaker: MassDeletionBreaker::new(config.mass_deletion_percent, config.settle),
+            handovers: Handovers::new(config.handover_grace),
             config,
             policy,
             nl,
@@ -376,19 +122,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             desired: BTreeMap::new(),
             kernel: BTreeMap::new(),
             dirty: BTreeSet::new(),
-            retries: HashMap::new(),
+            retries: Retries::default(),
             blocked: BTreeMap::new(),
-            handovers: BTreeMap::new(),
-            released: Vec::new(),
             bad_desired: Vec::new(),
-            links_by_index: HashMap::new(),
-            links_by_name: HashMap::new(),
-            resync_due: now,
-            resync_failures: 0,
+            links: Links::default(),
             datastore_synced: false,
-            refresh_links: false,
-            mass_held: BTreeMap::new(),
-            stepped: BTreeSet::new(),
         }
     }
 
@@ -433,7 +171,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
 
     /// Ask for a full resync on the next apply.
     pub fn request_resync(&mut self) {
-        self.resync_due = self.clock.now();
+        self.resync.request(self.clock.now());
     }
 
     /// Set the complete desired route set. Records deltas only; no I/O.
@@ -476,36 +214,20 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 // Same protocol and table: the new owner adopts our route in place.
                 self.kernel.remove(&key);
                 self.dirty.remove(&key);
-                self.released.push(HandoverOutcome { dst: key.dst, to: h.to, end: HandoverEnd::Released, waited: Duration::ZERO });
+                self.handovers.release(&key, h.to);
             } else {
-                self.handovers.insert(
-                    key,
-                    PendingHandover {
-                        to: h.to,
-                        protocol: h.protocol,
-                        table: h.table,
-                        started: now,
-                        deadline: later(now, self.config.handover_grace),
-                        seen: false,
-                        checked: false,
-                        step_aside: h.needs_step_aside(&key),
-                    },
-                );
+                self.handovers.begin(key, h, now);
             }
         }
         // Added or changed keys.
         for (key, d) in next {
-            self.handovers.remove(&key);
             // A prefix we program again: a stepped-aside copy of it goes once the new route is
             // in (plan_deletes holds it if that write fails).
-            if let Some(copy) = step_aside_key(&key) {
-                if let Some(h) = self.handovers.get_mut(&copy) {
-                    h.deadline = now;
-                    self.dirty.insert(copy);
-                }
+            if let Some(copy) = self.handovers.resume(&key, now) {
+                self.dirty.insert(copy);
             }
             if self.desired.get(&key) != Some(&d) {
-                self.retries.remove(&key);
+                self.retries.clear(&key);
                 self.dirty.insert(key);
                 self.desired.insert(key, d);
             }
@@ -519,13 +241,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 if route.cloned {
                     return;
                 }
-                let named = self.name(route);
-                for (key, h) in &mut self.handovers {
-                    if !h.seen && key.dst == named.key.dst && h.protocol == named.target.protocol && h.table == named.key.table {
-                        h.seen = true;
-                        self.dirty.insert(*key);
-                    }
-                }
+                let named = self.links.name(route);
+                self.dirty.extend(self.handovers.route_seen(&named.key.dst, named.target.protocol, named.key.table));
                 let verdict = self.policy.verdict(&named);
                 let key = named.key;
                 if verdict.is_ours() {
@@ -546,23 +263,20 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     self.dirty.insert(key);
                 }
                 if self.blocked.remove(&key).is_some() {
-                    self.retries.remove(&key);
+                    self.retries.clear(&key);
                     self.dirty.insert(key);
                 }
             }
             DataplaneEvent::LinkUp { index, name } => self.link_changed(*index, name, true),
             DataplaneEvent::LinkDown { index, name } => self.link_changed(*index, name, false),
             DataplaneEvent::LinkRenamed { index, old, new } => {
-                self.links_by_name.remove(old);
-                let up = self.links_by_index.get(index).is_some_and(|l| l.up);
+                self.links.forget_name(old);
+                let up = self.links.is_up(*index);
                 self.link_changed(*index, new, up);
                 self.mark_device_dirty(old);
             }
             DataplaneEvent::LinkRemoved { index, name } => {
-                self.links_by_index.remove(index);
-                if self.links_by_name.get(name) == Some(index) {
-                    self.links_by_name.remove(name);
-                }
+                self.links.remove(*index, name);
                 // The kernel removes every route through a device that goes away.
                 let gone: Vec<RouteKey> = self.kernel.iter().filter(|(_, e)| e.oif == Some(*index)).map(|(k, _)| *k).collect();
                 for k in gone {
@@ -576,75 +290,53 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     }
 
     fn link_changed(&mut self, index: u32, name: &str, up: bool) {
-        let prev = self.links_by_index.get(&index).cloned();
-        if prev.as_ref().is_some_and(|p| p.name == name && p.up == up) {
-            // Nothing we care about changed (the watcher reports a link it had not seen yet).
+        let Some(change) = self.links.update(index, name, up) else {
             return;
+        };
+        if let Some(old) = &change.old_name {
+            self.mark_device_dirty(old);
         }
-        // A link that went down or came back up may have lost its IPv4 routes without a
-        // notification: re-verify them with a replace. A rename alone loses nothing.
-        let maybe_flushed = prev.as_ref().is_none_or(|p| p.up != up);
-        if let Some(old) = &prev {
-            if old.name != name && self.links_by_name.get(&old.name) == Some(&index) {
-                let old_name = old.name.clone();
-                self.links_by_name.remove(&old_name);
-                self.mark_device_dirty(&old_name);
-            }
-        }
-        self.links_by_index.insert(index, LinkInfo { index, name: name.to_string(), up });
-        self.links_by_name.insert(name.to_string(), index);
         // Routes through this link: renamed device, or possibly flushed without notification
         // (IPv4 on down); re-verify them with a replace.
         for (k, e) in &mut self.kernel {
             if e.oif == Some(index) {
                 e.route.target.device = Some(name.to_string());
-                e.verified &= !maybe_flushed;
+                e.verified &= !change.maybe_flushed;
                 self.dirty.insert(*k);
             }
         }
         self.mark_device_dirty(name);
     }
 
-    fn set_links(&mut self, links: &[LinkInfo]) {
-        self.links_by_index = links.iter().map(|l| (l.index, l.clone())).collect();
-        self.links_by_name = links.iter().map(|l| (l.name.clone(), l.index)).collect();
-    }
-
     fn mark_device_dirty(&mut self, name: &str) {
         for (k, d) in &self.desired {
             if d.route.target.device.as_deref() == Some(name) {
-                self.retries.remove(k);
+                self.retries.clear(k);
                 self.dirty.insert(*k);
             }
         }
     }
 
-    fn name(&self, r: &super::model::ObservedRoute) -> KernelRoute {
-        r.named(|i| self.links_by_index.get(&i).map(|l| l.name.clone()))
-    }
-
     /// Whether an apply has work: dirty keys whose retry time has come, or a due resync.
     pub fn needs_apply(&self) -> bool {
         let now = self.clock.now();
-        now >= self.resync_due || self.dirty.iter().any(|k| self.retries.get(k).is_none_or(|r| r.not_before <= now))
+        self.resync.is_due(now) || self.dirty.iter().any(|k| !self.retries.waiting(k, now))
     }
 
     /// When [`apply`](Self::apply) should run next if nothing else happens: the resync timer,
     /// the earliest retry, or the earliest handover deadline.
     pub fn next_wakeup(&self) -> Instant {
-        let mut t = self.resync_due;
+        let mut t = self.resync.due();
         for k in &self.dirty {
-            if let Some(r) = self.retries.get(k) {
-                t = t.min(r.not_before);
+            if let Some(at) = self.retries.not_before(k) {
+                t = t.min(at);
             }
         }
-        for h in self.handovers.values() {
-            if !h.seen {
-                t = t.min(h.deadline);
-            }
+        if let Some(deadline) = self.handovers.next_deadline() {
+            t = t.min(deadline);
         }
-        if let Some(first) = self.mass_held.values().min() {
-            t = t.min(later(*first, self.config.settle));
+        if let Some(release) = self.breaker.next_release() {
+            t = t.min(release);
         }
         t
     }
@@ -660,7 +352,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     async fn full_resync(&mut self, report: &mut ApplyReport) -> Result<(), NetlinkError> {
         let started = self.clock.now();
         let links = self.nl.dump_links().await?;
-        self.set_links(&links);
+        self.links.replace(&links);
         let mut fresh: BTreeMap<RouteKey, KernelEntry> = BTreeMap::new();
         for family in [Family::V4, Family::V6] {
             for protocol in self.policy.dump_protocols() {
@@ -676,7 +368,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     }
                 };
                 for r in routes.iter().filter(|r| !r.cloned) {
-                    let named = self.name(r);
+                    let named = self.links.name(r);
                     let verdict = self.policy.verdict(&named);
                     if verdict.is_ours() {
                         fresh.insert(named.key, KernelEntry { route: named, oif: r.oif, extra: r.extra, verified: true, verdict });
@@ -688,7 +380,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // by a new policy): retry it at once.
         for k in fresh.keys() {
             if self.blocked.remove(k).is_some() {
-                self.retries.remove(k);
+                self.retries.clear(k);
             }
         }
         // Mark and sweep: everything desired or found is re-examined by the apply.
@@ -703,476 +395,29 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     }
 
     /// Routes of ours at our metric+1 that nothing desires are step-aside copies left by a
-    /// hand-over to BIRD that an earlier run (or an earlier apply) did not finish: keep each
-    /// as a pending handover to BIRD (deleted once BIRD's route for the prefix is seen, at most
-    /// `handover_grace` from now) instead of deleting it at once, which would leave the
-    /// prefix without a route until BIRD's next scan.
+    /// hand-over to BIRD that an earlier run (or an earlier apply) did not finish: each becomes
+    /// a pending handover to BIRD ([`Handovers::adopt_step_aside_copy`]).
     fn adopt_stepped_aside(&mut self) {
         let Some(metric) = self.settings.metric.checked_add(1) else {
             return;
         };
         let now = self.clock.now();
         for (key, e) in &self.kernel {
-            if key.metric != metric || e.route.target.protocol != self.policy.protocol || self.desired.contains_key(key) || self.handovers.contains_key(key) {
-                continue;
+            if key.metric == metric && e.route.target.protocol == self.policy.protocol && !self.desired.contains_key(key) {
+                self.handovers.adopt_step_aside_copy(*key, now);
             }
-            self.handovers.insert(
-                *key,
-                PendingHandover {
-                    to: Writer::Bird,
-                    protocol: RTPROT_BIRD,
-                    table: key.table,
-                    started: now,
-                    deadline: later(now, self.config.handover_grace),
-                    seen: false,
-                    checked: false,
-                    step_aside: false,
-                },
-            );
         }
     }
 
     /// Check pending handovers against the kernel once (the new owner may have been there
-    /// before we started to hand over).
+    /// before we started to hand over). A failed dump is checked again on the next apply.
     async fn check_handovers(&mut self) {
-        let mut wanted: BTreeSet<(Family, u32, u8)> = BTreeSet::new();
-        for (k, h) in &self.handovers {
-            if !h.checked {
-                wanted.insert((k.family, h.table, h.protocol));
-            }
-        }
-        for (family, table, protocol) in wanted {
+        for (family, table, protocol) in self.handovers.unchecked() {
             let Ok(routes) = self.nl.dump_routes(family, table, protocol).await else {
                 continue;
             };
             let dsts: BTreeSet<IpNet> = routes.iter().filter(|r| !r.cloned).map(|r| r.key.dst).collect();
-            for (k, h) in &mut self.handovers {
-                if k.family == family && h.table == table && h.protocol == protocol {
-                    h.checked = true;
-                    if dsts.contains(&k.dst) {
-                        h.seen = true;
-                        self.dirty.insert(*k);
-                    }
-                }
-            }
+            self.dirty.extend(self.handovers.checked(family, table, protocol, &dsts));
         }
-    }
-
-    fn resolve(&self, device: Option<&str>) -> Result<Option<u32>, (ErrorKind, String)> {
-        let Some(name) = device else { return Ok(None) };
-        let Some(index) = self.links_by_name.get(name) else {
-            return Err((ErrorKind::NoDevice, name.to_string()));
-        };
-        match self.links_by_index.get(index) {
-            Some(l) if l.up => Ok(Some(*index)),
-            _ => Err((ErrorKind::DeviceDown, name.to_string())),
-        }
-    }
-
-    fn in_sync(d: &KernelRoute, oif: Option<u32>, k: &KernelEntry) -> bool {
-        let (dt, kt) = (&d.target, &k.route.target);
-        k.verified
-            && !k.extra
-            && dt.kind == kt.kind
-            && dt.protocol == kt.protocol
-            && dt.scope == kt.scope
-            && match dt.kind {
-                RouteKind::Blackhole => true,
-                _ => dt.gateway == kt.gateway && dt.onlink == kt.onlink && oif == k.oif,
-            }
-    }
-
-    fn fail(&mut self, key: RouteKey) {
-        let now = self.clock.now();
-        let failures = self.retries.get(&key).map_or(0, |r| r.failures) + 1;
-        self.retries.insert(key, Retry { failures, not_before: now + backoff(failures) });
-    }
-
-    /// Do the netlink work: resync if due, then writes, then deletes. Never fails as a whole;
-    /// everything that went wrong is in the report and is retried later.
-    pub async fn apply(&mut self) -> ApplyReport {
-        let started = self.clock.now();
-        let mut report = ApplyReport::default();
-        for e in &self.bad_desired {
-            report.error(ErrorKind::BadDesiredRoute, || e.to_string());
-        }
-        if started >= self.resync_due {
-            match self.full_resync(&mut report).await {
-                Ok(()) => {
-                    self.resync_failures = 0;
-                    self.resync_due = later(self.clock.now(), self.config.resync_interval);
-                }
-                Err(e) => {
-                    self.resync_failures += 1;
-                    self.resync_due = self.clock.now() + backoff(self.resync_failures);
-                    report.resync_failed = true;
-                    report.error(ErrorKind::of(&e), || e.to_string());
-                    self.finish_report(&mut report, started);
-                    return report;
-                }
-            }
-        }
-        if std::mem::take(&mut self.refresh_links) && !report.resynced {
-            match self.nl.dump_links().await {
-                Ok(links) => self.set_links(&links),
-                Err(e) => report.error(ErrorKind::of(&e), || e.to_string()),
-            }
-        }
-        if self.handovers.values().any(|h| !h.checked) {
-            self.check_handovers().await;
-        }
-        let now = self.clock.now();
-        // Deletes the breaker held come back for another look.
-        self.dirty.extend(self.mass_held.keys().copied());
-        // Pass 1: writes. Pass 2: deletes, after the new routes are in.
-        let (mut writes, delete_candidates) = self.plan(now, &mut report);
-        let step_asides = self.plan_step_asides(&delete_candidates, now);
-        writes.extend(step_asides.iter().map(|(op, _)| op.clone()));
-        let results = if writes.is_empty() { Vec::new() } else { self.nl.execute(&writes).await };
-        let failed_dsts = self.record_writes(&writes, results, &step_asides, now, &mut report);
-        let deletes = self.plan_deletes(delete_candidates, &failed_dsts, now, &mut report);
-        let results = if deletes.is_empty() { Vec::new() } else { self.nl.execute(&deletes).await };
-        self.record_deletes(&deletes, results, &mut report);
-        self.finish_handovers(&mut report);
-        report.handovers.append(&mut self.released);
-        self.finish_report(&mut report, started);
-        report
-    }
-
-    /// Sort the dirty keys into writes (desired, not in sync) and delete candidates (ours,
-    /// not desired); drop keys that need nothing.
-    fn plan(&mut self, now: Instant, report: &mut ApplyReport) -> (Vec<RouteOp>, Vec<RouteKey>) {
-        let mut writes: Vec<RouteOp> = Vec::new();
-        let mut delete_candidates: Vec<RouteKey> = Vec::new();
-        let dirty: Vec<RouteKey> = self.dirty.iter().copied().collect();
-        for key in dirty {
-            if self.retries.get(&key).is_some_and(|r| r.not_before > now) {
-                continue;
-            }
-            match (self.desired.get(&key), self.kernel.get(&key)) {
-                (Some(d), k) => {
-                    let oif = match self.resolve(d.route.target.device.as_deref()) {
-                        Ok(oif) => oif,
-                        Err((kind, name)) => {
-                            *report.waiting_for_device.entry(name.clone()).or_default() += 1;
-                            if kind == ErrorKind::NoDevice {
-                                // Missing device (e.g. no tunl0 yet): reported, retried with
-                                // backoff; the retry refreshes the link list.
-                                report.error(kind, || format!("route {key}: device {name} does not exist"));
-                                self.refresh_links = true;
-                                self.fail(key);
-                            } else {
-                                // Down: the link-up event (or the next resync) marks it again.
-                                self.dirty.remove(&key);
-                            }
-                            continue;
-                        }
-                    };
-                    if k.is_some_and(|k| Self::in_sync(&d.route, oif, k)) {
-                        self.dirty.remove(&key);
-                        self.retries.remove(&key);
-                        continue;
-                    }
-                    writes.push(RouteOp::Write { route: d.route.clone(), oif, exclusive: k.is_none() });
-                }
-                (None, Some(_)) => delete_candidates.push(key),
-                (None, None) => {
-                    self.dirty.remove(&key);
-                    self.retries.remove(&key);
-                }
-            }
-        }
-        (writes, delete_candidates)
-    }
-
-    /// Step-aside writes for delete candidates whose pending handover needs our route's key
-    /// free: a create-exclusive copy at metric+1 (same table, dst, tos and target), each with
-    /// the original key it stands in for. The original is deleted only after its copy is in,
-    /// also while other deletes are held (the prefix stays routed by the copy).
-    fn plan_step_asides(&self, candidates: &[RouteKey], now: Instant) -> Vec<(RouteOp, RouteKey)> {
-        let mut ops = Vec::new();
-        for key in candidates {
-            let Some(h) = self.handovers.get(key) else {
-                continue;
-            };
-            // Not held while deletions are (an unsettled or unsynced view): the prefix keeps
-            // our route at metric+1, so stepping aside loses nothing.
-            if !h.step_aside || h.seen || now >= h.deadline {
-                continue;
-            }
-            let (Some(copy), Some(k)) = (step_aside_key(key), self.kernel.get(key)) else {
-                continue;
-            };
-            if self.kernel.contains_key(&copy) || self.desired.contains_key(&copy) || self.handovers.contains_key(&copy) {
-                continue;
-            }
-            let route = KernelRoute { key: copy, target: k.route.target.clone() };
-            ops.push((RouteOp::Write { route, oif: k.oif, exclusive: true }, *key));
-        }
-        ops
-    }
-
-    /// Fold a step-aside write's result in. Written: the copy is ours in the kernel and the
-    /// pending handover moves to its key (the original becomes an ordinary delete). Failed:
-    /// the original stays (its prefix is in the returned failures); an `EEXIST` (something
-    /// holds metric+1) gives up stepping aside, other errors retry with backoff.
-    fn record_step_aside(
-        &mut self,
-        original: RouteKey,
-        route: &KernelRoute,
-        oif: Option<u32>,
-        res: Result<(), NetlinkError>,
-        report: &mut ApplyReport,
-    ) -> bool {
-        match res {
-            Ok(()) => {
-                report.writes += 1;
-                let entry = KernelEntry { route: route.clone(), oif, extra: false, verified: true, verdict: Verdict::OursByProtocol };
-                self.kernel.insert(route.key, entry);
-                if let Some(mut h) = self.handovers.remove(&original) {
-                    h.step_aside = false;
-                    self.handovers.insert(route.key, h);
-                }
-                self.stepped.insert(original);
-                self.dirty.insert(route.key);
-                self.retries.remove(&original);
-                true
-            }
-            Err(e) => {
-                if e.errno() == Some(Errno::EEXIST) {
-                    if let Some(h) = self.handovers.get_mut(&original) {
-                        h.step_aside = false;
-                    }
-                } else {
-                    self.fail(original);
-                }
-                report.error(ErrorKind::of(&e), || format!("step aside of {original}: {e}"));
-                report.write_errors += 1;
-                false
-            }
-        }
-    }
-
-    /// Fold write results into the kernel view; returns the (table, dst) pairs whose write
-    /// failed (their old routes must stay).
-    fn record_writes(
-        &mut self,
-        writes: &[RouteOp],
-        results: Vec<Result<(), NetlinkError>>,
-        step_asides: &[(RouteOp, RouteKey)],
-        now: Instant,
-        report: &mut ApplyReport,
-    ) -> BTreeSet<(u32, IpNet)> {
-        let mut failed_dsts = BTreeSet::new();
-        let stepping: HashMap<RouteKey, RouteKey> = step_asides.iter().map(|(op, original)| (*op.key(), *original)).collect();
-        for (op, res) in writes.iter().zip(results) {
-            let RouteOp::Write { route, oif, exclusive } = op else {
-                continue;
-            };
-            let key = route.key;
-            if let Some(original) = stepping.get(&key) {
-                if !self.record_step_aside(*original, route, *oif, res, report) {
-                    failed_dsts.insert((key.table, key.dst));
-                }
-                continue;
-            }
-            match res {
-                Ok(()) => {
-                    report.writes += 1;
-                    if let Some(prev) = self.kernel.get(&key) {
-                        if prev.route.target.protocol != route.target.protocol {
-                            report.overwrote.push(Overwrite { previous: prev.route.to_string(), verdict: prev.verdict });
-                        }
-                    }
-                    let entry = KernelEntry { route: route.clone(), oif: *oif, extra: false, verified: true, verdict: Verdict::OursByProtocol };
-                    self.kernel.insert(key, entry);
-                    self.dirty.remove(&key);
-                    self.retries.remove(&key);
-                    self.blocked.remove(&key);
-                }
-                Err(e) => {
-                    let kind = ErrorKind::of(&e);
-                    failed_dsts.insert((key.table, key.dst));
-                    let held = *exclusive && e.errno() == Some(Errno::EEXIST);
-                    // A retry of a key already reported held is not another error: the hold
-                    // is one event, counted once (the held gauge says it meanwhile), so a
-                    // long hold pages as RoutesHeldByOtherWriter, not also as
-                    // RouteProgrammingErrors.
-                    let mut counted = true;
-                    if held {
-                        // Reported once per hold (until the holder's route goes or becomes
-                        // ours); the held count says it meanwhile.
-                        let reported = self.blocked.entry(key).or_insert(false);
-                        counted = !*reported;
-                        if !*reported {
-                            *reported = true;
-                            report.conflicts.push(Conflict { key, wanted: route.to_string() });
-                            // First time: maybe the route is ours after all (written
-                            // meanwhile); a resync tells.
-                            self.resync_due = self.resync_due.min(now);
-                        }
-                    } else if matches!(kind, ErrorKind::NoDevice | ErrorKind::DeviceDown | ErrorKind::Other | ErrorKind::Timeout) {
-                        // Our view of links or of the socket is stale: resync soon.
-                        self.resync_due = self.resync_due.min(now + backoff(1));
-                    }
-                    if counted {
-                        report.error(kind, || e.to_string());
-                        report.write_errors += 1;
-                    }
-                    if held {
-                        // Another writer's route holds the key: its removal (an event) frees
-                        // it at once; otherwise look again at the resync interval, not
-                        // every backoff step (issue 19).
-                        let failures = self.retries.get(&key).map_or(0, |r| r.failures) + 1;
-                        self.retries.insert(key, Retry { failures, not_before: now + self.config.resync_interval.max(backoff(1)) });
-                    } else {
-                        self.fail(key);
-                    }
-                }
-            }
-        }
-        failed_dsts
-    }
-
-    /// The deletes that may go out now: datastore synced, outside frozen ground, the prefix's
-    /// replacement did not fail, no handover grace pending, and past the mass-deletion
-    /// breaker.
-    fn plan_deletes(&mut self, candidates: Vec<RouteKey>, failed_dsts: &BTreeSet<(u32, IpNet)>, now: Instant, report: &mut ApplyReport) -> Vec<RouteOp> {
-        let mut handed_over = Vec::new();
-        let mut plain = Vec::new();
-        for key in candidates {
-            if failed_dsts.contains(&(key.table, key.dst)) {
-                // The replacement for this prefix failed: keep the old route (no hole).
-                continue;
-            }
-            if self.stepped.contains(&key) && !self.desired.contains_key(&key) {
-                // Our copy at metric+1 is in: the original goes (make before break).
-                handed_over.push(key);
-                continue;
-            }
-            if let Some(h) = self.handovers.get(&key) {
-                if h.seen {
-                    // The new owner's route for the prefix is in the kernel: deleting ours
-                    // leaves the prefix routed whatever the datastore says now.
-                    handed_over.push(key);
-                    continue;
-                }
-                if now < h.deadline {
-                    report.deletes_deferred_handover += 1;
-                    continue;
-                }
-            }
-            if !self.datastore_synced {
-                report.deletes_deferred_unsynced += 1;
-                self.dirty.remove(&key); // re-marked when the datastore syncs
-                continue;
-            }
-            if self.is_frozen(&key.dst) {
-                report.deletes_deferred_frozen += 1;
-                self.dirty.remove(&key); // re-marked when the frozen ground changes
-                continue;
-            }
-            if self.handovers.contains_key(&key) {
-                // The grace period ended without the new owner: deliberate, waited for.
-                handed_over.push(key);
-                continue;
-            }
-            if self.kernel.contains_key(&key) {
-                plain.push(key);
-            }
-        }
-        let plain = self.mass_deletion_breaker(plain, now, report);
-        handed_over
-            .into_iter()
-            .chain(plain)
-            .filter_map(|key| self.kernel.get(&key).map(|k| RouteOp::Delete { key, protocol: k.route.target.protocol }))
-            .collect()
-    }
-
-    /// The breaker: when `deletes` is more than the threshold share of our routes in the
-    /// kernel, only the deletes wanted continuously for the settle period go out; the rest
-    /// are held (and looked at again at the earliest release time).
-    fn mass_deletion_breaker(&mut self, deletes: Vec<RouteKey>, now: Instant, report: &mut ApplyReport) -> Vec<RouteKey> {
-        let wanted: BTreeSet<RouteKey> = deletes.iter().copied().collect();
-        // A delete that is not wanted any more (the route came back into the desired set)
-        // starts over if it is wanted again.
-        self.mass_held.retain(|k, _| wanted.contains(k));
-        let ours = self.kernel.len();
-        let percent = usize::from(self.config.mass_deletion_percent);
-        let over = ours > 0 && percent < 100 && deletes.len().saturating_mul(100) > percent.saturating_mul(ours);
-        if !over {
-            self.mass_held.clear();
-            return deletes;
-        }
-        let settle = self.config.settle;
-        let mut out = Vec::new();
-        for key in deletes {
-            let since = *self.mass_held.entry(key).or_insert(now);
-            if now.saturating_duration_since(since) >= settle {
-                out.push(key);
-            } else {
-                report.deletes_held_mass += 1;
-                self.dirty.remove(&key); // back at the release time (next_wakeup)
-            }
-        }
-        if report.deletes_held_mass > 0 {
-            report.mass_deletion = Some((wanted.len(), ours));
-        }
-        out
-    }
-
-    fn record_deletes(&mut self, deletes: &[RouteOp], results: Vec<Result<(), NetlinkError>>, report: &mut ApplyReport) {
-        for (op, res) in deletes.iter().zip(results) {
-            let key = *op.key();
-            match res {
-                Ok(()) => report.deletes += 1,
-                // ESRCH: already gone, or another writer's route holds the key now.
-                Err(e) if e.errno() == Some(Errno::ESRCH) => report.deletes_already_gone += 1,
-                Err(e) => {
-                    report.error(ErrorKind::of(&e), || e.to_string());
-                    report.delete_errors += 1;
-                    self.fail(key);
-                    continue;
-                }
-            }
-            self.kernel.remove(&key);
-            self.dirty.remove(&key);
-            self.retries.remove(&key);
-            self.mass_held.remove(&key);
-            self.stepped.remove(&key);
-        }
-    }
-
-    /// Report handovers whose route is gone (deleted by us after the new owner's route was
-    /// seen or the grace ended, or removed by someone else).
-    fn finish_handovers(&mut self, report: &mut ApplyReport) {
-        let now = self.clock.now();
-        let done: Vec<RouteKey> = self.handovers.keys().filter(|k| !self.kernel.contains_key(k)).copied().collect();
-        for k in done {
-            if let Some(h) = self.handovers.remove(&k) {
-                report.handovers.push(HandoverOutcome {
-                    dst: k.dst,
-                    to: h.to,
-                    end: if h.seen { HandoverEnd::Seen } else { HandoverEnd::GraceExpired },
-                    waited: now.saturating_duration_since(h.started),
-                });
-            }
-        }
-    }
-
-    fn finish_report(&self, report: &mut ApplyReport, started: Instant) {
-        for d in self.desired.values() {
-            let c = report.by_class.entry((Family::of(&d.route.key.dst), d.class, d.path)).or_default();
-            c.desired += 1;
-            let oif = self.resolve(d.route.target.device.as_deref()).ok().flatten();
-            if self.kernel.get(&d.route.key).is_some_and(|k| Self::in_sync(&d.route, oif, k)) {
-                c.programmed += 1;
-            } else if self.blocked.contains_key(&d.route.key) {
-                c.held += 1;
-            }
-        }
-        report.kernel_routes = self.kernel.len();
-        report.pending = self.dirty.len();
-        report.duration = self.clock.now().saturating_duration_since(started);
     }
 }

@@ -4,11 +4,14 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 
+use super::config::DataplaneConfig;
 use super::events::DataplaneEvent;
 use super::fake::{FakeClock, FakeNetlink};
-use super::model::{Family, ObservedRoute, RouteKey, RouteKind};
-use super::reconciler::{ErrorKind, Handover, HandoverEnd, Reconciler};
-use super::{DataplaneConfig, OwnershipPolicy};
+use super::handover::{Handover, HandoverEnd};
+use super::kernel_route::{Family, ObservedRoute, RouteKey, RouteKind};
+use super::policy::OwnershipPolicy;
+use super::reconciler::Reconciler;
+use super::report::ErrorKind;
 use crate::routes::{ClusterRoute, RouteOrigin};
 use crate::vocabulary::{PoolClass, RoutePath, Writer};
 
@@ -91,7 +94,7 @@ async fn cold_start_then_zero_writes_on_resync_and_restart() {
     let rep = r2.apply().await;
     assert_eq!((rep.writes, rep.deletes), (0, 0), "{rep:?}");
     assert!(nl.take_log().is_empty());
-    let c = rep.by_class[&(crate::dataplane::Family::V4, PoolClass::Ipip, RoutePath::Tunnel)];
+    let c = rep.by_class[&(Family::V4, PoolClass::Ipip, RoutePath::Tunnel)];
     assert_eq!((c.desired, c.programmed), (2, 2));
 }
 
@@ -265,7 +268,7 @@ async fn missing_tunnel_device_reported_and_retried() {
     assert_eq!(rep.waiting_for_device["tunl0"], 2);
     assert_eq!(rep.errors[&ErrorKind::NoDevice], 2);
     assert_eq!(rep.writes, 4);
-    nl.state().links.insert(9, super::LinkInfo { index: 9, name: "tunl0".into(), up: true });
+    nl.state().links.insert(9, super::netlink::LinkInfo { index: 9, name: "tunl0".into(), up: true });
     clock.advance(Duration::from_secs(1));
     let rep = r.apply().await;
     assert_eq!(rep.writes, 2, "{rep:?}");
@@ -327,7 +330,7 @@ async fn handover_keeps_route_until_new_owner_seen() {
     assert_eq!(rep.handovers[0].end, HandoverEnd::Seen);
     assert_eq!(rep.handovers[0].waited, Duration::from_secs(2));
     // The others expire after the grace period.
-    assert!(r.next_wakeup() <= super::Clock::now(&clock) + Duration::from_secs(28));
+    assert!(r.next_wakeup() <= super::netlink::Clock::now(&clock) + Duration::from_secs(28));
     clock.advance(Duration::from_secs(29));
     let rep = r.apply().await;
     assert_eq!(rep.deletes, 3);
@@ -521,7 +524,7 @@ async fn mass_deletion_is_held_for_the_settle_period() {
     let rep = r.apply().await;
     assert_eq!((rep.deletes, rep.deletes_held_mass, rep.mass_deletion), (0, 6, Some((6, 6))), "{rep:?}");
     assert!(nl.take_log().is_empty());
-    assert_eq!(r.next_wakeup(), super::Clock::now(&clock) + Duration::from_secs(30));
+    assert_eq!(r.next_wakeup(), super::netlink::Clock::now(&clock) + Duration::from_secs(30));
     // Restored before the settle period ends: nothing was ever deleted, the hold clears.
     clock.advance(Duration::from_secs(20));
     r.set_desired(&cluster());

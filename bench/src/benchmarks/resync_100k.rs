@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{ensure, Result};
-use routewarden::dataplane::model::ObservedRoute;
+use routewarden::dataplane::kernel_route::ObservedRoute;
 use routewarden::dataplane::{DataplaneConfig, Family, LinkInfo, NetlinkError, Reconciler, RouteNetlink, RouteOp, RtNetlink, SystemClock};
 
 use crate::fixtures::{cluster_routes, PROTO_OURS};

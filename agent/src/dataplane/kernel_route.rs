@@ -1,6 +1,6 @@
-//! Kernel route model: routes keyed exactly as the kernel FIB keys them, their target
-//! attributes, and the conversions between [`ClusterRoute`]s, this model and rtnetlink
-//! messages.
+//! The kernel route and its wire encoding: routes keyed exactly as the kernel FIB keys them,
+//! their target attributes, the conversion from [`ClusterRoute`]s, and the rtnetlink messages
+//! that dump, write and delete them (and the parse of what the kernel sends back).
 //!
 //! Keying mirrors Felix `felix/routetable/defs.go` (`RouteKey{CIDR, TOS, Priority}`) plus the
 //! table and address family, because this agent programs one table of either family. The IPv4
@@ -19,20 +19,8 @@ use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
 use serde::Serialize;
 
 use crate::routes::{ClusterRoute, RouteDevices};
-use crate::vocabulary::{PoolClass, RoutePath};
+use crate::vocabulary::{PoolClass, RoutePath, RTPROT_FELIX, RT_TABLE_MAIN};
 
-/// `RTPROT_KERNEL`: routes the kernel made (connected subnets, `lo`).
-pub const RTPROT_KERNEL: u8 = 2;
-/// `RTPROT_BOOT`: routes added by `ip route` without `proto` (and Felix's device routes).
-pub const RTPROT_BOOT: u8 = 3;
-/// `RTPROT_STATIC`: routes an administrator marked static.
-pub const RTPROT_STATIC: u8 = 4;
-/// `RTPROT_BIRD`: routes BIRD programs (Calico's BGP daemon).
-pub const RTPROT_BIRD: u8 = 12;
-/// Felix's cluster-route protocol (`dataplanedefs.DefaultRouteProto`).
-pub const RTPROT_FELIX: u8 = 80;
-/// `RT_TABLE_MAIN`.
-pub const RT_TABLE_MAIN: u32 = 254;
 /// `RT_TABLE_COMPAT`: what `rtm_table` holds for tables above 255 (the real id is in `RTA_TABLE`).
 const RT_TABLE_COMPAT: u8 = 252;
 /// The metric the kernel gives an IPv6 route written with metric 0 (`IP6_RT_PRIO_USER`).

@@ -1,0 +1,157 @@
+//! [`Links`]: the reconciler's cache of the host's links (ifindex, name, up or down). Every full
+//! resync refills it from a link dump, link events keep it current in between; it names the
+//! device of a route the kernel reports (the kernel gives an ifindex) and resolves the device
+//! of a route we write (we name it).
+
+use std::collections::HashMap;
+
+use super::kernel_route::{KernelRoute, ObservedRoute};
+use super::netlink::LinkInfo;
+use super::report::ErrorKind;
+
+/// The link cache, indexed both ways.
+#[derive(Debug, Default)]
+pub(super) struct Links {
+    by_index: HashMap<u32, LinkInfo>,
+    by_name: HashMap<String, u32>,
+    /// A desired route named a device we do not know: dump the links again on the next apply.
+    refresh: bool,
+}
+
+/// What a link event changed, for the routes through the link.
+#[derive(Debug)]
+pub(super) struct LinkChange {
+    /// The link is new, went down or came up: its IPv4 routes may have been flushed without a
+    /// notification, so they are re-verified with a replace. A rename alone loses nothing.
+    pub(super) maybe_flushed: bool,
+    /// The name the link had before a rename, if that name still pointed at it.
+    pub(super) old_name: Option<String>,
+}
+
+impl Links {
+    /// Replace the cache with a fresh link dump.
+    pub(super) fn replace(&mut self, links: &[LinkInfo]) {
+        self.by_index = links.iter().map(|l| (l.index, l.clone())).collect();
+        self.by_name = links.iter().map(|l| (l.name.clone(), l.index)).collect();
+    }
+
+    /// `route` with its output device named (`if<N>` for an ifindex the cache does not know).
+    pub(super) fn name(&self, route: &ObservedRoute) -> KernelRoute {
+        route.named(|i| self.by_index.get(&i).map(|l| l.name.clone()))
+    }
+
+    /// Whether the link at `index` is known and up.
+    pub(super) fn is_up(&self, index: u32) -> bool {
+        self.by_index.get(&index).is_some_and(|l| l.up)
+    }
+
+    /// The ifindex to write a route through `device` with (`None` for no device).
+    ///
+    /// # Errors
+    /// ([`ErrorKind::NoDevice`], name) for a device the cache does not know,
+    /// ([`ErrorKind::DeviceDown`], name) for one that is down.
+    pub(super) fn resolve(&self, device: Option<&str>) -> Result<Option<u32>, (ErrorKind, String)> {
+        let Some(name) = device else { return Ok(None) };
+        let Some(index) = self.by_name.get(name) else {
+            return Err((ErrorKind::NoDevice, name.to_string()));
+        };
+        match self.by_index.get(index) {
+            Some(l) if l.up => Ok(Some(*index)),
+            _ => Err((ErrorKind::DeviceDown, name.to_string())),
+        }
+    }
+
+    /// Record that link `index` is called `name` and is up or down. `None` when nothing the
+    /// reconciler cares about changed (the watcher reports a link it had not seen yet).
+    pub(super) fn update(&mut self, index: u32, name: &str, up: bool) -> Option<LinkChange> {
+        let prev = self.by_index.get(&index);
+        if prev.is_some_and(|p| p.name == name && p.up == up) {
+            return None;
+        }
+        let maybe_flushed = prev.is_none_or(|p| p.up != up);
+        let old_name = prev.filter(|p| p.name != name && self.by_name.get(&p.name) == Some(&index)).map(|p| p.name.clone());
+        if let Some(old) = &old_name {
+            self.by_name.remove(old);
+        }
+        self.by_index.insert(index, LinkInfo { index, name: name.to_string(), up });
+        self.by_name.insert(name.to_string(), index);
+        Some(LinkChange { maybe_flushed, old_name })
+    }
+
+    /// Drop the name `name` (a link was renamed away from it).
+    pub(super) fn forget_name(&mut self, name: &str) {
+        self.by_name.remove(name);
+    }
+
+    /// Link `index`, called `name`, is gone.
+    pub(super) fn remove(&mut self, index: u32, name: &str) {
+        self.by_index.remove(&index);
+        if self.by_name.get(name) == Some(&index) {
+            self.by_name.remove(name);
+        }
+    }
+
+    /// Dump the links again on the next apply (a desired route names a device we do not know).
+    pub(super) fn request_refresh(&mut self) {
+        self.refresh = true;
+    }
+
+    /// Whether a refresh was requested since the last call.
+    pub(super) fn take_refresh(&mut self) -> bool {
+        std::mem::take(&mut self.refresh)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn links() -> Links {
+        let mut l = Links::default();
+        l.replace(&[LinkInfo { index: 2, name: "eth0".into(), up: true }, LinkInfo { index: 3, name: "tunl0".into(), up: false }]);
+        l
+    }
+
+    #[test]
+    fn resolve_by_name_needs_a_known_link_that_is_up() {
+        let l = links();
+        assert_eq!(l.resolve(None), Ok(None));
+        assert_eq!(l.resolve(Some("eth0")), Ok(Some(2)));
+        assert_eq!(l.resolve(Some("tunl0")), Err((ErrorKind::DeviceDown, "tunl0".into())));
+        assert_eq!(l.resolve(Some("vxlan.calico")), Err((ErrorKind::NoDevice, "vxlan.calico".into())));
+        assert!(l.is_up(2) && !l.is_up(3) && !l.is_up(9));
+    }
+
+    #[test]
+    fn updates_say_what_may_have_been_flushed() {
+        let mut l = links();
+        assert!(l.update(2, "eth0", true).is_none(), "nothing changed");
+        let c = l.update(3, "tunl0", true).unwrap();
+        assert!(c.maybe_flushed && c.old_name.is_none());
+        let c = l.update(2, "ens3", true).unwrap();
+        assert!(!c.maybe_flushed, "a rename alone loses nothing");
+        assert_eq!(c.old_name.as_deref(), Some("eth0"));
+        assert_eq!(l.resolve(Some("ens3")), Ok(Some(2)));
+        assert_eq!(l.resolve(Some("eth0")).unwrap_err().0, ErrorKind::NoDevice);
+        assert!(l.update(7, "eth1", true).unwrap().maybe_flushed, "a new link");
+    }
+
+    #[test]
+    fn remove_keeps_a_name_another_link_took() {
+        let mut l = links();
+        l.update(4, "eth0", true);
+        l.remove(2, "eth0");
+        assert_eq!(l.resolve(Some("eth0")), Ok(Some(4)));
+        l.forget_name("eth0");
+        assert_eq!(l.resolve(Some("eth0")).unwrap_err().0, ErrorKind::NoDevice);
+    }
+
+    #[test]
+    fn a_refresh_is_taken_once() {
+        let mut l = links();
+        assert!(!l.take_refresh());
+        l.request_refresh();
+        assert!(l.take_refresh());
+        assert!(!l.take_refresh());
+    }
+}

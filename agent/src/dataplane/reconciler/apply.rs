@@ -1,0 +1,374 @@
+//! One [`Reconciler::apply`]: the resync if due, then the write pass (desired keys not in sync,
+//! plus step-aside copies), then the delete pass (past the datastore, frozen-ground, handover
+//! and mass-deletion holds, and never for a prefix whose new route failed), then the report.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Instant;
+
+use ipnet::IpNet;
+use nix::errno::Errno;
+
+use super::{KernelEntry, Reconciler};
+use crate::dataplane::handover::DeleteGate;
+use crate::dataplane::kernel_route::{Family, KernelRoute, RouteKey, RouteKind};
+use crate::dataplane::netlink::{Clock, NetlinkError, RouteNetlink, RouteOp};
+use crate::dataplane::policy::Verdict;
+use crate::dataplane::report::{ApplyReport, Conflict, ErrorKind, Overwrite};
+use crate::dataplane::retry::backoff;
+
+impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
+    /// Whether kernel entry `k` is desired route `d` written through `oif`: same type,
+    /// protocol and scope, and (unless a blackhole) same gateway, onlink flag and device;
+    /// re-verified since its link went down or up, and with no attribute we never write.
+    fn in_sync(d: &KernelRoute, oif: Option<u32>, k: &KernelEntry) -> bool {
+        let (dt, kt) = (&d.target, &k.route.target);
+        k.verified
+            && !k.extra
+            && dt.kind == kt.kind
+            && dt.protocol == kt.protocol
+            && dt.scope == kt.scope
+            && match dt.kind {
+                RouteKind::Blackhole => true,
+                _ => dt.gateway == kt.gateway && dt.onlink == kt.onlink && oif == k.oif,
+            }
+    }
+
+    /// A write or delete at `key` failed: retry it after the backoff.
+    fn fail(&mut self, key: RouteKey) {
+        self.retries.fail(key, self.clock.now());
+    }
+
+    /// Do the netlink work: resync if due, then writes, then deletes. Never fails as a whole;
+    /// everything that went wrong is in the report and is retried later.
+    pub async fn apply(&mut self) -> ApplyReport {
+        let started = self.clock.now();
+        let mut report = ApplyReport::default();
+        for e in &self.bad_desired {
+            report.error(ErrorKind::BadDesiredRoute, || e.to_string());
+        }
+        if self.resync.is_due(started) {
+            match self.full_resync(&mut report).await {
+                Ok(()) => self.resync.succeeded(self.clock.now(), self.config.resync_interval),
+                Err(e) => {
+                    self.resync.failed(self.clock.now());
+                    report.resync_failed = true;
+                    report.error(ErrorKind::of(&e), || e.to_string());
+                    self.finish_report(&mut report, started);
+                    return report;
+                }
+            }
+        }
+        if self.links.take_refresh() && !report.resynced {
+            match self.nl.dump_links().await {
+                Ok(links) => self.links.replace(&links),
+                Err(e) => report.error(ErrorKind::of(&e), || e.to_string()),
+            }
+        }
+        self.check_handovers().await;
+        let now = self.clock.now();
+        // Deletes the breaker held come back for another look.
+        self.dirty.extend(self.breaker.held().copied());
+        // Pass 1: writes. Pass 2: deletes, after the new routes are in.
+        let (mut writes, delete_candidates) = self.plan(now, &mut report);
+        let step_asides = self.plan_step_asides(&delete_candidates, now);
+        writes.extend(step_asides.iter().map(|(op, _)| op.clone()));
+        let results = if writes.is_empty() { Vec::new() } else { self.nl.execute(&writes).await };
+        let failed_dsts = self.record_writes(&writes, results, &step_asides, now, &mut report);
+        let deletes = self.plan_deletes(delete_candidates, &failed_dsts, now, &mut report);
+        let results = if deletes.is_empty() { Vec::new() } else { self.nl.execute(&deletes).await };
+        self.record_deletes(&deletes, results, &mut report);
+        let kernel = &self.kernel;
+        self.handovers.finish(self.clock.now(), |k| kernel.contains_key(k), &mut report.handovers);
+        self.finish_report(&mut report, started);
+        report
+    }
+
+    /// Sort the dirty keys into writes (desired, not in sync) and delete candidates (ours,
+    /// not desired); drop keys that need nothing.
+    fn plan(&mut self, now: Instant, report: &mut ApplyReport) -> (Vec<RouteOp>, Vec<RouteKey>) {
+        let mut writes: Vec<RouteOp> = Vec::new();
+        let mut delete_candidates: Vec<RouteKey> = Vec::new();
+        let dirty: Vec<RouteKey> = self.dirty.iter().copied().collect();
+        for key in dirty {
+            if self.retries.waiting(&key, now) {
+                continue;
+            }
+            match (self.desired.get(&key), self.kernel.get(&key)) {
+                (Some(d), k) => {
+                    let oif = match self.links.resolve(d.route.target.device.as_deref()) {
+                        Ok(oif) => oif,
+                        Err((kind, name)) => {
+                            *report.waiting_for_device.entry(name.clone()).or_default() += 1;
+                            if kind == ErrorKind::NoDevice {
+                                // Missing device (e.g. no tunl0 yet): reported, retried with
+                                // backoff; the retry refreshes the link list.
+                                report.error(kind, || format!("route {key}: device {name} does not exist"));
+                                self.links.request_refresh();
+                                self.fail(key);
+                            } else {
+                                // Down: the link-up event (or the next resync) marks it again.
+                                self.dirty.remove(&key);
+                            }
+                            continue;
+                        }
+                    };
+                    if k.is_some_and(|k| Self::in_sync(&d.route, oif, k)) {
+                        self.dirty.remove(&key);
+                        self.retries.clear(&key);
+                        continue;
+                    }
+                    writes.push(RouteOp::Write { route: d.route.clone(), oif, exclusive: k.is_none() });
+                }
+                (None, Some(_)) => delete_candidates.push(key),
+                (None, None) => {
+                    self.dirty.remove(&key);
+                    self.retries.clear(&key);
+                }
+            }
+        }
+        (writes, delete_candidates)
+    }
+
+    /// Step-aside writes for delete candidates whose pending handover needs our route's key
+    /// free: a create-exclusive copy at metric+1 (same table, dst, tos and target), each with
+    /// the original key it stands in for. The original is deleted only after its copy is in,
+    /// also while other deletes are held (the prefix stays routed by the copy).
+    fn plan_step_asides(&self, candidates: &[RouteKey], now: Instant) -> Vec<(RouteOp, RouteKey)> {
+        let mut ops = Vec::new();
+        for key in candidates {
+            let (Some(copy), Some(k)) = (self.handovers.step_aside_copy(key, now), self.kernel.get(key)) else {
+                continue;
+            };
+            if self.kernel.contains_key(&copy) || self.desired.contains_key(&copy) {
+                continue;
+            }
+            let route = KernelRoute { key: copy, target: k.route.target.clone() };
+            ops.push((RouteOp::Write { route, oif: k.oif, exclusive: true }, *key));
+        }
+        ops
+    }
+
+    /// Fold a step-aside write's result in. Written: the copy is ours in the kernel and the
+    /// pending handover moves to its key (the original becomes an ordinary delete). Failed:
+    /// the original stays (its prefix is in the returned failures); an `EEXIST` (something
+    /// holds metric+1) gives up stepping aside, other errors retry with backoff.
+    fn record_step_aside(
+        &mut self,
+        original: RouteKey,
+        route: &KernelRoute,
+        oif: Option<u32>,
+        res: Result<(), NetlinkError>,
+        report: &mut ApplyReport,
+    ) -> bool {
+        match res {
+            Ok(()) => {
+                report.writes += 1;
+                let entry = KernelEntry { route: route.clone(), oif, extra: false, verified: true, verdict: Verdict::OursByProtocol };
+                self.kernel.insert(route.key, entry);
+                self.handovers.stepped_aside(original, route.key);
+                self.dirty.insert(route.key);
+                self.retries.clear(&original);
+                true
+            }
+            Err(e) => {
+                if e.errno() == Some(Errno::EEXIST) {
+                    self.handovers.give_up_step_aside(&original);
+                } else {
+                    self.fail(original);
+                }
+                report.error(ErrorKind::of(&e), || format!("step aside of {original}: {e}"));
+                report.write_errors += 1;
+                false
+            }
+        }
+    }
+
+    /// Fold write results into the kernel view; returns the (table, dst) pairs whose write
+    /// failed (their old routes must stay).
+    fn record_writes(
+        &mut self,
+        writes: &[RouteOp],
+        results: Vec<Result<(), NetlinkError>>,
+        step_asides: &[(RouteOp, RouteKey)],
+        now: Instant,
+        report: &mut ApplyReport,
+    ) -> BTreeSet<(u32, IpNet)> {
+        let mut failed_dsts = BTreeSet::new();
+        let stepping: HashMap<RouteKey, RouteKey> = step_asides.iter().map(|(op, original)| (*op.key(), *original)).collect();
+        for (op, res) in writes.iter().zip(results) {
+            let RouteOp::Write { route, oif, exclusive } = op else {
+                continue;
+            };
+            let key = route.key;
+            if let Some(original) = stepping.get(&key) {
+                if !self.record_step_aside(*original, route, *oif, res, report) {
+                    failed_dsts.insert((key.table, key.dst));
+                }
+                continue;
+            }
+            match res {
+                Ok(()) => {
+                    report.writes += 1;
+                    if let Some(prev) = self.kernel.get(&key) {
+                        if prev.route.target.protocol != route.target.protocol {
+                            report.overwrote.push(Overwrite { previous: prev.route.to_string(), verdict: prev.verdict });
+                        }
+                    }
+                    let entry = KernelEntry { route: route.clone(), oif: *oif, extra: false, verified: true, verdict: Verdict::OursByProtocol };
+                    self.kernel.insert(key, entry);
+                    self.dirty.remove(&key);
+                    self.retries.clear(&key);
+                    self.blocked.remove(&key);
+                }
+                Err(e) => {
+                    let kind = ErrorKind::of(&e);
+                    failed_dsts.insert((key.table, key.dst));
+                    let held = *exclusive && e.errno() == Some(Errno::EEXIST);
+                    // A retry of a key already reported held is not another error: the hold
+                    // is one event, counted once (the held gauge says it meanwhile), so a
+                    // long hold pages as RoutesHeldByOtherWriter, not also as
+                    // RouteProgrammingErrors.
+                    let mut counted = true;
+                    if held {
+                        // Reported once per hold (until the holder's route goes or becomes
+                        // ours); the held count says it meanwhile.
+                        let reported = self.blocked.entry(key).or_insert(false);
+                        counted = !*reported;
+                        if !*reported {
+                            *reported = true;
+                            report.conflicts.push(Conflict { key, wanted: route.to_string() });
+                            // First time: maybe the route is ours after all (written
+                            // meanwhile); a resync tells.
+                            self.resync.no_later_than(now);
+                        }
+                    } else if matches!(kind, ErrorKind::NoDevice | ErrorKind::DeviceDown | ErrorKind::Other | ErrorKind::Timeout) {
+                        // Our view of links or of the socket is stale: resync soon.
+                        self.resync.no_later_than(now + backoff(1));
+                    }
+                    if counted {
+                        report.error(kind, || e.to_string());
+                        report.write_errors += 1;
+                    }
+                    if held {
+                        // Another writer's route holds the key: its removal (an event) frees
+                        // it at once; otherwise look again at the resync interval, not
+                        // every backoff step (issue 19).
+                        self.retries.fail_until(key, now + self.config.resync_interval.max(backoff(1)));
+                    } else {
+                        self.fail(key);
+                    }
+                }
+            }
+        }
+        failed_dsts
+    }
+
+    /// The deletes that may go out now: datastore synced, outside frozen ground, the prefix's
+    /// replacement did not fail, no handover grace pending, and past the mass-deletion
+    /// breaker.
+    fn plan_deletes(&mut self, candidates: Vec<RouteKey>, failed_dsts: &BTreeSet<(u32, IpNet)>, now: Instant, report: &mut ApplyReport) -> Vec<RouteOp> {
+        let mut handed_over = Vec::new();
+        let mut plain = Vec::new();
+        for key in candidates {
+            if failed_dsts.contains(&(key.table, key.dst)) {
+                // The replacement for this prefix failed: keep the old route (no hole).
+                continue;
+            }
+            let gate = self.handovers.delete_gate(&key, now);
+            match gate {
+                // Our copy at metric+1 is in (the original goes: make before break), or the new
+                // owner's route for the prefix is in the kernel (deleting ours leaves the prefix
+                // routed whatever the datastore says now).
+                DeleteGate::Now => {
+                    handed_over.push(key);
+                    continue;
+                }
+                DeleteGate::Wait => {
+                    report.deletes_deferred_handover += 1;
+                    continue;
+                }
+                DeleteGate::GraceOver | DeleteGate::NotHandedOver => {}
+            }
+            if !self.datastore_synced {
+                report.deletes_deferred_unsynced += 1;
+                self.dirty.remove(&key); // re-marked when the datastore syncs
+                continue;
+            }
+            if self.is_frozen(&key.dst) {
+                report.deletes_deferred_frozen += 1;
+                self.dirty.remove(&key); // re-marked when the frozen ground changes
+                continue;
+            }
+            if gate == DeleteGate::GraceOver {
+                // The grace period ended without the new owner: deliberate, waited for.
+                handed_over.push(key);
+                continue;
+            }
+            if self.kernel.contains_key(&key) {
+                plain.push(key);
+            }
+        }
+        let plain = self.mass_deletion_breaker(plain, now, report);
+        handed_over
+            .into_iter()
+            .chain(plain)
+            .filter_map(|key| self.kernel.get(&key).map(|k| RouteOp::Delete { key, protocol: k.route.target.protocol }))
+            .collect()
+    }
+
+    /// The mass-deletion breaker over the plain deletes of this apply: held deletes are
+    /// counted, and looked at again at the earliest release time ([`next_wakeup`](Self::next_wakeup)).
+    fn mass_deletion_breaker(&mut self, deletes: Vec<RouteKey>, now: Instant, report: &mut ApplyReport) -> Vec<RouteKey> {
+        let ours = self.kernel.len();
+        let verdict = self.breaker.check(deletes, ours, now);
+        for key in &verdict.held {
+            report.deletes_held_mass += 1;
+            self.dirty.remove(key); // back at the release time (next_wakeup)
+        }
+        if report.deletes_held_mass > 0 {
+            report.mass_deletion = Some((verdict.wanted, ours));
+        }
+        verdict.pass
+    }
+
+    /// Fold delete results into the kernel view: deleted and already gone (`ESRCH`) routes
+    /// leave it; other failures retry with backoff.
+    fn record_deletes(&mut self, deletes: &[RouteOp], results: Vec<Result<(), NetlinkError>>, report: &mut ApplyReport) {
+        for (op, res) in deletes.iter().zip(results) {
+            let key = *op.key();
+            match res {
+                Ok(()) => report.deletes += 1,
+                // ESRCH: already gone, or another writer's route holds the key now.
+                Err(e) if e.errno() == Some(Errno::ESRCH) => report.deletes_already_gone += 1,
+                Err(e) => {
+                    report.error(ErrorKind::of(&e), || e.to_string());
+                    report.delete_errors += 1;
+                    self.fail(key);
+                    continue;
+                }
+            }
+            self.kernel.remove(&key);
+            self.dirty.remove(&key);
+            self.retries.clear(&key);
+            self.breaker.forget(&key);
+            self.handovers.deleted(&key);
+        }
+    }
+
+    /// The per-class counts and totals after this apply, and its wall time since `started`.
+    fn finish_report(&self, report: &mut ApplyReport, started: Instant) {
+        for d in self.desired.values() {
+            let c = report.by_class.entry((Family::of(&d.route.key.dst), d.class, d.path)).or_default();
+            c.desired += 1;
+            let oif = self.links.resolve(d.route.target.device.as_deref()).ok().flatten();
+            if self.kernel.get(&d.route.key).is_some_and(|k| Self::in_sync(&d.route, oif, k)) {
+                c.programmed += 1;
+            } else if self.blocked.contains_key(&d.route.key) {
+                c.held += 1;
+            }
+        }
+        report.kernel_routes = self.kernel.len();
+        report.pending = self.dirty.len();
+        report.duration = self.clock.now().saturating_duration_since(started);
+    }
+}
