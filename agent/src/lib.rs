@@ -3,17 +3,19 @@
 //! It decides which component owns each class of cluster routes, programs the routes it owns
 //! over netlink, and watches the kernel (eBPF) for route flaps between writers.
 //!
-//! Data flow (see DESIGN.md): watchers observe and send typed [`app::Event`]s; handlers own
-//! the logic and state and are the only places with side effects:
+//! Data flow (see DESIGN.md): watchers observe and send typed events; the app loop
+//! ([`app`]) hands them to handlers, which own the logic and state and are the only places
+//! with side effects:
 //!
 //! ```text
-//! datastore ─┐                                   ┌─> dataplane (route table over netlink)
-//! netlink  ──┼─> events ─> app loop ─> ownership ┼─> bpf maps
-//! bpf      ──┤            (handlers)  + routes   └─> metrics
-//! timers  ───┘
+//! datastore ─┐                      ┌─ plan (pure) ─┬─> dataplane (route table over netlink)
+//! netlink  ──┼─> events ─> app loop ┤               ├─> bpf maps (forwarding watch)
+//! bpf      ──┤                      │               └─> metrics
+//! timers  ───┘                      └─ bpf watch handlers ─> metrics
 //! ```
 //!
-//! The pure core ([`model`], [`ownership`], [`routes`]) does no I/O.
+//! The pure core ([`model`], [`vocabulary`], [`ownership`], [`routes`], [`plan`]) does no
+//! I/O. The binary's commands live in `cli/` (one file each).
 
 pub mod app;
 pub mod bird_filter;
