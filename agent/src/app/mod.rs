@@ -31,16 +31,13 @@ use crate::bpf::loader::{BpfObject, LoadConfig};
 use crate::bpf::route_watch::RouteWatch;
 use crate::bpf::tc_count::{Direction, TcCounter};
 use crate::bpf::watch::WatchHandler;
-use crate::dataplane::{self, ApplyReport, DataplaneCommand, DataplaneConfig, Family, Reconciler, RtNetlink, SystemClock};
+use crate::dataplane::{self, ApplyReport, DataplaneCommand, DataplaneConfig, Reconciler, RtNetlink, SystemClock};
 use crate::datastore::{Datastore, DatastoreEvent, FileDatastore, KubernetesDatastore, Snapshot};
 use crate::observe::http::HttpServer;
-use crate::observe::metrics::{
-    AuditLabels, CalicoVersionLabels, FindingLabels, HoldLabels, LoadErrorLabels, NetlinkErrorLabels, OperationLabels, ProblemLabels, RouteLabels,
-};
 use crate::observe::{Health, Metrics};
 use crate::ownership::{OwnershipConfig, Role, VersionChoice};
 use crate::plan::{self, Plan, PlanConfig};
-use crate::routes::{routable_classes, RouteDevices};
+use crate::routes::RouteDevices;
 use crate::vocabulary::PoolClass;
 use config::{DatastoreSpec, Mode, RunArgs};
 
@@ -79,13 +76,6 @@ pub fn ownership_config(role: &str, version: &str, mode: Mode, node: &str) -> Re
     let role: Role = if mode == Mode::Audit { Role::Audit } else { role.parse().map_err(|e| anyhow::anyhow!("--role {role:?}: {e}"))? };
     let version: VersionChoice = version.parse().map_err(|e| anyhow::anyhow!("--calico-version {version:?}: {e}"))?;
     Ok(OwnershipConfig { role, version, node: Some(node.to_string()) })
-}
-
-fn family_label(f: Family) -> &'static str {
-    match f {
-        Family::V4 => "ipv4",
-        Family::V6 => "ipv6",
-    }
 }
 
 /// The cluster handler: holds the last plan, turns snapshots into dataplane commands and
@@ -173,7 +163,7 @@ impl ClusterHandler {
         match ev {
             DatastoreEvent::LoadFailed(e) => {
                 error!(file = %e.file.display(), line = e.line, error = %e.message, code = e.code(), "cluster description failed to load; keeping the last good state");
-                self.metrics.datastore_load_errors.get_or_create(&LoadErrorLabels { reason: e.code() }).inc();
+                self.metrics.record_load_failed(&e);
             }
             DatastoreEvent::Synced => {
                 info!("datastore synced");
@@ -190,7 +180,7 @@ impl ClusterHandler {
     async fn publish_synced(&self) {
         let plan = self.last.as_ref();
         let current = self.view.current(plan);
-        self.metrics.datastore_synced.set(i64::from(current));
+        self.metrics.set_synced(current);
         self.health.set_datastore_synced(current);
         let mut notes = self.view.notes(plan, &self.config.node);
         if let Some(why) = self.host_nic.as_ref().and_then(|a| a.error.as_deref()) {
@@ -226,14 +216,9 @@ impl ClusterHandler {
                 warn!(more, "more invalid objects and inputs not logged one by one (routewarden explain lists them)");
             }
         }
-        self.metrics.datastore_invalid_objects.set(i64::try_from(snap.object_errors.len()).unwrap_or(i64::MAX));
-        self.metrics.datastore_invalid_inputs.set(i64::try_from(snap.load_errors.len()).unwrap_or(i64::MAX));
-        if !snap.object_errors.is_empty() {
-            self.metrics.datastore_load_errors.get_or_create(&LoadErrorLabels { reason: "object" }).inc_by(snap.object_errors.len() as u64);
-        }
+        self.metrics.record_snapshot(snap);
         let previous_owned = self.last.as_ref().map(|p| p.policy.owned.clone()).unwrap_or_default();
         let plan = plan::plan(snap, &self.config, &self.programmed, &previous_owned);
-        self.metrics.frozen_prefixes.set(i64::try_from(plan.frozen.len()).unwrap_or(i64::MAX));
         if self.last.as_ref().is_none_or(|l| l.frozen != plan.frozen) {
             for f in &plan.frozen {
                 warn!(prefix = %f.cidr, reason = %f.reason, "frozen ground: no route here is deleted or claimed until the input is fixed");
@@ -294,29 +279,7 @@ impl ClusterHandler {
                 warn!(code = p.code(), block = p.block(), "{p}");
             }
         }
-        self.metrics.route_problems.clear();
-        for p in &plan.problems {
-            self.metrics.route_problems.get_or_create(&ProblemLabels { code: p.code() }).inc();
-        }
-        self.metrics.record_calico_version(&CalicoVersionLabels {
-            version: d.version.version.to_string(),
-            rules: d.version.rules.label(),
-            source: d.version.source.label(),
-        });
-        self.metrics.ownership_findings.clear();
-        for f in &d.findings {
-            self.metrics.ownership_findings.get_or_create(&FindingLabels { code: f.code(), class: f.class_label() }).inc();
-        }
-        // Desired counts by family and class (programmed counts come from apply reports).
-        for class in routable_classes() {
-            for fam in [Family::V4, Family::V6] {
-                let n = plan.desired.iter().filter(|r| r.class == class && Family::of(&r.dst) == fam).count();
-                self.metrics
-                    .routes
-                    .get_or_create(&RouteLabels { family: family_label(fam), class: class.label(), state: "desired" })
-                    .set(i64::try_from(n).unwrap_or(i64::MAX));
-            }
-        }
+        self.metrics.record_plan(plan);
     }
 }
 
@@ -328,11 +291,7 @@ struct ReportLog {
 }
 
 fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport, log: &mut ReportLog, percent: u8, settle: Duration) {
-    for (reason, n) in
-        [("not-synced", report.deletes_deferred_unsynced), ("frozen", report.deletes_deferred_frozen), ("mass-deletion", report.deletes_held_mass)]
-    {
-        metrics.deletions_held.get_or_create(&HoldLabels { reason }).set(i64::try_from(n).unwrap_or(i64::MAX));
-    }
+    metrics.record_apply(report);
     match report.mass_deletion {
         Some((wanted, ours)) if !log.mass_held => {
             warn!(
@@ -343,7 +302,7 @@ fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport, log: 
                 settle_s = settle.as_secs(),
                 "mass deletion held: this change would delete more than the threshold of our routes at once; each delete goes out once it has stayed wanted for the settle period"
             );
-            metrics.mass_deletion_holds.inc();
+            metrics.record_mass_deletion_hold();
             log.mass_held = true;
         }
         None if log.mass_held => {
@@ -351,23 +310,6 @@ fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport, log: 
             log.mass_held = false;
         }
         _ => {}
-    }
-    metrics.route_operations.get_or_create(&OperationLabels { op: "replace", result: "ok" }).inc_by(report.writes);
-    metrics.route_operations.get_or_create(&OperationLabels { op: "delete", result: "ok" }).inc_by(report.deletes + report.deletes_already_gone);
-    metrics.route_operations.get_or_create(&OperationLabels { op: "replace", result: "error" }).inc_by(report.write_errors);
-    metrics.route_operations.get_or_create(&OperationLabels { op: "delete", result: "error" }).inc_by(report.delete_errors);
-    for (kind, n) in &report.errors {
-        metrics.netlink_errors.get_or_create(&NetlinkErrorLabels { op: "apply", kind: kind.label() }).inc_by(*n);
-    }
-    metrics.reconcile_duration.0.observe(report.duration.as_secs_f64());
-    for class in routable_classes() {
-        for fam in [Family::V4, Family::V6] {
-            let counts = report.by_class.iter().filter(|((f, c, _), _)| *f == fam && *c == class).map(|(_, v)| v);
-            let (programmed, held) = counts.fold((0, 0), |(p, h), v| (p + v.programmed, h + v.held));
-            for (state, n) in [("programmed", programmed), ("held", held)] {
-                metrics.routes.get_or_create(&RouteLabels { family: family_label(fam), class: class.label(), state }).set(i64::try_from(n).unwrap_or(i64::MAX));
-            }
-        }
     }
     if report.writes + report.deletes > 0 || !report.errors.is_empty() {
         info!(
@@ -411,11 +353,7 @@ impl AuditHandler {
     async fn audit(&mut self, plan: &Plan, metrics: &Metrics, health: &Health) {
         match crate::dataplane::audit_kernel(&mut self.nl, &plan.expected, &plan.audit_scope).await {
             Ok(report) => {
-                metrics.audit_findings.clear();
-                for code in crate::dataplane::FindingCode::ALL {
-                    let n = report.findings.iter().filter(|f| f.code == code).count();
-                    metrics.audit_findings.get_or_create(&AuditLabels { code: code.as_str() }).set(i64::try_from(n).unwrap_or(i64::MAX));
-                }
+                metrics.record_audit(&report);
                 if report.findings != self.last_findings {
                     if report.is_clean() {
                         info!(expected = report.expected, kernel_routes = report.kernel_routes, "audit clean");
@@ -428,7 +366,7 @@ impl AuditHandler {
                 health.set_first_apply_done();
             }
             Err(e) => {
-                metrics.netlink_errors.get_or_create(&NetlinkErrorLabels { op: "dump", kind: "other" }).inc();
+                metrics.record_audit_failed();
                 warn!(error = %e, "audit: dumping the kernel's routes failed");
             }
         }

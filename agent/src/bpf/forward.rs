@@ -55,7 +55,6 @@ use routewarden_common::forward::{
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
-use crate::observe::metrics::{ForwardPathLabels, PoolLabels, WrongPathLabels};
 use crate::observe::Metrics;
 pub use entries::{entries_from_routes, ForwardEntry};
 pub use event::{ForwardEvent, ForwardEventKind};
@@ -760,35 +759,18 @@ impl ForwardMetrics {
         self.tunnel_watched = watched;
     }
 
-    /// Create every series the entries can produce at 0, so an alert's `increase()` sees the
-    /// first wrong-path packet or flap (a series born at 1 has no increase in Prometheus).
+    /// Create every series the entries can produce at 0
+    /// ([`Metrics::declare_forward_destination`]), so an alert's `increase()` sees the first
+    /// wrong-path packet or flap.
     pub fn declare(metrics: &Metrics, entries: &[ForwardEntry]) {
         for e in entries {
-            for path in [ForwardPath::Tunnel, ForwardPath::Host] {
-                let labels = ForwardPathLabels { pool: e.pool.clone(), path: path.label() };
-                let _ = metrics.forwarded_packets.get_or_create(&labels);
-                let _ = metrics.forwarded_bytes.get_or_create(&labels);
-                if path != e.expected {
-                    let _ =
-                        metrics.wrong_path_packets.get_or_create(&WrongPathLabels { pool: e.pool.clone(), expected: e.expected.label(), actual: path.label() });
-                }
-            }
-            let _ = metrics.forwarding_flaps.get_or_create(&PoolLabels { pool: e.pool.clone() });
+            metrics.declare_forward_destination(&e.pool, e.expected);
         }
     }
 
-    /// Remove every series of `pool` (a pool deleted from the cluster must not leave its
-    /// series behind: 300 deleted pools were 1,800 series).
+    /// Remove every series of `pool` ([`Metrics::forget_forward_pool`]).
     pub fn forget(metrics: &Metrics, pool: &str) {
-        for path in [ForwardPath::Tunnel, ForwardPath::Host] {
-            let labels = ForwardPathLabels { pool: pool.to_owned(), path: path.label() };
-            metrics.forwarded_packets.remove(&labels);
-            metrics.forwarded_bytes.remove(&labels);
-            for expected in [ForwardPath::Tunnel, ForwardPath::Host, ForwardPath::Local] {
-                metrics.wrong_path_packets.remove(&WrongPathLabels { pool: pool.to_owned(), expected: expected.label(), actual: path.label() });
-            }
-        }
-        metrics.forwarding_flaps.remove(&PoolLabels { pool: pool.to_owned() });
+        metrics.forget_forward_pool(pool);
     }
 
     fn counted(&self, obs: Observation) -> bool {
@@ -803,29 +785,13 @@ impl ForwardMetrics {
             }
             let Some(pool) = now.pools.get(usize::from(id)) else { continue };
             let before = self.last.slots.get(&(id, expected, obs)).copied().unwrap_or_default();
-            let (dp, db) = (v.packets.saturating_sub(before.packets), v.bytes.saturating_sub(before.bytes));
-            if dp == 0 && db == 0 {
-                continue;
-            }
-            let actual = obs.path();
-            let labels = ForwardPathLabels { pool: pool.clone(), path: actual.label() };
-            metrics.forwarded_packets.get_or_create(&labels).inc_by(dp);
-            metrics.forwarded_bytes.get_or_create(&labels).inc_by(db);
-            if actual != expected {
-                metrics
-                    .wrong_path_packets
-                    .get_or_create(&WrongPathLabels { pool: pool.clone(), expected: expected.label(), actual: actual.label() })
-                    .inc_by(dp);
-            }
+            metrics.record_forwarded(pool, expected, obs.path(), v.packets.saturating_sub(before.packets), v.bytes.saturating_sub(before.bytes));
         }
         for (&id, &n) in &now.flaps {
             let Some(pool) = now.pools.get(usize::from(id)) else { continue };
-            let d = n.saturating_sub(self.last.flaps.get(&id).copied().unwrap_or(0));
-            if d > 0 {
-                metrics.forwarding_flaps.get_or_create(&PoolLabels { pool: pool.clone() }).inc_by(d);
-            }
+            metrics.record_forwarding_flaps(pool, n.saturating_sub(self.last.flaps.get(&id).copied().unwrap_or(0)));
         }
-        metrics.forwarding_events_lost.inc_by(now.stats.events_lost.saturating_sub(self.last.stats.events_lost));
+        metrics.record_forwarding_events_lost(now.stats.events_lost.saturating_sub(self.last.stats.events_lost));
         self.last = now.clone();
     }
 }
@@ -833,6 +799,7 @@ impl ForwardMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observe::metrics::{ForwardPathLabels, PoolLabels, WrongPathLabels};
 
     fn counts(slots: &[((u16, ForwardPath, Observation), u64)]) -> ForwardCounts {
         ForwardCounts {
