@@ -13,8 +13,9 @@
 //!
 //! Counting rule (one packet, one count): a packet sent through a real IPIP tunnel is seen
 //! twice, on the tunnel device (inner) and on the NIC (outer, attributed to the inner
-//! destination). The kernel keeps both observations apart ([`Observation`]); the metrics count
-//! the NIC's IPIP observation only when no tunnel device is watched ([`ForwardMetrics`]).
+//! destination). The kernel keeps both observations apart
+//! ([`Observation`](routewarden_common::forward::Observation)); the metrics count the NIC's
+//! IPIP observation only when no tunnel device is watched ([`ForwardMetrics`]).
 //!
 //! The programs and maps come from the process's one load ([`BpfObject`]); the app runs the
 //! watch in a [`crate::bpf::watch::WatchHandler`] (it implements [`Watch`]), which wraps the

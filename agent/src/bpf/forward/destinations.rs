@@ -175,9 +175,9 @@ impl ForwardWatch {
 }
 
 impl ForwardWatch {
-    /// A new set of destinations (the plan's, [`entries_from_routes`]): bring the trie in step
-    /// (diffed; nothing written when the entries did not change), declare the new series at 0
-    /// and remove those of pools that left.
+    /// A new set of destinations (the plan's, [`super::entries_from_routes`]): bring the maps
+    /// in step (diffed; nothing written when the entries did not change), declare the new
+    /// series at 0 and remove those of pools that left.
     pub fn update_destinations(&mut self, entries: &[ForwardEntry], metrics: &Metrics) {
         if entries == self.last_entries.as_slice() {
             return;
