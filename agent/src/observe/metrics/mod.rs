@@ -12,10 +12,12 @@
 //! | [`forward`] | [`Metrics::declare_forward_destination`], [`Metrics::forget_forward_pool`], [`Metrics::record_forwarded`], [`Metrics::record_forwarding_flaps`], [`Metrics::record_forwarding_events_lost`] | `forwarded_*`, `wrong_path_packets`, `forwarding_*` |
 //!
 //! Every label value comes from a fixed set (`&'static str` produced by the `label()` methods
-//! of the domain enums), or from a set the cluster bounds and whose series are removed when
-//! its member goes (IP pool names, `forward`): never a prefix, block, pod name or error string,
-//! so cardinality is bounded. The blocks and prefixes concerned are in the log lines and in
-//! `routewarden explain`.
+//! of the domain enums; a conflict's `writers` pairs two of them, at most 28 values; the Calico
+//! `version` has one series at a time), or from a set the cluster bounds and whose series are
+//! removed when its member goes (IP pool names, [`forward`]): never a prefix, block, pod name or
+//! error string, so cardinality is bounded. The blocks and prefixes concerned are in the log
+//! lines and in `routewarden explain`.
+//!
 //! Like kube-rs controller-rs (`Metrics` with `set_failure`/`count_and_measure`), callers say
 //! what happened (`record_apply(&report)`), never which series to bump.
 
