@@ -19,7 +19,7 @@ use std::process::Command;
 use serde_yaml_ng::Value;
 
 /// Metrics used by the rules or the dashboard that the agent does not register yet, with the
-/// issue that defines them. Once one is registered in `agent/src/observe/metrics.rs` the
+/// issue that defines them. Once one is registered in `agent/src/observe/metrics/mod.rs` the
 /// test prints a STALE line for it: remove it from here, so a later rename is caught.
 const PLANNED_METRICS: &[(&str, &str)] = &[];
 
@@ -628,15 +628,15 @@ fn clusterrole_is_read_only_on_exactly_the_watched_resources() {
     assert_eq!((s(subject, "kind"), s(subject, "name"), s(subject, "namespace")), ("ServiceAccount", "routewarden", "routewarden"));
 }
 
-/// Sample names the agent exposes, from `agent/src/observe/metrics.rs`: each
+/// Sample names the agent exposes, from `agent/src/observe/metrics/mod.rs`: each
 /// `r.register("name", ...)` with its handle's type (counter -> `_total`, info -> `_info`,
 /// histogram -> `_bucket`/`_sum`/`_count`, gauge -> as is).
 fn registered_metrics() -> BTreeSet<String> {
-    let src = read(&root().join("agent/src/observe/metrics.rs"));
-    assert!(src.contains("Registry::with_prefix(\"routewarden\")"), "metrics.rs no longer registers with the routewarden prefix");
+    let src = read(&root().join("agent/src/observe/metrics/mod.rs"));
+    assert!(src.contains("Registry::with_prefix(\"routewarden\")"), "metrics/mod.rs no longer registers with the routewarden prefix");
     let field_type = |field: &str| -> String {
         let needle = format!("pub {field}: ");
-        let line = src.lines().find(|l| l.trim_start().starts_with(&needle)).unwrap_or_else(|| panic!("metrics.rs: no field {field}"));
+        let line = src.lines().find(|l| l.trim_start().starts_with(&needle)).unwrap_or_else(|| panic!("metrics/mod.rs: no field {field}"));
         line.trim_start()[needle.len()..].to_string()
     };
     let mut names = BTreeSet::new();
@@ -661,7 +661,7 @@ fn registered_metrics() -> BTreeSet<String> {
         } else if kind.contains("Gauge") {
             names.insert(base);
         } else {
-            panic!("metrics.rs: unknown metric type {kind:?} for {name}: teach registered_metrics() about it");
+            panic!("metrics/mod.rs: unknown metric type {kind:?} for {name}: teach registered_metrics() about it");
         }
     }
     names
@@ -707,14 +707,14 @@ fn dashboard_parses_and_every_metric_is_registered_or_planned() {
     for name in &used {
         assert!(
             registered.contains(name) || planned.contains_key(name.as_str()),
-            "{name} is used by a rule or the dashboard but is neither registered in agent/src/observe/metrics.rs nor planned in PLANNED_METRICS"
+            "{name} is used by a rule or the dashboard but is neither registered in agent/src/observe/metrics/mod.rs nor planned in PLANNED_METRICS"
         );
     }
     // Not fatal: the issues' metrics land while this file is edited elsewhere. A stale entry
     // would hide a later rename, so it is called out on every run.
     for (name, issue) in &planned {
         if registered.contains(*name) {
-            eprintln!("STALE PLANNED_METRICS entry: {name} (planned by {issue}) is now registered in metrics.rs; remove it");
+            eprintln!("STALE PLANNED_METRICS entry: {name} (planned by {issue}) is now registered in metrics/mod.rs; remove it");
         }
     }
 

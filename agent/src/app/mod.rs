@@ -5,11 +5,18 @@
 //!
 //! - watchers: the datastore task ([`crate::datastore`]), the netlink route/link watcher
 //!   ([`crate::dataplane::spawn_watcher`]), timers, signals;
-//! - handlers: this loop's cluster handler ([`crate::plan::plan`] → dataplane commands, ownership
-//!   metrics), the dataplane task ([`crate::dataplane::run`], which owns the route table),
-//!   the BPF watches (one [`crate::bpf::watch::WatchHandler`] each, all from one load of the
-//!   object), and the metrics/health state read by the HTTP server.
+//! - handlers: this loop's cluster handler (`cluster`: [`crate::plan::plan`] → dataplane
+//!   commands, ownership metrics), the dataplane task ([`crate::dataplane::run`], which owns
+//!   the route table) and its apply reports (`apply`: metrics, logs, readiness), the audit
+//!   (`audit`, `--mode audit`), the BPF watches (one [`crate::bpf::watch::WatchHandler`] each,
+//!   all from one load of the object), and the metrics/health state read by the HTTP server.
+//!
+//! This file holds [`run`]: the start-up sequence and the loop that hands each event to its
+//! handler.
 
+mod apply;
+mod audit;
+mod cluster;
 pub mod config;
 pub mod logging;
 pub mod memory;
@@ -24,30 +31,27 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tokio::sync::mpsc;
-use tracing::{error, info, warn};
+use tracing::info;
 
 use crate::bpf::forward::ForwardWatch;
 use crate::bpf::loader::{BpfObject, LoadConfig};
 use crate::bpf::route_watch::RouteWatch;
 use crate::bpf::tc_count::{Direction, TcCounter};
 use crate::bpf::watch::WatchHandler;
-use crate::dataplane::{self, ApplyReport, DataplaneCommand, DataplaneConfig, Family, Reconciler, RtNetlink, SystemClock};
-use crate::datastore::{Datastore, DatastoreEvent, FileDatastore, KubernetesDatastore, Snapshot};
+use crate::dataplane::{self, ApplyReport, DataplaneConfig, Reconciler, RtNetlink, SystemClock};
+use crate::datastore::{Datastore, DatastoreEvent, FileDatastore, KubernetesDatastore};
 use crate::observe::http::HttpServer;
-use crate::observe::metrics::{
-    AuditLabels, CalicoVersionLabels, FindingLabels, HoldLabels, LoadErrorLabels, NetlinkErrorLabels, OperationLabels, ProblemLabels, RouteLabels,
-};
 use crate::observe::{Health, Metrics};
 use crate::ownership::{OwnershipConfig, Role, VersionChoice};
-use crate::plan::{self, Plan, PlanConfig};
-use crate::routes::{routable_classes, RouteDevices};
-use crate::vocabulary::PoolClass;
+use crate::plan::{Plan, PlanConfig};
+use crate::routes::RouteDevices;
+use apply::{record_report, ReportLog};
+use audit::AuditHandler;
+use cluster::{ClusterHandler, HostNicAuto};
 use config::{DatastoreSpec, Mode, RunArgs};
 
 /// How often the BPF watches' counters are read into metrics.
 const COUNTER_POLL: Duration = Duration::from_secs(1);
-/// Invalid objects (and inputs) logged one by one per change of the set.
-const LOGGED_ERRORS: usize = 20;
 
 /// The forwarding watch's destinations for a plan: routewarden's desired routes for the
 /// classes it programs, the expectation for the others
@@ -79,360 +83,6 @@ pub fn ownership_config(role: &str, version: &str, mode: Mode, node: &str) -> Re
     let role: Role = if mode == Mode::Audit { Role::Audit } else { role.parse().map_err(|e| anyhow::anyhow!("--role {role:?}: {e}"))? };
     let version: VersionChoice = version.parse().map_err(|e| anyhow::anyhow!("--calico-version {version:?}: {e}"))?;
     Ok(OwnershipConfig { role, version, node: Some(node.to_string()) })
-}
-
-fn family_label(f: Family) -> &'static str {
-    match f {
-        Family::V4 => "ipv4",
-        Family::V6 => "ipv6",
-    }
-}
-
-/// The cluster handler: holds the last plan, turns snapshots into dataplane commands and
-/// ownership metrics.
-struct ClusterHandler {
-    config: PlanConfig,
-    mode: Mode,
-    metrics: Arc<Metrics>,
-    health: Arc<Health>,
-    programmed: BTreeSet<PoolClass>,
-    view: view::ViewState,
-    last: Option<Plan>,
-    commands: Option<mpsc::Sender<DataplaneCommand>>,
-    /// `--host-device auto`: the host NIC found from this node's Calico address.
-    host_nic: Option<HostNicAuto>,
-}
-
-/// State of `--host-device auto` ([`crate::dataplane::host_nic`]).
-struct HostNicAuto {
-    /// A socket for the link and address dumps.
-    nl: RtNetlink,
-    /// Why the last lookup failed (logged once per distinct reason); `None` after a success.
-    error: Option<String>,
-    /// The last snapshot, to plan again when the NIC changes between snapshots.
-    snapshot: Option<Snapshot>,
-    /// The NIC changed since the watches last attached (the app restarts them).
-    changed: bool,
-}
-
-impl ClusterHandler {
-    /// `--host-device auto`: look up the link holding this node's Calico address and adopt it.
-    /// Returns whether a plan can be made (a NIC is known: found now, or the previous one
-    /// kept when the lookup fails, which is logged with the address and the links seen).
-    async fn resolve_host_nic(&mut self, snap: &Snapshot) -> bool {
-        let Some(auto) = self.host_nic.as_mut() else { return true };
-        let node = self.config.node.clone();
-        match crate::dataplane::host_nic::find_host_nic(&mut auto.nl, &node, snap.cluster.nodes.get(&node)).await {
-            Ok(name) => {
-                if name != self.config.devices.host_nic {
-                    info!(host_device = %name, previous = %self.config.devices.host_nic, "host NIC found: the link holding this node's Calico address");
-                    self.config.devices.host_nic = name;
-                    auto.changed = true;
-                }
-                auto.error = None;
-            }
-            Err(e) => {
-                let why = e.to_string();
-                if auto.error.as_deref() != Some(why.as_str()) {
-                    if self.config.devices.host_nic.is_empty() {
-                        error!(error = %why, "--host-device auto: no host NIC; not programming routes and not ready until one is found");
-                    } else {
-                        error!(error = %why, keeping = %self.config.devices.host_nic, "--host-device auto: the host NIC is gone; keeping the previous one");
-                    }
-                }
-                auto.error = Some(why);
-            }
-        }
-        !self.config.devices.host_nic.is_empty()
-    }
-
-    /// Look for the host NIC again (link and address changes) and plan again when it moved.
-    async fn recheck_host_nic(&mut self) {
-        let Some(snap) = self.host_nic.as_ref().and_then(|a| a.snapshot.clone()) else { return };
-        let before = self.config.devices.host_nic.clone();
-        let error_before = self.host_nic.as_ref().is_some_and(|a| a.error.is_some());
-        let usable = self.resolve_host_nic(&snap).await;
-        let error_now = self.host_nic.as_ref().is_some_and(|a| a.error.is_some());
-        if usable && (before != self.config.devices.host_nic || self.last.is_none()) {
-            self.on_snapshot(&snap, false).await;
-        } else if error_before != error_now {
-            self.publish_synced().await;
-        }
-    }
-
-    /// Whether the host NIC changed since the last call (the watches must move to it).
-    fn take_host_nic_change(&mut self) -> Option<String> {
-        let auto = self.host_nic.as_mut()?;
-        std::mem::take(&mut auto.changed).then(|| self.config.devices.host_nic.clone())
-    }
-
-    async fn on_datastore(&mut self, ev: DatastoreEvent) {
-        let before = (self.view.invalid_objects.clone(), self.view.invalid_inputs.clone());
-        self.view.on_event(&ev);
-        let errors_changed = self.last.is_none() || before != (self.view.invalid_objects.clone(), self.view.invalid_inputs.clone());
-        match ev {
-            DatastoreEvent::LoadFailed(e) => {
-                error!(file = %e.file.display(), line = e.line, error = %e.message, code = e.code(), "cluster description failed to load; keeping the last good state");
-                self.metrics.datastore_load_errors.get_or_create(&LoadErrorLabels { reason: e.code() }).inc();
-            }
-            DatastoreEvent::Synced => {
-                info!("datastore synced");
-                self.publish_synced().await;
-            }
-            DatastoreEvent::Unsynced { reason } => {
-                warn!(%reason, "datastore not synced; keeping every route, deleting none");
-                self.publish_synced().await;
-            }
-            DatastoreEvent::Snapshot(s) => self.on_snapshot(&s, errors_changed).await,
-        }
-    }
-
-    async fn publish_synced(&self) {
-        let plan = self.last.as_ref();
-        let current = self.view.current(plan);
-        self.metrics.datastore_synced.set(i64::from(current));
-        self.health.set_datastore_synced(current);
-        let mut notes = self.view.notes(plan, &self.config.node);
-        if let Some(why) = self.host_nic.as_ref().and_then(|a| a.error.as_deref()) {
-            let state = if self.config.devices.host_nic.is_empty() { "none found".to_owned() } else { format!("keeping {}", self.config.devices.host_nic) };
-            notes.push(format!("host device: {state}: {}", crate::text::one_line(why)));
-        }
-        self.health.set_notes(notes);
-        if let Some(tx) = &self.commands {
-            let _ = tx.send(DataplaneCommand::SetDatastoreSynced(self.view.deletions_allowed(plan))).await;
-        }
-    }
-
-    async fn on_snapshot(&mut self, snap: &Snapshot, errors_changed: bool) {
-        if let Some(auto) = self.host_nic.as_mut() {
-            auto.snapshot = Some(snap.clone());
-        }
-        if !self.resolve_host_nic(snap).await {
-            // No host NIC yet: no plan (no route is written, none deleted), not ready.
-            self.publish_synced().await;
-            return;
-        }
-        // Logged when they change, at most LOGGED_ERRORS of each (the rest counted): a file of
-        // a thousand broken objects is one burst of lines, not one per snapshot.
-        if errors_changed {
-            for e in snap.object_errors.iter().take(LOGGED_ERRORS) {
-                warn!(file = %e.file.display(), error = %e.error, last_good_kept = e.last_good, "object skipped");
-            }
-            for e in snap.load_errors.iter().take(LOGGED_ERRORS) {
-                warn!(file = %e.file.display(), line = e.line, error = %e.message, never_loaded = e.never_loaded, "input broken; its last good content is used");
-            }
-            let more = snap.object_errors.len().saturating_sub(LOGGED_ERRORS) + snap.load_errors.len().saturating_sub(LOGGED_ERRORS);
-            if more > 0 {
-                warn!(more, "more invalid objects and inputs not logged one by one (routewarden explain lists them)");
-            }
-        }
-        self.metrics.datastore_invalid_objects.set(i64::try_from(snap.object_errors.len()).unwrap_or(i64::MAX));
-        self.metrics.datastore_invalid_inputs.set(i64::try_from(snap.load_errors.len()).unwrap_or(i64::MAX));
-        if !snap.object_errors.is_empty() {
-            self.metrics.datastore_load_errors.get_or_create(&LoadErrorLabels { reason: "object" }).inc_by(snap.object_errors.len() as u64);
-        }
-        let previous_owned = self.last.as_ref().map(|p| p.policy.owned.clone()).unwrap_or_default();
-        let plan = plan::plan(snap, &self.config, &self.programmed, &previous_owned);
-        self.metrics.frozen_prefixes.set(i64::try_from(plan.frozen.len()).unwrap_or(i64::MAX));
-        if self.last.as_ref().is_none_or(|l| l.frozen != plan.frozen) {
-            for f in &plan.frozen {
-                warn!(prefix = %f.cidr, reason = %f.reason, "frozen ground: no route here is deleted or claimed until the input is fixed");
-            }
-        }
-        if let Some(h) = &plan.hold_all {
-            if self.last.as_ref().is_none_or(|l| l.hold_all.as_ref() != Some(h)) {
-                warn!(reason = %h, "holding every route deletion");
-            }
-        }
-        if plan.local_node_missing && self.last.as_ref().is_none_or(|l| !l.local_node_missing) {
-            error!(node = %self.config.node, "this node is not in the datastore; deleting nothing and not ready until it is back");
-        }
-        self.report_plan(&plan, snap);
-        let classes = plan.decision.programmed.clone();
-        if let Some(tx) = &self.commands {
-            let _ = tx.send(DataplaneCommand::SetPolicy(plan.policy.clone())).await;
-            let _ = tx.send(DataplaneCommand::SetDesired { routes: plan.desired.clone(), handovers: plan.handovers.clone() }).await;
-        }
-        if self.mode == Mode::Program {
-            self.programmed = classes;
-        }
-        self.last = Some(plan);
-        self.publish_synced().await;
-    }
-
-    fn report_plan(&self, plan: &Plan, snap: &Snapshot) {
-        let d = &plan.decision;
-        let changed = self.last.as_ref().is_none_or(|l| l.decision.programmed != d.programmed || l.decision.findings != d.findings);
-        if changed {
-            info!(
-                node = %self.config.node,
-                role = ?self.config.ownership.role,
-                calico = %d.version,
-                felix = %d.felix.value.as_str(),
-                bird = %d.bird.value.as_str(),
-                programs = ?d.programmed.iter().map(|c| c.label()).collect::<Vec<_>>(),
-                pools = d.pools.len(),
-                blocks = snap.cluster.ipam_blocks.len(),
-                nodes = snap.cluster.nodes.len(),
-                "ownership decided"
-            );
-            for f in &d.findings {
-                if f.is_error() {
-                    error!(code = f.code(), class = f.class_label(), "{}", f.message);
-                } else {
-                    info!(code = f.code(), class = f.class_label(), "{}", f.message);
-                }
-            }
-            for h in &plan.handovers {
-                info!(class = h.class.label(), to = h.to.label(), protocol = h.protocol, "handing class over; keeping our routes until the new owner's appear");
-            }
-        }
-        // Problems: logged when they change, counted on every snapshot (a block on an unknown
-        // node appearing at runtime changes no ownership decision, but must be reported).
-        if self.last.as_ref().is_none_or(|l| l.problems != plan.problems) {
-            for p in &plan.problems {
-                warn!(code = p.code(), block = p.block(), "{p}");
-            }
-        }
-        self.metrics.route_problems.clear();
-        for p in &plan.problems {
-            self.metrics.route_problems.get_or_create(&ProblemLabels { code: p.code() }).inc();
-        }
-        self.metrics.record_calico_version(&CalicoVersionLabels {
-            version: d.version.version.to_string(),
-            rules: d.version.rules.label(),
-            source: d.version.source.label(),
-        });
-        self.metrics.ownership_findings.clear();
-        for f in &d.findings {
-            self.metrics.ownership_findings.get_or_create(&FindingLabels { code: f.code(), class: f.class_label() }).inc();
-        }
-        // Desired counts by family and class (programmed counts come from apply reports).
-        for class in routable_classes() {
-            for fam in [Family::V4, Family::V6] {
-                let n = plan.desired.iter().filter(|r| r.class == class && Family::of(&r.dst) == fam).count();
-                self.metrics
-                    .routes
-                    .get_or_create(&RouteLabels { family: family_label(fam), class: class.label(), state: "desired" })
-                    .set(i64::try_from(n).unwrap_or(i64::MAX));
-            }
-        }
-    }
-}
-
-/// What the report handler remembers between applies (to log transitions, not every apply).
-#[derive(Default)]
-struct ReportLog {
-    /// The breaker held deletes in the previous apply.
-    mass_held: bool,
-}
-
-fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport, log: &mut ReportLog, percent: u8, settle: Duration) {
-    for (reason, n) in
-        [("not-synced", report.deletes_deferred_unsynced), ("frozen", report.deletes_deferred_frozen), ("mass-deletion", report.deletes_held_mass)]
-    {
-        metrics.deletions_held.get_or_create(&HoldLabels { reason }).set(i64::try_from(n).unwrap_or(i64::MAX));
-    }
-    match report.mass_deletion {
-        Some((wanted, ours)) if !log.mass_held => {
-            warn!(
-                wanted,
-                ours,
-                held = report.deletes_held_mass,
-                threshold_percent = percent,
-                settle_s = settle.as_secs(),
-                "mass deletion held: this change would delete more than the threshold of our routes at once; each delete goes out once it has stayed wanted for the settle period"
-            );
-            metrics.mass_deletion_holds.inc();
-            log.mass_held = true;
-        }
-        None if log.mass_held => {
-            info!("mass deletion released: no route deletion is held by the breaker any more");
-            log.mass_held = false;
-        }
-        _ => {}
-    }
-    metrics.route_operations.get_or_create(&OperationLabels { op: "replace", result: "ok" }).inc_by(report.writes);
-    metrics.route_operations.get_or_create(&OperationLabels { op: "delete", result: "ok" }).inc_by(report.deletes + report.deletes_already_gone);
-    metrics.route_operations.get_or_create(&OperationLabels { op: "replace", result: "error" }).inc_by(report.write_errors);
-    metrics.route_operations.get_or_create(&OperationLabels { op: "delete", result: "error" }).inc_by(report.delete_errors);
-    for (kind, n) in &report.errors {
-        metrics.netlink_errors.get_or_create(&NetlinkErrorLabels { op: "apply", kind: kind.label() }).inc_by(*n);
-    }
-    metrics.reconcile_duration.0.observe(report.duration.as_secs_f64());
-    for class in routable_classes() {
-        for fam in [Family::V4, Family::V6] {
-            let counts = report.by_class.iter().filter(|((f, c, _), _)| *f == fam && *c == class).map(|(_, v)| v);
-            let (programmed, held) = counts.fold((0, 0), |(p, h), v| (p + v.programmed, h + v.held));
-            for (state, n) in [("programmed", programmed), ("held", held)] {
-                metrics.routes.get_or_create(&RouteLabels { family: family_label(fam), class: class.label(), state }).set(i64::try_from(n).unwrap_or(i64::MAX));
-            }
-        }
-    }
-    if report.writes + report.deletes > 0 || !report.errors.is_empty() {
-        info!(
-            writes = report.writes,
-            deletes = report.deletes,
-            errors = report.errors.values().sum::<u64>(),
-            pending = report.pending,
-            kernel_routes = report.kernel_routes,
-            duration_ms = u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX),
-            "routes applied"
-        );
-    }
-    for m in &report.error_messages {
-        warn!("{m}");
-    }
-    for c in &report.conflicts {
-        warn!(key = ?c.key, wanted = %c.wanted, "a route we do not own holds this key; not overwriting it");
-    }
-    for o in &report.overwrote {
-        warn!(previous = %o.previous, verdict = ?o.verdict, "overwrote a route the ownership policy claims");
-    }
-    for (dev, n) in &report.waiting_for_device {
-        warn!(device = %dev, routes = n, "device missing or down; routes wait for it");
-    }
-    health.set_waiting_devices(&report.waiting_for_device);
-    // Ready only once an apply has run with the datastore's routes in it: the driver's first
-    // apply (kernel view only) may come before the first desired set.
-    if !report.resync_failed && report.desired_sets > 0 {
-        health.set_first_apply_done();
-    }
-}
-
-/// The audit handler (`--mode audit`): compares the kernel with what each owner should have
-/// programmed, on every plan change and every resync interval; programs nothing.
-struct AuditHandler {
-    nl: RtNetlink,
-    last_findings: Vec<crate::dataplane::AuditFinding>,
-}
-
-impl AuditHandler {
-    async fn audit(&mut self, plan: &Plan, metrics: &Metrics, health: &Health) {
-        match crate::dataplane::audit_kernel(&mut self.nl, &plan.expected, &plan.audit_scope).await {
-            Ok(report) => {
-                metrics.audit_findings.clear();
-                for code in crate::dataplane::FindingCode::ALL {
-                    let n = report.findings.iter().filter(|f| f.code == code).count();
-                    metrics.audit_findings.get_or_create(&AuditLabels { code: code.as_str() }).set(i64::try_from(n).unwrap_or(i64::MAX));
-                }
-                if report.findings != self.last_findings {
-                    if report.is_clean() {
-                        info!(expected = report.expected, kernel_routes = report.kernel_routes, "audit clean");
-                    }
-                    for f in &report.findings {
-                        warn!(code = f.code.as_str(), prefix = %f.prefix, owner = f.owner.map(crate::vocabulary::Writer::label), "{}", f.detail);
-                    }
-                    self.last_findings = report.findings;
-                }
-                health.set_first_apply_done();
-            }
-            Err(e) => {
-                metrics.netlink_errors.get_or_create(&NetlinkErrorLabels { op: "dump", kind: "other" }).inc();
-                warn!(error = %e, "audit: dumping the kernel's routes failed");
-            }
-        }
-    }
 }
 
 /// `routewarden run`: run until SIGTERM/SIGINT.

@@ -146,8 +146,7 @@ impl super::watch::Watch for TcCounter {
     fn poll(&mut self, metrics: &Metrics) {
         match self.read() {
             Ok(now) => {
-                metrics.tc_count_packets.inc_by(now.packets.saturating_sub(self.last.packets));
-                metrics.tc_count_bytes.inc_by(now.bytes.saturating_sub(self.last.bytes));
+                metrics.record_tc_count(now.packets.saturating_sub(self.last.packets), now.bytes.saturating_sub(self.last.bytes));
                 self.last = now;
             }
             Err(e) => tracing::warn!(error = %e, "reading tc_count counters"),

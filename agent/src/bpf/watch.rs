@@ -23,7 +23,6 @@
 use tokio::sync::mpsc;
 
 use super::BpfError;
-use crate::observe::metrics::ProgramLabels;
 use crate::observe::{Health, Metrics, WatcherState};
 
 /// Events buffered between a watch's reader and the app's loop.
@@ -120,7 +119,7 @@ impl<W: Watch> WatchHandler<W> {
     }
 
     fn degraded(metrics: &Metrics, health: &Health, why: &str) {
-        metrics.bpf_program_attached.get_or_create(&ProgramLabels { program: W::NAME }).set(0);
+        metrics.set_program_attached(W::NAME, false);
         health.set_watcher(W::NAME, WatcherState::Degraded(why.to_owned()));
     }
 
@@ -133,7 +132,7 @@ impl<W: Watch> WatchHandler<W> {
         }
         match &now {
             Published::Attached => {
-                metrics.bpf_program_attached.get_or_create(&ProgramLabels { program: W::NAME }).set(1);
+                metrics.set_program_attached(W::NAME, true);
                 health.set_watcher(W::NAME, WatcherState::Ready);
             }
             Published::Detached(why) => Self::degraded(metrics, health, why),
@@ -211,6 +210,7 @@ impl<W: Watch> Drop for WatchHandler<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observe::metrics::ProgramLabels;
 
     /// A watch whose attachment the test flips.
     struct Fake {

@@ -1,7 +1,9 @@
-//! Turns route-watch counters and events into the `routewarden_route_*` metrics.
+//! Turns route-watch counters and events into the `routewarden_route_*` metrics: the state
+//! between reads; the metrics and their labels are written by
+//! [`crate::observe::metrics::route_watch`].
 //!
-//! Counters come from the kernel (cumulative per-CPU sums; here applied as deltas, since
-//! prometheus counters only increase). `routewarden_flapping_prefixes` comes from events: a
+//! Counters come from the kernel (cumulative per-CPU sums; applied as deltas from the previous
+//! read, since prometheus counters only increase). `routewarden_flapping_prefixes` comes from events: a
 //! prefix counts from its last conflict/flap event until `window + max(window / 4, 1 s)` later.
 //! The kernel re-emits at most one event per prefix per window while the fight goes on, so
 //! the gauge stays up during a fight and returns to 0 about one window after it stops.
@@ -10,20 +12,13 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
-use routewarden_common::route_watch::{RouteWatchCounters, WriteOp, WriterClass, FAMILIES, OPS, WRITER_CLASSES};
+use routewarden_common::route_watch::RouteWatchCounters;
 
 use super::event::RouteWatchEvent;
 use super::RouteWatchBackend;
-use crate::observe::metrics::{BackendLabels, FamilyLabels, Metrics, RouteConflictLabels, RouteWriteLabels};
-
-const FAMILY_LABELS: [&str; FAMILIES] = ["ipv4", "ipv6"];
-const OP_LABELS: [WriteOp; OPS] = [WriteOp::Add, WriteOp::Replace, WriteOp::Delete];
-
-/// `writers` label of a conflict: both classes in class order, joined by `+`.
-pub fn writers_label(a: WriterClass, b: WriterClass) -> String {
-    let (x, y) = if a <= b { (a, b) } else { (b, a) };
-    format!("{}+{}", x.label(), y.label())
-}
+/// Re-exported from where the label set is: `writers` label of a conflict.
+pub use crate::observe::metrics::writers_label;
+use crate::observe::metrics::Metrics;
 
 /// State between calls: the last counter snapshot and the prefixes in flap/conflict.
 #[derive(Debug)]
@@ -41,49 +36,15 @@ impl RouteWatchMetrics {
     }
 
     /// Set `routewarden_route_watch_backend_info`: 1 for `backend` (`none` when degraded), 0
-    /// for the others.
+    /// for the others ([`Metrics::set_route_watch_backend`]).
     pub fn set_backend(&self, metrics: &Metrics, backend: Option<RouteWatchBackend>) {
-        let running = backend.map_or("none", RouteWatchBackend::label);
-        for b in ["fentry", "kprobe", "socket-filter", "none"] {
-            metrics.route_watch_backend.get_or_create(&BackendLabels { backend: b }).set(i64::from(b == running));
-        }
+        metrics.set_route_watch_backend(backend.map(RouteWatchBackend::label));
     }
 
-    /// Apply a counter snapshot from [`super::RouteWatch::counters`] (cumulative since start).
+    /// Apply a counter snapshot from [`super::RouteWatch::counters`] (cumulative since start):
+    /// the differences from the previous one are added ([`Metrics::record_route_watch`]).
     pub fn apply_counters(&mut self, metrics: &Metrics, now: &RouteWatchCounters) {
-        let delta = |new: u64, old: u64| new.saturating_sub(old);
-        for (fi, family) in FAMILY_LABELS.into_iter().enumerate() {
-            for (oi, op) in OP_LABELS.into_iter().enumerate() {
-                for ci in 0..WRITER_CLASSES {
-                    let d = delta(now.writes[fi][oi][ci], self.last.writes[fi][oi][ci]);
-                    if d > 0 {
-                        let writer = WriterClass::ALL[ci].label();
-                        metrics.route_writes.get_or_create(&RouteWriteLabels { family, op: op.label(), writer }).inc_by(d);
-                    }
-                }
-            }
-            for a in 0..WRITER_CLASSES {
-                for b in 0..WRITER_CLASSES {
-                    let d = delta(now.conflicts[fi][a][b], self.last.conflicts[fi][a][b]);
-                    if d > 0 {
-                        let writers = writers_label(WriterClass::ALL[a], WriterClass::ALL[b]);
-                        metrics.route_conflicts.get_or_create(&RouteConflictLabels { family, writers }).inc_by(d);
-                    }
-                }
-            }
-            let d = delta(now.flaps[fi], self.last.flaps[fi]);
-            if d > 0 {
-                metrics.route_flaps.get_or_create(&FamilyLabels { family }).inc_by(d);
-            }
-            let d = delta(now.flushes[fi], self.last.flushes[fi]);
-            if d > 0 {
-                metrics.route_flushes.get_or_create(&FamilyLabels { family }).inc_by(d);
-            }
-        }
-        let d = delta(now.records_lost, self.last.records_lost);
-        if d > 0 {
-            metrics.route_watch_events_lost.inc_by(d);
-        }
+        metrics.record_route_watch(now, &self.last);
         self.last = *now;
     }
 
@@ -111,7 +72,7 @@ impl RouteWatchMetrics {
     /// Expire prefixes whose hold time passed and set `routewarden_flapping_prefixes`.
     pub fn tick(&mut self, metrics: &Metrics, now: Instant) {
         self.active.retain(|_, until| *until > now);
-        metrics.flapping_prefixes.set(i64::try_from(self.active.len()).unwrap_or(i64::MAX));
+        metrics.set_flapping_prefixes(self.active.len());
     }
 
     /// Prefixes in flap or conflict now (as of the last call).
@@ -125,6 +86,7 @@ mod tests {
     use super::*;
     use crate::bpf::route_watch::event::{RouteChange, WriterInfo};
     use prometheus_client::encoding::text::encode;
+    use routewarden_common::route_watch::WriterClass;
 
     fn writer(class: &'static str, protocol: u8) -> WriterInfo {
         WriterInfo { protocol, class, kernel: false, netlink_port: Some(7), pid: None, comm: None }
@@ -185,11 +147,5 @@ mod tests {
         assert_eq!(metrics.flapping_prefixes.get(), 1, "re-emitted within the window: still flapping");
         state.tick(&metrics, t0 + Duration::from_secs(9));
         assert_eq!(metrics.flapping_prefixes.get(), 0);
-    }
-
-    #[test]
-    fn writers_label_is_ordered() {
-        assert_eq!(writers_label(WriterClass::Bird, WriterClass::SelfAgent), "self+bird");
-        assert_eq!(writers_label(WriterClass::Bird, WriterClass::Bird), "bird+bird");
     }
 }

@@ -1,9 +1,35 @@
-//! The `routewarden_` metric set (README "Metrics" lists every one).
+//! The `routewarden_` metric set (README "Metrics" lists every one): the handles
+//! ([`Metrics`]), their registration with names and help texts ([`Metrics::new_registry`]), and
+//! one file per domain holding that domain's label sets and the only methods that write its
+//! metrics, each taking the domain's own values:
+//!
+//! | file | writers | metrics |
+//! |---|---|---|
+//! | [`datastore`] | [`Metrics::set_synced`], [`Metrics::record_load_failed`], [`Metrics::record_snapshot`] | `datastore_*` |
+//! | [`routes`] | [`Metrics::record_plan`], [`Metrics::record_apply`], [`Metrics::record_mass_deletion_hold`], [`Metrics::record_audit`], [`Metrics::record_audit_failed`] | `calico_version_info`, `frozen_prefixes`, `ownership_findings`, `route_problems`, `routes`, `deletions_held`, `mass_deletion_holds`, `route_operations`, `netlink_errors`, `reconcile_duration_seconds`, `audit_findings` |
+//! | [`bpf`] | [`Metrics::set_program_attached`], [`Metrics::record_tc_count`] | `bpf_program_attached`, `tc_count_*` |
+//! | [`route_watch`] | [`Metrics::set_route_watch_backend`], [`Metrics::record_route_watch`], [`Metrics::set_flapping_prefixes`] | `route_writes`, `route_conflicts`, `route_flaps`, `route_flushes`, `flapping_prefixes`, `route_watch_backend_info`, `route_watch_events_lost` |
+//! | [`forward`] | [`Metrics::declare_forward_destination`], [`Metrics::forget_forward_pool`], [`Metrics::record_forwarded`], [`Metrics::record_forwarding_flaps`], [`Metrics::record_forwarding_events_lost`] | `forwarded_*`, `wrong_path_packets`, `forwarding_*` |
 //!
 //! Every label value comes from a fixed set (`&'static str` produced by the `label()` methods
-//! of the domain enums): never a prefix, pod name or error string, so cardinality is bounded.
+//! of the domain enums; a conflict's `writers` pairs two of them, at most 28 values; the Calico
+//! `version` has one series at a time), or from a set the cluster bounds and whose series are
+//! removed when its member goes (IP pool names, [`forward`]): never a prefix, block, pod name or
+//! error string, so cardinality is bounded. The blocks and prefixes concerned are in the log
+//! lines and in `routewarden explain`.
+//!
+//! Like kube-rs controller-rs (`Metrics` with `set_failure`/`count_and_measure`), callers say
+//! what happened (`record_apply(&report)`), never which series to bump.
 
-use prometheus_client::encoding::EncodeLabelSet;
+pub mod bpf;
+pub mod datastore;
+pub mod forward;
+pub mod route_watch;
+pub mod routes;
+
+#[cfg(test)]
+mod tests;
+
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -11,164 +37,18 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
-/// Labels `{code, class}` of `routewarden_ownership_findings`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FindingLabels {
-    /// `consistent`, `double-programmed`, `unowned`, `deprecated`, `version-skew`.
-    pub code: &'static str,
-    /// `ipip`, `noencap`, `vxlan`, or `none` (version skew).
-    pub class: &'static str,
-}
-
-/// Labels `{code}` of `routewarden_route_problems`. The block concerned is in the log line
-/// and in `routewarden explain`, never a label (one series per block would grow without
-/// bound).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProblemLabels {
-    /// The problem's code (`affinity-conflict`, ...; `RouteProblem::code`).
-    pub code: &'static str,
-}
-
-/// Labels `{reason}` of `routewarden_deletions_held`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct HoldLabels {
-    /// `not-synced` (the view is not current, this node's Node is missing, or an input never
-    /// loaded), `frozen` (the prefix is frozen ground), `mass-deletion` (the breaker).
-    pub reason: &'static str,
-}
-
-/// Labels `{family, class, state}` of `routewarden_routes`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RouteLabels {
-    /// `ipv4` or `ipv6`.
-    pub family: &'static str,
-    /// `ipip`, `noencap`, `vxlan`.
-    pub class: &'static str,
-    /// `desired`, `programmed`, or `held` (another writer's route holds the key and
-    /// routewarden will not overwrite it; not programmed, not missing).
-    pub state: &'static str,
-}
-
-/// Labels `{op, result}` of `routewarden_route_operations_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OperationLabels {
-    /// `replace` or `delete`.
-    pub op: &'static str,
-    /// `ok` or `error`.
-    pub result: &'static str,
-}
-
-/// Labels `{op, kind}` of `routewarden_netlink_errors_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NetlinkErrorLabels {
-    /// `apply` (route writes, deletes, link and resync dumps of one apply pass) or `dump`
-    /// (the audit's dumps).
-    pub op: &'static str,
-    /// Error kind from a fixed set (`dataplane::ErrorKind::label`): `dump-interrupted`,
-    /// `foreign-route-at-key`, `no-device`, `device-down`, `net-unreachable`, `timeout`,
-    /// `permission`, `invalid`, `bad-desired-route`, `other`.
-    pub kind: &'static str,
-}
-
-/// Labels `{code}` of `routewarden_audit_findings`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AuditLabels {
-    /// `missing`, `stale`, `duplicate`, `wrong-path`, `wrong-next-hop`, `foreign-writer`.
-    pub code: &'static str,
-}
-
-/// Labels `{program}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProgramLabels {
-    /// BPF program name (`tc_count`, ...).
-    pub program: &'static str,
-}
-
-/// Labels `{reason}` of `routewarden_datastore_load_errors_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LoadErrorLabels {
-    /// An input failure's code (`datastore::LoadErrorKind::code`: `io`, `syntax`, `empty`,
-    /// `too-large`, `not-regular-file`, `vanished`, `watch`), or `object` (an object failed
-    /// validation).
-    pub reason: &'static str,
-}
-
-/// Labels `{family, op, writer}` of `routewarden_route_writes_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RouteWriteLabels {
-    /// `ipv4` or `ipv6`.
-    pub family: &'static str,
-    /// `add`, `replace`, `delete`.
-    pub op: &'static str,
-    /// Writer class: `self`, `felix`, `bird`, `kernel`, `boot`, `static`, `other`.
-    pub writer: &'static str,
-}
-
-/// Labels `{family, writers}` of `routewarden_route_conflicts_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RouteConflictLabels {
-    /// `ipv4` or `ipv6`.
-    pub family: &'static str,
-    /// The two writer classes in class order joined by `+` (`self+bird`, `bird+bird`): at most
-    /// 28 values.
-    pub writers: String,
-}
-
-/// Labels `{family}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FamilyLabels {
-    /// `ipv4` or `ipv6`.
-    pub family: &'static str,
-}
-
-/// Labels `{version, rules, source}` of `routewarden_calico_version_info`: one series, for the
-/// Calico release line in force (`ownership::resolve_version`).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CalicoVersionLabels {
-    /// `3.<minor>` as detected or given (`3.34` stays `3.34`).
-    pub version: String,
-    /// Whose rules decide: `3.26-3.30`, `3.31`, `3.32` or `3.33`.
-    pub rules: &'static str,
-    /// `flag`, `cluster-information` or `assumed`.
-    pub source: &'static str,
-}
-
-/// Labels `{backend}` of `routewarden_route_watch_backend_info`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BackendLabels {
-    /// `fentry`, `kprobe`, `socket-filter`, or `none` (watch degraded).
-    pub backend: &'static str,
-}
-
-/// Labels `{pool, path}` of `routewarden_forwarded_packets_total` / `_bytes_total` (issue 6).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ForwardPathLabels {
-    /// IP pool name: bounded by the cluster's pools (a fixed set from the datastore), never a
-    /// prefix.
-    pub pool: String,
-    /// Path taken: `tunnel`, `host` (`local` never leaves the node).
-    pub path: &'static str,
-}
-
-/// Labels `{pool, expected, actual}` of `routewarden_wrong_path_packets_total` (issue 6).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WrongPathLabels {
-    /// IP pool name.
-    pub pool: String,
-    /// Expected path: `tunnel`, `host`, `local`.
-    pub expected: &'static str,
-    /// Path taken: `tunnel`, `host`.
-    pub actual: &'static str,
-}
-
-/// Labels `{pool}` of `routewarden_forwarding_flaps_total` (issue 6).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PoolLabels {
-    /// IP pool name.
-    pub pool: String,
-}
+pub use bpf::ProgramLabels;
+pub use datastore::LoadErrorLabels;
+pub use forward::{ForwardPathLabels, PoolLabels, WrongPathLabels};
+pub use route_watch::{writers_label, BackendLabels, FamilyLabels, RouteConflictLabels, RouteWriteLabels};
+pub use routes::{AuditLabels, CalicoVersionLabels, FindingLabels, HoldLabels, NetlinkErrorLabels, OperationLabels, ProblemLabels, RouteLabels};
 
 /// All metric handles. Cheap to share (`Arc<Metrics>`); updating a handle is lock-free.
+///
+/// The fields are public so that tests and benchmarks can read a value; they are written only
+/// by the `record_*`/`set_*` methods of this module's domain files (the module table names
+/// each metric's file), so that every metric has one writer and every label set is built in one
+/// place.
 #[derive(Debug, Default)]
 pub struct Metrics {
     /// `routewarden_datastore_synced`: 1 when the datastore view is complete and current.
@@ -223,7 +103,7 @@ pub struct Metrics {
     /// `routewarden_route_watch_backend_info{backend}`: 1 for the running backend.
     pub route_watch_backend: Family<BackendLabels, Gauge>,
     /// `routewarden_calico_version_info{version,rules,source}`: 1 for the release line in
-    /// force; write it only through [`Metrics::record_calico_version`] (one series).
+    /// force (one series).
     pub calico_version: Family<CalicoVersionLabels, Gauge>,
     /// `routewarden_route_watch_events_lost_total`: ring-buffer records dropped (buffer full).
     pub route_watch_events_lost: Counter,
@@ -252,15 +132,6 @@ impl Default for ReconcileHistogram {
 }
 
 impl Metrics {
-    /// Set `routewarden_calico_version_info` to the one series of `labels` (the previous one,
-    /// if different, is removed).
-    pub fn record_calico_version(&self, labels: &CalicoVersionLabels) {
-        if self.calico_version.get(labels).is_none() {
-            self.calico_version.clear();
-        }
-        self.calico_version.get_or_create(labels).set(1);
-    }
-
     /// Create the handles and register them in a fresh registry with the `routewarden` prefix.
     pub fn new_registry() -> (Registry, std::sync::Arc<Metrics>) {
         let m = std::sync::Arc::new(Metrics::default());
@@ -316,32 +187,12 @@ impl Metrics {
         r.register("wrong_path_packets", "Packets to a cluster destination that left on a different path than expected", m.wrong_path_packets.clone());
         r.register("forwarding_flaps", "Blocks whose egress path changed at least threshold times within the window", m.forwarding_flaps.clone());
         r.register("forwarding_events_lost", "Forwarding-watch ring-buffer records lost because the buffer was full", m.forwarding_events_lost.clone());
-        // Declared at 0 so that alerts see the first increase.
-        for reason in ["not-synced", "frozen", "mass-deletion"] {
-            m.deletions_held.get_or_create(&HoldLabels { reason }).set(0);
-        }
+        m.declare_deletions_held();
         (r, m)
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// One series at a time: a Calico upgrade replaces the series, it does not add one.
-    #[test]
-    fn calico_version_info_has_one_series() {
-        let (r, m) = Metrics::new_registry();
-        let render = || {
-            let mut out = String::new();
-            prometheus_client::encoding::text::encode(&mut out, &r).unwrap();
-            out.lines().filter(|l| l.starts_with("routewarden_calico_version_info")).map(str::to_owned).collect::<Vec<_>>()
-        };
-        assert_eq!(render(), Vec::<String>::new());
-        m.record_calico_version(&CalicoVersionLabels { version: "3.30".into(), rules: "3.26-3.30", source: "cluster-information" });
-        m.record_calico_version(&CalicoVersionLabels { version: "3.30".into(), rules: "3.26-3.30", source: "cluster-information" });
-        assert_eq!(render(), vec![r#"routewarden_calico_version_info{version="3.30",rules="3.26-3.30",source="cluster-information"} 1"#]);
-        m.record_calico_version(&CalicoVersionLabels { version: "3.33".into(), rules: "3.33", source: "assumed" });
-        assert_eq!(render(), vec![r#"routewarden_calico_version_info{version="3.33",rules="3.33",source="assumed"} 1"#]);
-    }
+/// A count as a gauge value (saturating at `i64::MAX`).
+fn gauge_value(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
