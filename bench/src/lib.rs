@@ -60,7 +60,7 @@ use anyhow::Result;
 
 pub use benchmarks::cold_program_vs_bird::BIRD;
 pub use benchmarks::BENCHMARKS;
-pub use options::{ComputeSize, Options, Shared};
+pub use options::{ComputeSize, KubeChurn, Options, Shared};
 pub use report::{median, Outcome, Target};
 
 /// One benchmark: its name and what runs it.
