@@ -91,7 +91,13 @@ impl ListBody {
             ranges.push(start..body.len());
         }
         body.extend_from_slice(b"]}");
-        ListBody { api_version: api_version.to_owned(), kind: kind.to_owned(), resource_version: resource_version.to_owned(), body: Bytes::from(body), items: ranges }
+        ListBody {
+            api_version: api_version.to_owned(),
+            kind: kind.to_owned(),
+            resource_version: resource_version.to_owned(),
+            body: Bytes::from(body),
+            items: ranges,
+        }
     }
 
     /// Everything before the first item: `{"apiVersion":..,"kind":"<kind>List","metadata":{..},"items":[`.
@@ -395,7 +401,9 @@ fn status(code: u16, reason: &str, message: &str) -> http::Response<RespBody> {
 /// `/version`.
 fn discovery(path: &str) -> Option<Bytes> {
     let doc = match path {
-        "/apis" => json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [{"name": "crd.projectcalico.org", "versions": [{"groupVersion": CALICO, "version": "v1"}], "preferredVersion": {"groupVersion": CALICO, "version": "v1"}}]}),
+        "/apis" => {
+            json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [{"name": "crd.projectcalico.org", "versions": [{"groupVersion": CALICO, "version": "v1"}], "preferredVersion": {"groupVersion": CALICO, "version": "v1"}}]})
+        }
         p if p.strip_prefix("/apis/") == Some(CALICO) => {
             let r: Vec<serde_json::Value> =
                 CALICO_PLURALS.iter().map(|p| json!({"name": p, "singularName": "", "namespaced": false, "kind": "X", "verbs": ["list", "watch"]})).collect();
