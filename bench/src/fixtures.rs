@@ -1,6 +1,8 @@
 //! What the benchmarks are fed: cluster routes of one node ([`cluster_routes`], with our route
-//! protocol [`PROTO_OURS`]), and clusters built in code ([`compute_cluster`]) or written as
-//! YAML files ([`write_footprint_cluster`]).
+//! protocol [`PROTO_OURS`]), and clusters built in code ([`compute_cluster`]), written as
+//! YAML files ([`write_footprint_cluster`]) or listed by the stand-in API server ([`kube`]).
+
+pub mod kube;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

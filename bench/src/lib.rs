@@ -18,9 +18,11 @@
 //! - [`fixtures`]: the cluster routes and clusters the benchmarks are fed.
 //! - [`runs`]: routewarden's cold programming (the side most benchmarks time) and the churn watch.
 //! - [`procfs`]: a process's memory and CPU time from `/proc`.
+//! - [`standin`]: the stand-in Kubernetes API server the Kubernetes datastore benchmarks read
+//!   (discovery, paged and cached lists, watch feeds, a request log).
 //!
-//! A helper that only one benchmark uses (the `ip -batch` and BIRD reference runners, the
-//! stand-in API server) lives in that benchmark's file.
+//! A helper that only one benchmark uses (the `ip -batch` and BIRD reference runners) lives
+//! in that benchmark's file.
 //!
 //! # Adding a benchmark
 //!
@@ -52,12 +54,13 @@ pub mod options;
 pub mod procfs;
 pub mod report;
 pub mod runs;
+pub mod standin;
 
 use anyhow::Result;
 
 pub use benchmarks::cold_program_vs_bird::BIRD;
 pub use benchmarks::BENCHMARKS;
-pub use options::{ComputeSize, Options, Shared};
+pub use options::{ComputeSize, KubeChurn, Options, Shared};
 pub use report::{median, Outcome, Target};
 
 /// One benchmark: its name and what runs it.

@@ -18,6 +18,8 @@ pub struct Options {
     pub compute: ComputeSize,
     /// Conflicts timed by benchmark 7 (1,000).
     pub conflicts: usize,
+    /// The IPAM block changes `kube-100k` streams once synced (1,000 a second for 10 s).
+    pub kube_churn: KubeChurn,
     /// Nodes of the cluster of benchmark 8 (its node gets `routes` routes).
     pub footprint_nodes: usize,
     /// Idle window of benchmark 8 (60 s; 10 s with `--quick`).
@@ -29,6 +31,15 @@ pub struct Options {
     /// This harness's own binary, re-executed for the compute-only child of benchmark 4;
     /// `None` computes in-process (peak memory then includes the harness).
     pub child_exe: Option<PathBuf>,
+}
+
+/// A stream of watch events: `per_s` a second for `window`.
+#[derive(Clone, Copy, Debug)]
+pub struct KubeChurn {
+    /// Events a second.
+    pub per_s: u64,
+    /// How long the stream lasts.
+    pub window: Duration,
 }
 
 /// The cluster of benchmark 4.
@@ -52,6 +63,7 @@ impl Options {
             foreign: 90_000,
             compute: ComputeSize { nodes: 5_000, blocks: 100_000, borrowed: 10_000 },
             conflicts: 1_000,
+            kube_churn: KubeChurn { per_s: 1_000, window: Duration::from_secs(10) },
             footprint_nodes: 500,
             idle: Duration::from_mins(1),
             stream: Duration::from_secs(2),
@@ -68,6 +80,7 @@ impl Options {
             foreign: 900,
             compute: ComputeSize { nodes: 50, blocks: 1_000, borrowed: 100 },
             conflicts: 20,
+            kube_churn: KubeChurn { per_s: 100, window: Duration::from_secs(1) },
             footprint_nodes: 10,
             idle: Duration::from_secs(1),
             stream: Duration::from_millis(200),

@@ -21,3 +21,12 @@ pub fn cpu_ticks(pid: u32) -> Result<u64> {
     // utime and stime are fields 14 and 15 (1-based), i.e. 11 and 12 after the state (3).
     Ok(f.get(11).context("no utime")?.parse::<u64>()? + f.get(12).context("no stime")?.parse::<u64>()?)
 }
+
+/// Reset this process's `VmHWM` (peak RSS) to its current RSS (`echo 5 >
+/// /proc/self/clear_refs`, Linux 4.0 and later), so a later `VmHWM` is the peak since now.
+///
+/// # Errors
+/// `/proc/self/clear_refs` not writable (older kernel, no procfs).
+pub fn reset_peak_rss() -> Result<()> {
+    std::fs::write("/proc/self/clear_refs", "5").context("reset VmHWM through /proc/self/clear_refs")
+}

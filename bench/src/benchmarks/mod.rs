@@ -28,4 +28,5 @@ registry! {
     bad_input_worst,
     all_nodes_5k,
     kube_heartbeats,
+    kube_100k,
 }
