@@ -4,10 +4,10 @@
 
 pub mod kube;
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::Result;
 use ipnet::IpNet;
@@ -82,7 +82,7 @@ pub fn compute_cluster(size: ComputeSize) -> Cluster {
         let name = node_name(i);
         c.nodes.insert(
             name.clone(),
-            Node {
+            Arc::new(Node {
                 name,
                 form: NodeForm::Calico,
                 bgp_ipv4: Some(format!("{}/24", v4(addr)).parse().expect("valid CIDR")),
@@ -98,7 +98,7 @@ pub fn compute_cluster(size: ComputeSize) -> Cluster {
                 wireguard_ipv4: None,
                 wireguard_ipv6: None,
                 addresses: Vec::new(),
-            },
+            }),
         );
     }
     let half = size.blocks.div_ceil(2);
@@ -114,12 +114,12 @@ pub fn compute_cluster(size: ComputeSize) -> Cluster {
             borrowed += 1;
             let user = (owner + 1) % size.nodes.max(1);
             let attrs =
-                AllocationAttributes { handle_id: Some(format!("k8s-pod-network.{j}")), secondary: BTreeMap::from([("node".to_string(), node_name(user))]) };
-            (vec![None, None, None, None, None, Some(0)], vec![attrs])
+                AllocationAttributes { handle_id: Some(format!("k8s-pod-network.{j}")), secondary: vec![("node".to_string(), node_name(user))] };
+            (vec![(5, 0)], vec![attrs])
         } else {
             (Vec::new(), Vec::new())
         };
-        c.ipam_blocks.insert(name.clone(), IpamBlock { name, cidr, affinity: Some(Affinity::Host(node_name(owner))), allocations, attributes, deleted: false });
+        c.ipam_blocks.insert(name.clone(), Arc::new(IpamBlock { name, cidr, affinity: Some(Affinity::Host(node_name(owner))), allocations, attributes, deleted: false }));
     }
     c
 }

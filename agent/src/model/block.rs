@@ -2,7 +2,6 @@
 //! `libcalico-go/lib/backend/model/block.go`) and BlockAffinity
 //! (`api/pkg/apis/projectcalico/v3/blockaffinity.go`, `model/block_affinity.go`).
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
@@ -44,20 +43,28 @@ impl Affinity {
     }
 }
 
+/// The `secondary` keys an IPAM block's allocation attributes keep: the node that uses the IP
+/// (`ActiveOwnerAttrs["node"]`, what Felix routes by) and its `type` (`ipipTunnelAddress`,
+/// `vxlanTunnelAddress`, `wireguardTunnelAddress` for tunnel addresses; `libcalico-go/lib/ipam`
+/// `AttributeType`). The rest (`namespace`, `pod`, `timestamp`) is not read by any rule and is
+/// dropped at parse: at 100,000 blocks it would be most of the model's memory (issue 23).
+pub const KEPT_SECONDARY_KEYS: [&str; 2] = ["node", "type"];
+
 /// One `spec.attributes[]` entry of an IPAM block.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct AllocationAttributes {
     /// `handle_id` (`k8s-pod-network.<id>`, `ipip-tunnel-addr-<node>`).
     pub handle_id: Option<String>,
-    /// `secondary`: the active owner's attributes (`node`, `namespace`, `pod`, `type`).
-    pub secondary: BTreeMap<String, String>,
+    /// `secondary`: of the active owner's attributes, the [`KEPT_SECONDARY_KEYS`] present, in
+    /// the order written (a key appears once).
+    pub secondary: Vec<(String, String)>,
 }
 
 impl AllocationAttributes {
     /// `secondary.node`, the node that uses the IP (`ActiveOwnerAttrs["node"]`); `None` when
     /// absent or empty.
     pub fn node(&self) -> Option<&str> {
-        self.secondary.get("node").map(String::as_str).filter(|n| !n.is_empty())
+        self.secondary.iter().find(|(k, _)| k == "node").map(|(_, v)| v.as_str()).filter(|n| !n.is_empty())
     }
 }
 
@@ -79,9 +86,12 @@ pub struct IpamBlock {
     pub cidr: IpNet,
     /// `spec.affinity`; `None` for a block affine to no node.
     pub affinity: Option<Affinity>,
-    /// `spec.allocations`: one entry per ordinal; `Some(i)` indexes `attributes`, `None` is free.
-    /// Validated: every index is in range and there are at most as many entries as IPs.
-    pub allocations: Vec<Option<usize>>,
+    /// `spec.allocations`, sparse: `(ordinal, attribute index)` of every allocated IP, in
+    /// ordinal order; free ordinals (`null`) are not stored (a /26 with one pod is one entry,
+    /// not 64; issue 23). Validated at parse: every index is in range and the array had at
+    /// most as many entries as the block has IPs. [`IpamBlock::dense_allocations`] builds it
+    /// from Calico's dense form.
+    pub allocations: Vec<(u32, u32)>,
     pub attributes: Vec<AllocationAttributes>,
     /// `spec.deleted`: the block is being deleted.
     pub deleted: bool,
@@ -93,10 +103,21 @@ impl IpamBlock {
         self.affinity.as_ref().map(Affinity::name)
     }
 
+    /// The sparse form of Calico's dense `allocations` array (`Some(i)`: the ordinal's
+    /// attribute index, `None`: free).
+    pub fn dense_allocations(dense: &[Option<usize>]) -> Vec<(u32, u32)> {
+        dense
+            .iter()
+            .enumerate()
+            .filter_map(|(ordinal, idx)| Some((u32::try_from(ordinal).ok()?, u32::try_from((*idx)?).ok()?)))
+            .collect()
+    }
+
     /// Every allocated IP, in ordinal order.
     pub fn allocated(&self) -> impl Iterator<Item = Allocation<'_>> + '_ {
-        self.allocations.iter().enumerate().filter_map(|(ordinal, idx)| {
-            let attributes = self.attributes.get((*idx)?)?;
+        self.allocations.iter().filter_map(|&(ordinal, idx)| {
+            let attributes = self.attributes.get(idx as usize)?;
+            let ordinal = ordinal as usize;
             let ip = nth_ip(self.cidr, ordinal)?;
             Some(Allocation { ordinal, ip, attributes })
         })
@@ -112,7 +133,9 @@ impl IpamBlock {
             (IpAddr::V6(base), IpAddr::V6(ip)) => usize::try_from(u128::from(ip) - u128::from(base)).ok()?,
             _ => return None,
         };
-        let attributes = self.attributes.get((*self.allocations.get(ordinal)?)?)?;
+        let key = u32::try_from(ordinal).ok()?;
+        let at = self.allocations.binary_search_by_key(&key, |&(o, _)| o).ok()?;
+        let attributes = self.attributes.get(self.allocations[at].1 as usize)?;
         Some(Allocation { ordinal, ip, attributes })
     }
 
@@ -150,21 +173,18 @@ impl IpamBlock {
             attributes.push(parse_attributes(f, i, item));
         }
         let mut allocations = Vec::new();
-        for (i, item) in f.seq(&["spec", "allocations"]).iter().enumerate() {
-            let field = format!("spec.allocations[{i}]");
+        let entries = f.seq(&["spec", "allocations"]);
+        let slots = entries.len();
+        for (i, item) in entries.iter().enumerate() {
+            // The field name is built only for an error: a block has up to 4,096 entries.
+            let field = || format!("spec.allocations[{i}]");
             match item {
-                Value::Null => allocations.push(None),
-                Value::Number(n) => match n.as_u64().and_then(|n| usize::try_from(n).ok()) {
-                    Some(idx) if idx < attributes.len() => allocations.push(Some(idx)),
-                    _ => {
-                        f.fail(field, FieldProblem::Inconsistent(format!("attribute index {n} out of range ({} attributes)", attributes.len())));
-                        allocations.push(None);
-                    }
+                Value::Null => {}
+                Value::Number(n) => match n.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                    Some(idx) if (idx as usize) < attributes.len() => allocations.push((u32::try_from(i).unwrap_or(u32::MAX), idx)),
+                    _ => f.fail(field(), FieldProblem::Inconsistent(format!("attribute index {n} out of range ({} attributes)", attributes.len()))),
                 },
-                other => {
-                    f.fail(field, FieldProblem::WrongType { expected: "integer or null", found: type_name(other) });
-                    allocations.push(None);
-                }
+                other => f.fail(field(), FieldProblem::WrongType { expected: "integer or null", found: type_name(other) }),
             }
         }
         let Some(cidr) = cidr else { return Err(f.take_errors()) };
@@ -176,8 +196,8 @@ impl IpamBlock {
         }
         let host_bits = u32::from(cidr.max_prefix_len() - cidr.prefix_len());
         let size = 1u128.checked_shl(host_bits).unwrap_or(u128::MAX);
-        if allocations.len() as u128 > size {
-            f.fail("spec.allocations", FieldProblem::Inconsistent(format!("{} entries for a block of {size} addresses ({cidr})", allocations.len())));
+        if slots as u128 > size {
+            f.fail("spec.allocations", FieldProblem::Inconsistent(format!("{slots} entries for a block of {size} addresses ({cidr})")));
         }
         f.take_result(IpamBlock { name: name.to_owned(), cidr: cidr.trunc(), affinity, allocations, attributes, deleted })
     }
@@ -207,7 +227,9 @@ fn parse_attributes(f: &mut Fields<'_>, index: usize, item: &Value) -> Allocatio
                     f.fail(format!("spec.attributes[{i}].secondary.node"), FieldProblem::InvalidValue { value: val.to_owned(), expected: NODE_NAME });
                     continue;
                 }
-                out.secondary.insert(key.to_owned(), val.to_owned());
+                if KEPT_SECONDARY_KEYS.contains(&key) && !out.secondary.iter().any(|(k, _)| k == key) {
+                    out.secondary.push((key.to_owned(), val.to_owned()));
+                }
             }
         }
         Some(other) => f.fail(format!("spec.attributes[{i}].secondary"), FieldProblem::WrongType { expected: "mapping", found: type_name(other) }),

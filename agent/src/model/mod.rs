@@ -35,7 +35,7 @@ mod pool;
 mod sources;
 pub mod yaml;
 
-pub use block::{nth_ip, Affinity, AffinityState, Allocation, AllocationAttributes, BlockAffinity, IpamBlock};
+pub use block::{nth_ip, Affinity, AffinityState, Allocation, AllocationAttributes, BlockAffinity, IpamBlock, KEPT_SECONDARY_KEYS};
 pub use cluster::{Cluster, ClusterBuilder};
 pub use config::{parse_go_duration, BgpConfiguration, FelixConfiguration, FelixScope};
 pub use error::{FieldProblem, ModelError, Rejected};

@@ -262,6 +262,34 @@ spec:
     assert_eq!(allocated, vec![ip("10.244.1.0"), ip("10.244.1.1"), ip("10.244.1.3")]);
     let borrowed: Vec<(IpAddr, Option<&str>)> = b.non_affine_allocations().map(|a| (a.ip, a.attributes.node())).collect();
     assert_eq!(borrowed, vec![(ip("10.244.1.3"), Some("node-c"))]);
+    // Kept sparse: the 13 free ordinals are not stored, and of `secondary` only what a rule
+    // reads (node, type) is (issue 23: the rest is most of the memory of 100,000 blocks).
+    assert_eq!(b.allocations, vec![(0, 0), (1, 1), (3, 2)]);
+    let secondary: Vec<Vec<(&str, &str)>> = b.attributes.iter().map(|a| a.secondary.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()).collect();
+    assert_eq!(secondary, vec![vec![("node", "node-b"), ("type", "ipipTunnelAddress")], vec![("node", "node-b")], vec![("node", "node-c")]]);
+    assert_eq!(b.allocation_of(ip("10.244.1.3")).map(|a| (a.ordinal, a.attributes.node())), Some((3, Some("node-c"))));
+    assert_eq!(b.allocation_of(ip("10.244.1.2")), None, "a free ordinal between allocated ones");
+    assert_eq!(b.allocation_of(ip("10.244.1.15")), None, "the last, free ordinal");
+    assert_eq!(b.allocation_of(ip("10.244.2.0")), None, "outside the block");
+}
+
+/// The dense `allocations` of a block of 4,096 addresses with one pod at the last ordinal is
+/// one sparse entry, and the entry count is still checked against the block size (nulls
+/// count: Calico writes one entry per address).
+#[test]
+fn ipam_block_allocations_are_sparse_and_bounded() {
+    let dense = |n: usize| format!("[{}0]", "null, ".repeat(n - 1));
+    let block = |cidr: &str, name: &str, n: usize| {
+        format!("apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {{name: {name}}}\nspec: {{cidr: {cidr}, affinity: 'host:node-b', allocations: {}, attributes: [{{secondary: {{node: node-c, pod: p}}}}]}}\n", dense(n))
+    };
+    let (cluster, errors) = load(&block("10.244.0.0/20", "10-244-0-0-20", 4096));
+    assert_eq!(errors, vec![]);
+    let b = &cluster.ipam_blocks["10-244-0-0-20"];
+    assert_eq!(b.allocations, vec![(4095, 0)]);
+    assert_eq!(b.non_affine_allocations().map(|a| a.ip).collect::<Vec<_>>(), vec![ip("10.244.15.255")]);
+    let (cluster, errors) = load(&block("10.244.0.0/20", "10-244-0-0-20", 4097));
+    assert_eq!(errors.iter().map(ToString::to_string).collect::<Vec<_>>(), vec![r#"IPAMBlock "10-244-0-0-20": spec.allocations: 4097 entries for a block of 4096 addresses (10.244.0.0/20)"#]);
+    assert!(cluster.ipam_blocks.is_empty());
 }
 
 /// `kubectl get nodes -o yaml` (core v1, a List) and `calicoctl get nodes -o yaml` (a

@@ -172,7 +172,7 @@ pub fn routable_classes() -> BTreeSet<PoolClass> {
 /// The cluster routes node `node_name` needs for the pool `classes` given, with the devices
 /// named in `devices`. [`PoolClass::Vxlan`] in `classes` has no effect.
 pub fn desired_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<PoolClass>, devices: &RouteDevices) -> DesiredRoutes {
-    let local = cluster.nodes.get(node_name);
+    let local = cluster.nodes.get(node_name).map(AsRef::as_ref);
     let mut problems = BTreeSet::new();
     if local.is_none() {
         problems.insert(RouteProblem::LocalNodeUnknown { node: node_name.to_owned() });
@@ -180,7 +180,7 @@ pub fn desired_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
     let ctx = Ctx { cluster, local_name: node_name, local, devices };
 
     // Blocks in CIDR order (names break ties), so "first" is independent of input order.
-    let mut blocks: Vec<&IpamBlock> = cluster.ipam_blocks.values().collect();
+    let mut blocks: Vec<&IpamBlock> = cluster.ipam_blocks.values().map(AsRef::as_ref).collect();
     blocks.sort_by(|a, b| (a.cidr, &a.name).cmp(&(b.cidr, &b.name)));
 
     // Destination -> (route, the IPAM block it came from).
@@ -362,7 +362,7 @@ fn tunnel_address_routes(
 /// BlockAffinities (confirmed or pending, not deleted) that name another node than their
 /// IPAM block's `affinity` (reference S08, https://github.com/projectcalico/calico/issues/6486).
 pub fn affinity_conflicts(cluster: &Cluster) -> Vec<RouteProblem> {
-    let by_cidr: BTreeMap<IpNet, &IpamBlock> = cluster.ipam_blocks.values().map(|b| (b.cidr, b)).collect();
+    let by_cidr: BTreeMap<IpNet, &IpamBlock> = cluster.ipam_blocks.values().map(|b| (b.cidr, b.as_ref())).collect();
     let mut out = Vec::new();
     for aff in cluster.block_affinities.values().filter(|a| a.is_active()) {
         let Some(block) = by_cidr.get(&aff.cidr) else { continue };

@@ -519,7 +519,7 @@ fn block_v(name: &str, cidr: &str, host: &str, allocations: &[Option<usize>], at
         name: name.to_owned(),
         cidr: net(cidr),
         affinity: Some(Affinity::Host(host.to_owned())),
-        allocations: allocations.to_vec(),
+        allocations: IpamBlock::dense_allocations(allocations),
         attributes,
         deleted: false,
     };
@@ -585,9 +585,9 @@ fn examples_model() -> Cluster {
         (format!("ipip-tunnel-addr-{node}"), secondary)
     };
     let (ta, tb, td) = (tunnel("node-a"), tunnel("node-b"), tunnel("node-d"));
-    let web0: &[(&str, &str)] = &[("namespace", "default"), ("node", "node-a"), ("pod", "web-0")];
+    let web0: &[(&str, &str)] = &[("node", "node-a")];
     // 10.244.20.5 (ordinal 5 of node-b's block) is borrowed by node-c's pod api-7c8d.
-    let api: &[(&str, &str)] = &[("namespace", "default"), ("node", "node-c"), ("pod", "api-7c8d")];
+    let api: &[(&str, &str)] = &[("node", "node-c")];
     let blocks = [
         block_v("10-244-10-0-26", "10.244.10.0/26", "node-a", &[Some(0), Some(1)], &[(&ta.0, ta.1), ("k8s-pod-network.1f0c", web0)]),
         block_v("10-244-20-0-26", "10.244.20.0/26", "node-b", &[Some(0), None, None, None, None, Some(1)], &[(&tb.0, tb.1), ("k8s-pod-network.a17b", api)]),
@@ -601,7 +601,7 @@ fn examples_model() -> Cluster {
         block_v("fd00-10-244-0-10---122", "fd00:10:244:0:10::/122", "node-a", &[], &[]),
         block_v("fd00-10-244-0-20---122", "fd00:10:244:0:20::/122", "node-b", &[], &[]),
     ];
-    let block_affinities = blocks.iter().map(|(name, b)| affinity_v(b.host().unwrap(), name, &b.cidr.to_string())).collect();
+    let block_affinities = blocks.iter().map(|(name, b)| affinity_v(b.host().unwrap(), name, &b.cidr.to_string())).map(|(k, v)| (k, Arc::new(v))).collect();
     let felix = FelixConfiguration {
         name: "default".to_owned(),
         scope: FelixScope::Global,
@@ -623,7 +623,7 @@ fn examples_model() -> Cluster {
         ]
         .into_iter()
         .collect(),
-        ipam_blocks: blocks.into_iter().collect(),
+        ipam_blocks: blocks.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
         block_affinities,
         nodes: [
             node_v("node-a", "10.0.0.11/24", Some("fd00:10::11/64"), Some("10.244.10.0"), &["10.0.0.11"]),
@@ -632,6 +632,7 @@ fn examples_model() -> Cluster {
             node_v("node-d", "10.0.1.14/24", None, Some("10.244.40.0"), &["10.0.1.14"]),
         ]
         .into_iter()
+        .map(|(k, v)| (k, Arc::new(v)))
         .collect(),
         felix_configurations: [("default".to_owned(), felix)].into_iter().collect(),
         bgp_configurations: [bgp_v("EnabledNoEncapOnly")].into_iter().collect(),
@@ -667,6 +668,7 @@ fn confd_enabled_model() -> Cluster {
             node("kube-node-2", "10.192.0.4/16", "2001::104/64"),
         ]
         .into_iter()
+        .map(|(k, v)| (k, Arc::new(v)))
         .collect(),
         bgp_configurations: [bgp_v("Enabled")].into_iter().collect(),
         ..Cluster::default()
