@@ -189,8 +189,16 @@ fn audit_expectations(
     let mut unowned = Vec::new();
     let mut wireguard: Vec<WireguardRoute> = Vec::new();
     let me = cluster.nodes.get(&config.node);
+    // One pass over the blocks for every routable class, split by class after: a
+    // destination is in one pool (overlapping pools are rejected), so each class's routes are
+    // those `desired_routes` computes for that class alone (one pass instead of one per class
+    // at 100,000 blocks, issue 23).
+    let mut by_class: std::collections::BTreeMap<PoolClass, Vec<ClusterRoute>> = std::collections::BTreeMap::new();
+    for r in desired_routes(cluster, &config.node, &routable_classes(), &config.devices).routes {
+        by_class.entry(r.class).or_default().push(r);
+    }
     for class in routable_classes() {
-        let routes = desired_routes(cluster, &config.node, &BTreeSet::from([class]), &config.devices).routes;
+        let routes = by_class.remove(&class).unwrap_or_default();
         let writers = decision.writers_of(class);
         if writers.is_empty() {
             let Some(f) = decision.findings.iter().find(|f| f.code() == "unowned" && f.class == Some(class)) else { continue };

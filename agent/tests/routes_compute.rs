@@ -153,6 +153,26 @@ fn scenario_routes_for_node_a_all_classes() {
     );
 }
 
+/// The plan computes every routable class in one pass and splits the routes by class
+/// (issue 23): for every node of the scenario, each class's share of that pass is exactly
+/// what a pass for that class alone computes.
+#[test]
+fn one_pass_for_all_classes_splits_into_the_per_class_passes() {
+    let (cluster, _) = Cluster::from_yaml_str(SCENARIO).unwrap();
+    let devices = RouteDevices::default();
+    let mut compared = 0;
+    for node in cluster.nodes.keys() {
+        let all = desired_routes(&cluster, node, &routable_classes(), &devices).routes;
+        for class in routable_classes() {
+            let alone = desired_routes(&cluster, node, &BTreeSet::from([class]), &devices).routes;
+            let share: Vec<ClusterRoute> = all.iter().filter(|r| r.class == class).cloned().collect();
+            assert_eq!(share, alone, "node {node}, class {class:?}");
+            compared += alone.len();
+        }
+    }
+    assert!(compared > 10, "the scenario has routes of both classes ({compared} compared)");
+}
+
 #[test]
 fn scenario_only_the_requested_classes() {
     let (cluster, _) = Cluster::from_yaml_str(SCENARIO).unwrap();
