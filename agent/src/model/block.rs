@@ -106,11 +106,7 @@ impl IpamBlock {
     /// The sparse form of Calico's dense `allocations` array (`Some(i)`: the ordinal's
     /// attribute index, `None`: free).
     pub fn dense_allocations(dense: &[Option<usize>]) -> Vec<(u32, u32)> {
-        dense
-            .iter()
-            .enumerate()
-            .filter_map(|(ordinal, idx)| Some((u32::try_from(ordinal).ok()?, u32::try_from((*idx)?).ok()?)))
-            .collect()
+        dense.iter().enumerate().filter_map(|(ordinal, idx)| Some((u32::try_from(ordinal).ok()?, u32::try_from((*idx)?).ok()?))).collect()
     }
 
     /// Every allocated IP, in ordinal order.

@@ -288,7 +288,10 @@ fn ipam_block_allocations_are_sparse_and_bounded() {
     assert_eq!(b.allocations, vec![(4095, 0)]);
     assert_eq!(b.non_affine_allocations().map(|a| a.ip).collect::<Vec<_>>(), vec![ip("10.244.15.255")]);
     let (cluster, errors) = load(&block("10.244.0.0/20", "10-244-0-0-20", 4097));
-    assert_eq!(errors.iter().map(ToString::to_string).collect::<Vec<_>>(), vec![r#"IPAMBlock "10-244-0-0-20": spec.allocations: 4097 entries for a block of 4096 addresses (10.244.0.0/20)"#]);
+    assert_eq!(
+        errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        vec![r#"IPAMBlock "10-244-0-0-20": spec.allocations: 4097 entries for a block of 4096 addresses (10.244.0.0/20)"#]
+    );
     assert!(cluster.ipam_blocks.is_empty());
 }
 

@@ -119,21 +119,26 @@ async fn consume(mut rx: mpsc::Receiver<DatastoreEvent>, mut planner: Planner, p
     let (mut samples, mut snapshots, mut unsynced) = (Vec::new(), 0, 0);
     loop {
         tokio::select! {
-            ev = rx.recv() => match ev {
-                Some(DatastoreEvent::Snapshot(s)) => {
-                    let done = planner.plan(&s);
-                    snapshots += 1;
-                    pending.lock().unwrap_or_else(PoisonError::into_inner).retain(|(block, rv), sent| {
-                        let seen = s.cluster.ipam_blocks.get(block).and_then(|b| churn_version(b)).is_some_and(|v| v >= *rv);
-                        if seen {
-                            samples.push(done.saturating_duration_since(*sent));
+            ev = rx.recv() => {
+                let Some(ev) = ev else { break };
+                // As the agent does: only the newest of snapshots already queued is planned.
+                for ev in routewarden::app::newest_adjacent(ev, &mut rx) {
+                    match ev {
+                        DatastoreEvent::Snapshot(s) => {
+                            let done = planner.plan(&s);
+                            snapshots += 1;
+                            pending.lock().unwrap_or_else(PoisonError::into_inner).retain(|(block, rv), sent| {
+                                let seen = s.cluster.ipam_blocks.get(block).and_then(|b| churn_version(b)).is_some_and(|v| v >= *rv);
+                                if seen {
+                                    samples.push(done.saturating_duration_since(*sent));
+                                }
+                                !seen
+                            });
                         }
-                        !seen
-                    });
+                        DatastoreEvent::Unsynced { .. } => unsynced += 1,
+                        _ => {}
+                    }
                 }
-                Some(DatastoreEvent::Unsynced { .. }) => unsynced += 1,
-                Some(_) => {}
-                None => break,
             },
             _ = stop.changed() => break,
         }
