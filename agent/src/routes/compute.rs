@@ -181,17 +181,18 @@ pub fn desired_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
 
     // Blocks in CIDR order (names break ties), so "first" is independent of input order.
     let mut blocks: Vec<&IpamBlock> = cluster.ipam_blocks.values().map(AsRef::as_ref).collect();
-    blocks.sort_by(|a, b| (a.cidr, &a.name).cmp(&(b.cidr, &b.name)));
+    // Names are unique, so the key is total and an unstable sort gives the same order.
+    blocks.sort_unstable_by(|a, b| (a.cidr, &a.name).cmp(&(b.cidr, &b.name)));
 
-    // Destination -> (route, the IPAM block it came from).
-    let mut routes: BTreeMap<IpNet, (ClusterRoute, String)> = BTreeMap::new();
-    let add = |routes: &mut BTreeMap<IpNet, (ClusterRoute, String)>, route: ClusterRoute, block: &str, problems: &mut BTreeSet<RouteProblem>| {
+    // Destination -> (route, the name of the IPAM block it came from).
+    let mut routes: BTreeMap<IpNet, (ClusterRoute, &str)> = BTreeMap::new();
+    fn add<'a>(routes: &mut BTreeMap<IpNet, (ClusterRoute, &'a str)>, route: ClusterRoute, block: &'a str, problems: &mut BTreeSet<RouteProblem>) {
         if let Some((_, kept)) = routes.get(&route.dst) {
-            problems.insert(RouteProblem::DuplicateDestination { dst: route.dst, kept: kept.clone(), dropped: block.to_owned() });
+            problems.insert(RouteProblem::DuplicateDestination { dst: route.dst, kept: (*kept).to_owned(), dropped: block.to_owned() });
         } else {
-            routes.insert(route.dst, (route, block.to_owned()));
+            routes.insert(route.dst, (route, block));
         }
-    };
+    }
 
     for &block in &blocks {
         let Some((pool, class)) = ctx.routed_class(block.cidr, classes) else {
@@ -267,11 +268,11 @@ pub fn desired_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
 /// `felix/dataplane/linux/route_mgr.go` `isRemoteTunnelRoute` programs it when the pool type
 /// is the manager's, with the same path choice as any route (`updateRoutes`: host NIC when
 /// same-subnet, else the tunnel). Asserted by `felix/dataplane/linux/ipip_mgr_test.go`.
-fn tunnel_address_routes(
-    ctx: &Ctx<'_>,
-    blocks: &[&IpamBlock],
+fn tunnel_address_routes<'a>(
+    ctx: &Ctx<'a>,
+    blocks: &[&'a IpamBlock],
     classes: &BTreeSet<PoolClass>,
-    routes: &mut BTreeMap<IpNet, (ClusterRoute, String)>,
+    routes: &mut BTreeMap<IpNet, (ClusterRoute, &'a str)>,
     problems: &mut BTreeSet<RouteProblem>,
 ) {
     // Address -> its holders (node, kind), by node name then kind: Felix's reference order.
@@ -354,7 +355,7 @@ fn tunnel_address_routes(
         }
         let origin = RouteOrigin::TunnelAddress { block: origin_block.name.clone(), node: winner.to_owned(), tunnel: kind };
         if let Some(r) = ctx.route(&origin_block.name, dst, winner, pool, class, origin, problems) {
-            routes.insert(dst, (r, origin_block.name.clone()));
+            routes.insert(dst, (r, origin_block.name.as_str()));
         }
     }
 }
