@@ -169,6 +169,16 @@ pub fn routable_classes() -> BTreeSet<PoolClass> {
     BTreeSet::from([PoolClass::Ipip, PoolClass::NoEncap])
 }
 
+/// Add `route` (from IPAM block `block`) unless its destination is taken: then the first
+/// stays and a [`RouteProblem::DuplicateDestination`] names both blocks.
+fn add<'a>(routes: &mut BTreeMap<IpNet, (ClusterRoute, &'a str)>, route: ClusterRoute, block: &'a str, problems: &mut BTreeSet<RouteProblem>) {
+    if let Some((_, kept)) = routes.get(&route.dst) {
+        problems.insert(RouteProblem::DuplicateDestination { dst: route.dst, kept: (*kept).to_owned(), dropped: block.to_owned() });
+    } else {
+        routes.insert(route.dst, (route, block));
+    }
+}
+
 /// The cluster routes node `node_name` needs for the pool `classes` given, with the devices
 /// named in `devices`. [`PoolClass::Vxlan`] in `classes` has no effect.
 pub fn desired_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<PoolClass>, devices: &RouteDevices) -> DesiredRoutes {
@@ -186,13 +196,6 @@ pub fn desired_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
 
     // Destination -> (route, the name of the IPAM block it came from).
     let mut routes: BTreeMap<IpNet, (ClusterRoute, &str)> = BTreeMap::new();
-    fn add<'a>(routes: &mut BTreeMap<IpNet, (ClusterRoute, &'a str)>, route: ClusterRoute, block: &'a str, problems: &mut BTreeSet<RouteProblem>) {
-        if let Some((_, kept)) = routes.get(&route.dst) {
-            problems.insert(RouteProblem::DuplicateDestination { dst: route.dst, kept: (*kept).to_owned(), dropped: block.to_owned() });
-        } else {
-            routes.insert(route.dst, (route, block));
-        }
-    }
 
     for &block in &blocks {
         let Some((pool, class)) = ctx.routed_class(block.cidr, classes) else {
