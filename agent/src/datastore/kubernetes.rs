@@ -98,6 +98,7 @@ mod probe;
 mod rbac;
 mod run;
 mod sources;
+mod trimmed;
 mod view;
 mod watch;
 
