@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use futures::stream::{BoxStream, SelectAll};
 use futures::StreamExt;
-use kube::api::DynamicObject;
 use kube::runtime::watcher::{self, Event};
 use kube::Client;
 use tokio::sync::mpsc;
@@ -20,8 +19,9 @@ use super::discovery::{discover, discover_operator, ApiGroupChoice};
 use super::error::KubernetesError;
 use super::probe::{spawn_probe, Probe, DEFAULT_PROBE, PROBE_MISSES_BEFORE_RELIST};
 use super::sources::{optional_sources, CalicoGroup};
+use super::trimmed::TrimmedObject;
 use super::view::View;
-use super::watch::{cache_lists, default_backoff, relisting_watcher, BackoffFactory, DEFAULT_LIST_SETTLE};
+use super::watch::{cache_lists, default_backoff, trimmed_watch, BackoffFactory, DEFAULT_LIST_SETTLE};
 use crate::datastore::error::DatastoreError;
 use crate::datastore::event::{Datastore, DatastoreEvent, Snapshot};
 
@@ -155,7 +155,7 @@ impl KubernetesDatastore {
         let operator = discover_operator(&self.client).await?;
         let mut view = View::new(group, &optional_sources(operator));
         for (index, target) in view.targets().into_iter().enumerate() {
-            let mut stream = watcher::watcher(target.api(&self.client), target.config(&self.watcher_config)).boxed();
+            let mut stream = trimmed_watch(&target, &self.client, target.config(&self.watcher_config), None);
             while let Some(item) = stream.next().await {
                 match item {
                     Ok(event) => {
@@ -227,10 +227,10 @@ impl Datastore for KubernetesDatastore {
         tracing::info!(group = %group, optional = ?optional.iter().map(|s| s.label()).collect::<Vec<_>>(), "kubernetes datastore: watching Calico objects and Nodes");
         let mut view = View::new(group, &optional).with_list_settle(self.list_settle);
         let start_watches = |view: &View| {
-            let mut streams: SelectAll<BoxStream<'static, (usize, watcher::Result<Event<DynamicObject>>)>> = SelectAll::new();
+            let mut streams: SelectAll<BoxStream<'static, (usize, watcher::Result<Event<TrimmedObject>>)>> = SelectAll::new();
             for (index, target) in view.targets().into_iter().enumerate() {
-                let (api, config) = (target.api(&self.client), target.config(&self.watcher_config));
-                streams.push(relisting_watcher(api, config, (self.backoff)()).map(move |item| (index, item)).boxed());
+                let config = target.config(&self.watcher_config);
+                streams.push(trimmed_watch(&target, &self.client, config, Some((self.backoff)())).map(move |item| (index, item)).boxed());
             }
             streams
         };

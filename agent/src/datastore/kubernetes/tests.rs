@@ -6,16 +6,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::DynamicObject;
 use kube::runtime::utils::Backoff;
 use tokio::sync::mpsc;
 
 use super::rbac::CALICO_PLURALS;
-use super::sources::api_resource;
-use super::view::{self, View};
+use super::view::View;
 use super::*;
 use crate::datastore::{Datastore, DatastoreError, DatastoreEvent, Snapshot};
-use crate::model::Kind;
+
+mod trimmed_decode;
+mod view_events;
 
 /// `(apiGroup, resource, verb)` triples of a ClusterRole's rules.
 fn triples<'a>(rules: impl IntoIterator<Item = (&'a str, Vec<&'a str>, Vec<&'a str>)>) -> BTreeSet<(String, String, String)> {
@@ -1346,33 +1346,6 @@ async fn discovery_failure_is_reported_unsynced_and_retried() {
     let _ = ds.snapshot().await;
     assert_eq!(ds.next().await, DatastoreEvent::Synced);
     assert_eq!(api.log()[..4], ["GET /apis", "GET /apis", "GET /apis", "GET /apis/crd.projectcalico.org/v1"]);
-}
-
-#[test]
-fn strip_keeps_only_what_the_model_reads() {
-    let ar = api_resource(CalicoGroup::CrdV1, NODE_RESOURCE);
-    let mut obj: DynamicObject = serde_json::from_value(node(
-        "a",
-        "5",
-        &json!({"projectcalico.org/IPv4Address": "10.0.0.1/24"}),
-        &json!([{"type": "InternalIP", "address": "10.0.0.1"}]),
-    ))
-    .unwrap();
-    obj.types = None; // as in a list
-    view::strip(Kind::Node, &ar, &mut obj);
-    assert_eq!(
-        serde_json::to_value(&obj).unwrap(),
-        json!({"apiVersion": "v1", "kind": "Node",
-               "metadata": {"name": "a", "resourceVersion": "5", "annotations": {"projectcalico.org/IPv4Address": "10.0.0.1/24"}},
-               "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}})
-    );
-    let ar = api_resource(CalicoGroup::V3, CALICO_RESOURCES[0]);
-    let mut obj: DynamicObject = serde_json::from_value(object(CalicoGroup::V3, "ippools", "p", "9", &json!({"cidr": "10.0.0.0/8"}))).unwrap();
-    view::strip(Kind::IpPool, &ar, &mut obj);
-    assert_eq!(
-        serde_json::to_value(&obj).unwrap(),
-        json!({"apiVersion": "projectcalico.org/v3", "kind": "IPPool", "metadata": {"name": "p", "resourceVersion": "9"}, "spec": {"cidr": "10.0.0.0/8"}})
-    );
 }
 
 #[tokio::test]

@@ -1,29 +1,32 @@
-//! The synchronous core of the Kubernetes datastore: reflector stores fed with watcher events,
-//! the last good version of every object, sync state, and what to send. No I/O; the async
-//! loop (`run.rs`) only moves events in and out.
+//! The synchronous core of the Kubernetes datastore: watcher events of trimmed objects
+//! ([`TrimmedObject`]) in, the last good version of every object kept in one [`Cluster`]
+//! updated in place, sync state, and what to send. No I/O; the async loop (`run.rs`) only
+//! moves events in and out. No object is kept once it is looked at: per object only its
+//! name, resourceVersion, content hash and errors ([`store::Entry`]).
 //!
-//! The parts: `view/store.rs` owns one resource's store and the refresh of the cluster from
-//! it; `view/trim.rs` what a store keeps of an object. This file holds the view over all
-//! resources: sync state, list settle, probe staleness, and building snapshots.
+//! The parts: `view/store.rs` owns one resource's entries and how an event changes the
+//! cluster (a heartbeat costs a hash, a change one parse, a list is gathered aside until
+//! `InitDone`). This file holds the view over all resources: sync state, list settle, probe
+//! staleness, and building snapshots.
+//!
+//! [`TrimmedObject`]: super::trimmed::TrimmedObject
 
 mod store;
-mod trim;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::api::DynamicObject;
 use kube::runtime::watcher::{self, Event};
 
 use super::error::describe_watch_error;
 use super::sources::{CalicoGroup, Watched, CALICO_NODE_SELECTOR, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE};
+use super::trimmed::TrimmedObject;
 use super::watch::WatchTarget;
 use crate::datastore::error::{LoadError, LoadErrorKind, ObjectError};
 use crate::datastore::event::{DatastoreEvent, Snapshot};
 use crate::model::{check_pools, Cluster, Kind, OptionalSource};
-use store::{refresh, Resource, Status};
-pub(super) use trim::strip;
+use store::{Resource, Status};
 
 /// See the module docs.
 #[expect(clippy::struct_excessive_bools, reason = "independent flags of one state machine, each documented")]
@@ -34,6 +37,8 @@ pub(crate) struct View {
     cluster: Cluster,
     /// Something changed since the last flush.
     dirty: bool,
+    /// The cluster or an object error changed since the last snapshot was considered.
+    model_changed: bool,
     /// A resource's sync status changed since the last refresh.
     status_changed: bool,
     /// `Synced` was sent and no `Unsynced` since.
@@ -44,7 +49,9 @@ pub(crate) struct View {
     last_unsynced: Option<String>,
     /// The last snapshot sent.
     last_sent: Option<Snapshot>,
-    /// Object versions that failed to parse, since start.
+    /// Object versions handed to the model parser, since start (a heartbeat is never one).
+    pub(crate) parses: u64,
+    /// Of those, versions that failed to parse.
     pub(crate) parse_failures: u64,
     /// How long after a list completes its absences are not yet evidence for deleting routes
     /// (lists come from the API server's watch cache, which may lag etcd).
@@ -73,11 +80,13 @@ impl View {
             resources,
             cluster: Cluster::default(),
             dirty: false,
+            model_changed: false,
             status_changed: false,
             announced_synced: false,
             ever_synced: false,
             last_unsynced: None,
             last_sent: None,
+            parses: 0,
             parse_failures: 0,
             list_settle: Duration::ZERO,
             settling_until: None,
@@ -105,6 +114,7 @@ impl View {
             .map(|r| WatchTarget {
                 api: r.api.clone(),
                 namespace: r.namespace,
+                kind: r.watched.kind,
                 field_selector: (r.watched.kind == Kind::DaemonSet).then_some(CALICO_NODE_SELECTOR),
                 optional: r.optional,
             })
@@ -134,39 +144,41 @@ impl View {
     }
 
     /// Apply one watcher item for resource `index`. Returns what must be sent now (an
-    /// `Unsynced` on a failure); everything else waits for [`View::flush`].
-    pub(crate) fn apply(&mut self, index: usize, item: watcher::Result<Event<DynamicObject>>) -> Vec<DatastoreEvent> {
+    /// `Unsynced` on a failure); everything else waits for [`View::flush`]. An object whose
+    /// trimmed content did not change (a Node heartbeat) leaves the view clean: no parse, no
+    /// flush, no snapshot.
+    pub(crate) fn apply(&mut self, index: usize, item: watcher::Result<Event<TrimmedObject>>) -> Vec<DatastoreEvent> {
         let label = self.resource_label(index);
         let r = &mut self.resources[index];
         match item {
             Ok(event) => {
-                let (kind, api) = (r.watched.kind, r.api.clone());
-                let event = event.modify(|obj| strip(kind, &api, obj));
-                r.writer.apply_watcher_event(&event);
-                r.changed = true;
-                match event {
-                    Event::InitDone => {
-                        if r.status != Status::Ready {
-                            tracing::info!(resource = %label, objects = r.reader.len(), "kubernetes datastore: listed");
-                            self.status_changed = true;
-                        }
-                        if let Some(source) = r.optional {
-                            self.cluster.unread.remove(&source);
-                        }
-                        if !self.list_settle.is_zero() {
-                            self.settling_until = Some(Instant::now() + self.list_settle);
-                        }
-                        r.status = Status::Ready;
-                        self.dirty = true;
+                let done = matches!(event, Event::InitDone);
+                let applied = r.apply(event, &label, &mut self.cluster);
+                self.parses += applied.parses;
+                self.parse_failures += applied.failures;
+                if applied.changed {
+                    self.model_changed = true;
+                    self.dirty = true;
+                }
+                if done {
+                    if r.status != Status::Ready {
+                        tracing::info!(resource = %label, objects = r.entries.len(), "kubernetes datastore: listed");
+                        self.status_changed = true;
                     }
-                    Event::Apply(_) | Event::Delete(_) => self.dirty = true,
-                    Event::Init | Event::InitApply(_) => {}
+                    if let Some(source) = r.optional {
+                        self.cluster.unread.remove(&source);
+                    }
+                    if !self.list_settle.is_zero() {
+                        self.settling_until = Some(Instant::now() + self.list_settle);
+                    }
+                    r.status = Status::Ready;
+                    self.dirty = true;
                 }
                 Vec::new()
             }
             Err(e) if r.optional.is_some() => {
                 // An optional source: recorded as unread (a finding), never unsynced. What was
-                // read before stays (the store keeps it until a re-list completes).
+                // read before stays (the entries keep it until a re-list completes).
                 let reason = describe_watch_error(&e);
                 if r.status != Status::Failed(reason.clone()) {
                     tracing::warn!(resource = %label, error = %reason, "kubernetes datastore: cannot read an optional source; deciding without it (finding source-unreadable), retrying after backoff");
@@ -254,7 +266,7 @@ impl View {
         let mut out = Vec::new();
         // Building a snapshot clones the cluster: only when something the model reads changed
         // (or the list settle ended, which changes `settled`).
-        if self.refresh_all() || self.last_sent.is_none() || settle_ended {
+        if self.take_changed() || self.last_sent.is_none() || settle_ended {
             let snap = self.build();
             if self.last_sent.as_ref() != Some(&snap) {
                 self.last_sent = Some(snap.clone());
@@ -273,23 +285,14 @@ impl View {
     /// The current snapshot: every object's last good version, the objects that do not parse,
     /// and the resources whose watch is failing.
     pub(crate) fn snapshot(&mut self) -> Snapshot {
-        self.refresh_all();
+        self.take_changed();
         self.build()
     }
 
-    /// Refresh every resource from its store; true when the model or an error changed.
-    fn refresh_all(&mut self) -> bool {
-        let mut changed = std::mem::take(&mut self.status_changed);
-        for index in 0..self.resources.len() {
-            let label = self.resource_label(index);
-            if !std::mem::take(&mut self.resources[index].changed) {
-                continue;
-            }
-            let (failures, c) = refresh(&mut self.resources[index], &label, &mut self.cluster);
-            self.parse_failures += failures;
-            changed |= c;
-        }
-        changed
+    /// True when the model, an object error or a sync status changed since the last call.
+    /// Nothing is scanned: the events marked it as they were applied.
+    fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.status_changed) | std::mem::take(&mut self.model_changed)
     }
 
     /// The snapshot of the current state (O(objects): clones the cluster). IP pools that
@@ -305,12 +308,13 @@ impl View {
                 pool_resource.clone_from(&label);
             }
             inputs += r.entries.len();
-            for (name, e) in &r.entries {
+            for (name, e) in r.errored.iter().filter_map(|name| Some((name, r.entries.get(name)?))) {
+                let Some(problem) = &e.problem else { continue };
                 let file = PathBuf::from(format!("{label}/{name}"));
-                object_errors.extend(e.errors.iter().map(|error| ObjectError {
+                object_errors.extend(problem.errors.iter().map(|error| ObjectError {
                     file: file.clone(),
                     error: error.clone(),
-                    cidrs: if e.good { Vec::new() } else { e.cidrs.clone() },
+                    cidrs: if e.good { Vec::new() } else { problem.cidrs.clone() },
                     last_good: e.good,
                 }));
             }

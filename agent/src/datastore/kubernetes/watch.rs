@@ -1,32 +1,37 @@
 //! How one resource is watched: what a watcher reads ([`WatchTarget`]), the watcher settings
 //! ([`cache_lists`]), the list settle ([`DEFAULT_LIST_SETTLE`]), the retry delays
-//! ([`default_backoff`]) and the watcher that re-lists after every error
-//! ([`relisting_watcher`]).
+//! ([`default_backoff`]), the watcher that re-lists after every error
+//! ([`relisting_watcher`]), and the watch of one target in its kind's trimmed shape
+//! ([`trimmed_watch`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::{Api, ApiResource};
+use kube::core::DynamicResourceScope;
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, Event};
 
-use crate::model::OptionalSource;
+use super::trimmed::{CalicoNodeContainers, CalicoSpec, NodeAddresses, RoutingMode, Shape, Trimmed, TrimmedObject};
+use crate::model::{Kind, OptionalSource};
 
 /// What one watcher reads: the resource, in one namespace or cluster-wide, maybe narrowed by a
 /// field selector; `optional` for the sources whose failure is a finding, not unsynced.
 #[derive(Clone, Debug)]
 pub(crate) struct WatchTarget {
     pub(crate) api: ApiResource,
+    /// The model kind read (decides the trimmed shape, [`trimmed_watch`]).
+    pub(crate) kind: Kind,
     pub(crate) namespace: Option<&'static str>,
     pub(crate) field_selector: Option<&'static str>,
     pub(crate) optional: Option<OptionalSource>,
 }
 
 impl WatchTarget {
-    /// The type-erased API handle: namespaced when the target is.
-    pub(crate) fn api(&self, client: &kube::Client) -> kube::Api<DynamicObject> {
+    /// The API handle for objects decoded as `K`: namespaced when the target is.
+    pub(crate) fn api<K: kube::Resource<DynamicType = ApiResource, Scope = DynamicResourceScope>>(&self, client: &kube::Client) -> kube::Api<K> {
         match self.namespace {
             Some(ns) => kube::Api::namespaced_with(client.clone(), ns, &self.api),
             None => kube::Api::all_with(client.clone(), &self.api),
@@ -82,16 +87,19 @@ pub type BackoffFactory = Arc<dyn Fn() -> Box<dyn Backoff> + Send + Sync>;
 /// telling its consumer when the resumed watch is healthy again; restarting gives an explicit
 /// `Init` … `InitDone` after every failure, which is what "synced again" means here. `410
 /// Gone` re-lists either way. The stream never ends.
-pub(super) fn relisting_watcher(
-    api: Api<DynamicObject>,
+pub(super) fn relisting_watcher<K>(
+    api: Api<K>,
     config: watcher::Config,
     backoff: Box<dyn Backoff>,
-) -> impl futures::Stream<Item = watcher::Result<Event<DynamicObject>>> + Send {
-    struct State {
-        api: Api<DynamicObject>,
+) -> impl futures::Stream<Item = watcher::Result<Event<K>>> + Send
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    struct State<K> {
+        api: Api<K>,
         config: watcher::Config,
         backoff: Box<dyn Backoff>,
-        inner: Option<BoxStream<'static, watcher::Result<Event<DynamicObject>>>>,
+        inner: Option<BoxStream<'static, watcher::Result<Event<K>>>>,
         wait: Option<Duration>,
     }
     let state = State { api, config, backoff, inner: None, wait: None };
@@ -111,4 +119,42 @@ pub(super) fn relisting_watcher(
         }
         Some((item, s))
     })
+}
+
+/// The watcher items of `target`, each object decoded as [`Trimmed`] in the shape of its
+/// kind (Nodes: [`NodeAddresses`]; the calico-node DaemonSet: [`CalicoNodeContainers`]; the
+/// Installation: [`RoutingMode`]; Calico kinds: [`CalicoSpec`]), then made shape-free. With
+/// `relist`, a [`relisting_watcher`] with that backoff (the run loop); without, kube's
+/// watcher (the one-shot load, which stops at the first `InitDone`).
+pub(super) fn trimmed_watch(
+    target: &WatchTarget,
+    client: &kube::Client,
+    config: watcher::Config,
+    relist: Option<Box<dyn Backoff>>,
+) -> BoxStream<'static, watcher::Result<Event<TrimmedObject>>> {
+    fn shaped<S: Shape>(
+        api: Api<Trimmed<S>>,
+        config: watcher::Config,
+        relist: Option<Box<dyn Backoff>>,
+    ) -> BoxStream<'static, watcher::Result<Event<TrimmedObject>>> {
+        let erase = |item: watcher::Result<Event<Trimmed<S>>>| {
+            item.map(|event| match event {
+                Event::Apply(o) => Event::Apply(o.into_object()),
+                Event::Delete(o) => Event::Delete(o.into_object()),
+                Event::InitApply(o) => Event::InitApply(o.into_object()),
+                Event::Init => Event::Init,
+                Event::InitDone => Event::InitDone,
+            })
+        };
+        match relist {
+            Some(backoff) => relisting_watcher(api, config, backoff).map(erase).boxed(),
+            None => watcher::watcher(api, config).map(erase).boxed(),
+        }
+    }
+    match target.kind {
+        Kind::Node => shaped::<NodeAddresses>(target.api(client), config, relist),
+        Kind::DaemonSet => shaped::<CalicoNodeContainers>(target.api(client), config, relist),
+        Kind::Installation => shaped::<RoutingMode>(target.api(client), config, relist),
+        _ => shaped::<CalicoSpec>(target.api(client), config, relist),
+    }
 }

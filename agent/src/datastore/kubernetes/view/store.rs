@@ -1,22 +1,18 @@
-//! One watched resource ([`Resource`]): its reflector store, its sync [`Status`], what is known
-//! about each of its objects ([`Entry`]), and bringing the view's cluster in line with the
-//! store ([`refresh`]: parse what changed, one object at a time, keep the last good version of
-//! what does not parse, drop what was deleted).
+//! One watched resource ([`Resource`]): its sync [`Status`], what is known about each of its
+//! objects ([`Entry`]: resourceVersion, content hash, last good or not, errors), and how a
+//! watcher event changes the view's cluster ([`Resource::apply`]): an object whose trimmed
+//! content did not change costs a hash; one that did is parsed alone, its last good version
+//! kept when it does not parse; a list is gathered aside and replaces the old one only when
+//! it is complete. No object is kept once it is looked at: only the [`Cluster`] it went into.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{Hash, Hasher};
 
-use kube::api::{ApiResource, DynamicObject};
-use kube::runtime::reflector::store::{Store, Writer};
-use kube::ResourceExt;
-use serde_yaml_ng::Value;
+use kube::api::ApiResource;
+use kube::runtime::watcher::Event;
 
 use crate::datastore::kubernetes::sources::{api_resource, CalicoGroup, Watched};
-use crate::model::{mentioned_cidrs, CalicoNodeDaemonSet, Cluster, ClusterBuilder, Kind, ModelError, OptionalSource, Rejected};
-
-/// A resource's reflector store writer (the run loop's watcher events go in through it).
-pub(super) type StoreWriter = Writer<DynamicObject>;
+use crate::datastore::kubernetes::trimmed::TrimmedObject;
+use crate::model::{CalicoNodeDaemonSet, Cluster, ClusterBuilder, Kind, ModelError, OptionalSource, Rejected};
 
 /// Sync state of one resource.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,24 +25,54 @@ pub(super) enum Status {
     Failed(String),
 }
 
-/// What is known about one object.
-#[derive(Debug)]
+/// What is known about one object (about 50 bytes besides its name: 100,000 IPAM blocks
+/// cost about 10 MB here).
+#[derive(Clone, Debug)]
 pub(super) struct Entry {
-    /// `metadata.resourceVersion` last looked at.
+    /// `metadata.resourceVersion` last looked at (the same one again is not even hashed).
     pub(super) resource_version: String,
-    /// Hash of the stripped object last looked at (an update that changes nothing the model
-    /// reads, such as a Node heartbeat, keeps the hash).
+    /// [`TrimmedObject::content_hash`] of the version last parsed: a version with the same
+    /// hash (a Node heartbeat: only status conditions and resourceVersion changed) is not
+    /// parsed again.
     pub(super) hash: u64,
     /// A version parsed once (it is in the view's cluster).
     pub(super) good: bool,
-    /// The errors of the current version (empty when it is the good one).
+    /// Why the current version does not parse (`None` when it is the good one).
+    pub(super) problem: Option<Box<Problem>>,
+}
+
+/// Why an object's current version does not parse.
+#[derive(Clone, Debug)]
+pub(super) struct Problem {
+    /// The model's errors (kind, name, field).
     pub(super) errors: Vec<ModelError>,
-    /// The CIDRs the current (failing) version mentions: frozen ground while no good
-    /// version stands in for it.
+    /// The CIDRs the version mentions: frozen ground while no good version stands in for it.
     pub(super) cidrs: Vec<ipnet::IpNet>,
 }
 
-/// One watched resource: its store and its objects' last good versions.
+/// A list in progress: from `Init` to `InitDone`, nothing of it is in the view yet.
+#[derive(Default)]
+struct Listing {
+    /// Every listed object's entry as it will be once the list completes.
+    entries: BTreeMap<String, Entry>,
+    /// The listed objects that parsed and differ from the view's version.
+    cluster: Cluster,
+    /// Something the view shows will change at `InitDone` (a parse, good or bad).
+    changed: bool,
+}
+
+/// What one watcher event did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Applied {
+    /// The cluster or an object error changed (a snapshot may differ).
+    pub(super) changed: bool,
+    /// Object versions handed to the parser.
+    pub(super) parses: u64,
+    /// Of those, versions that failed to parse.
+    pub(super) failures: u64,
+}
+
+/// One watched resource: its sync state and what is known about its objects.
 pub(super) struct Resource {
     pub(super) watched: Watched,
     pub(super) api: ApiResource,
@@ -55,110 +81,159 @@ pub(super) struct Resource {
     /// An optional source ([`OptionalSource`]): a failure to read it is recorded in
     /// [`Cluster::unread`] and never makes the datastore unsynced.
     pub(super) optional: Option<OptionalSource>,
-    pub(super) writer: StoreWriter,
-    pub(super) reader: Store<DynamicObject>,
     pub(super) status: Status,
+    /// Every object of the last complete list and the watch since, by `metadata.name`.
     pub(super) entries: BTreeMap<String, Entry>,
-    /// The store changed since the last refresh: only such resources are scanned (a Node
-    /// heartbeat must not cost a pass over 100,000 IPAM blocks).
-    pub(super) changed: bool,
+    /// The names whose entry has a [`Problem`] (a snapshot lists only these, never every entry).
+    pub(super) errored: BTreeSet<String>,
+    listing: Option<Listing>,
+}
+
+/// How a changed object fared.
+enum Outcome {
+    /// Same resourceVersion or same content as the entry: nothing to do.
+    Unchanged,
+    /// Parsed: the one-object cluster.
+    Good(Cluster),
+    /// Did not parse.
+    Bad(Problem),
 }
 
 impl Resource {
     /// Resource `w` in `group`, in `namespace` (or cluster-wide), nothing listed yet.
     pub(super) fn new(group: CalicoGroup, w: Watched, namespace: Option<&'static str>, optional: Option<OptionalSource>) -> Resource {
         let api = api_resource(group, w);
-        let writer = StoreWriter::new(api.clone());
-        let reader = writer.as_reader();
-        Resource { watched: w, api, namespace, optional, writer, reader, status: Status::Listing, entries: BTreeMap::new(), changed: true }
+        Resource { watched: w, api, namespace, optional, status: Status::Listing, entries: BTreeMap::new(), errored: BTreeSet::new(), listing: None }
     }
-}
 
-/// Bring a resource's entries and its objects in `cluster` in line with its store: parse what
-/// changed, keep the last good version of what does not parse, drop what was deleted. Returns
-/// the number of object versions that failed to parse, and whether anything changed.
-pub(super) fn refresh(r: &mut Resource, label: &str, cluster: &mut Cluster) -> (u64, bool) {
-    let kind = r.watched.kind;
-    // The model's key: a DaemonSet is `namespace/name` (one calico-node per namespace).
-    let namespace = r.namespace;
-    let key = move |name: &str| match namespace {
-        Some(ns) if kind == Kind::DaemonSet => CalicoNodeDaemonSet::key(ns),
-        _ => name.to_owned(),
-    };
-    let mut failures = 0;
-    let mut changed = false;
-    let mut seen = BTreeSet::new();
-    for obj in r.reader.state() {
-        let name = obj.name_any();
-        let rv = obj.resource_version().unwrap_or_default();
-        seen.insert(name.clone());
-        if let Some(e) = r.entries.get(&name) {
-            if !rv.is_empty() && e.resource_version == rv {
-                continue;
+    /// The model's key of object `name`: a DaemonSet is `namespace/name` (one calico-node per
+    /// namespace), anything else its name.
+    fn key(&self, name: &str) -> String {
+        match self.namespace {
+            Some(ns) if self.watched.kind == Kind::DaemonSet => CalicoNodeDaemonSet::key(ns),
+            _ => name.to_owned(),
+        }
+    }
+
+    /// Apply one watcher event to this resource and to `cluster` (the view's; `label` names
+    /// the resource in logs):
+    ///
+    /// - `Init` starts a list aside; `InitApply` parses each object that differs from the
+    ///   view's version into it; `InitDone` makes it the view: objects absent from it are
+    ///   removed then, not before (a list that fails half-way changes nothing).
+    /// - `Apply`: unchanged content costs nothing more; changed content is parsed alone and
+    ///   replaces the object in `cluster`, or, when it does not parse, its last good version
+    ///   stays and the errors are recorded.
+    /// - `Delete`: the object leaves `cluster` and the entries.
+    pub(super) fn apply(&mut self, event: Event<TrimmedObject>, label: &str, cluster: &mut Cluster) -> Applied {
+        let mut out = Applied::default();
+        match event {
+            Event::Init => self.listing = Some(Listing::default()),
+            Event::InitApply(obj) => {
+                let (name, rv, hash, outcome) = self.examine(obj, label, &mut out);
+                let old = self.entries.get(&name);
+                let listing = self.listing.get_or_insert_with(Listing::default);
+                let entry = match outcome {
+                    Outcome::Unchanged => old.map_or_else(|| Entry { resource_version: String::new(), hash, good: false, problem: None }, Clone::clone),
+                    Outcome::Good(one) => {
+                        merge(&mut listing.cluster, one);
+                        listing.changed = true;
+                        Entry { resource_version: String::new(), hash, good: true, problem: None }
+                    }
+                    Outcome::Bad(problem) => {
+                        listing.changed = true;
+                        Entry { resource_version: String::new(), hash, good: old.is_some_and(|e| e.good), problem: Some(Box::new(problem)) }
+                    }
+                };
+                listing.entries.insert(name, Entry { resource_version: rv, ..entry });
+            }
+            Event::InitDone => out.changed = self.finish_list(cluster),
+            Event::Apply(obj) => {
+                let (name, rv, hash, outcome) = self.examine(obj, label, &mut out);
+                let key = self.key(&name);
+                let e = self.entries.entry(name.clone()).or_insert_with(|| Entry { resource_version: String::new(), hash, good: false, problem: None });
+                e.resource_version = rv;
+                match outcome {
+                    Outcome::Unchanged => {}
+                    Outcome::Good(one) => {
+                        remove(cluster, self.watched.kind, &key);
+                        merge(cluster, one);
+                        *e = Entry { hash, good: true, problem: None, ..e.clone() };
+                        self.errored.remove(&name);
+                        out.changed = true;
+                    }
+                    Outcome::Bad(problem) => {
+                        e.hash = hash;
+                        e.problem = Some(Box::new(problem));
+                        self.errored.insert(name);
+                        out.changed = true;
+                    }
+                }
+            }
+            Event::Delete(obj) => {
+                let name = obj.name();
+                if self.entries.remove(name).is_some() {
+                    remove(cluster, self.watched.kind, &self.key(name));
+                    self.errored.remove(name);
+                    out.changed = true;
+                }
             }
         }
-        let e = r.entries.entry(name.clone()).or_insert_with(|| Entry {
-            resource_version: String::new(),
-            hash: 0,
-            good: false,
-            errors: Vec::new(),
-            cidrs: Vec::new(),
-        });
-        e.resource_version = rv;
-        let parsed = match serde_yaml_ng::to_value(&*obj) {
-            Ok(value) => {
-                let hash = hash_value(&value);
-                if e.hash == hash && (e.good || !e.errors.is_empty()) {
-                    continue; // nothing the model reads changed (a Node heartbeat)
-                }
-                e.hash = hash;
-                changed = true;
-                parse_alone(&value)
-            }
-            // Not expected: a DynamicObject always serializes.
-            Err(err) => {
-                changed = true;
-                let cidrs = mentioned_cidrs(&serde_yaml_ng::Value::Null, Some(kind), Some(&name));
-                Err(vec![Rejected::new(ModelError::NotAnObject { reason: format!("{label}/{name}: {err}") }, cidrs)])
-            }
-        };
-        match parsed {
-            Ok(one) => {
-                remove(cluster, kind, &key(&name));
-                merge(cluster, one);
-                e.good = true;
-                e.errors.clear();
-                e.cidrs.clear();
-            }
+        out
+    }
+
+    /// `InitDone`: the list gathered since `Init` becomes the view. True when the view changed.
+    fn finish_list(&mut self, cluster: &mut Cluster) -> bool {
+        let Listing { entries, cluster: listed, mut changed } = self.listing.take().unwrap_or_default();
+        let kind = self.watched.kind;
+        for name in self.entries.keys().filter(|name| !entries.contains_key(*name)) {
+            remove(cluster, kind, &self.key(name));
+            changed = true;
+        }
+        merge(cluster, listed);
+        self.errored = entries.iter().filter(|(_, e)| e.problem.is_some()).map(|(name, _)| name.clone()).collect();
+        self.entries = entries;
+        changed
+    }
+
+    /// Look at one object against its entry: unchanged (same resourceVersion, or same
+    /// content hash), or parsed alone. Returns its name, resourceVersion, hash and outcome,
+    /// and counts the parse in `out`.
+    fn examine(&self, obj: TrimmedObject, label: &str, out: &mut Applied) -> (String, String, u64, Outcome) {
+        let name = obj.name().to_owned();
+        let rv = obj.metadata.resource_version.clone().unwrap_or_default();
+        let old = self.entries.get(&name);
+        if let Some(e) = old.filter(|e| !rv.is_empty() && e.resource_version == rv) {
+            return (name, rv, e.hash, Outcome::Unchanged);
+        }
+        let hash = obj.content_hash();
+        if let Some(e) = old.filter(|e| e.hash == hash) {
+            return (name, rv, e.hash, Outcome::Unchanged); // nothing the model reads changed (a Node heartbeat)
+        }
+        out.parses += 1;
+        let outcome = match parse_alone(&obj.into_value(&self.api)) {
+            Ok(one) => Outcome::Good(one),
             Err(rejected) => {
-                failures += 1;
-                e.cidrs = rejected.iter().flat_map(|r| r.cidrs.iter().copied()).collect();
-                e.cidrs.sort();
-                e.cidrs.dedup();
+                out.failures += 1;
+                let mut cidrs: Vec<ipnet::IpNet> = rejected.iter().flat_map(|r| r.cidrs.iter().copied()).collect();
+                cidrs.sort();
+                cidrs.dedup();
                 let errors: Vec<ModelError> = rejected.into_iter().map(|r| r.error).collect();
                 for error in &errors {
                     tracing::warn!(
-                        kind = %kind,
+                        kind = %self.watched.kind,
                         name = %name,
                         resource = %label,
                         error = %error,
-                        kept_last_good = e.good,
+                        kept_last_good = old.is_some_and(|e| e.good),
                         "kubernetes datastore: object does not parse; skipped"
                     );
                 }
-                e.errors = errors;
+                Outcome::Bad(Problem { errors, cidrs })
             }
-        }
+        };
+        (name, rv, hash, outcome)
     }
-    r.entries.retain(|name, _| {
-        let keep = seen.contains(name);
-        if !keep {
-            remove(cluster, kind, &key(name));
-            changed = true;
-        }
-        keep
-    });
-    (failures, changed)
 }
 
 /// Remove object `name` of `kind` from `cluster`.
@@ -176,17 +251,28 @@ fn remove(cluster: &mut Cluster, kind: Kind, name: &str) {
     }
 }
 
-/// Add every object of `one` (a one-object cluster) to `cluster`.
-fn merge(cluster: &mut Cluster, one: Cluster) {
-    cluster.ip_pools.extend(one.ip_pools);
-    cluster.ipam_blocks.extend(one.ipam_blocks);
-    cluster.block_affinities.extend(one.block_affinities);
-    cluster.nodes.extend(one.nodes);
-    cluster.felix_configurations.extend(one.felix_configurations);
-    cluster.bgp_configurations.extend(one.bgp_configurations);
-    cluster.cluster_informations.extend(one.cluster_informations);
-    cluster.installations.extend(one.installations);
-    cluster.calico_node_daemonsets.extend(one.calico_node_daemonsets);
+/// Add every object of `other` to `cluster`, replacing those of the same name.
+fn merge(cluster: &mut Cluster, other: Cluster) {
+    join(&mut cluster.ip_pools, other.ip_pools);
+    join(&mut cluster.ipam_blocks, other.ipam_blocks);
+    join(&mut cluster.block_affinities, other.block_affinities);
+    join(&mut cluster.nodes, other.nodes);
+    join(&mut cluster.felix_configurations, other.felix_configurations);
+    join(&mut cluster.bgp_configurations, other.bgp_configurations);
+    join(&mut cluster.cluster_informations, other.cluster_informations);
+    join(&mut cluster.installations, other.installations);
+    join(&mut cluster.calico_node_daemonsets, other.calico_node_daemonsets);
+}
+
+/// `into` plus `from` (`from`'s value wins): taken whole when `into` is empty (a first list of
+/// 100,000 blocks moves one map), else inserted one by one (one changed object costs
+/// O(log n), not a pass over the map as `BTreeMap::append` would).
+fn join<V>(into: &mut BTreeMap<String, V>, from: BTreeMap<String, V>) {
+    if into.is_empty() {
+        *into = from;
+    } else {
+        into.extend(from);
+    }
 }
 
 /// Parse one object alone with the model parser: the one-object [`Cluster`] when it is good,
@@ -199,10 +285,4 @@ fn parse_alone(value: &serde_yaml_ng::Value) -> Result<Cluster, Vec<Rejected>> {
     } else {
         Err(errors)
     }
-}
-
-fn hash_value(v: &Value) -> u64 {
-    let mut h = DefaultHasher::new();
-    v.hash(&mut h);
-    h.finish()
 }
