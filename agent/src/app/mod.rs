@@ -64,32 +64,27 @@ pub fn forward_entries(plan: &Plan) -> Vec<crate::bpf::forward::ForwardEntry> {
 /// The datastore events to handle now, starting with `first`: when `first` is a snapshot and
 /// newer snapshots already wait right behind it, only the newest of that run (each is the
 /// whole view, so the older ones would be planned only to be replaced; at 100,000 blocks a
-/// plan takes tens of milliseconds and queued snapshots would add up, issue 23). Any other
+/// plan takes most of a second and queued snapshots would add up, issue 23). Any other
 /// event ends the run and is returned after it, in order: a snapshot is never moved past a
 /// `Synced`, `Unsynced` or `LoadFailed`, so the view in force when deletions are allowed or
 /// held is the one it was. Never waits.
 pub fn newest_adjacent(first: DatastoreEvent, rx: &mut mpsc::Receiver<DatastoreEvent>) -> Vec<DatastoreEvent> {
-    let mut current = first;
+    let mut out = vec![first];
     let mut skipped = 0u32;
-    while matches!(current, DatastoreEvent::Snapshot(_)) {
+    while matches!(out[0], DatastoreEvent::Snapshot(_)) && out.len() == 1 {
         match rx.try_recv() {
             Ok(next @ DatastoreEvent::Snapshot(_)) => {
-                current = next;
+                out[0] = next;
                 skipped += 1;
             }
-            Ok(other) => {
-                if skipped > 0 {
-                    tracing::debug!(skipped, "datastore: planned only the newest of adjacent snapshots");
-                }
-                return vec![current, other];
-            }
+            Ok(other) => out.push(other),
             Err(_) => break,
         }
     }
     if skipped > 0 {
         tracing::debug!(skipped, "datastore: planned only the newest of adjacent snapshots");
     }
-    vec![current]
+    out
 }
 
 /// Resolve this node's name: `--node`, else the host name.
