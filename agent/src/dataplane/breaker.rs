@@ -2,6 +2,11 @@
 //! routes in the kernel (default half), each such delete waits until it has been wanted
 //! continuously for the settle period (default 30 s), so an emptied or truncated input costs no
 //! route while a deliberate large change still converges one settle period later.
+//!
+//! A held delete that an apply defers for another reason (the datastore went unsynced, its
+//! prefix became frozen ground, a handover is pending) keeps its hold and the time it was
+//! first wanted: it is *paused*, not forgotten, so a blip of the API server neither restarts
+//! the settle period nor counts as a second engagement of the breaker.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -17,6 +22,8 @@ pub(super) struct MassDeletionBreaker {
     /// How long a held delete must stay wanted.
     settle: Duration,
     held: BTreeMap<RouteKey, Instant>,
+    /// Held deletes the last apply deferred for another reason (kept, not released by time).
+    paused: BTreeSet<RouteKey>,
 }
 
 /// What the breaker let through in one apply.
@@ -28,26 +35,35 @@ pub(super) struct BreakerVerdict {
     pub(super) held: Vec<RouteKey>,
     /// How many distinct deletes were wanted.
     pub(super) wanted: usize,
+    /// Holds kept while their deletes are deferred for another reason.
+    pub(super) paused: usize,
 }
 
 impl MassDeletionBreaker {
     /// A breaker engaging above `percent` of our routes, releasing after `settle`.
     pub(super) fn new(percent: u8, settle: Duration) -> Self {
-        MassDeletionBreaker { percent, settle, held: BTreeMap::new() }
+        MassDeletionBreaker { percent, settle, held: BTreeMap::new(), paused: BTreeSet::new() }
     }
 
     /// Sort the plain deletes of one apply at `now`, with `ours` routes of ours in the kernel:
     /// under the threshold all pass (and every hold clears); over it only those wanted
-    /// continuously for the settle period pass. A delete that is not wanted any more (the
-    /// route came back into the desired set) starts over if it is wanted again.
-    pub(super) fn check(&mut self, deletes: Vec<RouteKey>, ours: usize, now: Instant) -> BreakerVerdict {
+    /// continuously for the settle period pass. `deferred` are the delete candidates of this
+    /// apply that did not get as far as the breaker (unsynced, frozen, handover pending): a
+    /// hold on one of them is paused, keeping its start time. A delete that is neither wanted
+    /// nor deferred any more (the route came back into the desired set) starts over if it is
+    /// wanted again.
+    pub(super) fn check(&mut self, deletes: Vec<RouteKey>, deferred: &[RouteKey], ours: usize, now: Instant) -> BreakerVerdict {
         let wanted: BTreeSet<RouteKey> = deletes.iter().copied().collect();
-        self.held.retain(|k, _| wanted.contains(k));
+        let deferred: BTreeSet<RouteKey> = deferred.iter().copied().collect();
+        self.held.retain(|k, _| wanted.contains(k) || deferred.contains(k));
+        self.paused = self.held.keys().filter(|k| deferred.contains(*k)).copied().collect();
+        let paused = self.paused.len();
         let percent = usize::from(self.percent);
         let over = ours > 0 && percent < 100 && deletes.len().saturating_mul(100) > percent.saturating_mul(ours);
         if !over {
-            self.held.clear();
-            return BreakerVerdict { pass: deletes, held: Vec::new(), wanted: wanted.len() };
+            let keep = &self.paused;
+            self.held.retain(|k, _| keep.contains(k));
+            return BreakerVerdict { pass: deletes, held: Vec::new(), wanted: wanted.len(), paused };
         }
         let (mut pass, mut held) = (Vec::new(), Vec::new());
         for key in deletes {
@@ -58,10 +74,11 @@ impl MassDeletionBreaker {
                 held.push(key);
             }
         }
-        BreakerVerdict { pass, held, wanted: wanted.len() }
+        BreakerVerdict { pass, held, wanted: wanted.len(), paused }
     }
 
-    /// The deletes held now (they come back for another look on every apply).
+    /// The deletes held now, paused ones included (they come back for another look on every
+    /// apply, so a paused hold whose route is wanted again is dropped).
     pub(super) fn held(&self) -> impl Iterator<Item = &RouteKey> {
         self.held.keys()
     }
@@ -69,11 +86,13 @@ impl MassDeletionBreaker {
     /// The route at `key` is gone: nothing to hold there.
     pub(super) fn forget(&mut self, key: &RouteKey) {
         self.held.remove(key);
+        self.paused.remove(key);
     }
 
-    /// The earliest time a held delete is released.
+    /// The earliest time a held delete is released; paused holds have no release time (their
+    /// deletes come back when the reason they were deferred for goes away).
     pub(super) fn next_release(&self) -> Option<Instant> {
-        self.held.values().min().map(|first| later(*first, self.settle))
+        self.held.iter().filter(|(k, _)| !self.paused.contains(*k)).map(|(_, first)| later(*first, self.settle)).min()
     }
 }
 
@@ -89,7 +108,7 @@ mod tests {
     fn at_or_under_the_threshold_everything_passes() {
         let now = Instant::now();
         let mut b = MassDeletionBreaker::new(50, Duration::from_secs(30));
-        let v = b.check(keys(5), 10, now);
+        let v = b.check(keys(5), &[], 10, now);
         assert_eq!((v.pass.len(), v.held.len(), v.wanted), (5, 0, 5));
         assert_eq!(b.next_release(), None);
     }
@@ -99,13 +118,13 @@ mod tests {
         let now = Instant::now();
         let settle = Duration::from_secs(30);
         let mut b = MassDeletionBreaker::new(50, settle);
-        let v = b.check(keys(6), 10, now);
+        let v = b.check(keys(6), &[], 10, now);
         assert_eq!((v.pass.len(), v.held.len(), v.wanted), (0, 6, 6));
         assert_eq!(b.next_release(), Some(now + settle));
         assert_eq!(b.held().count(), 6);
-        let v = b.check(keys(6), 10, now + Duration::from_secs(29));
+        let v = b.check(keys(6), &[], 10, now + Duration::from_secs(29));
         assert_eq!(v.held.len(), 6);
-        let v = b.check(keys(6), 10, now + settle);
+        let v = b.check(keys(6), &[], 10, now + settle);
         assert_eq!((v.pass.len(), v.held.len()), (6, 0));
     }
 
@@ -114,20 +133,54 @@ mod tests {
         let now = Instant::now();
         let settle = Duration::from_secs(30);
         let mut b = MassDeletionBreaker::new(50, settle);
-        b.check(keys(6), 10, now);
+        b.check(keys(6), &[], 10, now);
         // Five of the six are wanted later (still over half of 8): the sixth's hold is gone.
-        b.check(keys(5), 8, now + Duration::from_secs(10));
+        b.check(keys(5), &[], 8, now + Duration::from_secs(10));
         assert_eq!(b.held().count(), 5);
-        let v = b.check(keys(6), 10, now + settle);
+        let v = b.check(keys(6), &[], 10, now + settle);
         assert_eq!((v.pass.len(), v.held.len()), (5, 1), "{v:?}");
         b.forget(&keys(6)[5]);
         assert_eq!(b.next_release(), Some(now + settle));
     }
 
     #[test]
+    fn a_held_delete_deferred_for_another_reason_keeps_its_hold_and_start_time() {
+        let now = Instant::now();
+        let settle = Duration::from_secs(30);
+        let mut b = MassDeletionBreaker::new(50, settle);
+        b.check(keys(6), &[], 10, now);
+        // The datastore goes unsynced at 10 s: every delete is deferred before the breaker.
+        let v = b.check(Vec::new(), &keys(6), 10, now + Duration::from_secs(10));
+        assert_eq!((v.pass.len(), v.held.len(), v.paused), (0, 0, 6), "{v:?}");
+        assert_eq!(b.held().count(), 6, "paused, not forgotten");
+        assert_eq!(b.next_release(), None, "a paused hold has no release time: no wake-up loop while unsynced");
+        // Synced again at 20 s: still held, from the first time (released at 30 s, not 50 s).
+        let v = b.check(keys(6), &[], 10, now + Duration::from_secs(20));
+        assert_eq!((v.pass.len(), v.held.len(), v.paused), (0, 6, 0), "{v:?}");
+        assert_eq!(b.next_release(), Some(now + settle));
+        let v = b.check(keys(6), &[], 10, now + settle);
+        assert_eq!((v.pass.len(), v.held.len()), (6, 0));
+    }
+
+    #[test]
+    fn a_paused_hold_whose_route_is_wanted_again_is_dropped() {
+        let now = Instant::now();
+        let mut b = MassDeletionBreaker::new(50, Duration::from_secs(30));
+        b.check(keys(6), &[], 10, now);
+        b.check(Vec::new(), &keys(6), 10, now + Duration::from_secs(10));
+        // Back in the desired set: neither wanted gone nor deferred in this apply.
+        let v = b.check(Vec::new(), &[], 10, now + Duration::from_secs(40));
+        assert_eq!((v.pass.len(), v.held.len(), v.paused), (0, 0, 0), "{v:?}");
+        assert_eq!(b.held().count(), 0);
+        // Wanted gone again later: a fresh hold, not a release on the old start time.
+        let v = b.check(keys(6), &[], 10, now + Duration::from_secs(50));
+        assert_eq!((v.pass.len(), v.held.len()), (0, 6), "{v:?}");
+    }
+
+    #[test]
     fn one_hundred_percent_turns_the_breaker_off() {
         let mut b = MassDeletionBreaker::new(100, Duration::from_secs(30));
-        let v = b.check(keys(10), 10, Instant::now());
+        let v = b.check(keys(10), &[], 10, Instant::now());
         assert_eq!((v.pass.len(), v.held.len()), (10, 0));
     }
 }

@@ -543,6 +543,37 @@ async fn mass_deletion_is_held_for_the_settle_period() {
     assert!(nl.state().routes.is_empty());
 }
 
+/// A held mass deletion survives the datastore going unsynced meanwhile (an API server blip
+/// while the breaker holds): the hold is paused, not restarted, so the deletes go out at the
+/// first settle deadline after the datastore is synced again, the breaker counts as engaged
+/// throughout (one engagement, not two) and nothing wakes the reconciler while unsynced.
+#[tokio::test]
+async fn a_mass_deletion_hold_is_paused_not_restarted_while_unsynced() {
+    let (mut r, nl, clock) = setup(None);
+    r.set_desired(&cluster());
+    r.apply().await;
+    nl.take_log();
+    r.set_desired(&[]);
+    let rep = r.apply().await;
+    assert_eq!((rep.deletes, rep.deletes_held_mass, rep.mass_deletion), (0, 6, Some((6, 6))), "{rep:?}");
+    let first_wanted = super::netlink::Clock::now(&clock);
+    clock.advance(Duration::from_secs(10));
+    r.set_datastore_synced(false);
+    let rep = r.apply().await;
+    assert_eq!((rep.deletes, rep.deletes_deferred_unsynced, rep.deletes_held_mass, rep.mass_deletion), (0, 6, 0, Some((6, 6))), "{rep:?}");
+    assert!(!r.needs_apply(), "nothing to do while unsynced");
+    assert_eq!(r.next_wakeup(), first_wanted + Duration::from_secs(90), "a paused hold sets no wake-up: only the resync timer (90 s) does");
+    clock.advance(Duration::from_secs(10));
+    r.set_datastore_synced(true);
+    let rep = r.apply().await;
+    assert_eq!((rep.deletes, rep.deletes_held_mass, rep.mass_deletion), (0, 6, Some((6, 6))), "held from the first time it was wanted: {rep:?}");
+    assert_eq!(r.next_wakeup(), first_wanted + Duration::from_secs(30), "released 30 s after first wanted, not 30 s after the resync");
+    clock.advance(Duration::from_secs(10));
+    let rep = r.apply().await;
+    assert_eq!((rep.deletes, rep.deletes_held_mass, rep.mass_deletion), (6, 0, None), "{rep:?}");
+    assert!(nl.state().routes.is_empty());
+}
+
 /// At or below the threshold (half of our routes) deletes go out at once; the percentage is a
 /// setting and 100 turns the breaker off.
 #[tokio::test]

@@ -269,9 +269,12 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     fn plan_deletes(&mut self, candidates: Vec<RouteKey>, failed_dsts: &BTreeSet<(u32, IpNet)>, now: Instant, report: &mut ApplyReport) -> Vec<RouteOp> {
         let mut handed_over = Vec::new();
         let mut plain = Vec::new();
+        // Deferred for a reason of their own: a breaker hold on one of them is paused, not lost.
+        let mut deferred = Vec::new();
         for key in candidates {
             if failed_dsts.contains(&(key.table, key.dst)) {
                 // The replacement for this prefix failed: keep the old route (no hole).
+                deferred.push(key);
                 continue;
             }
             let gate = self.handovers.delete_gate(&key, now);
@@ -285,6 +288,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 }
                 DeleteGate::Wait => {
                     report.deletes_deferred_handover += 1;
+                    deferred.push(key);
                     continue;
                 }
                 DeleteGate::GraceOver | DeleteGate::NotHandedOver => {}
@@ -292,11 +296,13 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             if !self.datastore_synced {
                 report.deletes_deferred_unsynced += 1;
                 self.dirty.remove(&key); // re-marked when the datastore syncs
+                deferred.push(key);
                 continue;
             }
             if self.is_frozen(&key.dst) {
                 report.deletes_deferred_frozen += 1;
                 self.dirty.remove(&key); // re-marked when the frozen ground changes
+                deferred.push(key);
                 continue;
             }
             if gate == DeleteGate::GraceOver {
@@ -308,7 +314,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 plain.push(key);
             }
         }
-        let plain = self.mass_deletion_breaker(plain, now, report);
+        let plain = self.mass_deletion_breaker(plain, &deferred, now, report);
         handed_over
             .into_iter()
             .chain(plain)
@@ -318,15 +324,17 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
 
     /// The mass-deletion breaker over the plain deletes of this apply: held deletes are
     /// counted, and looked at again at the earliest release time ([`next_wakeup`](Self::next_wakeup)).
-    fn mass_deletion_breaker(&mut self, deletes: Vec<RouteKey>, now: Instant, report: &mut ApplyReport) -> Vec<RouteKey> {
+    /// While holds are paused (their deletes deferred for another reason) the breaker still
+    /// counts as engaged, so the report says so and no second engagement is logged or counted.
+    fn mass_deletion_breaker(&mut self, deletes: Vec<RouteKey>, deferred: &[RouteKey], now: Instant, report: &mut ApplyReport) -> Vec<RouteKey> {
         let ours = self.kernel.len();
-        let verdict = self.breaker.check(deletes, ours, now);
+        let verdict = self.breaker.check(deletes, deferred, ours, now);
         for key in &verdict.held {
             report.deletes_held_mass += 1;
             self.dirty.remove(key); // back at the release time (next_wakeup)
         }
-        if report.deletes_held_mass > 0 {
-            report.mass_deletion = Some((verdict.wanted, ours));
+        if report.deletes_held_mass > 0 || verdict.paused > 0 {
+            report.mass_deletion = Some((verdict.wanted + verdict.paused, ours));
         }
         verdict.pass
     }
