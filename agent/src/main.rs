@@ -20,6 +20,10 @@ use routewarden::app::config::RunArgs;
 
 mod cli;
 
+/// mimalloc: freed memory goes back to the system (`routewarden::app::memory`).
+#[global_allocator]
+static ALLOCATOR: routewarden::app::memory::Allocator = routewarden::app::memory::Allocator {};
+
 #[derive(Parser)]
 #[command(name = "routewarden", version, about = "Decides, programs and watches Calico cluster routes on a Kubernetes node")]
 struct Cli {
@@ -47,6 +51,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    routewarden::app::memory::configure_allocator();
     let result = match Cli::parse().command {
         Command::Run(args) => cli::run::run(*args),
         Command::Explain(args) => cli::explain::explain(&args),

@@ -19,6 +19,11 @@ use std::time::{Duration, Instant};
 use routewarden_bench::benchmarks::compute_100k;
 use routewarden_bench::{run_one, Options, Outcome, Shared, ALL};
 
+/// The agent's allocator, so that what is measured in this process is what the agent does
+/// (`routewarden::app::memory`).
+#[global_allocator]
+static ALLOCATOR: routewarden::app::memory::Allocator = routewarden::app::memory::Allocator {};
+
 /// The `--help` text, with the name of every benchmark.
 fn usage() -> String {
     format!(
@@ -32,6 +37,7 @@ fn usage() -> String {
 /// Parse the command line, run the benchmarks, print one line each. Exit 1 if one failed
 /// to run (a missed target is not a failure of the harness).
 fn main() -> ExitCode {
+    routewarden::app::memory::configure_allocator();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--compute-child") {
         return match compute_100k::child_main(&args[1..]) {
