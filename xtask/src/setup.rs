@@ -26,14 +26,17 @@ pub const APT_PACKAGES: &[&str] = &[
     "libzstd-dev",
     "iproute2",
     "bpftool",
+    // protoc: etcd-client compiles etcd's gRPC protos at build time (the etcd datastore).
+    "protobuf-compiler",
     // The QEMU lane (xtask/src/qemu.rs): emulator, static busybox for the initramfs.
     "qemu-system-x86",
     "busybox-static",
 ];
 
 /// Debian packages only the test suite needs: `promtool` (alert rule tests), BIRD 2 (a real
-/// second route writer), `kubectl` comes with the machine image (kustomize builds).
-pub const TEST_APT_PACKAGES: &[&str] = &["prometheus", "bird2", "procps"];
+/// second route writer), `etcd` (etcd-server: a real etcd for the etcd datastore's tests),
+/// `kubectl` comes with the machine image (kustomize builds).
+pub const TEST_APT_PACKAGES: &[&str] = &["prometheus", "bird2", "procps", "etcd-server"];
 
 /// PyPI packages only the test suite needs (offline Kubernetes schema validation).
 pub const TEST_PIP_PACKAGES: &[&str] = &["kubernetes-validate==1.37.0"];

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use crate::datastore::{ApiGroupChoice, KubernetesOptions};
+use crate::datastore::{ApiGroupChoice, EtcdOptions, KubernetesOptions};
 use crate::observe::http::HttpLimits;
 
 /// Where the cluster description comes from.
@@ -23,6 +23,9 @@ pub enum DatastoreSpec {
     /// `kubernetes`: the API server (in-cluster service account, or a kubeconfig). The options
     /// come from `--kubeconfig` and `--calico-api-group` ([`ClusterArgs::datastore_spec`]).
     Kubernetes(KubernetesOptions),
+    /// `etcd`: Calico's etcdv3 datastore. The options come from `--etcd-endpoints` and the
+    /// `--etcd-*-file` flags ([`ClusterArgs::datastore_spec`]).
+    Etcd(EtcdOptions),
 }
 
 impl FromStr for DatastoreSpec {
@@ -31,7 +34,8 @@ impl FromStr for DatastoreSpec {
         match s.split_once(':') {
             Some(("file", path)) if !path.is_empty() => Ok(DatastoreSpec::File(PathBuf::from(path))),
             None if s == "kubernetes" => Ok(DatastoreSpec::Kubernetes(KubernetesOptions::default())),
-            _ => Err(format!("unknown datastore {s:?}: expected file:<path to a YAML file or directory>, or kubernetes")),
+            None if s == "etcd" => Ok(DatastoreSpec::Etcd(EtcdOptions::default())),
+            _ => Err(format!("unknown datastore {s:?}: expected file:<path to a YAML file or directory>, kubernetes, or etcd")),
         }
     }
 }
@@ -59,8 +63,8 @@ pub enum LogFormat {
 /// Inputs shared by every command (`run`, `explain`, `audit`, `events`, `bird-filter`).
 #[derive(Args, Clone, Debug)]
 pub struct ClusterArgs {
-    /// Cluster description: `file:<path>` (YAML file or directory), or `kubernetes` (watch the
-    /// API server).
+    /// Cluster description: `file:<path>` (YAML file or directory), `kubernetes` (watch the
+    /// API server), or `etcd` (watch Calico's etcdv3 datastore).
     /// Required by every command but `events`, which streams route events without one.
     #[arg(long, env = "ROUTEWARDEN_DATASTORE", required = true)]
     pub datastore: Option<DatastoreSpec>,
@@ -110,6 +114,25 @@ pub struct ClusterArgs {
     /// unread and its last good content kept).
     #[arg(long, env = "ROUTEWARDEN_DATASTORE_MAX_FILE_SIZE", default_value_t = crate::datastore::file_default_max_size())]
     pub datastore_max_file_size: u64,
+    /// With `--datastore etcd`: etcd URLs, comma-separated (`https://10.0.0.1:2379,...`).
+    /// calicoctl's `ETCD_ENDPOINTS` is read when neither the flag nor its variable is set.
+    #[arg(long, env = "ROUTEWARDEN_ETCD_ENDPOINTS", value_delimiter = ',')]
+    pub etcd_endpoints: Vec<String>,
+    /// With `--datastore etcd`: PEM CA bundle for the server certificate (enables TLS).
+    /// Fallback: calicoctl's `ETCD_CA_CERT_FILE`.
+    #[arg(long, env = "ROUTEWARDEN_ETCD_CA_FILE")]
+    pub etcd_ca_file: Option<PathBuf>,
+    /// With `--datastore etcd`: PEM client certificate (mTLS). Fallback: `ETCD_CERT_FILE`.
+    #[arg(long, env = "ROUTEWARDEN_ETCD_CERT_FILE")]
+    pub etcd_cert_file: Option<PathBuf>,
+    /// With `--datastore etcd`: PEM key of the client certificate. Fallback: `ETCD_KEY_FILE`.
+    #[arg(long, env = "ROUTEWARDEN_ETCD_KEY_FILE")]
+    pub etcd_key_file: Option<PathBuf>,
+}
+
+/// A non-empty environment variable.
+fn env_nonempty(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
 impl ClusterArgs {
@@ -121,7 +144,24 @@ impl ClusterArgs {
             DatastoreSpec::Kubernetes(_) => {
                 DatastoreSpec::Kubernetes(KubernetesOptions { kubeconfig: self.kubeconfig.clone(), api_group: self.calico_api_group })
             }
+            DatastoreSpec::Etcd(_) => DatastoreSpec::Etcd(self.etcd_options(env_nonempty)),
         })
+    }
+
+    /// The etcd flags, each falling back to calicoctl's variable (read through `env`).
+    fn etcd_options(&self, env: impl Fn(&str) -> Option<String>) -> EtcdOptions {
+        let endpoints = if self.etcd_endpoints.is_empty() {
+            env("ETCD_ENDPOINTS").map(|v| v.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect()).unwrap_or_default()
+        } else {
+            self.etcd_endpoints.clone()
+        };
+        let file = |flag: &Option<PathBuf>, var: &str| flag.clone().or_else(|| env(var).map(PathBuf::from));
+        EtcdOptions {
+            endpoints,
+            ca_file: file(&self.etcd_ca_file, "ETCD_CA_CERT_FILE"),
+            cert_file: file(&self.etcd_cert_file, "ETCD_CERT_FILE"),
+            key_file: file(&self.etcd_key_file, "ETCD_KEY_FILE"),
+        }
     }
 }
 
@@ -233,7 +273,7 @@ mod tests {
         assert!("file:".parse::<DatastoreSpec>().is_err());
         assert_eq!(
             "etcd:x".parse::<DatastoreSpec>(),
-            Err("unknown datastore \"etcd:x\": expected file:<path to a YAML file or directory>, or kubernetes".to_string())
+            Err("unknown datastore \"etcd:x\": expected file:<path to a YAML file or directory>, kubernetes, or etcd".to_string())
         );
         assert_eq!("kubernetes".parse::<DatastoreSpec>(), Ok(DatastoreSpec::Kubernetes(KubernetesOptions::default())));
         assert!("kubernetes:x".parse::<DatastoreSpec>().is_err());
@@ -263,6 +303,37 @@ mod tests {
         // The Kubernetes flags do not change a file datastore.
         let c = Cli::try_parse_from(["x", "--datastore", "file:/a", "--calico-api-group", "projectcalico.org/v3"]).unwrap();
         assert_eq!(c.cluster.datastore_spec(), Some(DatastoreSpec::File("/a".into())));
+    }
+
+    #[test]
+    fn etcd_flags_fill_the_datastore_spec_with_calicoctl_fallbacks() {
+        use clap::Parser;
+        assert_eq!("etcd".parse::<DatastoreSpec>(), Ok(DatastoreSpec::Etcd(EtcdOptions::default())));
+        let c =
+            Cli::try_parse_from(["x", "--datastore", "etcd", "--etcd-endpoints", "https://10.0.0.1:2379,https://10.0.0.2:2379", "--etcd-ca-file", "/ca.pem"])
+                .unwrap();
+        let calicoctl = |name: &str| match name {
+            "ETCD_ENDPOINTS" => Some("http://ignored:2379".to_owned()),
+            "ETCD_CA_CERT_FILE" => Some("/ignored.pem".to_owned()),
+            "ETCD_CERT_FILE" => Some("/cert.pem".to_owned()),
+            "ETCD_KEY_FILE" => Some("/key.pem".to_owned()),
+            _ => None,
+        };
+        // The flags win; calicoctl's variables fill what they leave unset.
+        assert_eq!(
+            c.cluster.etcd_options(calicoctl),
+            EtcdOptions {
+                endpoints: vec!["https://10.0.0.1:2379".into(), "https://10.0.0.2:2379".into()],
+                ca_file: Some("/ca.pem".into()),
+                cert_file: Some("/cert.pem".into()),
+                key_file: Some("/key.pem".into()),
+            }
+        );
+        let c = Cli::try_parse_from(["x", "--datastore", "etcd"]).unwrap();
+        assert_eq!(
+            c.cluster.etcd_options(|name| (name == "ETCD_ENDPOINTS").then(|| " http://a:2379, http://b:2379 ".to_owned())),
+            EtcdOptions { endpoints: vec!["http://a:2379".into(), "http://b:2379".into()], ..EtcdOptions::default() }
+        );
     }
 
     #[derive(clap::Parser)]

@@ -183,6 +183,11 @@ pub async fn run(args: RunArgs) -> Result<()> {
             info!(datastore = %ds.describe(), "reading the cluster from the API server");
             ds.spawn(ds_tx)
         }
+        DatastoreSpec::Etcd(opts) => {
+            let ds = crate::datastore::EtcdDatastore::new(opts);
+            info!(datastore = %ds.describe(), "reading the cluster from etcd");
+            ds.spawn(ds_tx)
+        }
     };
 
     // The dataplane handler (program mode) owns the route table.

@@ -47,6 +47,10 @@ async fn load(spec: DatastoreSpec) -> Result<Snapshot> {
             let ds = KubernetesDatastore::connect(&opts).await?;
             ds.load().await.with_context(|| format!("list the cluster from {}", ds.describe()))
         }
+        DatastoreSpec::Etcd(opts) => {
+            let ds = routewarden::datastore::EtcdDatastore::new(opts);
+            ds.load().await.with_context(|| format!("read the cluster from {}", ds.describe()))
+        }
     }
 }
 

@@ -26,6 +26,9 @@ pub enum DatastoreError {
     /// The Kubernetes datastore could not be configured or read.
     #[error(transparent)]
     Kubernetes(#[from] KubernetesError),
+    /// The etcd datastore is misconfigured.
+    #[error("datastore etcd: {0}")]
+    Etcd(String),
 }
 
 /// Why an input could not be used. Stable kebab-case codes ([`LoadErrorKind::code`]).

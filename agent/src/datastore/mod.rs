@@ -22,11 +22,13 @@
 //! [`DatastoreError`]); the two datastores are the folders `file/` and `kubernetes/`.
 
 mod error;
+pub mod etcd;
 mod event;
 mod file;
 pub mod kubernetes;
 
 pub use error::{DatastoreError, LoadError, LoadErrorKind, ObjectError};
+pub use etcd::{EtcdDatastore, EtcdOptions};
 pub use event::{Datastore, DatastoreEvent, Snapshot};
 pub use file::{FileDatastore, FileOptions};
 pub use kubernetes::{ApiGroupChoice, CalicoGroup, KubernetesDatastore, KubernetesError, KubernetesOptions};
