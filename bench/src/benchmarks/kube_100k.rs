@@ -212,7 +212,6 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
 
         // Baseline: the fixtures and the runtime, free heap given back, peak reset.
         routewarden::app::memory::release_free_heap();
-        { let m = unsafe { nix::libc::mallinfo2() }; eprintln!("DEBUG baseline mallinfo2 arena={} hblkhd={} uordblks={} fordblks={}", m.arena>>20, m.hblkhd>>20, m.uordblks>>20, m.fordblks>>20); }
         let peak_reset = reset_peak_rss().is_ok();
         let (_, baseline_kib) = proc_mem_kib("self")?;
 
@@ -279,7 +278,6 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
         wait_drained(&[&feed], DRAIN_QUIET, LIMIT).await?;
         let ticks = cpu_ticks(pid)? - cpu0;
         routewarden::app::memory::release_free_heap();
-        { let m = unsafe { nix::libc::mallinfo2() }; eprintln!("DEBUG mallinfo2 arena={} hblkhd={} uordblks={} fordblks={} keepcost={}", m.arena>>20, m.hblkhd>>20, m.uordblks>>20, m.fordblks>>20, m.keepcost>>20); }
         let (hwm_kib, rss_kib) = proc_mem_kib("self")?;
         let _ = stop_tx.send(true);
         let consumed = planning.await?;
