@@ -11,7 +11,9 @@
 //!   etcd cancels is re-listed at once; until that read completes the datastore is
 //!   `Unsynced` (keep every route, delete nothing).
 //! - An unreachable etcd (connect, read or watch failing) makes it `Unsynced` with the error;
-//!   it reconnects with capped, jittered exponential backoff (100 ms up to 10 s) and re-lists.
+//!   it reconnects after the Kubernetes datastore's retry delays
+//!   ([`crate::datastore::retry_delays`]: 500 ms doubling to 5 s plus jitter, under 10 s) and
+//!   re-lists.
 //!   Keys absent from the re-list are gone: positive evidence, applied only when synced again.
 //! - A value that is not JSON, or not a good object, keeps that key's last good object; the
 //!   error names the key (`/calico/resources/v3/projectcalico.org/ippools/p: ...`).
@@ -24,7 +26,7 @@ mod view;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use backon::{BackoffBuilder as _, ExponentialBuilder};
+use backon::{BackoffBuilder as _, ExponentialBackoff};
 use etcd_client::{Certificate, Client, ConnectOptions, EventType, GetOptions, Identity, TlsOptions, WatchOptions};
 use tokio::sync::mpsc;
 
@@ -34,10 +36,6 @@ pub(crate) use view::View;
 use super::error::DatastoreError;
 use super::event::{Datastore, DatastoreEvent, Snapshot};
 
-/// Longest wait between reconnection attempts.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
-/// First wait after a failure.
-const MIN_BACKOFF: Duration = Duration::from_millis(100);
 /// How long a connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// HTTP/2 keep-alive: a silently dead etcd is noticed within interval + timeout.
@@ -192,7 +190,8 @@ struct State {
     /// The reason last sent with `Unsynced`.
     unsynced: Option<String>,
     last: Option<Snapshot>,
-    backoff: Option<Box<dyn Iterator<Item = Duration> + Send>>,
+    /// The retry delays since the last successful read (`None`: start afresh).
+    backoff: Option<ExponentialBackoff>,
 }
 
 impl State {
@@ -217,12 +216,11 @@ impl State {
         Ok(())
     }
 
-    /// The next reconnection delay: jittered exponential, capped at [`MAX_BACKOFF`].
+    /// The next reconnection delay ([`crate::datastore::retry_delays`], endless; the jitter is
+    /// never clipped, so agents at the longest step still retry apart).
     fn next_delay(&mut self) -> Duration {
-        let backoff = self.backoff.get_or_insert_with(|| {
-            Box::new(ExponentialBuilder::default().with_min_delay(MIN_BACKOFF).with_max_delay(MAX_BACKOFF).with_jitter().without_max_times().build())
-        });
-        backoff.next().unwrap_or(MAX_BACKOFF).min(MAX_BACKOFF)
+        let backoff = self.backoff.get_or_insert_with(|| crate::datastore::retry_delays().build());
+        backoff.next().unwrap_or(Duration::from_secs(5))
     }
 }
 

@@ -33,6 +33,19 @@ pub use event::{Datastore, DatastoreEvent, Snapshot};
 pub use file::{FileDatastore, FileOptions};
 pub use kubernetes::{ApiGroupChoice, CalicoGroup, KubernetesDatastore, KubernetesError, KubernetesOptions};
 
+/// The retry delays of the datastores that read an API server (Kubernetes, etcd): 500 ms
+/// doubling to 5 s, each with up to 100 % random jitter added (backon's `with_jitter`), so every
+/// delay is under 10 s and agents that failed together retry apart; endless (issue 23). One
+/// policy, so that "recovery follows the server within one backoff step" holds for both.
+pub fn retry_delays() -> backon::ExponentialBuilder {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(500))
+        .with_max_delay(std::time::Duration::from_secs(5))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+}
+
 /// The file datastore's synchronous core, for tests that drive it at explicit times.
 #[cfg(test)]
 pub(crate) type TestLoader = file::Loader;

@@ -63,19 +63,13 @@ pub fn cache_lists() -> watcher::Config {
 /// the watch from the list's resourceVersion has delivered what happened since (issue 23).
 pub const DEFAULT_LIST_SETTLE: Duration = Duration::from_secs(10);
 
-/// The retry delays of discovery and of a failed watcher: 500 ms doubling to 5 s, each with
-/// up to 100 % random jitter added (backon's `with_jitter`), so every delay is under 10 s and
-/// agents that failed together retry apart; endless. kube-runtime's `DefaultBackoff` grows to
+/// The retry delays of discovery and of a failed watcher: [`crate::datastore::retry_delays`]
+/// (500 ms doubling to 5 s, each with up to 100 % random jitter added, so every delay is under
+/// 10 s and agents that failed together retry apart; endless). kube-runtime's `DefaultBackoff` grows to
 /// 30 s (+ jitter) and resets only after 120 s without errors: after a 20 s outage an agent
 /// could stay unsynced for most of a minute after the server was back.
 pub fn default_backoff() -> Box<dyn Backoff> {
-    let builder = backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(500))
-        .with_max_delay(Duration::from_secs(5))
-        .with_factor(2.0)
-        .with_jitter()
-        .without_max_times();
-    Box::new(watcher::ExponentialBackoff::from(builder))
+    Box::new(watcher::ExponentialBackoff::from(crate::datastore::retry_delays()))
 }
 
 /// Makes the backoff policy of one watcher (one per resource, plus one for discovery).
