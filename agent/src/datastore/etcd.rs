@@ -160,15 +160,20 @@ impl EtcdDatastore {
             if response.canceled() {
                 return Err(Stop::Relist(format!("etcd {endpoints}: watch canceled ({}); re-listing {PREFIX}", response.cancel_reason())));
             }
+            // A snapshot is built from every key: only when an event touched one that
+            // routewarden reads (the watch of `/calico/` also carries Felix's status keys).
+            let mut changed = false;
             for event in response.events() {
                 let Some(kv) = event.kv() else { continue };
                 let key = String::from_utf8_lossy(kv.key());
-                match event.event_type() {
+                changed |= match event.event_type() {
                     EventType::Put => state.view.put(&key, kv.value()),
                     EventType::Delete => state.view.delete(&key),
                 };
             }
-            state.publish(tx).await?;
+            if changed {
+                state.publish(tx).await?;
+            }
         }
     }
 }
@@ -243,14 +248,10 @@ impl Datastore for EtcdDatastore {
         }
         let mut state = State { view: View::default(), synced: false, unsynced: None, last: None, backoff: None };
         loop {
-            let stop = match self.session(&mut state, &tx).await {
+            let (reason, delay) = match self.session(&mut state, &tx).await {
                 Ok(()) | Err(Stop::Closed) => return Ok(()),
-                Err(stop) => stop,
-            };
-            let (reason, delay) = match stop {
-                Stop::Failed(reason) => (reason, Some(state.next_delay())),
-                Stop::Relist(reason) => (reason, None),
-                Stop::Closed => return Ok(()),
+                Err(Stop::Failed(reason)) => (reason, Some(state.next_delay())),
+                Err(Stop::Relist(reason)) => (reason, None),
             };
             if let Err(Stop::Closed) = state.unsync(&tx, reason).await {
                 return Ok(());
