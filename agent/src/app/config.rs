@@ -76,6 +76,11 @@ pub struct ClusterArgs {
     /// when served, else projectcalico.org/v3), `crd.projectcalico.org/v1` or `projectcalico.org/v3`.
     #[arg(long, env = "ROUTEWARDEN_CALICO_API_GROUP", default_value = "auto")]
     pub calico_api_group: ApiGroupChoice,
+    /// With `--datastore kubernetes`: seconds a watch that has had bookmarks may go without an
+    /// event or a bookmark before it is stale (not synced, deletions held, re-listed). The API
+    /// server sends a bookmark every 60 s; 0 turns the check off.
+    #[arg(long, env = "ROUTEWARDEN_KUBE_WATCH_SILENCE", default_value_t = 90, value_name = "SECONDS")]
+    pub kube_watch_silence: u64,
     /// This node's name (the Calico Node name). Defaults to the host name.
     #[arg(long, env = "ROUTEWARDEN_NODE")]
     pub node: Option<String>,
@@ -141,9 +146,11 @@ impl ClusterArgs {
     pub fn datastore_spec(&self) -> Option<DatastoreSpec> {
         Some(match self.datastore.as_ref()? {
             DatastoreSpec::File(p) => DatastoreSpec::File(p.clone()),
-            DatastoreSpec::Kubernetes(_) => {
-                DatastoreSpec::Kubernetes(KubernetesOptions { kubeconfig: self.kubeconfig.clone(), api_group: self.calico_api_group })
-            }
+            DatastoreSpec::Kubernetes(_) => DatastoreSpec::Kubernetes(KubernetesOptions {
+                kubeconfig: self.kubeconfig.clone(),
+                api_group: self.calico_api_group,
+                watch_silence: (self.kube_watch_silence > 0).then(|| Duration::from_secs(self.kube_watch_silence)),
+            }),
             DatastoreSpec::Etcd(_) => DatastoreSpec::Etcd(self.etcd_options(env_nonempty)),
         })
     }
@@ -289,11 +296,30 @@ mod tests {
     fn kubernetes_flags_fill_the_datastore_spec() {
         use crate::datastore::CalicoGroup;
         use clap::Parser;
-        let c = Cli::try_parse_from(["x", "--datastore", "kubernetes", "--kubeconfig", "/k", "--calico-api-group", "projectcalico.org/v3"]).unwrap();
+        let c = Cli::try_parse_from([
+            "x",
+            "--datastore",
+            "kubernetes",
+            "--kubeconfig",
+            "/k",
+            "--calico-api-group",
+            "projectcalico.org/v3",
+            "--kube-watch-silence",
+            "120",
+        ])
+        .unwrap();
         assert_eq!(
             c.cluster.datastore_spec(),
-            Some(DatastoreSpec::Kubernetes(KubernetesOptions { kubeconfig: Some("/k".into()), api_group: ApiGroupChoice::Forced(CalicoGroup::V3) }))
+            Some(DatastoreSpec::Kubernetes(KubernetesOptions {
+                kubeconfig: Some("/k".into()),
+                api_group: ApiGroupChoice::Forced(CalicoGroup::V3),
+                watch_silence: Some(Duration::from_mins(2)),
+            }))
         );
+        // 0 turns the silence check off; the default is 90 s.
+        let c = Cli::try_parse_from(["x", "--datastore", "kubernetes", "--kube-watch-silence", "0"]).unwrap();
+        assert_eq!(c.cluster.datastore_spec(), Some(DatastoreSpec::Kubernetes(KubernetesOptions { watch_silence: None, ..KubernetesOptions::default() })));
+        assert_eq!(KubernetesOptions::default().watch_silence, Some(Duration::from_secs(90)));
         let c = Cli::try_parse_from(["x", "--datastore", "kubernetes"]).unwrap();
         assert_eq!(c.cluster.datastore_spec(), Some(DatastoreSpec::Kubernetes(KubernetesOptions::default())));
         let c = Cli::try_parse_from(["x", "--datastore", "kubernetes", "--calico-api-group", "crd.projectcalico.org/v1"]).unwrap();

@@ -51,10 +51,13 @@ pub enum LoadErrorKind {
     Vanished,
     /// A Kubernetes resource's watch is failing.
     Watch,
+    /// The view was found stale: a Kubernetes watch delivered neither an event nor a bookmark
+    /// for longer than `--kube-watch-silence`, or the API server did not answer the probe.
+    Stale,
 }
 
 impl LoadErrorKind {
-    /// `io`, `syntax`, `empty`, `too-large`, `not-regular-file`, `vanished`, `watch`.
+    /// `io`, `syntax`, `empty`, `too-large`, `not-regular-file`, `vanished`, `watch`, `stale`.
     pub fn code(self) -> &'static str {
         match self {
             LoadErrorKind::Io => "io",
@@ -64,6 +67,7 @@ impl LoadErrorKind {
             LoadErrorKind::NotRegularFile => "not-regular-file",
             LoadErrorKind::Vanished => "vanished",
             LoadErrorKind::Watch => "watch",
+            LoadErrorKind::Stale => "stale",
         }
     }
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use kube::runtime::watcher;
 
 use super::sources::CalicoGroup;
+use super::watch::WatchFailure;
 
 /// A kube error in one line: the API server's answer as `message (code reason)`, anything else
 /// with its causes once ([`crate::text::causes_once`]).
@@ -40,8 +41,8 @@ pub enum KubernetesError {
     #[error("{group} does not serve {} with list and watch{hint}", missing.join(", "), hint = match group { CalicoGroup::V3 => " (the Calico API server may not serve IPAM objects; try --calico-api-group crd.projectcalico.org/v1)", CalicoGroup::CrdV1 => "" })]
     MissingResources { group: CalicoGroup, missing: Vec<&'static str> },
     /// A one-shot list failed (`explain`, `audit`); printed as [`KubernetesError::Discovery`].
-    #[error("list {resource}: {}", describe_watch_error(cause))]
-    List { resource: String, cause: watcher::Error },
+    #[error("list {resource}: {}", cause.describe())]
+    List { resource: String, cause: WatchFailure },
     /// `--calico-api-group` value.
     #[error("unknown Calico API group {0:?}: expected auto, crd.projectcalico.org/v1 or projectcalico.org/v3")]
     UnknownApiGroup(String),

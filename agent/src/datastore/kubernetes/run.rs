@@ -21,7 +21,7 @@ use super::probe::{spawn_probe, Probe, DEFAULT_PROBE, PROBE_MISSES_BEFORE_RELIST
 use super::sources::{optional_sources, CalicoGroup};
 use super::trimmed::TrimmedObject;
 use super::view::View;
-use super::watch::{cache_lists, default_backoff, trimmed_watch, BackoffFactory, DEFAULT_LIST_SETTLE};
+use super::watch::{cache_lists, default_backoff, trimmed_watch, BackoffFactory, WatchItem, DEFAULT_LIST_SETTLE, DEFAULT_WATCH_SILENCE};
 use crate::datastore::error::DatastoreError;
 use crate::datastore::event::{Datastore, DatastoreEvent, Snapshot};
 
@@ -36,13 +36,22 @@ pub fn user_agent() -> (http::HeaderName, http::HeaderValue) {
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
 
 /// How to reach the API server and which Calico group to read.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KubernetesOptions {
     /// A kubeconfig file; `None`: `KUBECONFIG` / `~/.kube/config`, else the in-cluster service
     /// account (kube's `Config::infer`).
     pub kubeconfig: Option<PathBuf>,
     /// `--calico-api-group`.
     pub api_group: ApiGroupChoice,
+    /// `--kube-watch-silence`: a watch that has had bookmarks and then neither an event nor a
+    /// bookmark for this long is stale and re-listed; `None` never ([`DEFAULT_WATCH_SILENCE`]).
+    pub watch_silence: Option<Duration>,
+}
+
+impl Default for KubernetesOptions {
+    fn default() -> KubernetesOptions {
+        KubernetesOptions { kubeconfig: None, api_group: ApiGroupChoice::default(), watch_silence: Some(DEFAULT_WATCH_SILENCE) }
+    }
 }
 
 /// The datastore. Cheap to clone (the client is shared).
@@ -55,6 +64,7 @@ pub struct KubernetesDatastore {
     backoff: BackoffFactory,
     watcher_config: watcher::Config,
     list_settle: Duration,
+    watch_silence: Option<Duration>,
     probe: Probe,
     description: String,
 }
@@ -79,6 +89,7 @@ impl KubernetesDatastore {
             backoff: Arc::new(default_backoff),
             watcher_config: cache_lists(),
             list_settle: DEFAULT_LIST_SETTLE,
+            watch_silence: Some(DEFAULT_WATCH_SILENCE),
             probe: DEFAULT_PROBE,
             description: format!("kubernetes (calico api group: {api_group})"),
         }
@@ -103,7 +114,7 @@ impl KubernetesDatastore {
         let mut config = config;
         config.headers.push(user_agent());
         let client = Client::try_from(config).map_err(|source| KubernetesError::Client { source })?;
-        let mut ds = KubernetesDatastore::new(client, options.api_group);
+        let mut ds = KubernetesDatastore::new(client, options.api_group).with_watch_silence(options.watch_silence);
         ds.description = format!("kubernetes:{url} (calico api group: {})", options.api_group);
         Ok(ds)
     }
@@ -127,6 +138,14 @@ impl KubernetesDatastore {
     #[must_use]
     pub fn with_list_settle(mut self, settle: Duration) -> KubernetesDatastore {
         self.list_settle = settle;
+        self
+    }
+
+    /// How long a watch that has had bookmarks may stay silent before it is stale and
+    /// re-listed (default [`DEFAULT_WATCH_SILENCE`]; `None`: never).
+    #[must_use]
+    pub fn with_watch_silence(mut self, silence: Option<Duration>) -> KubernetesDatastore {
+        self.watch_silence = silence;
         self
     }
 
@@ -155,7 +174,7 @@ impl KubernetesDatastore {
         let operator = discover_operator(&self.client).await?;
         let mut view = View::new(group, &optional_sources(operator));
         for (index, target) in view.targets().into_iter().enumerate() {
-            let mut stream = trimmed_watch(&target, &self.client, target.config(&self.watcher_config), None);
+            let mut stream = trimmed_watch(&target, &self.client, target.config(&self.watcher_config), None, None);
             while let Some(item) = stream.next().await {
                 match item {
                     Ok(event) => {
@@ -227,10 +246,10 @@ impl Datastore for KubernetesDatastore {
         tracing::info!(group = %group, optional = ?optional.iter().map(|s| s.label()).collect::<Vec<_>>(), "kubernetes datastore: watching Calico objects and Nodes");
         let mut view = View::new(group, &optional).with_list_settle(self.list_settle);
         let start_watches = |view: &View| {
-            let mut streams: SelectAll<BoxStream<'static, (usize, watcher::Result<Event<TrimmedObject>>)>> = SelectAll::new();
+            let mut streams: SelectAll<BoxStream<'static, (usize, WatchItem<TrimmedObject>)>> = SelectAll::new();
             for (index, target) in view.targets().into_iter().enumerate() {
                 let config = target.config(&self.watcher_config);
-                streams.push(trimmed_watch(&target, &self.client, config, Some((self.backoff)())).map(move |item| (index, item)).boxed());
+                streams.push(trimmed_watch(&target, &self.client, config, self.watch_silence, Some((self.backoff)())).map(move |item| (index, item)).boxed());
             }
             streams
         };

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use super::rbac::CALICO_PLURALS;
 use super::view::View;
 use super::*;
-use crate::datastore::{Datastore, DatastoreError, DatastoreEvent, Snapshot};
+use crate::datastore::{Datastore, DatastoreError, DatastoreEvent, LoadError, LoadErrorKind, Snapshot};
 
 mod trimmed_decode;
 mod view_events;
@@ -1171,6 +1171,74 @@ async fn gone_410_during_watch_relists_and_applies_deletions_only_then() {
     assert_eq!(api.take_log(), vec![list_url(group, "ipamblocks"), watch_url(group, "ipamblocks", "200")]);
 }
 
+/// A hung watch (issue 23): the API server answers, but one resource's watch stops delivering.
+/// Once the watch has had a bookmark, events keep it alive; silence past
+/// `--kube-watch-silence` (90 s) makes the datastore unsynced with a `stale` reason, counts it
+/// (`LoadFailed` with code `stale`), and re-lists that resource only; every snapshot before
+/// the re-list keeps every object. Watches that never had a bookmark (a server that sends
+/// none) are never called stale. Virtual time from the first sync on.
+#[tokio::test]
+async fn a_silent_watch_after_a_bookmark_is_stale_and_relisted() {
+    let group = CalicoGroup::CrdV1;
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    let mut objects = Objects::new();
+    objects.insert("ippools", vec![pool("p", "1", "10.244.0.0/16")]);
+    objects.insert("ipamblocks", vec![block("10-244-1-0-26", "2", "10.244.1.0/26", "a"), block("10-244-2-0-26", "3", "10.244.2.0/26", "b")]);
+    let watches = script_lists(&api, group, &objects, "100");
+    let blocks = path(group, "ipamblocks");
+    // The re-list: one block was deleted while the watch was hung.
+    api.json(&format!("GET {blocks}"), list(group, "ipamblocks", "200", &[block("10-244-1-0-26", "2", "10.244.1.0/26", "a")]));
+    let _relisted_watch = api.watch(&blocks);
+    let mut ds = Running::start(&api, ApiGroupChoice::Auto);
+    let s = ds.snapshot().await;
+    assert_eq!(ds.next().await, DatastoreEvent::Synced);
+    assert_eq!(s.cluster.ipam_blocks.len(), 2);
+    tokio::time::pause();
+    api.take_log();
+    let lists_and_watches = |log: Vec<String>| log.into_iter().filter(|l| !l.contains("/version")).collect::<Vec<_>>();
+
+    // A bookmark arms the check; an event every 60 s for 3 minutes keeps the watch current.
+    let w = &watches["ipamblocks"];
+    w.unbounded_send(event("BOOKMARK", &json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMBlock", "metadata": {"resourceVersion": "150"}})))
+        .unwrap();
+    for rv in ["151", "152", "153"] {
+        tokio::time::sleep(Duration::from_mins(1)).await;
+        w.unbounded_send(event("MODIFIED", &block("10-244-1-0-26", rv, "10.244.1.0/26", "a"))).unwrap();
+    }
+    let last_event = tokio::time::Instant::now();
+    ds.quiet(1).await;
+
+    // Then nothing: stale 90 s after the last event; the other watches, silent for 4.5 minutes
+    // but never bookmarked, are not.
+    let mut next = async || tokio::time::timeout(Duration::from_mins(5), ds.rx.recv()).await.expect("an event").expect("running");
+    let reason = "ipamblocks.crd.projectcalico.org: stale: no event and no bookmark for 90 s although the API server sends a bookmark every 60 s; re-listing";
+    assert_eq!(next().await, DatastoreEvent::Unsynced { reason: reason.to_owned() });
+    let noticed = last_event.elapsed();
+    assert!(noticed >= Duration::from_secs(90) && noticed <= Duration::from_secs(91), "noticed after {noticed:?}");
+    assert_eq!(next().await, DatastoreEvent::LoadFailed(LoadError::new("ipamblocks.crd.projectcalico.org", LoadErrorKind::Stale, reason)));
+    let mut events = Vec::new();
+    loop {
+        let ev = next().await;
+        let done = ev == DatastoreEvent::Synced;
+        events.push(ev);
+        if done {
+            break;
+        }
+    }
+    let snaps: Vec<&Snapshot> = events.iter().filter_map(|e| if let DatastoreEvent::Snapshot(s) = e { Some(s) } else { None }).collect();
+    let (last, before) = snaps.split_last().expect("a snapshot after the re-list");
+    for s in before {
+        assert_eq!(s.cluster.ipam_blocks.len(), 2, "nothing lost before the re-list");
+        assert_eq!(s.load_errors.len(), 1);
+    }
+    assert_eq!(last.cluster.ipam_blocks.keys().collect::<Vec<_>>(), vec!["10-244-1-0-26"]);
+    assert!(last.load_errors.is_empty());
+    // The ipamblocks watch from 100, then exactly one re-list of that resource and a watch
+    // from the new list's version; no other resource was touched.
+    assert_eq!(lists_and_watches(api.take_log()), vec![list_url(group, "ipamblocks"), watch_url(group, "ipamblocks", "200")]);
+}
+
 #[tokio::test]
 async fn api_server_away_keeps_the_view_and_recovery_syncs_again() {
     let group = CalicoGroup::CrdV1;
@@ -1358,7 +1426,7 @@ async fn connect_builds_a_tls_client_from_a_kubeconfig_without_requests() {
          users:\n- name: u\n  user: {token: abc}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
     )
     .unwrap();
-    let opts = KubernetesOptions { kubeconfig: Some(path.clone()), api_group: ApiGroupChoice::Forced(CalicoGroup::CrdV1) };
+    let opts = KubernetesOptions { kubeconfig: Some(path.clone()), api_group: ApiGroupChoice::Forced(CalicoGroup::CrdV1), ..KubernetesOptions::default() };
     let ds = KubernetesDatastore::connect(&opts).await.expect("rustls (ring) client");
     assert_eq!(ds.describe(), "kubernetes:https://10.96.0.1:6443/ (calico api group: crd.projectcalico.org/v1)");
 
@@ -1728,7 +1796,9 @@ async fn requests_carry_the_routewarden_user_agent() {
         format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"http://127.0.0.1:{port}\"}}\nusers:\n- name: u\n  user: {{token: abc}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"),
     )
     .unwrap();
-    let ds = KubernetesDatastore::connect(&KubernetesOptions { kubeconfig: Some(path), api_group: ApiGroupChoice::Auto }).await.unwrap();
+    let ds = KubernetesDatastore::connect(&KubernetesOptions { kubeconfig: Some(path), api_group: ApiGroupChoice::Auto, ..KubernetesOptions::default() })
+        .await
+        .unwrap();
     let err = discover(&ds.client, ApiGroupChoice::Auto).await.unwrap_err();
     assert!(matches!(err, KubernetesError::NoCalicoGroup), "{err}");
     let request = server.await.unwrap();
@@ -1774,12 +1844,16 @@ async fn a_hung_api_server_is_noticed_and_every_resource_relisted() {
     let noticed = start.elapsed();
     // One interval (30 s, started before the clock was paused) plus the 10 s timeout.
     assert!(noticed >= Duration::from_secs(39) && noticed <= Duration::from_secs(41), "noticed after {noticed:?}");
+    // Counted as stale (`routewarden_datastore_load_errors_total{reason="stale"}`).
+    let stale = DatastoreEvent::LoadFailed(LoadError::new("kubernetes API server", LoadErrorKind::Stale, silent));
+    assert_eq!(next().await, stale);
     assert_eq!(next().await, DatastoreEvent::Synced);
     assert!(api.take_log().iter().all(|l| l.contains("/version")), "an answer again re-lists nothing");
 
     // Probes 3 and 4 hang: Unsynced, then every watch restarted; the re-lists are answered.
     let _again = script_lists(&api, group, &objects, "200");
     assert_eq!(next().await, DatastoreEvent::Unsynced { reason: silent.to_owned() });
+    assert_eq!(next().await, stale);
     let mut events = Vec::new();
     loop {
         let ev = next().await;

@@ -17,12 +17,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher::Event;
 
-use super::error::describe_watch_error;
 use super::sources::{CalicoGroup, Watched, CALICO_NODE_SELECTOR, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE};
 use super::trimmed::TrimmedObject;
-use super::watch::WatchTarget;
+use super::watch::{WatchFailure, WatchItem, WatchTarget};
 use crate::datastore::error::{LoadError, LoadErrorKind, ObjectError};
 use crate::datastore::event::{DatastoreEvent, Snapshot};
 use crate::model::{check_pools, Cluster, Kind, OptionalSource};
@@ -147,7 +146,7 @@ impl View {
     /// `Unsynced` on a failure); everything else waits for [`View::flush`]. An object whose
     /// trimmed content did not change (a Node heartbeat) leaves the view clean: no parse, no
     /// flush, no snapshot.
-    pub(crate) fn apply(&mut self, index: usize, item: watcher::Result<Event<TrimmedObject>>) -> Vec<DatastoreEvent> {
+    pub(crate) fn apply(&mut self, index: usize, item: WatchItem<TrimmedObject>) -> Vec<DatastoreEvent> {
         let label = self.resource_label(index);
         let r = &mut self.resources[index];
         match item {
@@ -179,7 +178,7 @@ impl View {
             Err(e) if r.optional.is_some() => {
                 // An optional source: recorded as unread (a finding), never unsynced. What was
                 // read before stays (the entries keep it until a re-list completes).
-                let reason = describe_watch_error(&e);
+                let reason = e.describe();
                 if r.status != Status::Failed(reason.clone()) {
                     tracing::warn!(resource = %label, error = %reason, "kubernetes datastore: cannot read an optional source; deciding without it (finding source-unreadable), retrying after backoff");
                     r.status = Status::Failed(reason.clone());
@@ -192,19 +191,16 @@ impl View {
                 Vec::new()
             }
             Err(e) => {
-                let reason = format!("{label}: {}", describe_watch_error(&e));
-                tracing::warn!(resource = %label, error = %describe_watch_error(&e), "kubernetes datastore: watch failed; keeping the last view, re-listing after backoff");
+                let reason = format!("{label}: {}", e.describe());
+                tracing::warn!(resource = %label, error = %e.describe(), "kubernetes datastore: watch failed; keeping the last view, re-listing after backoff");
                 r.status = Status::Failed(reason.clone());
                 self.dirty = true;
                 self.status_changed = true;
-                let send = self.announced_synced || self.last_unsynced.as_deref() != Some(reason.as_str());
-                self.announced_synced = false;
-                if send {
-                    self.last_unsynced = Some(reason.clone());
-                    vec![DatastoreEvent::Unsynced { reason }]
-                } else {
-                    Vec::new()
+                let mut out = self.unsynced(&reason);
+                if matches!(e, WatchFailure::Silent { .. }) {
+                    out.push(stale_event(label, &reason));
                 }
+                out
             }
         }
     }
@@ -233,7 +229,11 @@ impl View {
         self.dirty = true;
         self.status_changed = true;
         match reason {
-            Some(reason) => self.unsynced(reason),
+            Some(reason) => {
+                let mut out = self.unsynced(reason);
+                out.push(stale_event("kubernetes API server".to_owned(), reason));
+                out
+            }
             None => Vec::new(),
         }
     }
@@ -333,4 +333,11 @@ impl View {
         let settled = self.settling_until.is_none_or(|t| Instant::now() >= t);
         Snapshot { cluster: Arc::new(cluster), object_errors, load_errors, inputs, settled }
     }
+}
+
+/// The view was found stale (a watch went silent, or the API server stopped answering):
+/// counted as `routewarden_datastore_load_errors_total{reason="stale"}` (the `Unsynced` sent
+/// with it is what holds deletions).
+fn stale_event(resource: String, reason: &str) -> DatastoreEvent {
+    DatastoreEvent::LoadFailed(LoadError::new(resource, LoadErrorKind::Stale, reason))
 }

@@ -1,18 +1,21 @@
 //! How one resource is watched: what a watcher reads ([`WatchTarget`]), the watcher settings
 //! ([`cache_lists`]), the list settle ([`DEFAULT_LIST_SETTLE`]), the retry delays
-//! ([`default_backoff`]), the watcher that re-lists after every error
-//! ([`relisting_watcher`]), and the watch of one target in its kind's trimmed shape
-//! ([`trimmed_watch`]).
+//! ([`default_backoff`]), one list then watch that notices a silent watch ([`list_watch`],
+//! [`WatchFailure`]), the watcher that re-lists after every failure ([`relisting_watcher`]),
+//! and the watch of one target in its kind's trimmed shape ([`trimmed_watch`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use kube::api::{Api, ApiResource};
+use kube::api::{Api, ApiResource, ListParams, VersionMatch, WatchEvent, WatchParams};
 use kube::core::DynamicResourceScope;
 use kube::runtime::utils::Backoff;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher::{self, Event, ListSemantic};
+use kube::ResourceExt;
+
+use super::error::describe_watch_error;
 
 use super::trimmed::{CalicoNodeContainers, CalicoSpec, NodeAddresses, RoutingMode, Shape, Trimmed, TrimmedObject};
 use crate::model::{Kind, OptionalSource};
@@ -75,34 +78,226 @@ pub fn default_backoff() -> Box<dyn Backoff> {
 /// Makes the backoff policy of one watcher (one per resource, plus one for discovery).
 pub type BackoffFactory = Arc<dyn Fn() -> Box<dyn Backoff> + Send + Sync>;
 
-/// A watcher that restarts (and so re-lists) after every error, after the next backoff delay.
+/// How long a watch may deliver neither an event nor a bookmark, once its API server has sent
+/// it a bookmark, before it is stale and re-listed (`--kube-watch-silence`): the API server's
+/// watch cache sends every bookmark-enabled watch a bookmark each minute and one just before
+/// the watch's timeout (k8s.io/apiserver `pkg/storage/cacher/cacher.go`,
+/// `defaultBookmarkFrequency`), so 90 s is one interval plus a 30 s margin.
+pub const DEFAULT_WATCH_SILENCE: Duration = Duration::from_secs(90);
+
+/// Why one resource's list and watch ended ([`list_watch`]).
+#[derive(Debug)]
+pub enum WatchFailure {
+    /// The list or the watch failed (kube-runtime's error kinds, so that they read the same
+    /// as kube's own watcher's).
+    Kube(watcher::Error),
+    /// The watch delivered neither an event nor a bookmark for `silent`, although the API
+    /// server had sent it bookmarks: the watch is hung (the server's watch cache stalled, a
+    /// proxy holding the stream) and the view may be missing changes.
+    Silent { silent: Duration },
+}
+
+impl From<watcher::Error> for WatchFailure {
+    fn from(e: watcher::Error) -> WatchFailure {
+        WatchFailure::Kube(e)
+    }
+}
+
+impl WatchFailure {
+    /// One line, each cause once: [`describe_watch_error`], or `stale: no event and no
+    /// bookmark for 90 s (…)`.
+    pub fn describe(&self) -> String {
+        match self {
+            WatchFailure::Kube(e) => describe_watch_error(e),
+            WatchFailure::Silent { silent } => {
+                format!("stale: no event and no bookmark for {} s although the API server sends a bookmark every 60 s; re-listing", silent.as_secs())
+            }
+        }
+    }
+}
+
+/// What one list then watch of a resource yields.
+pub(crate) type WatchItem<K> = Result<Event<K>, WatchFailure>;
+
+/// One list of the resource (`Init`, an `InitApply` per object, `InitDone`), then a watch from
+/// the list's resourceVersion (`Apply`, `Delete`), restarted from the last resourceVersion seen
+/// (an event's or a bookmark's) whenever the server closes it, as kube-runtime's watcher does.
+/// Ends after the first failure, which it yields ([`relisting_watcher`] starts it again).
+///
+/// Unlike kube-runtime's watcher, whose bookmarks its consumer never sees, it tells a quiet
+/// watch from a hung one: once the server has sent a bookmark on this watch, `silence` (if
+/// `Some`) without an event or a bookmark yields [`WatchFailure::Silent`]. A server that never
+/// sends bookmarks (an old one, an aggregated API server without a watch cache) never arms
+/// it; such a watch is only restarted after `timeoutSeconds` + 5 s of silence, quietly, as kube
+/// does, and a hung server is the `/version` probe's to notice.
+pub(crate) fn list_watch<K>(api: Api<K>, config: watcher::Config, silence: Option<Duration>) -> impl futures::Stream<Item = WatchItem<K>> + Send
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    enum Phase<K> {
+        Start,
+        /// Listing the page after `continue_token` (`None`: the first).
+        List {
+            continue_token: Option<String>,
+        },
+        /// Handing out one page's objects; then the next page, or `InitDone` at `version`.
+        Page {
+            objects: std::vec::IntoIter<K>,
+            continue_token: Option<String>,
+            version: Option<String>,
+        },
+        /// Starting a watch from `version`.
+        Watch {
+            version: String,
+        },
+        Watching {
+            version: String,
+            stream: BoxStream<'static, kube::Result<WatchEvent<K>>>,
+        },
+        Ended,
+    }
+    struct State<K> {
+        api: Api<K>,
+        list: ListParams,
+        watch: WatchParams,
+        silence: Option<Duration>,
+        /// The server sent a bookmark on this watch: silence is a fault from now on.
+        bookmarked: bool,
+        phase: Phase<K>,
+    }
+    let (list, watch) = request_params(config);
+    let state = State { api, list, watch, silence, bookmarked: false, phase: Phase::Start };
+    futures::stream::unfold(state, |mut s| async move {
+        loop {
+            let (item, next) = match std::mem::replace(&mut s.phase, Phase::Ended) {
+                Phase::Ended => return None,
+                Phase::Start => (Some(Ok(Event::Init)), Phase::List { continue_token: None }),
+                Phase::List { continue_token } => {
+                    let mut lp = s.list.clone();
+                    lp.continue_token = continue_token;
+                    match s.api.list(&lp).await {
+                        Ok(list) => (
+                            None,
+                            Phase::Page {
+                                objects: list.items.into_iter(),
+                                continue_token: list.metadata.continue_.filter(|c| !c.is_empty()),
+                                version: list.metadata.resource_version.filter(|v| !v.is_empty()),
+                            },
+                        ),
+                        Err(e) => (Some(Err(watcher::Error::InitialListFailed(e).into())), Phase::Ended),
+                    }
+                }
+                Phase::Page { mut objects, continue_token, version } => match (objects.next(), continue_token, version) {
+                    (Some(o), continue_token, version) => (Some(Ok(Event::InitApply(o))), Phase::Page { objects, continue_token, version }),
+                    (None, Some(token), _) => (None, Phase::List { continue_token: Some(token) }),
+                    (None, None, Some(version)) => (Some(Ok(Event::InitDone)), Phase::Watch { version }),
+                    (None, None, None) => (Some(Err(watcher::Error::NoResourceVersion.into())), Phase::Ended),
+                },
+                Phase::Watch { version } => match s.api.watch(&s.watch, &version).await {
+                    Ok(stream) => (None, Phase::Watching { version, stream: stream.boxed() }),
+                    Err(e) => (Some(Err(watcher::Error::WatchStartFailed(e).into())), Phase::Ended),
+                },
+                Phase::Watching { version, mut stream } => {
+                    // kube's dead-connection window: the server's timeout plus 5 s.
+                    let idle = Duration::from_secs(u64::from(s.watch.timeout.unwrap_or(290)) + 5);
+                    let armed = s.silence.filter(|_| s.bookmarked);
+                    match tokio::time::timeout(armed.unwrap_or(idle), stream.next()).await {
+                        Err(_) => match armed {
+                            Some(silent) => (Some(Err(WatchFailure::Silent { silent })), Phase::Ended),
+                            None => (None, Phase::Watch { version }),
+                        },
+                        // Closed by the server (its timeout): resume where it ended.
+                        Ok(None) => (None, Phase::Watch { version }),
+                        Ok(Some(Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)))) => match o.resource_version().filter(|v| !v.is_empty()) {
+                            Some(version) => (Some(Ok(Event::Apply(o))), Phase::Watching { version, stream }),
+                            None => (Some(Err(watcher::Error::NoResourceVersion.into())), Phase::Ended),
+                        },
+                        Ok(Some(Ok(WatchEvent::Deleted(o)))) => match o.resource_version().filter(|v| !v.is_empty()) {
+                            Some(version) => (Some(Ok(Event::Delete(o))), Phase::Watching { version, stream }),
+                            None => (Some(Err(watcher::Error::NoResourceVersion.into())), Phase::Ended),
+                        },
+                        Ok(Some(Ok(WatchEvent::Bookmark(b)))) => {
+                            s.bookmarked = true;
+                            (None, Phase::Watching { version: b.metadata.resource_version, stream })
+                        }
+                        // 410 Gone and every other error: re-list (the caller restarts).
+                        Ok(Some(Ok(WatchEvent::Error(status)))) => (Some(Err(watcher::Error::WatchError(status).into())), Phase::Ended),
+                        Ok(Some(Err(e))) => (Some(Err(watcher::Error::WatchFailed(e).into())), Phase::Ended),
+                    }
+                }
+            };
+            s.phase = next;
+            if let Some(item) = item {
+                return Some((item, s));
+            }
+        }
+    })
+}
+
+/// The list and watch parameters of `config`, the requests kube-runtime's watcher makes
+/// (`to_list_params`, `to_watch_params` in kube-runtime `watcher.rs`), so a list served from
+/// the watch cache reads `?&resourceVersion=0&resourceVersionMatch=NotOlderThan` and a watch
+/// `?&watch=true&timeoutSeconds=290&allowWatchBookmarks=true&resourceVersion=<v>`.
+fn request_params(config: watcher::Config) -> (ListParams, WatchParams) {
+    let (resource_version, version_match) = match config.list_semantic {
+        ListSemantic::Any => (Some("0".to_owned()), Some(VersionMatch::NotOlderThan)),
+        ListSemantic::MostRecent => (None, None),
+    };
+    let list = ListParams {
+        label_selector: config.label_selector.clone(),
+        field_selector: config.field_selector.clone(),
+        resource_version,
+        version_match,
+        limit: config.page_size,
+        ..ListParams::default()
+    };
+    let watch = WatchParams {
+        label_selector: config.label_selector,
+        field_selector: config.field_selector,
+        timeout: config.timeout,
+        bookmarks: config.bookmarks,
+        send_initial_events: false,
+    };
+    (list, watch)
+}
+
+/// A [`list_watch`] that starts again (and so re-lists) after every failure, after the next
+/// backoff delay.
 ///
 /// kube-runtime's own watcher resumes a failed watch from its last resourceVersion without
-/// telling its consumer when the resumed watch is healthy again; restarting gives an explicit
-/// `Init` … `InitDone` after every failure, which is what "synced again" means here. `410
-/// Gone` re-lists either way. The stream never ends.
+/// telling its consumer when the resumed watch is healthy again; starting again gives an
+/// explicit `Init` … `InitDone` after every failure, which is what "synced again" means here.
+/// `410 Gone` and a silent watch re-list either way. The stream never ends.
 pub(super) fn relisting_watcher<K>(
     api: Api<K>,
     config: watcher::Config,
+    silence: Option<Duration>,
     backoff: Box<dyn Backoff>,
-) -> impl futures::Stream<Item = watcher::Result<Event<K>>> + Send
+) -> impl futures::Stream<Item = WatchItem<K>> + Send
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
     struct State<K> {
         api: Api<K>,
         config: watcher::Config,
+        silence: Option<Duration>,
         backoff: Box<dyn Backoff>,
-        inner: Option<BoxStream<'static, watcher::Result<Event<K>>>>,
+        inner: Option<BoxStream<'static, WatchItem<K>>>,
         wait: Option<Duration>,
     }
-    let state = State { api, config, backoff, inner: None, wait: None };
+    let state = State { api, config, silence, backoff, inner: None, wait: None };
     futures::stream::unfold(state, |mut s| async move {
         if let Some(wait) = s.wait.take() {
             tokio::time::sleep(wait).await;
         }
-        let inner = s.inner.get_or_insert_with(|| watcher::watcher(s.api.clone(), s.config.clone()).boxed());
-        let item = inner.next().await?;
+        let item = loop {
+            let inner = s.inner.get_or_insert_with(|| list_watch(s.api.clone(), s.config.clone(), s.silence).boxed());
+            match inner.next().await {
+                Some(item) => break item,
+                // Only after a failure, which was yielded: start again.
+                None => s.inner = None,
+            }
+        };
         if matches!(item, Ok(Event::InitDone)) {
             // A complete list: the server is back; the next failure starts from the shortest delay.
             s.backoff.reset();
@@ -118,20 +313,22 @@ where
 /// The watcher items of `target`, each object decoded as [`Trimmed`] in the shape of its
 /// kind (Nodes: [`NodeAddresses`]; the calico-node DaemonSet: [`CalicoNodeContainers`]; the
 /// Installation: [`RoutingMode`]; Calico kinds: [`CalicoSpec`]), then made shape-free. With
-/// `relist`, a [`relisting_watcher`] with that backoff (the run loop); without, kube's
-/// watcher (the one-shot load, which stops at the first `InitDone`).
+/// `relist`, a [`relisting_watcher`] with that backoff and `silence` (the run loop); without,
+/// one [`list_watch`] (the one-shot load, which stops at the first `InitDone`).
 pub(super) fn trimmed_watch(
     target: &WatchTarget,
     client: &kube::Client,
     config: watcher::Config,
+    silence: Option<Duration>,
     relist: Option<Box<dyn Backoff>>,
-) -> BoxStream<'static, watcher::Result<Event<TrimmedObject>>> {
+) -> BoxStream<'static, WatchItem<TrimmedObject>> {
     fn shaped<S: Shape>(
         api: Api<Trimmed<S>>,
         config: watcher::Config,
+        silence: Option<Duration>,
         relist: Option<Box<dyn Backoff>>,
-    ) -> BoxStream<'static, watcher::Result<Event<TrimmedObject>>> {
-        let erase = |item: watcher::Result<Event<Trimmed<S>>>| {
+    ) -> BoxStream<'static, WatchItem<TrimmedObject>> {
+        let erase = |item: WatchItem<Trimmed<S>>| {
             item.map(|event| match event {
                 Event::Apply(o) => Event::Apply(o.into_object()),
                 Event::Delete(o) => Event::Delete(o.into_object()),
@@ -141,14 +338,14 @@ pub(super) fn trimmed_watch(
             })
         };
         match relist {
-            Some(backoff) => relisting_watcher(api, config, backoff).map(erase).boxed(),
-            None => watcher::watcher(api, config).map(erase).boxed(),
+            Some(backoff) => relisting_watcher(api, config, silence, backoff).map(erase).boxed(),
+            None => list_watch(api, config, silence).map(erase).boxed(),
         }
     }
     match target.kind {
-        Kind::Node => shaped::<NodeAddresses>(target.api(client), config, relist),
-        Kind::DaemonSet => shaped::<CalicoNodeContainers>(target.api(client), config, relist),
-        Kind::Installation => shaped::<RoutingMode>(target.api(client), config, relist),
-        _ => shaped::<CalicoSpec>(target.api(client), config, relist),
+        Kind::Node => shaped::<NodeAddresses>(target.api(client), config, silence, relist),
+        Kind::DaemonSet => shaped::<CalicoNodeContainers>(target.api(client), config, silence, relist),
+        Kind::Installation => shaped::<RoutingMode>(target.api(client), config, silence, relist),
+        _ => shaped::<CalicoSpec>(target.api(client), config, silence, relist),
     }
 }

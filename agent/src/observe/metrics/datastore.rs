@@ -11,7 +11,7 @@ use crate::datastore::{LoadError, Snapshot};
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LoadErrorLabels {
     /// An input failure's code (`datastore::LoadErrorKind::code`: `io`, `syntax`, `empty`,
-    /// `too-large`, `not-regular-file`, `vanished`, `watch`), or `object` (an object failed
+    /// `too-large`, `not-regular-file`, `vanished`, `watch`, `stale`), or `object` (an object failed
     /// validation).
     pub reason: &'static str,
 }

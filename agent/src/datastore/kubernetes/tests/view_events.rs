@@ -153,7 +153,7 @@ fn a_relist_replaces_the_last_list_only_at_init_done() {
     // A list that fails half-way changes nothing; the next complete one is what counts.
     fed.send(Kind::IpamBlock, Event::Init);
     fed.send(Kind::IpamBlock, Event::InitApply(decode(Kind::IpamBlock, &b("10-244-4-0-26", "30", "10.244.4.0/26"))));
-    let out = fed.view.apply(fed.index(Kind::IpamBlock), Err(watcher::Error::NoResourceVersion));
+    let out = fed.view.apply(fed.index(Kind::IpamBlock), Err(watcher::Error::NoResourceVersion.into()));
     assert!(matches!(&out[..], [DatastoreEvent::Unsynced { .. }]), "{out:?}");
     let s = fed.snapshot();
     assert_eq!(s.cluster.ipam_blocks.keys().collect::<Vec<_>>(), vec!["10-244-1-0-26", "10-244-3-0-26"]);
