@@ -19,7 +19,7 @@ use crate::dataplane::{AuditScope, ExpectedRoute, Handover, OwnershipPolicy, Wir
 use crate::datastore::Snapshot;
 use crate::model::Cluster;
 use crate::ownership::{decide, OwnershipConfig, OwnershipDecision, Role};
-use crate::routes::{desired_routes, routable_classes, ClusterRoute, RouteDevices, RouteOrigin, RouteProblem};
+use crate::routes::{classed_routes, routable_classes, ClassedRoutes, ClusterRoute, RouteDevices, RouteOrigin, RouteProblem};
 use crate::vocabulary::{PoolClass, RoutePath, Writer, RTPROT_BIRD, RTPROT_FELIX};
 
 /// Settings the plan needs from the command line.
@@ -181,6 +181,7 @@ fn audit_expectations(
     cluster: &Cluster,
     config: &PlanConfig,
     decision: &OwnershipDecision,
+    every_class: &ClassedRoutes,
     wireguard_peers: &[(String, std::net::IpAddr)],
 ) -> (Vec<ExpectedRoute>, Vec<(IpNet, String)>, Vec<WireguardRoute>) {
     // Expectations for the audit: per routable class, every writer's routes; for a class
@@ -189,12 +190,11 @@ fn audit_expectations(
     let mut unowned = Vec::new();
     let mut wireguard: Vec<WireguardRoute> = Vec::new();
     let me = cluster.nodes.get(&config.node);
-    // One pass over the blocks for every routable class, split by class after: a
+    // The plan's one pass over the blocks for every routable class, split by class: a
     // destination is in one pool (overlapping pools are rejected), so each class's routes are
-    // those `desired_routes` computes for that class alone (one pass instead of one per class
-    // at 100,000 blocks, issue 23).
-    let mut by_class: std::collections::BTreeMap<PoolClass, Vec<ClusterRoute>> = std::collections::BTreeMap::new();
-    for r in desired_routes(cluster, &config.node, &routable_classes(), &config.devices).routes {
+    // those `desired_routes` computes for that class alone (issue 23).
+    let mut by_class: std::collections::BTreeMap<PoolClass, Vec<&ClusterRoute>> = std::collections::BTreeMap::new();
+    for r in every_class.routes() {
         by_class.entry(r.class).or_default().push(r);
     }
     for class in routable_classes() {
@@ -216,6 +216,7 @@ fn audit_expectations(
             let bird_like = w == Writer::Bird || (w == Writer::Routewarden && config.ownership.role == Role::Bird);
             let routes: Vec<&ClusterRoute> = routes
                 .iter()
+                .copied()
                 .filter(|r| {
                     let wg = if bird_like { wireguard_peer_of(r, wireguard_peers) } else { None };
                     let keep = wg.is_none();
@@ -261,7 +262,10 @@ fn audit_expectations(
 pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolClass>, previous_owned: &[IpNet]) -> Plan {
     let cluster = &snapshot.cluster;
     let decision = decide(cluster, &config.ownership);
-    let mut computed = desired_routes(cluster, &config.node, &decision.programmed, &config.devices);
+    // One pass over the IPAM blocks for every routable class: the programmed classes' routes
+    // are taken from it, and the audit's expectations of every writer.
+    let every_class = classed_routes(cluster, &config.node, &routable_classes(), &config.devices);
+    let mut computed = every_class.select(&decision.programmed);
     // WireGuard (reference §1, confd `processWireguardPeerFilter`): BIRD's kernel filter rejects
     // every route whose next hop is a WireGuard peer of this node ("WireGuard routes handled by
     // Felix"), so in BIRD's role routewarden does not program them either. Felix's route
@@ -324,7 +328,7 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
         }
     }
 
-    let (expected, unowned, wireguard) = audit_expectations(cluster, config, &decision, &wireguard_peers);
+    let (expected, unowned, wireguard) = audit_expectations(cluster, config, &decision, &every_class, &wireguard_peers);
     let mut cluster_cidrs: Vec<IpNet> = routable_classes().into_iter().flat_map(|c| pool_cidrs(cluster, &decision, c)).collect();
     cluster_cidrs.sort();
     let audit_scope = AuditScope { table: config.table, cluster_cidrs, devices: config.devices.clone(), our_protocol: config.protocol, unowned, wireguard };

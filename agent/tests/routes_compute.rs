@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use proptest::prelude::*;
 use routewarden::model::Cluster;
-use routewarden::routes::{desired_routes, routable_classes, ClusterRoute, RouteDevices, RouteOrigin, RouteProblem};
+use routewarden::routes::{classed_routes, desired_routes, routable_classes, ClusterRoute, RouteDevices, RouteOrigin, RouteProblem};
 use routewarden::vocabulary::{PoolClass, RoutePath};
 
 /// node-a/b/c on 10.0.0.0/24, node-d on 10.0.1.0/24; one pool per class.
@@ -153,24 +153,29 @@ fn scenario_routes_for_node_a_all_classes() {
     );
 }
 
-/// The plan computes every routable class in one pass and splits the routes by class
-/// (issue 23): for every node of the scenario, each class's share of that pass is exactly
-/// what a pass for that class alone computes.
+/// The plan computes every routable class in one pass and selects the programmed classes
+/// from it (issue 23): for every node of the scenario and every set of classes, the selection
+/// (routes and problems) is exactly what a pass for those classes alone computes.
 #[test]
 fn one_pass_for_all_classes_splits_into_the_per_class_passes() {
     let (cluster, _) = Cluster::from_yaml_str(SCENARIO).unwrap();
     let devices = RouteDevices::default();
-    let mut compared = 0;
+    let (mut routes, mut problems) = (0, 0);
     for node in cluster.nodes.keys() {
-        let all = desired_routes(&cluster, node, &routable_classes(), &devices).routes;
-        for class in routable_classes() {
-            let alone = desired_routes(&cluster, node, &BTreeSet::from([class]), &devices).routes;
-            let share: Vec<ClusterRoute> = all.iter().filter(|r| r.class == class).cloned().collect();
-            assert_eq!(share, alone, "node {node}, class {class:?}");
-            compared += alone.len();
+        let all = classed_routes(&cluster, node, &routable_classes(), &devices);
+        for classes in class_sets() {
+            let alone = desired_routes(&cluster, node, &classes, &devices);
+            assert_eq!(all.select(&classes), alone, "node {node}, classes {classes:?}");
+            routes += alone.routes.len();
+            problems += alone.problems.len();
         }
     }
-    assert!(compared > 10, "the scenario has routes of both classes ({compared} compared)");
+    assert!(routes > 10 && problems > 10, "the scenario has routes and problems of both classes ({routes}, {problems} compared)");
+}
+
+/// Every set of routable classes, the empty one included.
+fn class_sets() -> [BTreeSet<PoolClass>; 4] {
+    [BTreeSet::new(), BTreeSet::from([PoolClass::Ipip]), BTreeSet::from([PoolClass::NoEncap]), routable_classes()]
 }
 
 #[test]
@@ -393,6 +398,12 @@ proptest! {
                 _ => RoutePath::Tunnel,
             };
             prop_assert_eq!(r.path, want, "{}", r.dst);
+        }
+
+        // One pass for every class answers for any set of them.
+        let all = classed_routes(&cluster, &local, &routable_classes(), &RouteDevices::default());
+        for classes in class_sets() {
+            prop_assert_eq!(all.select(&classes), desired_routes(&cluster, &local, &classes, &RouteDevices::default()));
         }
 
         // Output independent of input order.

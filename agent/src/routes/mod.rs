@@ -15,7 +15,7 @@ use crate::vocabulary::{PoolClass, RoutePath};
 
 pub mod compute;
 
-pub use compute::{desired_routes, routable_classes, DesiredRoutes, RouteProblem};
+pub use compute::{classed_routes, desired_routes, routable_classes, ClassedRoutes, DesiredRoutes, RouteProblem};
 
 /// Why a cluster route exists.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
