@@ -298,7 +298,7 @@ pub fn classed_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
         }
     }
     tunnel_address_routes(&ctx, &blocks, classes, &mut routes, &mut problems);
-    problems.extend(conflicts_of(&blocks, cluster).into_iter().map(|p| (p, None)));
+    problems.extend(affinity_conflicts(&blocks, cluster).into_iter().map(|p| (p, None)));
     ClassedRoutes { routes: routes.into_values().map(|(r, _)| r).collect(), problems }
 }
 
@@ -405,20 +405,16 @@ fn tunnel_address_routes<'a>(
 }
 
 /// BlockAffinities (confirmed or pending, not deleted) that name another node than their
-/// IPAM block's `affinity` (reference S08, https://github.com/projectcalico/calico/issues/6486).
-pub fn affinity_conflicts(cluster: &Cluster) -> Vec<RouteProblem> {
-    let mut blocks: Vec<&IpamBlock> = cluster.ipam_blocks.values().map(AsRef::as_ref).collect();
-    blocks.sort_unstable_by(|a, b| (a.cidr, &a.name).cmp(&(b.cidr, &b.name)));
-    conflicts_of(&blocks, cluster)
-}
-
-/// [`affinity_conflicts`] over `blocks` sorted by (CIDR, name): of blocks with the same CIDR
-/// the last by name is compared, a binary search per affinity instead of a map of every block.
-fn conflicts_of(blocks: &[&IpamBlock], cluster: &Cluster) -> Vec<RouteProblem> {
+/// IPAM block's `affinity` (reference S08, https://github.com/projectcalico/calico/issues/6486),
+/// over `blocks` sorted by (CIDR, name): of blocks with the same CIDR the last by name is
+/// compared. A hash map by CIDR: at 100,000 blocks and affinities 35 ms, against 47 ms for
+/// the ordered map of every block it replaced and 49 ms for a binary search per affinity
+/// (issue 23).
+fn affinity_conflicts(blocks: &[&IpamBlock], cluster: &Cluster) -> Vec<RouteProblem> {
+    let by_cidr: HashMap<IpNet, &IpamBlock> = blocks.iter().map(|b| (b.cidr, *b)).collect();
     let mut out = Vec::new();
     for aff in cluster.block_affinities.values().filter(|a| a.is_active()) {
-        let end = blocks.partition_point(|b| b.cidr <= aff.cidr);
-        let Some(block) = end.checked_sub(1).map(|i| blocks[i]).filter(|b| b.cidr == aff.cidr) else { continue };
+        let Some(block) = by_cidr.get(&aff.cidr) else { continue };
         if block.host() != Some(aff.node.as_str()) {
             out.push(RouteProblem::AffinityConflict {
                 block: block.name.clone(),
