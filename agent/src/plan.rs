@@ -94,12 +94,11 @@ pub fn writer_protocol(writer: Writer, cluster: &Cluster, node: &str, ours: u8) 
     }
 }
 
-fn pool_cidrs(cluster: &Cluster, decision: &OwnershipDecision, class: PoolClass) -> Vec<IpNet> {
+/// The CIDRs of the decision's IP pools of `class`, sorted, each once.
+fn pool_cidrs(decision: &OwnershipDecision, class: PoolClass) -> Vec<IpNet> {
     let mut v: Vec<IpNet> = decision.pools.iter().filter(|p| p.class == Some(class)).map(|p| p.cidr).collect();
-    // Pools the decision did not see (none today) still count by CIDR.
     v.sort();
     v.dedup();
-    let _ = cluster;
     v
 }
 
@@ -141,22 +140,22 @@ fn owned_pools(decision: &OwnershipDecision, cluster: &Cluster, config: &PlanCon
 const MAX_RETIRED: usize = 1024;
 
 /// The BIRD leftovers the policy claims: only for a class we program and BIRD does not.
-fn set_bird_claims(policy: &mut OwnershipPolicy, cluster: &Cluster, decision: &OwnershipDecision) {
+fn set_bird_claims(policy: &mut OwnershipPolicy, decision: &OwnershipDecision) {
     let bird_writes = |c: PoolClass| decision.writers_of(c).contains(&Writer::Bird);
     if decision.programs(PoolClass::Ipip) && !bird_writes(PoolClass::Ipip) {
-        policy.claim_bird_on_tunnel = pool_cidrs(cluster, decision, PoolClass::Ipip);
+        policy.claim_bird_on_tunnel = pool_cidrs(decision, PoolClass::Ipip);
         // CrossSubnet: BIRD routed same-subnet peers natively (confd sets `krt_tunnel=""` when
         // the next hop is in the local subnet), so its leftovers there are on the host NIC.
         policy.claim_bird_on_nic = decision.pools.iter().filter(|p| p.kind == crate::vocabulary::PoolKind::IpipCrossSubnet).map(|p| p.cidr).collect();
     }
     if decision.programs(PoolClass::NoEncap) && !bird_writes(PoolClass::NoEncap) {
-        policy.claim_bird_on_nic.extend(pool_cidrs(cluster, decision, PoolClass::NoEncap));
+        policy.claim_bird_on_nic.extend(pool_cidrs(decision, PoolClass::NoEncap));
     }
     // BIRD's blackholes for this node's own blocks (confd's bird_aggr.cfg static routes,
     // exported to the kernel): the same guard, any class we program and BIRD does not.
     for class in [PoolClass::Ipip, PoolClass::NoEncap] {
         if decision.programs(class) && !bird_writes(class) {
-            policy.claim_bird_blackholes.extend(pool_cidrs(cluster, decision, class));
+            policy.claim_bird_blackholes.extend(pool_cidrs(decision, class));
         }
     }
 }
@@ -307,7 +306,7 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
         frozen: frozen_cidrs.clone(),
         ..OwnershipPolicy::default()
     };
-    set_bird_claims(&mut policy, cluster, &decision);
+    set_bird_claims(&mut policy, &decision);
 
     // Handovers: a class we programmed and no longer do goes to its new writer; we keep our
     // routes per prefix until that writer's route is seen (bounded by the grace period). A
@@ -329,7 +328,7 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
     }
 
     let (expected, unowned, wireguard) = audit_expectations(cluster, config, &decision, &every_class, &wireguard_peers);
-    let mut cluster_cidrs: Vec<IpNet> = routable_classes().into_iter().flat_map(|c| pool_cidrs(cluster, &decision, c)).collect();
+    let mut cluster_cidrs: Vec<IpNet> = routable_classes().into_iter().flat_map(|c| pool_cidrs(&decision, c)).collect();
     cluster_cidrs.sort();
     let audit_scope = AuditScope { table: config.table, cluster_cidrs, devices: config.devices.clone(), our_protocol: config.protocol, unowned, wireguard };
 

@@ -155,6 +155,14 @@ impl ClusterArgs {
         })
     }
 
+    /// [`ClusterArgs::datastore_spec`] where the command needs one.
+    ///
+    /// # Errors
+    /// `--datastore` is missing (only `events` leaves it optional).
+    pub fn required_datastore_spec(&self) -> anyhow::Result<DatastoreSpec> {
+        self.datastore_spec().ok_or_else(|| anyhow::anyhow!("--datastore is required"))
+    }
+
     /// The etcd flags, each falling back to calicoctl's variable (read through `env`).
     fn etcd_options(&self, env: impl Fn(&str) -> Option<String>) -> EtcdOptions {
         let endpoints = if self.etcd_endpoints.is_empty() {

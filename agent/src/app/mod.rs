@@ -170,7 +170,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
 
     // Watchers.
     let (ds_tx, mut ds_rx) = mpsc::channel(16);
-    let datastore = match args.cluster.datastore_spec().context("--datastore is required")? {
+    let datastore = match args.cluster.required_datastore_spec()? {
         DatastoreSpec::File(path) => FileDatastore::new(path)
             .with_options(crate::datastore::FileOptions {
                 settle: Duration::from_secs(args.settle_period),

@@ -11,7 +11,7 @@ use routewarden::app::{self};
 use routewarden::dataplane::{audit_kernel, AuditReport, RtNetlink};
 use routewarden::text::escape;
 
-use super::{datastore_spec, devices_for, load, plan_once, runtime, Output};
+use super::{devices_for, load, plan_once, runtime, Output};
 
 /// `routewarden audit`.
 #[derive(Args, Clone, Debug)]
@@ -53,7 +53,7 @@ pub fn audit(args: &AuditArgs) -> Result<ExitCode> {
 }
 
 async fn audit_async(args: &AuditArgs) -> Result<ExitCode> {
-    let snap = load(datastore_spec(&args.cluster)?).await?;
+    let snap = load(args.cluster.required_datastore_spec()?).await?;
     let node = app::node_name(args.cluster.node.as_deref())?;
     let role = args.cluster.role.clone().unwrap_or_else(|| "audit".into());
     let mode = if role == "audit" { Mode::Audit } else { Mode::Program };

@@ -30,15 +30,6 @@ pub enum Output {
     Yaml,
 }
 
-/// `--datastore` with the Kubernetes flags applied.
-///
-/// # Errors
-/// `--datastore` is missing (only `events` leaves it optional, and only it can get here
-/// without one).
-fn datastore_spec(cluster: &ClusterArgs) -> Result<DatastoreSpec> {
-    cluster.datastore_spec().context("--datastore is required")
-}
-
 /// Load the cluster once (a file tree, or one list of every resource from the API server).
 async fn load(spec: DatastoreSpec) -> Result<Snapshot> {
     match spec {
@@ -61,7 +52,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// [`load`] for the synchronous commands.
 fn load_blocking(cluster: &ClusterArgs) -> Result<Snapshot> {
-    runtime()?.block_on(load(datastore_spec(cluster)?))
+    runtime()?.block_on(load(cluster.required_datastore_spec()?))
 }
 
 /// The devices the flags name (`--host-device` possibly still `auto`).
