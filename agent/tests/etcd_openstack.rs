@@ -3,7 +3,7 @@
 //! holds it (Felix's `NonAffineAllocations`, `libcalico-go/lib/backend/model/block.go`). A real
 //! etcd (Debian etcd-server) runs in node-a's namespace on its loopback, the agent beside it;
 //! the routes are read back from that namespace's kernel. Nothing outside the lab's namespaces
-//! is touched.
+//! is touched. The second test stops the agent (SIGSTOP) until etcd compacts past its watch.
 
 mod lab_support;
 
@@ -177,4 +177,90 @@ fn openstack_shape_non_affine_blocks_give_a_32_per_workload() {
     let _etcd = NodeEtcd::start(&lab, "node-a", dir.path());
     wait_ready(&lab, "node-a");
     assert_eq!(routes(&lab, "node-a", "80"), want[..2]);
+}
+
+/// etcd's `etcd_debugging_mvcc_slow_watcher_total` (its `/metrics`, on the client URL), read
+/// from inside the namespace the caller runs in.
+fn slow_watchers() -> u64 {
+    use std::io::{Read as _, Write as _};
+    let mut conn = std::net::TcpStream::connect("127.0.0.1:23790").unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut body = String::new();
+    conn.read_to_string(&mut body).unwrap();
+    let line = body.lines().find(|l| l.starts_with("etcd_debugging_mvcc_slow_watcher_total ")).expect("slow watcher gauge");
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// In `node`'s etcd: status writes routewarden does not read until etcd holds a slow watcher
+/// (the stopped agent's), then `kvs`, then a compaction up to the newest revision.
+fn flood_change_and_compact(lab: &Lab, node: &str, kvs: Vec<(String, Option<Value>)>) -> usize {
+    lab.in_netns(node, move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let mut client = Client::connect([CLIENT_URL], None).await.unwrap();
+            let status = "x".repeat(10_000);
+            let mut writes = 0;
+            while slow_watchers() < 1 {
+                for _ in 0..100 {
+                    client.put("/calico/felix/v2/default/host/node-a/status", status.as_str(), None).await.unwrap();
+                }
+                writes += 100;
+                assert!(writes < 6_000, "the stopped agent's watch never became a slow watcher");
+            }
+            let mut revision = 0;
+            for (key, value) in kvs {
+                revision = match value {
+                    Some(v) => client.put(key, v.to_string(), None).await.unwrap().header().unwrap().revision(),
+                    None => client.delete(key, None).await.unwrap().header().unwrap().revision(),
+                };
+            }
+            client.compact(revision, Some(etcd_client::CompactionOptions::new().with_physical())).await.unwrap();
+            writes
+        })
+    })
+    .unwrap()
+}
+
+/// The agent stopped (SIGSTOP: a hung or starved agent) while etcd's status writes pile up
+/// behind its watch, a workload VM moves away and etcd compacts past the watch: once resumed,
+/// the agent's watch reports the compaction, it re-lists and programs the change; at every
+/// poll on the way the kernel held either the old routes or the new ones, never fewer.
+#[test]
+fn a_stopped_agent_past_a_compaction_relists_and_keeps_every_route_until_then() {
+    if skip_unless_root("a_stopped_agent_past_a_compaction_relists_and_keeps_every_route_until_then") {
+        return;
+    }
+    if !Path::new(ETCD).exists() {
+        eprintln!("SKIPPED a_stopped_agent_past_a_compaction_relists_and_keeps_every_route_until_then: {ETCD} missing (Debian etcd-server)");
+        return;
+    }
+    let lab = lab();
+    let dir = tempfile::tempdir().unwrap();
+    let _etcd = NodeEtcd::start(&lab, "node-a", dir.path());
+    put(&lab, "node-a", openstack_cluster());
+    let agent = start_agent(&lab, "node-a");
+    wait_ready(&lab, "node-a");
+    let before = [
+        "10.244.200.1 via 10.0.0.12 dev eth0 metric 1024 onlink",
+        "10.244.200.2 via 10.0.1.14 dev tunl0 metric 1024 onlink",
+        "10.245.200.1 via 10.0.0.12 dev tunl0 metric 1024 onlink",
+        "10.245.200.2 via 10.0.0.13 dev tunl0 metric 1024 onlink",
+    ];
+    wait_for("node-a's OpenStack /32s", Duration::from_secs(10), || (routes(&lab, "node-a", "80") == before).then_some(()));
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(agent.pid()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    // node-c's VM moves to node-d: same IP, another node.
+    let moved = open_block("10.245.200.0/26", &["node-b", "node-d"]);
+    let writes = flood_change_and_compact(&lab, "node-a", vec![(block_key("10.245.200.0/26".parse().unwrap()), Some(moved))]);
+    eprintln!("slow watcher after {writes} status writes of 10 kB");
+    assert_eq!(routes(&lab, "node-a", "80"), before, "a stopped agent changed routes");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let after = [before[0], before[1], before[2], "10.245.200.2 via 10.0.1.14 dev tunl0 metric 1024 onlink"];
+    wait_for("the moved VM's /32 via node-d", Duration::from_secs(20), || {
+        let now = routes(&lab, "node-a", "80");
+        assert!(now == before || now == after, "routes between the old and the new set: {now:?}");
+        (now == after).then_some(())
+    });
+    let ready = wait_ready(&lab, "node-a");
+    assert!(ready.starts_with("datastore: synced\n"), "{ready}");
 }
