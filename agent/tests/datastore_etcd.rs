@@ -1,8 +1,10 @@
 //! The etcd datastore against a real etcd (`/usr/bin/etcd`, Debian etcd-server) on a free
 //! loopback port with its data in a temp dir: the bundled example cluster loaded in Calico's
 //! etcdv3 layout reads as the file datastore reads it, block puts and deletes show within a
-//! second, a dead etcd makes the datastore unsynced and a restarted one synced again, and a
-//! compaction leaves a current watch running.
+//! second, a dead etcd makes the datastore unsynced and a restarted one synced again, a
+//! compaction leaves a current watch running and one past a watch held behind re-lists, and
+//! mTLS (an etcd with `--client-cert-auth`, certificates made by rcgen) syncs with the right
+//! CA and stays unsynced, naming the endpoint and the files, with a wrong one.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
