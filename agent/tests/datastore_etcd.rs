@@ -1,8 +1,10 @@
 //! The etcd datastore against a real etcd (`/usr/bin/etcd`, Debian etcd-server) on a free
 //! loopback port with its data in a temp dir: the bundled example cluster loaded in Calico's
 //! etcdv3 layout reads as the file datastore reads it, block puts and deletes show within a
-//! second, a dead etcd makes the datastore unsynced and a restarted one synced again, and a
-//! compaction leaves a current watch running.
+//! second, a dead etcd makes the datastore unsynced and a restarted one synced again, a
+//! compaction leaves a current watch running and one past a watch held behind re-lists, and
+//! mTLS (an etcd with `--client-cert-auth`, certificates made by rcgen) syncs with the right
+//! CA and stays unsynced, naming the endpoint and the files, with a wrong one.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -31,23 +33,53 @@ struct Etcd {
     client_port: u16,
     peer_port: u16,
     child: Option<Child>,
+    /// With TLS: the certificates it serves and requires ([`Pki`]).
+    tls: Option<Pki>,
 }
 
 impl Etcd {
     fn start() -> Etcd {
-        let mut etcd = Etcd { dir: tempfile::tempdir().unwrap(), client_port: free_port(), peer_port: free_port(), child: None };
+        Self::start_with(None)
+    }
+
+    /// An etcd serving https with `pki`'s server certificate and requiring a client
+    /// certificate signed by its CA (`--client-cert-auth`).
+    fn start_tls(pki: Pki) -> Etcd {
+        Self::start_with(Some(pki))
+    }
+
+    fn start_with(tls: Option<Pki>) -> Etcd {
+        let mut etcd = Etcd { dir: tempfile::tempdir().unwrap(), client_port: free_port(), peer_port: free_port(), child: None, tls };
         etcd.spawn();
         etcd
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    /// The test's own client options: with TLS, the right CA and the client certificate.
+    fn client_options(&self) -> Option<etcd_client::ConnectOptions> {
+        let pki = self.tls.as_ref()?;
+        let read = |f: &str| std::fs::read(pki.file(f)).unwrap();
+        let tls = etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(read("ca.pem")))
+            .identity(etcd_client::Identity::from_pem(read("client.pem"), read("client-key.pem")));
+        Some(etcd_client::ConnectOptions::new().with_tls(tls))
     }
 
     fn spawn(&mut self) {
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("etcd.log")).unwrap();
-        let child = Command::new(ETCD)
+        let mut cmd = Command::new(ETCD);
+        if let Some(pki) = &self.tls {
+            cmd.arg(format!("--cert-file={}", pki.file("server.pem").display()))
+                .arg(format!("--key-file={}", pki.file("server-key.pem").display()))
+                .arg(format!("--trusted-ca-file={}", pki.file("ca.pem").display()))
+                .arg("--client-cert-auth");
+        }
+        let child = cmd
             .arg("--name=default")
             .arg(format!("--data-dir={}", self.dir.path().join("data").display()))
             .arg(format!("--listen-client-urls={}", self.url()))
@@ -74,7 +106,7 @@ impl Etcd {
     async fn client(&self) -> Client {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Ok(mut c) = Client::connect([self.url()], None).await {
+            if let Ok(mut c) = Client::connect([self.url()], self.client_options()).await {
                 if c.status().await.is_ok() {
                     return c;
                 }
@@ -157,10 +189,18 @@ async fn next_snapshot(rx: &mut mpsc::Receiver<DatastoreEvent>, within: Duration
     }
 }
 
-fn spawn(etcd: &Etcd) -> (mpsc::Receiver<DatastoreEvent>, tokio::task::JoinHandle<Result<(), routewarden::datastore::DatastoreError>>) {
-    let (tx, rx) = mpsc::channel(16);
-    let ds = EtcdDatastore::new(options(etcd));
-    assert_eq!(ds.describe(), format!("etcd:{}", etcd.url()));
+type Task = tokio::task::JoinHandle<Result<(), routewarden::datastore::DatastoreError>>;
+
+fn spawn(etcd: &Etcd) -> (mpsc::Receiver<DatastoreEvent>, Task) {
+    spawn_with(options(etcd), 16)
+}
+
+/// The running datastore with `options`, its events in a channel of `capacity`.
+fn spawn_with(options: EtcdOptions, capacity: usize) -> (mpsc::Receiver<DatastoreEvent>, Task) {
+    let (tx, rx) = mpsc::channel(capacity);
+    let described = format!("etcd:{}", options.endpoints.join(","));
+    let ds = EtcdDatastore::new(options);
+    assert_eq!(ds.describe(), described);
     (rx, ds.spawn(tx))
 }
 
@@ -274,5 +314,218 @@ async fn a_compaction_does_not_disturb_a_current_watch() {
     match recv(&mut rx, Duration::from_secs(1)).await {
         DatastoreEvent::Snapshot(s) => assert!(!s.cluster.ipam_blocks.contains_key("10-244-97-0-30")),
         other => panic!("expected the snapshot without the block, got {other:?}"),
+    }
+}
+
+/// The value of an etcd gauge of whole numbers from its `/metrics` (served on the client URL).
+fn etcd_gauge(etcd: &Etcd, name: &str) -> u64 {
+    use std::io::{Read as _, Write as _};
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", etcd.client_port)).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut body = String::new();
+    conn.read_to_string(&mut body).unwrap();
+    let line = body.lines().find(|l| l.split_whitespace().next() == Some(name)).unwrap_or_else(|| panic!("etcd /metrics has no {name}"));
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// A watch held behind until etcd compacts past it: the agent stops reading (its event
+/// channel full, as behind a slow plan), etcd turns its watcher into a slow one (its buffers
+/// full, `etcd_debugging_mvcc_slow_watcher_total`), a block is deleted and another added while
+/// the watch cannot deliver them, and etcd compacts past the watcher's revision. Once read
+/// again the watch reports the compaction: `Unsynced` naming it, one complete re-list at a new
+/// revision (the deletion learnt from the key's absence, the addition from its presence), then
+/// `Synced`; nothing in between, so nothing is deleted on what the agent had not seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_held_behind_a_compaction_relists_at_a_new_revision() {
+    let etcd = Etcd::start();
+    let mut client = etcd.client().await;
+    load_example(&mut client).await;
+    let (held, fresh) = ("10.244.96.0/30", "10.244.95.0/30");
+    client.put(block_key(held.parse().unwrap()), block(held, "node-c").to_string(), None).await.unwrap();
+    // One event of room: after the first snapshot, `Synced` fills the channel and the next
+    // snapshot blocks the datastore, so it stops reading its watch.
+    let (mut rx, _task) = spawn_with(options(&etcd), 1);
+    let first = next_snapshot(&mut rx, Duration::from_secs(10)).await;
+    assert!(first.cluster.ipam_blocks.contains_key("10-244-96-0-30"));
+    let extra = "10.244.94.0/30";
+    client.put(block_key(extra.parse().unwrap()), block(extra, "node-b").to_string(), None).await.unwrap();
+    // Felix-like status writes routewarden does not read, until etcd's buffers for the held
+    // watch are full and it becomes a slow watcher (bounded: 60 MB).
+    assert_eq!(etcd_gauge(&etcd, "etcd_debugging_mvcc_slow_watcher_total"), 0);
+    let status = "x".repeat(10_000);
+    let mut writes = 0;
+    while etcd_gauge(&etcd, "etcd_debugging_mvcc_slow_watcher_total") < 1 {
+        for _ in 0..100 {
+            client.put("/calico/felix/v2/default/host/node-a/status", status.as_str(), None).await.unwrap();
+        }
+        writes += 100;
+        assert!(writes < 6_000, "the held watch never became a slow watcher");
+    }
+    // Changes the held watch cannot deliver, then a compaction past its revision.
+    client.delete(block_key(held.parse().unwrap()), None).await.unwrap();
+    client.put(block_key(fresh.parse().unwrap()), block(fresh, "node-b").to_string(), None).await.unwrap();
+    let put = client.put("/calico/felix/v2/default/host/node-a/status", "up", None).await.unwrap();
+    let compacted = put.header().unwrap().revision();
+    client.compact(compacted, Some(CompactionOptions::new().with_physical())).await.unwrap();
+    // Read again: what was queued, then the compaction and the re-list.
+    assert_eq!(recv(&mut rx, Duration::from_secs(5)).await, DatastoreEvent::Synced);
+    let s = next_snapshot(&mut rx, Duration::from_secs(5)).await;
+    let mut blocks: Vec<String> = first.cluster.ipam_blocks.keys().cloned().collect();
+    blocks.push("10-244-94-0-30".into());
+    blocks.sort();
+    assert_eq!(s.cluster.ipam_blocks.keys().cloned().collect::<Vec<_>>(), blocks);
+    match recv(&mut rx, Duration::from_secs(20)).await {
+        DatastoreEvent::Unsynced { reason } => {
+            assert_eq!(reason, format!("etcd {}: watch revision compacted (oldest kept {compacted}); re-listing /calico/", etcd.url()));
+        }
+        other => panic!("expected Unsynced for the compaction, got {other:?}"),
+    }
+    let relisted = match recv(&mut rx, Duration::from_secs(5)).await {
+        DatastoreEvent::Snapshot(s) => s,
+        other => panic!("expected the re-listed snapshot, got {other:?}"),
+    };
+    assert_eq!(recv(&mut rx, Duration::from_secs(5)).await, DatastoreEvent::Synced);
+    blocks.retain(|b| b != "10-244-96-0-30");
+    blocks.push("10-244-95-0-30".into());
+    blocks.sort();
+    assert_eq!(relisted.cluster.ipam_blocks.keys().cloned().collect::<Vec<_>>(), blocks);
+    // The re-list is the cluster as a fresh read sees it, and explains as that read does.
+    let fresh_read = EtcdDatastore::new(options(&etcd)).load().await.unwrap();
+    assert_eq!(relisted.cluster, fresh_read.cluster);
+    assert_eq!(explain_text(&relisted), explain_text(&fresh_read));
+    assert_eq!((relisted.object_errors.len(), relisted.load_errors.len()), (0, 0));
+    // And the new watch runs from the re-list's revision: a deletion shows within a second.
+    client.delete(block_key(fresh.parse().unwrap()), None).await.unwrap();
+    let s = next_snapshot(&mut rx, Duration::from_secs(1)).await;
+    blocks.retain(|b| b != "10-244-95-0-30");
+    assert_eq!(s.cluster.ipam_blocks.keys().cloned().collect::<Vec<_>>(), blocks);
+    eprintln!("a_watch_held_behind_a_compaction_relists_at_a_new_revision: slow watcher after {writes} status writes of 10 kB");
+}
+
+/// A self-signed CA with a server certificate for 127.0.0.1 and a client certificate it
+/// signed, and a second CA that signed neither: PEM files in a temp dir (`ca.pem`,
+/// `server.pem`, `server-key.pem`, `client.pem`, `client-key.pem`, `wrong-ca.pem`).
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, pem: String| std::fs::write(dir.path().join(name), pem).unwrap();
+        let ca = |cn: &str| {
+            let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            params.distinguished_name.push(DnType::CommonName, cn);
+            params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+            let key = KeyPair::generate().unwrap();
+            let cert = params.self_signed(&key).unwrap();
+            (cert.pem(), Issuer::new(params, key))
+        };
+        let (ca_pem, issuer) = ca("routewarden test CA");
+        write("ca.pem", ca_pem);
+        write("wrong-ca.pem", ca("some other CA").0);
+        // etcd's own gateway dials itself with the server certificate: it is a client too.
+        for (name, sans, usages) in [
+            ("server", vec!["127.0.0.1".to_owned(), "localhost".to_owned()], vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth]),
+            ("client", Vec::new(), vec![ExtendedKeyUsagePurpose::ClientAuth]),
+        ] {
+            let mut params = CertificateParams::new(sans).unwrap();
+            params.distinguished_name.push(DnType::CommonName, format!("routewarden test {name}"));
+            params.extended_key_usages = usages;
+            let key = KeyPair::generate().unwrap();
+            let cert = params.signed_by(&key, &issuer).unwrap();
+            write(&format!("{name}.pem"), cert.pem());
+            write(&format!("{name}-key.pem"), key.serialize_pem());
+        }
+        Pki { dir }
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The agent's options for `etcd` with CA file `ca` and, with `client_cert`, the client
+    /// certificate and key.
+    fn options(&self, etcd: &Etcd, ca: &str, client_cert: bool) -> EtcdOptions {
+        EtcdOptions {
+            endpoints: vec![etcd.url()],
+            ca_file: Some(self.file(ca)),
+            cert_file: client_cert.then(|| self.file("client.pem")),
+            key_file: client_cert.then(|| self.file("client-key.pem")),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_with_the_right_ca_and_client_certificate_syncs_the_cluster() {
+    let etcd = Etcd::start_tls(Pki::new());
+    let mut client = etcd.client().await;
+    assert_eq!(load_example(&mut client).await, 33);
+    let pki = etcd.tls.as_ref().unwrap();
+    let file = file_snapshot();
+    let loaded = EtcdDatastore::new(pki.options(&etcd, "ca.pem", true)).load().await.unwrap();
+    assert_eq!(loaded.cluster, file.cluster);
+    let (mut rx, _task) = spawn_with(pki.options(&etcd, "ca.pem", true), 16);
+    let s = next_snapshot(&mut rx, Duration::from_secs(10)).await;
+    assert_eq!(s.cluster, file.cluster);
+    assert_eq!(recv(&mut rx, Duration::from_secs(5)).await, DatastoreEvent::Synced);
+    // The watch runs over TLS too.
+    let cidr = "10.244.93.0/30";
+    client.put(block_key(cidr.parse().unwrap()), block(cidr, "node-b").to_string(), None).await.unwrap();
+    let s = next_snapshot(&mut rx, Duration::from_secs(1)).await;
+    assert!(s.cluster.ipam_blocks.contains_key("10-244-93-0-30"));
+}
+
+/// Only `Unsynced` events for `window` (no snapshot, no `Synced`): the reasons seen.
+async fn only_unsynced(rx: &mut mpsc::Receiver<DatastoreEvent>, window: Duration) -> Vec<String> {
+    let end = Instant::now() + window;
+    let mut reasons = Vec::new();
+    while let Ok(event) = timeout(end.saturating_duration_since(Instant::now()), rx.recv()).await {
+        match event.expect("datastore alive") {
+            DatastoreEvent::Unsynced { reason } => reasons.push(reason),
+            other => panic!("expected only Unsynced, got {other:?}"),
+        }
+    }
+    reasons
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_with_a_wrong_ca_or_no_client_certificate_stays_unsynced_naming_the_endpoint_and_files() {
+    let etcd = Etcd::start_tls(Pki::new());
+    let mut client = etcd.client().await;
+    load_example(&mut client).await;
+    let pki = etcd.tls.as_ref().unwrap();
+    // A CA that did not sign the server certificate.
+    let wrong = pki.options(&etcd, "wrong-ca.pem", true);
+    let note = format!(" (TLS: CA file {}, client certificate {})", pki.file("wrong-ca.pem").display(), pki.file("client.pem").display());
+    let reason = format!("etcd {}: range read of /calico/: invalid peer certificate: UnknownIssuer: transport error{note}", etcd.url());
+    let err = EtcdDatastore::new(wrong.clone()).load().await.unwrap_err().to_string();
+    assert_eq!(err, format!("datastore etcd: {reason}"));
+    // Running: unsynced with that reason, retried (the same reason is not sent again), and
+    // no snapshot, so nothing is planned and nothing deleted.
+    let (mut rx, _task) = spawn_with(wrong, 16);
+    assert_eq!(only_unsynced(&mut rx, Duration::from_secs(4)).await, vec![reason]);
+    // The right CA but no client certificate: etcd refuses the handshake.
+    let (mut rx, _task) = spawn_with(pki.options(&etcd, "ca.pem", false), 16);
+    let reasons = only_unsynced(&mut rx, Duration::from_secs(4)).await;
+    // An http:// endpoint with TLS files never connects: refused before anything is tried.
+    let http = etcd.url().replace("https://", "http://");
+    let (_rx, task) = spawn_with(EtcdOptions { endpoints: vec![http.clone()], ..pki.options(&etcd, "ca.pem", true) }, 1);
+    assert_eq!(
+        task.await.unwrap().unwrap_err().to_string(),
+        format!(
+            "datastore etcd: etcd endpoint {http} is http:// but --etcd-ca-file/--etcd-cert-file/--etcd-key-file are set: write it {} (TLS needs an https:// endpoint)",
+            etcd.url()
+        )
+    );
+    // Under TLS 1.3 the server's refusal reaches the client after its handshake, so the
+    // cause varies (`received fatal alert: BadCertificate`, `connection closed`, `broken
+    // pipe`); the endpoint and the files are always named.
+    assert!(!reasons.is_empty());
+    for r in &reasons {
+        assert!(r.starts_with(&format!("etcd {}: range read of /calico/: ", etcd.url())), "{reasons:?}");
+        assert!(r.ends_with(&format!(" (TLS: CA file {})", pki.file("ca.pem").display())), "{reasons:?}");
     }
 }

@@ -208,6 +208,10 @@ fn kustomization_lists_every_manifest_and_each_parses() {
         }
     }
     assert!(groups.contains("apps"), "the calico-node env read");
+    // The etcd component patches the DaemonSet (the overlay generates the endpoints' ConfigMap).
+    let etcd = yaml_file(&deploy().join("etcd/kustomization.yaml"));
+    assert_eq!(s(&etcd, "kind"), "Component");
+    assert_eq!(s(&yaml_file(&deploy().join("etcd/daemonset-etcd.yaml")), "kind"), "DaemonSet");
     // The operator component lists its Role and RoleBinding, in calico-system.
     let op = yaml_file(&deploy().join("operator/kustomization.yaml"));
     assert_eq!(s(&op, "kind"), "Component");
@@ -304,6 +308,56 @@ fn kustomization_builds() {
     let out = build_overlay(tool, "registry", "images:\n  - name: routewarden\n    newName: registry.example.com/ops/routewarden\n");
     let ds = yaml_docs(&out, "registry overlay").into_iter().find(|d| s(d, "kind") == "DaemonSet").expect("DaemonSet");
     assert_eq!(s(&ds["spec"]["template"]["spec"]["containers"][0], "image"), format!("registry.example.com/ops/routewarden:{}", env!("CARGO_PKG_VERSION")));
+}
+
+/// The kustomize of this machine: `kustomize`, else `kubectl` (its embedded kustomize).
+fn kustomize_tool() -> Option<&'static str> {
+    ["kustomize", "kubectl"].into_iter().find(|t| which(t).is_some())
+}
+
+#[test]
+fn etcd_component_builds() {
+    let Some(tool) = kustomize_tool() else {
+        eprintln!("SKIPPED etcd_component_builds: kustomize (or kubectl) not installed");
+        return;
+    };
+    // An overlay enabling the etcd component (generating its endpoints' ConfigMap, as deploy/etcd's
+    // header shows): `--datastore etcd`, the endpoints from the generated ConfigMap, the
+    // client certificate files from the Secret mounted read-only with mode 0400.
+    let out = build_overlay(
+        tool,
+        "etcd",
+        "components: [{rel}/etcd]\nconfigMapGenerator:\n  - name: routewarden-etcd\n    namespace: routewarden\n    literals: [\"endpoints=https://10.0.0.1:2379,https://10.0.0.2:2379\"]\n",
+    );
+    let docs = yaml_docs(&out, "etcd overlay");
+    let cm = docs.iter().find(|d| s(d, "kind") == "ConfigMap" && s(&d["metadata"], "name").starts_with("routewarden-etcd-")).expect("etcd ConfigMap");
+    assert_eq!(s(&cm["data"], "endpoints"), "https://10.0.0.1:2379,https://10.0.0.2:2379");
+    let ds = docs.iter().find(|d| s(d, "kind") == "DaemonSet").expect("DaemonSet");
+    let pod = &ds["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let env: Vec<String> = seq(container, "env")
+        .iter()
+        .filter(|e| s(e, "name").starts_with("ROUTEWARDEN_DATASTORE") || s(e, "name").starts_with("ROUTEWARDEN_ETCD"))
+        .map(|e| match e.get("value") {
+            Some(v) => format!("{}={}", s(e, "name"), v.as_str().expect("value")),
+            None => format!("{}<-{}/{}", s(e, "name"), s(&e["valueFrom"]["configMapKeyRef"], "name"), s(&e["valueFrom"]["configMapKeyRef"], "key")),
+        })
+        .collect();
+    assert_eq!(
+        env,
+        [
+            "ROUTEWARDEN_DATASTORE=etcd".to_owned(),
+            format!("ROUTEWARDEN_ETCD_ENDPOINTS<-{}/endpoints", s(&cm["metadata"], "name")),
+            "ROUTEWARDEN_ETCD_CA_FILE=/etc/routewarden/etcd/ca.crt".to_owned(),
+            "ROUTEWARDEN_ETCD_CERT_FILE=/etc/routewarden/etcd/tls.crt".to_owned(),
+            "ROUTEWARDEN_ETCD_KEY_FILE=/etc/routewarden/etcd/tls.key".to_owned(),
+        ],
+        "etcd overlay env"
+    );
+    let mount = seq(container, "volumeMounts").iter().find(|m| s(m, "name") == "etcd-certs").expect("etcd-certs mount");
+    assert_eq!((s(mount, "mountPath"), mount["readOnly"].as_bool()), ("/etc/routewarden/etcd", Some(true)));
+    let volume = seq(pod, "volumes").iter().find(|v| s(v, "name") == "etcd-certs").expect("etcd-certs volume");
+    assert_eq!((s(&volume["secret"], "secretName"), volume["secret"]["defaultMode"].as_u64()), ("routewarden-etcd-certs", Some(0o400)));
 }
 
 /// Build an overlay of deploy/ (`kustomize build`, or `kubectl kustomize` when `tool` is

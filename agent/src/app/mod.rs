@@ -184,6 +184,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
             ds.spawn(ds_tx)
         }
         DatastoreSpec::Etcd(opts) => {
+            // Settings that can never connect stop the agent here, not in a retry loop.
+            opts.check().context("--datastore etcd")?;
             let ds = crate::datastore::EtcdDatastore::new(opts);
             info!(datastore = %ds.describe(), "reading the cluster from etcd");
             ds.spawn(ds_tx)

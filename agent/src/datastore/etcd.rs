@@ -30,7 +30,7 @@ use backon::{BackoffBuilder as _, ExponentialBackoff};
 use etcd_client::{Certificate, Client, ConnectOptions, EventType, GetOptions, Identity, TlsOptions, WatchOptions};
 use tokio::sync::mpsc;
 
-pub use layout::{affinity_key, block_key, classify, etcd_entry, KeyKind, PREFIX, RESOURCE_PLURALS};
+pub use layout::{affinity_key, block_key, classify, etcd_entry, KeyKind, AFFINITY_TYPES, PREFIX, RESOURCE_PLURALS};
 pub(crate) use view::View;
 
 use super::error::DatastoreError;
@@ -42,9 +42,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(5));
 
 /// Where etcd is and how to authenticate (calicoctl's `ETCD_*` settings).
+///
+/// TLS is on when any of the three files is set, and then every endpoint is `https://`
+/// (etcd-client refuses TLS options on an `http://` URL; a bare `host:port` gets `https://`).
+/// An `https://` endpoint needs `ca_file`: the server certificate is checked against that CA
+/// bundle only (the agent carries no system roots for etcd). [`EtcdOptions::check`] enforces
+/// both before anything connects.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EtcdOptions {
-    /// `http(s)://host:port` URLs; at least one.
+    /// `http(s)://host:port` URLs (or `host:port`); at least one.
     pub endpoints: Vec<String>,
     /// PEM CA bundle the server certificate must chain to (enables TLS).
     pub ca_file: Option<PathBuf>,
@@ -60,6 +66,91 @@ pub struct EtcdDatastore {
     options: EtcdOptions,
 }
 
+impl EtcdOptions {
+    /// The settings that can never connect, refused up front with what to change: no
+    /// endpoint, an `http://` endpoint with TLS files, an `https://` endpoint without a CA
+    /// file, a client certificate without its key (or the reverse).
+    pub fn check(&self) -> Result<(), DatastoreError> {
+        if self.endpoints.is_empty() {
+            return Err(no_endpoints());
+        }
+        let tls = self.tls();
+        for e in &self.endpoints {
+            if tls && e.starts_with("http://") {
+                return Err(DatastoreError::Etcd(format!(
+                    "etcd endpoint {e} is http:// but --etcd-ca-file/--etcd-cert-file/--etcd-key-file are set: write it https://{} (TLS needs an https:// endpoint)",
+                    e.trim_start_matches("http://")
+                )));
+            }
+            if e.starts_with("https://") && self.ca_file.is_none() {
+                return Err(DatastoreError::Etcd(format!(
+                    "etcd endpoint {e} is https:// but --etcd-ca-file (ETCD_CA_CERT_FILE) is not set: the server certificate is checked against that CA only"
+                )));
+            }
+        }
+        match (&self.cert_file, &self.key_file) {
+            (Some(_), None) | (None, Some(_)) => {
+                Err(DatastoreError::Etcd("--etcd-cert-file and --etcd-key-file go together (ETCD_CERT_FILE, ETCD_KEY_FILE)".to_owned()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether TLS is configured (any of the three files set).
+    fn tls(&self) -> bool {
+        self.ca_file.is_some() || self.cert_file.is_some() || self.key_file.is_some()
+    }
+
+    /// What a TLS failure is checked against, for error messages: ` (TLS: CA file ..., client
+    /// certificate ...)`, empty without TLS.
+    fn tls_note(&self) -> String {
+        if !self.tls() {
+            return String::new();
+        }
+        let mut parts = Vec::new();
+        if let Some(ca) = &self.ca_file {
+            parts.push(format!("CA file {}", ca.display()));
+        }
+        if let Some(cert) = &self.cert_file {
+            parts.push(format!("client certificate {}", cert.display()));
+        }
+        format!(" (TLS: {})", parts.join(", "))
+    }
+}
+
+/// An etcd client error as one line: a gRPC status by its message and the causes under it
+/// (tonic's "transport error" alone hides the TLS reason, such as `received fatal alert:
+/// BadCertificate`, in its sources), anything else by [`chain`].
+fn describe(e: &etcd_client::Error) -> String {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => {
+            let mut out = status.message().to_owned();
+            append_causes(&mut out, std::error::Error::source(status));
+            out
+        }
+        other => chain(other),
+    }
+}
+
+/// An error with every cause it wraps, each once.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    append_causes(&mut out, e.source());
+    out
+}
+
+/// Append `: <cause>` for `source` and every cause under it, skipping one `out` already says.
+fn append_causes(out: &mut String, mut source: Option<&(dyn std::error::Error + 'static)>) {
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+}
+
 impl EtcdDatastore {
     pub fn new(options: EtcdOptions) -> EtcdDatastore {
         EtcdDatastore { options }
@@ -73,9 +164,7 @@ impl EtcdDatastore {
     /// Read the cluster once (one range read of [`PREFIX`]); no retries. Keys whose value is
     /// broken are left out and reported in the snapshot.
     pub async fn load(&self) -> Result<Snapshot, DatastoreError> {
-        if self.options.endpoints.is_empty() {
-            return Err(no_endpoints());
-        }
+        self.options.check()?;
         let mut client = self.connect().await.map_err(DatastoreError::Etcd)?;
         let (_, kvs) = self.range_read(&mut client).await.map_err(DatastoreError::Etcd)?;
         let mut view = View::default();
@@ -83,16 +172,20 @@ impl EtcdDatastore {
         Ok(view.snapshot())
     }
 
-    /// A connected client. Errors name the endpoints or the TLS file.
+    /// A connected client. Errors name the endpoints and the TLS files.
     async fn connect(&self) -> Result<Client, String> {
         let options = self.connect_options()?;
-        Client::connect(&self.options.endpoints, Some(options)).await.map_err(|e| format!("etcd {}: cannot connect: {e}", self.endpoints()))
+        Client::connect(&self.options.endpoints, Some(options))
+            .await
+            .map_err(|e| format!("etcd {}: cannot connect: {}{}", self.endpoints(), describe(&e), self.options.tls_note()))
     }
 
     /// Every key under [`PREFIX`] and the revision they were read at.
     async fn range_read(&self, client: &mut Client) -> Result<(i64, Vec<(String, Vec<u8>)>), String> {
-        let mut read =
-            client.get(PREFIX, Some(GetOptions::new().with_prefix())).await.map_err(|e| format!("etcd {}: range read of {PREFIX}: {e}", self.endpoints()))?;
+        let mut read = client
+            .get(PREFIX, Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(|e| format!("etcd {}: range read of {PREFIX}: {}{}", self.endpoints(), describe(&e), self.options.tls_note()))?;
         let revision = read.header().map_or(0, etcd_client::ResponseHeader::revision);
         let kvs = read.take_kvs().into_iter().map(|kv| {
             let (key, value) = kv.into_key_value();
@@ -110,7 +203,7 @@ impl EtcdDatastore {
         let read = |p: &Path, what: &str| std::fs::read(p).map_err(|e| format!("cannot read the etcd {what} {}: {e}", p.display()));
         let mut options = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_keep_alive(KEEP_ALIVE.0, KEEP_ALIVE.1);
         let o = &self.options;
-        if o.ca_file.is_none() && o.cert_file.is_none() && o.key_file.is_none() {
+        if !o.tls() {
             return Ok(options);
         }
         let mut tls = TlsOptions::new();
@@ -134,10 +227,9 @@ impl EtcdDatastore {
         let (revision, kvs) = self.range_read(&mut client).await.map_err(Stop::Failed)?;
         state.view.reset(kvs);
         tracing::info!(revision, keys = state.view.len(), "etcd: read {PREFIX}");
-        let mut watch = client
-            .watch(PREFIX, Some(WatchOptions::new().with_prefix().with_start_revision(revision + 1)))
-            .await
-            .map_err(|e| Stop::Failed(format!("etcd {endpoints}: watch of {PREFIX} from revision {}: {e}", revision + 1)))?;
+        let mut watch = client.watch(PREFIX, Some(WatchOptions::new().with_prefix().with_start_revision(revision + 1))).await.map_err(|e| {
+            Stop::Failed(format!("etcd {endpoints}: watch of {PREFIX} from revision {}: {}{}", revision + 1, describe(&e), self.options.tls_note()))
+        })?;
         state.publish(tx).await?;
         if !state.synced {
             state.synced = true;
@@ -149,7 +241,7 @@ impl EtcdDatastore {
             let response = match watch.message().await {
                 Ok(Some(r)) => r,
                 Ok(None) => return Err(Stop::Failed(format!("etcd {endpoints}: the watch of {PREFIX} ended"))),
-                Err(e) => return Err(Stop::Failed(format!("etcd {endpoints}: watch of {PREFIX}: {e}"))),
+                Err(e) => return Err(Stop::Failed(format!("etcd {endpoints}: watch of {PREFIX}: {}{}", describe(&e), self.options.tls_note()))),
             };
             if response.compact_revision() > 0 {
                 return Err(Stop::Relist(format!(
@@ -243,9 +335,7 @@ impl Datastore for EtcdDatastore {
     }
 
     async fn run(self, tx: mpsc::Sender<DatastoreEvent>) -> Result<(), DatastoreError> {
-        if self.options.endpoints.is_empty() {
-            return Err(no_endpoints());
-        }
+        self.options.check()?;
         let mut state = State { view: View::default(), synced: false, unsynced: None, last: None, backoff: None };
         loop {
             let (reason, delay) = match self.session(&mut state, &tx).await {
@@ -263,5 +353,69 @@ impl Datastore for EtcdDatastore {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(endpoints: &[&str], ca: Option<&str>, cert: Option<&str>, key: Option<&str>) -> EtcdOptions {
+        EtcdOptions {
+            endpoints: endpoints.iter().map(|e| (*e).to_owned()).collect(),
+            ca_file: ca.map(PathBuf::from),
+            cert_file: cert.map(PathBuf::from),
+            key_file: key.map(PathBuf::from),
+        }
+    }
+
+    fn check(o: &EtcdOptions) -> Result<(), String> {
+        o.check().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn settings_that_can_never_connect_are_refused_with_what_to_change() {
+        assert_eq!(check(&opts(&["http://127.0.0.1:2379"], None, None, None)), Ok(()));
+        assert_eq!(check(&opts(&["https://10.0.0.1:2379", "10.0.0.2:2379"], Some("/ca.pem"), Some("/c.pem"), Some("/k.pem"))), Ok(()));
+        assert_eq!(check(&opts(&[], None, None, None)), Err("datastore etcd: no etcd endpoints: set --etcd-endpoints (or ETCD_ENDPOINTS)".to_owned()));
+        assert_eq!(
+            check(&opts(&["https://10.0.0.1:2379", "http://10.0.0.2:2379"], Some("/ca.pem"), None, None)),
+            Err("datastore etcd: etcd endpoint http://10.0.0.2:2379 is http:// but --etcd-ca-file/--etcd-cert-file/--etcd-key-file are set: write it https://10.0.0.2:2379 (TLS needs an https:// endpoint)".to_owned())
+        );
+        assert_eq!(
+            check(&opts(&["https://10.0.0.1:2379"], None, Some("/c.pem"), Some("/k.pem"))),
+            Err("datastore etcd: etcd endpoint https://10.0.0.1:2379 is https:// but --etcd-ca-file (ETCD_CA_CERT_FILE) is not set: the server certificate is checked against that CA only".to_owned())
+        );
+        assert_eq!(
+            check(&opts(&["https://10.0.0.1:2379"], Some("/ca.pem"), Some("/c.pem"), None)),
+            Err("datastore etcd: --etcd-cert-file and --etcd-key-file go together (ETCD_CERT_FILE, ETCD_KEY_FILE)".to_owned())
+        );
+    }
+
+    #[test]
+    fn tls_errors_name_the_files_checked_against() {
+        assert_eq!(opts(&["http://x:2379"], None, None, None).tls_note(), "");
+        assert_eq!(opts(&["https://x:2379"], Some("/ca.pem"), Some("/c.pem"), Some("/k.pem")).tls_note(), " (TLS: CA file /ca.pem, client certificate /c.pem)");
+    }
+
+    #[test]
+    fn an_error_chain_shows_every_cause_once() {
+        #[derive(Debug)]
+        struct E(&'static str, Option<Box<E>>);
+        impl std::fmt::Display for E {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        impl std::error::Error for E {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                self.1.as_deref().map(|e| e as _)
+            }
+        }
+        let e = E("transport error", Some(Box::new(E("tls: bad", Some(Box::new(E("invalid peer certificate: UnknownIssuer", None)))))));
+        assert_eq!(chain(&e), "transport error: tls: bad: invalid peer certificate: UnknownIssuer");
+        // A cause the message already contains is not repeated.
+        let e = E("read failed: boom", Some(Box::new(E("boom", None))));
+        assert_eq!(chain(&e), "read failed: boom");
     }
 }
