@@ -64,16 +64,22 @@ mod tests {
 /// the messages operators read: Kubernetes datastore errors and BPF load errors.
 pub fn causes_once(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
+    append_causes(&mut out, e.source());
+    out
+}
+
+/// Append `: <cause>` to `out` for `source` and every cause under it, leaving out a cause whose
+/// text `out` already holds ([`causes_once`] from a line of the caller's own, such as a gRPC
+/// status's message without tonic's verbose rendering of it).
+pub fn append_causes(out: &mut String, mut source: Option<&(dyn std::error::Error + 'static)>) {
+    while let Some(cause) = source {
         let text = cause.to_string();
         if !text.is_empty() && !out.contains(&text) {
             out.push_str(": ");
             out.push_str(&text);
         }
-        next = cause.source();
+        source = cause.source();
     }
-    out
 }
 
 #[cfg(test)]

@@ -120,34 +120,16 @@ impl EtcdOptions {
 
 /// An etcd client error as one line: a gRPC status by its message and the causes under it
 /// (tonic's "transport error" alone hides the TLS reason, such as `received fatal alert:
-/// BadCertificate`, in its sources), anything else by [`chain`].
+/// BadCertificate`, in its sources), anything else with its causes once
+/// ([`crate::text::causes_once`]).
 fn describe(e: &etcd_client::Error) -> String {
     match e {
         etcd_client::Error::GRpcStatus(status) => {
             let mut out = status.message().to_owned();
-            append_causes(&mut out, std::error::Error::source(status));
+            crate::text::append_causes(&mut out, std::error::Error::source(status));
             out
         }
-        other => chain(other),
-    }
-}
-
-/// An error with every cause it wraps, each once.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    append_causes(&mut out, e.source());
-    out
-}
-
-/// Append `: <cause>` for `source` and every cause under it, skipping one `out` already says.
-fn append_causes(out: &mut String, mut source: Option<&(dyn std::error::Error + 'static)>) {
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
+        other => crate::text::causes_once(other),
     }
 }
 
@@ -396,26 +378,5 @@ mod tests {
     fn tls_errors_name_the_files_checked_against() {
         assert_eq!(opts(&["http://x:2379"], None, None, None).tls_note(), "");
         assert_eq!(opts(&["https://x:2379"], Some("/ca.pem"), Some("/c.pem"), Some("/k.pem")).tls_note(), " (TLS: CA file /ca.pem, client certificate /c.pem)");
-    }
-
-    #[test]
-    fn an_error_chain_shows_every_cause_once() {
-        #[derive(Debug)]
-        struct E(&'static str, Option<Box<E>>);
-        impl std::fmt::Display for E {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.0)
-            }
-        }
-        impl std::error::Error for E {
-            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-                self.1.as_deref().map(|e| e as _)
-            }
-        }
-        let e = E("transport error", Some(Box::new(E("tls: bad", Some(Box::new(E("invalid peer certificate: UnknownIssuer", None)))))));
-        assert_eq!(chain(&e), "transport error: tls: bad: invalid peer certificate: UnknownIssuer");
-        // A cause the message already contains is not repeated.
-        let e = E("read failed: boom", Some(Box::new(E("boom", None))));
-        assert_eq!(chain(&e), "read failed: boom");
     }
 }
