@@ -1130,9 +1130,12 @@ fn block(name: &str, rv: &str, cidr: &str, node: &str) -> Json {
     )
 }
 
-#[tokio::test]
-async fn gone_410_during_watch_relists_and_applies_deletions_only_then() {
-    let group = CalicoGroup::CrdV1;
+/// A synced datastore over a pool and two IPAM blocks (lists at resourceVersion 100), with the
+/// ipamblocks re-list scripted (at 200, one block deleted meanwhile) and its watch after it.
+/// Returns the fake, the first watches, the re-listed watch (kept open) and the datastore.
+async fn two_blocks_then_one_relisted(
+    group: CalicoGroup,
+) -> (StdArc<FakeApi>, BTreeMap<&'static str, UnboundedSender<Bytes>>, UnboundedSender<Bytes>, Running) {
     let api = StdArc::new(FakeApi::default());
     script_discovery(&api, group);
     let mut objects = Objects::new();
@@ -1140,14 +1143,34 @@ async fn gone_410_during_watch_relists_and_applies_deletions_only_then() {
     objects.insert("ipamblocks", vec![block("10-244-1-0-26", "2", "10.244.1.0/26", "a"), block("10-244-2-0-26", "3", "10.244.2.0/26", "b")]);
     let watches = script_lists(&api, group, &objects, "100");
     let blocks = path(group, "ipamblocks");
-    // The re-list after 410: one block was deleted while the watch was behind.
     api.json(&format!("GET {blocks}"), list(group, "ipamblocks", "200", &[block("10-244-1-0-26", "2", "10.244.1.0/26", "a")]));
-    let _relisted_watch = api.watch(&blocks);
+    let relisted_watch = api.watch(&blocks);
     let mut ds = Running::start(&api, ApiGroupChoice::Auto);
     let s = ds.snapshot().await;
     assert_eq!(ds.next().await, DatastoreEvent::Synced);
     assert_eq!(s.cluster.ipam_blocks.len(), 2);
     api.take_log();
+    (api, watches, relisted_watch, ds)
+}
+
+/// The events up to `Synced` after [`two_blocks_then_one_relisted`]'s re-list: until the
+/// re-list completes, every snapshot keeps both blocks and names the broken resource (the app
+/// deletes nothing); the last one, after the re-list, has the deletion and no load error.
+fn assert_deletion_only_after_the_relist(events: &[DatastoreEvent]) {
+    let snaps: Vec<&Snapshot> = events.iter().filter_map(|e| if let DatastoreEvent::Snapshot(s) = e { Some(s) } else { None }).collect();
+    let (last, before) = snaps.split_last().expect("a snapshot after the re-list");
+    for s in before {
+        assert_eq!(s.cluster.ipam_blocks.len(), 2, "nothing lost before the re-list");
+        assert_eq!(s.load_errors.len(), 1);
+    }
+    assert_eq!(last.cluster.ipam_blocks.keys().collect::<Vec<_>>(), vec!["10-244-1-0-26"]);
+    assert!(last.load_errors.is_empty());
+}
+
+#[tokio::test]
+async fn gone_410_during_watch_relists_and_applies_deletions_only_then() {
+    let group = CalicoGroup::CrdV1;
+    let (api, watches, _relisted_watch, mut ds) = two_blocks_then_one_relisted(group).await;
 
     // A bookmark moves the resourceVersion on; then the server says 410 Gone.
     let w = &watches["ipamblocks"];
@@ -1157,16 +1180,7 @@ async fn gone_410_during_watch_relists_and_applies_deletions_only_then() {
     let DatastoreEvent::Unsynced { reason } = ds.next().await else { panic!("expected Unsynced") };
     assert_eq!(reason, "ipamblocks.crd.projectcalico.org: watch ended with an error: too old resource version: 150 (190) (410 Expired)");
     let events = ds.until_synced().await;
-    // Until the re-list completes, every snapshot keeps both blocks and marks the resource
-    // broken (the app deletes nothing); the last one, after the re-list, has the deletion.
-    let snaps: Vec<&Snapshot> = events.iter().filter_map(|e| if let DatastoreEvent::Snapshot(s) = e { Some(s) } else { None }).collect();
-    let (last, before) = snaps.split_last().expect("a snapshot after the re-list");
-    for s in before {
-        assert_eq!(s.cluster.ipam_blocks.len(), 2);
-        assert_eq!(s.load_errors.len(), 1);
-    }
-    assert_eq!(last.cluster.ipam_blocks.keys().collect::<Vec<_>>(), vec!["10-244-1-0-26"]);
-    assert!(last.load_errors.is_empty());
+    assert_deletion_only_after_the_relist(&events);
     // Exactly one re-list of that resource, then a watch from the new list's version.
     assert_eq!(api.take_log(), vec![list_url(group, "ipamblocks"), watch_url(group, "ipamblocks", "200")]);
 }
@@ -1180,22 +1194,8 @@ async fn gone_410_during_watch_relists_and_applies_deletions_only_then() {
 #[tokio::test]
 async fn a_silent_watch_after_a_bookmark_is_stale_and_relisted() {
     let group = CalicoGroup::CrdV1;
-    let api = StdArc::new(FakeApi::default());
-    script_discovery(&api, group);
-    let mut objects = Objects::new();
-    objects.insert("ippools", vec![pool("p", "1", "10.244.0.0/16")]);
-    objects.insert("ipamblocks", vec![block("10-244-1-0-26", "2", "10.244.1.0/26", "a"), block("10-244-2-0-26", "3", "10.244.2.0/26", "b")]);
-    let watches = script_lists(&api, group, &objects, "100");
-    let blocks = path(group, "ipamblocks");
-    // The re-list: one block was deleted while the watch was hung.
-    api.json(&format!("GET {blocks}"), list(group, "ipamblocks", "200", &[block("10-244-1-0-26", "2", "10.244.1.0/26", "a")]));
-    let _relisted_watch = api.watch(&blocks);
-    let mut ds = Running::start(&api, ApiGroupChoice::Auto);
-    let s = ds.snapshot().await;
-    assert_eq!(ds.next().await, DatastoreEvent::Synced);
-    assert_eq!(s.cluster.ipam_blocks.len(), 2);
+    let (api, watches, _relisted_watch, mut ds) = two_blocks_then_one_relisted(group).await;
     tokio::time::pause();
-    api.take_log();
     let lists_and_watches = |log: Vec<String>| log.into_iter().filter(|l| !l.contains("/version")).collect::<Vec<_>>();
 
     // A bookmark arms the check; an event every 60 s for 3 minutes keeps the watch current.
@@ -1226,14 +1226,7 @@ async fn a_silent_watch_after_a_bookmark_is_stale_and_relisted() {
             break;
         }
     }
-    let snaps: Vec<&Snapshot> = events.iter().filter_map(|e| if let DatastoreEvent::Snapshot(s) = e { Some(s) } else { None }).collect();
-    let (last, before) = snaps.split_last().expect("a snapshot after the re-list");
-    for s in before {
-        assert_eq!(s.cluster.ipam_blocks.len(), 2, "nothing lost before the re-list");
-        assert_eq!(s.load_errors.len(), 1);
-    }
-    assert_eq!(last.cluster.ipam_blocks.keys().collect::<Vec<_>>(), vec!["10-244-1-0-26"]);
-    assert!(last.load_errors.is_empty());
+    assert_deletion_only_after_the_relist(&events);
     // The ipamblocks watch from 100, then exactly one re-list of that resource and a watch
     // from the new list's version; no other resource was touched.
     assert_eq!(lists_and_watches(api.take_log()), vec![list_url(group, "ipamblocks"), watch_url(group, "ipamblocks", "200")]);
