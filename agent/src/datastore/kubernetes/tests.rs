@@ -748,16 +748,21 @@ impl Running {
         }
     }
 
-    /// Events up to and including the next `Synced`.
+    /// Events up to and including the next `Synced`, each within 10 s.
     async fn until_synced(&mut self) -> Vec<DatastoreEvent> {
-        let mut out = Vec::new();
-        loop {
-            let ev = self.next().await;
-            let done = ev == DatastoreEvent::Synced;
-            out.push(ev);
-            if done {
-                return out;
-            }
+        events_until_synced(&mut self.rx, Duration::from_secs(10)).await
+    }
+}
+
+/// Events from `rx` up to and including the next `Synced`, each within `limit`.
+async fn events_until_synced(rx: &mut mpsc::Receiver<DatastoreEvent>, limit: Duration) -> Vec<DatastoreEvent> {
+    let mut out = Vec::new();
+    loop {
+        let ev = tokio::time::timeout(limit, rx.recv()).await.expect("an event in time").expect("datastore running");
+        let done = ev == DatastoreEvent::Synced;
+        out.push(ev);
+        if done {
+            return out;
         }
     }
 }
@@ -1217,15 +1222,7 @@ async fn a_silent_watch_after_a_bookmark_is_stale_and_relisted() {
     let noticed = last_event.elapsed();
     assert!(noticed >= Duration::from_secs(90) && noticed <= Duration::from_secs(91), "noticed after {noticed:?}");
     assert_eq!(next().await, DatastoreEvent::LoadFailed(LoadError::new("ipamblocks.crd.projectcalico.org", LoadErrorKind::Stale, reason)));
-    let mut events = Vec::new();
-    loop {
-        let ev = next().await;
-        let done = ev == DatastoreEvent::Synced;
-        events.push(ev);
-        if done {
-            break;
-        }
-    }
+    let events = ds.until_synced().await;
     assert_deletion_only_after_the_relist(&events);
     // The ipamblocks watch from 100, then exactly one re-list of that resource and a watch
     // from the new list's version; no other resource was touched.
@@ -1847,15 +1844,7 @@ async fn a_hung_api_server_is_noticed_and_every_resource_relisted() {
     let _again = script_lists(&api, group, &objects, "200");
     assert_eq!(next().await, DatastoreEvent::Unsynced { reason: silent.to_owned() });
     assert_eq!(next().await, stale);
-    let mut events = Vec::new();
-    loop {
-        let ev = next().await;
-        let done = ev == DatastoreEvent::Synced;
-        events.push(ev);
-        if done {
-            break;
-        }
-    }
+    let events = events_until_synced(&mut rx, Duration::from_mins(5)).await;
     assert!(events.iter().all(|e| !matches!(e, DatastoreEvent::Unsynced { .. })), "{events:?}");
     let lists: BTreeSet<String> =
         api.log().iter().filter(|l| !l.contains("watch=true") && !l.contains("/version")).map(|l| l.split('?').next().unwrap().to_owned()).collect();
