@@ -48,7 +48,7 @@ fn test_router() -> Router {
     registry.register("test_scrapes", "Scrapes the test counted", scrapes);
     let health = Arc::new(Health::default());
     health.progress();
-    health.set_datastore_synced(true);
+    health.set_view(true, Vec::new());
     health.set_first_apply_done();
     router(registry, health)
 }

@@ -122,13 +122,12 @@ impl ClusterHandler {
         let plan = self.last.as_ref();
         let current = self.view.current(plan);
         self.metrics.set_synced(current);
-        self.health.set_datastore_synced(current);
         let mut notes = self.view.notes(plan, &self.config.node);
         if let Some(why) = self.host_nic.as_ref().and_then(|a| a.error.as_deref()) {
             let state = if self.config.devices.host_nic.is_empty() { "none found".to_owned() } else { format!("keeping {}", self.config.devices.host_nic) };
             notes.push(format!("host device: {state}: {}", crate::text::one_line(why)));
         }
-        self.health.set_notes(notes);
+        self.health.set_view(current, notes);
         if let Some(tx) = &self.commands {
             let _ = tx.send(DataplaneCommand::SetDatastoreSynced(self.view.deletions_allowed(plan))).await;
         }

@@ -20,15 +20,23 @@ pub enum WatcherState {
 pub struct Health {
     /// Unix time (ms) of the last main-loop iteration.
     last_progress_ms: AtomicU64,
-    datastore_synced: AtomicBool,
     first_apply_done: AtomicBool,
     watchers: Mutex<BTreeMap<&'static str, WatcherState>>,
-    /// Lines about the view for `/readyz` (why not synced; invalid inputs and objects,
-    /// frozen ground, held deletions), shown after the first two lines.
-    notes: Mutex<Vec<String>>,
+    /// Whether the datastore view is synced, with the lines about the view for `/readyz`
+    /// (why not synced; invalid inputs and objects, frozen ground, held deletions) shown after
+    /// the first two lines. One lock for both, so a reader never sees "not synced" with the
+    /// notes of the synced view before it (or the reverse).
+    view: Mutex<ViewState>,
     /// Devices the last apply found missing or down, with how many desired routes wait for
     /// each (`tunl0` renamed or not created, the host NIC gone).
     waiting_devices: Mutex<BTreeMap<String, usize>>,
+}
+
+/// The datastore half of `/readyz`: written together by [`Health::set_view`].
+#[derive(Debug, Default)]
+struct ViewState {
+    synced: bool,
+    notes: Vec<String>,
 }
 
 fn now_ms() -> u64 {
@@ -41,15 +49,11 @@ impl Health {
         self.last_progress_ms.store(now_ms(), Ordering::Relaxed);
     }
 
-    /// Set whether the datastore view is synced.
-    pub fn set_datastore_synced(&self, synced: bool) {
-        self.datastore_synced.store(synced, Ordering::Relaxed);
-    }
-
-    /// Set the lines `/readyz` shows about the view (at most a few; each one line).
-    pub fn set_notes(&self, notes: Vec<String>) {
-        if let Ok(mut n) = self.notes.lock() {
-            *n = notes;
+    /// Set whether the datastore view is synced and the lines `/readyz` shows about it (at
+    /// most a few; each one line), in one step: `/readyz` shows both from the same moment.
+    pub fn set_view(&self, synced: bool, notes: Vec<String>) {
+        if let Ok(mut v) = self.view.lock() {
+            *v = ViewState { synced, notes };
         }
     }
 
@@ -82,17 +86,15 @@ impl Health {
     /// done; degraded BPF watchers are listed but do not make the agent unready (it still
     /// programs routes).
     pub fn ready(&self) -> (bool, String) {
-        let synced = self.datastore_synced.load(Ordering::Relaxed);
         let applied = self.first_apply_done.load(Ordering::Relaxed);
+        let (synced, notes) = self.view.lock().map(|v| (v.synced, v.notes.clone())).unwrap_or_default();
         let mut body = format!(
             "datastore: {}\nroutes: {}\n",
             if synced { "synced" } else { "not synced" },
             if applied { "first apply done" } else { "first apply pending" }
         );
-        if let Ok(n) = self.notes.lock() {
-            for line in n.iter() {
-                let _ = writeln!(body, "{line}");
-            }
+        for line in &notes {
+            let _ = writeln!(body, "{line}");
         }
         if let Ok(w) = self.waiting_devices.lock() {
             for (dev, n) in w.iter() {
@@ -119,21 +121,21 @@ mod tests {
     fn readiness_needs_sync_and_first_apply() {
         let h = Health::default();
         assert!(!h.ready().0);
-        h.set_datastore_synced(true);
+        h.set_view(true, Vec::new());
         assert!(!h.ready().0);
         h.set_first_apply_done();
         h.set_watcher("tc_count", WatcherState::Degraded("no BPF object".into()));
         let (ready, body) = h.ready();
         assert!(ready);
         assert_eq!(body, "datastore: synced\nroutes: first apply done\nbpf tc_count: degraded: no BPF object\n");
-        h.set_datastore_synced(false);
+        h.set_view(false, Vec::new());
         assert_eq!(h.ready(), (false, "datastore: not synced\nroutes: first apply done\nbpf tc_count: degraded: no BPF object\n".to_string()));
     }
 
     #[test]
     fn missing_devices_are_listed_until_the_next_apply_finds_them() {
         let h = Health::default();
-        h.set_datastore_synced(true);
+        h.set_view(true, Vec::new());
         h.set_first_apply_done();
         h.set_waiting_devices(&BTreeMap::from([("ipip0".to_owned(), 3)]));
         assert_eq!(
@@ -142,6 +144,36 @@ mod tests {
         );
         h.set_waiting_devices(&BTreeMap::new());
         assert_eq!(h.ready().1, "datastore: synced\nroutes: first apply done\n");
+    }
+
+    /// The app loop flips the view between synced and not synced while readers poll: every
+    /// body shows the flag with its own notes (the etcd lab test once read "not synced" with
+    /// the synced view's notes, when the flag and the notes were stored one after the other).
+    #[test]
+    fn readyz_never_mixes_the_flag_of_one_view_with_the_notes_of_another() {
+        let h = std::sync::Arc::new(Health::default());
+        let writer = {
+            let h = h.clone();
+            std::thread::spawn(move || {
+                for _ in 0..20_000 {
+                    h.set_view(true, vec!["calico: 3.33".to_owned()]);
+                    h.set_view(false, vec!["not synced: etcd down".to_owned(), "calico: 3.33".to_owned()]);
+                }
+            })
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        while !writer.is_finished() {
+            let body = h.ready().1;
+            assert!(
+                body == "datastore: synced\nroutes: first apply pending\ncalico: 3.33\n"
+                    || body == "datastore: not synced\nroutes: first apply pending\nnot synced: etcd down\ncalico: 3.33\n"
+                    || body == "datastore: not synced\nroutes: first apply pending\n",
+                "{body}"
+            );
+            seen.insert(body);
+        }
+        writer.join().unwrap();
+        assert!(!seen.is_empty());
     }
 
     #[test]
