@@ -381,7 +381,7 @@ proptest! {
                 } else if let Some(gw) = addr(*n) {
                     let route = route.expect("borrowed IP route");
                     prop_assert_eq!(route.gateway, Some(gw));
-                    prop_assert_eq!(&route.origin, &RouteOrigin::BorrowedIp { block: routewarden::model::block_name(cidr), node: node_name(*n) });
+                    prop_assert_eq!(&route.origin, &RouteOrigin::BorrowedIp { block: routewarden::model::block_name(cidr).into(), node: node_name(*n).into() });
                 } else {
                     prop_assert!(route.is_none());
                 }

@@ -41,7 +41,7 @@ pub fn cluster_routes(n: usize) -> Vec<ClusterRoute> {
                 device: None,
                 class,
                 pool: "bench".into(),
-                origin: RouteOrigin::RemoteBlock { block: dst.to_string(), node: "node-x".into() },
+                origin: RouteOrigin::RemoteBlock { block: dst.to_string().into(), node: "node-x".into() },
             }
         })
         .collect()
@@ -83,7 +83,7 @@ pub fn compute_cluster(size: ComputeSize) -> Cluster {
         c.nodes.insert(
             name.clone(),
             Arc::new(Node {
-                name,
+                name: name.into(),
                 form: NodeForm::Calico,
                 bgp_ipv4: Some(format!("{}/24", v4(addr)).parse().expect("valid CIDR")),
                 bgp_ipv4_has_prefix: true,
@@ -120,7 +120,7 @@ pub fn compute_cluster(size: ComputeSize) -> Cluster {
         };
         c.ipam_blocks.insert(
             name.clone(),
-            Arc::new(IpamBlock { name, cidr, affinity: Some(Affinity::Host(node_name(owner))), allocations, attributes, deleted: false }),
+            Arc::new(IpamBlock { name: name.into(), cidr, affinity: Some(Affinity::Host(node_name(owner))), allocations, attributes, deleted: false }),
         );
     }
     c

@@ -267,10 +267,13 @@ pub fn to_kernel_route(route: &ClusterRoute, settings: &RouteSettings) -> Result
             if gateway.is_ipv4() != matches!(route.dst, IpNet::V4(_)) {
                 return Err(ConversionError::FamilyMismatch { dst: route.dst, gateway });
             }
-            let device = route.device.clone().unwrap_or_else(|| match route.path {
-                RoutePath::Tunnel => settings.devices.tunnel.clone(),
-                _ => settings.devices.host_nic.clone(),
-            });
+            let device = route.device.as_deref().map_or_else(
+                || match route.path {
+                    RoutePath::Tunnel => settings.devices.tunnel.clone(),
+                    _ => settings.devices.host_nic.clone(),
+                },
+                str::to_owned,
+            );
             RouteTarget {
                 kind: RouteKind::Unicast,
                 gateway: Some(gateway),

@@ -81,7 +81,7 @@ pub struct Allocation<'a> {
 /// A Calico IPAM block.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct IpamBlock {
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     /// `spec.cidr`, truncated to its network.
     pub cidr: IpNet,
     /// `spec.affinity`; `None` for a block affine to no node.
@@ -195,7 +195,7 @@ impl IpamBlock {
         if slots as u128 > size {
             f.fail("spec.allocations", FieldProblem::Inconsistent(format!("{slots} entries for a block of {size} addresses ({cidr})")));
         }
-        f.take_result(IpamBlock { name: name.to_owned(), cidr: cidr.trunc(), affinity, allocations, attributes, deleted })
+        f.take_result(IpamBlock { name: name.into(), cidr: cidr.trunc(), affinity, allocations, attributes, deleted })
     }
 }
 

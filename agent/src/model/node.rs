@@ -78,7 +78,7 @@ impl TunnelAddressKind {
 /// A cluster node as routing sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Node {
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     pub form: NodeForm,
     /// `spec.bgp.ipv4Address`: the node's IPv4 address with its subnet prefix
     /// (`10.0.0.11/24`); a bare address is taken as /32, as Felix's `ParseCIDROrIP` does.
@@ -222,7 +222,7 @@ impl Node {
 
     fn empty(name: &str, form: NodeForm) -> Node {
         Node {
-            name: name.to_owned(),
+            name: name.into(),
             form,
             bgp_ipv4: None,
             bgp_ipv4_has_prefix: false,

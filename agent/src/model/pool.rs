@@ -53,7 +53,7 @@ pub enum AllowedUse {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct IpPool {
     /// `metadata.name`.
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     /// `spec.cidr`, truncated to its network (Calico stores the normalised network).
     pub cidr: IpNet,
     pub ipip_mode: EncapMode,
@@ -145,7 +145,7 @@ impl IpPool {
             f.fail("spec.vxlanMode", FieldProblem::Inconsistent("ipipMode and vxlanMode cannot both be enabled".into()));
         }
         let pool = IpPool {
-            name: name.to_owned(),
+            name: name.into(),
             cidr: cidr.trunc(),
             ipip_mode,
             vxlan_mode,

@@ -389,7 +389,7 @@ fn overlapping_pools_are_both_invalid() {
         ]
     );
     assert!(cluster.pool_for("10.244.1.0/26".parse().unwrap()).is_none());
-    assert_eq!(cluster.pool_for("192.168.3.0/26".parse().unwrap()).map(|p| p.name.as_str()), Some("apart"));
+    assert_eq!(cluster.pool_for("192.168.3.0/26".parse().unwrap()).map(|p| &*p.name), Some("apart"));
 }
 
 /// ClusterInformation in both Calico groups and without an apiVersion (calicoctl); only the

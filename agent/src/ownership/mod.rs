@@ -68,7 +68,7 @@ pub fn decide(cluster: &Cluster, config: &OwnershipConfig) -> OwnershipDecision 
                 PoolKind::NoEncap | PoolKind::NoEncapV6 | PoolKind::LoadBalancerOnly => bird.value.covers(PoolClass::NoEncap),
             };
             PoolOwnership {
-                pool: p.name.clone(),
+                pool: p.name.to_string(),
                 cidr: p.cidr,
                 kind,
                 class,

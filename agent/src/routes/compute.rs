@@ -36,8 +36,9 @@
 //! is reported as a [`RouteProblem`], never guessed. Output order is deterministic and does not
 //! depend on input order.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 use serde::Serialize;
@@ -228,25 +229,24 @@ pub fn classed_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
     if local.is_none() {
         problems.insert((RouteProblem::LocalNodeUnknown { node: node_name.to_owned() }, None));
     }
-    let ctx = Ctx { cluster, local_name: node_name, local, devices };
+    let ctx = Ctx { cluster, local_name: node_name, local, tunnel: devices.tunnel.as_str().into(), host_nic: devices.host_nic.as_str().into() };
 
     // Blocks in CIDR order (names break ties), so "first" is independent of input order.
-    let mut blocks: Vec<&IpamBlock> = cluster.ipam_blocks.values().map(AsRef::as_ref).collect();
-    // Names are unique, so the key is total and an unstable sort gives the same order.
-    blocks.sort_unstable_by(|a, b| (a.cidr, &a.name).cmp(&(b.cidr, &b.name)));
+    let index = BlockIndex::new(cluster);
+    let blocks = &index.blocks;
 
     // Destination -> (route, the name of the IPAM block it came from).
     let mut routes: BTreeMap<IpNet, (ClusterRoute, &str)> = BTreeMap::new();
 
-    for &block in &blocks {
+    for &block in blocks {
         let Some((pool, class)) = ctx.routed_class(block.cidr, classes) else {
             if cluster.pool_for(block.cidr).is_none() {
-                problems.insert((RouteProblem::BlockOutsidePools { block: block.name.clone(), cidr: block.cidr }, None));
+                problems.insert((RouteProblem::BlockOutsidePools { block: block.name.to_string(), cidr: block.cidr }, None));
             }
             continue;
         };
         if block.deleted {
-            problems.insert((RouteProblem::BlockDeleted { block: block.name.clone(), cidr: block.cidr }, Some(class)));
+            problems.insert((RouteProblem::BlockDeleted { block: block.name.to_string(), cidr: block.cidr }, Some(class)));
             continue;
         }
         let host = block.host();
@@ -270,35 +270,35 @@ pub fn classed_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
                 }
             }
             Some(h) => {
-                let origin = RouteOrigin::RemoteBlock { block: block.name.clone(), node: h.to_owned() };
+                let origin = |node| RouteOrigin::RemoteBlock { block: block.name.clone(), node };
                 if let Some(r) = ctx.route(&block.name, block.cidr, h, pool, class, origin, &mut problems) {
                     add(&mut routes, r, &block.name, &mut problems);
                 }
             }
             None => {
                 if !block.allocated().any(|a| a.attributes.node().is_some()) {
-                    problems.insert((RouteProblem::BlockWithoutOwner { block: block.name.clone(), cidr: block.cidr }, Some(class)));
+                    problems.insert((RouteProblem::BlockWithoutOwner { block: block.name.to_string(), cidr: block.cidr }, Some(class)));
                     continue;
                 }
             }
         }
         for alloc in block.non_affine_allocations() {
             let Some(owner) = alloc.attributes.node() else {
-                problems.insert((RouteProblem::AllocationWithoutNode { block: block.name.clone(), ip: alloc.ip }, Some(class)));
+                problems.insert((RouteProblem::AllocationWithoutNode { block: block.name.to_string(), ip: alloc.ip }, Some(class)));
                 continue;
             };
             if owner == node_name {
                 continue; // our own workload: its route is the CNI's, not a cluster route
             }
             let dst = IpNet::from(alloc.ip);
-            let origin = RouteOrigin::BorrowedIp { block: block.name.clone(), node: owner.to_owned() };
+            let origin = |node| RouteOrigin::BorrowedIp { block: block.name.clone(), node };
             if let Some(r) = ctx.route(&block.name, dst, owner, pool, class, origin, &mut problems) {
                 add(&mut routes, r, &block.name, &mut problems);
             }
         }
     }
-    tunnel_address_routes(&ctx, &blocks, classes, &mut routes, &mut problems);
-    problems.extend(affinity_conflicts(&blocks, cluster).into_iter().map(|p| (p, None)));
+    tunnel_address_routes(&ctx, &index, classes, &mut routes, &mut problems);
+    problems.extend(affinity_conflicts(&index, cluster).into_iter().map(|p| (p, None)));
     ClassedRoutes { routes: routes.into_values().map(|(r, _)| r).collect(), problems }
 }
 
@@ -314,7 +314,7 @@ pub fn classed_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
 /// same-subnet, else the tunnel). Asserted by `felix/dataplane/linux/ipip_mgr_test.go`.
 fn tunnel_address_routes<'a>(
     ctx: &Ctx<'a>,
-    blocks: &[&'a IpamBlock],
+    index: &BlockIndex<'a>,
     classes: &BTreeSet<PoolClass>,
     routes: &mut BTreeMap<IpNet, (ClusterRoute, &'a str)>,
     problems: &mut Problems,
@@ -328,27 +328,21 @@ fn tunnel_address_routes<'a>(
             continue;
         }
         for (kind, addr) in node.tunnel_addresses() {
-            refs.entry(addr).or_default().push((node.name.as_str(), kind));
+            refs.entry(addr).or_default().push((&*node.name, kind));
         }
     }
     if refs.is_empty() {
         return;
     }
-    // Blocks (not deleted) by CIDR, and the prefix lengths in use per family, to find the
-    // blocks holding an address without a scan per address.
-    let mut by_cidr: HashMap<IpNet, &IpamBlock> = HashMap::new();
-    let mut lengths: BTreeSet<(bool, u8)> = BTreeSet::new();
-    for &b in blocks.iter().filter(|b| !b.deleted) {
-        by_cidr.entry(b.cidr).or_insert(b);
-        lengths.insert((b.cidr.addr().is_ipv6(), b.cidr.prefix_len()));
-    }
-    // The blocks holding `addr`, most specific first.
+    // The blocks holding `addr` (the first not deleted of each CIDR), most specific first:
+    // one binary search per prefix length in use, no scan per address.
     let holding = |addr: IpAddr| -> Vec<&IpamBlock> {
-        lengths
+        index
+            .lengths
             .iter()
             .rev()
             .filter(|(v6, _)| *v6 == addr.is_ipv6())
-            .filter_map(|&(_, len)| by_cidr.get(&IpNet::new(addr, len).ok()?.trunc()).copied())
+            .filter_map(|&(_, len)| index.with_cidr(IpNet::new(addr, len).ok()?.trunc()).iter().copied().find(|b| !b.deleted))
             .collect()
     };
 
@@ -380,7 +374,13 @@ fn tunnel_address_routes<'a>(
         });
         if let Some((node, block)) = recorded.filter(|(n, _)| *n != winner) {
             problems.insert((
-                RouteProblem::TunnelAddressConflict { ip: addr, kind, tunnel_node: winner.to_owned(), ipam_node: node.to_owned(), block: block.name.clone() },
+                RouteProblem::TunnelAddressConflict {
+                    ip: addr,
+                    kind,
+                    tunnel_node: winner.to_owned(),
+                    ipam_node: node.to_owned(),
+                    block: block.name.to_string(),
+                },
                 Some(class),
             ));
         }
@@ -397,9 +397,9 @@ fn tunnel_address_routes<'a>(
         if winner == ctx.local_name {
             continue; // our own tunnel address (Felix: LOCAL_TUNNEL), delivered locally
         }
-        let origin = RouteOrigin::TunnelAddress { block: origin_block.name.clone(), node: winner.to_owned(), tunnel: kind };
+        let origin = |node| RouteOrigin::TunnelAddress { block: origin_block.name.clone(), node, tunnel: kind };
         if let Some(r) = ctx.route(&origin_block.name, dst, winner, pool, class, origin, problems) {
-            routes.insert(dst, (r, origin_block.name.as_str()));
+            routes.insert(dst, (r, &*origin_block.name));
         }
     }
 }
@@ -407,17 +407,15 @@ fn tunnel_address_routes<'a>(
 /// BlockAffinities (confirmed or pending, not deleted) that name another node than their
 /// IPAM block's `affinity` (reference S08, https://github.com/projectcalico/calico/issues/6486),
 /// over `blocks` sorted by (CIDR, name): of blocks with the same CIDR the last by name is
-/// compared. A hash map by CIDR: at 100,000 blocks and affinities 35 ms, against 47 ms for
-/// the ordered map of every block it replaced and 49 ms for a binary search per affinity
-/// (issue 23).
-fn affinity_conflicts(blocks: &[&IpamBlock], cluster: &Cluster) -> Vec<RouteProblem> {
-    let by_cidr: HashMap<IpNet, &IpamBlock> = blocks.iter().map(|b| (b.cidr, *b)).collect();
+/// compared. Found by a binary search of the pass's [`BlockIndex`] (integer keys, no map
+/// built per pass; issue 23).
+fn affinity_conflicts(index: &BlockIndex<'_>, cluster: &Cluster) -> Vec<RouteProblem> {
     let mut out = Vec::new();
     for aff in cluster.block_affinities.values().filter(|a| a.is_active()) {
-        let Some(block) = by_cidr.get(&aff.cidr) else { continue };
+        let Some(block) = index.with_cidr(aff.cidr).last() else { continue };
         if block.host() != Some(aff.node.as_str()) {
             out.push(RouteProblem::AffinityConflict {
-                block: block.name.clone(),
+                block: block.name.to_string(),
                 cidr: block.cidr,
                 ipam_node: block.affinity.as_ref().map_or_else(|| "no node".to_owned(), |a| format!("{:?}", a.name())),
                 affinity: aff.name.clone(),
@@ -428,11 +426,51 @@ fn affinity_conflicts(blocks: &[&IpamBlock], cluster: &Cluster) -> Vec<RouteProb
     out
 }
 
+/// A CIDR as an integer key that sorts as [`IpNet`] does (IPv4 before IPv6, then address,
+/// then prefix length), compared without touching the block it belongs to.
+type CidrKey = (bool, u128, u8);
+
+fn cidr_key(cidr: IpNet) -> CidrKey {
+    match cidr {
+        IpNet::V4(n) => (false, u128::from(u32::from(n.addr())), n.prefix_len()),
+        IpNet::V6(n) => (true, u128::from(n.addr()), n.prefix_len()),
+    }
+}
+
+/// The IPAM blocks of one pass, sorted by (CIDR, name), with their CIDR keys alongside for
+/// lookups by binary search, and the (family, prefix length) pairs in use. Names are unique,
+/// so the order is total and does not depend on the input's.
+struct BlockIndex<'a> {
+    keys: Vec<CidrKey>,
+    blocks: Vec<&'a IpamBlock>,
+    lengths: BTreeSet<(bool, u8)>,
+}
+
+impl<'a> BlockIndex<'a> {
+    fn new(cluster: &'a Cluster) -> BlockIndex<'a> {
+        let mut keyed: Vec<(CidrKey, &IpamBlock)> = cluster.ipam_blocks.values().map(|b| (cidr_key(b.cidr), b.as_ref())).collect();
+        keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+        let lengths = keyed.iter().filter(|(_, b)| !b.deleted).map(|(k, _)| (k.0, k.2)).collect();
+        let (keys, blocks) = keyed.into_iter().unzip();
+        BlockIndex { keys, blocks, lengths }
+    }
+
+    /// The blocks whose CIDR is `cidr`, by name.
+    fn with_cidr(&self, cidr: IpNet) -> &[&'a IpamBlock] {
+        let key = cidr_key(cidr);
+        let start = self.keys.partition_point(|k| *k < key);
+        let end = start + self.keys[start..].partition_point(|k| *k == key);
+        &self.blocks[start..end]
+    }
+}
+
 struct Ctx<'a> {
     cluster: &'a Cluster,
     local_name: &'a str,
     local: Option<&'a Node>,
-    devices: &'a RouteDevices,
+    /// The devices' names, shared by every route of the pass.
+    tunnel: Arc<str>,
+    host_nic: Arc<str>,
 }
 
 impl Ctx<'_> {
@@ -444,8 +482,10 @@ impl Ctx<'_> {
         (class != PoolClass::Vxlan && classes.contains(&class)).then_some((pool, class))
     }
 
-    /// A route to `dst` via node `node`, or `None` with the reason in `problems`. Problems
-    /// found on the way (next-hop sources that disagree) are added too.
+    /// A route to `dst` via node `node`, its origin made by `origin` from the Node's name, or
+    /// `None` with the reason in `problems`. Problems found on the way (next-hop sources that
+    /// disagree) are added too. The route's names are the model's own (`Arc<str>`, shared):
+    /// at 100,000 blocks a route pass allocates no string per route (issue 23).
     #[allow(clippy::too_many_arguments)]
     fn route(
         &self,
@@ -454,7 +494,7 @@ impl Ctx<'_> {
         node: &str,
         pool: &IpPool,
         class: PoolClass,
-        origin: RouteOrigin,
+        origin: impl FnOnce(Arc<str>) -> RouteOrigin,
         problems: &mut Problems,
     ) -> Option<ClusterRoute> {
         debug_assert_ne!(node, self.local_name);
@@ -482,10 +522,10 @@ impl Ctx<'_> {
                 if tunnel_gateway != Some(node_ip) {
                     problems.insert((RouteProblem::NextHopSourcesDisagree { node: node.to_owned(), bgp_address: node_ip, tunnel_gateway }, Some(class)));
                 }
-                (tunnel_gateway.unwrap_or(node_ip), self.devices.tunnel.clone())
+                (tunnel_gateway.unwrap_or(node_ip), self.tunnel.clone())
             }
-            _ => (node_ip, self.devices.host_nic.clone()),
+            _ => (node_ip, self.host_nic.clone()),
         };
-        Some(ClusterRoute { dst, path, gateway: Some(gateway), device: Some(device), class, pool: pool.name.clone(), origin })
+        Some(ClusterRoute { dst, path, gateway: Some(gateway), device: Some(device), class, pool: pool.name.clone(), origin: origin(remote.name.clone()) })
     }
 }

@@ -7,6 +7,7 @@
 //! blackholes for own blocks). See `../shared/reference/calico-cluster-routes.md` §2.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
@@ -22,15 +23,15 @@ pub use compute::{classed_routes, desired_routes, routable_classes, ClassedRoute
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum RouteOrigin {
     /// A remote IPAM block affine to `node` (`affinity: host:<node>`).
-    RemoteBlock { block: String, node: String },
+    RemoteBlock { block: Arc<str>, node: Arc<str> },
     /// An IP of `block` borrowed by `node` (the allocation's `secondary.node`).
-    BorrowedIp { block: String, node: String },
+    BorrowedIp { block: Arc<str>, node: Arc<str> },
     /// One of this node's own IPAM blocks (a blackhole).
-    OwnBlock { block: String },
+    OwnBlock { block: Arc<str> },
     /// A tunnel address of `node` (its Node's `tunnel` address) inside IPAM block `block`,
     /// which is affine to another node or records the address for another node (Felix's
     /// borrowed remote tunnel route, `route_mgr.go` `isRemoteTunnelRoute`).
-    TunnelAddress { block: String, node: String, tunnel: TunnelAddressKind },
+    TunnelAddress { block: Arc<str>, node: Arc<str>, tunnel: TunnelAddressKind },
 }
 
 impl RouteOrigin {
@@ -63,11 +64,11 @@ pub struct ClusterRoute {
     /// ([`crate::model::Node::tunnel_gateway`]).
     pub gateway: Option<IpAddr>,
     /// Output device name (`tunl0`, `eth0`, ...); resolved to an ifindex at apply time.
-    pub device: Option<String>,
+    pub device: Option<Arc<str>>,
     /// Class of the pool the destination belongs to.
     pub class: PoolClass,
     /// Name of the IP pool the destination belongs to.
-    pub pool: String,
+    pub pool: Arc<str>,
     /// Why the route exists.
     pub origin: RouteOrigin,
 }

@@ -105,7 +105,7 @@ pub struct ClusterLab {
 /// The node's addresses as the datastore has them (`10.0.0.11/24`, `fd00:10::11/64`).
 fn node_addresses(dir: &Path) -> BTreeMap<String, Vec<String>> {
     let snap = FileDatastore::load(dir).unwrap();
-    snap.cluster.nodes.values().map(|n| (n.name.clone(), n.bgp_addresses().iter().map(ToString::to_string).collect())).collect()
+    snap.cluster.nodes.values().map(|n| (n.name.to_string(), n.bgp_addresses().iter().map(ToString::to_string).collect())).collect()
 }
 
 impl ClusterLab {

@@ -50,7 +50,7 @@ pub fn lab() -> Lab {
         .cluster
         .nodes
         .values()
-        .map(|n| LabNodeSpec { name: n.name.clone(), addresses: n.bgp_addresses().iter().map(ToString::to_string).collect() })
+        .map(|n| LabNodeSpec { name: n.name.to_string(), addresses: n.bgp_addresses().iter().map(ToString::to_string).collect() })
         .collect();
     Lab::build(LabSpec::new(nodes)).unwrap()
 }

@@ -57,7 +57,7 @@ pub fn entries_from_routes(desired: &[ClusterRoute], expected: &[ExpectedRoute],
     for r in ours.chain(others) {
         out.entry(r.dst.trunc()).or_insert_with(|| ForwardEntry {
             prefix: r.dst.trunc(),
-            pool: r.pool.clone(),
+            pool: r.pool.to_string(),
             class: r.class,
             expected: forward_path(r.path),
         });

@@ -492,7 +492,7 @@ fn net(s: &str) -> ipnet::IpNet {
 
 fn pool_v(name: &str, cidr: &str, ipip: EncapMode, vxlan: EncapMode, nat_outgoing: bool, block_size: u8, allowed_uses: Vec<AllowedUse>) -> (String, IpPool) {
     let pool = IpPool {
-        name: name.to_owned(),
+        name: name.into(),
         cidr: net(cidr),
         ipip_mode: ipip,
         vxlan_mode: vxlan,
@@ -516,7 +516,7 @@ fn block_v(name: &str, cidr: &str, host: &str, allocations: &[Option<usize>], at
         })
         .collect();
     let block = IpamBlock {
-        name: name.to_owned(),
+        name: name.into(),
         cidr: net(cidr),
         affinity: Some(Affinity::Host(host.to_owned())),
         allocations: IpamBlock::dense_allocations(allocations),
@@ -544,7 +544,7 @@ fn affinity_v(node: &str, block: &str, cidr: &str) -> (String, BlockAffinity) {
 /// `status.addresses` (bare addresses, no subnet).
 fn node_v(name: &str, v4: &str, v6: Option<&str>, ipip_tunnel: Option<&str>, internal_ips: &[&str]) -> (String, Node) {
     let node = Node {
-        name: name.to_owned(),
+        name: name.into(),
         form: NodeForm::Kubernetes,
         bgp_ipv4: Some(net(v4)),
         bgp_ipv4_has_prefix: v4.contains('/'),
