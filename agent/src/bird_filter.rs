@@ -75,9 +75,9 @@ pub fn wireguard_peers(cluster: &Cluster, node: &str) -> Vec<(String, IpAddr)> {
         if wg(local).is_none() {
             continue;
         }
-        for (name, peer) in cluster.nodes.iter().filter(|(name, _)| name.as_str() != node) {
+        for (name, peer) in cluster.nodes.iter().filter(|(name, _)| &***name != node) {
             if let (Some(_), Some(bgp)) = (wg(peer), peer.bgp_address(v6)) {
-                out.push((name.clone(), bgp.addr()));
+                out.push((name.to_string(), bgp.addr()));
             }
         }
     }

@@ -188,7 +188,7 @@ fn audit_expectations(
     let mut expected = Vec::new();
     let mut unowned = Vec::new();
     let mut wireguard: Vec<WireguardRoute> = Vec::new();
-    let me = cluster.nodes.get(&config.node);
+    let me = cluster.nodes.get(config.node.as_str());
     // The plan's one pass over the blocks for every routable class, split by class: a
     // destination is in one pool (overlapping pools are rejected), so each class's routes are
     // those `desired_routes` computes for that class alone (issue 23).
@@ -340,7 +340,7 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
     Plan {
         frozen,
         hold_all,
-        local_node_missing: !cluster.nodes.contains_key(&config.node),
+        local_node_missing: !cluster.nodes.contains_key(config.node.as_str()),
         retired,
         desired: computed.routes,
         problems: computed.problems,

@@ -370,10 +370,10 @@ async fn a_watch_held_behind_a_compaction_relists_at_a_new_revision() {
     // Read again: what was queued, then the compaction and the re-list.
     assert_eq!(recv(&mut rx, Duration::from_secs(5)).await, DatastoreEvent::Synced);
     let s = next_snapshot(&mut rx, Duration::from_secs(5)).await;
-    let mut blocks: Vec<String> = first.cluster.ipam_blocks.keys().cloned().collect();
+    let mut blocks: Vec<String> = first.cluster.ipam_blocks.keys().map(ToString::to_string).collect();
     blocks.push("10-244-94-0-30".into());
     blocks.sort();
-    assert_eq!(s.cluster.ipam_blocks.keys().cloned().collect::<Vec<_>>(), blocks);
+    assert_eq!(s.cluster.ipam_blocks.keys().map(ToString::to_string).collect::<Vec<_>>(), blocks);
     match recv(&mut rx, Duration::from_secs(20)).await {
         DatastoreEvent::Unsynced { reason } => {
             assert_eq!(reason, format!("etcd {}: watch revision compacted (oldest kept {compacted}); re-listing /calico/", etcd.url()));
@@ -388,7 +388,7 @@ async fn a_watch_held_behind_a_compaction_relists_at_a_new_revision() {
     blocks.retain(|b| b != "10-244-96-0-30");
     blocks.push("10-244-95-0-30".into());
     blocks.sort();
-    assert_eq!(relisted.cluster.ipam_blocks.keys().cloned().collect::<Vec<_>>(), blocks);
+    assert_eq!(relisted.cluster.ipam_blocks.keys().map(ToString::to_string).collect::<Vec<_>>(), blocks);
     // The re-list is the cluster as a fresh read sees it, and explains as that read does.
     let fresh_read = EtcdDatastore::new(options(&etcd)).load().await.unwrap();
     assert_eq!(relisted.cluster, fresh_read.cluster);
@@ -398,7 +398,7 @@ async fn a_watch_held_behind_a_compaction_relists_at_a_new_revision() {
     client.delete(block_key(fresh.parse().unwrap()), None).await.unwrap();
     let s = next_snapshot(&mut rx, Duration::from_secs(1)).await;
     blocks.retain(|b| b != "10-244-95-0-30");
-    assert_eq!(s.cluster.ipam_blocks.keys().cloned().collect::<Vec<_>>(), blocks);
+    assert_eq!(s.cluster.ipam_blocks.keys().map(ToString::to_string).collect::<Vec<_>>(), blocks);
     eprintln!("a_watch_held_behind_a_compaction_relists_at_a_new_revision: slow watcher after {writes} status writes of 10 kB");
 }
 

@@ -25,7 +25,7 @@ fn example_loads_cleanly_in_both_forms() {
     assert_eq!(s.object_errors, vec![]);
     assert_eq!(s.inputs, 3);
     assert_eq!(s.cluster.ip_pools.len(), 6);
-    assert_eq!(s.cluster.nodes.keys().collect::<Vec<_>>(), vec!["node-a", "node-b", "node-c", "node-d"]);
+    assert_eq!(s.cluster.nodes.keys().map(|k| &**k).collect::<Vec<_>>(), vec!["node-a", "node-b", "node-c", "node-d"]);
     assert_eq!(s.cluster.ipam_blocks.len(), 11);
     assert_eq!(s.cluster.block_affinities.len(), 11);
 }

@@ -79,11 +79,11 @@ pub fn compute_cluster(size: ComputeSize) -> Cluster {
     let node_name = |i: usize| format!("node-{i:05}");
     for i in 0..size.nodes {
         let addr = u32::from(Ipv4Addr::new(172, 16, 0, 0)) + ((i / 250) as u32) * 256 + (i % 250) as u32 + 1;
-        let name = node_name(i);
+        let name: Arc<str> = node_name(i).into();
         c.nodes.insert(
             name.clone(),
             Arc::new(Node {
-                name: name.into(),
+                name,
                 form: NodeForm::Calico,
                 bgp_ipv4: Some(format!("{}/24", v4(addr)).parse().expect("valid CIDR")),
                 bgp_ipv4_has_prefix: true,
@@ -118,9 +118,10 @@ pub fn compute_cluster(size: ComputeSize) -> Cluster {
         } else {
             (Vec::new(), Vec::new())
         };
+        let name: Arc<str> = name.into();
         c.ipam_blocks.insert(
             name.clone(),
-            Arc::new(IpamBlock { name: name.into(), cidr, affinity: Some(Affinity::Host(node_name(owner))), allocations, attributes, deleted: false }),
+            Arc::new(IpamBlock { name, cidr, affinity: Some(Affinity::Host(node_name(owner))), allocations, attributes, deleted: false }),
         );
     }
     c

@@ -77,7 +77,7 @@ pub fn explain_all_nodes(
     let shared: Vec<Finding> = base.findings.iter().filter(|f| f.class.is_none()).cloned().collect();
     let mut nodes = Vec::with_capacity(cluster.nodes.len());
     for name in cluster.nodes.keys() {
-        let d = decide(cluster, &OwnershipConfig { node: Some(name.clone()), ..config.clone() });
+        let d = decide(cluster, &OwnershipConfig { node: Some(name.to_string()), ..config.clone() });
         let mut double_programmed = Vec::new();
         let mut unowned = Vec::new();
         let mut remarks = Vec::new();
@@ -92,7 +92,7 @@ pub fn explain_all_nodes(
             }
         }
         let consistent = double_programmed.is_empty() && unowned.is_empty();
-        nodes.push(NodeRow { node: name.clone(), felix: d.felix, double_programmed, unowned, consistent, notes: remarks });
+        nodes.push(NodeRow { node: name.to_string(), felix: d.felix, double_programmed, unowned, consistent, notes: remarks });
     }
     let inconsistent_nodes: Vec<String> = nodes.iter().filter(|n| !n.consistent).map(|n| n.node.clone()).collect();
     let invalid_pools = invalid_pools(object_errors);

@@ -24,12 +24,13 @@ use super::yaml::{YamlError, YamlLimits};
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Cluster {
     pub ip_pools: BTreeMap<String, IpPool>,
-    /// The three kinds a large cluster has by the hundred thousand are shared (`Arc`): a
-    /// snapshot is a copy of the maps, not of every block, so building one at 100,000 blocks
-    /// costs pointer copies, and comparing two compares pointers first (issue 23).
-    pub ipam_blocks: BTreeMap<String, Arc<IpamBlock>>,
-    pub block_affinities: BTreeMap<String, Arc<BlockAffinity>>,
-    pub nodes: BTreeMap<String, Arc<Node>>,
+    /// The three kinds a large cluster has by the hundred thousand are shared (`Arc`), names
+    /// too: a snapshot is a copy of the maps, not of every block nor of any name, so building
+    /// one at 100,000 blocks costs reference counts, and comparing two compares pointers
+    /// first (issue 23).
+    pub ipam_blocks: BTreeMap<Arc<str>, Arc<IpamBlock>>,
+    pub block_affinities: BTreeMap<Arc<str>, Arc<BlockAffinity>>,
+    pub nodes: BTreeMap<Arc<str>, Arc<Node>>,
     pub felix_configurations: BTreeMap<String, FelixConfiguration>,
     pub bgp_configurations: BTreeMap<String, BgpConfiguration>,
     pub cluster_informations: BTreeMap<String, ClusterInformation>,
@@ -144,9 +145,9 @@ impl ClusterBuilder {
             let cidrs = item.cidrs();
             let dup = match item {
                 ParsedObject::IpPool(name, o) => insert(&mut c.ip_pools, Kind::IpPool, name, o),
-                ParsedObject::IpamBlock(name, o) => insert(&mut c.ipam_blocks, Kind::IpamBlock, name, Arc::new(o)),
-                ParsedObject::BlockAffinity(name, o) => insert(&mut c.block_affinities, Kind::BlockAffinity, name, Arc::new(o)),
-                ParsedObject::Node(name, o) => insert(&mut c.nodes, Kind::Node, name, Arc::new(o)),
+                ParsedObject::IpamBlock(name, o) => insert(&mut c.ipam_blocks, Kind::IpamBlock, name.into(), Arc::new(o)),
+                ParsedObject::BlockAffinity(name, o) => insert(&mut c.block_affinities, Kind::BlockAffinity, name.into(), Arc::new(o)),
+                ParsedObject::Node(name, o) => insert(&mut c.nodes, Kind::Node, name.into(), Arc::new(o)),
                 ParsedObject::FelixConfiguration(name, o) => insert(&mut c.felix_configurations, Kind::FelixConfiguration, name, o),
                 ParsedObject::BgpConfiguration(name, o) => insert(&mut c.bgp_configurations, Kind::BgpConfiguration, name, o),
                 ParsedObject::ClusterInformation(name, o) => insert(&mut c.cluster_informations, Kind::ClusterInformation, name, o),
@@ -172,9 +173,9 @@ impl ClusterBuilder {
 }
 
 /// Insert unless the name is taken; a duplicate is reported and the first kept.
-fn insert<T>(map: &mut BTreeMap<String, T>, kind: Kind, name: String, obj: T) -> Option<ModelError> {
+fn insert<K: Ord + std::ops::Deref<Target = str>, T>(map: &mut BTreeMap<K, T>, kind: Kind, name: K, obj: T) -> Option<ModelError> {
     match map.entry(name) {
-        std::collections::btree_map::Entry::Occupied(e) => Some(ModelError::Duplicate { kind, name: e.key().clone() }),
+        std::collections::btree_map::Entry::Occupied(e) => Some(ModelError::Duplicate { kind, name: e.key().to_string() }),
         std::collections::btree_map::Entry::Vacant(e) => {
             e.insert(obj);
             None

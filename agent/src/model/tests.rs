@@ -168,7 +168,7 @@ fn each_bad_field_is_named_and_the_rest_loads() {
         // The bad object itself is left out.
         let bad_name = errors[0].object().map(|(_, n)| n.to_owned());
         if let Some(name) = bad_name.filter(|n| n != "default") {
-            assert!(!cluster.ip_pools.contains_key(&name) && !cluster.ipam_blocks.contains_key(&name));
+            assert!(!cluster.ip_pools.contains_key(&name) && !cluster.ipam_blocks.contains_key(name.as_str()));
         }
     }
 }

@@ -128,7 +128,7 @@ async fn consume(mut rx: mpsc::Receiver<DatastoreEvent>, mut planner: Planner, p
                             let done = planner.plan(&s);
                             snapshots += 1;
                             pending.lock().unwrap_or_else(PoisonError::into_inner).retain(|(block, rv), sent| {
-                                let seen = s.cluster.ipam_blocks.get(block).and_then(|b| churn_version(b)).is_some_and(|v| v >= *rv);
+                                let seen = s.cluster.ipam_blocks.get(block.as_str()).and_then(|b| churn_version(b)).is_some_and(|v| v >= *rv);
                                 if seen {
                                     samples.push(done.saturating_duration_since(*sent));
                                 }
@@ -247,7 +247,7 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
             match tokio::time::timeout(LIMIT, rx.recv()).await {
                 Ok(Some(DatastoreEvent::Snapshot(s))) => {
                     let done = planner.plan(&s);
-                    if s.cluster.ipam_blocks.get(&warm_up.block).and_then(|b| churn_version(b)).is_some_and(|v| v >= warm_up.resource_version) {
+                    if s.cluster.ipam_blocks.get(warm_up.block.as_str()).and_then(|b| churn_version(b)).is_some_and(|v| v >= warm_up.resource_version) {
                         break done - warm_sent;
                     }
                 }

@@ -308,7 +308,7 @@ mod tests {
         let host = document(&classify("/calico/ipam/v2/host/vm-1/ipv4/block/10.0.0.0-26").unwrap(), json!({"state": "confirmed"}));
         let (cluster, errors) = crate::model::Cluster::from_values([&to_model(&doc), &to_model(&host)]);
         assert_eq!(errors, vec![]);
-        assert_eq!(cluster.block_affinities.keys().collect::<Vec<_>>(), ["virtual.vm-1-10-0-0-0-26", "vm-1-10-0-0-0-26"]);
+        assert_eq!(cluster.block_affinities.keys().map(|k| &**k).collect::<Vec<_>>(), ["virtual.vm-1-10-0-0-0-26", "vm-1-10-0-0-0-26"]);
     }
 
     #[test]

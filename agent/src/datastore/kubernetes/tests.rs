@@ -601,7 +601,8 @@ fn examples_model() -> Cluster {
         block_v("fd00-10-244-0-10---122", "fd00:10:244:0:10::/122", "node-a", &[], &[]),
         block_v("fd00-10-244-0-20---122", "fd00:10:244:0:20::/122", "node-b", &[], &[]),
     ];
-    let block_affinities = blocks.iter().map(|(name, b)| affinity_v(b.host().unwrap(), name, &b.cidr.to_string())).map(|(k, v)| (k, Arc::new(v))).collect();
+    let block_affinities =
+        blocks.iter().map(|(name, b)| affinity_v(b.host().unwrap(), name, &b.cidr.to_string())).map(|(k, v)| (k.into(), Arc::new(v))).collect();
     let felix = FelixConfiguration {
         name: "default".to_owned(),
         scope: FelixScope::Global,
@@ -623,7 +624,7 @@ fn examples_model() -> Cluster {
         ]
         .into_iter()
         .collect(),
-        ipam_blocks: blocks.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
+        ipam_blocks: blocks.into_iter().map(|(k, v)| (k.into(), Arc::new(v))).collect(),
         block_affinities,
         nodes: [
             node_v("node-a", "10.0.0.11/24", Some("fd00:10::11/64"), Some("10.244.10.0"), &["10.0.0.11"]),
@@ -632,7 +633,7 @@ fn examples_model() -> Cluster {
             node_v("node-d", "10.0.1.14/24", None, Some("10.244.40.0"), &["10.0.1.14"]),
         ]
         .into_iter()
-        .map(|(k, v)| (k, Arc::new(v)))
+        .map(|(k, v)| (k.into(), Arc::new(v)))
         .collect(),
         felix_configurations: [("default".to_owned(), felix)].into_iter().collect(),
         bgp_configurations: [bgp_v("EnabledNoEncapOnly")].into_iter().collect(),
@@ -668,7 +669,7 @@ fn confd_enabled_model() -> Cluster {
             node("kube-node-2", "10.192.0.4/16", "2001::104/64"),
         ]
         .into_iter()
-        .map(|(k, v)| (k, Arc::new(v)))
+        .map(|(k, v)| (k.into(), Arc::new(v)))
         .collect(),
         bgp_configurations: [bgp_v("Enabled")].into_iter().collect(),
         ..Cluster::default()
@@ -892,7 +893,7 @@ async fn v1_cluster_not_synced_until_every_resource_listed_then_exact_requests()
     assert!(snap.object_errors.is_empty() && snap.load_errors.is_empty());
     assert_eq!(snap.cluster.ip_pools.len(), 6);
     assert_eq!(snap.cluster.ipam_blocks.len(), objects["ipamblocks"].len());
-    assert_eq!(snap.cluster.nodes.keys().collect::<Vec<_>>(), vec!["node-a", "node-b", "node-c", "node-d"]);
+    assert_eq!(snap.cluster.nodes.keys().map(|k| &**k).collect::<Vec<_>>(), vec!["node-a", "node-b", "node-c", "node-d"]);
     assert_eq!(snap.cluster.nodes["node-b"].bgp_ipv4.unwrap().to_string(), "10.0.0.12/24");
     assert_eq!(snap.inputs, objects.values().map(Vec::len).sum::<usize>());
     // The examples' pair, read from both fields: Felix (routewarden in role felix) IPIP, BIRD
@@ -1168,7 +1169,7 @@ fn assert_deletion_only_after_the_relist(events: &[DatastoreEvent]) {
         assert_eq!(s.cluster.ipam_blocks.len(), 2, "nothing lost before the re-list");
         assert_eq!(s.load_errors.len(), 1);
     }
-    assert_eq!(last.cluster.ipam_blocks.keys().collect::<Vec<_>>(), vec!["10-244-1-0-26"]);
+    assert_eq!(last.cluster.ipam_blocks.keys().map(|k| &**k).collect::<Vec<_>>(), vec!["10-244-1-0-26"]);
     assert!(last.load_errors.is_empty());
 }
 
@@ -1750,7 +1751,7 @@ async fn a_20_s_outage_is_followed_within_one_backoff_step() {
     let _watch = recovery.await.unwrap();
     assert!(took >= Duration::from_secs(20) && took <= Duration::from_secs(30), "synced again {took:?} after the outage began");
     let last = last.expect("a snapshot with the re-list");
-    assert_eq!(last.cluster.ipam_blocks.keys().collect::<Vec<_>>(), ["10-244-1-0-26"]);
+    assert_eq!(last.cluster.ipam_blocks.keys().map(|k| &**k).collect::<Vec<_>>(), ["10-244-1-0-26"]);
     // Retries during the 20 s: at most one per backoff step (0.5, 1, 2, 4, 5, 5 … s, each + up
     // to 100 %): between 3 and 12 lists, not a storm.
     let lists = api.log().iter().filter(|l| l.contains(&blocks) && !l.contains("watch=true")).count();

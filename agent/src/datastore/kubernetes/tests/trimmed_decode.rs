@@ -379,7 +379,7 @@ fn deletion_fields_strip_kept_are_not_read_and_change_no_parse() {
     assert_eq!(meta.remove("deletionGracePeriodSeconds"), Some(Value::Number(0.into())));
     assert_eq!(new, old_without);
     let (cluster, errors) = parsed(&new);
-    assert_eq!((cluster.nodes.keys().map(String::as_str).collect::<Vec<_>>(), errors.len()), (vec!["node-a"], 0));
+    assert_eq!((cluster.nodes.keys().map(|k| &**k).collect::<Vec<_>>(), errors.len()), (vec!["node-a"], 0));
     assert_eq!(parsed(&new), parsed(&old));
 }
 

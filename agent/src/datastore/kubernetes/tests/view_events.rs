@@ -134,7 +134,7 @@ fn a_relist_replaces_the_last_list_only_at_init_done() {
         (Kind::IpamBlock, b("10-244-1-0-26", "10", "10.244.1.0/26")),
         (Kind::IpamBlock, b("10-244-2-0-26", "11", "10.244.2.0/26")),
     ]);
-    assert_eq!(s.cluster.ipam_blocks.keys().collect::<Vec<_>>(), vec!["10-244-1-0-26", "10-244-2-0-26"]);
+    assert_eq!(s.cluster.ipam_blocks.keys().map(|k| &**k).collect::<Vec<_>>(), vec!["10-244-1-0-26", "10-244-2-0-26"]);
     assert_eq!(fed.view.parses, 3);
 
     // A re-list (after a 410): block 1 unchanged, block 2 gone, block 3 new. Nothing changes
@@ -143,11 +143,11 @@ fn a_relist_replaces_the_last_list_only_at_init_done() {
     fed.send(Kind::IpamBlock, Event::InitApply(decode(Kind::IpamBlock, &b("10-244-1-0-26", "10", "10.244.1.0/26"))));
     fed.send(Kind::IpamBlock, Event::InitApply(decode(Kind::IpamBlock, &b("10-244-3-0-26", "20", "10.244.3.0/26"))));
     assert_eq!(fed.view.flush(), vec![]);
-    assert_eq!(fed.view.snapshot().cluster.ipam_blocks.keys().collect::<Vec<_>>(), vec!["10-244-1-0-26", "10-244-2-0-26"]);
+    assert_eq!(fed.view.snapshot().cluster.ipam_blocks.keys().map(|k| &**k).collect::<Vec<_>>(), vec!["10-244-1-0-26", "10-244-2-0-26"]);
     assert_eq!(fed.view.parses, 4, "only the new block is parsed");
     fed.send(Kind::IpamBlock, Event::InitDone);
     let s = fed.snapshot();
-    assert_eq!(s.cluster.ipam_blocks.keys().collect::<Vec<_>>(), vec!["10-244-1-0-26", "10-244-3-0-26"]);
+    assert_eq!(s.cluster.ipam_blocks.keys().map(|k| &**k).collect::<Vec<_>>(), vec!["10-244-1-0-26", "10-244-3-0-26"]);
     assert_eq!(s.cluster.ipam_blocks["10-244-3-0-26"].cidr.to_string(), "10.244.3.0/26");
 
     // A list that fails half-way changes nothing; the next complete one is what counts.
@@ -156,7 +156,7 @@ fn a_relist_replaces_the_last_list_only_at_init_done() {
     let out = fed.view.apply(fed.index(Kind::IpamBlock), Err(watcher::Error::NoResourceVersion.into()));
     assert!(matches!(&out[..], [DatastoreEvent::Unsynced { .. }]), "{out:?}");
     let s = fed.snapshot();
-    assert_eq!(s.cluster.ipam_blocks.keys().collect::<Vec<_>>(), vec!["10-244-1-0-26", "10-244-3-0-26"]);
+    assert_eq!(s.cluster.ipam_blocks.keys().map(|k| &**k).collect::<Vec<_>>(), vec!["10-244-1-0-26", "10-244-3-0-26"]);
     assert_eq!(s.load_errors.len(), 1);
     fed.send(Kind::IpamBlock, Event::Init);
     fed.send(Kind::IpamBlock, Event::InitApply(decode(Kind::IpamBlock, &b("10-244-1-0-26", "10", "10.244.1.0/26"))));
@@ -164,7 +164,7 @@ fn a_relist_replaces_the_last_list_only_at_init_done() {
     fed.send(Kind::IpamBlock, Event::InitDone);
     let out = fed.view.flush();
     let [DatastoreEvent::Snapshot(s), DatastoreEvent::Synced] = &out[..] else { panic!("{out:?}") };
-    assert_eq!(s.cluster.ipam_blocks.keys().collect::<Vec<_>>(), vec!["10-244-1-0-26", "10-244-3-0-26"]);
+    assert_eq!(s.cluster.ipam_blocks.keys().map(|k| &**k).collect::<Vec<_>>(), vec!["10-244-1-0-26", "10-244-3-0-26"]);
     assert!(s.load_errors.is_empty());
     // Block 4 was parsed once (in the failed list), block 3's new resourceVersion with the
     // same content was hashed, not parsed.

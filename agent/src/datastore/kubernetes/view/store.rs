@@ -267,7 +267,7 @@ fn merge(cluster: &mut Cluster, other: Cluster) {
 /// `into` plus `from` (`from`'s value wins): taken whole when `into` is empty (a first list of
 /// 100,000 blocks moves one map), else inserted one by one (one changed object costs
 /// O(log n), not a pass over the map as `BTreeMap::append` would).
-fn join<V>(into: &mut BTreeMap<String, V>, from: BTreeMap<String, V>) {
+fn join<K: Ord, V>(into: &mut BTreeMap<K, V>, from: BTreeMap<K, V>) {
     if into.is_empty() {
         *into = from;
     } else {
