@@ -215,7 +215,8 @@ impl ClassedRoutes {
 
     /// The routes of `classes` (cloned) and the problems that concern them or no class.
     pub fn select(&self, classes: &BTreeSet<PoolClass>) -> DesiredRoutes {
-        let routes = self.routes.iter().filter(|r| classes.contains(&r.class)).cloned().collect();
+        let mut routes = Vec::with_capacity(self.routes.len());
+        routes.extend(self.routes.iter().filter(|r| classes.contains(&r.class)).cloned());
         let problems: BTreeSet<&RouteProblem> = self.problems.iter().filter(|(_, c)| c.is_none_or(|c| classes.contains(&c))).map(|(p, _)| p).collect();
         DesiredRoutes { routes, problems: problems.into_iter().cloned().collect() }
     }
