@@ -2,13 +2,22 @@
 //! 100,000-block cluster, against the time to program that many routes at benchmark 1's
 //! per-route rate. Target: at most 0.1. Computed in a child process of the harness
 //! (`bench --compute-child ...`), so its peak memory is the computation's alone.
+//!
+//! Also reported, not part of the ratio: `plan_ms`, the median time of the whole plan pass
+//! the agent runs per snapshot (`routewarden::plan::plan` in Felix's role: the ownership
+//! decision, the routes of every routable class in one pass, the audit's expectations, the
+//! policy), on the same cluster; kube-100k's event → plan latency is mostly this pass.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
+use routewarden::datastore::Snapshot;
+use routewarden::ownership::{OwnershipConfig, Role, VersionChoice};
+use routewarden::plan::{self, PlanConfig};
 use routewarden::routes::{desired_routes, RouteDevices};
 use routewarden::vocabulary::PoolClass;
 
@@ -28,6 +37,8 @@ pub struct ComputeFigures {
     pub routes: usize,
     /// Median time of one `desired_routes`.
     pub median: Duration,
+    /// Median time of one `plan::plan` of the same node.
+    pub plan_median: Duration,
     /// Peak RSS after the cluster was built, before computing (KiB).
     pub model_peak_kib: u64,
     /// Peak RSS after computing (KiB).
@@ -51,8 +62,32 @@ pub fn compute_in_process(size: ComputeSize, runs: usize) -> Result<ComputeFigur
         ensure!(d.problems.is_empty(), "compute reported problems: {:?}", &d.problems[..d.problems.len().min(3)]);
         drop(d);
     }
+    let plan_median = plan_median(Arc::new(cluster), runs.max(1));
     let (peak_kib, _) = proc_mem_kib("self")?;
-    Ok(ComputeFigures { routes, median: median(times), model_peak_kib, peak_kib })
+    Ok(ComputeFigures { routes, median: median(times), plan_median, model_peak_kib, peak_kib })
+}
+
+/// The median time of `runs` plan passes of node-00000 in Felix's role over `cluster`, each
+/// given the previous one's programmed classes and owned pools, as the app does.
+fn plan_median(cluster: Arc<routewarden::model::Cluster>, runs: usize) -> Duration {
+    let snapshot = Snapshot { cluster, object_errors: Vec::new(), load_errors: Vec::new(), inputs: 1, settled: true };
+    let node = "node-00000".to_owned();
+    let config = PlanConfig {
+        node: node.clone(),
+        ownership: OwnershipConfig { role: Role::Felix, version: VersionChoice::Auto, node: Some(node) },
+        devices: RouteDevices::default(),
+        protocol: 80,
+        table: 254,
+    };
+    let (mut programmed, mut owned, mut times) = (BTreeSet::new(), Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let t = Instant::now();
+        let p = plan::plan(&snapshot, &config, &programmed, &owned);
+        times.push(t.elapsed());
+        programmed.clone_from(&p.decision.programmed);
+        owned = p.policy.owned;
+    }
+    median(times)
 }
 
 /// Run [`compute_in_process`] in a child process of this harness (so peak memory is the
@@ -75,6 +110,7 @@ fn compute_in_child(exe: &Path, size: ComputeSize, runs: usize) -> Result<Comput
     Ok(ComputeFigures {
         routes: usize::try_from(get("routes")?)?,
         median: Duration::from_nanos(get("median_ns")?),
+        plan_median: Duration::from_nanos(get("plan_median_ns")?),
         model_peak_kib: get("model_peak_kib")?,
         peak_kib: get("peak_kib")?,
     })
@@ -85,7 +121,14 @@ pub fn child_main(args: &[String]) -> Result<()> {
     let num = |i: usize| -> Result<usize> { Ok(args.get(i).context("--compute-child needs 4 numbers")?.parse()?) };
     let size = ComputeSize { nodes: num(0)?, blocks: num(1)?, borrowed: num(2)? };
     let f = compute_in_process(size, num(3)?)?;
-    println!("routes={} median_ns={} model_peak_kib={} peak_kib={}", f.routes, f.median.as_nanos(), f.model_peak_kib, f.peak_kib);
+    println!(
+        "routes={} median_ns={} plan_median_ns={} model_peak_kib={} peak_kib={}",
+        f.routes,
+        f.median.as_nanos(),
+        f.plan_median.as_nanos(),
+        f.model_peak_kib,
+        f.peak_kib
+    );
     Ok(())
 }
 
@@ -110,6 +153,7 @@ pub fn run(opts: &Options, shared: &mut Shared) -> Result<Outcome> {
             kv("borrowed", opts.compute.borrowed),
             kv("routes", f.routes),
             kv("compute_ms", ms(f.median)),
+            kv("plan_ms", ms(f.plan_median)),
             kv("program_est_ms", format!("{:.1}", program * 1e3)),
             kv("program_us_per_route", format!("{:.2}", per_route * 1e6)),
             kv("peak_rss_mb", format!("{:.1}", f.peak_kib as f64 / 1024.0)),
