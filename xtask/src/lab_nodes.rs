@@ -17,7 +17,7 @@ pub fn from_cluster(datastore: &Path) -> Result<Vec<LabNodeSpec>> {
             eprintln!("lab: node {} has no BGP address; not in the lab", node.name);
             continue;
         }
-        nodes.push(LabNodeSpec { name: node.name.clone(), addresses });
+        nodes.push(LabNodeSpec { name: node.name.to_string(), addresses });
     }
     if nodes.is_empty() {
         bail!("{} has no Node with a BGP address", datastore.display());
