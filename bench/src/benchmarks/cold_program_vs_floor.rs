@@ -12,6 +12,11 @@
 //! ack sees every error. Timed: opening the socket, the sends, reading the answers. No dump,
 //! no link query, no read-back. Both sides are then checked, untimed, to have left exactly the
 //! 10,000 routes ([`check_exact_routes`]).
+//!
+//! Two more writers of the same pre-built messages split the gap: `rw_shape_ms`, routewarden's
+//! batch shape (256 messages or 64 KiB a send, one ack a send: its use of netlink without its
+//! own work), and `every_ack_ms`, the same with every message acked (as routewarden wrote
+//! before issue 18).
 
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -36,6 +41,18 @@ use crate::{median, Benchmark, Options, Outcome, Shared, Target};
 /// This benchmark's registry entry: its name and [`run`].
 pub const BENCHMARK: Benchmark = Benchmark { name: "cold-program-vs-floor", run };
 
+/// Which messages ask for an ack (`NLM_F_ACK`); failures are answered whatever the flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acks {
+    /// Every message, each send's acks read before the next send (routewarden before issue 18).
+    EveryMessage,
+    /// The last message of each send, its answers read before the next send (routewarden's
+    /// batch socket).
+    EverySend,
+    /// Only the last message of all, answers read after the last send.
+    Last,
+}
+
 /// How a writer packs its messages into `sendmsg` calls and which it asks acks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
@@ -43,21 +60,24 @@ pub struct Shape {
     pub max_messages: usize,
     /// Most bytes in one send (a single larger message still goes alone).
     pub max_bytes: usize,
-    /// `NLM_F_ACK` on every message, and every send's acks read before the next send (as
-    /// routewarden's batch socket does); otherwise only on the last message of all.
-    pub ack_each: bool,
+    /// Which messages ask for an ack.
+    pub acks: Acks,
 }
 
 /// The floor: one send of every message (the send buffer forced to fit them), one ack.
-pub const FLOOR: Shape = Shape { max_messages: usize::MAX, max_bytes: 4 * 1024 * 1024, ack_each: false };
+pub const FLOOR: Shape = Shape { max_messages: usize::MAX, max_bytes: 4 * 1024 * 1024, acks: Acks::Last };
 
 /// routewarden's batch shape ([`DEFAULT_WINDOW`] messages, at most [`MAX_BATCH_BYTES`] a
-/// send, every message acked) with the messages pre-built: what the netlink protocol costs
-/// routewarden without any of its own work.
-pub const ACKED: Shape = Shape { max_messages: DEFAULT_WINDOW, max_bytes: MAX_BATCH_BYTES, ack_each: true };
+/// send, one ack a send) with the messages pre-built: what routewarden's use of netlink
+/// costs without any of its own work.
+pub const RW_SHAPE: Shape = Shape { max_messages: DEFAULT_WINDOW, max_bytes: MAX_BATCH_BYTES, acks: Acks::EverySend };
+
+/// [`RW_SHAPE`] with every message acked, as routewarden wrote before issue 18.
+pub const EVERY_ACK: Shape = Shape { acks: Acks::EveryMessage, ..RW_SHAPE };
 
 /// The messages for `routes`, in one buffer, sequence numbers 1..=n in order, with `NLM_F_ACK`
-/// as `shape` asks; built in the calling thread's namespace (device names resolved to its
+/// on every message for [`Acks::EveryMessage`] and on none otherwise ([`write_messages`] sets
+/// it on the last of each send or of all); built in the calling thread's namespace (device names resolved to its
 /// ifindexes) with the default route settings, exactly as routewarden writes them into an
 /// empty table (create-exclusive). Returns the buffer and the offset each message starts at.
 ///
@@ -74,7 +94,7 @@ pub fn build_messages(routes: &[ClusterRoute], shape: Shape) -> Result<(Vec<u8>,
             None => None,
         };
         let mut req = write_request(&d.route, oif, true);
-        if !shape.ack_each && i + 1 < routes.len() {
+        if shape.acks != Acks::EveryMessage {
             req.header.flags &= !NLM_F_ACK;
         }
         req.header.sequence_number = u32::try_from(i + 1).context("more than 2^32 routes")?;
@@ -92,12 +112,13 @@ pub fn build_messages(routes: &[ClusterRoute], shape: Shape) -> Result<(Vec<u8>,
 /// Write the pre-built `buf` (messages starting at `starts`, sequence numbers 1..=n, from
 /// [`build_messages`] with the same `shape`) on a new `NETLINK_ROUTE` socket in the calling
 /// thread's namespace, in sends of whole messages as `shape` allows, reading answers up to the
-/// ack of each send's last message (`ack_each`) or of message n. Returns the number of sends.
+/// ack of each send's last message or, for [`Acks::Last`], of message n. Returns the number
+/// of sends.
 ///
 /// # Errors
 /// When the socket cannot be opened or a send or receive fails, or the kernel refused any
 /// message (the first refusal is named by its sequence number and errno).
-pub fn write_messages(buf: &[u8], starts: &[usize], shape: Shape) -> Result<usize> {
+pub fn write_messages(buf: &mut [u8], starts: &[usize], shape: Shape) -> Result<usize> {
     let mut sock = Socket::new(NETLINK_ROUTE).context("netlink socket")?;
     sock.bind_auto().context("bind")?;
     sock.connect(&SocketAddr::new(0, 0)).context("connect")?;
@@ -113,12 +134,18 @@ pub fn write_messages(buf: &[u8], starts: &[usize], shape: Shape) -> Result<usiz
         while next < starts.len() && next - first < shape.max_messages && starts.get(next + 1).copied().unwrap_or(buf.len()) - from <= shape.max_bytes {
             next += 1;
         }
-        let part = &buf[from..starts.get(next).copied().unwrap_or(buf.len())];
+        let to = starts.get(next).copied().unwrap_or(buf.len());
+        if shape.acks == Acks::EverySend || next == starts.len() {
+            let mut last = NetlinkBuffer::new(&mut buf[starts[next - 1]..to]);
+            let flags = last.flags();
+            last.set_flags(flags | NLM_F_ACK);
+        }
+        let part = &buf[from..to];
         let sent = sock.send(part, 0).context("send")?;
         ensure!(sent == part.len(), "short send: {sent} of {} bytes", part.len());
         sends += 1;
         first = next;
-        if shape.ack_each || first == starts.len() {
+        if shape.acks != Acks::Last || first == starts.len() {
             acked = read_answers(&sock, &mut rx, u32::try_from(first).context("more than 2^32 routes")?, acked)?;
         }
     }
@@ -162,34 +189,38 @@ fn read_answers(sock: &Socket, rx: &mut Vec<u8>, until: u32, mut acked: u32) -> 
 /// number of sends.
 fn floor_once(routes: Arc<Vec<ClusterRoute>>, shape: Shape) -> Result<(Duration, usize)> {
     in_node_netns(move |_| {
-        let (buf, starts) = build_messages(&routes, shape)?;
+        let (mut buf, starts) = build_messages(&routes, shape)?;
         let t = Instant::now();
-        let sends = write_messages(&buf, &starts, shape)?;
+        let sends = write_messages(&mut buf, &starts, shape)?;
         let took = t.elapsed();
         check_exact_routes(&routes)?;
         Ok((took, sends))
     })
 }
 
-/// routewarden's cold programming of the routes / the floor's, runs alternating; the floor
-/// in routewarden's batch shape ([`ACKED`]) as well, which splits the gap into what the
-/// acks cost and what routewarden's own work costs.
+/// routewarden's cold programming of the routes / the floor's, runs alternating; the
+/// floor's messages in routewarden's batch shape ([`RW_SHAPE`], and [`EVERY_ACK`]) as well,
+/// which splits the gap into what routewarden's use of netlink costs and what its own work
+/// costs.
 pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
     let routes = Arc::new(cluster_routes(opts.routes));
-    let (mut rw, mut floor, mut acked) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut sends, mut acked_sends) = (0, 0);
+    let shapes = [FLOOR, RW_SHAPE, EVERY_ACK];
+    let mut rw = Vec::new();
+    let mut times: [Vec<Duration>; 3] = Default::default();
+    let mut sends = [0; 3];
     // Alternate, so slow phases of a noisy machine hit every side.
     for _ in 0..opts.runs {
         rw.push(rw_program_once_exact(Arc::clone(&routes))?);
-        let (d, s) = floor_once(Arc::clone(&routes), FLOOR)?;
-        floor.push(d);
-        sends = s;
-        let (d, s) = floor_once(Arc::clone(&routes), ACKED)?;
-        acked.push(d);
-        acked_sends = s;
+        for (i, shape) in shapes.into_iter().enumerate() {
+            let (d, s) = floor_once(Arc::clone(&routes), shape)?;
+            times[i].push(d);
+            sends[i] = s;
+        }
     }
-    let (rw_min, floor_min) = (rw.iter().min().copied().unwrap_or_default(), floor.iter().min().copied().unwrap_or_default());
-    let (rw, floor, acked) = (median(rw), median(floor), median(acked));
+    let rw_min = rw.iter().min().copied().unwrap_or_default();
+    let floor_min = times[0].iter().min().copied().unwrap_or_default();
+    let rw = median(rw);
+    let [floor, rw_shape, every_ack] = times.map(median);
     Ok(Outcome::Measured {
         name: BENCHMARK.name.into(),
         ratio: rw.as_secs_f64() / floor.as_secs_f64(),
@@ -199,11 +230,12 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
             kv("routes", routes.len()),
             kv("rw_ms", ms(rw)),
             kv("floor_ms", ms(floor)),
-            kv("floor_acked_ms", ms(acked)),
+            kv("rw_shape_ms", ms(rw_shape)),
+            kv("every_ack_ms", ms(every_ack)),
             kv("rw_min_ms", ms(rw_min)),
             kv("floor_min_ms", ms(floor_min)),
-            kv("floor_sends", sends),
-            kv("floor_acked_sends", acked_sends),
+            kv("floor_sends", sends[0]),
+            kv("rw_shape_sends", sends[1]),
             kv("runs", opts.runs),
         ],
     })
