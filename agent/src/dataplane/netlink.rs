@@ -550,8 +550,9 @@ impl RouteNetlink for RtNetlink {
         let batcher = Arc::clone(&self.batcher);
         let timeout = self.timeout;
         let window = self.window;
-        let ops = ops.to_vec();
-        async move { batcher.lock().await.execute(&ops, window, timeout).await }
+        // Borrowed, not copied: the future lives no longer than `ops` (a trait method's
+        // `impl Future` captures the argument's lifetime).
+        async move { batcher.lock().await.execute(ops, window, timeout).await }
     }
 }
 
