@@ -87,9 +87,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// Sort the dirty keys into writes (desired, not in sync) and delete candidates (ours,
     /// not desired); drop keys that need nothing.
     fn plan(&mut self, now: Instant, report: &mut ApplyReport) -> (Vec<RouteOp>, Vec<RouteKey>) {
-        let mut writes: Vec<RouteOp> = Vec::new();
-        let mut delete_candidates: Vec<RouteKey> = Vec::new();
         let dirty: Vec<RouteKey> = self.dirty.iter().copied().collect();
+        // Sized once: grown a doubling at a time, a cold start's 10,000 writes (1 MB) were
+        // copied and page-faulted in again at each step (issue 18).
+        let mut writes: Vec<RouteOp> = Vec::with_capacity(dirty.len());
+        let mut delete_candidates: Vec<RouteKey> = Vec::new();
         for key in dirty {
             if self.retries.waiting(&key, now) {
                 continue;
