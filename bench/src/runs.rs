@@ -11,7 +11,7 @@ use routewarden::dataplane::{DataplaneConfig, Reconciler, RtNetlink, SystemClock
 use routewarden::routes::ClusterRoute;
 
 use crate::fixtures::{cluster_routes, PROTO_OURS};
-use crate::netns::{count_routes, in_node_netns};
+use crate::netns::{check_exact_routes, count_routes, in_node_netns};
 use crate::{median, Options, Shared};
 
 /// routewarden programs `routes` into the empty main table of a fresh namespace: connect,
@@ -21,11 +21,28 @@ pub fn rw_program_once(routes: Arc<Vec<ClusterRoute>>) -> Result<Duration> {
     rw_program_once_with(routes, false).map(|(d, _)| d)
 }
 
+/// [`rw_program_once`], checking afterwards (outside the timed part) that the namespace holds
+/// exactly `routes` with the attributes routewarden writes ([`check_exact_routes`]), not only
+/// as many routes of our protocol.
+pub fn rw_program_once_exact(routes: Arc<Vec<ClusterRoute>>) -> Result<Duration> {
+    rw_program_checked(routes, false, check_exact_routes).map(|(d, _)| d)
+}
+
 /// [`rw_program_once`], with the churn watch attached first when `watch` is set (its events
 /// drained by a task, as the agent does). Returns the time and the watch's backend.
 pub fn rw_program_once_with(routes: Arc<Vec<ClusterRoute>>, watch: bool) -> Result<(Duration, String)> {
+    rw_program_checked(routes, watch, |routes| {
+        let got = count_routes(PROTO_OURS)?;
+        ensure!(got == routes.len(), "{got} routes of protocol {PROTO_OURS} in the kernel, expected {}", routes.len());
+        Ok(())
+    })
+}
+
+/// [`rw_program_once_with`], with `check` run on the routes in the namespace once they are
+/// programmed (untimed).
+fn rw_program_checked(routes: Arc<Vec<ClusterRoute>>, watch: bool, check: fn(&[ClusterRoute]) -> Result<()>) -> Result<(Duration, String)> {
     in_node_netns(move |rt| {
-        let n = routes.len();
+        let checked = Arc::clone(&routes);
         // Held until the programming is done; dropping it detaches the watch.
         let attached = if watch { Some(start_watch(rt)?) } else { None };
         let backend = attached.as_ref().map(|(w, _)| w.backend().to_string()).unwrap_or_default();
@@ -48,8 +65,7 @@ pub fn rw_program_once_with(routes: Arc<Vec<ClusterRoute>>, watch: bool) -> Resu
         };
         // A spawned task on the multi-thread runtime, as the agent runs `dataplane::run`.
         let took = rt.block_on(rt.spawn(work))??;
-        let got = count_routes(PROTO_OURS)?;
-        ensure!(got == n, "{got} routes of protocol {PROTO_OURS} in the kernel, expected {n}");
+        check(&checked)?;
         drop(attached);
         Ok((took, backend))
     })

@@ -3,17 +3,19 @@
 //! device of a route the kernel reports (the kernel gives an ifindex) and resolves the device
 //! of a route we write (we name it).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use super::kernel_route::{KernelRoute, ObservedRoute};
 use super::netlink::LinkInfo;
 use super::report::ErrorKind;
 
-/// The link cache, indexed both ways.
+/// The link cache, indexed both ways. Ordered maps: a host has a handful of links, and every
+/// route of an apply resolves its device here (twice on a cold start), where a few string
+/// compares cost less than hashing the name (issue 18).
 #[derive(Debug, Default)]
 pub(super) struct Links {
-    by_index: HashMap<u32, LinkInfo>,
-    by_name: HashMap<String, u32>,
+    by_index: BTreeMap<u32, LinkInfo>,
+    by_name: BTreeMap<String, u32>,
     /// A desired route named a device we do not know: dump the links again on the next apply.
     refresh: bool,
 }

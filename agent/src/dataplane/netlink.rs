@@ -180,10 +180,14 @@ pub trait RouteNetlink: Send {
 ///
 /// Dumps go through an rtnetlink connection. Writes and deletes are batched on a second,
 /// plain `NETLINK_ROUTE` socket: up to `window` route messages (and at most
-/// [`MAX_BATCH_BYTES`]) are packed into one `sendmsg`, each with `NLM_F_REQUEST|NLM_F_ACK`
-/// and its own sequence number. The kernel processes the messages of one buffer in order,
-/// acknowledging each (`NLMSG_ERROR`, code 0 or a negative errno) and carrying on after a
-/// failed one, so one `sendmsg` plus one `recv` per ack replaces a round trip per route.
+/// [`MAX_BATCH_BYTES`]) are packed into one `sendmsg`, each with its own sequence number, and
+/// only the last with `NLM_F_ACK`. The kernel processes the messages of one buffer in order
+/// inside `sendmsg`, carrying on after a failed one, and answers every failed message with
+/// its errno whatever its flags (`netlink_rcv_skb` acks when `NLM_F_ACK` is set *or* the
+/// handler failed), so once the last message's answer is read every failure of the batch has
+/// been read before it, and each message without one succeeded: one `sendmsg` and one `recv`
+/// per batch (plus one per failure) replace a round trip per route, and the kernel builds no
+/// ack for a message that worked.
 /// Both sockets live in the network namespace of the thread that called
 /// [`RtNetlink::connect`]. Clones share both sockets; batches from clones are serialized.
 #[derive(Clone, Debug)]
@@ -194,10 +198,11 @@ pub struct RtNetlink {
     timeout: Duration,
 }
 
-/// Route messages per `sendmsg` (the batch size). Each ack costs the batch socket's receive
-/// buffer one small skb (about 1 KiB of `truesize`), all queued before the first is read
-/// (the kernel handles the whole buffer inside `sendmsg`): 256 acks stay far below the
-/// 4 MiB the buffer is raised to, and below the default `rmem_max` (208 KiB, doubled).
+/// Route messages per `sendmsg` (the batch size). Each answer (a failure, or the batch's last
+/// message) costs the batch socket's receive buffer one small skb (about 1 KiB of
+/// `truesize`), all queued before the first is read (the kernel handles the whole buffer
+/// inside `sendmsg`): even a batch in which every message fails, 256 answers, stays far below
+/// the 4 MiB the buffer is raised to, and below the default `rmem_max` (208 KiB, doubled).
 pub const DEFAULT_WINDOW: usize = 256;
 /// Upper bound on the bytes of one batch (`sendmsg` payload); a batch closes at `window`
 /// messages or at this size, whichever comes first. Below the default send buffer (one
@@ -263,10 +268,11 @@ impl std::fmt::Debug for Batcher {
     }
 }
 
-/// One serialized op of a batch: what its error reports.
+/// One serialized op of a batch: what its error reports (the key is formatted only for an
+/// error).
 struct Pending {
     op: NetlinkOp,
-    target: String,
+    key: RouteKey,
 }
 
 /// Result slot per op of a batch, index = sequence number - the batch's first.
@@ -302,17 +308,19 @@ impl Batcher {
 
     /// Serialize the longest prefix of `ops` that fits one batch into `send_buf` (at least one
     /// op, even if it alone exceeds [`MAX_BATCH_BYTES`]), sequence numbers consecutive from
-    /// `self.seq`. Returns the serialized ops, in order (the prefix length is its length).
+    /// `self.seq`, `NLM_F_ACK` on the last message only. Returns the serialized ops, in order
+    /// (the prefix length is its length).
     fn serialize(&mut self, ops: &[RouteOp], window: usize) -> Vec<Pending> {
         self.send_buf.clear();
         let mut pending = Vec::with_capacity(window.min(ops.len()));
         let mut seq = self.seq;
+        let mut last_start = 0;
         for op in ops.iter().take(window) {
             let (mut req, nlop) = match op {
                 RouteOp::Write { route, oif, exclusive } => (write_request(route, *oif, *exclusive), NetlinkOp::WriteRoute),
                 RouteOp::Delete { key, protocol } => (delete_request(key, *protocol), NetlinkOp::DeleteRoute),
             };
-            req.header.flags |= NLM_F_REQUEST | NLM_F_ACK;
+            req.header.flags = (req.header.flags | NLM_F_REQUEST) & !NLM_F_ACK;
             req.header.sequence_number = seq;
             req.header.port_number = 0;
             req.finalize();
@@ -323,19 +331,29 @@ impl Batcher {
             }
             self.send_buf.resize(start + align(len), 0);
             req.serialize(&mut self.send_buf[start..start + len]);
-            pending.push(Pending { op: nlop, target: op.key().to_string() });
+            pending.push(Pending { op: nlop, key: *op.key() });
+            last_start = start;
             seq = seq.wrapping_add(1);
+        }
+        if !pending.is_empty() {
+            // The batch's last message asks for the ack that closes the batch.
+            let mut last = NetlinkBuffer::new(&mut self.send_buf[last_start..]);
+            let flags = last.flags();
+            last.set_flags(flags | NLM_F_ACK);
         }
         pending
     }
 
     /// Send `send_buf` (the ops of `pending`, sequence numbers from `self.seq`) in one
-    /// `sendmsg` and collect one ack per op, appending one result per op to `results`.
+    /// `sendmsg` and collect the answers up to the last op's, appending one result per op to
+    /// `results`.
     ///
-    /// Per op: ack code 0 → `Ok`; negative errno → [`NetlinkError::Kernel`] with it; no ack
-    /// within `timeout` → [`NetlinkError::Timeout`]; ack dropped because the receive buffer
-    /// overflowed → `Kernel` with `ENOBUFS`; send or receive failure →
-    /// [`NetlinkError::Connection`].
+    /// Per op: an answer with a negative errno → [`NetlinkError::Kernel`] with it; no answer
+    /// of its own once the last op's answer is read → `Ok` (the kernel answers every failure,
+    /// in order); no answer of the last op within `timeout` → [`NetlinkError::Timeout`] for
+    /// every op without an error; answers dropped because the receive buffer overflowed →
+    /// `Kernel` with `ENOBUFS` for every op without an answer of its own (a dropped answer may
+    /// have been a failure); send or receive failure → [`NetlinkError::Connection`].
     async fn run_batch(&mut self, pending: Vec<Pending>, timeout: Duration, results: &mut Vec<Result<(), NetlinkError>>) {
         let base = self.seq;
         self.seq = self.seq.wrapping_add(u32::try_from(pending.len()).unwrap_or(u32::MAX));
@@ -349,29 +367,31 @@ impl Batcher {
         for (slot, p) in slots.into_iter().zip(pending) {
             results.push(slot.unwrap_or_else(|| {
                 Err(match &failure {
-                    BatchFailure::Overrun => NetlinkError::Kernel { op: p.op, target: p.target, errno: nix::errno::Errno::ENOBUFS },
-                    BatchFailure::Timeout => NetlinkError::Timeout { op: p.op, target: p.target, timeout },
+                    BatchFailure::Overrun => NetlinkError::Kernel { op: p.op, target: p.key.to_string(), errno: nix::errno::Errno::ENOBUFS },
+                    BatchFailure::Timeout => NetlinkError::Timeout { op: p.op, target: p.key.to_string(), timeout },
                     BatchFailure::Io(reason) => NetlinkError::Connection { op: p.op, reason: reason.clone() },
                 })
             }));
         }
     }
 
-    /// Send the batch and fill `slots` from the acks until every slot is filled.
+    /// Send the batch and fill `slots` from the answers until the last op's is read, then the
+    /// slots still empty with `Ok`.
     ///
     /// # Errors
     /// [`BatchFailure::Io`] if sending or receiving fails; [`BatchFailure::Overrun`] if the
-    /// kernel reported dropped messages (`recv` fails with `ENOBUFS`) and the queue is drained
-    /// with slots still empty: the kernel handles the whole batch inside `sendmsg`, so every
-    /// ack it did not drop is queued by then.
+    /// kernel reported dropped messages (`recv` fails with `ENOBUFS`): the queue is drained
+    /// (the kernel handles the whole batch inside `sendmsg`, so every answer it did not drop
+    /// is queued by then) and the slots still empty stay empty, since a dropped answer may have
+    /// been any of them failing.
     async fn send_and_collect(&mut self, base: u32, pending: &[Pending], slots: &mut Slots) -> Result<(), BatchFailure> {
         let sent = self.socket.send(&self.send_buf).await.map_err(|e| BatchFailure::Io(format!("send batch: {e}")))?;
         if sent != self.send_buf.len() {
             return Err(BatchFailure::Io(format!("short send: {sent} of {} bytes", self.send_buf.len())));
         }
-        let mut open = slots.len();
+        let mut last_answered = false;
         let mut overrun = false;
-        while open > 0 {
+        while !last_answered {
             self.recv_buf.clear();
             let received = if overrun {
                 match self.socket.socket_ref().recv(&mut self.recv_buf, nix::libc::MSG_DONTWAIT) {
@@ -382,10 +402,16 @@ impl Batcher {
                 self.socket.recv(&mut self.recv_buf).await.map(drop)
             };
             match received {
-                Ok(()) => open -= fill_slots(&self.recv_buf, base, pending, slots),
+                Ok(()) => last_answered = fill_slots(&self.recv_buf, base, pending, slots),
                 Err(e) if e.raw_os_error() == Some(nix::libc::ENOBUFS) => overrun = true,
                 Err(e) => return Err(BatchFailure::Io(format!("receive acks: {e}"))),
             }
+        }
+        if overrun {
+            return Err(BatchFailure::Overrun);
+        }
+        for slot in slots.iter_mut().filter(|s| s.is_none()) {
+            *slot = Some(Ok(()));
         }
         Ok(())
     }
@@ -393,7 +419,7 @@ impl Batcher {
 
 /// Why a batch ended with ops still unanswered.
 enum BatchFailure {
-    /// The receive buffer overflowed: the missing acks were dropped.
+    /// The receive buffer overflowed: answers were dropped.
     Overrun,
     /// No ack within the timeout.
     Timeout,
@@ -409,10 +435,11 @@ fn align(len: usize) -> usize {
 /// Walk the netlink messages in one received datagram `buf` and fill the slot of every
 /// `NLMSG_ERROR` whose sequence number is in `base..base + slots.len()` and whose slot is
 /// still empty (code 0 → `Ok`, negative errno → [`NetlinkError::Kernel`] for that op). Other
-/// messages and acks of other sequence numbers are ignored; a malformed message ends the walk
-/// (nothing after it can be framed). Returns how many slots were filled.
-fn fill_slots(buf: &[u8], base: u32, pending: &[Pending], slots: &mut Slots) -> usize {
-    let mut filled = 0;
+/// messages and answers of other sequence numbers are ignored; a malformed message ends the
+/// walk (nothing after it can be framed). Returns whether the last slot was filled (the answer
+/// that closes the batch).
+fn fill_slots(buf: &[u8], base: u32, pending: &[Pending], slots: &mut Slots) -> bool {
+    let mut last_answered = false;
     let mut off = 0;
     while let Some(rest) = buf.get(off..) {
         let Ok(nl) = NetlinkBuffer::new_checked(rest) else { break };
@@ -423,15 +450,15 @@ fn fill_slots(buf: &[u8], base: u32, pending: &[Pending], slots: &mut Slots) -> 
                 if let Ok(NetlinkMessage { payload: NetlinkPayload::Error(e), .. }) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rest[..len]) {
                     *slot = Some(match e.code {
                         None => Ok(()),
-                        Some(code) => Err(NetlinkError::Kernel { op: p.op, target: p.target.clone(), errno: errno_of(code.get()) }),
+                        Some(code) => Err(NetlinkError::Kernel { op: p.op, target: p.key.to_string(), errno: errno_of(code.get()) }),
                     });
-                    filled += 1;
+                    last_answered |= idx + 1 == slots.len();
                 }
             }
         }
         off += align(len);
     }
-    filled
+    last_answered
 }
 
 fn errno_of(code: i32) -> nix::errno::Errno {
@@ -523,8 +550,9 @@ impl RouteNetlink for RtNetlink {
         let batcher = Arc::clone(&self.batcher);
         let timeout = self.timeout;
         let window = self.window;
-        let ops = ops.to_vec();
-        async move { batcher.lock().await.execute(&ops, window, timeout).await }
+        // Borrowed, not copied: the future lives no longer than `ops` (a trait method's
+        // `impl Future` captures the argument's lifetime).
+        async move { batcher.lock().await.execute(ops, window, timeout).await }
     }
 }
 
@@ -563,4 +591,108 @@ pub fn link_info(l: &rtnetlink::packet_route::link::LinkMessage) -> Option<LinkI
         _ => None,
     })?;
     Some(LinkInfo { index: l.header.index, name, up: l.header.flags.contains(LinkFlags::Up) })
+}
+
+#[cfg(test)]
+mod tests {
+    use rtnetlink::packet_core::{ErrorMessage, NetlinkHeader};
+
+    use super::*;
+    use crate::dataplane::kernel_route::{RouteKind, RouteTarget};
+
+    fn key(dst: &str) -> RouteKey {
+        RouteKey::new(254, dst.parse().unwrap(), 0, 1024)
+    }
+
+    fn pending(dsts: &[&str]) -> Vec<Pending> {
+        dsts.iter().map(|d| Pending { op: NetlinkOp::WriteRoute, key: key(d) }).collect()
+    }
+
+    /// An `NLMSG_ERROR` answer to sequence number `seq` with `code` (0: an ack).
+    fn answer(seq: u32, code: i32) -> Vec<u8> {
+        let mut e = ErrorMessage::default();
+        e.code = std::num::NonZeroI32::new(code);
+        e.header = vec![0; 16];
+        let mut header = NetlinkHeader::default();
+        header.sequence_number = seq;
+        let mut msg = NetlinkMessage::<RouteNetlinkMessage>::new(header, NetlinkPayload::Error(e));
+        msg.finalize();
+        let mut buf = vec![0; msg.buffer_len()];
+        msg.serialize(&mut buf);
+        buf
+    }
+
+    #[test]
+    fn fill_slots_takes_failures_and_closes_the_batch_at_the_last_answer() {
+        let p = pending(&["10.244.1.0/26", "10.244.2.0/26", "10.244.3.0/26"]);
+        let mut slots: Vec<Option<Result<(), NetlinkError>>> = vec![None; 3];
+        // A failure of the second op, next to a stale answer from an earlier batch.
+        let first = [answer(99, -1), answer(101, -nix::libc::EEXIST)].concat();
+        assert!(!fill_slots(&first, 100, &p, &mut slots));
+        assert_eq!(
+            slots,
+            [
+                None,
+                Some(Err(NetlinkError::Kernel { op: NetlinkOp::WriteRoute, target: key("10.244.2.0/26").to_string(), errno: nix::errno::Errno::EEXIST })),
+                None
+            ]
+        );
+        // The last op's ack closes the batch; the first op had no answer of its own.
+        assert!(fill_slots(&answer(102, 0), 100, &p, &mut slots));
+        assert_eq!(slots[0], None);
+        assert_eq!(slots[2], Some(Ok(())));
+    }
+
+    #[test]
+    fn fill_slots_closes_the_batch_on_a_failure_of_the_last_op() {
+        let p = pending(&["10.244.1.0/26", "10.244.2.0/26"]);
+        let mut slots: Vec<Option<Result<(), NetlinkError>>> = vec![None; 2];
+        assert!(fill_slots(&answer(u32::MAX, -nix::libc::ENODEV), u32::MAX - 1, &p, &mut slots));
+        assert_eq!(
+            slots,
+            [None, Some(Err(NetlinkError::Kernel { op: NetlinkOp::WriteRoute, target: key("10.244.2.0/26").to_string(), errno: nix::errno::Errno::ENODEV }))]
+        );
+    }
+
+    /// Flags and sequence numbers of the messages in `buf`.
+    fn headers(buf: &[u8]) -> Vec<(u16, u32)> {
+        let mut out = Vec::new();
+        let mut off = 0;
+        while off < buf.len() {
+            let nl = NetlinkBuffer::new_checked(&buf[off..]).unwrap();
+            out.push((nl.flags(), nl.sequence_number()));
+            off += align(nl.length() as usize);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn only_the_last_message_of_a_batch_asks_for_an_ack() {
+        use rtnetlink::packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
+        let target = RouteTarget {
+            kind: RouteKind::Unicast,
+            gateway: Some("10.0.0.12".parse().unwrap()),
+            device: Some("eth0".into()),
+            onlink: true,
+            protocol: 80,
+            scope: 0,
+        };
+        let write = |dst: &str, exclusive: bool| RouteOp::Write { route: KernelRoute { key: key(dst), target: target.clone() }, oif: Some(2), exclusive };
+        let ops = [write("10.244.1.0/26", true), RouteOp::Delete { key: key("10.244.2.0/26"), protocol: 80 }, write("10.244.3.0/26", false)];
+        let mut b = Batcher::open().unwrap();
+        b.seq = 7;
+        let p = b.serialize(&ops, 256);
+        assert_eq!(
+            p.iter().map(|p| (p.op, p.key)).collect::<Vec<_>>(),
+            [(NetlinkOp::WriteRoute, key("10.244.1.0/26")), (NetlinkOp::DeleteRoute, key("10.244.2.0/26")), (NetlinkOp::WriteRoute, key("10.244.3.0/26"))]
+        );
+        assert_eq!(
+            headers(&b.send_buf),
+            [(NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL, 7), (NLM_F_REQUEST, 8), (NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE, 9)]
+        );
+        // A window of 2: the batch ends at the second op, which asks for the ack.
+        let p = b.serialize(&ops, 2);
+        assert_eq!(p.len(), 2);
+        assert_eq!(headers(&b.send_buf), [(NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL, 7), (NLM_F_REQUEST | NLM_F_ACK, 8)]);
+    }
 }

@@ -188,16 +188,19 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         let now = self.clock.now();
         let mut sorted: Vec<&ClusterRoute> = routes.iter().collect();
         sorted.sort();
-        let mut next: BTreeMap<RouteKey, DesiredRoute> = BTreeMap::new();
         self.bad_desired.clear();
+        let mut converted: Vec<(RouteKey, DesiredRoute)> = Vec::with_capacity(sorted.len());
         for r in sorted {
             match to_kernel_route(r, &self.settings) {
-                Ok(d) => {
-                    next.entry(d.route.key).or_insert(d);
-                }
+                Ok(d) => converted.push((d.route.key, d)),
                 Err(e) => self.bad_desired.push(e),
             }
         }
+        // The first route of a key in ClusterRoute order wins: the sort is stable and `dedup_by`
+        // keeps the first of each run. Built in one pass from the sorted run (no search per key).
+        converted.sort_by_key(|a| a.0);
+        converted.dedup_by(|later, first| later.0 == first.0);
+        let next: BTreeMap<RouteKey, DesiredRoute> = converted.into_iter().collect();
         // Removed keys.
         let removed: Vec<RouteKey> = self.desired.keys().filter(|k| !next.contains_key(k)).copied().collect();
         for key in removed {
@@ -219,19 +222,21 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 self.handovers.begin(key, h, now);
             }
         }
-        // Added or changed keys.
-        for (key, d) in next {
+        // Added or changed keys; `desired` becomes `next` (every key left in it is in `next`).
+        let mut changed = BTreeSet::new();
+        for (key, d) in &next {
             // A prefix we program again: a stepped-aside copy of it goes once the new route is
             // in (plan_deletes holds it if that write fails).
-            if let Some(copy) = self.handovers.resume(&key, now) {
+            if let Some(copy) = self.handovers.resume(key, now) {
                 self.dirty.insert(copy);
             }
-            if self.desired.get(&key) != Some(&d) {
-                self.retries.clear(&key);
-                self.dirty.insert(key);
-                self.desired.insert(key, d);
+            if self.desired.get(key) != Some(d) {
+                self.retries.clear(key);
+                changed.insert(*key);
             }
         }
+        self.dirty.append(&mut changed);
+        self.desired = next;
     }
 
     /// Fold one netlink notification into the kernel view; marks keys for the next apply.

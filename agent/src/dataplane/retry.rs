@@ -59,12 +59,15 @@ impl Retries {
 
     /// `key` converged, changed or was freed: its next try may go at once.
     pub(super) fn clear(&mut self, key: &RouteKey) {
-        self.by_key.remove(key);
+        // Nothing to hash for when nothing failed (every key of a cold start passes here).
+        if !self.by_key.is_empty() {
+            self.by_key.remove(key);
+        }
     }
 
     /// Whether `key` must still wait at `now`.
     pub(super) fn waiting(&self, key: &RouteKey, now: Instant) -> bool {
-        self.by_key.get(key).is_some_and(|r| r.not_before > now)
+        !self.by_key.is_empty() && self.by_key.get(key).is_some_and(|r| r.not_before > now)
     }
 
     /// When `key` may be tried again, if it failed.

@@ -19,6 +19,7 @@ macro_rules! registry {
 registry! {
     cold_program_10k,
     cold_program_vs_bird,
+    cold_program_vs_floor,
     resync_100k,
     compute_100k,
     watch_overhead,
