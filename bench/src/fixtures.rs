@@ -12,7 +12,9 @@ use std::sync::Arc;
 use anyhow::Result;
 use ipnet::IpNet;
 use routewarden::model::{Affinity, AllocationAttributes, Cluster, EncapMode, IpPool, IpamBlock, Node, NodeForm};
-use routewarden::routes::{ClusterRoute, RouteOrigin};
+use routewarden::ownership::{OwnershipConfig, Role, VersionChoice};
+use routewarden::plan::PlanConfig;
+use routewarden::routes::{ClusterRoute, RouteDevices, RouteOrigin};
 use routewarden::vocabulary::{PoolClass, RoutePath};
 
 use crate::ComputeSize;
@@ -48,6 +50,18 @@ pub fn cluster_routes(n: usize) -> Vec<ClusterRoute> {
 }
 
 /// The IPv4 address with the numeric value `a`.
+/// The plan settings the app would use for `node` in Felix's role with the default devices,
+/// protocol 80 and the main table (what compute-100k and kube-100k plan with).
+pub fn felix_plan_config(node: &str) -> PlanConfig {
+    PlanConfig {
+        node: node.to_owned(),
+        ownership: OwnershipConfig { role: Role::Felix, version: VersionChoice::Auto, node: Some(node.to_owned()) },
+        devices: RouteDevices::default(),
+        protocol: 80,
+        table: 254,
+    }
+}
+
 pub fn v4(a: u32) -> Ipv4Addr {
     Ipv4Addr::from(a)
 }

@@ -16,12 +16,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use routewarden::datastore::Snapshot;
-use routewarden::ownership::{OwnershipConfig, Role, VersionChoice};
-use routewarden::plan::{self, PlanConfig};
+use routewarden::plan;
 use routewarden::routes::{desired_routes, RouteDevices};
 use routewarden::vocabulary::PoolClass;
 
-use crate::fixtures::compute_cluster;
+use crate::fixtures::{compute_cluster, felix_plan_config};
 use crate::procfs::proc_mem_kib;
 use crate::report::{kv, ms};
 use crate::runs::rw_program_median;
@@ -71,14 +70,7 @@ pub fn compute_in_process(size: ComputeSize, runs: usize) -> Result<ComputeFigur
 /// given the previous one's programmed classes and owned pools, as the app does.
 fn plan_median(cluster: Arc<routewarden::model::Cluster>, runs: usize) -> Duration {
     let snapshot = Snapshot { cluster, object_errors: Vec::new(), load_errors: Vec::new(), inputs: 1, settled: true };
-    let node = "node-00000".to_owned();
-    let config = PlanConfig {
-        node: node.clone(),
-        ownership: OwnershipConfig { role: Role::Felix, version: VersionChoice::Auto, node: Some(node) },
-        devices: RouteDevices::default(),
-        protocol: 80,
-        table: 254,
-    };
+    let config = felix_plan_config("node-00000");
     let (mut programmed, mut owned, mut times) = (BTreeSet::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
         let t = Instant::now();

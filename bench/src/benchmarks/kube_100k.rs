@@ -43,12 +43,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use routewarden::datastore::{ApiGroupChoice, DatastoreEvent, KubernetesDatastore, Snapshot};
-use routewarden::ownership::{OwnershipConfig, Role, VersionChoice};
 use routewarden::plan::{self, Plan, PlanConfig};
-use routewarden::routes::RouteDevices;
 use routewarden::vocabulary::PoolClass;
 use tokio::sync::mpsc;
 
+use crate::fixtures::felix_plan_config;
 use crate::fixtures::kube::{block_change, churn_version, kube_cluster, node_name, BlockChange};
 use crate::procfs::{cpu_ticks, proc_mem_kib, reset_peak_rss};
 use crate::report::{kv, ms};
@@ -200,14 +199,7 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
         let feed = standin.feed(&calico_path("ipamblocks"));
         let log = standin.log();
         let client = standin.client();
-        let node = node_name(NODE);
-        let config = PlanConfig {
-            node: node.clone(),
-            ownership: OwnershipConfig { role: Role::Felix, version: VersionChoice::Auto, node: Some(node) },
-            devices: RouteDevices::default(),
-            protocol: 80,
-            table: 254,
-        };
+        let config = felix_plan_config(&node_name(NODE));
         let mut planner = Planner { config, programmed: BTreeSet::new(), last: None, snapshot: None, times: Vec::new() };
 
         // Baseline: the fixtures and the runtime, free heap given back, peak reset.
