@@ -26,8 +26,11 @@ pub const APT_PACKAGES: &[&str] = &[
     "libzstd-dev",
     "iproute2",
     "bpftool",
-    // protoc: etcd-client compiles etcd's gRPC protos at build time (the etcd datastore).
+    // protoc: etcd-client compiles etcd's gRPC protos at build time (the etcd datastore), and
+    // they import Google's well-known types (`google/protobuf/descriptor.proto`), which are in
+    // libprotobuf-dev, only a Recommends of protobuf-compiler (not installed here).
     "protobuf-compiler",
+    "libprotobuf-dev",
     // The QEMU lane (xtask/src/qemu.rs): emulator, static busybox for the initramfs.
     "qemu-system-x86",
     "busybox-static",

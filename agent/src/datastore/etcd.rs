@@ -19,27 +19,28 @@
 //!   error names the key (`/calico/resources/v3/projectcalico.org/ippools/p: ...`).
 //! - A key deletion removes the object; it is applied as soon as the watch delivers it, and
 //!   the watch runs only while synced.
+//!
+//! The client half (`etcd/client.rs`: etcd-client, whose build needs `protoc`) is the
+//! `etcd` feature, on by default; only `xtask` builds the agent without it, so that it
+//! compiles on a fresh machine before `cargo xtask setup` has installed `protoc`. Built
+//! without it, `--datastore etcd` fails at start and says so.
 
+#[cfg(feature = "etcd")]
+mod client;
 mod layout;
+#[cfg(feature = "etcd")]
 mod view;
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::PathBuf;
 
-use backon::{BackoffBuilder as _, ExponentialBackoff};
-use etcd_client::{Certificate, Client, ConnectOptions, EventType, GetOptions, Identity, TlsOptions, WatchOptions};
 use tokio::sync::mpsc;
 
 pub use layout::{affinity_key, block_key, classify, etcd_entry, KeyKind, AFFINITY_TYPES, PREFIX, RESOURCE_PLURALS};
+#[cfg(feature = "etcd")]
 pub(crate) use view::View;
 
 use super::error::DatastoreError;
 use super::event::{Datastore, DatastoreEvent, Snapshot};
-
-/// How long a connection attempt may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// HTTP/2 keep-alive: a silently dead etcd is noticed within interval + timeout.
-const KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(5));
 
 /// Where etcd is and how to authenticate (calicoctl's `ETCD_*` settings).
 ///
@@ -103,6 +104,7 @@ impl EtcdOptions {
 
     /// What a TLS failure is checked against, for error messages: ` (TLS: CA file ..., client
     /// certificate ...)`, empty without TLS.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code, reason = "only the client half reports TLS failures"))]
     fn tls_note(&self) -> String {
         if !self.tls() {
             return String::new();
@@ -118,21 +120,6 @@ impl EtcdOptions {
     }
 }
 
-/// An etcd client error as one line: a gRPC status by its message and the causes under it
-/// (tonic's "transport error" alone hides the TLS reason, such as `received fatal alert:
-/// BadCertificate`, in its sources), anything else with its causes once
-/// ([`crate::text::causes_once`]).
-fn describe(e: &etcd_client::Error) -> String {
-    match e {
-        etcd_client::Error::GRpcStatus(status) => {
-            let mut out = status.message().to_owned();
-            crate::text::append_causes(&mut out, std::error::Error::source(status));
-            out
-        }
-        other => crate::text::causes_once(other),
-    }
-}
-
 impl EtcdDatastore {
     pub fn new(options: EtcdOptions) -> EtcdDatastore {
         EtcdDatastore { options }
@@ -145,196 +132,43 @@ impl EtcdDatastore {
 
     /// Read the cluster once (one range read of [`PREFIX`]); no retries. Keys whose value is
     /// broken are left out and reported in the snapshot.
+    ///
+    /// Errors: [`EtcdOptions::check`]'s, then a connection or read failure naming the
+    /// endpoints (and the TLS files); built without the `etcd` feature, that.
+    #[cfg_attr(not(feature = "etcd"), allow(clippy::unused_async, reason = "async with the client half"))]
     pub async fn load(&self) -> Result<Snapshot, DatastoreError> {
         self.options.check()?;
-        let mut client = self.connect().await.map_err(DatastoreError::Etcd)?;
-        let (_, kvs) = self.range_read(&mut client).await.map_err(DatastoreError::Etcd)?;
-        let mut view = View::default();
-        view.reset(kvs);
-        Ok(view.snapshot())
-    }
-
-    /// A connected client. Errors name the endpoints and the TLS files.
-    async fn connect(&self) -> Result<Client, String> {
-        let options = self.connect_options()?;
-        Client::connect(&self.options.endpoints, Some(options))
-            .await
-            .map_err(|e| format!("etcd {}: cannot connect: {}{}", self.endpoints(), describe(&e), self.options.tls_note()))
-    }
-
-    /// Every key under [`PREFIX`] and the revision they were read at.
-    async fn range_read(&self, client: &mut Client) -> Result<(i64, Vec<(String, Vec<u8>)>), String> {
-        let mut read = client
-            .get(PREFIX, Some(GetOptions::new().with_prefix()))
-            .await
-            .map_err(|e| format!("etcd {}: range read of {PREFIX}: {}{}", self.endpoints(), describe(&e), self.options.tls_note()))?;
-        let revision = read.header().map_or(0, etcd_client::ResponseHeader::revision);
-        let kvs = read.take_kvs().into_iter().map(|kv| {
-            let (key, value) = kv.into_key_value();
-            (String::from_utf8_lossy(&key).into_owned(), value)
-        });
-        Ok((revision, kvs.collect()))
-    }
-
-    fn endpoints(&self) -> String {
-        self.options.endpoints.join(",")
-    }
-
-    /// The connection options, reading the TLS files. Errors name the file.
-    fn connect_options(&self) -> Result<ConnectOptions, String> {
-        let read = |p: &Path, what: &str| std::fs::read(p).map_err(|e| format!("cannot read the etcd {what} {}: {e}", p.display()));
-        let mut options = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_keep_alive(KEEP_ALIVE.0, KEEP_ALIVE.1);
-        let o = &self.options;
-        if !o.tls() {
-            return Ok(options);
-        }
-        let mut tls = TlsOptions::new();
-        if let Some(ca) = &o.ca_file {
-            tls = tls.ca_certificate(Certificate::from_pem(read(ca, "CA file")?));
-        }
-        match (&o.cert_file, &o.key_file) {
-            (Some(cert), Some(key)) => tls = tls.identity(Identity::from_pem(read(cert, "certificate file")?, read(key, "key file")?)),
-            (None, None) => {}
-            _ => return Err("--etcd-cert-file and --etcd-key-file go together".to_owned()),
-        }
-        options = options.with_tls(tls);
-        Ok(options)
-    }
-
-    /// Connect, read everything, then apply the watch until it fails. Returns why it stopped
-    /// (`Ok` when the receiver is gone).
-    async fn session(&self, state: &mut State, tx: &mpsc::Sender<DatastoreEvent>) -> Result<(), Stop> {
-        let endpoints = self.endpoints();
-        let mut client = self.connect().await.map_err(Stop::Failed)?;
-        let (revision, kvs) = self.range_read(&mut client).await.map_err(Stop::Failed)?;
-        state.view.reset(kvs);
-        tracing::info!(revision, keys = state.view.len(), "etcd: read {PREFIX}");
-        let mut watch = client.watch(PREFIX, Some(WatchOptions::new().with_prefix().with_start_revision(revision + 1))).await.map_err(|e| {
-            Stop::Failed(format!("etcd {endpoints}: watch of {PREFIX} from revision {}: {}{}", revision + 1, describe(&e), self.options.tls_note()))
-        })?;
-        state.publish(tx).await?;
-        if !state.synced {
-            state.synced = true;
-            state.unsynced = None;
-            send(tx, DatastoreEvent::Synced).await?;
-        }
-        state.backoff = None;
-        loop {
-            let response = match watch.message().await {
-                Ok(Some(r)) => r,
-                Ok(None) => return Err(Stop::Failed(format!("etcd {endpoints}: the watch of {PREFIX} ended"))),
-                Err(e) => return Err(Stop::Failed(format!("etcd {endpoints}: watch of {PREFIX}: {}{}", describe(&e), self.options.tls_note()))),
-            };
-            if response.compact_revision() > 0 {
-                return Err(Stop::Relist(format!(
-                    "etcd {endpoints}: watch revision compacted (oldest kept {}); re-listing {PREFIX}",
-                    response.compact_revision()
-                )));
-            }
-            if response.canceled() {
-                return Err(Stop::Relist(format!("etcd {endpoints}: watch canceled ({}); re-listing {PREFIX}", response.cancel_reason())));
-            }
-            // A snapshot is built from every key: only when an event touched one that
-            // routewarden reads (the watch of `/calico/` also carries Felix's status keys).
-            let mut changed = false;
-            for event in response.events() {
-                let Some(kv) = event.kv() else { continue };
-                let key = String::from_utf8_lossy(kv.key());
-                changed |= match event.event_type() {
-                    EventType::Put => state.view.put(&key, kv.value()),
-                    EventType::Delete => state.view.delete(&key),
-                };
-            }
-            if changed {
-                state.publish(tx).await?;
-            }
-        }
-    }
-}
-
-/// Why a session stopped.
-enum Stop {
-    /// The receiver is gone.
-    Closed,
-    /// etcd failed: back off, then reconnect.
-    Failed(String),
-    /// The watch cannot continue from where it is: re-list now.
-    Relist(String),
-}
-
-/// What survives reconnections.
-struct State {
-    view: View,
-    synced: bool,
-    /// The reason last sent with `Unsynced`.
-    unsynced: Option<String>,
-    last: Option<Snapshot>,
-    /// The retry delays since the last successful read (`None`: start afresh).
-    backoff: Option<ExponentialBackoff>,
-}
-
-impl State {
-    /// Send the snapshot if it differs from the last one sent.
-    async fn publish(&mut self, tx: &mpsc::Sender<DatastoreEvent>) -> Result<(), Stop> {
-        let snapshot = self.view.snapshot();
-        if self.last.as_ref() != Some(&snapshot) {
-            self.last = Some(snapshot.clone());
-            send(tx, DatastoreEvent::Snapshot(snapshot)).await?;
-        }
-        Ok(())
-    }
-
-    /// Become unsynced with `reason` (sent on the transition and when the reason changes).
-    async fn unsync(&mut self, tx: &mpsc::Sender<DatastoreEvent>, reason: String) -> Result<(), Stop> {
-        self.synced = false;
-        if self.unsynced.as_ref() != Some(&reason) {
-            tracing::warn!(%reason, "etcd: unsynced");
-            self.unsynced = Some(reason.clone());
-            send(tx, DatastoreEvent::Unsynced { reason }).await?;
-        }
-        Ok(())
-    }
-
-    /// The next reconnection delay ([`crate::datastore::retry_delays`], endless; the jitter is
-    /// never clipped, so agents at the longest step still retry apart).
-    fn next_delay(&mut self) -> Duration {
-        let backoff = self.backoff.get_or_insert_with(|| crate::datastore::retry_delays().build());
-        backoff.next().unwrap_or(Duration::from_secs(5))
+        #[cfg(feature = "etcd")]
+        let loaded = client::load(self).await;
+        #[cfg(not(feature = "etcd"))]
+        let loaded = Err(not_built());
+        loaded
     }
 }
 
 fn no_endpoints() -> DatastoreError {
     DatastoreError::Etcd("no etcd endpoints: set --etcd-endpoints (or ETCD_ENDPOINTS)".to_owned())
 }
-
-async fn send(tx: &mpsc::Sender<DatastoreEvent>, event: DatastoreEvent) -> Result<(), Stop> {
-    tx.send(event).await.map_err(|_| Stop::Closed)
+/// The error of every etcd operation in a build without the `etcd` feature.
+#[cfg(not(feature = "etcd"))]
+fn not_built() -> DatastoreError {
+    DatastoreError::Etcd("this routewarden was built without the `etcd` feature (cargo build --features etcd; it needs protoc)".to_owned())
 }
 
 impl Datastore for EtcdDatastore {
     fn describe(&self) -> String {
         format!("etcd:{}", self.options.endpoints.join(","))
     }
-
     async fn run(self, tx: mpsc::Sender<DatastoreEvent>) -> Result<(), DatastoreError> {
         self.options.check()?;
-        let mut state = State { view: View::default(), synced: false, unsynced: None, last: None, backoff: None };
-        loop {
-            let (reason, delay) = match self.session(&mut state, &tx).await {
-                Ok(()) | Err(Stop::Closed) => return Ok(()),
-                Err(Stop::Failed(reason)) => (reason, Some(state.next_delay())),
-                Err(Stop::Relist(reason)) => (reason, None),
-            };
-            if let Err(Stop::Closed) = state.unsync(&tx, reason).await {
-                return Ok(());
-            }
-            if let Some(delay) = delay {
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => {}
-                    () = tx.closed() => return Ok(()),
-                }
-            }
-        }
+        #[cfg(feature = "etcd")]
+        let ran = client::run(&self, &tx).await;
+        #[cfg(not(feature = "etcd"))]
+        let ran = {
+            drop(tx);
+            Err(not_built())
+        };
+        ran
     }
 }
 

@@ -33,6 +33,9 @@
 //! parses ([`block_document`], [`affinity_document`]), so one parse path serves every
 //! datastore.
 
+// The documents are made only by the view, which is the client half's (the `etcd` feature).
+#![cfg_attr(not(feature = "etcd"), allow(dead_code, reason = "the documents are read only by the etcd feature's view"))]
+
 use std::fmt::Write as _;
 
 use ipnet::IpNet;
