@@ -102,6 +102,7 @@
 
 mod discovery;
 mod error;
+mod exact_value;
 mod probe;
 mod rbac;
 mod run;
