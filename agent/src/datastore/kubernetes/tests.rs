@@ -1855,3 +1855,41 @@ async fn a_hung_api_server_is_noticed_and_every_resource_relisted() {
     drop((hung1, hung3, hung4));
     task.abort();
 }
+
+/// A list's objects are decoded one at a time as they are handed out (`ListPage`), not all
+/// before the first: an object that does not decode (a `metadata.name` that is not a string)
+/// fails that list as `Api::list` failed it, after its earlier objects were read. Nothing of
+/// the failed list reaches the view: every snapshot keeps both blocks until a good re-list,
+/// and only that one applies the deletion.
+#[tokio::test]
+async fn an_object_that_does_not_decode_fails_its_list_and_loses_nothing() {
+    let group = CalicoGroup::CrdV1;
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    let mut objects = Objects::new();
+    objects.insert("ippools", vec![pool("p", "1", "10.244.0.0/16")]);
+    objects.insert("ipamblocks", vec![block("10-244-1-0-26", "2", "10.244.1.0/26", "a"), block("10-244-2-0-26", "3", "10.244.2.0/26", "b")]);
+    let watches = script_lists(&api, group, &objects, "100");
+    let blocks = path(group, "ipamblocks");
+    let mut broken = block("10-244-3-0-26", "4", "10.244.3.0/26", "c");
+    broken["metadata"]["name"] = json!(5);
+    api.json(&format!("GET {blocks}"), list(group, "ipamblocks", "200", &[block("10-244-1-0-26", "2", "10.244.1.0/26", "a"), broken]));
+    api.json(&format!("GET {blocks}"), list(group, "ipamblocks", "201", &[block("10-244-1-0-26", "2", "10.244.1.0/26", "a")]));
+    let _relisted_watch = api.watch(&blocks);
+    let mut ds = Running::start(&api, ApiGroupChoice::Auto);
+    assert_eq!(ds.snapshot().await.cluster.ipam_blocks.len(), 2);
+    assert_eq!(ds.next().await, DatastoreEvent::Synced);
+    api.take_log();
+
+    watches["ipamblocks"].unbounded_send(event("ERROR", &status(410, "Expired", "too old resource version: 100 (190)"))).unwrap();
+    let DatastoreEvent::Unsynced { .. } = ds.next().await else { panic!("expected Unsynced") };
+    let events = ds.until_synced().await;
+    let reasons: Vec<&str> = events.iter().filter_map(|e| if let DatastoreEvent::Unsynced { reason } = e { Some(reason.as_str()) } else { None }).collect();
+    assert_eq!(
+        reasons,
+        vec!["ipamblocks.crd.projectcalico.org: list failed: Error deserializing response: items[1]: invalid type: integer `5`, expected a string at line 1 column 331"]
+    );
+    assert_deletion_only_after_the_relist(&events);
+    // The broken list, then a good one and a watch from its version.
+    assert_eq!(api.take_log(), vec![list_url(group, "ipamblocks"), list_url(group, "ipamblocks"), watch_url(group, "ipamblocks", "201")]);
+}
