@@ -289,6 +289,18 @@ fn kustomization_builds() {
     let caps = strings(&ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"]);
     assert_eq!(caps, ["NET_ADMIN", "SYS_ADMIN", "SYS_RESOURCE"].map(String::from).into(), "legacy-kernel capabilities");
 
+    // An overlay enabling the large-cluster component raises the agent's memory (kube-100k's
+    // peak is above the base 256Mi) and keeps the CPU settings and everything else.
+    let base_ds = docs.iter().find(|d| s(d, "kind") == "DaemonSet").expect("DaemonSet");
+    let out = build_overlay(tool, "large", "components: [{rel}/large-cluster]\n");
+    let docs_large = yaml_docs(&out, "large-cluster overlay");
+    let ds = docs_large.iter().find(|d| s(d, "kind") == "DaemonSet").expect("DaemonSet");
+    let resources = &ds["spec"]["template"]["spec"]["containers"][0]["resources"];
+    assert_eq!((s(&resources["requests"], "memory"), s(&resources["limits"], "memory")), ("256Mi", "512Mi"), "large-cluster memory");
+    let base_resources = &base_ds["spec"]["template"]["spec"]["containers"][0]["resources"];
+    assert_eq!((&resources["requests"]["cpu"], &resources["limits"]["cpu"]), (&base_resources["requests"]["cpu"], &base_resources["limits"]["cpu"]));
+    assert!(docs_large.iter().any(|d| s(d, "kind") == "FlowSchema"), "large-cluster overlay has its FlowSchema");
+
     // An overlay enabling the operator component reads calico-node env in both namespaces;
     // everything else stays where it was.
     let out = build_overlay(tool, "operator", "components: [{rel}/operator]\n");
