@@ -1,5 +1,9 @@
-//! Tests of the Kubernetes datastore: the RBAC table against the manifest, and the datastore
-//! against a mocked API server (tower-test) that asserts the exact requests.
+//! Tests of the Kubernetes datastore against a mocked API server (tower-test) that asserts
+//! the exact requests. This file holds the mocked server (`fake`) and the scripting helpers
+//! the topics share; the tests are in `tests/`: `rbac.rs` (the RBAC table against the
+//! manifest), `discovery.rs`, `sync.rs` (lists, paging, parsing, live changes), `failures.rs`
+//! (410, silent watches, outages, backoff), `optional.rs` (calico-node env, Installation),
+//! `trimmed_decode.rs` and `view_events.rs`.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
