@@ -267,6 +267,10 @@ spec:
     assert_eq!(b.allocations, vec![(0, 0), (1, 1), (3, 2)]);
     let secondary: Vec<Vec<(&str, &str)>> = b.attributes.iter().map(|a| a.secondary.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()).collect();
     assert_eq!(secondary, vec![vec![("node", "node-b"), ("type", "ipipTunnelAddress")], vec![("node", "node-b")], vec![("node", "node-c")]]);
+    // Sized exactly (a growing Vec's least capacity is 4: ~27 MB of kube-100k's view).
+    assert_eq!((b.allocations.capacity(), b.attributes.capacity()), (3, 3));
+    let capacities: Vec<usize> = b.attributes.iter().map(|a| a.secondary.capacity()).collect();
+    assert_eq!(capacities, vec![2, 1, 1]);
     assert_eq!(b.allocation_of(ip("10.244.1.3")).map(|a| (a.ordinal, a.attributes.node())), Some((3, Some("node-c"))));
     assert_eq!(b.allocation_of(ip("10.244.1.2")), None, "a free ordinal between allocated ones");
     assert_eq!(b.allocation_of(ip("10.244.1.15")), None, "the last, free ordinal");
