@@ -95,8 +95,10 @@ const APPLETS: &[&str] = &[
     "dmesg", "env", "seq", "mv", "touch",
 ];
 
-/// Guest wall-clock limit.
-const GUEST_TIMEOUT: Duration = Duration::from_mins(7);
+/// Guest wall-clock limit: a hang's bound, not a speed target. The lane runs under TCG, whose
+/// speed follows the host: on 2026-12-03 two CI runs on this machine kind reached 7 min in
+/// the last test binary (route_detector), every test until then passing.
+const GUEST_TIMEOUT: Duration = Duration::from_mins(12);
 
 /// Result of the lane.
 #[derive(Debug, Default)]
