@@ -491,6 +491,20 @@ fn pool(name: &str, rv: &str, cidr: &str) -> Json {
     object(CalicoGroup::CrdV1, "ippools", name, rv, &json!({"cidr": cidr, "ipipMode": "Always", "vxlanMode": "Never"}))
 }
 
+/// Discovery, IP pool `p` and two IPAM blocks (10.244.1.0/26 of node a, 10.244.2.0/26 of b)
+/// scripted at resourceVersion 100: the API, each resource's watch, and the blocks' path for
+/// scripting the re-lists a test needs.
+fn two_blocks_scripted(group: CalicoGroup) -> (StdArc<FakeApi>, BTreeMap<&'static str, UnboundedSender<Bytes>>, String) {
+    let api = StdArc::new(FakeApi::default());
+    script_discovery(&api, group);
+    let mut objects = Objects::new();
+    objects.insert("ippools", vec![pool("p", "1", "10.244.0.0/16")]);
+    objects.insert("ipamblocks", vec![block("10-244-1-0-26", "2", "10.244.1.0/26", "a"), block("10-244-2-0-26", "3", "10.244.2.0/26", "b")]);
+    let watches = script_lists(&api, group, &objects, "100");
+    let blocks = path(group, "ipamblocks");
+    (api, watches, blocks)
+}
+
 fn block(name: &str, rv: &str, cidr: &str, node: &str) -> Json {
     object(
         CalicoGroup::CrdV1,

@@ -9,13 +9,7 @@ use super::*;
 async fn two_blocks_then_one_relisted(
     group: CalicoGroup,
 ) -> (StdArc<FakeApi>, BTreeMap<&'static str, UnboundedSender<Bytes>>, UnboundedSender<Bytes>, Running) {
-    let api = StdArc::new(FakeApi::default());
-    script_discovery(&api, group);
-    let mut objects = Objects::new();
-    objects.insert("ippools", vec![pool("p", "1", "10.244.0.0/16")]);
-    objects.insert("ipamblocks", vec![block("10-244-1-0-26", "2", "10.244.1.0/26", "a"), block("10-244-2-0-26", "3", "10.244.2.0/26", "b")]);
-    let watches = script_lists(&api, group, &objects, "100");
-    let blocks = path(group, "ipamblocks");
+    let (api, watches, blocks) = two_blocks_scripted(group);
     api.json(&format!("GET {blocks}"), list(group, "ipamblocks", "200", &[block("10-244-1-0-26", "2", "10.244.1.0/26", "a")]));
     let relisted_watch = api.watch(&blocks);
     let mut ds = Running::start(&api, ApiGroupChoice::Auto);
@@ -255,13 +249,7 @@ async fn empty_relist_is_held_by_the_breaker_and_a_restored_list_costs_nothing()
 #[tokio::test]
 async fn cache_lists_hold_deletions_for_the_settle_period_after_every_list() {
     let group = CalicoGroup::CrdV1;
-    let api = StdArc::new(FakeApi::default());
-    script_discovery(&api, group);
-    let mut objects = Objects::new();
-    objects.insert("ippools", vec![pool("p", "1", "10.244.0.0/16")]);
-    objects.insert("ipamblocks", vec![block("10-244-1-0-26", "2", "10.244.1.0/26", "a"), block("10-244-2-0-26", "3", "10.244.2.0/26", "b")]);
-    let watches = script_lists(&api, group, &objects, "100");
-    let blocks = path(group, "ipamblocks");
+    let (api, watches, blocks) = two_blocks_scripted(group);
     api.json(&format!("GET {blocks}"), list(group, "ipamblocks", "200", &[block("10-244-1-0-26", "2", "10.244.1.0/26", "a")]));
     let _relisted = api.watch(&blocks);
     let settle = Duration::from_millis(400);

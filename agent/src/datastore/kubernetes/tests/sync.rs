@@ -569,13 +569,7 @@ async fn one_shot_load_lists_everything_and_watches_nothing() {
 #[tokio::test]
 async fn an_object_that_does_not_decode_fails_its_list_and_loses_nothing() {
     let group = CalicoGroup::CrdV1;
-    let api = StdArc::new(FakeApi::default());
-    script_discovery(&api, group);
-    let mut objects = Objects::new();
-    objects.insert("ippools", vec![pool("p", "1", "10.244.0.0/16")]);
-    objects.insert("ipamblocks", vec![block("10-244-1-0-26", "2", "10.244.1.0/26", "a"), block("10-244-2-0-26", "3", "10.244.2.0/26", "b")]);
-    let watches = script_lists(&api, group, &objects, "100");
-    let blocks = path(group, "ipamblocks");
+    let (api, watches, blocks) = two_blocks_scripted(group);
     let mut broken = block("10-244-3-0-26", "4", "10.244.3.0/26", "c");
     broken["metadata"]["name"] = json!(5);
     api.json(&format!("GET {blocks}"), list(group, "ipamblocks", "200", &[block("10-244-1-0-26", "2", "10.244.1.0/26", "a"), broken]));
