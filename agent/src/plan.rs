@@ -11,6 +11,7 @@
 //! ```
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 use serde::Serialize;
@@ -19,7 +20,7 @@ use crate::dataplane::{AuditScope, ExpectedRoute, Handover, OwnershipPolicy, Wir
 use crate::datastore::Snapshot;
 use crate::model::Cluster;
 use crate::ownership::{decide, OwnershipConfig, OwnershipDecision, Role};
-use crate::routes::{classed_routes, routable_classes, ClassedRoutes, ClusterRoute, RouteDevices, RouteOrigin, RouteProblem};
+use crate::routes::{classed_routes, routable_classes, ClassedRoutes, ClusterRoute, RouteDevices, RouteMemo, RouteOrigin, RouteProblem};
 use crate::vocabulary::{PoolClass, RoutePath, Writer, RTPROT_BIRD, RTPROT_FELIX};
 
 /// Settings the plan needs from the command line.
@@ -180,25 +181,26 @@ fn audit_expectations(
     cluster: &Cluster,
     config: &PlanConfig,
     decision: &OwnershipDecision,
-    every_class: &ClassedRoutes,
+    every_class: Vec<ClusterRoute>,
     wireguard_peers: &[(String, std::net::IpAddr)],
 ) -> (Vec<ExpectedRoute>, Vec<(IpNet, String)>, Vec<WireguardRoute>) {
-    // Expectations for the audit: per routable class, every writer's routes; for a class
-    // nobody programs, its prefixes with the ownership finding's reason.
-    // Sized for every route of every class from two writers (the usual case, Felix and BIRD
-    // or routewarden in one's place): at 100,000 blocks the vector would otherwise be copied
-    // a dozen times as it grows.
-    let mut expected = Vec::with_capacity(every_class.routes().len() * 2);
     let mut unowned = Vec::new();
     let mut wireguard: Vec<WireguardRoute> = Vec::new();
     let me = cluster.nodes.get(config.node.as_str());
     // The plan's one pass over the blocks for every routable class, split by class: a
     // destination is in one pool (overlapping pools are rejected), so each class's routes are
-    // those `desired_routes` computes for that class alone (issue 23).
-    let mut by_class: std::collections::BTreeMap<PoolClass, Vec<&ClusterRoute>> = std::collections::BTreeMap::new();
-    for r in every_class.routes() {
+    // those `desired_routes` computes for that class alone (issue 23). The routes are moved
+    // into the expectations of a class's last writer and copied for the others: at 100,000
+    // blocks a copy of a route is a few cache misses (its shared names' counts).
+    let mut by_class: std::collections::BTreeMap<PoolClass, Vec<ClusterRoute>> = std::collections::BTreeMap::new();
+    for r in every_class {
         by_class.entry(r.class).or_default().push(r);
     }
+    // Sized for every route of every class from each of its writers: at 100,000 blocks the
+    // vector would otherwise be copied a dozen times as it grows, and the plan keeps it.
+    let mut expected = Vec::with_capacity(by_class.iter().map(|(c, routes)| routes.len() * decision.writers_of(*c).len()).sum());
+    // BIRD's next hop per node (its BGP address of the family), looked up once per node.
+    let mut bgp_of: std::collections::HashMap<(Arc<str>, bool), Option<std::net::IpAddr>> = std::collections::HashMap::new();
     for class in routable_classes() {
         let routes = by_class.remove(&class).unwrap_or_default();
         let writers = decision.writers_of(class);
@@ -207,7 +209,9 @@ fn audit_expectations(
             unowned.extend(routes.iter().filter(|r| r.path != RoutePath::Blackhole).map(|r| (r.dst, f.message.clone())));
             continue;
         }
-        for w in writers {
+        let mut routes = Some(routes);
+        let last = writers.len() - 1;
+        for (i, w) in writers.into_iter().enumerate() {
             let protocol = writer_protocol(w, cluster, &config.node, config.protocol);
             // BIRD learns a family's routes only over BGP sessions of that family, which peer
             // from this node's BGP address of the family (confd's mesh peers are rendered from
@@ -216,38 +220,41 @@ fn audit_expectations(
             // Whoever takes BIRD's place (BIRD, or routewarden in BIRD's role) leaves routes to
             // WireGuard peers to Felix's WireGuard routing: listed, not expected.
             let bird_like = w == Writer::Bird || (w == Writer::Routewarden && config.ownership.role == Role::Bird);
-            let routes: Vec<&ClusterRoute> = routes
-                .iter()
-                .copied()
-                .filter(|r| {
-                    let wg = if bird_like { wireguard_peer_of(r, wireguard_peers) } else { None };
-                    let keep = wg.is_none();
-                    wireguard.extend(wg);
-                    keep
-                })
-                .collect();
-            expected.extend(routes.into_iter().filter(|r| speaks(r)).filter_map(|r| {
-                let mut route = r.clone();
+            let these = if i == last { routes.take().unwrap_or_default() } else { routes.clone().unwrap_or_default() };
+            for mut route in these {
+                if bird_like {
+                    if let Some(wg) = wireguard_peer_of(&route, wireguard_peers) {
+                        wireguard.push(wg);
+                        continue;
+                    }
+                }
+                if !speaks(&route) {
+                    continue;
+                }
                 if w == Writer::Bird {
                     // BIRD learns routes from the node that exports them, so a node's tunnel
                     // address is not among them: it is an address on that node's tunl0, not a
                     // route BIRD's kernel protocol learns there [inferred from confd's
                     // bird.cfg.template: kernel routes and IPAM blocks are exported].
                     if matches!(route.origin, RouteOrigin::TunnelAddress { .. }) {
-                        return None;
+                        continue;
                     }
                     // Its next hop is the peer's BGP address, bare or not (confd renders mesh
                     // peers from `spec.bgp.ipv4Address` without its prefix), where Felix's
                     // tunnel routes use `extractNodeAddress` (issue 21).
                     let v6 = route.dst.addr().is_ipv6();
-                    if let Some(bgp) = route.origin.node().and_then(|n| cluster.nodes.get(n)).and_then(|n| n.bgp_address(v6)) {
-                        if route.gateway.is_some() {
-                            route.gateway = Some(bgp.addr());
+                    let bgp = match &route.origin {
+                        RouteOrigin::RemoteBlock { node, .. } | RouteOrigin::BorrowedIp { node, .. } | RouteOrigin::TunnelAddress { node, .. } => {
+                            *bgp_of.entry((node.clone(), v6)).or_insert_with(|| cluster.nodes.get(node).and_then(|n| n.bgp_address(v6)).map(|a| a.addr()))
                         }
+                        RouteOrigin::OwnBlock { .. } => None,
+                    };
+                    if let (Some(bgp), true) = (bgp, route.gateway.is_some()) {
+                        route.gateway = Some(bgp);
                     }
                 }
-                Some(ExpectedRoute { route, owner: w, protocol })
-            }));
+                expected.push(ExpectedRoute { route, owner: w, protocol });
+            }
         }
     }
     wireguard.sort();
@@ -262,11 +269,24 @@ fn audit_expectations(
 /// remove. Retired CIDRs are forgotten on restart (the audit then reports such routes as
 /// stale).
 pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolClass>, previous_owned: &[IpNet]) -> Plan {
-    let cluster = &snapshot.cluster;
-    let decision = decide(cluster, &config.ownership);
     // One pass over the IPAM blocks for every routable class: the programmed classes' routes
     // are taken from it, and the audit's expectations of every writer.
-    let every_class = classed_routes(cluster, &config.node, &routable_classes(), &config.devices);
+    let every_class = classed_routes(&snapshot.cluster, &config.node, &routable_classes(), &config.devices);
+    plan_from(snapshot, config, previous, previous_owned, every_class)
+}
+
+/// [`plan`], with the route pass kept in `memo` between snapshots ([`RouteMemo`]): what the
+/// agent runs on every snapshot, so that a change of one IPAM block costs that block's routes
+/// rather than a pass over every block. Equal to [`plan`] of the same arguments.
+pub fn plan_with(memo: &mut RouteMemo, snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolClass>, previous_owned: &[IpNet]) -> Plan {
+    let every_class = memo.classed_routes(&snapshot.cluster, &config.node, &routable_classes(), &config.devices);
+    plan_from(snapshot, config, previous, previous_owned, every_class)
+}
+
+/// The plan of `snapshot` given the routes of every routable class (`every_class`).
+fn plan_from(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolClass>, previous_owned: &[IpNet], every_class: ClassedRoutes) -> Plan {
+    let cluster = &snapshot.cluster;
+    let decision = decide(cluster, &config.ownership);
     let mut computed = every_class.select(&decision.programmed);
     // WireGuard (reference §1, confd `processWireguardPeerFilter`): BIRD's kernel filter rejects
     // every route whose next hop is a WireGuard peer of this node ("WireGuard routes handled by
@@ -330,7 +350,7 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
         }
     }
 
-    let (expected, unowned, wireguard) = audit_expectations(cluster, config, &decision, &every_class, &wireguard_peers);
+    let (expected, unowned, wireguard) = audit_expectations(cluster, config, &decision, every_class.into_routes(), &wireguard_peers);
     let mut cluster_cidrs: Vec<IpNet> = routable_classes().into_iter().flat_map(|c| pool_cidrs(&decision, c)).collect();
     cluster_cidrs.sort();
     let audit_scope = AuditScope { table: config.table, cluster_cidrs, devices: config.devices.clone(), our_protocol: config.protocol, unowned, wireguard };

@@ -412,3 +412,216 @@ proptest! {
         prop_assert_eq!(d, d2);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The route pass kept between snapshots (`RouteMemo`) against the full pass
+
+/// One IPAM block of a [`MemoSpec`]: CIDR slot (0..4 in the IPIP pool, 4..6 in the no-encap
+/// pool), a /32 inside the slot instead of its /28 (its address is the /28's ordinal 1), its
+/// affine node, allocations (node index, `nodes` = no node recorded) and the `deleted` flag.
+#[derive(Clone, Debug, PartialEq)]
+struct MemoBlock {
+    slot: usize,
+    slash32: bool,
+    host: Option<usize>,
+    allocs: Vec<Option<usize>>,
+    deleted: bool,
+}
+
+/// A cluster of four nodes, two pools and up to a dozen blocks and affinities, with /32 blocks
+/// inside /28 blocks (two routes to one destination), tunnel addresses inside blocks and conflicting affinities: the
+/// shapes the kept pass must get right when one of them changes.
+#[derive(Clone, Debug)]
+struct MemoSpec {
+    /// (has an address, subnet, IPIP tunnel address as (slot, ordinal)).
+    nodes: Vec<(bool, u8, Option<(usize, usize)>)>,
+    mode: &'static str,
+    blocks: Vec<MemoBlock>,
+    /// (slot, node, state).
+    affinities: Vec<(usize, usize, &'static str)>,
+}
+
+const MEMO_NODES: usize = 4;
+
+fn memo_block() -> impl Strategy<Value = MemoBlock> {
+    (0usize..6, prop::bool::weighted(0.2), prop::option::weighted(0.8, 0..MEMO_NODES), prop::collection::vec(prop::option::of(0..=MEMO_NODES), 0..6), prop::bool::weighted(0.1))
+        .prop_map(|(slot, slash32, host, allocs, deleted)| MemoBlock { slot, slash32, host, allocs, deleted })
+}
+
+fn memo_nodes() -> impl Strategy<Value = Vec<(bool, u8, Option<(usize, usize)>)>> {
+    prop::collection::vec((prop::bool::weighted(0.85), 0u8..2, prop::option::weighted(0.4, (0usize..6, 0usize..6))), MEMO_NODES)
+}
+
+fn memo_affinity() -> impl Strategy<Value = (usize, usize, &'static str)> {
+    (0usize..6, 0..MEMO_NODES, prop::sample::select(vec!["confirmed", "pending", "pendingDeletion"]))
+}
+
+/// One change to a spec.
+#[derive(Clone, Debug)]
+enum MemoEdit {
+    SetBlock(usize, MemoBlock),
+    RemoveBlock(usize),
+    AddBlock(MemoBlock),
+    AddAffinity((usize, usize, &'static str)),
+    RemoveAffinity(usize),
+    Nodes(Vec<(bool, u8, Option<(usize, usize)>)>),
+    Mode(&'static str),
+}
+
+fn memo_edit() -> impl Strategy<Value = MemoEdit> {
+    prop_oneof![
+        4 => (0usize..16, memo_block()).prop_map(|(i, b)| MemoEdit::SetBlock(i, b)),
+        2 => (0usize..16).prop_map(MemoEdit::RemoveBlock),
+        2 => memo_block().prop_map(MemoEdit::AddBlock),
+        1 => memo_affinity().prop_map(MemoEdit::AddAffinity),
+        1 => (0usize..8).prop_map(MemoEdit::RemoveAffinity),
+        1 => memo_nodes().prop_map(MemoEdit::Nodes),
+        1 => prop::sample::select(vec!["Always", "CrossSubnet"]).prop_map(MemoEdit::Mode),
+    ]
+}
+
+impl MemoEdit {
+    fn apply(&self, s: &mut MemoSpec) {
+        match self {
+            MemoEdit::SetBlock(i, b) if !s.blocks.is_empty() => {
+                let n = s.blocks.len();
+                s.blocks[i % n] = b.clone();
+            }
+            MemoEdit::RemoveBlock(i) if !s.blocks.is_empty() => {
+                let n = s.blocks.len();
+                s.blocks.remove(i % n);
+            }
+            MemoEdit::SetBlock(_, b) | MemoEdit::AddBlock(b) => s.blocks.push(b.clone()),
+            MemoEdit::AddAffinity(a) => s.affinities.push(*a),
+            MemoEdit::RemoveAffinity(i) if !s.affinities.is_empty() => {
+                let n = s.affinities.len();
+                s.affinities.remove(i % n);
+            }
+            MemoEdit::RemoveBlock(_) | MemoEdit::RemoveAffinity(_) => {}
+            MemoEdit::Nodes(nodes) => s.nodes.clone_from(nodes),
+            MemoEdit::Mode(m) => s.mode = m,
+        }
+    }
+}
+
+fn slot_cidr(slot: usize, slash32: bool) -> IpNet {
+    let pool = if slot < 4 { 244 } else { 245 };
+    let base = (slot % 4) * 16;
+    if slash32 {
+        format!("10.{pool}.0.{}/32", base + 1).parse().unwrap()
+    } else {
+        format!("10.{pool}.0.{base}/28").parse().unwrap()
+    }
+}
+
+/// The spec as one YAML text; of blocks with the same name the last is kept.
+fn memo_yaml(s: &MemoSpec) -> String {
+    let mut out = vec![
+        format!("apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {{name: tunnel}}\nspec: {{cidr: 10.244.0.0/16, ipipMode: {}, blockSize: 28}}\n", s.mode),
+        "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: flat}\nspec: {cidr: 10.245.0.0/16, blockSize: 28}\n".to_owned(),
+    ];
+    for (i, (has_addr, subnet, tunnel)) in s.nodes.iter().enumerate() {
+        let mut bgp = Vec::new();
+        if *has_addr {
+            bgp.push(format!("ipv4Address: {}/24", node_ip(i, *subnet)));
+        }
+        if let Some((slot, ordinal)) = tunnel {
+            bgp.push(format!("ipv4IPIPTunnelAddr: {}", routewarden::model::nth_ip(slot_cidr(*slot, false), *ordinal).unwrap()));
+        }
+        out.push(format!("apiVersion: projectcalico.org/v3\nkind: Node\nmetadata: {{name: {}}}\nspec: {{bgp: {{{}}}}}\n", node_name(i), bgp.join(", ")));
+    }
+    let mut blocks = std::collections::BTreeMap::new();
+    for b in &s.blocks {
+        let cidr = slot_cidr(b.slot, b.slash32);
+        blocks.insert(routewarden::model::block_name(cidr), (cidr, b));
+    }
+    for (name, (cidr, b)) in blocks {
+        let affinity = b.host.map(|h| format!("affinity: \"host:{}\", ", node_name(h))).unwrap_or_default();
+        let (mut attrs, mut allocations) = (Vec::new(), Vec::new());
+        let size = if b.slash32 { 1 } else { b.allocs.len() };
+        for a in b.allocs.iter().take(size) {
+            match a {
+                None => allocations.push("null".to_owned()),
+                Some(n) => {
+                    allocations.push(attrs.len().to_string());
+                    attrs.push(if *n < MEMO_NODES { format!("{{secondary: {{node: {}}}}}", node_name(*n)) } else { "{handle_id: h}".to_owned() });
+                }
+            }
+        }
+        out.push(format!(
+            "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {{name: {name}}}\nspec: {{cidr: {cidr}, {affinity}deleted: {}, allocations: [{}], attributes: [{}]}}\n",
+            b.deleted,
+            allocations.join(", "),
+            attrs.join(", "),
+        ));
+    }
+    for (i, (slot, node, state)) in s.affinities.iter().enumerate() {
+        out.push(format!(
+            "apiVersion: crd.projectcalico.org/v1\nkind: BlockAffinity\nmetadata: {{name: aff-{i}}}\nspec: {{cidr: {}, node: {}, state: {state}, deleted: \"false\"}}\n",
+            slot_cidr(*slot, false),
+            node_name(*node)
+        ));
+    }
+    out.join("---\n")
+}
+
+/// `next` with the shared pointers of `prev` wherever an object is unchanged, as the
+/// Kubernetes datastore keeps them.
+fn share_unchanged(prev: &Cluster, mut next: Cluster) -> Cluster {
+    fn share<T: PartialEq>(prev: &std::collections::BTreeMap<std::sync::Arc<str>, std::sync::Arc<T>>, next: &mut std::collections::BTreeMap<std::sync::Arc<str>, std::sync::Arc<T>>) {
+        for (name, v) in next.iter_mut() {
+            if let Some(p) = prev.get(name).filter(|p| **p == *v) {
+                *v = p.clone();
+            }
+        }
+    }
+    share(&prev.ipam_blocks, &mut next.ipam_blocks);
+    share(&prev.block_affinities, &mut next.block_affinities);
+    share(&prev.nodes, &mut next.nodes);
+    next
+}
+
+fn memo_case() -> impl Strategy<Value = (MemoSpec, Vec<MemoEdit>, usize, bool)> {
+    (
+        memo_nodes(),
+        prop::sample::select(vec!["Always", "CrossSubnet"]),
+        prop::collection::vec(memo_block(), 0..10),
+        prop::collection::vec(memo_affinity(), 0..4),
+        prop::collection::vec(memo_edit(), 1..12),
+        0..MEMO_NODES,
+        any::<bool>(),
+    )
+        .prop_map(|(nodes, mode, blocks, affinities, edits, local, share)| (MemoSpec { nodes, mode, blocks, affinities }, edits, local, share))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// After every change of a random sequence (blocks set, added, removed; affinities added
+    /// and removed; Nodes and pool modes changed), the kept pass answers exactly what the full
+    /// pass answers: the same routes in the same order and the same problems. Unchanged
+    /// objects keep their pointers (as from the Kubernetes datastore) or are equal copies (as
+    /// from the file datastore).
+    #[test]
+    fn kept_pass_equals_the_full_pass_after_every_change((mut spec, edits, local, share) in memo_case()) {
+        let local = node_name(local);
+        let devices = RouteDevices::default();
+        let classes = routable_classes();
+        let mut memo = routewarden::routes::RouteMemo::default();
+        let mut prev = Cluster::default();
+        for (step, edit) in std::iter::once(None).chain(edits.iter().map(Some)).enumerate() {
+            if let Some(e) = edit {
+                e.apply(&mut spec);
+            }
+            let (cluster, errors) = Cluster::from_yaml_str(&memo_yaml(&spec)).unwrap();
+            prop_assert_eq!(errors, vec![]);
+            let cluster = if share { share_unchanged(&prev, cluster) } else { cluster };
+            let full = classed_routes(&cluster, &local, &classes, &devices);
+            let cluster = std::sync::Arc::new(cluster);
+            let kept = memo.classed_routes(&cluster, &local, &classes, &devices);
+            prop_assert_eq!(kept.routes(), full.routes(), "step {} ({:?})", step, edit);
+            prop_assert_eq!(&kept, &full, "step {} ({:?})", step, edit);
+            prev = (*cluster).clone();
+        }
+    }
+}

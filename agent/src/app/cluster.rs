@@ -29,6 +29,8 @@ pub(super) struct ClusterHandler {
     pub(super) programmed: BTreeSet<PoolClass>,
     pub(super) view: view::ViewState,
     pub(super) last: Option<Plan>,
+    /// The route pass kept between snapshots ([`crate::plan::plan_with`]).
+    pub(super) route_memo: crate::routes::RouteMemo,
     pub(super) commands: Option<mpsc::Sender<DataplaneCommand>>,
     /// `--host-device auto`: the host NIC found from this node's Calico address.
     pub(super) host_nic: Option<HostNicAuto>,
@@ -158,7 +160,7 @@ impl ClusterHandler {
         }
         self.metrics.record_snapshot(snap);
         let previous_owned = self.last.as_ref().map(|p| p.policy.owned.clone()).unwrap_or_default();
-        let plan = plan::plan(snap, &self.config, &self.programmed, &previous_owned);
+        let plan = plan::plan_with(&mut self.route_memo, snap, &self.config, &self.programmed, &previous_owned);
         if self.last.as_ref().is_none_or(|l| l.frozen != plan.frozen) {
             for f in &plan.frozen {
                 warn!(prefix = %f.cidr, reason = %f.reason, "frozen ground: no route here is deleted or claimed until the input is fixed");

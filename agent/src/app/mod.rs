@@ -269,6 +269,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         programmed: BTreeSet::new(),
         view: view::ViewState::default(),
         last: None,
+        route_memo: crate::routes::RouteMemo::default(),
         commands,
         host_nic: if host_auto {
             Some(HostNicAuto { nl: RtNetlink::connect().context("open the rtnetlink socket")?, error: None, snapshot: None, changed: false })

@@ -173,7 +173,7 @@ pub fn routable_classes() -> BTreeSet<PoolClass> {
 /// Problems found on the way, each with the pool class of the routes it concerns (`None`: a
 /// problem of the data whatever the classes, such as a block in no pool), so that one pass
 /// over every class can answer for a subset ([`ClassedRoutes::select`]).
-type Problems = BTreeSet<(RouteProblem, Option<PoolClass>)>;
+pub(super) type Problems = BTreeSet<(RouteProblem, Option<PoolClass>)>;
 
 /// Add `route` (from IPAM block `block`) unless its destination is taken: then the first
 /// stays and a [`RouteProblem::DuplicateDestination`] names both blocks.
@@ -200,17 +200,22 @@ pub fn desired_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
 /// pass is ~85 ms (issue 23). A subset's answer equals [`desired_routes`] for that subset:
 /// IP pools do not overlap (overlapping ones are taken out before planning), so a
 /// destination, and every problem about it, belongs to one class.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClassedRoutes {
     /// Sorted by destination, one route per destination.
-    routes: Vec<ClusterRoute>,
-    problems: Problems,
+    pub(super) routes: Vec<ClusterRoute>,
+    pub(super) problems: Problems,
 }
 
 impl ClassedRoutes {
     /// Every route computed, sorted by destination.
     pub fn routes(&self) -> &[ClusterRoute] {
         &self.routes
+    }
+
+    /// Every route computed, sorted by destination, taken out.
+    pub fn into_routes(self) -> Vec<ClusterRoute> {
+        self.routes
     }
 
     /// The routes of `classes` (cloned) and the problems that concern them or no class.
@@ -223,84 +228,131 @@ impl ClassedRoutes {
 }
 
 /// One pass over the IPAM blocks for `classes` ([`ClassedRoutes`]); the rules are the
-/// module's.
+/// module's. [`crate::routes::RouteMemo`] gives the same answer from the previous pass and
+/// what changed since.
 pub fn classed_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<PoolClass>, devices: &RouteDevices) -> ClassedRoutes {
-    let local = cluster.nodes.get(node_name).map(AsRef::as_ref);
+    let ctx = Ctx::new(cluster, node_name, devices);
     let mut problems = Problems::new();
-    if local.is_none() {
-        problems.insert((RouteProblem::LocalNodeUnknown { node: node_name.to_owned() }, None));
-    }
-    let ctx = Ctx { cluster, local_name: node_name, local, tunnel: devices.tunnel.as_str().into(), host_nic: devices.host_nic.as_str().into() };
+    problems.extend(ctx.local_problem());
 
     // Blocks in CIDR order (names break ties), so "first" is independent of input order.
     let index = BlockIndex::new(cluster);
-    let blocks = &index.blocks;
 
     // Destination -> (route, the name of the IPAM block it came from).
     let mut routes: BTreeMap<IpNet, (ClusterRoute, &str)> = BTreeMap::new();
+    let (mut found, mut found_problems) = (Vec::new(), Vec::new());
+    for &block in &index.blocks {
+        block_routes(&ctx, block, classes, &mut found, &mut found_problems);
+        problems.extend(found_problems.drain(..));
+        for r in found.drain(..) {
+            add(&mut routes, r, &block.name, &mut problems);
+        }
+    }
+    let overlay = tunnel_address_routes(&ctx, &index, classes, &mut problems);
+    overlay.clear_held(&mut problems);
+    for (dst, route) in overlay.routes {
+        routes.remove(&dst);
+        if let Some(r) = route {
+            routes.insert(dst, (r, ""));
+        }
+    }
+    problems.extend(affinity_conflicts(&index, cluster).into_iter().map(|p| (p, None)));
+    ClassedRoutes { routes: routes.into_values().map(|(r, _)| r).collect(), problems }
+}
 
-    for &block in blocks {
-        let Some((pool, class)) = ctx.routed_class(block.cidr, classes) else {
-            if cluster.pool_for(block.cidr).is_none() {
-                problems.insert((RouteProblem::BlockOutsidePools { block: block.name.to_string(), cidr: block.cidr }, None));
-            }
-            continue;
-        };
-        if block.deleted {
-            problems.insert((RouteProblem::BlockDeleted { block: block.name.to_string(), cidr: block.cidr }, Some(class)));
-            continue;
+/// What IPAM block `block` contributes to a pass for `classes`, appended to `routes` in the
+/// order the pass adds them (its own route first, then one per borrowed IP in allocation
+/// order) and to `problems`. A pure function of the block and of `ctx`'s IP pools and Nodes.
+pub(super) fn block_routes(
+    ctx: &Ctx<'_>,
+    block: &IpamBlock,
+    classes: &BTreeSet<PoolClass>,
+    routes: &mut Vec<ClusterRoute>,
+    problems: &mut Vec<(RouteProblem, Option<PoolClass>)>,
+) {
+    let Some((pool, class)) = ctx.routed_class(block.cidr, classes) else {
+        if ctx.cluster.pool_for(block.cidr).is_none() {
+            problems.push((RouteProblem::BlockOutsidePools { block: block.name.to_string(), cidr: block.cidr }, None));
         }
-        let host = block.host();
-        match host {
-            Some(h) if h == node_name => {
-                if block.cidr.prefix_len() < block.cidr.max_prefix_len() {
-                    add(
-                        &mut routes,
-                        ClusterRoute {
-                            dst: block.cidr,
-                            path: RoutePath::Blackhole,
-                            gateway: None,
-                            device: None,
-                            class,
-                            pool: pool.name.clone(),
-                            origin: RouteOrigin::OwnBlock { block: block.name.clone() },
-                        },
-                        &block.name,
-                        &mut problems,
-                    );
-                }
-            }
-            Some(h) => {
-                let origin = |node| RouteOrigin::RemoteBlock { block: block.name.clone(), node };
-                if let Some(r) = ctx.route(&block.name, block.cidr, h, pool, class, origin, &mut problems) {
-                    add(&mut routes, r, &block.name, &mut problems);
-                }
-            }
-            None => {
-                if !block.allocated().any(|a| a.attributes.node().is_some()) {
-                    problems.insert((RouteProblem::BlockWithoutOwner { block: block.name.to_string(), cidr: block.cidr }, Some(class)));
-                    continue;
-                }
+        return;
+    };
+    if block.deleted {
+        problems.push((RouteProblem::BlockDeleted { block: block.name.to_string(), cidr: block.cidr }, Some(class)));
+        return;
+    }
+    match block.host() {
+        Some(h) if h == ctx.local_name => {
+            if block.cidr.prefix_len() < block.cidr.max_prefix_len() {
+                routes.push(ClusterRoute {
+                    dst: block.cidr,
+                    path: RoutePath::Blackhole,
+                    gateway: None,
+                    device: None,
+                    class,
+                    pool: pool.name.clone(),
+                    origin: RouteOrigin::OwnBlock { block: block.name.clone() },
+                });
             }
         }
-        for alloc in block.non_affine_allocations() {
-            let Some(owner) = alloc.attributes.node() else {
-                problems.insert((RouteProblem::AllocationWithoutNode { block: block.name.to_string(), ip: alloc.ip }, Some(class)));
-                continue;
-            };
-            if owner == node_name {
-                continue; // our own workload: its route is the CNI's, not a cluster route
-            }
-            let dst = IpNet::from(alloc.ip);
-            let origin = |node| RouteOrigin::BorrowedIp { block: block.name.clone(), node };
-            if let Some(r) = ctx.route(&block.name, dst, owner, pool, class, origin, &mut problems) {
-                add(&mut routes, r, &block.name, &mut problems);
+        Some(h) => {
+            let origin = |node| RouteOrigin::RemoteBlock { block: block.name.clone(), node };
+            routes.extend(ctx.route(&block.name, block.cidr, h, pool, class, origin, problems));
+        }
+        None => {
+            if !block.allocated().any(|a| a.attributes.node().is_some()) {
+                problems.push((RouteProblem::BlockWithoutOwner { block: block.name.to_string(), cidr: block.cidr }, Some(class)));
+                return;
             }
         }
     }
-    tunnel_address_routes(&ctx, &index, classes, &mut routes, &mut problems);
-    problems.extend(affinity_conflicts(&index, cluster).into_iter().map(|p| (p, None)));
-    ClassedRoutes { routes: routes.into_values().map(|(r, _)| r).collect(), problems }
+    for alloc in block.non_affine_allocations() {
+        let Some(owner) = alloc.attributes.node() else {
+            problems.push((RouteProblem::AllocationWithoutNode { block: block.name.to_string(), ip: alloc.ip }, Some(class)));
+            continue;
+        };
+        if owner == ctx.local_name {
+            continue; // our own workload: its route is the CNI's, not a cluster route
+        }
+        let dst = IpNet::from(alloc.ip);
+        let origin = |node| RouteOrigin::BorrowedIp { block: block.name.clone(), node };
+        routes.extend(ctx.route(&block.name, dst, owner, pool, class, origin, problems));
+    }
+}
+
+/// What the tunnel-address rule does to the routes of the blocks: per destination, the route
+/// that replaces the blocks' (`None`: no route there), and the addresses Nodes hold (an
+/// allocation of one without a node is no longer a problem).
+pub(super) struct TunnelOverlay {
+    pub(super) routes: BTreeMap<IpNet, Option<ClusterRoute>>,
+    held: BTreeSet<IpAddr>,
+}
+
+impl TunnelOverlay {
+    /// Drop the [`RouteProblem::AllocationWithoutNode`] of addresses a Node holds: the Node
+    /// records who holds them.
+    pub(super) fn clear_held(&self, problems: &mut Problems) {
+        if !self.held.is_empty() {
+            problems.retain(|(p, _)| !matches!(p, RouteProblem::AllocationWithoutNode { ip, .. } if self.held.contains(ip)));
+        }
+    }
+}
+
+/// The IPAM blocks of a pass by CIDR, as the tunnel-address rule looks them up.
+pub(super) trait BlocksByCidr<'a> {
+    /// The (IPv6, prefix length) pairs of the CIDRs of blocks not deleted, ascending.
+    fn lengths(&self) -> Vec<(bool, u8)>;
+    /// The first block by name whose CIDR is `cidr` and that is not deleted.
+    fn first_live(&self, cidr: IpNet) -> Option<&'a IpamBlock>;
+}
+
+impl<'a> BlocksByCidr<'a> for BlockIndex<'a> {
+    fn lengths(&self) -> Vec<(bool, u8)> {
+        self.lengths.iter().copied().collect()
+    }
+
+    fn first_live(&self, cidr: IpNet) -> Option<&'a IpamBlock> {
+        self.with_cidr(cidr).iter().copied().find(|b| !b.deleted)
+    }
 }
 
 /// The /32s (/128s) for node tunnel addresses in blocks affine to another node (the module
@@ -313,13 +365,7 @@ pub fn classed_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
 /// `felix/dataplane/linux/route_mgr.go` `isRemoteTunnelRoute` programs it when the pool type
 /// is the manager's, with the same path choice as any route (`updateRoutes`: host NIC when
 /// same-subnet, else the tunnel). Asserted by `felix/dataplane/linux/ipip_mgr_test.go`.
-fn tunnel_address_routes<'a>(
-    ctx: &Ctx<'a>,
-    index: &BlockIndex<'a>,
-    classes: &BTreeSet<PoolClass>,
-    routes: &mut BTreeMap<IpNet, (ClusterRoute, &'a str)>,
-    problems: &mut Problems,
-) {
+pub(super) fn tunnel_address_routes<'a>(ctx: &Ctx<'a>, index: &impl BlocksByCidr<'a>, classes: &BTreeSet<PoolClass>, problems: &mut Problems) -> TunnelOverlay {
     // Address -> its holders (node, kind), by node name then kind: Felix's reference order.
     let mut refs: BTreeMap<IpAddr, Vec<(&str, TunnelAddressKind)>> = BTreeMap::new();
     for node in ctx.cluster.nodes.values() {
@@ -332,24 +378,16 @@ fn tunnel_address_routes<'a>(
             refs.entry(addr).or_default().push((&*node.name, kind));
         }
     }
+    let mut overlay = TunnelOverlay { routes: BTreeMap::new(), held: refs.keys().copied().collect() };
     if refs.is_empty() {
-        return;
+        return overlay;
     }
     // The blocks holding `addr` (the first not deleted of each CIDR), most specific first:
-    // one binary search per prefix length in use, no scan per address.
+    // one lookup per prefix length in use, no scan per address.
+    let lengths = index.lengths();
     let holding = |addr: IpAddr| -> Vec<&IpamBlock> {
-        index
-            .lengths
-            .iter()
-            .rev()
-            .filter(|(v6, _)| *v6 == addr.is_ipv6())
-            .filter_map(|&(_, len)| index.with_cidr(IpNet::new(addr, len).ok()?.trunc()).iter().copied().find(|b| !b.deleted))
-            .collect()
+        lengths.iter().rev().filter(|(v6, _)| *v6 == addr.is_ipv6()).filter_map(|&(_, len)| index.first_live(IpNet::new(addr, len).ok()?.trunc())).collect()
     };
-
-    // The Node records who holds each address: an IPAM allocation of it without a node is no
-    // longer a route that cannot be computed.
-    problems.retain(|(p, _)| !matches!(p, RouteProblem::AllocationWithoutNode { ip, .. } if refs.contains_key(ip)));
 
     for (addr, mut holders) in refs {
         holders.sort();
@@ -394,15 +432,15 @@ fn tunnel_address_routes<'a>(
             (None, Some(block)) if block.host() != Some(winner) => block,
             _ => continue, // no block of a node holds it, or the holder's own block covers it
         };
-        routes.remove(&dst);
         if winner == ctx.local_name {
-            continue; // our own tunnel address (Felix: LOCAL_TUNNEL), delivered locally
+            overlay.routes.insert(dst, None); // our own tunnel address (Felix: LOCAL_TUNNEL), delivered locally
+            continue;
         }
         let origin = |node| RouteOrigin::TunnelAddress { block: origin_block.name.clone(), node, tunnel: kind };
-        if let Some(r) = ctx.route(&origin_block.name, dst, winner, pool, class, origin, problems) {
-            routes.insert(dst, (r, &*origin_block.name));
-        }
+        let route = ctx.route(&origin_block.name, dst, winner, pool, class, origin, problems);
+        overlay.routes.insert(dst, route);
     }
+    overlay
 }
 
 /// BlockAffinities (confirmed or pending, not deleted) that name another node than their
@@ -422,24 +460,28 @@ fn affinity_conflicts(index: &BlockIndex<'_>, cluster: &Cluster) -> Vec<RoutePro
         start += index.keys[start..].iter().take_while(|k| **k < key).count();
         let end = start + index.keys[start..].iter().take_while(|k| **k == key).count();
         let Some(block) = index.blocks[start..end].last() else { continue };
-        if block.host() != Some(aff.node.as_str()) {
-            out.push(RouteProblem::AffinityConflict {
-                block: block.name.to_string(),
-                cidr: block.cidr,
-                ipam_node: block.affinity.as_ref().map_or_else(|| "no node".to_owned(), |a| format!("{:?}", a.name())),
-                affinity: aff.name.clone(),
-                claimant: aff.node.clone(),
-            });
-        }
+        out.extend(affinity_conflict(block, aff));
     }
     out
 }
 
+/// The [`RouteProblem::AffinityConflict`] of active affinity `aff` whose CIDR is that of
+/// `block` (the last block by name of the CIDR), if it names another node.
+pub(super) fn affinity_conflict(block: &IpamBlock, aff: &BlockAffinity) -> Option<RouteProblem> {
+    (block.host() != Some(aff.node.as_str())).then(|| RouteProblem::AffinityConflict {
+        block: block.name.to_string(),
+        cidr: block.cidr,
+        ipam_node: block.affinity.as_ref().map_or_else(|| "no node".to_owned(), |a| format!("{:?}", a.name())),
+        affinity: aff.name.clone(),
+        claimant: aff.node.clone(),
+    })
+}
+
 /// A CIDR as an integer key that sorts as [`IpNet`] does (IPv4 before IPv6, then address,
 /// then prefix length), compared without touching the block it belongs to.
-type CidrKey = (bool, u128, u8);
+pub(super) type CidrKey = (bool, u128, u8);
 
-fn cidr_key(cidr: IpNet) -> CidrKey {
+pub(super) fn cidr_key(cidr: IpNet) -> CidrKey {
     match cidr {
         IpNet::V4(n) => (false, u128::from(u32::from(n.addr())), n.prefix_len()),
         IpNet::V6(n) => (true, u128::from(n.addr()), n.prefix_len()),
@@ -449,7 +491,7 @@ fn cidr_key(cidr: IpNet) -> CidrKey {
 /// The IPAM blocks of one pass, sorted by (CIDR, name), with their CIDR keys alongside for
 /// lookups by binary search, and the (family, prefix length) pairs in use. Names are unique,
 /// so the order is total and does not depend on the input's.
-struct BlockIndex<'a> {
+pub(super) struct BlockIndex<'a> {
     keys: Vec<CidrKey>,
     blocks: Vec<&'a IpamBlock>,
     lengths: BTreeSet<(bool, u8)>,
@@ -473,13 +515,26 @@ impl<'a> BlockIndex<'a> {
     }
 }
 
-struct Ctx<'a> {
+/// What every route of a pass for one node is computed from besides the IPAM blocks.
+pub(super) struct Ctx<'a> {
     cluster: &'a Cluster,
     local_name: &'a str,
     local: Option<&'a Node>,
     /// The devices' names, shared by every route of the pass.
     tunnel: Arc<str>,
     host_nic: Arc<str>,
+}
+
+impl<'a> Ctx<'a> {
+    pub(super) fn new(cluster: &'a Cluster, local_name: &'a str, devices: &RouteDevices) -> Ctx<'a> {
+        let local = cluster.nodes.get(local_name).map(AsRef::as_ref);
+        Ctx { cluster, local_name, local, tunnel: devices.tunnel.as_str().into(), host_nic: devices.host_nic.as_str().into() }
+    }
+
+    /// [`RouteProblem::LocalNodeUnknown`] when this node is not in the cluster.
+    pub(super) fn local_problem(&self) -> Option<(RouteProblem, Option<PoolClass>)> {
+        self.local.is_none().then(|| (RouteProblem::LocalNodeUnknown { node: self.local_name.to_owned() }, None))
+    }
 }
 
 impl Ctx<'_> {
@@ -504,16 +559,16 @@ impl Ctx<'_> {
         pool: &IpPool,
         class: PoolClass,
         origin: impl FnOnce(Arc<str>) -> RouteOrigin,
-        problems: &mut Problems,
+        problems: &mut impl Extend<(RouteProblem, Option<PoolClass>)>,
     ) -> Option<ClusterRoute> {
         debug_assert_ne!(node, self.local_name);
         let v6 = dst.addr().is_ipv6();
         let Some(remote) = self.cluster.nodes.get(node) else {
-            problems.insert((RouteProblem::UnknownNode { block: block.to_owned(), dst, node: node.to_owned() }, Some(class)));
+            problems.extend([(RouteProblem::UnknownNode { block: block.to_owned(), dst, node: node.to_owned() }, Some(class))]);
             return None;
         };
         let Some((node_ip, _)) = remote.next_hop(v6) else {
-            problems.insert((RouteProblem::NodeWithoutAddress { node: node.to_owned(), family: if v6 { 6 } else { 4 }, dst }, Some(class)));
+            problems.extend([(RouteProblem::NodeWithoutAddress { node: node.to_owned(), family: if v6 { 6 } else { 4 }, dst }, Some(class))]);
             return None;
         };
         let same_subnet = pool.cross_subnet() && self.local.and_then(|l| l.subnet(v6)).is_some_and(|subnet| subnet.contains(&node_ip));
@@ -522,14 +577,14 @@ impl Ctx<'_> {
             _ => RoutePath::HostNic,
         };
         if path == RoutePath::HostNic && self.local.is_some_and(|l| l.host_address(v6).is_none()) {
-            problems.insert((RouteProblem::LocalNodeWithoutAddress { node: self.local_name.to_owned(), family: if v6 { 6 } else { 4 } }, Some(class)));
+            problems.extend([(RouteProblem::LocalNodeWithoutAddress { node: self.local_name.to_owned(), family: if v6 { 6 } else { 4 } }, Some(class))]);
             return None;
         }
         let (gateway, device) = match path {
             RoutePath::Tunnel => {
                 let tunnel_gateway = remote.tunnel_gateway().map(|(gw, _)| gw);
                 if tunnel_gateway != Some(node_ip) {
-                    problems.insert((RouteProblem::NextHopSourcesDisagree { node: node.to_owned(), bgp_address: node_ip, tunnel_gateway }, Some(class)));
+                    problems.extend([(RouteProblem::NextHopSourcesDisagree { node: node.to_owned(), bgp_address: node_ip, tunnel_gateway }, Some(class))]);
                 }
                 (tunnel_gateway.unwrap_or(node_ip), self.tunnel.clone())
             }

@@ -15,8 +15,10 @@ use crate::model::TunnelAddressKind;
 use crate::vocabulary::{PoolClass, RoutePath};
 
 pub mod compute;
+mod memo;
 
 pub use compute::{classed_routes, desired_routes, routable_classes, ClassedRoutes, DesiredRoutes, RouteProblem};
+pub use memo::RouteMemo;
 
 /// Why a cluster route exists.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
@@ -35,6 +37,13 @@ pub enum RouteOrigin {
 }
 
 impl RouteOrigin {
+    /// The IPAM block the route comes from.
+    pub fn block(&self) -> &Arc<str> {
+        match self {
+            RouteOrigin::RemoteBlock { block, .. } | RouteOrigin::BorrowedIp { block, .. } | RouteOrigin::OwnBlock { block } | RouteOrigin::TunnelAddress { block, .. } => block,
+        }
+    }
+
     /// The node the route leads to; `None` for an own block (a blackhole).
     pub fn node(&self) -> Option<&str> {
         match self {

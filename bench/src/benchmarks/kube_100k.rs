@@ -87,6 +87,7 @@ struct Planner {
     last: Option<Plan>,
     snapshot: Option<Snapshot>,
     times: Vec<Duration>,
+    memo: routewarden::routes::RouteMemo,
 }
 
 impl Planner {
@@ -94,7 +95,7 @@ impl Planner {
     fn plan(&mut self, snap: &Snapshot) -> Instant {
         let t = Instant::now();
         let previous_owned = self.last.as_ref().map(|p| p.policy.owned.clone()).unwrap_or_default();
-        let plan = plan::plan(snap, &self.config, &self.programmed, &previous_owned);
+        let plan = plan::plan_with(&mut self.memo, snap, &self.config, &self.programmed, &previous_owned);
         self.programmed.clone_from(&plan.decision.programmed);
         self.last = Some(plan);
         self.snapshot = Some(snap.clone());
@@ -200,7 +201,7 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
         let log = standin.log();
         let client = standin.client();
         let config = felix_plan_config(&node_name(NODE));
-        let mut planner = Planner { config, programmed: BTreeSet::new(), last: None, snapshot: None, times: Vec::new() };
+        let mut planner = Planner { config, programmed: BTreeSet::new(), last: None, snapshot: None, times: Vec::new(), memo: routewarden::routes::RouteMemo::default() };
 
         // Baseline: the fixtures and the runtime, free heap given back, peak reset.
         routewarden::app::memory::release_free_heap();
