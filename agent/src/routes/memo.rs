@@ -312,10 +312,3 @@ fn changed<'m, T: PartialEq>(
         }
     }
 }
-#[cfg(test)]
-mod size_probe {
-    #[test]
-    fn sizes() {
-        eprintln!("route {} cand {} key {} ipnet {} origin {}", std::mem::size_of::<super::ClusterRoute>(), std::mem::size_of::<super::Contribution>(), std::mem::size_of::<super::BlockKey>(), std::mem::size_of::<ipnet::IpNet>(), std::mem::size_of::<crate::routes::RouteOrigin>());
-    }
-}
