@@ -127,7 +127,7 @@ pub fn compute_cluster(size: ComputeSize) -> Cluster {
         let (allocations, attributes) = if borrowed < size.borrowed && j % every == 0 {
             borrowed += 1;
             let user = (owner + 1) % size.nodes.max(1);
-            let attrs = AllocationAttributes { handle_id: Some(format!("k8s-pod-network.{j}")), secondary: vec![("node".to_string(), node_name(user))] };
+            let attrs = AllocationAttributes { secondary: vec![("node".to_string(), node_name(user))] };
             (vec![(5, 0)], vec![attrs])
         } else {
             (Vec::new(), Vec::new())

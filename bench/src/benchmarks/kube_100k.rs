@@ -23,9 +23,9 @@
 //!   first snapshot (every object parsed) it is seconds long; this is that latency, and the
 //!   stream below starts after it, so that its figures are the steady state's;
 //! - `p50_ms` / `p99_ms`: event → plan latency. Each change is stamped with its send time,
-//!   keyed by block name and resourceVersion; when a snapshot shows the block at that version or
-//!   later ([`churn_version`]), that snapshot's plan completion minus the send time is one
-//!   sample [p99 ≤ 100 ms];
+//!   keyed by block name and resourceVersion; when a snapshot shows the change (every change is
+//!   of another block: [`shows_change`]), that snapshot's plan completion minus the send time is
+//!   one sample [p99 ≤ 100 ms];
 //! - `drain_ms`: from the last change sent until every change had been seen in a plan;
 //!   `snapshots` and `plan_ms` (median time of one plan pass) say how the stream was batched;
 //! - `lists`, `lists_cached`, `list_versions`: the list requests the stand-in logged, how many
@@ -48,7 +48,7 @@ use routewarden::vocabulary::PoolClass;
 use tokio::sync::mpsc;
 
 use crate::fixtures::felix_plan_config;
-use crate::fixtures::kube::{block_change, churn_version, kube_cluster, node_name, BlockChange};
+use crate::fixtures::kube::{block_change, kube_cluster, node_name, shows_change, BlockChange};
 use crate::procfs::{cpu_ticks, proc_mem_kib, reset_peak_rss};
 use crate::report::{kv, ms};
 use crate::standin::{calico_path, wait_drained, StandIn};
@@ -127,8 +127,8 @@ async fn consume(mut rx: mpsc::Receiver<DatastoreEvent>, mut planner: Planner, p
                         DatastoreEvent::Snapshot(s) => {
                             let done = planner.plan(&s);
                             snapshots += 1;
-                            pending.lock().unwrap_or_else(PoisonError::into_inner).retain(|(block, rv), sent| {
-                                let seen = s.cluster.ipam_blocks.get(block.as_str()).and_then(|b| churn_version(b)).is_some_and(|v| v >= *rv);
+                            pending.lock().unwrap_or_else(PoisonError::into_inner).retain(|(block, _), sent| {
+                                let seen = s.cluster.ipam_blocks.get(block.as_str()).is_some_and(|b| shows_change(b));
                                 if seen {
                                     samples.push(done.saturating_duration_since(*sent));
                                 }
@@ -240,7 +240,7 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
             match tokio::time::timeout(LIMIT, rx.recv()).await {
                 Ok(Some(DatastoreEvent::Snapshot(s))) => {
                     let done = planner.plan(&s);
-                    if s.cluster.ipam_blocks.get(warm_up.block.as_str()).and_then(|b| churn_version(b)).is_some_and(|v| v >= warm_up.resource_version) {
+                    if s.cluster.ipam_blocks.get(warm_up.block.as_str()).is_some_and(|b| shows_change(b)) {
                         break done - warm_sent;
                     }
                 }

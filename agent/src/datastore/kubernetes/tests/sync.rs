@@ -27,12 +27,12 @@ fn pool_v(name: &str, cidr: &str, ipip: EncapMode, vxlan: EncapMode, nat_outgoin
     (name.to_owned(), pool)
 }
 
-/// An IPAM block affine to `host`; `attributes` are (handle_id, secondary) pairs.
+/// An IPAM block affine to `host`; `attributes` are (handle_id, secondary) pairs, of which
+/// the model keeps `secondary`.
 fn block_v(name: &str, cidr: &str, host: &str, allocations: &[Option<usize>], attributes: &[(&str, &[(&str, &str)])]) -> (String, IpamBlock) {
     let attributes = attributes
         .iter()
-        .map(|(handle, secondary)| AllocationAttributes {
-            handle_id: Some((*handle).to_owned()),
+        .map(|(_handle, secondary)| AllocationAttributes {
             secondary: secondary.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
         })
         .collect();
