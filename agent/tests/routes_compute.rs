@@ -417,8 +417,9 @@ proptest! {
 // The route pass kept between snapshots (`RouteMemo`) against the full pass
 
 /// One IPAM block of a [`MemoSpec`]: CIDR slot (0..4 in the IPIP pool, 4..6 in the no-encap
-/// pool), a /32 inside the slot instead of its /28 (its address is the /28's ordinal 1), its
-/// affine node, allocations (node index, `nodes` = no node recorded) and the `deleted` flag.
+/// pool, 6 in no pool), a /32 inside the slot instead of its /28 (its address is the /28's
+/// ordinal 1), its affine node (`MEMO_NODES`: a node not in the cluster), allocations (node
+/// index, `MEMO_NODES` = no node recorded) and the `deleted` flag.
 #[derive(Clone, Debug, PartialEq)]
 struct MemoBlock {
     slot: usize,
@@ -429,12 +430,12 @@ struct MemoBlock {
 }
 
 /// A cluster of four nodes, two pools and up to a dozen blocks and affinities, with /32 blocks
-/// inside /28 blocks (two routes to one destination), tunnel addresses inside blocks and conflicting affinities: the
+/// inside /28 blocks (two routes to one destination), blocks in no pool or of a node not in the
+/// cluster, tunnel addresses inside blocks and conflicting affinities: the
 /// shapes the kept pass must get right when one of them changes.
 #[derive(Clone, Debug)]
 struct MemoSpec {
-    /// (has an address, subnet, IPIP tunnel address as (slot, ordinal)).
-    nodes: Vec<(bool, u8, Option<(usize, usize)>)>,
+    nodes: Vec<MemoNode>,
     mode: &'static str,
     blocks: Vec<MemoBlock>,
     /// (slot, node, state).
@@ -443,12 +444,22 @@ struct MemoSpec {
 
 const MEMO_NODES: usize = 4;
 
+/// A node of a [`MemoSpec`]: has an address, its subnet, its IPIP tunnel address as (slot,
+/// ordinal).
+type MemoNode = (bool, u8, Option<(usize, usize)>);
+
 fn memo_block() -> impl Strategy<Value = MemoBlock> {
-    (0usize..6, prop::bool::weighted(0.2), prop::option::weighted(0.8, 0..MEMO_NODES), prop::collection::vec(prop::option::of(0..=MEMO_NODES), 0..6), prop::bool::weighted(0.1))
+    (
+        0usize..7,
+        prop::bool::weighted(0.2),
+        prop::option::weighted(0.8, 0..=MEMO_NODES),
+        prop::collection::vec(prop::option::of(0..=MEMO_NODES), 0..6),
+        prop::bool::weighted(0.1),
+    )
         .prop_map(|(slot, slash32, host, allocs, deleted)| MemoBlock { slot, slash32, host, allocs, deleted })
 }
 
-fn memo_nodes() -> impl Strategy<Value = Vec<(bool, u8, Option<(usize, usize)>)>> {
+fn memo_nodes() -> impl Strategy<Value = Vec<MemoNode>> {
     prop::collection::vec((prop::bool::weighted(0.85), 0u8..2, prop::option::weighted(0.4, (0usize..6, 0usize..6))), MEMO_NODES)
 }
 
@@ -464,7 +475,7 @@ enum MemoEdit {
     AddBlock(MemoBlock),
     AddAffinity((usize, usize, &'static str)),
     RemoveAffinity(usize),
-    Nodes(Vec<(bool, u8, Option<(usize, usize)>)>),
+    Nodes(Vec<MemoNode>),
     Mode(&'static str),
 }
 
@@ -505,7 +516,11 @@ impl MemoEdit {
 }
 
 fn slot_cidr(slot: usize, slash32: bool) -> IpNet {
-    let pool = if slot < 4 { 244 } else { 245 };
+    let pool = match slot {
+        0..4 => 244,
+        4..6 => 245,
+        _ => 99,
+    };
     let base = (slot % 4) * 16;
     if slash32 {
         format!("10.{pool}.0.{}/32", base + 1).parse().unwrap()
@@ -517,7 +532,10 @@ fn slot_cidr(slot: usize, slash32: bool) -> IpNet {
 /// The spec as one YAML text; of blocks with the same name the last is kept.
 fn memo_yaml(s: &MemoSpec) -> String {
     let mut out = vec![
-        format!("apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {{name: tunnel}}\nspec: {{cidr: 10.244.0.0/16, ipipMode: {}, blockSize: 28}}\n", s.mode),
+        format!(
+            "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {{name: tunnel}}\nspec: {{cidr: 10.244.0.0/16, ipipMode: {}, blockSize: 28}}\n",
+            s.mode
+        ),
         "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: flat}\nspec: {cidr: 10.245.0.0/16, blockSize: 28}\n".to_owned(),
     ];
     for (i, (has_addr, subnet, tunnel)) in s.nodes.iter().enumerate() {
@@ -536,7 +554,8 @@ fn memo_yaml(s: &MemoSpec) -> String {
         blocks.insert(routewarden::model::block_name(cidr), (cidr, b));
     }
     for (name, (cidr, b)) in blocks {
-        let affinity = b.host.map(|h| format!("affinity: \"host:{}\", ", node_name(h))).unwrap_or_default();
+        let affinity =
+            b.host.map(|h| format!("affinity: \"host:{}\", ", if h < MEMO_NODES { node_name(h) } else { "node-gone".to_owned() })).unwrap_or_default();
         let (mut attrs, mut allocations) = (Vec::new(), Vec::new());
         let size = if b.slash32 { 1 } else { b.allocs.len() };
         for a in b.allocs.iter().take(size) {
@@ -568,7 +587,10 @@ fn memo_yaml(s: &MemoSpec) -> String {
 /// `next` with the shared pointers of `prev` wherever an object is unchanged, as the
 /// Kubernetes datastore keeps them.
 fn share_unchanged(prev: &Cluster, mut next: Cluster) -> Cluster {
-    fn share<T: PartialEq>(prev: &std::collections::BTreeMap<std::sync::Arc<str>, std::sync::Arc<T>>, next: &mut std::collections::BTreeMap<std::sync::Arc<str>, std::sync::Arc<T>>) {
+    fn share<T: PartialEq>(
+        prev: &std::collections::BTreeMap<std::sync::Arc<str>, std::sync::Arc<T>>,
+        next: &mut std::collections::BTreeMap<std::sync::Arc<str>, std::sync::Arc<T>>,
+    ) {
         for (name, v) in next.iter_mut() {
             if let Some(p) = prev.get(name).filter(|p| **p == *v) {
                 *v = p.clone();

@@ -236,7 +236,7 @@ impl State {
             }
         }
         if !sorted {
-            all.sort_by(|a, b| a.dst.cmp(&b.dst)); // stable: the first in block order stays first
+            all.sort_by_key(|r| r.dst); // stable: the first in block order stays first
         }
         let overlay = tunnel_address_routes(&ctx, &self, &self.classes, &mut problems);
         overlay.clear_held(&mut problems);
@@ -247,7 +247,10 @@ impl State {
         let mut kept: Option<&ClusterRoute> = None;
         for r in all {
             if let Some(k) = kept.filter(|k| k.dst == r.dst) {
-                problems.insert((RouteProblem::DuplicateDestination { dst: r.dst, kept: k.origin.block().to_string(), dropped: r.origin.block().to_string() }, Some(r.class)));
+                problems.insert((
+                    RouteProblem::DuplicateDestination { dst: r.dst, kept: k.origin.block().to_string(), dropped: r.origin.block().to_string() },
+                    Some(r.class),
+                ));
                 continue;
             }
             kept = Some(r);
@@ -289,7 +292,13 @@ fn changed<'m, T: PartialEq>(
             (Some(_), None) => std::cmp::Ordering::Less,
             (None, Some(_)) => std::cmp::Ordering::Greater,
             // The datastores share one name between versions: most keys are one pointer.
-            (Some((ka, _)), Some((kb, _))) => if Arc::ptr_eq(ka, kb) { std::cmp::Ordering::Equal } else { ka.cmp(kb) },
+            (Some((ka, _)), Some((kb, _))) => {
+                if Arc::ptr_eq(ka, kb) {
+                    std::cmp::Ordering::Equal
+                } else {
+                    ka.cmp(kb)
+                }
+            }
         };
         match order {
             std::cmp::Ordering::Less => {

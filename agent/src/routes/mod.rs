@@ -40,7 +40,10 @@ impl RouteOrigin {
     /// The IPAM block the route comes from.
     pub fn block(&self) -> &Arc<str> {
         match self {
-            RouteOrigin::RemoteBlock { block, .. } | RouteOrigin::BorrowedIp { block, .. } | RouteOrigin::OwnBlock { block } | RouteOrigin::TunnelAddress { block, .. } => block,
+            RouteOrigin::RemoteBlock { block, .. }
+            | RouteOrigin::BorrowedIp { block, .. }
+            | RouteOrigin::OwnBlock { block }
+            | RouteOrigin::TunnelAddress { block, .. } => block,
         }
     }
 

@@ -32,9 +32,7 @@ fn pool_v(name: &str, cidr: &str, ipip: EncapMode, vxlan: EncapMode, nat_outgoin
 fn block_v(name: &str, cidr: &str, host: &str, allocations: &[Option<usize>], attributes: &[(&str, &[(&str, &str)])]) -> (String, IpamBlock) {
     let attributes = attributes
         .iter()
-        .map(|(_handle, secondary)| AllocationAttributes {
-            secondary: secondary.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
-        })
+        .map(|(_handle, secondary)| AllocationAttributes { secondary: secondary.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect() })
         .collect();
     let block = IpamBlock {
         name: name.into(),
