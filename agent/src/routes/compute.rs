@@ -646,21 +646,8 @@ mod tests {
         let index = BlockIndex::new(&c);
         let mut walked = affinity_conflicts(&index, &c);
         walked.sort();
-        let mut looked_up: Vec<RouteProblem> = c
-            .block_affinities
-            .values()
-            .filter(|a| a.is_active())
-            .filter_map(|a| {
-                let b = index.with_cidr(a.cidr).last()?;
-                (b.host() != Some(a.node.as_str())).then(|| RouteProblem::AffinityConflict {
-                    block: b.name.to_string(),
-                    cidr: b.cidr,
-                    ipam_node: b.affinity.as_ref().map_or_else(|| "no node".to_owned(), |x| format!("{:?}", x.name())),
-                    affinity: a.name.clone(),
-                    claimant: a.node.clone(),
-                })
-            })
-            .collect();
+        let mut looked_up: Vec<RouteProblem> =
+            c.block_affinities.values().filter(|a| a.is_active()).filter_map(|a| affinity_conflict(index.with_cidr(a.cidr).last()?, a)).collect();
         looked_up.sort();
         assert_eq!(walked, looked_up);
         let named: Vec<(&str, &str)> = walked
