@@ -489,3 +489,26 @@ fn calico_node_daemonset_env() {
         vec![r#"DaemonSet "calico-node": unsupported apiVersion "extensions/v1beta1" (expected apps/v1)"#]
     );
 }
+
+/// An allocation's `handle_id` is read by no rule and not kept: one of the wrong type (here a
+/// mapping) costs its block nothing, and the borrowed IP behind it still names its node.
+#[test]
+fn a_malformed_handle_id_loses_nothing() {
+    let text = r"
+apiVersion: crd.projectcalico.org/v1
+kind: IPAMBlock
+metadata: {name: 10-244-1-0-28}
+spec:
+  cidr: 10.244.1.0/28
+  affinity: host:node-b
+  allocations: [0, 1]
+  attributes:
+    - {handle_id: {not: a-string}, secondary: {node: node-b}}
+    - {handle_id: 7, secondary: {node: node-c}}
+";
+    let (cluster, errors) = load(text);
+    assert_eq!(errors, vec![]);
+    let b = &cluster.ipam_blocks["10-244-1-0-28"];
+    let owners: Vec<(IpAddr, Option<&str>)> = b.allocated().map(|a| (a.ip, a.attributes.node())).collect();
+    assert_eq!(owners, vec![(ip("10.244.1.0"), Some("node-b")), (ip("10.244.1.1"), Some("node-c"))]);
+}
