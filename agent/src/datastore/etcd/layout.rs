@@ -23,7 +23,8 @@
 //!   `matchBlockAffinity`): `/calico/ipam/v2/<type>/<node>/ipv<4|6>/block/<cidr, / as ->`,
 //!   `<type>` being `host` (every release; the only one before Calico grew virtual
 //!   affinities) or `virtual`; value `{"state":"confirmed","deleted":false}`, the node and CIDR
-//!   being in the key. The node segment is the node name verbatim (Calico neither escapes
+//!   being in the key (releases before affinities had a state stored no value, which
+//!   `parseValue` reads as `{}`: the view does too, a confirmed affinity). The node segment is the node name verbatim (Calico neither escapes
 //!   nor checks it: `[^/]+`), so a name the model refuses (not a DNS-1123 subdomain, e.g.
 //!   upper case) is refused as `spec.node`, the error naming the key; a dotted FQDN is an
 //!   ordinary name. The IPAM code reads and writes these backend keys directly

@@ -9,7 +9,7 @@ use crate::datastore::error::{LoadError, LoadErrorKind, ObjectError};
 use crate::datastore::event::Snapshot;
 use crate::model::{cidrs_in_text, ClusterBuilder, ParsedObject, ParsedObjects, Rejected};
 
-use super::layout::{classify, document, to_model};
+use super::layout::{classify, document, to_model, KeyKind};
 
 /// One key's state.
 #[derive(Debug, Default)]
@@ -39,6 +39,10 @@ impl View {
     pub fn put(&mut self, key: &str, value: &[u8]) -> bool {
         let Some(kind) = classify(key) else { return false };
         let entry = self.entries.entry(key.to_owned()).or_default();
+        // An affinity stored with no value (Calico releases before affinities had a state)
+        // reads as `{}`, as `BlockAffinityKey.parseValue` does
+        // (`libcalico-go/lib/backend/model/block_affinity.go`): a confirmed affinity.
+        let value = if value.is_empty() && matches!(kind, KeyKind::Affinity { .. }) { b"{}".as_slice() } else { value };
         let parsed = match serde_json::from_slice::<serde_json::Value>(value) {
             Ok(v) => ParsedObjects::from_values([&to_model(&document(&kind, v))]).into_items(),
             Err(e) => {
@@ -144,6 +148,25 @@ mod tests {
 
     fn pool_cidr(view: &View) -> Option<String> {
         view.snapshot().cluster.ip_pools.get("pool-a").map(|p| p.cidr.to_string())
+    }
+
+    /// Old Calico wrote affinities with no value; `block_affinity.go` reads one as `{}`. So does
+    /// the view: a confirmed host affinity, no load error (a never-loaded error would hold
+    /// every deletion). An empty value anywhere else is still not JSON.
+    #[test]
+    fn an_affinity_with_no_value_is_a_confirmed_affinity() {
+        let mut view = View::default();
+        let key = "/calico/ipam/v2/host/node-a/ipv4/block/10.0.0.0-26";
+        assert!(view.put(key, b""));
+        let s = view.snapshot();
+        assert_eq!((s.load_errors.len(), s.object_errors.len()), (0, 0));
+        let affinities: Vec<_> =
+            s.cluster.block_affinities.values().map(|a| (a.node.as_str(), a.cidr.to_string(), a.state, a.affinity_type.as_str(), a.is_active())).collect();
+        assert_eq!(affinities, vec![("node-a", "10.0.0.0/26".to_owned(), crate::model::AffinityState::Confirmed, "host", true)]);
+        view.put(POOL, b"");
+        let s = view.snapshot();
+        assert_eq!(s.load_errors.len(), 1);
+        assert!(s.load_errors[0].message.starts_with("value is not JSON: "), "{}", s.load_errors[0].message);
     }
 
     #[test]
