@@ -7,8 +7,9 @@
 //!    `agent/tests/image.rs` as `ROUTEWARDEN_IMAGE` / `ROUTEWARDEN_IMAGE_ARCHIVE`. Skip with
 //!    `--no-image` (those tests then print SKIPPED).
 //! 4. The QEMU lane ([`crate::qemu`]): the privileged tests that need fentry, kprobes or a real
-//!    `tunl0`, under Debian's stock kernel in QEMU. Skip with `--no-qemu`; run alone with
-//!    `--qemu-only`.
+//!    `tunl0`, under Debian's stock kernel in QEMU. Its guest boots once every test binary is
+//!    built and runs while step 2's tests do (its console is printed after them). Skip with
+//!    `--no-qemu`; run alone with `--qemu-only`.
 
 use std::process::Command;
 
@@ -74,9 +75,24 @@ pub fn test(args: &TestArgs) -> Result<()> {
     }
     // A failed image build fails the run, but after the other tests have run.
     let image = if args.no_image { Ok(None) } else { crate::image::ensure_tools(true).and_then(|()| crate::image::build()).map(Some) };
-    let mut cmd = Command::new("cargo");
+    let cargo_test = || {
+        let mut cmd = Command::new("cargo");
+        cmd.args(["test", "--workspace"]).current_dir(&root).env("CARGO_TARGET_DIR", root.join("target")).env("ROUTEWARDEN_BPF_OBJECT", &object);
+        cmd
+    };
+    // The lane's guest runs beside the host tests: it is CPU-bound (TCG), they mostly wait
+    // (BIRD's sessions, Prometheus' rule evaluation, the agent's timers), so the two take
+    // about as long as the longer one instead of their sum. Every test binary is built first,
+    // so that neither compiles while the other runs and the lane's own build is a no-op.
+    let lane = if args.no_qemu {
+        None
+    } else {
+        run_cmd(cargo_test().arg("--no-run"))?;
+        Some(crate::qemu::Lane::prepare(&object).map(crate::qemu::Lane::spawn))
+    };
+    let mut cmd = cargo_test();
     // --no-fail-fast: one failing test binary must not hide the results of the others.
-    cmd.args(["test", "--workspace", "--no-fail-fast"]).current_dir(&root).env("CARGO_TARGET_DIR", root.join("target")).env("ROUTEWARDEN_BPF_OBJECT", &object);
+    cmd.arg("--no-fail-fast");
     match &image {
         Ok(Some(image)) => {
             eprint!("{}", crate::image::summary(image));
@@ -89,10 +105,12 @@ pub fn test(args: &TestArgs) -> Result<()> {
         cmd.arg("--").args(&args.cargo_test_args);
     }
     let host = image.and(run_cmd(&mut cmd));
-    if args.no_qemu {
-        return host;
-    }
-    // Run the lane even when host tests failed: both results are useful in one CI run.
-    let lane = crate::qemu::run(&object);
+    let Some(lane) = lane else { return host };
+    // The lane's result counts even when host tests failed: both are useful in one CI run.
+    let lane = lane.and_then(|guest| {
+        let (lane, lines) = guest.join().map_err(|_| anyhow::anyhow!("the qemu lane's thread panicked"))??;
+        crate::qemu::Lane::echo(&lines);
+        lane.report(&lines)
+    });
     host.and(lane.map(|_| ()))
 }
