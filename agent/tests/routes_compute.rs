@@ -4,10 +4,11 @@
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 use proptest::prelude::*;
-use routewarden::model::Cluster;
+use routewarden::model::{Cluster, SharedMap};
 use routewarden::routes::{classed_routes, desired_routes, routable_classes, ClusterRoute, RouteDevices, RouteOrigin, RouteProblem};
 use routewarden::vocabulary::{PoolClass, RoutePath};
 
@@ -584,22 +585,23 @@ fn memo_yaml(s: &MemoSpec) -> String {
     out.join("---\n")
 }
 
-/// `next` with the shared pointers of `prev` wherever an object is unchanged, as the
-/// Kubernetes datastore keeps them.
+/// `next` made as the Kubernetes datastore makes it: `prev`'s maps (sharing their chunks) with
+/// the objects that differ taken out or put in, so that every unchanged object is `prev`'s
+/// pointer.
 fn share_unchanged(prev: &Cluster, mut next: Cluster) -> Cluster {
-    fn share<T: PartialEq>(
-        prev: &std::collections::BTreeMap<std::sync::Arc<str>, std::sync::Arc<T>>,
-        next: &mut std::collections::BTreeMap<std::sync::Arc<str>, std::sync::Arc<T>>,
-    ) {
-        for (name, v) in next.iter_mut() {
-            if let Some(p) = prev.get(name).filter(|p| **p == *v) {
-                *v = p.clone();
-            }
+    fn share<T: PartialEq>(prev: &SharedMap<Arc<str>, Arc<T>>, next: &SharedMap<Arc<str>, Arc<T>>) -> SharedMap<Arc<str>, Arc<T>> {
+        let mut out = prev.clone();
+        for name in prev.keys().filter(|name| !next.contains_key(*name)) {
+            out.remove(name);
         }
+        for (name, v) in next.iter().filter(|(name, v)| prev.get(*name) != Some(*v)) {
+            out.insert(name.clone(), v.clone());
+        }
+        out
     }
-    share(&prev.ipam_blocks, &mut next.ipam_blocks);
-    share(&prev.block_affinities, &mut next.block_affinities);
-    share(&prev.nodes, &mut next.nodes);
+    next.ipam_blocks = share(&prev.ipam_blocks, &next.ipam_blocks);
+    next.block_affinities = share(&prev.block_affinities, &next.block_affinities);
+    next.nodes = share(&prev.nodes, &next.nodes);
     next
 }
 

@@ -32,6 +32,7 @@ mod names;
 mod node;
 mod objects;
 mod pool;
+mod shared_map;
 mod sources;
 pub mod yaml;
 
@@ -44,6 +45,7 @@ pub use names::{block_name, cidrs_in_text, is_dns1123_subdomain, mentioned_cidrs
 pub use node::{Node, NodeAddress, NodeAddressSource, NodeAddressType, NodeForm, TunnelAddressKind};
 pub use objects::{ParsedObject, ParsedObjects, MAX_REJECTED_PER_INPUT};
 pub use pool::{check_pools, AllowedUse, EncapMode, IpPool};
+pub use shared_map::SharedMap;
 pub use sources::{
     CalicoNodeDaemonSet, ClusterInformation, EnvSetting, EnvValue, Installation, OptionalSource, CALICO_NODE, CALICO_NODE_NAMESPACES, FELIX_ENV,
 };

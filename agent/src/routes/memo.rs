@@ -129,7 +129,7 @@ impl State {
         // blocks a third less memory than inserting one by one in name order).
         let (mut new_blocks, mut new_affinities) = (Vec::new(), Vec::new());
         let (fresh_blocks, fresh_affinities) = (self.blocks.is_empty(), self.affinities.is_empty());
-        changed(&old.ipam_blocks, &cluster.ipam_blocks, |_, before, after| {
+        old.ipam_blocks.diff(&cluster.ipam_blocks, |_, before, after| {
             if let Some(b) = before {
                 touched.insert(self.remove_block(b));
             }
@@ -144,7 +144,7 @@ impl State {
                 }
             }
         });
-        changed(&old.block_affinities, &cluster.block_affinities, |name, before, after| {
+        old.block_affinities.diff(&cluster.block_affinities, |name, before, after| {
             for (a, add) in [(before, false), (after, true)] {
                 let Some(a) = a.filter(|a| a.is_active()) else { continue };
                 let key = (a.cidr, name.clone());
@@ -274,50 +274,5 @@ impl<'a> BlocksByCidr<'a> for &'a State {
 
     fn first_live(&self, cidr: IpNet) -> Option<&'a IpamBlock> {
         self.at_cidr(&self.blocks, cidr).map(|c| &*c.block).find(|b| !b.deleted)
-    }
-}
-
-/// Call `f(name, before, after)` for every name whose entry differs between `old` and `new`
-/// (`None`: absent on that side), in name order: a walk over both maps comparing pointers,
-/// values only where the pointers differ.
-fn changed<'m, T: PartialEq>(
-    old: &'m BTreeMap<Arc<str>, Arc<T>>,
-    new: &'m BTreeMap<Arc<str>, Arc<T>>,
-    mut f: impl FnMut(&'m Arc<str>, Option<&'m Arc<T>>, Option<&'m Arc<T>>),
-) {
-    let (mut a, mut b) = (old.iter().peekable(), new.iter().peekable());
-    loop {
-        let order = match (a.peek(), b.peek()) {
-            (None, None) => return,
-            (Some(_), None) => std::cmp::Ordering::Less,
-            (None, Some(_)) => std::cmp::Ordering::Greater,
-            // The datastores share one name between versions: most keys are one pointer.
-            (Some((ka, _)), Some((kb, _))) => {
-                if Arc::ptr_eq(ka, kb) {
-                    std::cmp::Ordering::Equal
-                } else {
-                    ka.cmp(kb)
-                }
-            }
-        };
-        match order {
-            std::cmp::Ordering::Less => {
-                if let Some((k, v)) = a.next() {
-                    f(k, Some(v), None);
-                }
-            }
-            std::cmp::Ordering::Greater => {
-                if let Some((k, v)) = b.next() {
-                    f(k, None, Some(v));
-                }
-            }
-            std::cmp::Ordering::Equal => {
-                if let (Some((k, x)), Some((_, y))) = (a.next(), b.next()) {
-                    if !Arc::ptr_eq(x, y) && x != y {
-                        f(k, Some(x), Some(y));
-                    }
-                }
-            }
-        }
     }
 }

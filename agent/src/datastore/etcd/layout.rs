@@ -290,8 +290,9 @@ mod tests {
     fn parsed_affinity(key: &str, value: &Value) -> Result<crate::model::BlockAffinity, Vec<String>> {
         let doc = document(&classify(key).unwrap(), value.clone());
         let (cluster, errors) = crate::model::Cluster::from_values([&to_model(&doc)]);
-        match cluster.block_affinities.values().next() {
-            Some(a) if errors.is_empty() => Ok(a.as_ref().clone()),
+        let first = cluster.block_affinities.values().next().map(|a| a.as_ref().clone());
+        match first {
+            Some(a) if errors.is_empty() => Ok(a),
             _ => Err(errors.iter().map(ToString::to_string).collect()),
         }
     }

@@ -94,7 +94,7 @@ enum Outcome {
     /// Same resourceVersion or same content as the entry: nothing to do.
     Unchanged,
     /// Parsed: the one-object cluster.
-    Good(Cluster),
+    Good(Box<Cluster>),
     /// Did not parse.
     Bad(Problem),
 }
@@ -136,7 +136,7 @@ impl Resource {
                 let entry = match outcome {
                     Outcome::Unchanged => old.map_or_else(|| Entry { resource_version: String::new(), hash, good: false, problem: None }, Clone::clone),
                     Outcome::Good(one) => {
-                        merge(&mut listing.cluster, one);
+                        merge(&mut listing.cluster, *one);
                         listing.changed = true;
                         Entry { resource_version: String::new(), hash, good: true, problem: None }
                     }
@@ -157,7 +157,7 @@ impl Resource {
                     Outcome::Unchanged => {}
                     Outcome::Good(one) => {
                         remove(cluster, self.watched.kind, &key);
-                        merge(cluster, one);
+                        merge(cluster, *one);
                         *e = Entry { hash, good: true, problem: None, ..e.clone() };
                         self.errored.remove(&name);
                         out.changed = true;
@@ -212,7 +212,7 @@ impl Resource {
         }
         out.parses += 1;
         let outcome = match parse_alone(&obj.into_value(&self.api)) {
-            Ok(one) => Outcome::Good(one),
+            Ok(one) => Outcome::Good(Box::new(one)),
             Err(rejected) => {
                 out.failures += 1;
                 let mut cidrs: Vec<ipnet::IpNet> = rejected.iter().flat_map(|r| r.cidrs.iter().copied()).collect();
@@ -267,11 +267,28 @@ fn merge(cluster: &mut Cluster, other: Cluster) {
 /// `into` plus `from` (`from`'s value wins): taken whole when `into` is empty (a first list of
 /// 100,000 blocks moves one map), else inserted one by one (one changed object costs
 /// O(log n), not a pass over the map as `BTreeMap::append` would).
-fn join<K: Ord, V>(into: &mut BTreeMap<K, V>, from: BTreeMap<K, V>) {
+fn join<M: Default + IsEmpty + Extend<<M as IntoIterator>::Item> + IntoIterator>(into: &mut M, from: M) {
     if into.is_empty() {
         *into = from;
     } else {
         into.extend(from);
+    }
+}
+
+/// The maps [`join`] joins: `BTreeMap` and [`SharedMap`](crate::model::SharedMap).
+trait IsEmpty {
+    fn is_empty(&self) -> bool;
+}
+
+impl<K, V> IsEmpty for BTreeMap<K, V> {
+    fn is_empty(&self) -> bool {
+        BTreeMap::is_empty(self)
+    }
+}
+
+impl<K, V> IsEmpty for crate::model::SharedMap<K, V> {
+    fn is_empty(&self) -> bool {
+        crate::model::SharedMap::is_empty(self)
     }
 }
 
