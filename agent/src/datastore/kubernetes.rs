@@ -118,7 +118,7 @@ pub use discovery::{discover, discover_operator, ApiGroupChoice};
 pub use error::{describe_kube_error, KubernetesError};
 pub use probe::{Probe, DEFAULT_PROBE, PROBE_MISSES_BEFORE_RELIST};
 pub use rbac::{NamespacedRbacRule, RbacRule, NAMESPACED_RBAC, RBAC};
-pub use run::{user_agent, KubernetesDatastore, KubernetesOptions, DEFAULT_DEBOUNCE};
+pub use run::{user_agent, KubernetesDatastore, KubernetesOptions, DEFAULT_DEBOUNCE, QUIET_COALESCE};
 pub use sources::{
     optional_sources, CalicoGroup, Watched, CALICO_NODE_SELECTOR, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE,
     OPERATOR_API_VERSION, VERBS,

@@ -31,9 +31,27 @@ pub fn user_agent() -> (http::HeaderName, http::HeaderValue) {
     (http::header::USER_AGENT, http::HeaderValue::from_static(concat!("routewarden/", env!("CARGO_PKG_VERSION"))))
 }
 
-/// Default debounce window: changes within it become one snapshot (an initial list of 10,000
-/// IPAM blocks is one snapshot, not 10,000).
+/// Default debounce window: at most one snapshot per window, so changes within it become one
+/// snapshot (an initial list of 10,000 IPAM blocks is one snapshot, not 10,000); a change after
+/// a quiet window is sent at once ([`flush_at`]).
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// How long a change that finds the datastore quiet waits for others in flight with it (the
+/// rest of one watch response, a node's several blocks) before its snapshot is sent.
+pub const QUIET_COALESCE: Duration = Duration::from_millis(5);
+
+/// When to flush a view that just became dirty at `now`, given the start of the last flush
+/// and the debounce `window`: never sooner than `window` after the last flush (under churn one
+/// snapshot per window, as before), but a change that finds the datastore quiet (the last
+/// flush a window or more ago) goes after [`QUIET_COALESCE`] instead of waiting a whole window
+/// (a lone block change reached the plan ≥ 100 ms late; issue 23).
+pub(crate) fn flush_at(now: Instant, last_flush: Option<Instant>, window: Duration) -> Instant {
+    let quiet = now + QUIET_COALESCE.min(window);
+    match last_flush {
+        Some(last) => quiet.max(last + window),
+        None => quiet,
+    }
+}
 
 /// How to reach the API server and which Calico group to read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -261,6 +279,7 @@ impl Datastore for KubernetesDatastore {
         // The window grows to twice the time the last flush took, so that a huge cluster under
         // constant churn spends at most about a third of a core building snapshots.
         let mut window = self.debounce;
+        let mut last_flush: Option<Instant> = None;
         loop {
             // Every branch yields what to send; then one send and one debounce rule.
             let events = tokio::select! {
@@ -303,6 +322,7 @@ impl Datastore for KubernetesDatastore {
                     let started = Instant::now();
                     let events = view.flush();
                     window = self.debounce.max(started.elapsed() * 2);
+                    last_flush = Some(started);
                     events
                 }
             };
@@ -312,7 +332,7 @@ impl Datastore for KubernetesDatastore {
                 }
             }
             if view.is_dirty() && deadline.is_none() {
-                deadline = Some(Instant::now() + window);
+                deadline = Some(flush_at(Instant::now(), last_flush, window));
             }
         }
     }

@@ -590,3 +590,49 @@ async fn an_object_that_does_not_decode_fails_its_list_and_loses_nothing() {
     // The broken list, then a good one and a watch from its version.
     assert_eq!(api.take_log(), vec![list_url(group, "ipamblocks"), list_url(group, "ipamblocks"), watch_url(group, "ipamblocks", "201")]);
 }
+
+/// The debounce (issue 23): a change that finds the datastore quiet is sent after
+/// [`QUIET_COALESCE`], not a whole window later; a change right after a snapshot waits for
+/// the window to end (one snapshot per window under churn); changes sent together are one
+/// snapshot. Virtual time from the first sync on.
+#[tokio::test]
+async fn a_change_after_quiet_goes_at_once_and_churn_gets_one_snapshot_a_window() {
+    use crate::datastore::kubernetes::QUIET_COALESCE;
+    let group = CalicoGroup::CrdV1;
+    let (api, watches, _) = two_blocks_scripted(group);
+    let window = Duration::from_millis(100);
+    let (tx, mut rx) = mpsc::channel(64);
+    let ds = KubernetesDatastore::new(api.client(), ApiGroupChoice::Auto).with_debounce(window).with_list_settle(Duration::ZERO);
+    let task = ds.spawn(tx);
+    let mut next = async || tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("an event").expect("running");
+    while next().await != DatastoreEvent::Synced {}
+    tokio::time::pause();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let blocks_of = |e: DatastoreEvent| match e {
+        DatastoreEvent::Snapshot(s) => s.cluster.ipam_blocks.keys().map(ToString::to_string).collect::<Vec<_>>(),
+        other => panic!("expected a snapshot, got {other:?}"),
+    };
+
+    // Quiet for a second: the new block is sent after QUIET_COALESCE.
+    let sent = tokio::time::Instant::now();
+    watches["ipamblocks"].unbounded_send(event("ADDED", &block("10-244-3-0-26", "4", "10.244.3.0/26", "c"))).unwrap();
+    assert_eq!(blocks_of(next().await), ["10-244-1-0-26", "10-244-2-0-26", "10-244-3-0-26"]);
+    // tokio's timer ticks in whole milliseconds, and rounds a deadline up to the next one.
+    let tick = Duration::from_millis(1);
+    let first = sent.elapsed();
+    assert!(first >= QUIET_COALESCE && first <= QUIET_COALESCE + tick, "a change after a quiet window sent after {first:?}");
+
+    // Right after that snapshot: the next change waits for the window to end, and the two
+    // changes sent with it meanwhile are in the same snapshot.
+    let sent = tokio::time::Instant::now();
+    watches["ipamblocks"].unbounded_send(event("ADDED", &block("10-244-4-0-26", "5", "10.244.4.0/26", "d"))).unwrap();
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    watches["ipamblocks"].unbounded_send(event("DELETED", &block("10-244-1-0-26", "6", "10.244.1.0/26", "a"))).unwrap();
+    watches["ipamblocks"].unbounded_send(event("ADDED", &block("10-244-5-0-26", "7", "10.244.5.0/26", "e"))).unwrap();
+    assert_eq!(blocks_of(next().await), ["10-244-2-0-26", "10-244-3-0-26", "10-244-4-0-26", "10-244-5-0-26"]);
+    let second = sent.elapsed();
+    assert!(second >= window && second <= window + tick, "the window runs from the last flush: sent after {second:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(rx.try_recv().is_err(), "one snapshot for the three changes");
+    task.abort();
+}
