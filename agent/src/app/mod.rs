@@ -304,7 +304,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                         }
                     }
                 }
-                None => break "datastore task ended",
+                None => break DATASTORE_ENDED,
             },
             _ = audit_tick.tick(), if auditor.is_some() => {
                 if let (Some(a), Some(plan)) = (auditor.as_mut(), cluster.last.as_ref()) {
@@ -351,8 +351,15 @@ pub async fn run(args: RunArgs) -> Result<()> {
         health.progress();
     };
     info!(reason, "shutting down; programmed routes stay in the kernel");
-    // Routes stay: a restart must not make peers or this node lose routes (scenario S04).
-    datastore.abort();
+    // Routes stay: a restart must not make peers or this node lose routes (scenario S04). A
+    // datastore that stopped by itself ends the agent with its error (exit 1, the reason in
+    // the log and the pod's last state), never as a clean exit.
+    let stopped = if reason == DATASTORE_ENDED {
+        Some(datastore_stopped(datastore.await))
+    } else {
+        datastore.abort();
+        None
+    };
     if let Some((watcher, task)) = dataplane_task {
         watcher.abort();
         task.abort();
@@ -361,7 +368,21 @@ pub async fn run(args: RunArgs) -> Result<()> {
     drop(tc_count);
     drop(forward);
     drop(route_watch);
-    Ok(())
+    stopped.map_or(Ok(()), Err)
+}
+
+/// The shutdown reason when the datastore task ended while the agent ran.
+const DATASTORE_ENDED: &str = "datastore task ended";
+
+/// Why the agent stops when its datastore task ended by itself: the task's own error (a
+/// datastore that cannot run in this build, say), or that it ended with none. The task only
+/// ends without an error when nobody listens any more, so either way it is an error to exit on.
+fn datastore_stopped(joined: Result<Result<(), crate::datastore::DatastoreError>, tokio::task::JoinError>) -> anyhow::Error {
+    match joined {
+        Ok(Err(e)) => anyhow::Error::new(e).context("the datastore stopped"),
+        Ok(Ok(())) => anyhow::anyhow!("the datastore stopped without an error"),
+        Err(e) => anyhow::Error::new(e).context("the datastore task failed"),
+    }
 }
 
 #[cfg(test)]
@@ -404,5 +425,29 @@ mod coalesce_tests {
         tx.try_send(snap(7)).unwrap();
         assert_eq!(newest_adjacent(DatastoreEvent::Synced, &mut rx).iter().map(label).collect::<Vec<_>>(), vec!["synced"]);
         assert_eq!(rx.try_recv().map(|e| label(&e)).ok(), Some("snapshot 7".to_owned()));
+    }
+}
+
+#[cfg(test)]
+mod datastore_stop_tests {
+    use super::datastore_stopped;
+    use crate::datastore::DatastoreError;
+
+    /// A datastore task that ended by itself is an error to exit on, with its own reason: the
+    /// agent once broke out of its loop and exited 0 with the reason lost (a build without the
+    /// `etcd` feature given `--datastore etcd`).
+    #[tokio::test]
+    async fn a_datastore_that_stops_by_itself_is_an_error_with_its_reason() {
+        let failed = tokio::spawn(async { Err::<(), _>(DatastoreError::Etcd("this routewarden was built without the `etcd` feature".to_owned())) });
+        assert_eq!(
+            format!("{:#}", datastore_stopped(failed.await)),
+            "the datastore stopped: datastore etcd: this routewarden was built without the `etcd` feature"
+        );
+        let ended = tokio::spawn(async { Ok::<(), DatastoreError>(()) });
+        assert_eq!(format!("{:#}", datastore_stopped(ended.await)), "the datastore stopped without an error");
+        let panicked = tokio::spawn(async { panic!("boom") });
+        let panicked: Result<Result<(), DatastoreError>, _> = panicked.await;
+        let text = format!("{:#}", datastore_stopped(panicked));
+        assert!(text.starts_with("the datastore task failed: task ") && text.ends_with(" panicked with message \"boom\""), "{text}");
     }
 }
