@@ -24,7 +24,7 @@ use crate::routes::{classed_routes, routable_classes, ClassedRoutes, ClusterRout
 use crate::vocabulary::{PoolClass, RoutePath, Writer, RTPROT_BIRD, RTPROT_FELIX};
 
 /// Settings the plan needs from the command line.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanConfig {
     /// This node.
     pub node: String,
@@ -275,12 +275,95 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
     plan_from(snapshot, config, previous, previous_owned, every_class)
 }
 
-/// [`plan`], with the route pass kept in `memo` between snapshots ([`RouteMemo`]): what the
+/// What [`plan_with`] keeps between snapshots: the route pass ([`RouteMemo`]) and what the
+/// last plan was made from besides the IPAM blocks and BlockAffinities the route pass
+/// follows. Starts empty; the first call plans.
+#[derive(Debug, Default)]
+pub struct PlanMemo {
+    routes: RouteMemo,
+    last: Option<PlanInputs>,
+}
+
+/// The arguments of a [`plan_with`] call, but for the cluster's IPAM blocks and affinities.
+#[derive(Debug)]
+struct PlanInputs {
+    cluster: Arc<Cluster>,
+    object_errors: Vec<crate::datastore::ObjectError>,
+    load_errors: Vec<crate::datastore::LoadError>,
+    config: PlanConfig,
+    previous: BTreeSet<PoolClass>,
+    previous_owned: Vec<IpNet>,
+}
+
+impl PlanInputs {
+    fn of(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolClass>, previous_owned: &[IpNet]) -> PlanInputs {
+        PlanInputs {
+            cluster: snapshot.cluster.clone(),
+            object_errors: snapshot.object_errors.clone(),
+            load_errors: snapshot.load_errors.clone(),
+            config: config.clone(),
+            previous: previous.clone(),
+            previous_owned: previous_owned.to_vec(),
+        }
+    }
+
+    /// Whether a plan of these arguments reads the same as one of `self`'s wherever it does not
+    /// read the IPAM blocks and BlockAffinities (what [`RouteMemo::update`] answers for).
+    /// Every other part of the cluster is compared: the destructuring is exhaustive, so a
+    /// field added to [`Cluster`] must be placed here to compile. The snapshot's `inputs` and
+    /// `settled` are not read by the plan.
+    fn same_besides_ipam(&self, snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolClass>, previous_owned: &[IpNet]) -> bool {
+        let Cluster {
+            ip_pools,
+            ipam_blocks: _,
+            block_affinities: _,
+            nodes,
+            felix_configurations,
+            bgp_configurations,
+            cluster_informations,
+            installations,
+            calico_node_daemonsets,
+            unread,
+        } = &*snapshot.cluster;
+        let was = &*self.cluster;
+        *ip_pools == was.ip_pools
+            && *nodes == was.nodes
+            && *felix_configurations == was.felix_configurations
+            && *bgp_configurations == was.bgp_configurations
+            && *cluster_informations == was.cluster_informations
+            && *installations == was.installations
+            && *calico_node_daemonsets == was.calico_node_daemonsets
+            && *unread == was.unread
+            && snapshot.object_errors == self.object_errors
+            && snapshot.load_errors == self.load_errors
+            && *config == self.config
+            && *previous == self.previous
+            && previous_owned == self.previous_owned.as_slice()
+    }
+}
+
+/// [`plan`], with the route pass kept in `memo` between snapshots ([`PlanMemo`]): what the
 /// agent runs on every snapshot, so that a change of one IPAM block costs that block's routes
-/// rather than a pass over every block. Equal to [`plan`] of the same arguments.
-pub fn plan_with(memo: &mut RouteMemo, snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolClass>, previous_owned: &[IpNet]) -> Plan {
-    let every_class = memo.classed_routes(&snapshot.cluster, &config.node, &routable_classes(), &config.devices);
-    plan_from(snapshot, config, previous, previous_owned, every_class)
+/// rather than a pass over every block, and a change that alters no input of the plan but
+/// IPAM blocks and affinities whose routes, problems and conflicts stay the same (a pod's IP
+/// allocated in its own node's block, most of a large cluster's churn) costs no plan at all.
+///
+/// Returns [`plan`] of the same arguments, or `None` when that plan is equal to the one this
+/// memo answered last (the caller keeps that one: the dataplane, the audit and the forwarding
+/// watch have nothing new to do). `agent/tests/routes_compute.rs` checks both against the full
+/// plan over random sequences of changes.
+pub fn plan_with(memo: &mut PlanMemo, snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolClass>, previous_owned: &[IpNet]) -> Option<Plan> {
+    let routes_changed = memo.routes.update(&snapshot.cluster, &config.node, &routable_classes(), &config.devices);
+    let same = memo.last.as_ref().is_some_and(|l| l.same_besides_ipam(snapshot, config, previous, previous_owned));
+    if same && !routes_changed {
+        // Keep the newest cluster, so that what the last plan's memo holds is this snapshot's.
+        if let Some(l) = memo.last.as_mut() {
+            l.cluster = snapshot.cluster.clone();
+        }
+        return None;
+    }
+    memo.last = Some(PlanInputs::of(snapshot, config, previous, previous_owned));
+    Some(plan_from(snapshot, config, previous, previous_owned, memo.routes.answer()))
 }
 
 /// The plan of `snapshot` given the routes of every routable class (`every_class`).

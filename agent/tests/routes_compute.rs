@@ -633,6 +633,7 @@ proptest! {
         let classes = routable_classes();
         let mut memo = routewarden::routes::RouteMemo::default();
         let mut prev = Cluster::default();
+        let mut last = None;
         for (step, edit) in std::iter::once(None).chain(edits.iter().map(Some)).enumerate() {
             if let Some(e) = edit {
                 e.apply(&mut spec);
@@ -642,10 +643,180 @@ proptest! {
             let cluster = if share { share_unchanged(&prev, cluster) } else { cluster };
             let full = classed_routes(&cluster, &local, &classes, &devices);
             let cluster = std::sync::Arc::new(cluster);
-            let kept = memo.classed_routes(&cluster, &local, &classes, &devices);
+            let changed = memo.update(&cluster, &local, &classes, &devices);
+            let kept = memo.answer();
             prop_assert_eq!(kept.routes(), full.routes(), "step {} ({:?})", step, edit);
             prop_assert_eq!(&kept, &full, "step {} ({:?})", step, edit);
+            // "Unchanged" is a promise the plan skips on: the answer must be the last one.
+            if !changed {
+                prop_assert_eq!(Some(&kept), last.as_ref(), "step {} ({:?}) said unchanged", step, edit);
+            }
+            last = Some(kept);
             prev = (*cluster).clone();
         }
     }
+
+    /// The agent's plan (`plan_with`, which answers `None` for "the same as the last plan")
+    /// equals the full plan after every change of the same random sequences (IPAM blocks and
+    /// affinities, and the Nodes and IP pools it must notice as well), in the role that
+    /// programs routes; the classes it programmed are handed to the next call as the app does.
+    #[test]
+    fn the_agents_plan_equals_the_full_plan_after_every_change((mut spec, edits, local, share) in memo_case()) {
+        use routewarden::datastore::Snapshot;
+        use routewarden::ownership::{OwnershipConfig, Role};
+        use routewarden::plan::{plan, plan_with, PlanConfig, PlanMemo};
+        let config = PlanConfig {
+            node: node_name(local),
+            ownership: OwnershipConfig { role: Role::Felix, ..Default::default() },
+            devices: RouteDevices::default(),
+            protocol: 80,
+            table: 254,
+        };
+        let mut memo = PlanMemo::default();
+        let mut prev = Cluster::default();
+        let (mut programmed, mut owned, mut last): (BTreeSet<PoolClass>, Vec<IpNet>, Option<String>) = Default::default();
+        for (step, edit) in std::iter::once(None).chain(edits.iter().map(Some)).enumerate() {
+            if let Some(e) = edit {
+                e.apply(&mut spec);
+            }
+            let (cluster, errors) = Cluster::from_yaml_str(&memo_yaml(&spec)).unwrap();
+            prop_assert_eq!(errors, vec![]);
+            let cluster = if share { share_unchanged(&prev, cluster) } else { cluster };
+            prev = cluster.clone();
+            let snapshot = Snapshot { cluster: Arc::new(cluster), object_errors: vec![], load_errors: vec![], inputs: 1, settled: true };
+            let full = plan(&snapshot, &config, &programmed, &owned);
+            let full_text = format!("{full:?}");
+            if let Some(p) = plan_with(&mut memo, &snapshot, &config, &programmed, &owned) {
+                prop_assert_eq!(&format!("{p:?}"), &full_text, "step {} ({:?})", step, edit);
+            } else {
+                prop_assert_eq!(last.as_ref(), Some(&full_text), "step {} ({:?}) kept the last plan", step, edit);
+            }
+            programmed.clone_from(&full.decision.programmed);
+            owned.clone_from(&full.policy.owned);
+            last = Some(full_text);
+        }
+    }
+}
+
+/// A pod's IP allocated in its own node's block changes no route: the agent makes no plan for
+/// it (`plan_with` answers `None`); the same IP borrowed by another node is a /32, a new plan.
+#[test]
+fn an_ip_allocated_in_its_own_nodes_block_makes_no_new_plan() {
+    use routewarden::datastore::Snapshot;
+    use routewarden::ownership::{OwnershipConfig, Role};
+    use routewarden::plan::{plan_with, PlanConfig, PlanMemo};
+    let spec = |allocs: Vec<Option<usize>>| MemoSpec {
+        nodes: vec![(true, 0, None); MEMO_NODES],
+        mode: "Always",
+        blocks: vec![MemoBlock { slot: 1, slash32: false, host: Some(1), allocs, deleted: false }],
+        affinities: vec![],
+    };
+    let config = PlanConfig {
+        node: node_name(0),
+        ownership: OwnershipConfig { role: Role::Felix, ..Default::default() },
+        devices: RouteDevices::default(),
+        protocol: 80,
+        table: 254,
+    };
+    let mut memo = PlanMemo::default();
+    let mut plan_of = |allocs: Vec<Option<usize>>| {
+        let (cluster, errors) = Cluster::from_yaml_str(&memo_yaml(&spec(allocs))).unwrap();
+        assert_eq!(errors, vec![]);
+        let snapshot = Snapshot { cluster: Arc::new(cluster), object_errors: vec![], load_errors: vec![], inputs: 1, settled: true };
+        plan_with(&mut memo, &snapshot, &config, &BTreeSet::from([PoolClass::Ipip]), &[])
+            .map(|p| p.desired.iter().map(|r| r.dst.to_string()).collect::<Vec<_>>())
+    };
+    assert_eq!(plan_of(vec![Some(1)]), Some(vec!["10.244.0.16/28".to_owned()]));
+    assert_eq!(plan_of(vec![Some(1), Some(1)]), None, "node-1's pod in node-1's block");
+    assert_eq!(plan_of(vec![Some(1), Some(1), None]), None, "a free ordinal");
+    assert_eq!(plan_of(vec![Some(1), Some(1), Some(2)]), Some(vec!["10.244.0.16/28".to_owned(), "10.244.0.18/32".to_owned()]), "node-2 borrows .18");
+}
+
+/// Everything the plan reads besides IPAM blocks and affinities makes a new plan when it
+/// changes, with no IPAM change at all: a broken input's frozen ground appearing and going,
+/// a FelixConfiguration, the classes programmed before, the pool CIDRs owned before, the
+/// agent's settings. The same content again (shared or copied) makes none.
+#[test]
+fn a_plan_input_besides_ipam_changing_makes_a_new_plan() {
+    use routewarden::datastore::{LoadError, LoadErrorKind, Snapshot};
+    use routewarden::ownership::{OwnershipConfig, Role};
+    use routewarden::plan::{plan_with, PlanConfig, PlanMemo};
+    let spec = MemoSpec {
+        nodes: vec![(true, 0, None); MEMO_NODES],
+        mode: "Always",
+        blocks: vec![MemoBlock { slot: 1, slash32: false, host: Some(1), allocs: vec![Some(1)], deleted: false }],
+        affinities: vec![],
+    };
+    let snapshot = |extra: &str| {
+        let (cluster, errors) = Cluster::from_yaml_str(&format!("{}{extra}", memo_yaml(&spec))).unwrap();
+        assert_eq!(errors, vec![]);
+        Snapshot { cluster: Arc::new(cluster), object_errors: vec![], load_errors: vec![], inputs: 1, settled: true }
+    };
+    let config = PlanConfig {
+        node: node_name(0),
+        ownership: OwnershipConfig { role: Role::Felix, ..Default::default() },
+        devices: RouteDevices::default(),
+        protocol: 80,
+        table: 254,
+    };
+    let ipip = BTreeSet::from([PoolClass::Ipip]);
+    let mut memo = PlanMemo::default();
+    let base = snapshot("");
+    let first = plan_with(&mut memo, &base, &config, &ipip, &[]).expect("the first plan");
+    assert_eq!(first.desired.iter().map(|r| r.dst.to_string()).collect::<Vec<_>>(), ["10.244.0.16/28"]);
+    assert!(plan_with(&mut memo, &base, &config, &ipip, &[]).is_none(), "the same snapshot");
+    assert!(plan_with(&mut memo, &snapshot(""), &config, &ipip, &[]).is_none(), "an equal copy");
+
+    let mut broken = base.clone();
+    let mut error = LoadError::new("calico.yaml", LoadErrorKind::Syntax, "truncated");
+    error.cidrs = vec!["10.244.0.16/28".parse().unwrap()];
+    broken.load_errors = vec![error];
+    let frozen = plan_with(&mut memo, &broken, &config, &ipip, &[]).expect("a broken input");
+    assert_eq!(frozen.frozen.iter().map(|f| f.cidr.to_string()).collect::<Vec<_>>(), ["10.244.0.16/28"]);
+    assert!(plan_with(&mut memo, &base, &config, &ipip, &[]).expect("the input mended").frozen.is_empty());
+
+    let felix = "---\napiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {programClusterRoutes: Disabled}\n";
+    assert!(plan_with(&mut memo, &snapshot(felix), &config, &ipip, &[]).is_some(), "a FelixConfiguration");
+    assert!(plan_with(&mut memo, &base, &config, &ipip, &[]).is_some(), "the FelixConfiguration gone");
+    assert!(plan_with(&mut memo, &base, &config, &BTreeSet::new(), &[]).is_some(), "other classes programmed before");
+    assert!(plan_with(&mut memo, &base, &config, &BTreeSet::new(), &["10.99.0.0/16".parse().unwrap()]).is_some(), "a pool CIDR owned before");
+    let other = PlanConfig { protocol: 201, ..config.clone() };
+    assert!(plan_with(&mut memo, &base, &other, &BTreeSet::new(), &["10.99.0.0/16".parse().unwrap()]).is_some(), "another route protocol");
+    assert!(plan_with(&mut memo, &base, &other, &BTreeSet::new(), &["10.99.0.0/16".parse().unwrap()]).is_none(), "nothing changed");
+}
+
+/// A node's tunnel address inside another node's block, then allocated in that block to the
+/// block's own node: the block's routes stay the same, but the tunnel-address rule now finds
+/// a conflict (IPAM records the address for another node than the Node that holds it), and
+/// the agent must make a new plan for it.
+#[test]
+fn a_tunnel_address_allocated_to_another_node_makes_a_new_plan() {
+    use routewarden::datastore::Snapshot;
+    use routewarden::ownership::{OwnershipConfig, Role};
+    use routewarden::plan::{plan_with, PlanConfig, PlanMemo};
+    let spec = |allocs: Vec<Option<usize>>| {
+        let mut nodes = vec![(true, 0, None); MEMO_NODES];
+        nodes[2].2 = Some((1, 5)); // node-2's tunnel address: 10.244.0.21, in node-1's block
+        MemoSpec { nodes, mode: "Always", blocks: vec![MemoBlock { slot: 1, slash32: false, host: Some(1), allocs, deleted: false }], affinities: vec![] }
+    };
+    let config = PlanConfig {
+        node: node_name(0),
+        ownership: OwnershipConfig { role: Role::Felix, ..Default::default() },
+        devices: RouteDevices::default(),
+        protocol: 80,
+        table: 254,
+    };
+    let mut memo = PlanMemo::default();
+    let mut plan_of = |allocs: Vec<Option<usize>>| {
+        let (cluster, errors) = Cluster::from_yaml_str(&memo_yaml(&spec(allocs))).unwrap();
+        assert_eq!(errors, vec![]);
+        let snapshot = Snapshot { cluster: Arc::new(cluster), object_errors: vec![], load_errors: vec![], inputs: 1, settled: true };
+        plan_with(&mut memo, &snapshot, &config, &BTreeSet::from([PoolClass::Ipip]), &[])
+            .map(|p| (p.desired.iter().map(|r| r.dst.to_string()).collect::<Vec<_>>(), p.problems.iter().map(RouteProblem::code).collect::<Vec<_>>()))
+    };
+    let routes = vec!["10.244.0.16/28".to_owned(), "10.244.0.21/32".to_owned()];
+    assert_eq!(plan_of(vec![Some(1)]), Some((routes.clone(), vec![])));
+    assert_eq!(plan_of(vec![Some(1), Some(1)]), None, "node-1's pod at .17");
+    let conflict = plan_of(vec![Some(1), Some(1), None, None, None, Some(1)]);
+    assert_eq!(conflict, Some((routes, vec!["tunnel-address-conflict"])), "node-2's tunnel address allocated to node-1");
 }

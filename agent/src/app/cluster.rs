@@ -29,8 +29,9 @@ pub(super) struct ClusterHandler {
     pub(super) programmed: BTreeSet<PoolClass>,
     pub(super) view: view::ViewState,
     pub(super) last: Option<Plan>,
-    /// The route pass kept between snapshots ([`crate::plan::plan_with`]).
-    pub(super) route_memo: crate::routes::RouteMemo,
+    /// The route pass and the last plan's inputs, kept between snapshots
+    /// ([`crate::plan::plan_with`]).
+    pub(super) plan_memo: crate::plan::PlanMemo,
     pub(super) commands: Option<mpsc::Sender<DataplaneCommand>>,
     /// `--host-device auto`: the host NIC found from this node's Calico address.
     pub(super) host_nic: Option<HostNicAuto>,
@@ -99,7 +100,9 @@ impl ClusterHandler {
         std::mem::take(&mut auto.changed).then(|| self.config.devices.host_nic.clone())
     }
 
-    pub(super) async fn on_datastore(&mut self, ev: DatastoreEvent) {
+    /// Handle one datastore event; whether it made a new plan (a snapshot that changes
+    /// nothing the plan reads, or no snapshot, makes none: `self.last` stands).
+    pub(super) async fn on_datastore(&mut self, ev: DatastoreEvent) -> bool {
         let before = (self.view.invalid_objects.clone(), self.view.invalid_inputs.clone());
         self.view.on_event(&ev);
         let errors_changed = self.last.is_none() || before != (self.view.invalid_objects.clone(), self.view.invalid_inputs.clone());
@@ -107,14 +110,17 @@ impl ClusterHandler {
             DatastoreEvent::LoadFailed(e) => {
                 error!(file = %e.file.display(), line = e.line, error = %e.message, code = e.code(), "cluster description failed to load; keeping the last good state");
                 self.metrics.record_load_failed(&e);
+                false
             }
             DatastoreEvent::Synced => {
                 info!("datastore synced");
                 self.publish_synced().await;
+                false
             }
             DatastoreEvent::Unsynced { reason } => {
                 warn!(%reason, "datastore not synced; keeping every route, deleting none");
                 self.publish_synced().await;
+                false
             }
             DatastoreEvent::Snapshot(s) => self.on_snapshot(&s, errors_changed).await,
         }
@@ -135,14 +141,15 @@ impl ClusterHandler {
         }
     }
 
-    async fn on_snapshot(&mut self, snap: &Snapshot, errors_changed: bool) {
+    /// Plan `snap` and hand the plan's parts out; whether a new plan was made.
+    async fn on_snapshot(&mut self, snap: &Snapshot, errors_changed: bool) -> bool {
         if let Some(auto) = self.host_nic.as_mut() {
             auto.snapshot = Some(snap.clone());
         }
         if !self.resolve_host_nic(snap).await {
             // No host NIC yet: no plan (no route is written, none deleted), not ready.
             self.publish_synced().await;
-            return;
+            return false;
         }
         // Logged when they change, at most LOGGED_ERRORS of each (the rest counted): a file of
         // a thousand broken objects is one burst of lines, not one per snapshot.
@@ -160,7 +167,12 @@ impl ClusterHandler {
         }
         self.metrics.record_snapshot(snap);
         let previous_owned = self.last.as_ref().map(|p| p.policy.owned.clone()).unwrap_or_default();
-        let plan = plan::plan_with(&mut self.route_memo, snap, &self.config, &self.programmed, &previous_owned);
+        let Some(plan) = plan::plan_with(&mut self.plan_memo, snap, &self.config, &self.programmed, &previous_owned) else {
+            // The plan of this snapshot is the last one (a pod's IP allocated in its own node's
+            // block): the dataplane, the audit and the forwarding watch have it already.
+            self.publish_synced().await;
+            return false;
+        };
         if self.last.as_ref().is_none_or(|l| l.frozen != plan.frozen) {
             for f in &plan.frozen {
                 warn!(prefix = %f.cidr, reason = %f.reason, "frozen ground: no route here is deleted or claimed until the input is fixed");
@@ -185,6 +197,7 @@ impl ClusterHandler {
         }
         self.last = Some(plan);
         self.publish_synced().await;
+        true
     }
 
     fn report_plan(&self, plan: &Plan, snap: &Snapshot) {

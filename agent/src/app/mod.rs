@@ -269,7 +269,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         programmed: BTreeSet::new(),
         view: view::ViewState::default(),
         last: None,
-        route_memo: crate::routes::RouteMemo::default(),
+        plan_memo: crate::plan::PlanMemo::default(),
         commands,
         host_nic: if host_auto {
             Some(HostNicAuto { nl: RtNetlink::connect().context("open the rtnetlink socket")?, error: None, snapshot: None, changed: false })
@@ -294,13 +294,21 @@ pub async fn run(args: RunArgs) -> Result<()> {
             ev = ds_rx.recv() => match ev {
                 Some(ev) => {
                     for ev in newest_adjacent(ev, &mut ds_rx) {
-                        trim_pending |= matches!(ev, DatastoreEvent::Snapshot(_));
-                        cluster.on_datastore(ev).await;
-                        if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
-                            w.update_destinations(&forward_entries(plan), &metrics);
+                        let snapshot = matches!(ev, DatastoreEvent::Snapshot(_));
+                        trim_pending |= snapshot;
+                        // A snapshot whose plan is the last one changes nothing downstream: at
+                        // 100,000 blocks the forwarding entries and the audit are a pass over
+                        // every route each.
+                        let replanned = cluster.on_datastore(ev).await;
+                        if replanned {
+                            if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
+                                w.update_destinations(&forward_entries(plan), &metrics);
+                            }
                         }
-                        if let (Some(a), Some(plan)) = (auditor.as_mut(), cluster.last.as_ref()) {
-                            a.audit(plan, &metrics, &health).await;
+                        if replanned || !snapshot {
+                            if let (Some(a), Some(plan)) = (auditor.as_mut(), cluster.last.as_ref()) {
+                                a.audit(plan, &metrics, &health).await;
+                            }
                         }
                     }
                 }

@@ -322,6 +322,7 @@ pub(super) fn block_routes(
 /// What the tunnel-address rule does to the routes of the blocks: per destination, the route
 /// that replaces the blocks' (`None`: no route there), and the addresses Nodes hold (an
 /// allocation of one without a node is no longer a problem).
+#[derive(Debug, PartialEq, Eq)]
 pub(super) struct TunnelOverlay {
     pub(super) routes: BTreeMap<IpNet, Option<ClusterRoute>>,
     held: BTreeSet<IpAddr>,

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use super::compute::{affinity_conflict, block_routes, tunnel_address_routes, BlocksByCidr, Ctx, Problems};
+use super::compute::{affinity_conflict, block_routes, tunnel_address_routes, BlocksByCidr, Ctx, Problems, TunnelOverlay};
 use super::{ClassedRoutes, ClusterRoute, RouteDevices, RouteProblem};
 use crate::model::{BlockAffinity, Cluster, IpamBlock};
 use crate::vocabulary::PoolClass;
@@ -51,13 +51,29 @@ impl RouteMemo {
     /// [`classed_routes`](super::classed_routes)`(cluster, node, classes, devices)`. Keeps
     /// `cluster` (shared) to compare the next call's with.
     pub fn classed_routes(&mut self, cluster: &Arc<Cluster>, node: &str, classes: &BTreeSet<PoolClass>, devices: &RouteDevices) -> ClassedRoutes {
+        self.update(cluster, node, classes, devices);
+        self.answer()
+    }
+
+    /// Bring the memo to `cluster` (as [`RouteMemo::classed_routes`] does) without building
+    /// the answer. Returns `false` when the answer is certainly the one of the previous
+    /// update: no block's routes or problems, no affinity conflict, no tunnel-address route or
+    /// problem and none of the context differ (an IP allocated to a pod of the block's own
+    /// node changes no cluster route, and at 1,000 such changes a second the plan need not
+    /// run; issue 23). `true` when it may differ (always after the memo started over).
+    pub fn update(&mut self, cluster: &Arc<Cluster>, node: &str, classes: &BTreeSet<PoolClass>, devices: &RouteDevices) -> bool {
         let reusable = self.state.as_ref().is_some_and(|s| s.node == node && s.classes == *classes && s.devices == *devices && s.context_equals(cluster));
         if !reusable {
             self.state = None;
         }
+        let fresh = self.state.is_none();
         let state = self.state.get_or_insert_with(|| State::new(node, classes, devices));
-        state.update(cluster);
-        state.output()
+        state.update(cluster) || fresh
+    }
+
+    /// The answer for the cluster of the last update (empty before the first).
+    pub fn answer(&self) -> ClassedRoutes {
+        self.state.as_ref().map(State::output).unwrap_or_default()
     }
 }
 
@@ -89,6 +105,9 @@ struct State {
     conflicts: BTreeMap<IpNet, Vec<RouteProblem>>,
     /// The least name, to start a range at a CIDR.
     least: Arc<str>,
+    /// The tunnel-address rule's answer for `cluster` and the problems it found; `None` until
+    /// the first update computes it.
+    overlay: Option<(TunnelOverlay, Problems)>,
 }
 
 impl State {
@@ -104,6 +123,7 @@ impl State {
             affinities: BTreeMap::new(),
             conflicts: BTreeMap::new(),
             least: Arc::from(""),
+            overlay: None,
         }
     }
 
@@ -115,12 +135,18 @@ impl State {
     }
 
     /// Bring the state from its cluster to `cluster`, whose pools and Nodes are the same
-    /// ([`State::context_equals`]) unless the state holds no block.
-    fn update(&mut self, cluster: &Arc<Cluster>) {
+    /// ([`State::context_equals`]) unless the state holds no block. Returns whether the
+    /// answer may have changed ([`RouteMemo::update`]).
+    fn update(&mut self, cluster: &Arc<Cluster>) -> bool {
         if Arc::ptr_eq(&self.cluster, cluster) {
-            return;
+            return false;
         }
         let old = std::mem::replace(&mut self.cluster, cluster.clone());
+        // Pools and Nodes differ only when the state holds no block; the local node's problem
+        // and the tunnel-address rule read them.
+        let context_changed = !(old.ip_pools == cluster.ip_pools && old.nodes == cluster.nodes);
+        let mut changed = context_changed;
+        let mut blocks_changed = false;
         let (node, devices) = (self.node.clone(), self.devices.clone());
         let ctx = Ctx::new(cluster, &node, &devices);
         let mut touched: BTreeSet<IpNet> = BTreeSet::new();
@@ -130,18 +156,27 @@ impl State {
         let (mut new_blocks, mut new_affinities) = (Vec::new(), Vec::new());
         let (fresh_blocks, fresh_affinities) = (self.blocks.is_empty(), self.affinities.is_empty());
         old.ipam_blocks.diff(&cluster.ipam_blocks, |_, before, after| {
-            if let Some(b) = before {
-                touched.insert(self.remove_block(b));
-            }
+            blocks_changed = true;
+            let gone = before.and_then(|b| {
+                touched.insert(b.cidr);
+                self.remove_block(b)
+            });
             if let Some(b) = after {
                 block_routes(&ctx, b, &self.classes, &mut routes, &mut problems);
                 let (key, contribution) = self.contribution(b, std::mem::take(&mut routes), std::mem::take(&mut problems));
+                // The same routes and problems at the same place in the pass: the answer's
+                // part from this block is as it was (the block's other fields reach the answer
+                // only through the tunnel-address rule and the affinity conflicts, compared
+                // below).
+                changed |= gone.is_none_or(|(k, g)| k != key || g.routes != contribution.routes || g.problems != contribution.problems);
                 touched.insert(key.0);
                 if fresh_blocks {
                     new_blocks.push((key, contribution));
                 } else {
                     self.blocks.insert(key, contribution);
                 }
+            } else {
+                changed |= gone.is_some_and(|(_, g)| !g.routes.is_empty() || !g.problems.is_empty());
             }
         });
         old.block_affinities.diff(&cluster.block_affinities, |name, before, after| {
@@ -165,13 +200,24 @@ impl State {
             self.affinities = new_affinities.into_iter().collect();
         }
         for cidr in touched {
-            self.recheck_affinities(cidr);
+            changed |= self.recheck_affinities(cidr);
         }
+        // The tunnel-address rule reads the Nodes, the pools and the blocks holding each
+        // address (their allocations too), so it runs again when any of them changed, and its
+        // answer is compared with the last.
+        if blocks_changed || context_changed || self.overlay.is_none() {
+            let mut found = Problems::new();
+            let overlay = tunnel_address_routes(&Ctx::new(cluster, &node, &devices), &&*self, &self.classes, &mut found);
+            changed |= self.overlay.as_ref().is_none_or(|(o, p)| *o != overlay || *p != found);
+            self.overlay = Some((overlay, found));
+        }
+        changed
     }
 
-    /// Take out what block `b` contributed; its CIDR.
-    fn remove_block(&mut self, b: &IpamBlock) -> IpNet {
-        let Some(gone) = self.blocks.remove(&(b.cidr, b.name.clone())) else { return b.cidr };
+    /// Take out what block `b` contributed; its key and contribution, when it had one.
+    fn remove_block(&mut self, b: &IpamBlock) -> Option<(BlockKey, Contribution)> {
+        let key = (b.cidr, b.name.clone());
+        let gone = self.blocks.remove(&key)?;
         if !gone.block.deleted {
             if let Entry::Occupied(mut e) = self.lengths.entry((b.cidr.addr().is_ipv6(), b.cidr.prefix_len())) {
                 *e.get_mut() -= 1;
@@ -180,15 +226,15 @@ impl State {
                 }
             }
         }
-        for p in gone.problems.into_vec() {
-            if let Entry::Occupied(mut e) = self.problems.entry(p) {
+        for p in &gone.problems {
+            if let Entry::Occupied(mut e) = self.problems.entry(p.clone()) {
                 *e.get_mut() -= 1;
                 if *e.get() == 0 {
                     e.remove();
                 }
             }
         }
-        b.cidr
+        Some((key, gone))
     }
 
     /// Count in what block `b` contributes (`routes`, `problems`); its entry, to insert.
@@ -207,17 +253,14 @@ impl State {
         map.range((cidr, self.least.clone())..).take_while(move |(k, _)| k.0 == cidr).map(|(_, v)| v)
     }
 
-    /// Compute the affinity conflicts of `cidr` again.
-    fn recheck_affinities(&mut self, cidr: IpNet) {
+    /// Compute the affinity conflicts of `cidr` again; whether they changed.
+    fn recheck_affinities(&mut self, cidr: IpNet) -> bool {
         let found: Vec<RouteProblem> = match self.at_cidr(&self.blocks, cidr).last() {
             Some(c) => self.at_cidr(&self.affinities, cidr).filter_map(|a| affinity_conflict(&c.block, a)).collect(),
             None => Vec::new(),
         };
-        if found.is_empty() {
-            self.conflicts.remove(&cidr);
-        } else {
-            self.conflicts.insert(cidr, found);
-        }
+        let before = if found.is_empty() { self.conflicts.remove(&cidr) } else { self.conflicts.insert(cidr, found.clone()) };
+        before.unwrap_or_default() != found
     }
 
     /// The answer for the current cluster.
@@ -238,12 +281,13 @@ impl State {
         if !sorted {
             all.sort_by_key(|r| r.dst); // stable: the first in block order stays first
         }
-        let overlay = tunnel_address_routes(&ctx, &self, &self.classes, &mut problems);
+        let Some((overlay, found)) = &self.overlay else { return ClassedRoutes::default() };
+        problems.extend(found.iter().cloned());
         overlay.clear_held(&mut problems);
         problems.extend(self.conflicts.values().flatten().cloned().map(|p| (p, None)));
 
         let mut routes: Vec<ClusterRoute> = Vec::with_capacity(all.len() + overlay.routes.len());
-        let mut tunnel = overlay.routes.into_iter().peekable();
+        let mut tunnel = overlay.routes.iter().map(|(dst, r)| (*dst, r.clone())).peekable();
         let mut kept: Option<&ClusterRoute> = None;
         for r in all {
             if let Some(k) = kept.filter(|k| k.dst == r.dst) {
