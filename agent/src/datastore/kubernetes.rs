@@ -12,7 +12,7 @@
 //!                                                     │ changed: parse it alone (ClusterBuilder)
 //!            good: replaces that object in the kept Cluster; bad: the last good one stays
 //!            a list: gathered aside, replaces the last one at InitDone
-//!                                                     │ debounced (100 ms)
+//!                                                     │ debounced (50 ms)
 //!            Cluster (updated in place) ─> Snapshot ─> DatastoreEvent::{Snapshot, Synced, Unsynced}
 //! ```
 //!
@@ -72,7 +72,7 @@
 //!   clone of it (its blocks, affinities and Nodes are `Arc`s: pointer copies), built only
 //!   when something the model reads changed. A Node heartbeat costs its decode and a hash: no
 //!   parse, no flush, no snapshot. Nothing scans every object per event or per flush. The
-//!   debounce window (100 ms) grows to twice the time the last snapshot took, so constant
+//!   debounce window (50 ms) grows to twice the time the last snapshot took, so constant
 //!   churn in a very large cluster is bounded (kube-100k in BENCHMARKS.md: 5,000 Nodes and
 //!   100,000 blocks listed, parsed and first planned in 6.4–6.5 s; 1,000 Node heartbeats a
 //!   second cost 1.1–1.4 % of a core).
