@@ -26,8 +26,15 @@
 //!   keyed by block name and resourceVersion; when a snapshot shows the change (every change is
 //!   of another block: [`shows_change`]), that snapshot's plan completion minus the send time is
 //!   one sample [p99 ≤ 100 ms];
+//! - `mixed_p50_ms` / `mixed_p99_ms`, `route_changes`, `route_p50_ms`, `route_max_ms`: after
+//!   those measurements, half as many changes again at the same rate, one in [`ROUTE_EVERY`]
+//!   a borrowed IP (the pod on the next node: a /32 cluster route, so a plan is made, not
+//!   kept): event → plan latency of every change of that stream and of the route changes
+//!   alone (no target: the stream is the one above);
 //! - `drain_ms`: from the last change sent until every change had been seen in a plan;
-//!   `snapshots` and `plan_ms` (median time of one plan pass) say how the stream was batched;
+//!   `snapshots` and `plan_ms` (median time of one plan made) say how the stream was batched,
+//!   `kept` how many snapshots needed no new plan (`plan_with` answered `None`: every change
+//!   of the stream allocates a pod's IP in its own node's block, which changes no route);
 //! - `lists`, `lists_cached`, `list_versions`: the list requests the stand-in logged, how many
 //!   were served from the watch cache (`resourceVersion=0`), and their
 //!   `resourceVersion`/`resourceVersionMatch` [every list from the cache].
@@ -48,7 +55,7 @@ use routewarden::vocabulary::PoolClass;
 use tokio::sync::mpsc;
 
 use crate::fixtures::felix_plan_config;
-use crate::fixtures::kube::{block_change, kube_cluster, node_name, shows_change, BlockChange};
+use crate::fixtures::kube::{block_change, kube_cluster, node_name, route_change, shows_change, BlockChange};
 use crate::procfs::{cpu_ticks, proc_mem_kib, reset_peak_rss};
 use crate::report::{kv, ms};
 use crate::standin::{calico_path, wait_drained, StandIn};
@@ -76,8 +83,23 @@ const LIMIT: Duration = Duration::from_mins(5);
 /// The node whose plan is computed.
 const NODE: usize = 0;
 
-/// Send time of every change not yet seen in a plan, by block name and resourceVersion.
-type Pending = Arc<Mutex<HashMap<(String, u64), Instant>>>;
+/// Send time of every change not yet seen in a plan and which stream it is of, by block name
+/// and resourceVersion.
+type Pending = Arc<Mutex<HashMap<(String, u64), (Instant, Stream)>>>;
+
+/// The stream a change belongs to, for its latency sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stream {
+    /// The main stream: pods in their own nodes' blocks (no route changes).
+    Pods,
+    /// The mixed stream's pods.
+    MixedPods,
+    /// The mixed stream's borrowed IPs (each a /32 route to another node).
+    MixedRoutes,
+}
+
+/// In the mixed stream, one change in this many is a borrowed IP.
+const ROUTE_EVERY: usize = 100;
 
 /// What the agent keeps between snapshots, and the plan pass it runs on each
 /// (`app::ClusterHandler::on_snapshot` without the metrics and the dataplane).
@@ -87,20 +109,32 @@ struct Planner {
     last: Option<Plan>,
     snapshot: Option<Snapshot>,
     times: Vec<Duration>,
-    memo: routewarden::routes::RouteMemo,
+    memo: plan::PlanMemo,
+    /// Snapshots whose plan was the last one (`plan_with` answered `None`).
+    kept: usize,
 }
 
 impl Planner {
-    /// Plan `snap`; when the plan was done.
+    /// Plan `snap`; when its plan was known (made, or the last one kept).
     fn plan(&mut self, snap: &Snapshot) -> Instant {
         let t = Instant::now();
         let previous_owned = self.last.as_ref().map(|p| p.policy.owned.clone()).unwrap_or_default();
-        let plan = plan::plan_with(&mut self.memo, snap, &self.config, &self.programmed, &previous_owned);
-        self.programmed.clone_from(&plan.decision.programmed);
-        self.last = Some(plan);
+        let made = match plan::plan_with(&mut self.memo, snap, &self.config, &self.programmed, &previous_owned) {
+            Some(plan) => {
+                self.programmed.clone_from(&plan.decision.programmed);
+                self.last = Some(plan);
+                true
+            }
+            // The last plan stands: this snapshot's plan is known, equal to it.
+            None => false,
+        };
         self.snapshot = Some(snap.clone());
         let done = Instant::now();
-        self.times.push(done - t);
+        if made {
+            self.times.push(done - t);
+        } else {
+            self.kept += 1;
+        }
         done
     }
 }
@@ -108,7 +142,7 @@ impl Planner {
 /// What the snapshot consumer saw while the changes streamed.
 struct Consumed {
     planner: Planner,
-    samples: Vec<Duration>,
+    samples: Vec<(Duration, Stream)>,
     snapshots: usize,
     unsynced: usize,
 }
@@ -127,10 +161,10 @@ async fn consume(mut rx: mpsc::Receiver<DatastoreEvent>, mut planner: Planner, p
                         DatastoreEvent::Snapshot(s) => {
                             let done = planner.plan(&s);
                             snapshots += 1;
-                            pending.lock().unwrap_or_else(PoisonError::into_inner).retain(|(block, _), sent| {
+                            pending.lock().unwrap_or_else(PoisonError::into_inner).retain(|(block, _), (sent, stream)| {
                                 let seen = s.cluster.ipam_blocks.get(block.as_str()).is_some_and(|b| shows_change(b));
                                 if seen {
-                                    samples.push(done.saturating_duration_since(*sent));
+                                    samples.push((done.saturating_duration_since(*sent), *stream));
                                 }
                                 !seen
                             });
@@ -163,15 +197,15 @@ fn mb(kib: u64) -> String {
 /// Send `changes` into the IPAM block watch from a thread of its own (the API server is not
 /// the agent: its pace does not depend on the agent's runtime), `per_tick` every 10 ms, each
 /// stamped in `pending` just before it is sent. Returns when the last was sent.
-fn stream(changes: Vec<BlockChange>, per_tick: usize, feed: crate::standin::WatchFeed, pending: Pending) -> std::thread::JoinHandle<Result<Instant>> {
+fn stream(changes: Vec<(BlockChange, Stream)>, per_tick: usize, feed: crate::standin::WatchFeed, pending: Pending) -> std::thread::JoinHandle<Result<Instant>> {
     std::thread::spawn(move || {
         let tick = Duration::from_millis(10);
         let t0 = Instant::now();
         for (n, chunk) in changes.chunks(per_tick.max(1)).enumerate() {
             let at = t0 + tick * u32::try_from(n).unwrap_or(u32::MAX);
             std::thread::sleep(at.saturating_duration_since(Instant::now()));
-            for c in chunk {
-                pending.lock().unwrap_or_else(PoisonError::into_inner).insert((c.block.clone(), c.resource_version), Instant::now());
+            for (c, kind) in chunk {
+                pending.lock().unwrap_or_else(PoisonError::into_inner).insert((c.block.clone(), c.resource_version), (Instant::now(), *kind));
                 feed.send(c.event.clone()).context("the IPAM block watch")?;
             }
         }
@@ -192,7 +226,11 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
         let list_bytes: usize = lists.iter().map(|(_, l)| l.bytes()).sum();
         // Change 0 is the warm-up, 1..=count the stream (later resourceVersions, other blocks).
         let warm_up = block_change(0, size);
-        let changes: Vec<BlockChange> = (1..=count).map(|k| block_change(k, size)).collect();
+        let changes: Vec<(BlockChange, Stream)> = (1..=count).map(|k| (block_change(k, size), Stream::Pods)).collect();
+        // Then half as many again, one in ROUTE_EVERY a borrowed IP (other blocks still).
+        let mixed: Vec<(BlockChange, Stream)> = (count + 1..=count + count / 2)
+            .map(|k| if k % ROUTE_EVERY == ROUTE_EVERY / 2 { (route_change(k, size), Stream::MixedRoutes) } else { (block_change(k, size), Stream::MixedPods) })
+            .collect();
         let mut standin = StandIn::new();
         for (path, body) in lists {
             standin.list(&path, body);
@@ -201,7 +239,7 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
         let log = standin.log();
         let client = standin.client();
         let config = felix_plan_config(&node_name(NODE));
-        let mut planner = Planner { config, programmed: BTreeSet::new(), last: None, snapshot: None, times: Vec::new(), memo: routewarden::routes::RouteMemo::default() };
+        let mut planner = Planner { config, programmed: BTreeSet::new(), last: None, snapshot: None, times: Vec::new(), memo: plan::PlanMemo::default(), kept: 0 };
 
         // Baseline: the fixtures and the runtime, free heap given back, peak reset.
         routewarden::app::memory::release_free_heap();
@@ -272,6 +310,17 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
         let ticks = cpu_ticks(pid)? - cpu0;
         routewarden::app::memory::release_free_heap();
         let (hwm_kib, rss_kib) = proc_mem_kib("self")?;
+
+        // Phase 5: the mixed stream, at the same rate, after the measurements above: what a
+        // change of the routes costs while pods churn (a plan over every route, not kept).
+        let sender = stream(mixed, per_tick, feed.clone(), pending.clone());
+        while !sender.is_finished() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mixed_sent_at = sender.join().map_err(|_| anyhow::anyhow!("the stream thread panicked"))??;
+        while !pending.lock().unwrap_or_else(PoisonError::into_inner).is_empty() && mixed_sent_at.elapsed() < LIMIT {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let _ = stop_tx.send(true);
         let consumed = planning.await?;
         task.abort();
@@ -279,9 +328,15 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
 
         let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)?.unwrap_or(100) as f64;
         let cpu_s = ticks as f64 / hz;
-        let mut samples = consumed.samples;
-        samples.sort();
+        let of = |kinds: &[Stream]| {
+            let mut v: Vec<Duration> = consumed.samples.iter().filter(|(_, k)| kinds.contains(k)).map(|(d, _)| *d).collect();
+            v.sort();
+            v
+        };
+        let samples = of(&[Stream::Pods]);
         let (p50, p99) = (quantile(&samples, 0.5), quantile(&samples, 0.99));
+        let mixed = of(&[Stream::MixedPods, Stream::MixedRoutes]);
+        let routes_changed = of(&[Stream::MixedRoutes]);
         let peak_kib = hwm_kib.saturating_sub(baseline_kib);
         let steady_kib = rss_kib.saturating_sub(baseline_kib);
         let parts = [
@@ -319,7 +374,13 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
                 kv("max_ms", ms(samples.last().copied().unwrap_or_default())),
                 kv("samples", samples.len()),
                 kv("unseen", unseen),
+                kv("mixed_p50_ms", ms(quantile(&mixed, 0.5))),
+                kv("mixed_p99_ms", ms(quantile(&mixed, 0.99))),
+                kv("route_changes", routes_changed.len()),
+                kv("route_p50_ms", ms(quantile(&routes_changed, 0.5))),
+                kv("route_max_ms", ms(routes_changed.last().copied().unwrap_or_default())),
                 kv("snapshots", consumed.snapshots),
+                kv("kept", consumed.planner.kept),
                 kv("plan_ms", ms(median(consumed.planner.times.clone()))),
                 kv("unsynced", consumed.unsynced),
                 kv("lists", lists.len()),
