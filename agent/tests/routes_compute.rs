@@ -605,6 +605,25 @@ fn share_unchanged(prev: &Cluster, mut next: Cluster) -> Cluster {
     next
 }
 
+/// The steps of a random case: the start, then each edit with the cluster after it. Each
+/// cluster is built as a datastore builds it: with `share`, every object that did not change
+/// is the previous cluster's pointer (the Kubernetes datastore), else an equal copy (files).
+fn memo_steps(mut spec: MemoSpec, edits: &[MemoEdit], share: bool) -> Vec<(Option<&MemoEdit>, Cluster)> {
+    let mut prev = Cluster::default();
+    let mut out = Vec::new();
+    for edit in std::iter::once(None).chain(edits.iter().map(Some)) {
+        if let Some(e) = edit {
+            e.apply(&mut spec);
+        }
+        let (cluster, errors) = Cluster::from_yaml_str(&memo_yaml(&spec)).unwrap();
+        assert_eq!(errors, vec![], "after {edit:?}");
+        let cluster = if share { share_unchanged(&prev, cluster) } else { cluster };
+        prev = cluster.clone();
+        out.push((edit, cluster));
+    }
+    out
+}
+
 fn memo_case() -> impl Strategy<Value = (MemoSpec, Vec<MemoEdit>, usize, bool)> {
     (
         memo_nodes(),
@@ -627,20 +646,13 @@ proptest! {
     /// objects keep their pointers (as from the Kubernetes datastore) or are equal copies (as
     /// from the file datastore).
     #[test]
-    fn kept_pass_equals_the_full_pass_after_every_change((mut spec, edits, local, share) in memo_case()) {
+    fn kept_pass_equals_the_full_pass_after_every_change((spec, edits, local, share) in memo_case()) {
         let local = node_name(local);
         let devices = RouteDevices::default();
         let classes = routable_classes();
         let mut memo = routewarden::routes::RouteMemo::default();
-        let mut prev = Cluster::default();
         let mut last = None;
-        for (step, edit) in std::iter::once(None).chain(edits.iter().map(Some)).enumerate() {
-            if let Some(e) = edit {
-                e.apply(&mut spec);
-            }
-            let (cluster, errors) = Cluster::from_yaml_str(&memo_yaml(&spec)).unwrap();
-            prop_assert_eq!(errors, vec![]);
-            let cluster = if share { share_unchanged(&prev, cluster) } else { cluster };
+        for (step, (edit, cluster)) in memo_steps(spec, &edits, share).into_iter().enumerate() {
             let full = classed_routes(&cluster, &local, &classes, &devices);
             let cluster = std::sync::Arc::new(cluster);
             let changed = memo.update(&cluster, &local, &classes, &devices);
@@ -652,7 +664,6 @@ proptest! {
                 prop_assert_eq!(Some(&kept), last.as_ref(), "step {} ({:?}) said unchanged", step, edit);
             }
             last = Some(kept);
-            prev = (*cluster).clone();
         }
     }
 
@@ -661,28 +672,13 @@ proptest! {
     /// affinities, and the Nodes and IP pools it must notice as well), in the role that
     /// programs routes; the classes it programmed are handed to the next call as the app does.
     #[test]
-    fn the_agents_plan_equals_the_full_plan_after_every_change((mut spec, edits, local, share) in memo_case()) {
+    fn the_agents_plan_equals_the_full_plan_after_every_change((spec, edits, local, share) in memo_case()) {
         use routewarden::datastore::Snapshot;
-        use routewarden::ownership::{OwnershipConfig, Role};
-        use routewarden::plan::{plan, plan_with, PlanConfig, PlanMemo};
-        let config = PlanConfig {
-            node: node_name(local),
-            ownership: OwnershipConfig { role: Role::Felix, ..Default::default() },
-            devices: RouteDevices::default(),
-            protocol: 80,
-            table: 254,
-        };
+        use routewarden::plan::{plan, plan_with, PlanMemo};
+        let config = felix_config(local);
         let mut memo = PlanMemo::default();
-        let mut prev = Cluster::default();
         let (mut programmed, mut owned, mut last): (BTreeSet<PoolClass>, Vec<IpNet>, Option<String>) = Default::default();
-        for (step, edit) in std::iter::once(None).chain(edits.iter().map(Some)).enumerate() {
-            if let Some(e) = edit {
-                e.apply(&mut spec);
-            }
-            let (cluster, errors) = Cluster::from_yaml_str(&memo_yaml(&spec)).unwrap();
-            prop_assert_eq!(errors, vec![]);
-            let cluster = if share { share_unchanged(&prev, cluster) } else { cluster };
-            prev = cluster.clone();
+        for (step, (edit, cluster)) in memo_steps(spec, &edits, share).into_iter().enumerate() {
             let snapshot = Snapshot { cluster: Arc::new(cluster), object_errors: vec![], load_errors: vec![], inputs: 1, settled: true };
             let full = plan(&snapshot, &config, &programmed, &owned);
             let full_text = format!("{full:?}");
@@ -698,32 +694,40 @@ proptest! {
     }
 }
 
+/// The plan settings of the tests below: routewarden in Felix's role on node `i`.
+fn felix_config(i: usize) -> routewarden::plan::PlanConfig {
+    use routewarden::ownership::{OwnershipConfig, Role};
+    routewarden::plan::PlanConfig {
+        node: node_name(i),
+        ownership: OwnershipConfig { role: Role::Felix, ..Default::default() },
+        devices: RouteDevices::default(),
+        protocol: 80,
+        table: 254,
+    }
+}
+
+/// A settled snapshot of `yaml`, which must parse whole.
+fn snapshot_of(yaml: &str) -> routewarden::datastore::Snapshot {
+    let (cluster, errors) = Cluster::from_yaml_str(yaml).unwrap();
+    assert_eq!(errors, vec![]);
+    routewarden::datastore::Snapshot { cluster: Arc::new(cluster), object_errors: vec![], load_errors: vec![], inputs: 1, settled: true }
+}
+
 /// A pod's IP allocated in its own node's block changes no route: the agent makes no plan for
 /// it (`plan_with` answers `None`); the same IP borrowed by another node is a /32, a new plan.
 #[test]
 fn an_ip_allocated_in_its_own_nodes_block_makes_no_new_plan() {
-    use routewarden::datastore::Snapshot;
-    use routewarden::ownership::{OwnershipConfig, Role};
-    use routewarden::plan::{plan_with, PlanConfig, PlanMemo};
+    use routewarden::plan::{plan_with, PlanMemo};
     let spec = |allocs: Vec<Option<usize>>| MemoSpec {
         nodes: vec![(true, 0, None); MEMO_NODES],
         mode: "Always",
         blocks: vec![MemoBlock { slot: 1, slash32: false, host: Some(1), allocs, deleted: false }],
         affinities: vec![],
     };
-    let config = PlanConfig {
-        node: node_name(0),
-        ownership: OwnershipConfig { role: Role::Felix, ..Default::default() },
-        devices: RouteDevices::default(),
-        protocol: 80,
-        table: 254,
-    };
+    let config = felix_config(0);
     let mut memo = PlanMemo::default();
     let mut plan_of = |allocs: Vec<Option<usize>>| {
-        let (cluster, errors) = Cluster::from_yaml_str(&memo_yaml(&spec(allocs))).unwrap();
-        assert_eq!(errors, vec![]);
-        let snapshot = Snapshot { cluster: Arc::new(cluster), object_errors: vec![], load_errors: vec![], inputs: 1, settled: true };
-        plan_with(&mut memo, &snapshot, &config, &BTreeSet::from([PoolClass::Ipip]), &[])
+        plan_with(&mut memo, &snapshot_of(&memo_yaml(&spec(allocs))), &config, &BTreeSet::from([PoolClass::Ipip]), &[])
             .map(|p| p.desired.iter().map(|r| r.dst.to_string()).collect::<Vec<_>>())
     };
     assert_eq!(plan_of(vec![Some(1)]), Some(vec!["10.244.0.16/28".to_owned()]));
@@ -738,8 +742,7 @@ fn an_ip_allocated_in_its_own_nodes_block_makes_no_new_plan() {
 /// agent's settings. The same content again (shared or copied) makes none.
 #[test]
 fn a_plan_input_besides_ipam_changing_makes_a_new_plan() {
-    use routewarden::datastore::{LoadError, LoadErrorKind, Snapshot};
-    use routewarden::ownership::{OwnershipConfig, Role};
+    use routewarden::datastore::{LoadError, LoadErrorKind};
     use routewarden::plan::{plan_with, PlanConfig, PlanMemo};
     let spec = MemoSpec {
         nodes: vec![(true, 0, None); MEMO_NODES],
@@ -747,18 +750,8 @@ fn a_plan_input_besides_ipam_changing_makes_a_new_plan() {
         blocks: vec![MemoBlock { slot: 1, slash32: false, host: Some(1), allocs: vec![Some(1)], deleted: false }],
         affinities: vec![],
     };
-    let snapshot = |extra: &str| {
-        let (cluster, errors) = Cluster::from_yaml_str(&format!("{}{extra}", memo_yaml(&spec))).unwrap();
-        assert_eq!(errors, vec![]);
-        Snapshot { cluster: Arc::new(cluster), object_errors: vec![], load_errors: vec![], inputs: 1, settled: true }
-    };
-    let config = PlanConfig {
-        node: node_name(0),
-        ownership: OwnershipConfig { role: Role::Felix, ..Default::default() },
-        devices: RouteDevices::default(),
-        protocol: 80,
-        table: 254,
-    };
+    let snapshot = |extra: &str| snapshot_of(&format!("{}{extra}", memo_yaml(&spec)));
+    let config = felix_config(0);
     let ipip = BTreeSet::from([PoolClass::Ipip]);
     let mut memo = PlanMemo::default();
     let base = snapshot("");
@@ -791,27 +784,16 @@ fn a_plan_input_besides_ipam_changing_makes_a_new_plan() {
 /// the agent must make a new plan for it.
 #[test]
 fn a_tunnel_address_allocated_to_another_node_makes_a_new_plan() {
-    use routewarden::datastore::Snapshot;
-    use routewarden::ownership::{OwnershipConfig, Role};
-    use routewarden::plan::{plan_with, PlanConfig, PlanMemo};
+    use routewarden::plan::{plan_with, PlanMemo};
     let spec = |allocs: Vec<Option<usize>>| {
         let mut nodes = vec![(true, 0, None); MEMO_NODES];
         nodes[2].2 = Some((1, 5)); // node-2's tunnel address: 10.244.0.21, in node-1's block
         MemoSpec { nodes, mode: "Always", blocks: vec![MemoBlock { slot: 1, slash32: false, host: Some(1), allocs, deleted: false }], affinities: vec![] }
     };
-    let config = PlanConfig {
-        node: node_name(0),
-        ownership: OwnershipConfig { role: Role::Felix, ..Default::default() },
-        devices: RouteDevices::default(),
-        protocol: 80,
-        table: 254,
-    };
+    let config = felix_config(0);
     let mut memo = PlanMemo::default();
     let mut plan_of = |allocs: Vec<Option<usize>>| {
-        let (cluster, errors) = Cluster::from_yaml_str(&memo_yaml(&spec(allocs))).unwrap();
-        assert_eq!(errors, vec![]);
-        let snapshot = Snapshot { cluster: Arc::new(cluster), object_errors: vec![], load_errors: vec![], inputs: 1, settled: true };
-        plan_with(&mut memo, &snapshot, &config, &BTreeSet::from([PoolClass::Ipip]), &[])
+        plan_with(&mut memo, &snapshot_of(&memo_yaml(&spec(allocs))), &config, &BTreeSet::from([PoolClass::Ipip]), &[])
             .map(|p| (p.desired.iter().map(|r| r.dst.to_string()).collect::<Vec<_>>(), p.problems.iter().map(RouteProblem::code).collect::<Vec<_>>()))
     };
     let routes = vec!["10.244.0.16/28".to_owned(), "10.244.0.21/32".to_owned()];

@@ -213,6 +213,20 @@ fn stream(changes: Vec<(BlockChange, Stream)>, per_tick: usize, feed: crate::sta
     })
 }
 
+/// [`stream`] `changes`, then wait until every change is in a plan (or [`LIMIT`]); the time
+/// from the last change sent until then.
+async fn stream_until_seen(changes: Vec<(BlockChange, Stream)>, per_tick: usize, feed: &crate::standin::WatchFeed, pending: &Pending) -> Result<Duration> {
+    let sender = stream(changes, per_tick, feed.clone(), pending.clone());
+    while !sender.is_finished() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let sent_at = sender.join().map_err(|_| anyhow::anyhow!("the stream thread panicked"))??;
+    while !pending.lock().unwrap_or_else(PoisonError::into_inner).is_empty() && sent_at.elapsed() < LIMIT {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(sent_at.elapsed())
+}
+
 /// The benchmark: see the module docs.
 #[expect(clippy::too_many_lines, reason = "set-up, the three phases and the report in one place")]
 pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
@@ -295,17 +309,8 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
         let pid = std::process::id();
         let cpu0 = cpu_ticks(pid)?;
         let per_tick = usize::try_from(churn.per_s / 100).unwrap_or(1);
-        let sender = stream(changes, per_tick, feed.clone(), pending.clone());
-        while !sender.is_finished() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let sent_at = sender.join().map_err(|_| anyhow::anyhow!("the stream thread panicked"))??;
-
         // Phase 4: until every change is in a plan and the process is idle.
-        while !pending.lock().unwrap_or_else(PoisonError::into_inner).is_empty() && sent_at.elapsed() < LIMIT {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let caught_up = sent_at.elapsed();
+        let caught_up = stream_until_seen(changes, per_tick, &feed, &pending).await?;
         wait_drained(&[&feed], DRAIN_QUIET, LIMIT).await?;
         let ticks = cpu_ticks(pid)? - cpu0;
         routewarden::app::memory::release_free_heap();
@@ -313,14 +318,7 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
 
         // Phase 5: the mixed stream, at the same rate, after the measurements above: what a
         // change of the routes costs while pods churn (a plan over every route, not kept).
-        let sender = stream(mixed, per_tick, feed.clone(), pending.clone());
-        while !sender.is_finished() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let mixed_sent_at = sender.join().map_err(|_| anyhow::anyhow!("the stream thread panicked"))??;
-        while !pending.lock().unwrap_or_else(PoisonError::into_inner).is_empty() && mixed_sent_at.elapsed() < LIMIT {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        stream_until_seen(mixed, per_tick, &feed, &pending).await?;
         let _ = stop_tx.send(true);
         let consumed = planning.await?;
         task.abort();
