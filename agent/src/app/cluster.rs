@@ -227,8 +227,9 @@ impl ClusterHandler {
                 info!(class = h.class.label(), to = h.to.label(), protocol = h.protocol, "handing class over; keeping our routes until the new owner's appear");
             }
         }
-        // Problems: logged when they change, counted on every snapshot (a block on an unknown
-        // node appearing at runtime changes no ownership decision, but must be reported).
+        // Problems: logged when they change, counted on every new plan (a block on an unknown
+        // node appearing at runtime changes no ownership decision, but must be reported; a
+        // snapshot that makes no new plan has the last plan's problems).
         if self.last.as_ref().is_none_or(|l| l.problems != plan.problems) {
             for p in &plan.problems {
                 warn!(code = p.code(), block = p.block(), "{p}");
