@@ -438,3 +438,28 @@ fn an_unparsable_packet_is_logged_through_aya_log() {
         });
     }
 }
+
+/// A destination that cannot be written (a pool past the 256 the counters have room for)
+/// leaves the update pending: the app retries it on its counter poll, since a snapshot that
+/// makes no new plan (most churn) brings no entries. The same entries again are retried, not
+/// skipped as unchanged; an update that writes every entry clears it.
+#[test]
+fn a_destination_not_written_is_pending_until_an_update_writes_every_entry() {
+    let Some(obj) = object("a_destination_not_written_is_pending_until_an_update_writes_every_entry") else { return };
+    let ns = NetNsGuard::new().expect("netns");
+    let _peer = build(&ns, "pending");
+    let mut watch = ForwardWatch::start(obj, &config(Duration::from_secs(1))).expect("start the forwarding watch");
+    let (_, metrics) = Metrics::new_registry();
+    let entries: Vec<ForwardEntry> = (0..=routewarden_common::forward::MAX_POOLS)
+        .map(|i| entry(&format!("10.{}.{}.0/26", 100 + i / 256, i % 256), &format!("pool-{i}"), PoolClass::NoEncap, ForwardPath::Host))
+        .collect();
+    assert!(!watch.destinations_pending());
+    watch.update_destinations(&entries, &metrics);
+    assert!(watch.destinations_pending(), "the 257th pool's destination was not written");
+    watch.update_destinations(&entries, &metrics);
+    assert!(watch.destinations_pending(), "still not written");
+    let fit = &entries[..routewarden_common::forward::MAX_POOLS];
+    watch.update_destinations(fit, &metrics);
+    assert!(!watch.destinations_pending(), "every entry written");
+    assert_eq!(watch.set_destinations(fit).unwrap().total, fit.len());
+}

@@ -327,6 +327,13 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 if std::mem::take(&mut trim_pending) {
                     memory::release_free_heap();
                 }
+                // A destination write that failed is retried here: a snapshot that makes no
+                // new plan (most churn) no longer brings the entries again.
+                if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
+                    if w.destinations_pending() {
+                        w.update_destinations(&forward_entries(plan), &metrics);
+                    }
+                }
                 route_watch.poll(&metrics, &health);
                 forward.poll(&metrics, &health);
                 if let Some(t) = tc_count.as_mut() {

@@ -186,6 +186,9 @@ pub struct ForwardWatch {
     metrics_state: ForwardMetrics,
     /// The entries of the last update that was written whole.
     last_entries: Vec<ForwardEntry>,
+    /// The last update failed in part or whole: retried on the app's counter tick, since a
+    /// snapshot that makes no new plan brings no update.
+    destinations_failed: bool,
     /// Pools whose series are declared: a pool that leaves the plan has its series removed.
     declared: BTreeSet<String>,
 }
@@ -250,6 +253,7 @@ impl ForwardWatch {
             missing: attached.missing,
             metrics_state: ForwardMetrics::new(tunnel_watched),
             last_entries: Vec::new(),
+            destinations_failed: false,
             declared: BTreeSet::new(),
         })
     }

@@ -175,13 +175,20 @@ impl ForwardWatch {
 }
 
 impl ForwardWatch {
+    /// Whether the last [`ForwardWatch::update_destinations`] did not write every entry: the
+    /// app calls it again with the current plan's entries on its counter poll.
+    pub fn destinations_pending(&self) -> bool {
+        self.destinations_failed
+    }
+
     /// A new set of destinations (the plan's, [`super::entries_from_routes`]): bring the maps
     /// in step (diffed; nothing written when the entries did not change), declare the new
     /// series at 0 and remove those of pools that left.
     pub fn update_destinations(&mut self, entries: &[ForwardEntry], metrics: &Metrics) {
-        if entries == self.last_entries.as_slice() {
+        if !self.destinations_failed && entries == self.last_entries.as_slice() {
             return;
         }
+        self.destinations_failed = true;
         match self.set_destinations(entries) {
             Ok(up) => {
                 if up.inserted + up.updated + up.removed > 0 {
@@ -194,15 +201,16 @@ impl ForwardWatch {
                     );
                 }
                 for (prefix, why) in up.failed.iter().take(10) {
-                    tracing::warn!(%prefix, error = %why, "forwarding watch: destination not written; retried on the next plan");
+                    tracing::warn!(%prefix, error = %why, "forwarding watch: destination not written; retried on the next counter poll");
                 }
                 if up.failed.is_empty() {
                     self.last_entries = entries.to_vec();
+                    self.destinations_failed = false;
                 } else {
                     self.last_entries.clear();
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "forwarding watch: updating destinations failed"),
+            Err(e) => tracing::warn!(error = %e, "forwarding watch: updating destinations failed; retried on the next counter poll"),
         }
         ForwardMetrics::declare(metrics, entries);
         let pools: BTreeSet<String> = entries.iter().map(|e| e.pool.clone()).collect();
