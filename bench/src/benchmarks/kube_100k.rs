@@ -74,7 +74,7 @@ const STEADY_RSS_TARGET_MB: f64 = 150.0;
 const P99_TARGET: Duration = Duration::from_millis(100);
 
 /// After the last change is seen in a plan, this process must be idle this long before the
-/// CPU counter is read (the debounce window grows to twice a flush's time, ~100–300 ms here).
+/// CPU counter is read (longer than the debounce window, 50 ms or twice a flush's time).
 const DRAIN_QUIET: Duration = Duration::from_millis(500);
 
 /// How long the datastore may take to list, and to catch up with the stream after it ends.
