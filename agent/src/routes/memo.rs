@@ -207,7 +207,7 @@ impl State {
         // answer is compared with the last.
         if blocks_changed || context_changed || self.overlay.is_none() {
             let mut found = Problems::new();
-            let overlay = tunnel_address_routes(&Ctx::new(cluster, &node, &devices), &&*self, &self.classes, &mut found);
+            let overlay = tunnel_address_routes(&ctx, &&*self, &self.classes, &mut found);
             changed |= self.overlay.as_ref().is_none_or(|(o, p)| *o != overlay || *p != found);
             self.overlay = Some((overlay, found));
         }
