@@ -206,8 +206,6 @@ impl ForwardWatch {
                 if up.failed.is_empty() {
                     self.last_entries = entries.to_vec();
                     self.destinations_failed = false;
-                } else {
-                    self.last_entries.clear();
                 }
             }
             Err(e) => tracing::warn!(error = %e, "forwarding watch: updating destinations failed; retried on the next counter poll"),
