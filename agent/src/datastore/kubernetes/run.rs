@@ -33,7 +33,7 @@ pub fn user_agent() -> (http::HeaderName, http::HeaderValue) {
 
 /// Default debounce window: at most one snapshot per window, so changes within it become one
 /// snapshot (an initial list of 10,000 IPAM blocks is one snapshot, not 10,000); a change after
-/// a quiet window is sent at once ([`flush_at`]).
+/// a quiet window is sent after [`QUIET_COALESCE`] (`flush_at`).
 /// 50 ms: a snapshot and a plan that changes no route cost ~1 ms at 100,000 IPAM blocks, so
 /// the window bounds how late a change is under churn (kube-100k's p99, issue 23), while a
 /// plan that is longer than the window only makes the app skip to the newest snapshot.
