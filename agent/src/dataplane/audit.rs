@@ -33,6 +33,7 @@ use serde::Serialize;
 
 use super::kernel_route::{Family, KernelRoute, RouteKind, RT_SCOPE_UNIVERSE};
 use super::netlink::{NetlinkError, RouteNetlink};
+use super::nexthop::ObservedNexthop;
 use crate::routes::{ClusterRoute, RouteDevices};
 use crate::vocabulary::{RoutePath, Writer};
 use crate::vocabulary::{RTPROT_BIRD, RTPROT_FELIX, RTPROT_KERNEL, RT_TABLE_MAIN};
@@ -363,11 +364,15 @@ pub fn audit_tables(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &
 pub async fn audit_kernel<N: RouteNetlink>(nl: &mut N, expected: &[ExpectedRoute], scope: &AuditScope) -> Result<AuditReport, NetlinkError> {
     let links = nl.dump_links().await?;
     let names: BTreeMap<u32, String> = links.into_iter().map(|l| (l.index, l.name)).collect();
+    // A route through a nexthop object is judged by the object's gateway and device (with
+    // `nexthop_compat_mode` off the kernel reports only the id). No nexthop objects (a kernel
+    // before 5.3): nothing to resolve.
+    let nexthops: BTreeMap<u32, ObservedNexthop> = nl.dump_nexthops().await.unwrap_or_default().into_iter().map(|n| (n.id, n)).collect();
     let mut routes = Vec::new();
     for table in BTreeSet::from([scope.table, RT_TABLE_MAIN]) {
         for family in [Family::V4, Family::V6] {
             let observed = nl.dump_routes(family, table, 0).await?;
-            routes.extend(observed.iter().filter(|r| !r.cloned).map(|r| r.named(|i| names.get(&i).cloned())));
+            routes.extend(observed.into_iter().filter(|r| !r.cloned).map(|r| r.through(&nexthops).named(|i| names.get(&i).cloned())));
         }
     }
     Ok(audit_tables(&routes, expected, scope))

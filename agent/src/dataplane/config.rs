@@ -32,6 +32,11 @@ pub struct DataplaneConfig {
     pub mass_deletion_percent: u8,
     /// How long a held mass deletion must stay wanted (default 30 s, `--settle-period`).
     pub settle: Duration,
+    /// Program cluster routes through nexthop objects, one per (remote node, IP pool)
+    /// (`--nexthop-objects`, default off: Felix, BIRD and `ip route` users expect classic
+    /// routes). Off, routes of ours through a nexthop object are replaced in place by classic
+    /// routes and our unused nexthop objects removed.
+    pub nexthop_objects: bool,
 }
 
 impl Default for DataplaneConfig {
@@ -45,6 +50,7 @@ impl Default for DataplaneConfig {
             handover_grace: Duration::from_secs(30),
             mass_deletion_percent: 50,
             settle: Duration::from_secs(30),
+            nexthop_objects: false,
         }
     }
 }

@@ -8,7 +8,8 @@ use ipnet::IpNet;
 use nix::errno::Errno;
 
 use super::kernel_route::{Family, ObservedRoute, RouteKey};
-use super::netlink::{Clock, LinkInfo, NetlinkError, NetlinkOp, RouteNetlink, RouteOp};
+use super::netlink::{nexthop_target, Clock, LinkInfo, NetlinkError, NetlinkOp, RouteNetlink, RouteOp};
+use super::nexthop::{NexthopOp, ObservedNexthop};
 
 /// A manually advanced clock; clones share the time.
 #[derive(Clone, Debug)]
@@ -45,6 +46,12 @@ pub struct FakeState {
     pub dump_errno: Option<Errno>,
     /// Exclusive creates refused with EEXIST (another writer's route holds the key), in order.
     pub refused: Vec<RouteKey>,
+    /// Nexthop objects by id.
+    pub nexthops: BTreeMap<u32, ObservedNexthop>,
+    /// Nexthop changes, in order: `create nhid N`, `replace nhid N`, `delete nhid N`.
+    pub nexthop_log: Vec<String>,
+    /// Fail every nexthop dump with this errno (a kernel without nexthop objects).
+    pub nexthop_dump_errno: Option<Errno>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -98,7 +105,7 @@ impl RouteNetlink for FakeNetlink {
         for op in ops {
             let err = |op: NetlinkOp, key: &RouteKey, errno| Err(NetlinkError::Kernel { op, target: key.to_string(), errno });
             match op {
-                RouteOp::Write { route, oif, exclusive } => {
+                RouteOp::Write { route, oif, nexthop, exclusive } => {
                     let key = route.key;
                     if let Some((errno, n)) = s.fail_writes.get_mut(&key.dst) {
                         if *n > 0 {
@@ -126,17 +133,27 @@ impl RouteNetlink for FakeNetlink {
                         continue;
                     }
                     let t = &route.target;
-                    let observed = ObservedRoute {
+                    let mut observed = ObservedRoute {
                         key,
                         kind: t.kind,
                         gateway: t.gateway,
                         oif: *oif,
                         onlink: t.onlink,
+                        nexthop: *nexthop,
                         protocol: t.protocol,
                         scope: t.scope,
                         extra: false,
                         cloned: false,
                     };
+                    if let Some(id) = nexthop {
+                        // The kernel takes gateway, device and onlink from the object and
+                        // reports them (nexthop_compat_mode).
+                        let Some(nh) = s.nexthops.get(id) else {
+                            out.push(err(NetlinkOp::WriteRoute, &key, Errno::EINVAL));
+                            continue;
+                        };
+                        (observed.gateway, observed.oif, observed.onlink) = (nh.gateway, nh.oif, nh.onlink);
+                    }
                     let verb = if s.routes.contains_key(&key) { "replace" } else { "create" };
                     s.log.push(format!("{verb} {key}"));
                     s.routes.insert(key, observed);
@@ -153,5 +170,57 @@ impl RouteNetlink for FakeNetlink {
             }
         }
         std::future::ready(out)
+    }
+
+    fn dump_nexthops(&mut self) -> impl std::future::Future<Output = Result<Vec<ObservedNexthop>, NetlinkError>> + Send {
+        let s = self.state();
+        std::future::ready(match s.nexthop_dump_errno {
+            Some(errno) => Err(NetlinkError::Kernel { op: NetlinkOp::DumpNexthops, target: "all".into(), errno }),
+            None => Ok(s.nexthops.values().cloned().collect()),
+        })
+    }
+
+    /// Kernel semantics: a replace re-points every route through the object; a delete removes
+    /// them with it.
+    fn execute_nexthops(&mut self, ops: &[NexthopOp]) -> impl std::future::Future<Output = Vec<Result<(), NetlinkError>>> + Send {
+        let mut s = self.0.lock().unwrap();
+        let mut out = Vec::new();
+        for op in ops {
+            let err = |op: NetlinkOp, id: u32, errno| Err(NetlinkError::Kernel { op, target: nexthop_target(id), errno });
+            match op {
+                NexthopOp::Write { id, gateway, oif, onlink, protocol, exclusive } => {
+                    if !s.links.get(oif).is_some_and(|l| l.up) {
+                        out.push(err(NetlinkOp::WriteNexthop, *id, Errno::ENODEV));
+                        continue;
+                    }
+                    let exists = s.nexthops.contains_key(id);
+                    if *exclusive && exists {
+                        out.push(err(NetlinkOp::WriteNexthop, *id, Errno::EEXIST));
+                        continue;
+                    }
+                    let nh = ObservedNexthop { id: *id, protocol: *protocol, gateway: Some(*gateway), oif: Some(*oif), onlink: *onlink, other: false };
+                    for r in s.routes.values_mut().filter(|r| r.nexthop == Some(*id)) {
+                        (r.gateway, r.oif, r.onlink) = (nh.gateway, nh.oif, nh.onlink);
+                    }
+                    s.nexthops.insert(*id, nh);
+                    s.nexthop_log.push(format!("{} nhid {id}", if exists { "replace" } else { "create" }));
+                    out.push(Ok(()));
+                }
+                NexthopOp::Delete { id } => {
+                    if s.nexthops.remove(id).is_none() {
+                        out.push(err(NetlinkOp::DeleteNexthop, *id, Errno::ENOENT));
+                        continue;
+                    }
+                    s.routes.retain(|_, r| r.nexthop != Some(*id));
+                    s.nexthop_log.push(format!("delete nhid {id}"));
+                    out.push(Ok(()));
+                }
+            }
+        }
+        std::future::ready(out)
+    }
+
+    fn nexthops_in_use(&mut self, ids: &[u32]) -> impl std::future::Future<Output = Result<std::collections::BTreeSet<u32>, NetlinkError>> + Send {
+        std::future::ready(Ok(self.state().routes.values().filter_map(|r| r.nexthop).filter(|id| ids.contains(id)).collect()))
     }
 }

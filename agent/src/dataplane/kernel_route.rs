@@ -13,11 +13,12 @@ use std::fmt;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use rtnetlink::packet_core::{NetlinkMessage, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST};
+use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST};
 use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType};
 use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
 use serde::Serialize;
 
+use super::nexthop::NexthopKey;
 use crate::routes::{ClusterRoute, RouteDevices};
 use crate::vocabulary::{PoolClass, RoutePath, RTPROT_FELIX, RT_TABLE_MAIN};
 
@@ -224,6 +225,9 @@ pub struct DesiredRoute {
     pub class: PoolClass,
     /// Path the route takes.
     pub path: RoutePath,
+    /// With `--nexthop-objects`: the nexthop object the route goes through (the remote node
+    /// and IP pool); `None` for blackholes, routes to no node, and in classic mode.
+    pub nexthop: Option<NexthopKey>,
 }
 
 /// Route-writing settings: what protocol, metric and table this agent's routes carry.
@@ -284,7 +288,7 @@ pub fn to_kernel_route(route: &ClusterRoute, settings: &RouteSettings) -> Result
             }
         }
     };
-    Ok(DesiredRoute { route: KernelRoute { key, target }, class: route.class, path: route.path })
+    Ok(DesiredRoute { route: KernelRoute { key, target }, class: route.class, path: route.path, nexthop: None })
 }
 
 /// A route as the kernel reported it: devices as ifindexes, plus whether it carries
@@ -301,18 +305,35 @@ pub struct ObservedRoute {
     pub oif: Option<u32>,
     /// `RTNH_F_ONLINK` in `rtm_flags`.
     pub onlink: bool,
+    /// `RTA_NH_ID`: the nexthop object the route goes through. The kernel still reports the
+    /// object's gateway, device and onlink flag in `gateway`, `oif` and `onlink`
+    /// (`net.ipv4.nexthop_compat_mode`, on by default).
+    pub nexthop: Option<u32>,
     /// `rtm_protocol`.
     pub protocol: u8,
     /// `rtm_scope`.
     pub scope: u8,
     /// The route has attributes this agent never writes (multipath, metrics such as `mtu`,
-    /// `src`, encap, nexthop id): a route of ours with them is rewritten.
+    /// `src`, encap): a route of ours with them is rewritten.
     pub extra: bool,
     /// `RTM_F_CLONED`: a cache/exception entry, never a FIB route.
     pub cloned: bool,
 }
 
 impl ObservedRoute {
+    /// The route with the gateway, device and onlink flag of the nexthop object it goes
+    /// through, when the kernel left them out (`net.ipv4.nexthop_compat_mode` 0) and the
+    /// object is in `nexthops` (id -> object).
+    #[must_use]
+    pub fn through(mut self, nexthops: &std::collections::BTreeMap<u32, super::nexthop::ObservedNexthop>) -> ObservedRoute {
+        if let Some(nh) = self.nexthop.and_then(|id| nexthops.get(&id)) {
+            if self.gateway.is_none() && self.oif.is_none() {
+                (self.gateway, self.oif, self.onlink) = (nh.gateway, nh.oif, nh.onlink);
+            }
+        }
+        self
+    }
+
     /// Name the output device with `name_of` (ifindex -> name). Blackholes get no device
     /// (IPv6 reports them on `lo`).
     pub fn named(&self, name_of: impl Fn(u32) -> Option<String>) -> KernelRoute {
@@ -354,6 +375,7 @@ pub fn parse_route(msg: &RouteMessage) -> Option<ObservedRoute> {
     let mut gateway = None;
     let mut oif = None;
     let mut metric = 0;
+    let mut nexthop = None;
     let mut extra = false;
     for attr in &msg.attributes {
         match attr {
@@ -368,8 +390,8 @@ pub fn parse_route(msg: &RouteMessage) -> Option<ObservedRoute> {
             | RouteAttribute::Via(_)
             | RouteAttribute::Encap(_)
             | RouteAttribute::EncapType(_)
-            | RouteAttribute::NhId(_)
             | RouteAttribute::Source(_) => extra = true,
+            RouteAttribute::NhId(id) => nexthop = Some(*id),
             _ => {}
         }
     }
@@ -387,6 +409,7 @@ pub fn parse_route(msg: &RouteMessage) -> Option<ObservedRoute> {
         gateway,
         oif,
         onlink: h.flags.contains(RouteFlags::Onlink),
+        nexthop,
         protocol: u8::from(h.protocol),
         scope: u8::from(h.scope),
         extra,
@@ -414,12 +437,14 @@ fn base_attributes(key: &RouteKey) -> Vec<RouteAttribute> {
     attrs
 }
 
-/// Build the `RTM_NEWROUTE` request that writes `route` with its device at `oif`.
+/// Build the `RTM_NEWROUTE` request that writes `route` with its device at `oif`, or, with
+/// `nexthop`, through that nexthop object (`RTA_NH_ID`; the kernel takes gateway, device and
+/// onlink from the object and refuses them next to it, `fib_create_info`).
 ///
 /// `exclusive`: `NLM_F_CREATE|NLM_F_EXCL` (fails with `EEXIST` if any route holds the key:
 /// used for keys not known to be ours, so a foreign route is never overwritten); otherwise
 /// `NLM_F_CREATE|NLM_F_REPLACE` (atomic replace of our own route, `ip route replace`).
-pub fn write_request(route: &KernelRoute, oif: Option<u32>, exclusive: bool) -> NetlinkMessage<RouteNetlinkMessage> {
+pub fn write_request(route: &KernelRoute, oif: Option<u32>, nexthop: Option<u32>, exclusive: bool) -> NetlinkMessage<RouteNetlinkMessage> {
     let key = &route.key;
     let t = &route.target;
     let mut msg = RouteMessage::default();
@@ -427,15 +452,19 @@ pub fn write_request(route: &KernelRoute, oif: Option<u32>, exclusive: bool) -> 
     msg.header.protocol = RouteProtocol::from(t.protocol);
     msg.header.scope = RouteScope::from(t.scope);
     msg.header.kind = t.kind.to_kernel();
-    if t.onlink {
-        msg.header.flags = RouteFlags::Onlink;
-    }
     msg.attributes = base_attributes(key);
-    if let Some(gw) = t.gateway {
-        msg.attributes.push(RouteAttribute::Gateway(RouteAddress::from(gw)));
-    }
-    if let Some(oif) = oif {
-        msg.attributes.push(RouteAttribute::Oif(oif));
+    if let Some(id) = nexthop {
+        msg.attributes.push(RouteAttribute::NhId(id));
+    } else {
+        if t.onlink {
+            msg.header.flags = RouteFlags::Onlink;
+        }
+        if let Some(gw) = t.gateway {
+            msg.attributes.push(RouteAttribute::Gateway(RouteAddress::from(gw)));
+        }
+        if let Some(oif) = oif {
+            msg.attributes.push(RouteAttribute::Oif(oif));
+        }
     }
     let mut req = NetlinkMessage::from(RouteNetlinkMessage::NewRoute(msg));
     req.header.flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | if exclusive { NLM_F_EXCL } else { NLM_F_REPLACE };
@@ -470,6 +499,31 @@ pub fn dump_request(family: Family, table: u32, protocol: u8) -> NetlinkMessage<
     msg.header.scope = RouteScope::Universe;
     msg.header.kind = RouteType::Unspec;
     msg.attributes.push(RouteAttribute::Table(table));
+    let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetRoute(msg));
+    req.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+    req
+}
+
+/// [`dump_request`] for both families at once (`AF_UNSPEC`: `rtnl_dump_all` runs every
+/// family's route dump with the same filter; a table that does not exist is empty there, not
+/// `ENOENT`). Replies of other families (`RTNL_FAMILY_IPMR`) are dropped by [`parse_route`].
+pub fn dump_request_both_families(table: u32, protocol: u8) -> NetlinkMessage<RouteNetlinkMessage> {
+    let mut req = dump_request(Family::V4, table, protocol);
+    if let NetlinkPayload::InnerMessage(RouteNetlinkMessage::GetRoute(msg)) = &mut req.payload {
+        msg.header.address_family = AddressFamily::Unspec;
+    }
+    req
+}
+
+/// Build a strict dump request for every route of both families in every table (`AF_UNSPEC`,
+/// `rtm_table` 0 and no `RTA_TABLE`), any protocol: which nexthop objects any route goes
+/// through. (The kernel takes no `RTA_NH_ID` filter in a route dump, `ip_valid_fib_dump_req`;
+/// `ip route show nhid` filters in user space too.)
+pub fn all_tables_dump_request() -> NetlinkMessage<RouteNetlinkMessage> {
+    let mut msg = RouteMessage::default();
+    msg.header.address_family = AddressFamily::Unspec;
+    msg.header.scope = RouteScope::Universe;
+    msg.header.kind = RouteType::Unspec;
     let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetRoute(msg));
     req.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
     req
@@ -525,7 +579,7 @@ mod tests {
     fn parse_roundtrip_of_written_route() {
         let s = RouteSettings { table: 300, ..RouteSettings::default() };
         let d = to_kernel_route(&cr("10.244.20.0/26", RoutePath::Tunnel, Some("10.0.0.12")), &s).unwrap();
-        let req = write_request(&d.route, Some(7), false);
+        let req = write_request(&d.route, Some(7), None, false);
         let RouteNetlinkMessage::NewRoute(msg) = req.payload.clone().into_inner_owned() else { panic!() };
         assert_eq!(msg.header.table, RT_TABLE_COMPAT);
         let o = parse_route(&msg).unwrap();

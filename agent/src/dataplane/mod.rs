@@ -22,6 +22,8 @@
 //!   - `breaker`: the mass-deletion breaker.
 //! - [`report`]: [`ApplyReport`], what one apply did ([`ErrorKind`]: fixed error kinds).
 //! - [`netlink`]: the [`RouteNetlink`] and [`Clock`] traits and their real implementations.
+//! - [`nexthop`]: nexthop objects (`--nexthop-objects`): one per remote node and IP pool, their
+//!   ownership and their wire encoding; the reconciler's `nexthops` part keeps them.
 //! - [`events`]: [`DataplaneEvent`] and the netlink watcher.
 //! - [`audit`](mod@audit): compare the kernel with what each owner should have programmed.
 //! - [`driver`]: [`run`], the task that drives a reconciler from [`DataplaneCommand`]s, events
@@ -47,6 +49,7 @@ pub mod host_nic;
 pub mod kernel_route;
 mod links;
 pub mod netlink;
+pub mod nexthop;
 pub mod policy;
 pub mod reconciler;
 pub mod report;
@@ -65,6 +68,7 @@ pub use events::{spawn_watcher, DataplaneEvent, EventDecoder};
 pub use handover::{Handover, HandoverEnd, HandoverOutcome};
 pub use kernel_route::{Family, KernelRoute, RouteKey, RouteKind, RouteSettings, RouteTarget};
 pub use netlink::{Clock, LinkInfo, NetlinkError, RouteNetlink, RouteOp, RtNetlink, SystemClock};
+pub use nexthop::{NexthopKey, NexthopOp, ObservedNexthop, NEXTHOP_IDS};
 pub use policy::{OwnershipPolicy, Verdict};
 pub use reconciler::Reconciler;
 pub use report::{ApplyReport, ErrorKind};

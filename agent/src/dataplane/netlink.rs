@@ -17,7 +17,10 @@ use rtnetlink::packet_route::RouteNetlinkMessage;
 use rtnetlink::sys::protocols::NETLINK_ROUTE;
 use rtnetlink::sys::{AsyncSocket, AsyncSocketExt, SocketAddr, TokioSocket};
 
-use super::kernel_route::{delete_request, dump_request, parse_route, write_request, Family, KernelRoute, ObservedRoute, RouteKey};
+use super::kernel_route::{
+    all_tables_dump_request, delete_request, dump_request, dump_request_both_families, parse_route, write_request, Family, KernelRoute, ObservedRoute, RouteKey,
+};
+use super::nexthop::{group_members, nexthop_dump_request, nexthop_request, parse_nexthop, NexthopMessage, NexthopOp, ObservedNexthop};
 
 /// Wall-clock source for timers (resync interval, retry backoff, handover grace).
 pub trait Clock: Send {
@@ -50,13 +53,17 @@ pub struct LinkInfo {
 /// One route change to send.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RouteOp {
-    /// Write `route` with its device at ifindex `oif`. `exclusive`: create only
-    /// (`NLM_F_EXCL`, fails with `EEXIST` if any route holds the key); otherwise replace.
+    /// Write `route` with its device at ifindex `oif`, or through nexthop object `nexthop`.
+    /// `exclusive`: create only (`NLM_F_EXCL`, fails with `EEXIST` if any route holds the
+    /// key); otherwise replace.
     Write {
         /// The route to write.
         route: KernelRoute,
         /// Resolved ifindex of `route.target.device`.
         oif: Option<u32>,
+        /// The nexthop object the route goes through (`RTA_NH_ID`, instead of gateway, device
+        /// and onlink flag).
+        nexthop: Option<u32>,
         /// Create-only instead of replace.
         exclusive: bool,
     },
@@ -92,6 +99,12 @@ pub enum NetlinkOp {
     WriteRoute,
     /// `RTM_DELROUTE`.
     DeleteRoute,
+    /// Nexthop object dump.
+    DumpNexthops,
+    /// `RTM_NEWNEXTHOP` (replace or create).
+    WriteNexthop,
+    /// `RTM_DELNEXTHOP`.
+    DeleteNexthop,
     /// Opening the rtnetlink socket.
     Connect,
 }
@@ -104,6 +117,9 @@ impl std::fmt::Display for NetlinkOp {
             NetlinkOp::DumpAddresses => "dump addresses",
             NetlinkOp::WriteRoute => "write route",
             NetlinkOp::DeleteRoute => "delete route",
+            NetlinkOp::DumpNexthops => "dump nexthops",
+            NetlinkOp::WriteNexthop => "write nexthop",
+            NetlinkOp::DeleteNexthop => "delete nexthop",
             NetlinkOp::Connect => "connect",
         })
     }
@@ -168,11 +184,50 @@ pub trait RouteNetlink: Send {
     /// exist is empty.
     fn dump_routes(&mut self, family: Family, table: u32, protocol: u8) -> impl Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send;
 
+    /// Dump the routes of both families in `table` with `protocol` (0 = any): IPv4 then IPv6
+    /// by default; one request for both where the collaborator can (a full resync is then one
+    /// dump per protocol).
+    fn dump_routes_both_families(&mut self, table: u32, protocol: u8) -> impl Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send {
+        async move {
+            let mut routes = self.dump_routes(Family::V4, table, protocol).await?;
+            routes.extend(self.dump_routes(Family::V6, table, protocol).await?);
+            Ok(routes)
+        }
+    }
+
     /// Dump all links.
     fn dump_links(&mut self) -> impl Future<Output = Result<Vec<LinkInfo>, NetlinkError>> + Send;
 
     /// Execute `ops`, concurrently where possible; one result per op, in order.
     fn execute(&mut self, ops: &[RouteOp]) -> impl Future<Output = Vec<Result<(), NetlinkError>>> + Send;
+
+    /// Dump every nexthop object (all families). The default knows none (a collaborator
+    /// without nexthop objects).
+    fn dump_nexthops(&mut self) -> impl Future<Output = Result<Vec<ObservedNexthop>, NetlinkError>> + Send {
+        async { Ok(Vec::new()) }
+    }
+
+    /// Execute nexthop object writes and deletes in order; one result per op. The default
+    /// refuses each with `EOPNOTSUPP` (routes then stay classic).
+    fn execute_nexthops(&mut self, ops: &[NexthopOp]) -> impl Future<Output = Vec<Result<(), NetlinkError>>> + Send {
+        let refused = ops
+            .iter()
+            .map(|op| Err(NetlinkError::Kernel { op: NetlinkOp::WriteNexthop, target: nexthop_target(op.id()), errno: nix::errno::Errno::EOPNOTSUPP }))
+            .collect();
+        async { refused }
+    }
+
+    /// Which of nexthop objects `ids` any route, of any table, writer and family, goes
+    /// through. The default says all of them (so nothing is deleted on its word).
+    fn nexthops_in_use(&mut self, ids: &[u32]) -> impl Future<Output = Result<std::collections::BTreeSet<u32>, NetlinkError>> + Send {
+        let all = ids.iter().copied().collect();
+        async { Ok(all) }
+    }
+}
+
+/// How an error names nexthop object `id`.
+pub fn nexthop_target(id: u32) -> String {
+    format!("nexthop id {id}")
 }
 
 /// [`RouteNetlink`] over rtnetlink with strict checking (`NETLINK_GET_STRICT_CHK`, so dumps
@@ -193,6 +248,9 @@ pub trait RouteNetlink: Send {
 #[derive(Clone, Debug)]
 pub struct RtNetlink {
     handle: rtnetlink::Handle,
+    /// A connection typed [`NexthopMessage`] for the nexthop dump (rtnetlink's cannot decode
+    /// nexthop messages).
+    nexthop_handle: rtnetlink::proto::ConnectionHandle<NexthopMessage>,
     batcher: Arc<tokio::sync::Mutex<Batcher>>,
     window: usize,
     timeout: Duration,
@@ -232,9 +290,13 @@ impl RtNetlink {
         // Bound now (not at the first send), so the route watch, started after this, finds
         // the port among this process's and labels our writes `self` from the first one.
         conn.socket_mut().socket_mut().bind_auto().map_err(conn_err)?;
+        let (mut nh_conn, nexthop_handle, _unsolicited) = rtnetlink::proto::new_connection::<NexthopMessage>(NETLINK_ROUTE).map_err(conn_err)?;
+        nh_conn.socket_mut().socket_mut().set_netlink_get_strict_chk(true).map_err(conn_err)?;
+        nh_conn.socket_mut().socket_mut().set_ext_ack(true).map_err(conn_err)?;
         let batcher = Batcher::open().map_err(conn_err)?;
         tokio::spawn(conn);
-        Ok(RtNetlink { handle, batcher: Arc::new(tokio::sync::Mutex::new(batcher)), window: DEFAULT_WINDOW, timeout: DEFAULT_TIMEOUT })
+        tokio::spawn(nh_conn);
+        Ok(RtNetlink { handle, nexthop_handle, batcher: Arc::new(tokio::sync::Mutex::new(batcher)), window: DEFAULT_WINDOW, timeout: DEFAULT_TIMEOUT })
     }
 
     /// Set how many route messages go into one `sendmsg` (at least 1; 1 = one round trip per
@@ -268,11 +330,85 @@ impl std::fmt::Debug for Batcher {
     }
 }
 
-/// One serialized op of a batch: what its error reports (the key is formatted only for an
-/// error).
+/// One serialized op of a batch: what its error reports (formatted only for an error).
 struct Pending {
     op: NetlinkOp,
-    key: RouteKey,
+    target: OpTarget,
+}
+
+/// What an op of a batch acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpTarget {
+    Route(RouteKey),
+    Nexthop(u32),
+}
+
+impl std::fmt::Display for OpTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpTarget::Route(key) => key.fmt(f),
+            OpTarget::Nexthop(id) => f.write_str(&nexthop_target(*id)),
+        }
+    }
+}
+
+/// A request of a batch, framed with the message type it carries.
+enum Framed {
+    Route(NetlinkMessage<RouteNetlinkMessage>),
+    Nexthop(NetlinkMessage<NexthopMessage>),
+}
+
+impl Framed {
+    /// Clear `NLM_F_ACK`, set the sequence number and port, fix the length; returns the
+    /// message length in bytes.
+    fn frame(&mut self, seq: u32) -> usize {
+        fn frame<I: rtnetlink::packet_core::NetlinkSerializable>(m: &mut NetlinkMessage<I>, seq: u32) -> usize {
+            m.header.flags = (m.header.flags | NLM_F_REQUEST) & !NLM_F_ACK;
+            m.header.sequence_number = seq;
+            m.header.port_number = 0;
+            m.finalize();
+            m.buffer_len()
+        }
+        match self {
+            Framed::Route(m) => frame(m, seq),
+            Framed::Nexthop(m) => frame(m, seq),
+        }
+    }
+
+    fn serialize(&self, buf: &mut [u8]) {
+        match self {
+            Framed::Route(m) => m.serialize(buf),
+            Framed::Nexthop(m) => m.serialize(buf),
+        }
+    }
+}
+
+/// An op the batch socket sends: its request and what its result reports.
+trait BatchOp {
+    fn request(&self) -> (Framed, Pending);
+}
+
+impl BatchOp for RouteOp {
+    fn request(&self) -> (Framed, Pending) {
+        match self {
+            RouteOp::Write { route, oif, nexthop, exclusive } => {
+                (Framed::Route(write_request(route, *oif, *nexthop, *exclusive)), Pending { op: NetlinkOp::WriteRoute, target: OpTarget::Route(route.key) })
+            }
+            RouteOp::Delete { key, protocol } => {
+                (Framed::Route(delete_request(key, *protocol)), Pending { op: NetlinkOp::DeleteRoute, target: OpTarget::Route(*key) })
+            }
+        }
+    }
+}
+
+impl BatchOp for NexthopOp {
+    fn request(&self) -> (Framed, Pending) {
+        let op = match self {
+            NexthopOp::Write { .. } => NetlinkOp::WriteNexthop,
+            NexthopOp::Delete { .. } => NetlinkOp::DeleteNexthop,
+        };
+        (Framed::Nexthop(nexthop_request(self)), Pending { op, target: OpTarget::Nexthop(self.id()) })
+    }
 }
 
 /// Result slot per op of a batch, index = sequence number - the batch's first.
@@ -295,7 +431,7 @@ impl Batcher {
 
     /// Run `ops` in order, in batches of at most `window` messages and [`MAX_BATCH_BYTES`]
     /// bytes; `timeout` applies per batch. Returns one result per op, in order.
-    async fn execute(&mut self, ops: &[RouteOp], window: usize, timeout: Duration) -> Vec<Result<(), NetlinkError>> {
+    async fn execute<T: BatchOp>(&mut self, ops: &[T], window: usize, timeout: Duration) -> Vec<Result<(), NetlinkError>> {
         let mut results = Vec::with_capacity(ops.len());
         let mut rest = ops;
         while !rest.is_empty() {
@@ -310,28 +446,21 @@ impl Batcher {
     /// op, even if it alone exceeds [`MAX_BATCH_BYTES`]), sequence numbers consecutive from
     /// `self.seq`, `NLM_F_ACK` on the last message only. Returns the serialized ops, in order
     /// (the prefix length is its length).
-    fn serialize(&mut self, ops: &[RouteOp], window: usize) -> Vec<Pending> {
+    fn serialize<T: BatchOp>(&mut self, ops: &[T], window: usize) -> Vec<Pending> {
         self.send_buf.clear();
         let mut pending = Vec::with_capacity(window.min(ops.len()));
         let mut seq = self.seq;
         let mut last_start = 0;
         for op in ops.iter().take(window) {
-            let (mut req, nlop) = match op {
-                RouteOp::Write { route, oif, exclusive } => (write_request(route, *oif, *exclusive), NetlinkOp::WriteRoute),
-                RouteOp::Delete { key, protocol } => (delete_request(key, *protocol), NetlinkOp::DeleteRoute),
-            };
-            req.header.flags = (req.header.flags | NLM_F_REQUEST) & !NLM_F_ACK;
-            req.header.sequence_number = seq;
-            req.header.port_number = 0;
-            req.finalize();
-            let len = req.buffer_len();
+            let (mut req, p) = op.request();
+            let len = req.frame(seq);
             let start = self.send_buf.len();
             if !pending.is_empty() && start + align(len) > MAX_BATCH_BYTES {
                 break;
             }
             self.send_buf.resize(start + align(len), 0);
             req.serialize(&mut self.send_buf[start..start + len]);
-            pending.push(Pending { op: nlop, key: *op.key() });
+            pending.push(p);
             last_start = start;
             seq = seq.wrapping_add(1);
         }
@@ -367,8 +496,8 @@ impl Batcher {
         for (slot, p) in slots.into_iter().zip(pending) {
             results.push(slot.unwrap_or_else(|| {
                 Err(match &failure {
-                    BatchFailure::Overrun => NetlinkError::Kernel { op: p.op, target: p.key.to_string(), errno: nix::errno::Errno::ENOBUFS },
-                    BatchFailure::Timeout => NetlinkError::Timeout { op: p.op, target: p.key.to_string(), timeout },
+                    BatchFailure::Overrun => NetlinkError::Kernel { op: p.op, target: p.target.to_string(), errno: nix::errno::Errno::ENOBUFS },
+                    BatchFailure::Timeout => NetlinkError::Timeout { op: p.op, target: p.target.to_string(), timeout },
                     BatchFailure::Io(reason) => NetlinkError::Connection { op: p.op, reason: reason.clone() },
                 })
             }));
@@ -450,7 +579,7 @@ fn fill_slots(buf: &[u8], base: u32, pending: &[Pending], slots: &mut Slots) -> 
                 if let Ok(NetlinkMessage { payload: NetlinkPayload::Error(e), .. }) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rest[..len]) {
                     *slot = Some(match e.code {
                         None => Ok(()),
-                        Some(code) => Err(NetlinkError::Kernel { op: p.op, target: p.key.to_string(), errno: errno_of(code.get()) }),
+                        Some(code) => Err(NetlinkError::Kernel { op: p.op, target: p.target.to_string(), errno: errno_of(code.get()) }),
                     });
                     last_answered |= idx + 1 == slots.len();
                 }
@@ -474,8 +603,21 @@ async fn request(
     timeout: Duration,
 ) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
     let mut handle = handle.clone();
-    let mut responses = handle.request(req).map_err(|e| NetlinkError::Connection { op, reason: e.to_string() })?;
+    let responses = handle.request(req).map_err(|e| NetlinkError::Connection { op, reason: e.to_string() })?;
+    collect_answer(responses, op, target, timeout).await
+}
+
+/// The inner messages of one request's answer (`responses`), up to its end: the kernel's
+/// errno, an overrun, a dump marked interrupted (`NLM_F_DUMP_INTR`) or no end within
+/// `timeout` is an error about `op` on `target`.
+async fn collect_answer<I>(
+    responses: impl futures::Stream<Item = NetlinkMessage<I>>,
+    op: NetlinkOp,
+    target: String,
+    timeout: Duration,
+) -> Result<Vec<I>, NetlinkError> {
     let collect = async {
+        let mut responses = std::pin::pin!(responses);
         let mut out = Vec::new();
         let mut interrupted = false;
         while let Some(msg) = responses.next().await {
@@ -506,25 +648,47 @@ async fn request(
     tokio::time::timeout(timeout, collect).await.map_err(|_| NetlinkError::Timeout { op, target, timeout })?
 }
 
+/// Every nexthop object of every family as the kernel reports it (groups with their members):
+/// one `RTM_GETNEXTHOP` dump on `handle`.
+///
+/// # Errors
+/// [`NetlinkError`] as [`collect_answer`] gives it (`EOPNOTSUPP` before Linux 5.3).
+async fn nexthop_messages(handle: &rtnetlink::proto::ConnectionHandle<NexthopMessage>, timeout: Duration) -> Result<Vec<NexthopMessage>, NetlinkError> {
+    let op = NetlinkOp::DumpNexthops;
+    let responses = handle.request(nexthop_dump_request(), SocketAddr::new(0, 0)).map_err(|e| NetlinkError::Connection { op, reason: e.to_string() })?;
+    collect_answer(responses, op, "all".into(), timeout).await
+}
+
+/// Run route dump `req` (about `target`) and parse the routes in its answer. A table that does
+/// not exist yet answers `ENOENT`: it is empty (Felix does the same).
+async fn dump_routes_with(
+    handle: rtnetlink::Handle,
+    req: NetlinkMessage<RouteNetlinkMessage>,
+    target: String,
+    timeout: Duration,
+) -> Result<Vec<ObservedRoute>, NetlinkError> {
+    match request(&handle, req, NetlinkOp::DumpRoutes, target, timeout).await {
+        Ok(msgs) => Ok(msgs
+            .iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewRoute(r) => parse_route(r),
+                _ => None,
+            })
+            .collect()),
+        Err(NetlinkError::Kernel { errno: nix::errno::Errno::ENOENT, .. }) => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
 impl RouteNetlink for RtNetlink {
     fn dump_routes(&mut self, family: Family, table: u32, protocol: u8) -> impl Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send {
-        let handle = self.handle.clone();
-        let timeout = self.timeout;
-        async move {
-            let target = format!("{} table {table} proto {protocol}", family.label());
-            match request(&handle, dump_request(family, table, protocol), NetlinkOp::DumpRoutes, target, timeout).await {
-                Ok(msgs) => Ok(msgs
-                    .iter()
-                    .filter_map(|m| match m {
-                        RouteNetlinkMessage::NewRoute(r) => parse_route(r),
-                        _ => None,
-                    })
-                    .collect()),
-                // ENOENT: the table does not exist yet, i.e. it is empty (Felix does the same).
-                Err(NetlinkError::Kernel { errno: nix::errno::Errno::ENOENT, .. }) => Ok(Vec::new()),
-                Err(e) => Err(e),
-            }
-        }
+        let target = format!("{} table {table} proto {protocol}", family.label());
+        dump_routes_with(self.handle.clone(), dump_request(family, table, protocol), target, self.timeout)
+    }
+
+    fn dump_routes_both_families(&mut self, table: u32, protocol: u8) -> impl Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send {
+        let target = format!("table {table} proto {protocol}");
+        dump_routes_with(self.handle.clone(), dump_request_both_families(table, protocol), target, self.timeout)
     }
 
     fn dump_links(&mut self) -> impl Future<Output = Result<Vec<LinkInfo>, NetlinkError>> + Send {
@@ -553,6 +717,34 @@ impl RouteNetlink for RtNetlink {
         // Borrowed, not copied: the future lives no longer than `ops` (a trait method's
         // `impl Future` captures the argument's lifetime).
         async move { batcher.lock().await.execute(ops, window, timeout).await }
+    }
+
+    fn dump_nexthops(&mut self) -> impl Future<Output = Result<Vec<ObservedNexthop>, NetlinkError>> + Send {
+        let handle = self.nexthop_handle.clone();
+        let timeout = self.timeout;
+        async move { Ok(nexthop_messages(&handle, timeout).await?.iter().filter_map(parse_nexthop).collect()) }
+    }
+
+    fn execute_nexthops(&mut self, ops: &[NexthopOp]) -> impl Future<Output = Vec<Result<(), NetlinkError>>> + Send {
+        let batcher = Arc::clone(&self.batcher);
+        let timeout = self.timeout;
+        let window = self.window;
+        async move { batcher.lock().await.execute(ops, window, timeout).await }
+    }
+
+    fn nexthops_in_use(&mut self, ids: &[u32]) -> impl Future<Output = Result<std::collections::BTreeSet<u32>, NetlinkError>> + Send {
+        let (handle, nexthop_handle) = (self.handle.clone(), self.nexthop_handle.clone());
+        let timeout = self.timeout;
+        let wanted: std::collections::BTreeSet<u32> = ids.iter().copied().collect();
+        async move {
+            // A group of another writer that holds one of them uses it too: the kernel
+            // deletes a group whose last member goes, and the routes through the group.
+            let groups = nexthop_messages(&nexthop_handle, timeout).await?;
+            let mut used: std::collections::BTreeSet<u32> = groups.iter().flat_map(group_members).filter(|id| wanted.contains(id)).collect();
+            let routes = dump_routes_with(handle, all_tables_dump_request(), "all tables".into(), timeout).await?;
+            used.extend(routes.iter().filter_map(|r| r.nexthop).filter(|id| wanted.contains(id)));
+            Ok(used)
+        }
     }
 }
 
@@ -605,7 +797,7 @@ mod tests {
     }
 
     fn pending(dsts: &[&str]) -> Vec<Pending> {
-        dsts.iter().map(|d| Pending { op: NetlinkOp::WriteRoute, key: key(d) }).collect()
+        dsts.iter().map(|d| Pending { op: NetlinkOp::WriteRoute, target: OpTarget::Route(key(d)) }).collect()
     }
 
     /// An `NLMSG_ERROR` answer to sequence number `seq` with `code` (0: an ack).
@@ -677,14 +869,23 @@ mod tests {
             protocol: 80,
             scope: 0,
         };
-        let write = |dst: &str, exclusive: bool| RouteOp::Write { route: KernelRoute { key: key(dst), target: target.clone() }, oif: Some(2), exclusive };
+        let write = |dst: &str, exclusive: bool| RouteOp::Write {
+            route: KernelRoute { key: key(dst), target: target.clone() },
+            oif: Some(2),
+            nexthop: None,
+            exclusive,
+        };
         let ops = [write("10.244.1.0/26", true), RouteOp::Delete { key: key("10.244.2.0/26"), protocol: 80 }, write("10.244.3.0/26", false)];
         let mut b = Batcher::open().unwrap();
         b.seq = 7;
         let p = b.serialize(&ops, 256);
         assert_eq!(
-            p.iter().map(|p| (p.op, p.key)).collect::<Vec<_>>(),
-            [(NetlinkOp::WriteRoute, key("10.244.1.0/26")), (NetlinkOp::DeleteRoute, key("10.244.2.0/26")), (NetlinkOp::WriteRoute, key("10.244.3.0/26"))]
+            p.iter().map(|p| (p.op, p.target)).collect::<Vec<_>>(),
+            [
+                (NetlinkOp::WriteRoute, OpTarget::Route(key("10.244.1.0/26"))),
+                (NetlinkOp::DeleteRoute, OpTarget::Route(key("10.244.2.0/26"))),
+                (NetlinkOp::WriteRoute, OpTarget::Route(key("10.244.3.0/26")))
+            ]
         );
         assert_eq!(
             headers(&b.send_buf),

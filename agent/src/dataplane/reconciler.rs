@@ -49,15 +49,19 @@ use super::breaker::MassDeletionBreaker;
 use super::config::DataplaneConfig;
 use super::events::DataplaneEvent;
 use super::handover::{Handover, Handovers};
-use super::kernel_route::{to_kernel_route, ConversionError, DesiredRoute, Family, KernelRoute, RouteKey, RouteSettings};
+use super::kernel_route::{to_kernel_route, ConversionError, DesiredRoute, KernelRoute, RouteKey, RouteKind, RouteSettings};
 use super::links::Links;
 use super::netlink::{Clock, NetlinkError, RouteNetlink};
+use super::nexthop::NexthopKey;
 use super::policy::{OwnershipPolicy, Verdict};
 use super::report::{ApplyReport, ErrorKind};
 use super::retry::{ResyncTimer, Retries};
 use crate::routes::ClusterRoute;
 
 mod apply;
+mod nexthops;
+
+use nexthops::Nexthops;
 
 /// Attempts of a dump that the kernel marked interrupted (Felix `routeListFilterAttempts`).
 const DUMP_ATTEMPTS: u32 = 5;
@@ -69,6 +73,8 @@ struct KernelEntry {
     route: KernelRoute,
     /// Its output device's ifindex.
     oif: Option<u32>,
+    /// The nexthop object it goes through (`RTA_NH_ID`).
+    nexthop: Option<u32>,
     /// Attributes we never write are present.
     extra: bool,
     /// False after the route's link went down/up: the kernel may have flushed it silently
@@ -103,6 +109,8 @@ pub struct Reconciler<N, C> {
     /// Whether the datastore view is complete (no deletes while false).
     datastore_synced: bool,
     breaker: MassDeletionBreaker,
+    /// Nexthop objects (`--nexthop-objects`; without it, only ours left over are removed).
+    nexthops: Nexthops,
 }
 
 impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
@@ -115,6 +123,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             resync: ResyncTimer::new(now),
             breaker: MassDeletionBreaker::new(config.mass_deletion_percent, config.settle),
             handovers: Handovers::new(config.handover_grace),
+            nexthops: Nexthops::new(config.nexthop_objects, config.protocol),
             config,
             policy,
             nl,
@@ -190,9 +199,15 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         sorted.sort();
         self.bad_desired.clear();
         let mut converted: Vec<(RouteKey, DesiredRoute)> = Vec::with_capacity(sorted.len());
+        let nexthops = self.nexthops.enabled();
         for r in sorted {
             match to_kernel_route(r, &self.settings) {
-                Ok(d) => converted.push((d.route.key, d)),
+                Ok(mut d) => {
+                    if nexthops && d.route.target.kind == RouteKind::Unicast {
+                        d.nexthop = r.origin.node_shared().map(|node| NexthopKey { node: node.clone(), pool: r.pool.clone() });
+                    }
+                    converted.push((d.route.key, d));
+                }
                 Err(e) => self.bad_desired.push(e),
             }
         }
@@ -201,6 +216,9 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         converted.sort_by_key(|a| a.0);
         converted.dedup_by(|later, first| later.0 == first.0);
         let next: BTreeMap<RouteKey, DesiredRoute> = converted.into_iter().collect();
+        if nexthops {
+            self.nexthops.set_wanted(next.values());
+        }
         // Removed keys.
         let removed: Vec<RouteKey> = self.desired.keys().filter(|k| !next.contains_key(k)).copied().collect();
         for key in removed {
@@ -246,12 +264,13 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 if route.cloned {
                     return;
                 }
+                let route = &self.nexthops.resolve(route.clone());
                 let named = self.links.name(route);
                 self.dirty.extend(self.handovers.route_seen(&named.key.dst, named.target.protocol, named.key.table));
                 let verdict = self.policy.verdict(&named);
                 let key = named.key;
                 if verdict.is_ours() {
-                    self.kernel.insert(key, KernelEntry { route: named, oif: route.oif, extra: route.extra, verified: true, verdict });
+                    self.kernel.insert(key, KernelEntry { route: named, oif: route.oif, nexthop: route.nexthop, extra: route.extra, verified: true, verdict });
                     self.blocked.remove(&key);
                     self.dirty.insert(key);
                 } else if key.table == self.policy.table && (self.kernel.contains_key(&key) || self.desired.contains_key(&key)) {
@@ -282,15 +301,49 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             }
             DataplaneEvent::LinkRemoved { index, name } => {
                 self.links.remove(*index, name);
+                self.nexthops.link_changed(*index);
                 // The kernel removes every route through a device that goes away.
-                let gone: Vec<RouteKey> = self.kernel.iter().filter(|(_, e)| e.oif == Some(*index)).map(|(k, _)| *k).collect();
-                for k in gone {
-                    self.kernel.remove(&k);
-                    self.dirty.insert(k);
+                self.forget_kernel_routes(|e| e.oif == Some(*index));
+                self.mark_device_dirty(name);
+            }
+            DataplaneEvent::LinkCarrier { index, name, carrier } => {
+                if *carrier {
+                    // Nexthop objects can be written on the link again: no backoff from the
+                    // writes refused meanwhile.
+                    self.nexthops.carrier_back();
+                } else {
+                    // The kernel flushed the nexthop objects on the link and the routes
+                    // through them (IPv4 ones silently); classic routes stay.
+                    self.nexthops.link_changed(*index);
+                    self.forget_kernel_routes(|e| e.oif == Some(*index) && e.nexthop.is_some());
                 }
                 self.mark_device_dirty(name);
             }
+            DataplaneEvent::NexthopChanged { nexthop } => {
+                if self.nexthops.changed_by_another(nexthop) {
+                    // Another writer replaced an object of ours: our routes through it go
+                    // elsewhere now. A resync finds out whose it is (ours again in place, or
+                    // left to them and ours moved to a new id).
+                    self.request_resync();
+                }
+            }
+            DataplaneEvent::NexthopRemoved { id } => {
+                if self.nexthops.removed(*id) {
+                    // The kernel took the routes through it, IPv4 ones without a word.
+                    self.forget_kernel_routes(|e| e.nexthop == Some(*id));
+                }
+            }
             DataplaneEvent::Overrun => self.request_resync(),
+        }
+    }
+
+    /// Routes of ours the kernel removed without telling (`gone` says which): out of the
+    /// kernel view, and looked at by the next apply (which writes them again if desired).
+    fn forget_kernel_routes(&mut self, gone: impl Fn(&KernelEntry) -> bool) {
+        let keys: Vec<RouteKey> = self.kernel.iter().filter(|(_, e)| gone(e)).map(|(k, _)| *k).collect();
+        for k in keys {
+            self.kernel.remove(&k);
+            self.dirty.insert(k);
         }
     }
 
@@ -298,6 +351,10 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         let Some(change) = self.links.update(index, name, up) else {
             return;
         };
+        if change.maybe_flushed {
+            // The kernel removes nexthop objects on a link that goes down.
+            self.nexthops.link_changed(index);
+        }
         if let Some(old) = &change.old_name {
             self.mark_device_dirty(old);
         }
@@ -325,7 +382,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// Whether an apply has work: dirty keys whose retry time has come, or a due resync.
     pub fn needs_apply(&self) -> bool {
         let now = self.clock.now();
-        self.resync.is_due(now) || self.dirty.iter().any(|k| !self.retries.waiting(k, now))
+        self.resync.is_due(now) || self.dirty.iter().any(|k| !self.retries.waiting(k, now)) || self.nexthops.retry_at().is_some_and(|at| at <= now)
     }
 
     /// When [`apply`](Self::apply) should run next if nothing else happens: the resync timer,
@@ -343,6 +400,9 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         if let Some(release) = self.breaker.next_release() {
             t = t.min(release);
         }
+        if let Some(retry) = self.nexthops.retry_at() {
+            t = t.min(retry);
+        }
         t
     }
 
@@ -351,33 +411,38 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         self.kernel.values().map(|e| e.route.to_string()).collect()
     }
 
-    /// Full resync: refresh links, dump our table for each family and each protocol the
-    /// policy may own, keep the routes the policy calls ours, and mark every key whose kernel
-    /// state may differ from the desired state.
+    /// Full resync: refresh links, dump the nexthop objects, dump our table (both families in
+    /// one request) for each protocol the policy may own, keep the routes the policy calls
+    /// ours, and mark every key whose kernel state may differ from the desired state.
     async fn full_resync(&mut self, report: &mut ApplyReport) -> Result<(), NetlinkError> {
         let started = self.clock.now();
         let links = self.nl.dump_links().await?;
         self.links.replace(&links);
+        // Nexthop objects first (in classic mode too, so ours left over from nexthop mode are
+        // removed once no route goes through them): routes through ours are named with the
+        // object's gateway and device.
+        let dumped = self.nl.dump_nexthops().await;
+        self.nexthops.resync(dumped, report);
         let mut fresh: BTreeMap<RouteKey, KernelEntry> = BTreeMap::new();
-        for family in [Family::V4, Family::V6] {
-            for protocol in self.policy.dump_protocols() {
-                let mut attempt = 0;
-                let routes = loop {
-                    attempt += 1;
-                    match self.nl.dump_routes(family, self.policy.table, protocol).await {
-                        Ok(r) => break r,
-                        Err(NetlinkError::DumpInterrupted { .. }) if attempt < DUMP_ATTEMPTS => {
-                            *report.errors.entry(ErrorKind::DumpInterrupted).or_default() += 1;
-                        }
-                        Err(e) => return Err(e),
+        // One dump per protocol, both families in it.
+        for protocol in self.policy.dump_protocols() {
+            let mut attempt = 0;
+            let routes = loop {
+                attempt += 1;
+                match self.nl.dump_routes_both_families(self.policy.table, protocol).await {
+                    Ok(r) => break r,
+                    Err(NetlinkError::DumpInterrupted { .. }) if attempt < DUMP_ATTEMPTS => {
+                        *report.errors.entry(ErrorKind::DumpInterrupted).or_default() += 1;
                     }
-                };
-                for r in routes.iter().filter(|r| !r.cloned) {
-                    let named = self.links.name(r);
-                    let verdict = self.policy.verdict(&named);
-                    if verdict.is_ours() {
-                        fresh.insert(named.key, KernelEntry { route: named, oif: r.oif, extra: r.extra, verified: true, verdict });
-                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            for r in routes.into_iter().filter(|r| !r.cloned) {
+                let r = self.nexthops.resolve(r);
+                let named = self.links.name(&r);
+                let verdict = self.policy.verdict(&named);
+                if verdict.is_ours() {
+                    fresh.insert(named.key, KernelEntry { route: named, oif: r.oif, nexthop: r.nexthop, extra: r.extra, verified: true, verdict });
                 }
             }
         }

@@ -117,6 +117,14 @@ pub struct ApplyReport {
     pub resync_failed: bool,
     /// Routes written (replace or create) successfully.
     pub writes: u64,
+    /// Nexthop objects written (created or replaced in place).
+    pub nexthop_writes: u64,
+    /// Nexthop objects of ours deleted (no route used them).
+    pub nexthop_deletes: u64,
+    /// Nexthop object writes that failed (their routes go in classic meanwhile).
+    pub nexthop_write_errors: u64,
+    /// Nexthop object deletes that failed.
+    pub nexthop_delete_errors: u64,
     /// Routes deleted successfully.
     pub deletes: u64,
     /// Deletes answered `ESRCH` (already gone, or replaced by another writer meanwhile).

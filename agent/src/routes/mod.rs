@@ -49,6 +49,12 @@ impl RouteOrigin {
 
     /// The node the route leads to; `None` for an own block (a blackhole).
     pub fn node(&self) -> Option<&str> {
+        self.node_shared().map(|n| &**n)
+    }
+
+    /// [`node`](Self::node) as the model shares the name: cloning it copies no string (a
+    /// nexthop object's key is built per route, `dataplane::nexthop::NexthopKey`).
+    pub fn node_shared(&self) -> Option<&Arc<str>> {
         match self {
             RouteOrigin::RemoteBlock { node, .. } | RouteOrigin::BorrowedIp { node, .. } | RouteOrigin::TunnelAddress { node, .. } => Some(node),
             RouteOrigin::OwnBlock { .. } => None,

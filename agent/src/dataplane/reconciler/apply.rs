@@ -13,24 +13,28 @@ use super::{KernelEntry, Reconciler};
 use crate::dataplane::handover::DeleteGate;
 use crate::dataplane::kernel_route::{Family, KernelRoute, RouteKey, RouteKind};
 use crate::dataplane::netlink::{Clock, NetlinkError, RouteNetlink, RouteOp};
+use crate::dataplane::nexthop::NexthopOp;
 use crate::dataplane::policy::Verdict;
 use crate::dataplane::report::{ApplyReport, Conflict, ErrorKind, Overwrite};
 use crate::dataplane::retry::backoff;
 
 impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
-    /// Whether kernel entry `k` is desired route `d` written through `oif`: same type,
-    /// protocol and scope, and (unless a blackhole) same gateway, onlink flag and device;
-    /// re-verified since its link went down or up, and with no attribute we never write.
-    fn in_sync(d: &KernelRoute, oif: Option<u32>, k: &KernelEntry) -> bool {
+    /// Whether kernel entry `k` is desired route `d` written through `oif`, or through
+    /// nexthop object `nexthop`: same type, protocol and scope, the same nexthop object (or
+    /// none), and (unless a blackhole or through an object, which carries them) same gateway,
+    /// onlink flag and device; re-verified since its link went down or up, and with no
+    /// attribute we never write.
+    fn in_sync(d: &KernelRoute, oif: Option<u32>, nexthop: Option<u32>, k: &KernelEntry) -> bool {
         let (dt, kt) = (&d.target, &k.route.target);
         k.verified
             && !k.extra
             && dt.kind == kt.kind
             && dt.protocol == kt.protocol
             && dt.scope == kt.scope
+            && nexthop == k.nexthop
             && match dt.kind {
                 RouteKind::Blackhole => true,
-                _ => dt.gateway == kt.gateway && dt.onlink == kt.onlink && oif == k.oif,
+                _ => nexthop.is_some() || (dt.gateway == kt.gateway && dt.onlink == kt.onlink && oif == k.oif),
             }
     }
 
@@ -67,6 +71,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         }
         self.check_handovers().await;
         let now = self.clock.now();
+        // Nexthop objects first: a route goes through one only once it is in the kernel.
+        self.write_nexthops(now, &mut report).await;
         // Deletes the breaker held come back for another look.
         self.dirty.extend(self.breaker.held().copied());
         // Pass 1: writes. Pass 2: deletes, after the new routes are in.
@@ -78,10 +84,59 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         let deletes = self.plan_deletes(delete_candidates, &failed_dsts, now, &mut report);
         let results = if deletes.is_empty() { Vec::new() } else { self.nl.execute(&deletes).await };
         self.record_deletes(&deletes, results, &mut report);
+        self.delete_unused_nexthops(&mut report).await;
         let kernel = &self.kernel;
         self.handovers.finish(self.clock.now(), |k| kernel.contains_key(k), &mut report.handovers);
         self.finish_report(&mut report, started);
         report
+    }
+
+    /// Write the nexthop objects the desired routes need (create-exclusive, or replace in
+    /// place when gateway, device or onlink flag changed); the routes through a written object
+    /// are looked at again by this apply's write pass.
+    async fn write_nexthops(&mut self, now: Instant, report: &mut ApplyReport) {
+        let ops = self.nexthops.plan(&self.links, &self.kernel, now);
+        if ops.is_empty() {
+            return;
+        }
+        let results = self.nl.execute_nexthops(&ops).await;
+        let written = self.nexthops.record_writes(&ops, results, now, report);
+        if written.is_empty() {
+            return;
+        }
+        for (key, d) in &self.desired {
+            let oif = self.links.resolve(d.route.target.device.as_deref()).ok().flatten();
+            if self.nexthops.ready(d, oif).is_some_and(|id| written.contains(&id)) {
+                self.dirty.insert(*key);
+            }
+        }
+    }
+
+    /// Delete our nexthop objects that nothing uses: no (node, pool) wants them, no route of
+    /// ours goes through them, and a dump of every table finds no route through them (one
+    /// dump per family for all of them). A failed check keeps them.
+    async fn delete_unused_nexthops(&mut self, report: &mut ApplyReport) {
+        let unused = self.nexthops.unused(&self.kernel);
+        if unused.is_empty() {
+            return;
+        }
+        let gone: Vec<u32> = match self.nl.nexthops_in_use(&unused).await {
+            Ok(used) => {
+                let gone = unused.into_iter().filter(|id| !used.contains(id)).collect();
+                self.nexthops.used_by_others(used);
+                gone
+            }
+            Err(e) => {
+                report.error(ErrorKind::of(&e), || format!("unused nexthop objects kept: {e}"));
+                return;
+            }
+        };
+        if gone.is_empty() {
+            return;
+        }
+        let ops: Vec<NexthopOp> = gone.iter().map(|id| NexthopOp::Delete { id: *id }).collect();
+        let results = self.nl.execute_nexthops(&ops).await;
+        self.nexthops.record_deletes(&gone, results, report);
     }
 
     /// Sort the dirty keys into writes (desired, not in sync) and delete candidates (ours,
@@ -115,12 +170,13 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                             continue;
                         }
                     };
-                    if k.is_some_and(|k| Self::in_sync(&d.route, oif, k)) {
+                    let nexthop = self.nexthops.ready(d, oif);
+                    if k.is_some_and(|k| Self::in_sync(&d.route, oif, nexthop, k)) {
                         self.dirty.remove(&key);
                         self.retries.clear(&key);
                         continue;
                     }
-                    writes.push(RouteOp::Write { route: d.route.clone(), oif, exclusive: k.is_none() });
+                    writes.push(RouteOp::Write { route: d.route.clone(), oif, nexthop, exclusive: k.is_none() });
                 }
                 (None, Some(_)) => delete_candidates.push(key),
                 (None, None) => {
@@ -146,7 +202,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 continue;
             }
             let route = KernelRoute { key: copy, target: k.route.target.clone() };
-            ops.push((RouteOp::Write { route, oif: k.oif, exclusive: true }, *key));
+            ops.push((RouteOp::Write { route, oif: k.oif, nexthop: k.nexthop, exclusive: true }, *key));
         }
         ops
     }
@@ -159,14 +215,14 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         &mut self,
         original: RouteKey,
         route: &KernelRoute,
-        oif: Option<u32>,
+        (oif, nexthop): (Option<u32>, Option<u32>),
         res: Result<(), NetlinkError>,
         report: &mut ApplyReport,
     ) -> bool {
         match res {
             Ok(()) => {
                 report.writes += 1;
-                let entry = KernelEntry { route: route.clone(), oif, extra: false, verified: true, verdict: Verdict::OursByProtocol };
+                let entry = KernelEntry { route: route.clone(), oif, nexthop, extra: false, verified: true, verdict: Verdict::OursByProtocol };
                 self.kernel.insert(route.key, entry);
                 self.handovers.stepped_aside(original, route.key);
                 self.dirty.insert(route.key);
@@ -199,12 +255,12 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         let mut failed_dsts = BTreeSet::new();
         let stepping: HashMap<RouteKey, RouteKey> = step_asides.iter().map(|(op, original)| (*op.key(), *original)).collect();
         for (op, res) in writes.iter().zip(results) {
-            let RouteOp::Write { route, oif, exclusive } = op else {
+            let RouteOp::Write { route, oif, nexthop, exclusive } = op else {
                 continue;
             };
             let key = route.key;
             if let Some(original) = stepping.get(&key) {
-                if !self.record_step_aside(*original, route, *oif, res, report) {
+                if !self.record_step_aside(*original, route, (*oif, *nexthop), res, report) {
                     failed_dsts.insert((key.table, key.dst));
                 }
                 continue;
@@ -212,7 +268,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             match res {
                 Ok(()) => {
                     report.writes += 1;
-                    let entry = KernelEntry { route: route.clone(), oif: *oif, extra: false, verified: true, verdict: Verdict::OursByProtocol };
+                    let entry =
+                        KernelEntry { route: route.clone(), oif: *oif, nexthop: *nexthop, extra: false, verified: true, verdict: Verdict::OursByProtocol };
                     match self.kernel.entry(key) {
                         Entry::Occupied(mut prev) => {
                             if prev.get().route.target.protocol != route.target.protocol {
@@ -377,7 +434,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             let c = report.by_class.entry((Family::of(&d.route.key.dst), d.class, d.path)).or_default();
             c.desired += 1;
             let oif = self.links.resolve(d.route.target.device.as_deref()).ok().flatten();
-            if self.kernel.get(&d.route.key).is_some_and(|k| Self::in_sync(&d.route, oif, k)) {
+            let nexthop = self.nexthops.ready(d, oif);
+            if self.kernel.get(&d.route.key).is_some_and(|k| Self::in_sync(&d.route, oif, nexthop, k)) {
                 c.programmed += 1;
             } else if self.blocked.contains_key(&d.route.key) {
                 c.held += 1;
