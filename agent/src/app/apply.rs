@@ -37,10 +37,12 @@ pub(super) fn record_report(metrics: &Metrics, health: &Health, report: &ApplyRe
         }
         _ => {}
     }
-    if report.writes + report.deletes > 0 || !report.errors.is_empty() {
+    if report.writes + report.deletes + report.nexthop_writes + report.nexthop_deletes > 0 || !report.errors.is_empty() {
         info!(
             writes = report.writes,
             deletes = report.deletes,
+            nexthop_writes = report.nexthop_writes,
+            nexthop_deletes = report.nexthop_deletes,
             errors = report.errors.values().sum::<u64>(),
             pending = report.pending,
             kernel_routes = report.kernel_routes,

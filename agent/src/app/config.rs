@@ -203,6 +203,12 @@ pub struct RunArgs {
     /// routewarden's routes holds each delete for the settle period (100 turns it off).
     #[arg(long, env = "ROUTEWARDEN_MASS_DELETION_THRESHOLD", default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
     pub mass_deletion_threshold: u8,
+    /// Program cluster routes through nexthop objects (`ip nexthop`, Linux 5.3+), one per
+    /// remote node and IP pool: a node's address change or CrossSubnet path switch is then
+    /// one nexthop replace, whatever its number of blocks. Off by default (Felix, BIRD and
+    /// `ip route` users expect classic routes); turning it off replaces the routes in place.
+    #[arg(long, env = "ROUTEWARDEN_NEXTHOP_OBJECTS")]
+    pub nexthop_objects: bool,
     /// Address of the HTTP server (/metrics, /healthz, /readyz).
     #[arg(long, env = "ROUTEWARDEN_METRICS_ADDR", default_value = "0.0.0.0:9695")]
     pub metrics_addr: SocketAddr,

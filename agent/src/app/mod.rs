@@ -137,6 +137,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         handover_grace: Duration::from_secs(args.handover_grace),
         mass_deletion_percent: args.mass_deletion_threshold,
         settle: Duration::from_secs(args.settle_period),
+        nexthop_objects: args.nexthop_objects,
     };
     dp_config.validate()?;
     info!(
@@ -148,6 +149,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         protocol = dp_config.protocol,
         metric = dp_config.metric,
         table = dp_config.table,
+        nexthop_objects = dp_config.nexthop_objects,
         bpf_object = crate::bpf::embedded_object().map_or("not embedded", |_| "embedded"),
         "routewarden starting"
     );

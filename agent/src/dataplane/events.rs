@@ -5,15 +5,18 @@
 //! its periodic resync; this watcher lets the reconciler re-install a removed or flushed route
 //! within a debounce interval instead. Kernel quirks it accounts for
 //! (`../shared/reference/toolchain.md`): IPv4 sends no `RTM_DELROUTE` when a link goes down and
-//! its routes are flushed (so link down/up events matter), and a replace with identical
-//! attributes sends nothing.
+//! its routes are flushed (so link down/up events matter), nor when a nexthop object is
+//! deleted with the routes through it (so nexthop deletions matter), and a replace with
+//! identical attributes sends nothing.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::StreamExt;
 use rtnetlink::packet_core::NetlinkPayload;
+use rtnetlink::packet_route::link::LinkFlags;
 use rtnetlink::packet_route::RouteNetlinkMessage;
+use rtnetlink::sys::protocols::NETLINK_ROUTE;
 use rtnetlink::sys::AsyncSocket;
 use rtnetlink::MulticastGroup;
 use tokio::sync::mpsc;
@@ -21,6 +24,10 @@ use tokio::sync::mpsc;
 use super::error::DataplaneError;
 use super::kernel_route::{parse_route, ObservedRoute};
 use super::netlink::link_info;
+use super::nexthop::{parse_nexthop, NexthopMessage, ObservedNexthop, RTM_DELNEXTHOP, RTM_NEWNEXTHOP};
+
+/// `RTNLGRP_NEXTHOP` (`include/uapi/linux/rtnetlink.h`).
+const RTNLGRP_NEXTHOP: u32 = 32;
 
 /// A route or link change seen on the rtnetlink multicast groups.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,6 +77,31 @@ pub enum DataplaneEvent {
         /// Name.
         name: String,
     },
+    /// An administratively up link lost or regained its carrier (neither `IFF_LOWER_UP` nor
+    /// `IFF_RUNNING`, or one of them again). On the loss the kernel flushes the nexthop
+    /// objects on the link (`nh_netdev_event`, `NETDEV_CHANGE`) and the routes through them,
+    /// the IPv4 ones without a word, and refuses new ones until the carrier is back; classic
+    /// routes stay (`linkdown`).
+    LinkCarrier {
+        /// ifindex.
+        index: u32,
+        /// Name.
+        name: String,
+        /// Whether the link has its carrier now.
+        carrier: bool,
+    },
+    /// A nexthop object was created or replaced (`RTM_NEWNEXTHOP`), by any writer: the routes
+    /// through it now go where it says.
+    NexthopChanged {
+        /// The object as the kernel reported it.
+        nexthop: ObservedNexthop,
+    },
+    /// A nexthop object was deleted (`RTM_DELNEXTHOP`): the kernel deleted every route through
+    /// it, and sends no `RTM_DELROUTE` for the IPv4 ones.
+    NexthopRemoved {
+        /// Its id.
+        id: u32,
+    },
     /// Notifications were lost (socket overrun or reconnect): the receiver must resync.
     Overrun,
 }
@@ -78,6 +110,8 @@ pub enum DataplaneEvent {
 #[derive(Debug, Default)]
 pub struct EventDecoder {
     links: HashMap<u32, (String, bool)>,
+    /// Whether each link had its carrier (`IFF_LOWER_UP` or `IFF_RUNNING`) when last seen.
+    carriers: HashMap<u32, bool>,
 }
 
 impl EventDecoder {
@@ -89,6 +123,14 @@ impl EventDecoder {
             RouteNetlinkMessage::NewLink(l) => {
                 let Some(info) = link_info(l) else { return Vec::new() };
                 let mut out = Vec::new();
+                let carrier = l.header.flags.contains(LinkFlags::LowerUp) || l.header.flags.contains(LinkFlags::Running);
+                let had_carrier = self.carriers.insert(info.index, carrier);
+                // A link first seen up without a carrier has no nexthop objects either.
+                let carrier_event = (info.up && had_carrier != Some(carrier) && (had_carrier.is_some() || !carrier)).then(|| DataplaneEvent::LinkCarrier {
+                    index: info.index,
+                    name: info.name.clone(),
+                    carrier,
+                });
                 let prev = self.links.insert(info.index, (info.name.clone(), info.up));
                 match prev {
                     Some((old, was_up)) => {
@@ -109,12 +151,14 @@ impl EventDecoder {
                         DataplaneEvent::LinkDown { index: info.index, name: info.name }
                     }),
                 }
+                out.extend(carrier_event);
                 out
             }
             RouteNetlinkMessage::DelLink(l) => {
                 let index = l.header.index;
                 let name = link_info(l).map(|i| i.name).or_else(|| self.links.get(&index).map(|(n, _)| n.clone()));
                 self.links.remove(&index);
+                self.carriers.remove(&index);
                 vec![DataplaneEvent::LinkRemoved { index, name: name.unwrap_or_default() }]
             }
             _ => Vec::new(),
@@ -133,6 +177,64 @@ fn subscribe() -> Result<(tokio::task::JoinHandle<()>, Messages), DataplaneError
     // Bursts (a link flush, a cold start of 10,000 routes) must not overrun the socket.
     let _ = conn.socket_mut().socket_mut().set_rx_buf_sz(8 * 1024 * 1024);
     Ok((tokio::spawn(conn), messages))
+}
+
+type NexthopMessages = futures::channel::mpsc::UnboundedReceiver<(rtnetlink::packet_core::NetlinkMessage<NexthopMessage>, rtnetlink::sys::SocketAddr)>;
+
+/// Open a multicast connection for nexthop object notifications (`RTNLGRP_NEXTHOP`), typed
+/// [`NexthopMessage`] (rtnetlink's connection cannot decode them), and spawn its driver.
+fn subscribe_nexthops() -> Result<(tokio::task::JoinHandle<()>, NexthopMessages), DataplaneError> {
+    let (mut conn, _handle, messages) =
+        rtnetlink::proto::new_connection::<NexthopMessage>(NETLINK_ROUTE).map_err(|source| DataplaneError::Subscribe { source })?;
+    let sock = conn.socket_mut().socket_mut();
+    sock.bind_auto().map_err(|source| DataplaneError::Subscribe { source })?;
+    sock.add_membership(RTNLGRP_NEXTHOP).map_err(|source| DataplaneError::Subscribe { source })?;
+    let _ = sock.set_rx_buf_sz(1024 * 1024);
+    Ok((tokio::spawn(conn), messages))
+}
+
+/// Forward nexthop object changes and deletions to `tx` until `tx` closes; on a broken subscription send
+/// [`DataplaneEvent::Overrun`] and subscribe again after 100 ms.
+async fn forward_nexthops(mut sub: (tokio::task::JoinHandle<()>, NexthopMessages), tx: mpsc::Sender<DataplaneEvent>) {
+    loop {
+        let (driver, mut messages) = sub;
+        while let Some((msg, _addr)) = messages.next().await {
+            let event = match msg.payload {
+                NetlinkPayload::InnerMessage(m) if m.message_type == RTM_DELNEXTHOP => {
+                    // A deletion notification carries the object as it was: parse it as one.
+                    parse_nexthop(&NexthopMessage { message_type: RTM_NEWNEXTHOP, ..m }).map(|n| DataplaneEvent::NexthopRemoved { id: n.id })
+                }
+                NetlinkPayload::InnerMessage(m) => parse_nexthop(&m).map(|nexthop| DataplaneEvent::NexthopChanged { nexthop }),
+                NetlinkPayload::Overrun(_) => Some(DataplaneEvent::Overrun),
+                _ => None,
+            };
+            if let Some(ev) = event {
+                if tx.send(ev).await.is_err() {
+                    driver.abort();
+                    return;
+                }
+            }
+        }
+        driver.abort();
+        let Some(next) = resubscribe(&tx, subscribe_nexthops).await else { return };
+        sub = next;
+    }
+}
+
+/// After a subscription broke: try `subscribe` every 100 ms until it works, then send
+/// [`DataplaneEvent::Overrun`] (what happened meanwhile is unknown). `None` once `tx` closed.
+async fn resubscribe<S>(tx: &mpsc::Sender<DataplaneEvent>, subscribe: impl Fn() -> Result<S, DataplaneError>) -> Option<S> {
+    let sub = loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if tx.is_closed() {
+            return None;
+        }
+        if let Ok(s) = subscribe() {
+            break s;
+        }
+    };
+    tx.send(DataplaneEvent::Overrun).await.ok()?;
+    Some(sub)
 }
 
 /// Forward events from a subscription to `tx` until `tx` closes; on a broken subscription send
@@ -156,22 +258,13 @@ async fn forward(mut sub: (tokio::task::JoinHandle<()>, Messages), tx: mpsc::Sen
             }
         }
         driver.abort();
-        sub = loop {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            if tx.is_closed() {
-                return;
-            }
-            if let Ok(s) = subscribe() {
-                break s;
-            }
-        };
-        if tx.send(DataplaneEvent::Overrun).await.is_err() {
-            return;
-        }
+        let Some(next) = resubscribe(&tx, subscribe).await else { return };
+        sub = next;
     }
 }
 
-/// Subscribe to `RTNLGRP_LINK`, `RTNLGRP_IPV4_ROUTE` and `RTNLGRP_IPV6_ROUTE` now (in the
+/// Subscribe to `RTNLGRP_LINK`, `RTNLGRP_IPV4_ROUTE`, `RTNLGRP_IPV6_ROUTE` and
+/// `RTNLGRP_NEXTHOP` (deletions only, on a socket of its own) now (in the
 /// calling thread's network namespace) and spawn a task that forwards [`DataplaneEvent`]s to
 /// `tx` until the receiver is dropped. Every change made after this returns is reported.
 ///
@@ -182,5 +275,9 @@ async fn forward(mut sub: (tokio::task::JoinHandle<()>, Messages), tx: mpsc::Sen
 /// [`DataplaneError::Subscribe`] if the socket cannot be opened or bound.
 pub fn spawn_watcher(tx: mpsc::Sender<DataplaneEvent>) -> Result<tokio::task::JoinHandle<()>, DataplaneError> {
     let sub = subscribe()?;
+    // Nexthop objects (Linux 5.3+); without them there is nothing to watch.
+    if let Ok(nexthops) = subscribe_nexthops() {
+        tokio::spawn(forward_nexthops(nexthops, tx.clone()));
+    }
     Ok(tokio::spawn(forward(sub, tx)))
 }

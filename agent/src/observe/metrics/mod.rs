@@ -75,7 +75,8 @@ pub struct Metrics {
     pub route_problems: Family<ProblemLabels, Gauge>,
     /// `routewarden_routes{family,class,state}`: desired vs programmed vs held cluster routes.
     pub routes: Family<RouteLabels, Gauge>,
-    /// `routewarden_route_operations_total{op,result}`: netlink route writes.
+    /// `routewarden_route_operations_total{op,result}`: netlink route writes (`replace`,
+    /// `delete`) and nexthop object writes (`nexthop-replace`, `nexthop-delete`).
     pub route_operations: Family<OperationLabels, Counter>,
     /// `routewarden_netlink_errors_total{op,kind}`.
     pub netlink_errors: Family<NetlinkErrorLabels, Counter>,
@@ -164,7 +165,7 @@ impl Metrics {
             "Cluster routes routewarden wants (desired), has in the kernel (programmed), and finds held by another writer it will not overwrite (held)",
             m.routes.clone(),
         );
-        r.register("route_operations", "Netlink route writes, by operation and result", m.route_operations.clone());
+        r.register("route_operations", "Netlink route and nexthop object writes, by operation and result", m.route_operations.clone());
         r.register("netlink_errors", "Netlink errors, by operation and errno kind", m.netlink_errors.clone());
         r.register("reconcile_duration_seconds", "Duration of one route-table apply pass", m.reconcile_duration.0.clone());
         r.register("audit_findings", "Findings of the last audit of the kernel against the ownership matrix, by code (--mode audit)", m.audit_findings.clone());

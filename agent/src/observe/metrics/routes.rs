@@ -154,6 +154,10 @@ impl Metrics {
         ops("delete", "ok", report.deletes + report.deletes_already_gone);
         ops("replace", "error", report.write_errors);
         ops("delete", "error", report.delete_errors);
+        ops("nexthop-replace", "ok", report.nexthop_writes);
+        ops("nexthop-delete", "ok", report.nexthop_deletes);
+        ops("nexthop-replace", "error", report.nexthop_write_errors);
+        ops("nexthop-delete", "error", report.nexthop_delete_errors);
         for (kind, n) in &report.errors {
             self.count_netlink_errors("apply", kind.label(), *n);
         }
