@@ -676,7 +676,7 @@ fn batched_ops_keep_per_op_results_and_order() {
             let mut nl = RtNetlink::connect().unwrap().with_window(window);
             let links = nl.dump_links().await.unwrap();
             let eth0 = links.iter().find(|l| l.name == "eth0").unwrap().index;
-            let write = |route: KernelRoute, oif: u32, exclusive: bool| RouteOp::Write { route, oif: Some(oif), exclusive };
+            let write = |route: KernelRoute, oif: u32, exclusive: bool| RouteOp::Write { route, oif: Some(oif), nexthop: None, exclusive };
             let ops = vec![
                 write(via("10.244.1.0/26", "10.0.0.12", true), eth0, true),
                 write(via("10.244.1.0/26", "10.0.0.12", true), eth0, true),

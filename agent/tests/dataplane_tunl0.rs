@@ -122,3 +122,60 @@ fn real_tunl0_exact_routes_zero_write_resync_and_link_flap() {
         driver.await.unwrap();
     });
 }
+
+/// `--nexthop-objects` on the real ipip `tunl0` (issue 18): node-c's blocks go through one
+/// nexthop object `via 10.0.1.13 dev tunl0 onlink`; node-c's address change and then its move
+/// into this node's subnet (CrossSubnet: the host NIC) are one nexthop replace each, and the
+/// kernel resolves every block through the tunnel, then through eth0.
+#[test]
+fn real_tunl0_nexthop_objects_node_move_and_crosssubnet_switch() {
+    use routewarden::routes::{ClusterRoute, RouteOrigin};
+    use routewarden::vocabulary::{PoolClass, RoutePath};
+    let Some(ns) = netns_with_real_tunl0("real_tunl0_nexthop_objects_node_move_and_crosssubnet_switch") else { return };
+    let to_c = |gw: &str, path: RoutePath| -> Vec<ClusterRoute> {
+        ["10.244.30.0/26", "10.244.30.64/26", "10.244.10.9/32"]
+            .iter()
+            .map(|dst| ClusterRoute {
+                dst: dst.parse().unwrap(),
+                path,
+                gateway: Some(gw.parse().unwrap()),
+                device: None,
+                class: PoolClass::Ipip,
+                pool: "default-ipv4-ippool".into(),
+                origin: RouteOrigin::RemoteBlock { block: (*dst).into(), node: "node-c".into() },
+            })
+            .collect()
+    };
+    let via = |dst: &str| {
+        let get = ip(&format!("route get {dst}"));
+        let w: Vec<&str> = get.split_whitespace().collect();
+        let after = |k: &str| w.iter().position(|x| *x == k).and_then(|i| w.get(i + 1)).copied().unwrap_or("-").to_string();
+        format!("via {} dev {}", after("via"), after("dev"))
+    };
+    ns.rt.block_on(async {
+        let mut r = reconciler(DataplaneConfig { nexthop_objects: true, ..DataplaneConfig::default() }, None);
+        r.set_desired(&to_c("10.0.1.13", RoutePath::Tunnel));
+        let rep = r.apply().await;
+        assert_eq!((rep.writes, rep.nexthop_writes, rep.error_count()), (3, 1, 0), "{rep:#?}");
+        let objects = ip("nexthop show");
+        assert!(objects.contains("via 10.0.1.13 dev tunl0 scope link proto 80 onlink"), "{objects}");
+        for dst in ["10.244.30.5", "10.244.30.70", "10.244.10.9"] {
+            assert_eq!(via(dst), "via 10.0.1.13 dev tunl0", "{dst}");
+        }
+        r.set_desired(&to_c("10.0.1.23", RoutePath::Tunnel));
+        let rep = r.apply().await;
+        assert_eq!((rep.writes, rep.nexthop_writes, rep.error_count()), (0, 1, 0), "{rep:#?}");
+        for dst in ["10.244.30.5", "10.244.30.70", "10.244.10.9"] {
+            assert_eq!(via(dst), "via 10.0.1.23 dev tunl0", "{dst}");
+        }
+        r.set_desired(&to_c("10.0.0.23", RoutePath::HostNic));
+        let rep = r.apply().await;
+        assert_eq!((rep.writes, rep.nexthop_writes, rep.error_count()), (0, 1, 0), "{rep:#?}");
+        for dst in ["10.244.30.5", "10.244.30.70", "10.244.10.9"] {
+            assert_eq!(via(dst), "via 10.0.0.23 dev eth0", "{dst}");
+        }
+        r.request_resync();
+        let rep = r.apply().await;
+        assert_eq!((rep.writes, rep.nexthop_writes, rep.deletes), (0, 0, 0), "{rep:#?}");
+    });
+}

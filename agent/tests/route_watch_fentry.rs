@@ -15,6 +15,11 @@ fn fentry_two_writers_conflict_and_flap_clears() {
 }
 
 #[test]
+fn fentry_a_route_through_a_nexthop_object_fights_like_any_other() {
+    route_watch_common::fight_through_nexthop("fentry_a_route_through_a_nexthop_object_fights_like_any_other", BACKEND);
+}
+
+#[test]
 fn fentry_s01_same_protocol_two_processes() {
     route_watch_common::s01("fentry_s01_same_protocol_two_processes", BACKEND);
 }

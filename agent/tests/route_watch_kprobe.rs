@@ -15,6 +15,11 @@ fn kprobe_two_writers_conflict_and_flap_clears() {
 }
 
 #[test]
+fn kprobe_a_route_through_a_nexthop_object_fights_like_any_other() {
+    route_watch_common::fight_through_nexthop("kprobe_a_route_through_a_nexthop_object_fights_like_any_other", BACKEND);
+}
+
+#[test]
 fn kprobe_s01_same_protocol_two_processes() {
     route_watch_common::s01("kprobe_s01_same_protocol_two_processes", BACKEND);
 }

@@ -15,6 +15,11 @@ fn socket_filter_two_writers_conflict_and_flap_clears() {
 }
 
 #[test]
+fn socket_filter_a_route_through_a_nexthop_object_fights_like_any_other() {
+    route_watch_common::fight_through_nexthop("socket_filter_a_route_through_a_nexthop_object_fights_like_any_other", BACKEND);
+}
+
+#[test]
 fn socket_filter_s01_same_protocol_two_processes() {
     route_watch_common::s01("socket_filter_s01_same_protocol_two_processes", BACKEND);
 }

@@ -210,6 +210,14 @@ impl SelfWriter {
         self.handle.route().add(msg).replace().execute().await
     }
 
+    /// Replace `dst/len` with a route through nexthop object `id` (`--nexthop-objects`: no
+    /// gateway or device in the write, the object carries them).
+    pub async fn replace_v4_through(&self, dst: Ipv4Addr, len: u8, id: u32) -> Result<(), rtnetlink::Error> {
+        let mut msg = rtnetlink::RouteMessageBuilder::<Ipv4Addr>::new().destination_prefix(dst, len).priority(1024).protocol(SELF_PROTO.into()).build();
+        msg.attributes.push(rtnetlink::packet_route::route::RouteAttribute::NhId(id));
+        self.handle.route().add(msg).replace().execute().await
+    }
+
     /// Delete our route for `dst/len` (protocol 80, metric 1024) through the same socket, so the
     /// detector sees the writer of the route delete it (no conflict).
     pub async fn delete_v4(&self, dst: Ipv4Addr, len: u8) -> Result<(), rtnetlink::Error> {
@@ -408,23 +416,51 @@ async fn gauge_clears(h: &mut Harness, limit: Duration) -> Option<Duration> {
 /// are at least a window apart), and every episode the kernel counts is one event and one
 /// step of the exported counters. `route_detector.rs` has the exact counts of scripted fights.
 pub fn fight(test: &str, backend: RouteWatchBackend) {
+    fight_with(test, backend, false);
+}
+
+/// [`fight`] with routewarden's route written through a nexthop object of its own
+/// (`--nexthop-objects`): the write carries only the object's id, and the fight is still one
+/// conflict and one flap with both writers named.
+pub fn fight_through_nexthop(test: &str, backend: RouteWatchBackend) {
+    fight_with(test, backend, true);
+}
+
+/// The nexthop object id of [`fight_through_nexthop`] (in routewarden's range).
+const NHID: u32 = 0x5257_0001;
+
+fn fight_with(test: &str, backend: RouteWatchBackend, through_nexthop: bool) {
     if routewarden_lab::skip_unless_root(test) {
         return;
     }
     let ns = lab();
     let Some(watch) = start_or_skip(test, backend, &config()) else { return };
+    if through_nexthop {
+        sh("ip", &["nexthop", "add", "id", &NHID.to_string(), "via", "10.0.0.14", "dev", "veth0", "onlink", "proto", "80"]);
+    }
     runtime().block_on(async {
         let mut h = Harness::new(watch);
         let me = SelfWriter::new();
         // Its socket is new: tell the watch it is this process's (socket-filter backend).
         h.watch.refresh_self_ports().expect("self ports");
         let oif = ifindex("veth0");
-        me.replace_v4(gw("10.244.20.0"), 26, gw("10.0.0.12"), oif).await.unwrap();
+        let write = || async {
+            if through_nexthop {
+                me.replace_v4_through(gw("10.244.20.0"), 26, NHID).await
+            } else {
+                me.replace_v4(gw("10.244.20.0"), 26, gw("10.0.0.12"), oif).await
+            }
+        };
+        write().await.unwrap();
+        if through_nexthop {
+            let shown = sh("ip", &["route", "show", "10.244.20.0/26"]);
+            assert!(shown.contains(&format!("nhid {NHID} ")), "{test}: our route goes through the object: {shown}");
+        }
         h.pump(Duration::from_millis(100)).await;
         let started = Instant::now();
         let fighter = shell_loop("while :; do ip route replace 10.244.20.0/26 via 10.0.0.13 dev veth0 proto 12 metric 1024; sleep 0.2; done");
         while started.elapsed() < Duration::from_secs(3) {
-            me.replace_v4(gw("10.244.20.0"), 26, gw("10.0.0.12"), oif).await.unwrap();
+            write().await.unwrap();
             h.pump(Duration::from_millis(150)).await;
         }
         drop(fighter);
