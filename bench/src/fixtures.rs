@@ -23,8 +23,10 @@ use crate::ComputeSize;
 pub const PROTO_OURS: &str = "80";
 
 /// `n` cluster routes of node-a's kind: /26 blocks `10.128.0.0/26`, `10.128.0.64/26`, ...,
-/// alternately through the tunnel to 10.0.1.13 (IPIP, other subnet) and through the host NIC
-/// to 10.0.0.12 (no-encap, same subnet).
+/// alternately through the tunnel to node-c at 10.0.1.13 (IPIP, other subnet) and through the
+/// host NIC to node-b at 10.0.0.12 (no-encap, same subnet), all in pool `bench`. Each remote
+/// node has its own name in `origin`, so nexthop-object mode makes one object per node (two in
+/// all); classic mode does not read the names.
 ///
 /// # Panics
 /// Not for any `n` up to 2^26 (the /26 blocks of 10.128.0.0 and up): each prefix is formatted
@@ -34,8 +36,11 @@ pub fn cluster_routes(n: usize) -> Vec<ClusterRoute> {
         .map(|i| {
             let base = u32::from(Ipv4Addr::new(10, 128, 0, 0)) + (i as u32) * 64;
             let dst: IpNet = format!("{}/26", Ipv4Addr::from(base)).parse().expect("valid CIDR");
-            let (path, gw, class) =
-                if i % 2 == 0 { (RoutePath::Tunnel, [10, 0, 1, 13], PoolClass::Ipip) } else { (RoutePath::HostNic, [10, 0, 0, 12], PoolClass::NoEncap) };
+            let (path, gw, class, node) = if i % 2 == 0 {
+                (RoutePath::Tunnel, [10, 0, 1, 13], PoolClass::Ipip, "node-c")
+            } else {
+                (RoutePath::HostNic, [10, 0, 0, 12], PoolClass::NoEncap, "node-b")
+            };
             ClusterRoute {
                 dst,
                 path,
@@ -43,7 +48,7 @@ pub fn cluster_routes(n: usize) -> Vec<ClusterRoute> {
                 device: None,
                 class,
                 pool: "bench".into(),
-                origin: RouteOrigin::RemoteBlock { block: dst.to_string().into(), node: "node-x".into() },
+                origin: RouteOrigin::RemoteBlock { block: dst.to_string().into(), node: node.into() },
             }
         })
         .collect()

@@ -24,6 +24,25 @@ pub fn count_routes(proto: &str) -> Result<usize> {
     Ok(ip(&format!("route show proto {proto}"))?.lines().filter(|l| !l.trim().is_empty()).count())
 }
 
+/// IPv4 routes of the main table with protocol `proto` that go through a nexthop object
+/// (`nhid` in `ip route`'s line) in the calling thread's namespace.
+pub fn count_nhid_routes(proto: &str) -> Result<usize> {
+    Ok(ip(&format!("route show proto {proto}"))?.lines().filter(|l| l.contains(" nhid ")).count())
+}
+
+/// IPv4 routes of the main table with protocol `proto` whose line in `ip route` (with or
+/// without a nexthop object) says `via <gateway> `, in the calling thread's namespace.
+pub fn count_routes_via(proto: &str, gateway: &str) -> Result<usize> {
+    let via = format!(" via {gateway} ");
+    Ok(ip(&format!("route show proto {proto}"))?.lines().filter(|l| l.contains(&via)).count())
+}
+
+/// Nexthop objects of protocol `proto` (`ip nexthop show`) in the calling thread's namespace.
+pub fn count_nexthops(proto: &str) -> Result<usize> {
+    let mark = format!(" proto {proto} ");
+    Ok(ip("nexthop show")?.lines().filter(|l| format!("{l} ").contains(&mark)).count())
+}
+
 /// One route as `ip -j route` prints it, rendered as one comparable line:
 /// `<type> <dst> via <gw> dev <dev> metric <m> table <table> flags <f,...>` (type `unicast` and
 /// table `main` where `ip` leaves them out; a host prefix with its length).

@@ -95,4 +95,6 @@ impl Options {
 pub struct Shared {
     /// Median time of routewarden's cold programming of `routes` routes (benchmark 1).
     pub rw_program: Option<(Duration, usize)>,
+    /// The same in nexthop-object mode (benchmark 1's `rw_nh_ms`), with its route count.
+    pub rw_program_nh: Option<(Duration, usize)>,
 }

@@ -1,7 +1,9 @@
 //! routewarden's own side of the routing benchmarks: its cold programming of cluster routes in
 //! a fresh node namespace (benchmarks 1, 2, 4 and 5; the median shared through [`Shared`]),
-//! and the churn watch started as the agent starts it (benchmarks 5 and 7).
+//! classic or through nexthop objects ([`Mode`]), and the churn watch started as the agent
+//! starts it (benchmarks 5 and 7).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,8 +13,33 @@ use routewarden::dataplane::{DataplaneConfig, Reconciler, RtNetlink, SystemClock
 use routewarden::routes::ClusterRoute;
 
 use crate::fixtures::{cluster_routes, PROTO_OURS};
-use crate::netns::{check_exact_routes, count_routes, in_node_netns};
+use crate::netns::{check_exact_routes, count_nexthops, count_nhid_routes, count_routes, in_node_netns};
 use crate::{median, Options, Shared};
+
+/// How routewarden programs cluster routes: classic routes (gateway, device and onlink flag
+/// in each route; the default) or through one nexthop object per (remote node, IP pool)
+/// (`DataplaneConfig::nexthop_objects`, `--nexthop-objects`, issue 18).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Classic routes (the agent's default).
+    Classic,
+    /// Routes through nexthop objects (`nhid`).
+    Nexthops,
+}
+
+impl Mode {
+    /// The dataplane settings of this mode: the defaults, with `nexthop_objects` set for
+    /// [`Mode::Nexthops`].
+    pub fn config(self) -> DataplaneConfig {
+        DataplaneConfig { nexthop_objects: self == Mode::Nexthops, ..DataplaneConfig::default() }
+    }
+}
+
+/// The nexthop objects routewarden's nexthop mode makes for `routes`: one per distinct
+/// (remote node, IP pool) of the routes that have a remote node.
+pub fn nexthop_objects(routes: &[ClusterRoute]) -> usize {
+    routes.iter().filter_map(|r| r.origin.node().map(|n| (n.to_string(), r.pool.to_string()))).collect::<BTreeSet<_>>().len()
+}
 
 /// routewarden programs `routes` into the empty main table of a fresh namespace: connect,
 /// set the desired set, one apply (its first resync included), in a task spawned on a
@@ -21,33 +48,50 @@ pub fn rw_program_once(routes: Arc<Vec<ClusterRoute>>) -> Result<Duration> {
     rw_program_once_with(routes, false).map(|(d, _)| d)
 }
 
+/// [`rw_program_once`] in nexthop mode ([`Mode::Nexthops`]): the apply must write every route
+/// and one object per (remote node, pool) ([`nexthop_objects`]); afterwards (untimed) every
+/// route of our protocol must go through a nexthop object (`nhid`, counted), and exactly that
+/// many objects of our protocol must exist. Returns the wall time.
+pub fn rw_program_once_nh(routes: Arc<Vec<ClusterRoute>>) -> Result<Duration> {
+    rw_program_checked(routes, false, Mode::Nexthops, |routes| {
+        let (all, via_nh, objects) = (count_routes(PROTO_OURS)?, count_nhid_routes(PROTO_OURS)?, count_nexthops(PROTO_OURS)?);
+        ensure!(all == routes.len(), "{all} routes of protocol {PROTO_OURS} in the kernel, expected {}", routes.len());
+        ensure!(via_nh == routes.len(), "{via_nh} of {all} routes of protocol {PROTO_OURS} go through a nexthop object, expected all");
+        let want = nexthop_objects(routes);
+        ensure!(objects == want, "{objects} nexthop objects of protocol {PROTO_OURS} in the kernel, expected {want}");
+        Ok(())
+    })
+    .map(|(d, _)| d)
+}
+
 /// [`rw_program_once`], checking afterwards (outside the timed part) that the namespace holds
 /// exactly `routes` with the attributes routewarden writes ([`check_exact_routes`]), not only
 /// as many routes of our protocol.
 pub fn rw_program_once_exact(routes: Arc<Vec<ClusterRoute>>) -> Result<Duration> {
-    rw_program_checked(routes, false, check_exact_routes).map(|(d, _)| d)
+    rw_program_checked(routes, false, Mode::Classic, check_exact_routes).map(|(d, _)| d)
 }
 
 /// [`rw_program_once`], with the churn watch attached first when `watch` is set (its events
 /// drained by a task, as the agent does). Returns the time and the watch's backend.
 pub fn rw_program_once_with(routes: Arc<Vec<ClusterRoute>>, watch: bool) -> Result<(Duration, String)> {
-    rw_program_checked(routes, watch, |routes| {
+    rw_program_checked(routes, watch, Mode::Classic, |routes| {
         let got = count_routes(PROTO_OURS)?;
         ensure!(got == routes.len(), "{got} routes of protocol {PROTO_OURS} in the kernel, expected {}", routes.len());
         Ok(())
     })
 }
 
-/// [`rw_program_once_with`], with `check` run on the routes in the namespace once they are
-/// programmed (untimed).
-fn rw_program_checked(routes: Arc<Vec<ClusterRoute>>, watch: bool, check: fn(&[ClusterRoute]) -> Result<()>) -> Result<(Duration, String)> {
+/// [`rw_program_once_with`] in `mode`, with `check` run on the routes in the namespace once
+/// they are programmed (untimed).
+fn rw_program_checked(routes: Arc<Vec<ClusterRoute>>, watch: bool, mode: Mode, check: fn(&[ClusterRoute]) -> Result<()>) -> Result<(Duration, String)> {
     in_node_netns(move |rt| {
         let checked = Arc::clone(&routes);
         // Held until the programming is done; dropping it detaches the watch.
         let attached = if watch { Some(start_watch(rt)?) } else { None };
         let backend = attached.as_ref().map(|(w, _)| w.backend().to_string()).unwrap_or_default();
         let work = async move {
-            let cfg = DataplaneConfig::default();
+            let cfg = mode.config();
+            let objects = if mode == Mode::Nexthops { nexthop_objects(&routes) as u64 } else { 0 };
             let t = Instant::now();
             let mut r = Reconciler::new(cfg.clone(), cfg.policy_owning(&["10.0.0.0/8"]), RtNetlink::connect()?, SystemClock);
             r.set_datastore_synced(true);
@@ -55,10 +99,11 @@ fn rw_program_checked(routes: Arc<Vec<ClusterRoute>>, watch: bool, check: fn(&[C
             let rep = r.apply().await;
             let took = t.elapsed();
             ensure!(
-                rep.writes == routes.len() as u64 && rep.error_count() == 0,
-                "routewarden wrote {} of {} routes: {:?}",
+                rep.writes == routes.len() as u64 && rep.nexthop_writes == objects && rep.error_count() == 0,
+                "routewarden wrote {} of {} routes and {} of {objects} nexthop objects: {:?}",
                 rep.writes,
                 routes.len(),
+                rep.nexthop_writes,
                 rep.error_messages
             );
             Ok(took)
@@ -81,6 +126,24 @@ pub fn start_watch(rt: &tokio::runtime::Runtime) -> Result<(RouteWatch, tokio::s
     let _enter = rt.enter();
     w.spawn_reader(tx).map_err(|e| anyhow!("route watch reader: {e}"))?;
     Ok((w, rx))
+}
+
+/// Median of routewarden's cold programming in nexthop mode ([`rw_program_once_nh`]), measured
+/// now or taken from earlier in the run.
+pub fn rw_program_median_nh(opts: &Options, shared: &mut Shared) -> Result<Duration> {
+    if let Some((d, n)) = shared.rw_program_nh {
+        if n == opts.routes {
+            return Ok(d);
+        }
+    }
+    let routes = Arc::new(cluster_routes(opts.routes));
+    let mut rw = Vec::new();
+    for _ in 0..opts.runs {
+        rw.push(rw_program_once_nh(routes.clone())?);
+    }
+    let d = median(rw);
+    shared.rw_program_nh = Some((d, opts.routes));
+    Ok(d)
 }
 
 /// Median of routewarden's cold programming, measured now or taken from earlier in the run.

@@ -22,7 +22,7 @@ use crate::{build::build_all, run_cmd, workspace_root};
 #[derive(Args)]
 pub struct BenchArgs {
     /// Benchmarks to run (default: all): cold-program-10k, cold-program-vs-bird,
-    /// cold-program-vs-floor, resync-100k, compute-100k, watch-overhead, tc-overhead,
+    /// cold-program-vs-floor, resync-100k, node-move, compute-100k, watch-overhead, tc-overhead,
     /// detect-latency, agent-footprint, bad-input-worst, all-nodes-5k, kube-heartbeats,
     /// kube-100k.
     pub names: Vec<String>,

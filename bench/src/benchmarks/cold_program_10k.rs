@@ -1,5 +1,9 @@
 //! `cold-program-10k` (benchmark 1): routewarden's cold programming of 10,000 cluster routes
 //! into an empty table, against `ip -batch` adding the same routes. Target: at most 1.5.
+//!
+//! Also measured in the same runs (issue 18 part 3): the same programming in nexthop-object
+//! mode (`rw_nh_ms`, every route checked to go through an object afterwards) and its ratio
+//! against the same `ip -batch` (`ratio_nh`; the line's `ratio` and `met` stay classic mode's).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -13,8 +17,8 @@ use routewarden::vocabulary::RoutePath;
 
 use crate::fixtures::{cluster_routes, PROTO_OURS};
 use crate::netns::{count_routes, in_node_netns};
-use crate::report::{kv, ms};
-use crate::runs::rw_program_once;
+use crate::report::{fmt_ratio, kv, ms};
+use crate::runs::{nexthop_objects, rw_program_once, rw_program_once_nh};
 use crate::{median, Benchmark, Options, Outcome, Shared, Target};
 
 /// This benchmark's registry entry: its name and [`run`].
@@ -53,20 +57,24 @@ fn ip_batch_once(batch: PathBuf, n: usize) -> Result<Duration> {
     })
 }
 
-/// Benchmark 1: routewarden's cold programming of 10,000 routes / `ip -batch` of the same.
+/// Benchmark 1: routewarden's cold programming of 10,000 routes / `ip -batch` of the same;
+/// nexthop mode's programming of the same routes / the same `ip -batch` as `ratio_nh`.
 pub fn run(opts: &Options, shared: &mut Shared) -> Result<Outcome> {
     let routes = Arc::new(cluster_routes(opts.routes));
     let dir = tempfile::tempdir()?;
     let batch = write_ip_batch(dir.path(), &routes)?;
-    let (mut rw, mut ipb) = (Vec::new(), Vec::new());
-    // Alternate, so slow phases of a noisy machine hit both sides.
+    let (mut rw, mut rw_nh, mut ipb) = (Vec::new(), Vec::new(), Vec::new());
+    // Alternate, so slow phases of a noisy machine hit every side.
     for _ in 0..opts.runs {
         rw.push(rw_program_once(routes.clone())?);
+        rw_nh.push(rw_program_once_nh(routes.clone())?);
         ipb.push(ip_batch_once(batch.clone(), routes.len())?);
     }
-    let (rw_min, ip_min) = (rw.iter().min().copied().unwrap_or_default(), ipb.iter().min().copied().unwrap_or_default());
-    let (rw, ipb) = (median(rw), median(ipb));
+    let min = |v: &[Duration]| v.iter().min().copied().unwrap_or_default();
+    let (rw_min, rw_nh_min, ip_min) = (min(&rw), min(&rw_nh), min(&ipb));
+    let (rw, rw_nh, ipb) = (median(rw), median(rw_nh), median(ipb));
     shared.rw_program = Some((rw, opts.routes));
+    shared.rw_program_nh = Some((rw_nh, opts.routes));
     Ok(Outcome::Measured {
         name: BENCHMARK.name.into(),
         ratio: rw.as_secs_f64() / ipb.as_secs_f64(),
@@ -79,6 +87,10 @@ pub fn run(opts: &Options, shared: &mut Shared) -> Result<Outcome> {
             kv("rw_min_ms", ms(rw_min)),
             kv("ip_batch_min_ms", ms(ip_min)),
             kv("runs", opts.runs),
+            kv("rw_nh_ms", ms(rw_nh)),
+            kv("rw_nh_min_ms", ms(rw_nh_min)),
+            kv("ratio_nh", fmt_ratio(rw_nh.as_secs_f64() / ipb.as_secs_f64())),
+            kv("nexthop_objects", nexthop_objects(&routes)),
         ],
     })
 }

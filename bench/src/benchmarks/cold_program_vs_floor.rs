@@ -93,7 +93,7 @@ pub fn build_messages(routes: &[ClusterRoute], shape: Shape) -> Result<(Vec<u8>,
             Some(dev) => Some(nix::net::if_::if_nametoindex(dev.as_str()).with_context(|| format!("device {dev}"))?),
             None => None,
         };
-        let mut req = write_request(&d.route, oif, true);
+        let mut req = write_request(&d.route, oif, None, true);
         if shape.acks != Acks::EveryMessage {
             req.header.flags &= !NLM_F_ACK;
         }

@@ -43,7 +43,7 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
             for r in &routes {
                 let k = to_kernel_route(r, &s80)?.route;
                 let o = oif(k.target.device.as_deref());
-                writes.push(RouteOp::Write { route: k, oif: o, exclusive: true });
+                writes.push(RouteOp::Write { route: k, oif: o, nexthop: None, exclusive: true });
             }
             for res in ours.execute(&writes).await {
                 res?;
@@ -54,7 +54,7 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
             let (mut lat, mut missed) = (Vec::new(), 0usize);
             for r in &routes {
                 let k = to_kernel_route(r, &s12)?.route;
-                let op = RouteOp::Write { oif: oif(k.target.device.as_deref()), route: k, exclusive: false };
+                let op = RouteOp::Write { oif: oif(k.target.device.as_deref()), route: k, nexthop: None, exclusive: false };
                 let t = Instant::now();
                 for res in other.execute(std::slice::from_ref(&op)).await {
                     res?;

@@ -21,6 +21,7 @@ registry! {
     cold_program_vs_bird,
     cold_program_vs_floor,
     resync_100k,
+    node_move,
     compute_100k,
     watch_overhead,
     tc_overhead,
