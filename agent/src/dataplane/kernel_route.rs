@@ -11,6 +11,7 @@
 
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST};
@@ -149,8 +150,9 @@ pub struct RouteTarget {
     /// Next hop (`via`), `None` for blackholes.
     pub gateway: Option<IpAddr>,
     /// Output device name (`dev`); resolved to an ifindex when the route is written. `None` for
-    /// blackholes (IPv6 reports blackholes on `lo`; that is ignored).
-    pub device: Option<String>,
+    /// blackholes (IPv6 reports blackholes on `lo`; that is ignored). Shared: every route
+    /// through a device holds the same name (a copy of a route copies no string).
+    pub device: Option<Arc<str>>,
     /// `RTNH_F_ONLINK`: the gateway is reachable on `device` without a connected route.
     pub onlink: bool,
     /// Route protocol (`proto`): 2 kernel, 3 boot, 4 static, 12 bird, 80 Felix, ...
@@ -241,13 +243,25 @@ pub struct RouteSettings {
     pub metric: u32,
     /// Table id; default 254 (main).
     pub table: u32,
-    /// Device names used when a [`ClusterRoute`] carries none.
-    pub devices: RouteDevices,
+    /// Device a tunnel route goes through when its [`ClusterRoute`] names none (`tunl0`).
+    pub tunnel_device: Arc<str>,
+    /// Device a host-NIC route goes through when its [`ClusterRoute`] names none (`eth0`).
+    pub host_device: Arc<str>,
+}
+
+impl RouteSettings {
+    /// These settings with the default devices of `devices` (the configured tunnel device and
+    /// host NIC).
+    #[must_use]
+    pub fn with_devices(self, devices: &RouteDevices) -> Self {
+        RouteSettings { tunnel_device: devices.tunnel.as_str().into(), host_device: devices.host_nic.as_str().into(), ..self }
+    }
 }
 
 impl Default for RouteSettings {
     fn default() -> Self {
-        RouteSettings { protocol: RTPROT_FELIX, metric: 1024, table: RT_TABLE_MAIN, devices: RouteDevices::default() }
+        RouteSettings { protocol: RTPROT_FELIX, metric: 1024, table: RT_TABLE_MAIN, tunnel_device: "tunl0".into(), host_device: "eth0".into() }
+            .with_devices(&RouteDevices::default())
     }
 }
 
@@ -271,13 +285,10 @@ pub fn to_kernel_route(route: &ClusterRoute, settings: &RouteSettings) -> Result
             if gateway.is_ipv4() != matches!(route.dst, IpNet::V4(_)) {
                 return Err(ConversionError::FamilyMismatch { dst: route.dst, gateway });
             }
-            let device = route.device.as_deref().map_or_else(
-                || match route.path {
-                    RoutePath::Tunnel => settings.devices.tunnel.clone(),
-                    _ => settings.devices.host_nic.clone(),
-                },
-                str::to_owned,
-            );
+            let device = route.device.clone().unwrap_or_else(|| match route.path {
+                RoutePath::Tunnel => Arc::clone(&settings.tunnel_device),
+                _ => Arc::clone(&settings.host_device),
+            });
             RouteTarget {
                 kind: RouteKind::Unicast,
                 gateway: Some(gateway),
@@ -339,7 +350,7 @@ impl ObservedRoute {
     pub fn named(&self, name_of: impl Fn(u32) -> Option<String>) -> KernelRoute {
         let device = match self.kind {
             RouteKind::Blackhole => None,
-            _ => self.oif.map(|i| name_of(i).unwrap_or_else(|| format!("if{i}"))),
+            _ => self.oif.map(|i| name_of(i).unwrap_or_else(|| format!("if{i}")).into()),
         };
         KernelRoute {
             key: self.key,

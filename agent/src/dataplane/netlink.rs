@@ -367,7 +367,8 @@ impl Framed {
             m.header.sequence_number = seq;
             m.header.port_number = 0;
             m.finalize();
-            m.buffer_len()
+            // `finalize` stored the length it computed (a walk of every attribute).
+            m.header.length as usize
         }
         match self {
             Framed::Route(m) => frame(m, seq),

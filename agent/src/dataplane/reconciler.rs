@@ -41,6 +41,8 @@
 //! sets follow from the two maps alone can express neither, so `dirty` is kept by hand.
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use itertools::Itertools;
 use std::time::Instant;
 
 use ipnet::IpNet;
@@ -57,10 +59,13 @@ use super::policy::{OwnershipPolicy, Verdict};
 use super::report::{ApplyReport, ErrorKind};
 use super::retry::{ResyncTimer, Retries};
 use crate::routes::ClusterRoute;
+use crate::vocabulary::PoolClass;
 
 mod apply;
+mod desired;
 mod nexthops;
 
+use desired::DesiredRoutes;
 use nexthops::Nexthops;
 
 /// Attempts of a dump that the kernel marked interrupted (Felix `routeListFilterAttempts`).
@@ -93,7 +98,7 @@ pub struct Reconciler<N, C> {
     nl: N,
     clock: C,
     /// What we want in the kernel (the last desired set).
-    desired: BTreeMap<RouteKey, DesiredRoute>,
+    desired: DesiredRoutes,
     /// What we believe is in the kernel: routes the policy calls ours only.
     kernel: BTreeMap<RouteKey, KernelEntry>,
     /// Keys the next apply looks at (desired and kernel state may differ there).
@@ -128,7 +133,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             policy,
             nl,
             clock,
-            desired: BTreeMap::new(),
+            desired: DesiredRoutes::default(),
             kernel: BTreeMap::new(),
             dirty: BTreeSet::new(),
             retries: Retries::default(),
@@ -196,7 +201,10 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     pub fn set_desired_with_handover(&mut self, routes: &[ClusterRoute], handovers: &[Handover]) {
         let now = self.clock.now();
         let mut sorted: Vec<&ClusterRoute> = routes.iter().collect();
-        sorted.sort();
+        // The plan's routes come sorted: checked in one pass, sorted only if not.
+        if !sorted.is_sorted() {
+            sorted.sort();
+        }
         self.bad_desired.clear();
         let mut converted: Vec<(RouteKey, DesiredRoute)> = Vec::with_capacity(sorted.len());
         let nexthops = self.nexthops.enabled();
@@ -213,19 +221,29 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         }
         // The first route of a key in ClusterRoute order wins: the sort is stable and `dedup_by`
         // keeps the first of each run. Built in one pass from the sorted run (no search per key).
-        converted.sort_by_key(|a| a.0);
+        if !converted.is_sorted_by(|a, b| a.0 <= b.0) {
+            converted.sort_by_key(|a| a.0);
+        }
         converted.dedup_by(|later, first| later.0 == first.0);
-        let next: BTreeMap<RouteKey, DesiredRoute> = converted.into_iter().collect();
+        let next = DesiredRoutes::from_sorted(converted);
         if nexthops {
             self.nexthops.set_wanted(next.values());
         }
-        // Removed keys.
-        let removed: Vec<RouteKey> = self.desired.keys().filter(|k| !next.contains_key(k)).copied().collect();
-        for key in removed {
-            let old = self.desired.remove(&key);
+        // Removed keys, with their class (both sets walked in key order: no search per key).
+        let removed: Vec<(RouteKey, PoolClass)> = {
+            let mut still = next.keys().peekable();
+            self.desired
+                .iter()
+                .filter(|(k, _)| {
+                    while still.next_if(|n| n < k).is_some() {}
+                    still.next_if_eq(k).is_none()
+                })
+                .map(|(k, d)| (*k, d.class))
+                .collect()
+        };
+        for (key, class) in removed {
             self.dirty.insert(key);
-            let Some(old) = old else { continue };
-            let Some(h) = handovers.iter().find(|h| h.class == old.class) else {
+            let Some(h) = handovers.iter().find(|h| h.class == class) else {
                 continue;
             };
             if !self.kernel.contains_key(&key) {
@@ -240,19 +258,25 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 self.handovers.begin(key, h, now);
             }
         }
-        // Added or changed keys; `desired` becomes `next` (every key left in it is in `next`).
-        let mut changed = BTreeSet::new();
-        for (key, d) in &next {
+        // Added or changed keys; `desired` becomes `next`. Both sets walked in key order;
+        // `changed` comes out sorted and is built into a set in one pass.
+        // Sized for the routes this call adds (all of them on a cold start).
+        let mut changed = Vec::with_capacity(next.len().saturating_sub(self.desired.len()).max(16));
+        let mut old = self.desired.iter().peekable();
+        for (key, d) in next.iter() {
             // A prefix we program again: a stepped-aside copy of it goes once the new route is
             // in (plan_deletes holds it if that write fails).
             if let Some(copy) = self.handovers.resume(key, now) {
                 self.dirty.insert(copy);
             }
-            if self.desired.get(key) != Some(d) {
+            while old.next_if(|(k, _)| *k < key).is_some() {}
+            if old.next_if(|(k, _)| *k == key).is_none_or(|(_, o)| o != d) {
                 self.retries.clear(key);
-                changed.insert(*key);
+                changed.push(*key);
             }
         }
+        drop(old);
+        let mut changed: BTreeSet<RouteKey> = changed.into_iter().collect();
         self.dirty.append(&mut changed);
         self.desired = next;
     }
@@ -362,7 +386,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // (IPv4 on down); re-verify them with a replace.
         for (k, e) in &mut self.kernel {
             if e.oif == Some(index) {
-                e.route.target.device = Some(name.to_string());
+                e.route.target.device = Some(name.into());
                 e.verified &= !change.maybe_flushed;
                 self.dirty.insert(*k);
             }
@@ -371,7 +395,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     }
 
     fn mark_device_dirty(&mut self, name: &str) {
-        for (k, d) in &self.desired {
+        for (k, d) in self.desired.iter() {
             if d.route.target.device.as_deref() == Some(name) {
                 self.retries.clear(k);
                 self.dirty.insert(*k);
@@ -453,10 +477,23 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 self.retries.clear(k);
             }
         }
-        // Mark and sweep: everything desired or found is re-examined by the apply.
-        self.dirty.extend(self.desired.keys().copied());
-        self.dirty.extend(fresh.keys().copied());
-        self.dirty.extend(self.kernel.keys().copied());
+        // Mark and sweep: everything desired or found is re-examined by the apply. The three
+        // key sets and the dirty set are each in order: one merged walk finds the keys not yet
+        // dirty (none on a cold start, where set_desired marked every key), added in one pass.
+        let marked: [Box<dyn Iterator<Item = &RouteKey>>; 3] = [Box::new(self.desired.keys()), Box::new(fresh.keys()), Box::new(self.kernel.keys())];
+        let mut dirty = self.dirty.iter().peekable();
+        let mut missing: Vec<RouteKey> = Vec::new();
+        for key in marked.into_iter().kmerge().dedup() {
+            while dirty.next_if(|d| *d < key).is_some() {}
+            if dirty.peek() != Some(&key) {
+                missing.push(*key);
+            }
+        }
+        drop(dirty);
+        if !missing.is_empty() {
+            let mut missing: BTreeSet<RouteKey> = missing.into_iter().collect();
+            self.dirty.append(&mut missing);
+        }
         self.kernel = fresh;
         self.adopt_stepped_aside();
         report.resynced = true;

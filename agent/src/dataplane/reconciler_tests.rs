@@ -824,3 +824,57 @@ async fn a_node_move_is_one_nexthop_replace_and_a_restart_writes_nothing() {
     let rep = r2.apply().await;
     assert_eq!((rep.writes, rep.nexthop_writes, rep.deletes, rep.nexthop_deletes, rep.error_count()), (0, 0, 0, 0, 0), "{rep:#?}");
 }
+
+/// Many routes, so the one-pass paths run (the cold start's bulk-built kernel view and dirty
+/// set, the resync's merged marking, set_desired's merged diff): unsorted input with a
+/// duplicate destination, failed writes in the middle of the cold start, a foreign route at
+/// one of our keys and a stale route of ours. Every route must still be accounted for
+/// exactly: the failures retried (and only they), the foreign route never touched, the stale
+/// route deleted, and a no-change resync writing nothing.
+#[tokio::test]
+async fn a_large_cold_start_with_failures_then_changes_keeps_every_invariant() {
+    let (mut r, nl, clock) = setup(None);
+    let dst = |i: u32| format!("10.244.{}.{}/26", i / 4, (i % 4) * 64);
+    let mut routes: Vec<ClusterRoute> = (0..600).map(|i| cr(&dst(i), RoutePath::Tunnel, Some("10.0.1.13"))).collect();
+    routes.reverse();
+    // A second route for one destination, ahead of the first in the input: the first in
+    // ClusterRoute order (Tunnel sorts before HostNic) wins, whatever the input order.
+    routes.insert(0, cr(&dst(7), RoutePath::HostNic, Some("10.0.0.12")));
+    // Stale: ours, not desired. Foreign: another protocol at a desired key.
+    nl.insert(ObservedRoute { protocol: 80, ..foreign("10.244.200.0/26", 80, Some(TUNL0), RouteKind::Unicast) });
+    nl.insert(foreign(&dst(9), 4, Some(ETH0), RouteKind::Unicast));
+    nl.state().fail_writes.insert(block(&dst(300)), (Errno::ENETUNREACH, 1));
+    nl.state().fail_writes.insert(block(&dst(301)), (Errno::ENOBUFS, 1));
+    r.set_desired(&routes);
+    let rep = r.apply().await;
+    // 600 destinations: 2 failed, 1 held by the foreign route, 597 written; the stale one goes.
+    assert_eq!((rep.writes, rep.write_errors, rep.deletes), (597, 3, 1), "{rep:?}");
+    assert_eq!(rep.conflicts.len(), 1);
+    {
+        let st = nl.state();
+        assert_eq!(st.routes[&RouteKey::new(254, block(&dst(9)), 0, 1024)].protocol, 4, "the foreign route is untouched");
+        assert_eq!(st.routes[&RouteKey::new(254, block(&dst(7)), 0, 1024)].oif, Some(TUNL0), "the first route of a key wins");
+        assert!(!st.routes.contains_key(&RouteKey::new(254, block("10.244.200.0/26"), 0, 1024)), "the stale route is deleted");
+    }
+    nl.take_log();
+    // The retries write exactly the two failed routes.
+    clock.advance(Duration::from_secs(5));
+    let rep = r.apply().await;
+    assert_eq!((rep.writes, rep.deletes), (2, 0), "{rep:?}");
+    let log = nl.take_log();
+    assert_eq!(log.len(), 2, "{log:?}");
+    // Drop every other route and move one to the host NIC: one replace, and 299 deletes (the
+    // odd destinations but the foreign-held one), held by the mass-deletion breaker or not.
+    let mut next: Vec<ClusterRoute> = (0..600).step_by(2).map(|i| cr(&dst(i), RoutePath::Tunnel, Some("10.0.1.13"))).collect();
+    next[1] = cr(&dst(2), RoutePath::HostNic, Some("10.0.0.12"));
+    r.set_desired(&next);
+    let rep = r.apply().await;
+    assert_eq!(rep.writes, 1, "{rep:?}");
+    assert_eq!(rep.deletes + rep.deletes_held_mass as u64, 299, "{rep:?}");
+    // A no-change resync writes nothing (held deletes may still go out after the settle).
+    clock.advance(Duration::from_secs(91));
+    let rep = r.apply().await;
+    assert!(rep.resynced);
+    assert_eq!(rep.writes, 0, "{rep:?}");
+    assert_eq!(nl.state().routes[&RouteKey::new(254, block(&dst(9)), 0, 1024)].protocol, 4);
+}

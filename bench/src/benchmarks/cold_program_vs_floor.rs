@@ -90,7 +90,7 @@ pub fn build_messages(routes: &[ClusterRoute], shape: Shape) -> Result<(Vec<u8>,
     for (i, r) in routes.iter().enumerate() {
         let d = to_kernel_route(r, &settings).with_context(|| format!("route {}", r.dst))?;
         let oif = match &d.route.target.device {
-            Some(dev) => Some(nix::net::if_::if_nametoindex(dev.as_str()).with_context(|| format!("device {dev}"))?),
+            Some(dev) => Some(nix::net::if_::if_nametoindex(&**dev).with_context(|| format!("device {dev}"))?),
             None => None,
         };
         let mut req = write_request(&d.route, oif, None, true);

@@ -80,7 +80,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         let step_asides = self.plan_step_asides(&delete_candidates, now);
         writes.extend(step_asides.iter().map(|(op, _)| op.clone()));
         let results = if writes.is_empty() { Vec::new() } else { self.nl.execute(&writes).await };
-        let failed_dsts = self.record_writes(&writes, results, &step_asides, now, &mut report);
+        let failed_dsts = self.record_writes(writes, results, &step_asides, now, &mut report);
         let deletes = self.plan_deletes(delete_candidates, &failed_dsts, now, &mut report);
         let results = if deletes.is_empty() { Vec::new() } else { self.nl.execute(&deletes).await };
         self.record_deletes(&deletes, results, &mut report);
@@ -104,7 +104,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         if written.is_empty() {
             return;
         }
-        for (key, d) in &self.desired {
+        for (key, d) in self.desired.iter() {
             let oif = self.links.resolve(d.route.target.device.as_deref()).ok().flatten();
             if self.nexthops.ready(d, oif).is_some_and(|id| written.contains(&id)) {
                 self.dirty.insert(*key);
@@ -242,11 +242,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         }
     }
 
-    /// Fold write results into the kernel view; returns the (table, dst) pairs whose write
-    /// failed (their old routes must stay).
+    /// Fold write results into the kernel view, moving each written route into it (no copy);
+    /// returns the (table, dst) pairs whose write failed (their old routes must stay).
     fn record_writes(
         &mut self,
-        writes: &[RouteOp],
+        writes: Vec<RouteOp>,
         results: Vec<Result<(), NetlinkError>>,
         step_asides: &[(RouteOp, RouteKey)],
         now: Instant,
@@ -254,13 +254,17 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     ) -> BTreeSet<(u32, IpNet)> {
         let mut failed_dsts = BTreeSet::new();
         let stepping: HashMap<RouteKey, RouteKey> = step_asides.iter().map(|(op, original)| (*op.key(), *original)).collect();
-        for (op, res) in writes.iter().zip(results) {
+        // Into an empty kernel view (a cold start) every written route is new: collected in
+        // key order and built into the map in one pass instead of a search per route.
+        let mut fresh: Option<Vec<(RouteKey, KernelEntry)>> = self.kernel.is_empty().then(|| Vec::with_capacity(writes.len()));
+        let mut done: Vec<RouteKey> = Vec::with_capacity(writes.len());
+        for (op, res) in writes.into_iter().zip(results) {
             let RouteOp::Write { route, oif, nexthop, exclusive } = op else {
                 continue;
             };
             let key = route.key;
             if let Some(original) = stepping.get(&key) {
-                if !self.record_step_aside(*original, route, (*oif, *nexthop), res, report) {
+                if !self.record_step_aside(*original, &route, (oif, nexthop), res, report) {
                     failed_dsts.insert((key.table, key.dst));
                 }
                 continue;
@@ -268,11 +272,18 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             match res {
                 Ok(()) => {
                     report.writes += 1;
-                    let entry =
-                        KernelEntry { route: route.clone(), oif: *oif, nexthop: *nexthop, extra: false, verified: true, verdict: Verdict::OursByProtocol };
+                    let protocol = route.target.protocol;
+                    let entry = KernelEntry { route, oif, nexthop, extra: false, verified: true, verdict: Verdict::OursByProtocol };
+                    done.push(key);
+                    self.retries.clear(&key);
+                    self.blocked.remove(&key);
+                    if let Some(fresh) = fresh.as_mut() {
+                        fresh.push((key, entry));
+                        continue;
+                    }
                     match self.kernel.entry(key) {
                         Entry::Occupied(mut prev) => {
-                            if prev.get().route.target.protocol != route.target.protocol {
+                            if prev.get().route.target.protocol != protocol {
                                 report.overwrote.push(Overwrite { previous: prev.get().route.to_string(), verdict: prev.get().verdict });
                             }
                             prev.insert(entry);
@@ -281,14 +292,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                             slot.insert(entry);
                         }
                     }
-                    self.dirty.remove(&key);
-                    self.retries.clear(&key);
-                    self.blocked.remove(&key);
                 }
                 Err(e) => {
                     let kind = ErrorKind::of(&e);
                     failed_dsts.insert((key.table, key.dst));
-                    let held = *exclusive && e.errno() == Some(Errno::EEXIST);
+                    let held = exclusive && e.errno() == Some(Errno::EEXIST);
                     // A retry of a key already reported held is not another error: the hold
                     // is one event, counted once (the held gauge says it meanwhile), so a
                     // long hold pages as RoutesHeldByOtherWriter, not also as
@@ -325,6 +333,13 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 }
             }
         }
+        if let Some(fresh) = fresh {
+            // Keys are unique (one write per dirty key), so collecting keeps every entry; what
+            // the view holds meanwhile came from step-asides (none without a route of ours).
+            let stepped = std::mem::replace(&mut self.kernel, fresh.into_iter().collect());
+            self.kernel.extend(stepped);
+        }
+        remove_all(&mut self.dirty, done);
         failed_dsts
     }
 
@@ -430,12 +445,25 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
 
     /// The per-class counts and totals after this apply, and its wall time since `started`.
     fn finish_report(&self, report: &mut ApplyReport, started: Instant) {
-        for d in self.desired.values() {
-            let c = report.by_class.entry((Family::of(&d.route.key.dst), d.class, d.path)).or_default();
+        // Desired routes and the kernel view walked together in key order (no search per
+        // route); a device resolved once per run of routes through it.
+        let mut kernel = self.kernel.iter().peekable();
+        let mut last_device: Option<(Option<&str>, Option<u32>)> = None;
+        for (key, d) in self.desired.iter() {
+            let c = report.by_class.entry((Family::of(&key.dst), d.class, d.path)).or_default();
             c.desired += 1;
-            let oif = self.links.resolve(d.route.target.device.as_deref()).ok().flatten();
+            let device = d.route.target.device.as_deref();
+            let oif = match last_device {
+                Some((name, oif)) if name == device => oif,
+                _ => {
+                    let oif = self.links.resolve(device).ok().flatten();
+                    last_device = Some((device, oif));
+                    oif
+                }
+            };
             let nexthop = self.nexthops.ready(d, oif);
-            if self.kernel.get(&d.route.key).is_some_and(|k| Self::in_sync(&d.route, oif, nexthop, k)) {
+            while kernel.next_if(|(k, _)| *k < key).is_some() {}
+            if kernel.next_if(|(k, _)| *k == key).is_some_and(|(_, k)| Self::in_sync(&d.route, oif, nexthop, k)) {
                 c.programmed += 1;
             } else if self.blocked.contains_key(&d.route.key) {
                 c.held += 1;
@@ -444,5 +472,54 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         report.kernel_routes = self.kernel.len();
         report.pending = self.dirty.len();
         report.duration = self.clock.now().saturating_duration_since(started);
+    }
+}
+
+/// Remove `gone` from `set`: one removal each when they are few, else one pass that keeps the
+/// rest and rebuilds the set from them in order (a cold start's 10,000 written keys leave the
+/// dirty set in one pass instead of 10,000 searches).
+fn remove_all(set: &mut BTreeSet<RouteKey>, mut gone: Vec<RouteKey>) {
+    if gone.len() < 64 || gone.len() * 4 < set.len() {
+        for key in &gone {
+            set.remove(key);
+        }
+        return;
+    }
+    gone.sort_unstable();
+    let mut gone = gone.into_iter().peekable();
+    let kept: Vec<RouteKey> = std::mem::take(set)
+        .into_iter()
+        .filter(|key| {
+            while gone.next_if(|g| g < key).is_some() {}
+            gone.next_if_eq(key).is_none()
+        })
+        .collect();
+    *set = kept.into_iter().collect();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(range: std::ops::Range<u32>) -> Vec<RouteKey> {
+        range.map(|i| RouteKey::new(254, IpNet::V4(ipnet::Ipv4Net::new(std::net::Ipv4Addr::from(0x0a00_0000 + (i << 6)), 26).unwrap()), 0, 1024)).collect()
+    }
+
+    #[test]
+    fn remove_all_removes_exactly_the_given_keys_few_or_many() {
+        let all = keys(0..1000);
+        // Few (one removal each), many (rebuilt), all, unsorted, and keys the set lacks.
+        let cases: Vec<Vec<RouteKey>> = vec![
+            all[10..20].to_vec(),
+            all.iter().step_by(2).copied().collect(),
+            all.clone(),
+            all.iter().rev().step_by(3).copied().chain(keys(2000..2100)).collect(),
+        ];
+        for gone in cases {
+            let mut set: BTreeSet<RouteKey> = all.iter().copied().collect();
+            remove_all(&mut set, gone.clone());
+            let want: BTreeSet<RouteKey> = all.iter().filter(|k| !gone.contains(k)).copied().collect();
+            assert_eq!(set, want, "removing {} keys", gone.len());
+        }
     }
 }

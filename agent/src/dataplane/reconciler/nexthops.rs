@@ -34,7 +34,7 @@ use crate::dataplane::retry::backoff;
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Wanted {
     gateway: IpAddr,
-    device: Option<String>,
+    device: Option<std::sync::Arc<str>>,
     onlink: bool,
     first: RouteKey,
 }
