@@ -9,7 +9,7 @@ mod dataplane_support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use dataplane_support::{example_cluster, reconciler, with_proto, Monitor, Netns};
+use dataplane_support::{example_cluster, reconciler, with_proto, Driver, Monitor, Netns};
 use routewarden::dataplane::{self, DataplaneCommand, DataplaneConfig, DataplaneEvent};
 use routewarden::vocabulary::{PoolClass, Writer};
 use routewarden_lab::bird::Bird;
@@ -43,14 +43,8 @@ fn handover_to_bird_at_same_metric_steps_aside() {
     ns.rt.block_on(async {
         // IPv4 only for the handed-over class (BIRD here exports IPv4); the no-encap routes stay.
         let cluster: Vec<_> = example_cluster().into_iter().filter(|c| c.class == PoolClass::NoEncap || c.dst.addr().is_ipv4()).collect();
-        let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(16);
-        let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(10_000);
-        let (rep_tx, mut rep_rx) = tokio::sync::mpsc::channel(1000);
-        dataplane::spawn_watcher(ev_tx).unwrap();
         let cfg = DataplaneConfig { handover_grace: Duration::from_secs(20), ..DataplaneConfig::default() };
-        let driver = tokio::spawn(dataplane::run(reconciler(cfg, None), cmd_rx, ev_rx, rep_tx, dataplane::DEFAULT_DEBOUNCE));
-        cmd_tx.send(DataplaneCommand::SetDatastoreSynced(true)).await.unwrap();
-        cmd_tx.send(DataplaneCommand::SetDesired { routes: cluster.clone(), handovers: vec![] }).await.unwrap();
+        let Driver { commands: cmd_tx, reports: mut rep_rx, task: driver } = Driver::start(reconciler(cfg, None), cluster.clone()).await;
         tokio::time::timeout(Duration::from_secs(5), async {
             while with_proto(254, "80").len() != cluster.len() {
                 rep_rx.recv().await.unwrap();

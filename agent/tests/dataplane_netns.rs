@@ -6,7 +6,9 @@ mod dataplane_support;
 
 use std::time::{Duration, Instant};
 
-use dataplane_support::{example_cluster, example_lines, ip, lines_stay, reconciler, route, routes, wait_for_lines, with_proto, Monitor, Netns, DEADLINE};
+use dataplane_support::{
+    example_cluster, example_lines, ip, lines_stay, reconciler, route, routes, wait_for_lines, with_proto, Driver, Monitor, Netns, DEADLINE,
+};
 use routewarden::dataplane::{
     self, audit_kernel, AuditScope, DataplaneCommand, DataplaneConfig, ErrorKind, ExpectedRoute, FindingCode, OwnershipPolicy, RtNetlink,
 };
@@ -304,13 +306,7 @@ fn link_flap_and_a_foreign_delete_are_repaired_by_the_event_path() {
     ns.rt.block_on(async {
         let cfg = DataplaneConfig { resync_interval: Duration::from_secs(1 << 12), ..DataplaneConfig::default() };
         let r = reconciler(cfg, None);
-        let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(16);
-        let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(10_000);
-        let (rep_tx, mut rep_rx) = tokio::sync::mpsc::channel(1000);
-        dataplane::spawn_watcher(ev_tx).unwrap();
-        let driver = tokio::spawn(dataplane::run(r, cmd_rx, ev_rx, rep_tx, dataplane::DEFAULT_DEBOUNCE));
-        cmd_tx.send(DataplaneCommand::SetDatastoreSynced(true)).await.unwrap();
-        cmd_tx.send(DataplaneCommand::SetDesired { routes: example_cluster(), handovers: vec![] }).await.unwrap();
+        let Driver { commands: cmd_tx, reports: mut rep_rx, task: driver } = Driver::start(r, example_cluster()).await;
         // The driver may apply once before it has read the commands; wait for the programmed state.
         tokio::time::timeout(DEADLINE, async {
             while with_proto(254, "80") != example_lines() {
@@ -536,14 +532,8 @@ fn driver_restart_with_watcher_writes_nothing() {
         r.apply().await;
         drop(r);
         let mut mon = Monitor::start();
-        let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(16);
-        let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(10_000);
-        let (rep_tx, mut rep_rx) = tokio::sync::mpsc::channel(1000);
-        dataplane::spawn_watcher(ev_tx).unwrap();
         let r = reconciler(DataplaneConfig::default(), None);
-        let driver = tokio::spawn(dataplane::run(r, cmd_rx, ev_rx, rep_tx, dataplane::DEFAULT_DEBOUNCE));
-        cmd_tx.send(DataplaneCommand::SetDatastoreSynced(true)).await.unwrap();
-        cmd_tx.send(DataplaneCommand::SetDesired { routes: example_cluster(), handovers: vec![] }).await.unwrap();
+        let Driver { commands: cmd_tx, reports: mut rep_rx, task: driver } = Driver::start(r, example_cluster()).await;
         // The first apply, whenever the driver gets to it.
         let first = tokio::time::timeout(DEADLINE, rep_rx.recv()).await.expect("a first apply").expect("driver running");
         // Unrelated link notifications (the watcher has not seen these links before), then a
@@ -578,17 +568,11 @@ fn handover_to_bird_keeps_routes_until_bird_route_seen() {
     }
     let ns = Netns::new();
     ns.rt.block_on(async {
-        let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(16);
-        let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(10_000);
-        let (rep_tx, mut rep_rx) = tokio::sync::mpsc::channel(1000);
-        dataplane::spawn_watcher(ev_tx).unwrap();
         // A grace period far beyond the waits below: the routes must go because BIRD's were
         // seen (HandoverEnd::Seen), never because the grace period ended.
         let cfg = DataplaneConfig { handover_grace: Duration::from_mins(1), ..DataplaneConfig::default() };
         let r = reconciler(cfg, None);
-        let driver = tokio::spawn(dataplane::run(r, cmd_rx, ev_rx, rep_tx, dataplane::DEFAULT_DEBOUNCE));
-        cmd_tx.send(DataplaneCommand::SetDatastoreSynced(true)).await.unwrap();
-        cmd_tx.send(DataplaneCommand::SetDesired { routes: example_cluster(), handovers: vec![] }).await.unwrap();
+        let Driver { commands: cmd_tx, reports: mut rep_rx, task: driver } = Driver::start(r, example_cluster()).await;
         tokio::time::timeout(DEADLINE, async {
             while with_proto(254, "80") != example_lines() {
                 rep_rx.recv().await.unwrap();

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dataplane_support::{ip, reconciler, routes, Monitor, Netns};
+use dataplane_support::{ip, reconciler, routes, Driver, Monitor, Netns};
 use routewarden::dataplane::{audit_kernel, AuditScope, DataplaneConfig, ExpectedRoute, Handover, RtNetlink, NEXTHOP_IDS};
 use routewarden::routes::{ClusterRoute, RouteDevices, RouteOrigin};
 use routewarden::vocabulary::{PoolClass, RoutePath, Writer};
@@ -325,16 +325,9 @@ fn a_flushed_or_deleted_nexthop_object_is_repaired_by_the_event_path() {
     let ns = Netns::new();
     ns.rt.block_on(async {
         use dataplane_support::{wait_for_lines, DEADLINE};
-        use routewarden::dataplane::{self, DataplaneCommand};
         let cfg = DataplaneConfig { resync_interval: Duration::from_secs(1 << 12), ..nh_config() };
         let r = reconciler(cfg, None);
-        let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(16);
-        let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(10_000);
-        let (rep_tx, mut rep_rx) = tokio::sync::mpsc::channel(1000);
-        dataplane::spawn_watcher(ev_tx).unwrap();
-        let driver = tokio::spawn(dataplane::run(r, cmd_rx, ev_rx, rep_tx, dataplane::DEFAULT_DEBOUNCE));
-        cmd_tx.send(DataplaneCommand::SetDatastoreSynced(true)).await.unwrap();
-        cmd_tx.send(DataplaneCommand::SetDesired { routes: cluster(), handovers: vec![] }).await.unwrap();
+        let Driver { commands: cmd_tx, reports: mut rep_rx, task: driver } = Driver::start(r, cluster()).await;
         tokio::time::timeout(DEADLINE, async {
             while ours().len() != 9 || nexthops().len() != 3 {
                 rep_rx.recv().await.unwrap();
@@ -411,17 +404,10 @@ fn a_carrier_flap_puts_the_routes_back_classic_then_through_their_object() {
     }
     let ns = Netns::new();
     ns.rt.block_on(async {
-        use routewarden::dataplane::{self, DataplaneCommand};
         let cfg = DataplaneConfig { resync_interval: Duration::from_secs(1 << 12), ..nh_config() };
         let r = reconciler(cfg, None);
-        let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(16);
-        let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(10_000);
-        let (rep_tx, mut rep_rx) = tokio::sync::mpsc::channel(1000);
-        dataplane::spawn_watcher(ev_tx).unwrap();
-        let driver = tokio::spawn(dataplane::run(r, cmd_rx, ev_rx, rep_tx, dataplane::DEFAULT_DEBOUNCE));
         let v4: Vec<ClusterRoute> = cluster().into_iter().filter(|r| r.dst.addr().is_ipv4()).collect();
-        cmd_tx.send(DataplaneCommand::SetDatastoreSynced(true)).await.unwrap();
-        cmd_tx.send(DataplaneCommand::SetDesired { routes: v4, handovers: vec![] }).await.unwrap();
+        let Driver { commands: cmd_tx, reports: mut rep_rx, task: driver } = Driver::start(r, v4).await;
         tokio::time::timeout(Duration::from_secs(10), async {
             while ours().len() != 7 || nexthops().len() != 2 {
                 rep_rx.recv().await.unwrap();

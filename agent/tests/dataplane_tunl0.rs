@@ -9,8 +9,8 @@ mod dataplane_support;
 use std::process::Command;
 use std::time::Duration;
 
-use dataplane_support::{example_cluster, example_lines, ip, lines_stay, reconciler, routes, wait_for_lines, with_proto, Monitor, Netns, DEADLINE};
-use routewarden::dataplane::{self, DataplaneCommand, DataplaneConfig};
+use dataplane_support::{example_cluster, example_lines, ip, lines_stay, reconciler, routes, wait_for_lines, with_proto, Driver, Monitor, Netns, DEADLINE};
+use routewarden::dataplane::DataplaneConfig;
 use routewarden_lab::{skip_unless_root, NetNsGuard};
 
 const SETTLE: Duration = Duration::from_millis(300);
@@ -96,13 +96,7 @@ fn real_tunl0_exact_routes_zero_write_resync_and_link_flap() {
         // up again: the event path re-installs them, the periodic resync being far away.
         let cfg = DataplaneConfig { resync_interval: Duration::from_secs(1 << 12), ..DataplaneConfig::default() };
         let r = reconciler(cfg, None);
-        let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(16);
-        let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(10_000);
-        let (rep_tx, mut rep_rx) = tokio::sync::mpsc::channel(1000);
-        dataplane::spawn_watcher(ev_tx).unwrap();
-        let driver = tokio::spawn(dataplane::run(r, cmd_rx, ev_rx, rep_tx, dataplane::DEFAULT_DEBOUNCE));
-        cmd_tx.send(DataplaneCommand::SetDatastoreSynced(true)).await.unwrap();
-        cmd_tx.send(DataplaneCommand::SetDesired { routes: example_cluster(), handovers: vec![] }).await.unwrap();
+        let Driver { commands: cmd_tx, reports: mut rep_rx, task: driver } = Driver::start(r, example_cluster()).await;
         tokio::time::timeout(DEADLINE, async {
             while with_proto(254, "80") != example_lines() {
                 rep_rx.recv().await.unwrap();

@@ -4,7 +4,9 @@
 use std::process::Command;
 use std::time::Duration;
 
-use routewarden::dataplane::{spawn_watcher, DataplaneConfig, DataplaneEvent, OwnershipPolicy, Reconciler, RtNetlink, SystemClock};
+use routewarden::dataplane::{
+    self, spawn_watcher, ApplyReport, DataplaneCommand, DataplaneConfig, DataplaneEvent, OwnershipPolicy, Reconciler, RtNetlink, SystemClock,
+};
 use routewarden::routes::{ClusterRoute, RouteOrigin};
 use routewarden::vocabulary::{PoolClass, RoutePath};
 use routewarden_lab::NetNsGuard;
@@ -155,6 +157,30 @@ pub fn reconciler(cfg: DataplaneConfig, policy: Option<OwnershipPolicy>) -> Real
     let mut r = Reconciler::new(cfg, policy, nl, SystemClock);
     r.set_datastore_synced(true);
     r
+}
+
+/// The dataplane driven as the agent drives it: [`dataplane::run`] over a reconciler, fed by
+/// the route and link watcher, with the commands, the apply reports and the driver's task at
+/// hand. Close `commands` and await `task` to stop it.
+pub struct Driver {
+    pub commands: mpsc::Sender<DataplaneCommand>,
+    pub reports: mpsc::Receiver<ApplyReport>,
+    pub task: tokio::task::JoinHandle<RealReconciler>,
+}
+
+impl Driver {
+    /// Start the watcher and the driver over `r` (default debounce), tell it the datastore is
+    /// synced and `routes` are desired. Must run inside the namespace's runtime.
+    pub async fn start(r: RealReconciler, routes: Vec<ClusterRoute>) -> Driver {
+        let (commands, cmd_rx) = mpsc::channel(16);
+        let (ev_tx, ev_rx) = mpsc::channel(10_000);
+        let (rep_tx, reports) = mpsc::channel(1000);
+        spawn_watcher(ev_tx).expect("route and link watcher");
+        let task = tokio::spawn(dataplane::run(r, cmd_rx, ev_rx, rep_tx, dataplane::DEFAULT_DEBOUNCE));
+        commands.send(DataplaneCommand::SetDatastoreSynced(true)).await.expect("driver running");
+        commands.send(DataplaneCommand::SetDesired { routes, handovers: vec![] }).await.expect("driver running");
+        Driver { commands, reports, task }
+    }
 }
 
 /// Route notifications seen on a monitoring socket (the test's own watcher).
