@@ -363,7 +363,7 @@ pub fn audit_tables(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &
 /// A failed dump ([`NetlinkError`]).
 pub async fn audit_kernel<N: RouteNetlink>(nl: &mut N, expected: &[ExpectedRoute], scope: &AuditScope) -> Result<AuditReport, NetlinkError> {
     let links = nl.dump_links().await?;
-    let names: BTreeMap<u32, String> = links.into_iter().map(|l| (l.index, l.name)).collect();
+    let names: BTreeMap<u32, std::sync::Arc<str>> = links.into_iter().map(|l| (l.index, l.name.into())).collect();
     // A route through a nexthop object is judged by the object's gateway and device (with
     // `nexthop_compat_mode` off the kernel reports only the id). No nexthop objects (a kernel
     // before 5.3): nothing to resolve.

@@ -347,10 +347,10 @@ impl ObservedRoute {
 
     /// Name the output device with `name_of` (ifindex -> name). Blackholes get no device
     /// (IPv6 reports them on `lo`).
-    pub fn named(&self, name_of: impl Fn(u32) -> Option<String>) -> KernelRoute {
+    pub fn named(&self, name_of: impl Fn(u32) -> Option<Arc<str>>) -> KernelRoute {
         let device = match self.kind {
             RouteKind::Blackhole => None,
-            _ => self.oif.map(|i| name_of(i).unwrap_or_else(|| format!("if{i}")).into()),
+            _ => self.oif.map(|i| name_of(i).unwrap_or_else(|| format!("if{i}").into())),
         };
         KernelRoute {
             key: self.key,

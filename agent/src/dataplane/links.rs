@@ -4,6 +4,7 @@
 //! of a route we write (we name it).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::kernel_route::{KernelRoute, ObservedRoute};
 use super::netlink::LinkInfo;
@@ -14,10 +15,18 @@ use super::report::ErrorKind;
 /// compares cost less than hashing the name (issue 18).
 #[derive(Debug, Default)]
 pub(super) struct Links {
-    by_index: BTreeMap<u32, LinkInfo>,
+    by_index: BTreeMap<u32, Link>,
     by_name: BTreeMap<String, u32>,
     /// A desired route named a device we do not know: dump the links again on the next apply.
     refresh: bool,
+}
+
+/// One cached link: its name, shared with every route named through it (naming a dumped route
+/// copies no string), and whether it is up.
+#[derive(Debug)]
+struct Link {
+    name: Arc<str>,
+    up: bool,
 }
 
 /// What a link event changed, for the routes through the link.
@@ -33,13 +42,13 @@ pub(super) struct LinkChange {
 impl Links {
     /// Replace the cache with a fresh link dump.
     pub(super) fn replace(&mut self, links: &[LinkInfo]) {
-        self.by_index = links.iter().map(|l| (l.index, l.clone())).collect();
+        self.by_index = links.iter().map(|l| (l.index, Link { name: l.name.as_str().into(), up: l.up })).collect();
         self.by_name = links.iter().map(|l| (l.name.clone(), l.index)).collect();
     }
 
     /// `route` with its output device named (`if<N>` for an ifindex the cache does not know).
     pub(super) fn name(&self, route: &ObservedRoute) -> KernelRoute {
-        route.named(|i| self.by_index.get(&i).map(|l| l.name.clone()))
+        route.named(|i| self.by_index.get(&i).map(|l| Arc::clone(&l.name)))
     }
 
     /// Whether the link at `index` is known and up.
@@ -67,15 +76,15 @@ impl Links {
     /// reconciler cares about changed (the watcher reports a link it had not seen yet).
     pub(super) fn update(&mut self, index: u32, name: &str, up: bool) -> Option<LinkChange> {
         let prev = self.by_index.get(&index);
-        if prev.is_some_and(|p| p.name == name && p.up == up) {
+        if prev.is_some_and(|p| &*p.name == name && p.up == up) {
             return None;
         }
         let maybe_flushed = prev.is_none_or(|p| p.up != up);
-        let old_name = prev.filter(|p| p.name != name && self.by_name.get(&p.name) == Some(&index)).map(|p| p.name.clone());
+        let old_name = prev.filter(|p| &*p.name != name && self.by_name.get(&*p.name) == Some(&index)).map(|p| p.name.to_string());
         if let Some(old) = &old_name {
             self.by_name.remove(old);
         }
-        self.by_index.insert(index, LinkInfo { index, name: name.to_string(), up });
+        self.by_index.insert(index, Link { name: name.into(), up });
         self.by_name.insert(name.to_string(), index);
         Some(LinkChange { maybe_flushed, old_name })
     }
