@@ -334,15 +334,16 @@ pub struct ObservedRoute {
 impl ObservedRoute {
     /// The route with the gateway, device and onlink flag of the nexthop object it goes
     /// through, when the kernel left them out (`net.ipv4.nexthop_compat_mode` 0) and the
-    /// object is in `nexthops` (id -> object).
+    /// object is in `nexthops` (id -> object); every other route is borrowed as it is (no
+    /// copy: each route notification of ours passes here).
     #[must_use]
-    pub fn through(mut self, nexthops: &std::collections::BTreeMap<u32, super::nexthop::ObservedNexthop>) -> ObservedRoute {
-        if let Some(nh) = self.nexthop.and_then(|id| nexthops.get(&id)) {
-            if self.gateway.is_none() && self.oif.is_none() {
-                (self.gateway, self.oif, self.onlink) = (nh.gateway, nh.oif, nh.onlink);
+    pub fn through<'a>(&'a self, nexthops: &std::collections::BTreeMap<u32, super::nexthop::ObservedNexthop>) -> std::borrow::Cow<'a, ObservedRoute> {
+        match self.nexthop.and_then(|id| nexthops.get(&id)) {
+            Some(nh) if self.gateway.is_none() && self.oif.is_none() => {
+                std::borrow::Cow::Owned(ObservedRoute { gateway: nh.gateway, oif: nh.oif, onlink: nh.onlink, ..self.clone() })
             }
+            _ => std::borrow::Cow::Borrowed(self),
         }
-        self
     }
 
     /// Name the output device with `name_of` (ifindex -> name). Blackholes get no device

@@ -288,7 +288,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 if route.cloned {
                     return;
                 }
-                let route = &self.nexthops.resolve(route.clone());
+                let route = self.nexthops.resolve(route);
+                let route = route.as_ref();
                 let named = self.links.name(route);
                 self.dirty.extend(self.handovers.route_seen(&named.key.dst, named.target.protocol, named.key.table));
                 let verdict = self.policy.verdict(&named);
@@ -461,7 +462,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     Err(e) => return Err(e),
                 }
             };
-            for r in routes.into_iter().filter(|r| !r.cloned) {
+            for r in routes.iter().filter(|r| !r.cloned) {
                 let r = self.nexthops.resolve(r);
                 let named = self.links.name(&r);
                 let verdict = self.policy.verdict(&named);

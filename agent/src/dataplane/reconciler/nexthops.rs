@@ -128,7 +128,7 @@ impl Nexthops {
 
     /// `route` with the gateway, device and onlink flag of the object of ours it goes through,
     /// when the kernel left them out (`nexthop_compat_mode` 0).
-    pub(super) fn resolve(&self, route: ObservedRoute) -> ObservedRoute {
+    pub(super) fn resolve<'a>(&self, route: &'a ObservedRoute) -> std::borrow::Cow<'a, ObservedRoute> {
         route.through(&self.ours)
     }
 
