@@ -41,11 +41,10 @@
 //! sets follow from the two maps alone can express neither, so `dirty` is kept by hand.
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use itertools::Itertools;
 use std::time::Instant;
 
 use ipnet::IpNet;
+use itertools::{EitherOrBoth, Itertools};
 
 use super::breaker::MassDeletionBreaker;
 use super::config::DataplaneConfig;
@@ -229,18 +228,19 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         if nexthops {
             self.nexthops.set_wanted(next.values());
         }
-        // Removed keys, with their class (both sets walked in key order: no search per key).
-        let removed: Vec<(RouteKey, PoolClass)> = {
-            let mut still = next.keys().peekable();
-            self.desired
-                .iter()
-                .filter(|(k, _)| {
-                    while still.next_if(|n| n < k).is_some() {}
-                    still.next_if_eq(k).is_none()
-                })
-                .map(|(k, d)| (*k, d.class))
-                .collect()
-        };
+        // The old and the new set walked together in key order (no search per key): removed
+        // keys with their class, and added or changed keys (sorted; all of them on a cold
+        // start).
+        let mut removed: Vec<(RouteKey, PoolClass)> = Vec::new();
+        let mut changed: Vec<RouteKey> = Vec::with_capacity(next.len().saturating_sub(self.desired.len()).max(16));
+        for pair in self.desired.iter().merge_join_by(next.iter(), |(a, _), (b, _)| a.cmp(b)) {
+            match pair {
+                EitherOrBoth::Left((key, old)) => removed.push((*key, old.class)),
+                EitherOrBoth::Right((key, _)) => changed.push(*key),
+                EitherOrBoth::Both((key, old), (_, new)) if old != new => changed.push(*key),
+                EitherOrBoth::Both(..) => {}
+            }
+        }
         for (key, class) in removed {
             self.dirty.insert(key);
             let Some(h) = handovers.iter().find(|h| h.class == class) else {
@@ -258,24 +258,17 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 self.handovers.begin(key, h, now);
             }
         }
-        // Added or changed keys; `desired` becomes `next`. Both sets walked in key order;
-        // `changed` comes out sorted and is built into a set in one pass.
-        // Sized for the routes this call adds (all of them on a cold start).
-        let mut changed = Vec::with_capacity(next.len().saturating_sub(self.desired.len()).max(16));
-        let mut old = self.desired.iter().peekable();
-        for (key, d) in next.iter() {
+        for key in next.keys() {
             // A prefix we program again: a stepped-aside copy of it goes once the new route is
             // in (plan_deletes holds it if that write fails).
             if let Some(copy) = self.handovers.resume(key, now) {
                 self.dirty.insert(copy);
             }
-            while old.next_if(|(k, _)| *k < key).is_some() {}
-            if old.next_if(|(k, _)| *k == key).is_none_or(|(_, o)| o != d) {
-                self.retries.clear(key);
-                changed.push(*key);
-            }
         }
-        drop(old);
+        // Added or changed keys, built into a set in one pass; `desired` becomes `next`.
+        for key in &changed {
+            self.retries.clear(key);
+        }
         let mut changed: BTreeSet<RouteKey> = changed.into_iter().collect();
         self.dirty.append(&mut changed);
         self.desired = next;
@@ -482,15 +475,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // key sets and the dirty set are each in order: one merged walk finds the keys not yet
         // dirty (none on a cold start, where set_desired marked every key), added in one pass.
         let marked: [Box<dyn Iterator<Item = &RouteKey>>; 3] = [Box::new(self.desired.keys()), Box::new(fresh.keys()), Box::new(self.kernel.keys())];
-        let mut dirty = self.dirty.iter().peekable();
-        let mut missing: Vec<RouteKey> = Vec::new();
-        for key in marked.into_iter().kmerge().dedup() {
-            while dirty.next_if(|d| *d < key).is_some() {}
-            if dirty.peek() != Some(&key) {
-                missing.push(*key);
-            }
-        }
-        drop(dirty);
+        let missing: Vec<RouteKey> =
+            marked.into_iter().kmerge().dedup().merge_join_by(self.dirty.iter(), Ord::cmp).filter_map(|pair| pair.just_left().copied()).collect();
         if !missing.is_empty() {
             let mut missing: BTreeSet<RouteKey> = missing.into_iter().collect();
             self.dirty.append(&mut missing);

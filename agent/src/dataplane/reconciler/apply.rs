@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
 use ipnet::IpNet;
+use itertools::{EitherOrBoth, Itertools};
 use nix::errno::Errno;
 
 use super::{KernelEntry, Reconciler};
@@ -447,9 +448,13 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     fn finish_report(&self, report: &mut ApplyReport, started: Instant) {
         // Desired routes and the kernel view walked together in key order (no search per
         // route); a device resolved once per run of routes through it.
-        let mut kernel = self.kernel.iter().peekable();
         let mut last_device: Option<(Option<&str>, Option<u32>)> = None;
-        for (key, d) in self.desired.iter() {
+        for pair in self.desired.iter().merge_join_by(self.kernel.iter(), |(a, _), (b, _)| a.cmp(b)) {
+            let (key, d, k) = match pair {
+                EitherOrBoth::Left((key, d)) => (key, d, None),
+                EitherOrBoth::Both((key, d), (_, k)) => (key, d, Some(k)),
+                EitherOrBoth::Right(_) => continue,
+            };
             let c = report.by_class.entry((Family::of(&key.dst), d.class, d.path)).or_default();
             c.desired += 1;
             let device = d.route.target.device.as_deref();
@@ -462,8 +467,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 }
             };
             let nexthop = self.nexthops.ready(d, oif);
-            while kernel.next_if(|(k, _)| *k < key).is_some() {}
-            if kernel.next_if(|(k, _)| *k == key).is_some_and(|(_, k)| Self::in_sync(&d.route, oif, nexthop, k)) {
+            if k.is_some_and(|k| Self::in_sync(&d.route, oif, nexthop, k)) {
                 c.programmed += 1;
             } else if self.blocked.contains_key(&d.route.key) {
                 c.held += 1;
@@ -486,15 +490,7 @@ fn remove_all(set: &mut BTreeSet<RouteKey>, mut gone: Vec<RouteKey>) {
         return;
     }
     gone.sort_unstable();
-    let mut gone = gone.into_iter().peekable();
-    let kept: Vec<RouteKey> = std::mem::take(set)
-        .into_iter()
-        .filter(|key| {
-            while gone.next_if(|g| g < key).is_some() {}
-            gone.next_if_eq(key).is_none()
-        })
-        .collect();
-    *set = kept.into_iter().collect();
+    *set = std::mem::take(set).into_iter().merge_join_by(gone, Ord::cmp).filter_map(EitherOrBoth::just_left).collect();
 }
 
 #[cfg(test)]
