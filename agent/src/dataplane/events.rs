@@ -264,7 +264,7 @@ async fn forward(mut sub: (tokio::task::JoinHandle<()>, Messages), tx: mpsc::Sen
 }
 
 /// Subscribe to `RTNLGRP_LINK`, `RTNLGRP_IPV4_ROUTE`, `RTNLGRP_IPV6_ROUTE` and
-/// `RTNLGRP_NEXTHOP` (deletions only, on a socket of its own) now (in the
+/// `RTNLGRP_NEXTHOP` (changes and deletions, on a socket of its own) now (in the
 /// calling thread's network namespace) and spawn a task that forwards [`DataplaneEvent`]s to
 /// `tx` until the receiver is dropped. Every change made after this returns is reported.
 ///

@@ -447,8 +447,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// The per-class counts and totals after this apply, and its wall time since `started`.
     fn finish_report(&self, report: &mut ApplyReport, started: Instant) {
         // Desired routes and the kernel view walked together in key order (no search per
-        // route); a device resolved once per run of routes through it.
-        let mut last_device: Option<(Option<&str>, Option<u32>)> = None;
+        // route).
         for pair in self.desired.iter().merge_join_by(self.kernel.iter(), |(a, _), (b, _)| a.cmp(b)) {
             let (key, d, k) = match pair {
                 EitherOrBoth::Left((key, d)) => (key, d, None),
@@ -457,15 +456,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             };
             let c = report.by_class.entry((Family::of(&key.dst), d.class, d.path)).or_default();
             c.desired += 1;
-            let device = d.route.target.device.as_deref();
-            let oif = match last_device {
-                Some((name, oif)) if name == device => oif,
-                _ => {
-                    let oif = self.links.resolve(device).ok().flatten();
-                    last_device = Some((device, oif));
-                    oif
-                }
-            };
+            let oif = self.links.resolve(d.route.target.device.as_deref()).ok().flatten();
             let nexthop = self.nexthops.ready(d, oif);
             if k.is_some_and(|k| Self::in_sync(&d.route, oif, nexthop, k)) {
                 c.programmed += 1;
