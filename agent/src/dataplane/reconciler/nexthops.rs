@@ -275,9 +275,7 @@ impl Nexthops {
     /// another protocol, gateway, device or onlink flag. Our own writes' notifications match
     /// (an old one overtaken by a newer write of ours only costs a resync).
     pub(super) fn changed_by_another(&self, seen: &ObservedNexthop) -> bool {
-        self.ours.get(&seen.id).is_some_and(|ours| {
-            (ours.protocol, ours.gateway, ours.oif, ours.onlink, ours.other) != (seen.protocol, seen.gateway, seen.oif, seen.onlink, seen.other)
-        })
+        self.ours.get(&seen.id).is_some_and(|ours| ours != seen)
     }
 
     /// A link regained its carrier: writes refused while it had none may go at once.
