@@ -682,3 +682,55 @@ fn batched_ops_keep_per_op_results_and_order() {
         }
     });
 }
+
+/// A write pass in which every op fails spans several batches, all but the last sent from the
+/// sending thread while the next is built: each op gets its own errno (none lost to a full
+/// receive buffer as `ENOBUFS`, none read as done), the ops after the failures are written,
+/// and the other writer's routes are untouched.
+#[test]
+fn every_failure_of_a_multi_batch_pass_is_reported() {
+    use nix::errno::Errno;
+    use routewarden::dataplane::{Family, KernelRoute, RouteKey, RouteKind, RouteNetlink, RouteOp, RouteTarget};
+    // More than two batches of the default window.
+    const HELD: u32 = 2600;
+    if skip_unless_root("every_failure_of_a_multi_batch_pass_is_reported") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.rt.block_on(async {
+        let mut nl = RtNetlink::connect().unwrap();
+        let eth0 = nl.dump_links().await.unwrap().iter().find(|l| l.name == "eth0").unwrap().index;
+        let write = |i: u32, protocol: u8, exclusive: bool| {
+            let dst = ipnet::IpNet::V4(ipnet::Ipv4Net::new(std::net::Ipv4Addr::from(0x0af4_0000 + (i << 6)), 26).unwrap());
+            let target = RouteTarget {
+                kind: RouteKind::Unicast,
+                gateway: Some("10.0.0.12".parse().unwrap()),
+                device: Some("eth0".into()),
+                onlink: true,
+                protocol,
+                scope: 0,
+            };
+            RouteOp::Write {
+                route: KernelRoute { key: RouteKey { table: 254, family: Family::V4, dst, tos: 0, metric: 1024 }, target },
+                oif: Some(eth0),
+                nexthop: None,
+                exclusive,
+            }
+        };
+        // Another writer (protocol 12, BIRD's) holds HELD keys.
+        let theirs: Vec<RouteOp> = (0..HELD).map(|i| write(i, 12, false)).collect();
+        assert!(nl.execute(&theirs).await.iter().all(Result::is_ok));
+        // Ours: create-exclusive on every held key, then three free keys.
+        let ours: Vec<RouteOp> = (0..HELD + 3).map(|i| write(i, 80, true)).collect();
+        let results = nl.execute(&ours).await;
+        let errnos: Vec<Option<Errno>> = results.iter().map(|r| r.as_ref().err().map(|e| e.errno().expect("a kernel errno"))).collect();
+        let mut want = vec![Some(Errno::EEXIST); HELD as usize];
+        want.extend([None, None, None]);
+        assert!(errnos == want, "first unexpected result: {:?}", errnos.iter().zip(&want).enumerate().find(|(_, (got, want))| got != want));
+        assert_eq!(with_proto(254, "bird").len(), HELD as usize);
+        assert_eq!(
+            with_proto(254, "80"),
+            ["10.246.138.0/26", "10.246.138.64/26", "10.246.138.128/26"].map(|d| format!("{d} via 10.0.0.12 dev eth0 proto 80 metric 1024 onlink"))
+        );
+    });
+}

@@ -6,11 +6,12 @@
 //! its netlink handle and clock behind interfaces for the same reason).
 
 use std::future::Future;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::StreamExt;
+use nix::sys::socket::{getsockopt, setsockopt, sockopt};
 use rtnetlink::packet_core::{NetlinkBuffer, NetlinkMessage, NetlinkPayload, NLMSG_ALIGNTO, NLMSG_ERROR, NLM_F_ACK, NLM_F_DUMP_INTR, NLM_F_REQUEST};
 use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags};
 use rtnetlink::packet_route::RouteNetlinkMessage;
@@ -256,23 +257,55 @@ pub struct RtNetlink {
     timeout: Duration,
 }
 
-/// Route messages per `sendmsg` (the batch size). Each answer (a failure, or the batch's last
-/// message) costs the batch socket's receive buffer one small skb (about 1 KiB of
-/// `truesize`), all queued before the first is read (the kernel handles the whole buffer
-/// inside `sendmsg`): even a batch in which every message fails, 256 answers, stays far below
-/// the 4 MiB the buffer is raised to, and below the default `rmem_max` (208 KiB, doubled).
-pub const DEFAULT_WINDOW: usize = 256;
+/// Route messages per `sendmsg` (the batch size), at most: fewer when the batch socket's
+/// receive buffer could not hold an answer to each of them ([`ANSWER_BYTES`]). Each answer (a
+/// failure, or the batch's last message) is queued before the first is read (the kernel
+/// handles the whole buffer inside `sendmsg`), so a batch in which every message fails, 1,024
+/// answers, needs about 1.5 MiB; the buffer is forced to 4 MiB where the agent may
+/// (`CAP_NET_ADMIN`), else raised up to `net.core.rmem_max` (208 KiB by default, doubled: a
+/// window of 277). 1,024 rather than 256: a quarter of the sends, each a hand-off to the
+/// sending thread (issue 18).
+pub const DEFAULT_WINDOW: usize = 1024;
 /// Upper bound on the bytes of one batch (`sendmsg` payload); a batch closes at `window`
-/// messages or at this size, whichever comes first. Below the default send buffer (one
-/// netlink `sendmsg` is bounded by `sk_sndbuf` - 32).
-pub const MAX_BATCH_BYTES: usize = 64 * 1024;
+/// messages or at this size, whichever comes first (1,024 route messages of 72 to 100 bytes
+/// fit). One netlink `sendmsg` is bounded by `sk_sndbuf` - 32: the send buffer is raised to
+/// fit, and where it cannot be the batches shrink to it.
+pub const MAX_BATCH_BYTES: usize = 160 * 1024;
+/// Room one answer of the batch socket takes in its receive buffer, bytes (an error answer's
+/// skb `truesize`: about 1.25 KiB with the extended-ack message, rounded up).
+const ANSWER_BYTES: usize = 1536;
 /// Per-request (dumps) and per-batch (writes) timeout (Felix `NetlinkTimeoutSecs` default 10 s).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Receive buffer for one datagram on the batch socket, bytes: acks are 36 bytes, error acks
 /// echo the request plus extended-ack attributes (well under 1 KiB for a route message).
 const RECV_BUF_BYTES: usize = 64 * 1024;
-/// Socket receive buffer asked for, bytes (`SO_RCVBUF`, capped by `net.core.rmem_max`).
+/// Socket receive buffer asked for, bytes (forced on the batch socket where the agent may,
+/// else `SO_RCVBUF`, capped by `net.core.rmem_max`).
 const SOCKET_RCVBUF_BYTES: usize = 4 * 1024 * 1024;
+/// Batch socket send buffer asked for, bytes: one batch of [`MAX_BATCH_BYTES`] and the 32
+/// bytes `netlink_sendmsg` keeps back, with room to spare.
+const SOCKET_SNDBUF_BYTES: usize = 2 * MAX_BATCH_BYTES;
+
+/// The most one batch may hold on a batch socket, from the buffers the kernel granted it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct BatchLimits {
+    /// Messages: every one of them may be answered (a failure) before the first answer is
+    /// read.
+    messages: usize,
+    /// Bytes of one `sendmsg`.
+    bytes: usize,
+}
+
+impl BatchLimits {
+    /// Limits for a socket whose kernel-reported (doubled) receive and send buffers are
+    /// `rcvbuf` and `sndbuf` bytes: as many messages as answers fit the receive buffer (at
+    /// most [`DEFAULT_WINDOW`], at least 1) and the bytes `netlink_sendmsg` accepts
+    /// (`sk_sndbuf` - 32, at most [`MAX_BATCH_BYTES`]; a single larger message still goes
+    /// alone and fails on its own).
+    fn granted(rcvbuf: usize, sndbuf: usize) -> Self {
+        BatchLimits { messages: (rcvbuf / ANSWER_BYTES).clamp(1, DEFAULT_WINDOW), bytes: sndbuf.saturating_sub(32).min(MAX_BATCH_BYTES) }
+    }
+}
 
 impl RtNetlink {
     /// Open a strict-checking rtnetlink connection (spawning its driver on the current tokio
@@ -317,10 +350,18 @@ impl RtNetlink {
 /// to the kernel, with the next sequence number and reusable send/receive buffers.
 struct Batcher {
     socket: TokioSocket,
+    /// A duplicate of the socket's descriptor for sends on a blocking thread: held by that
+    /// thread, it keeps the socket open until the send returns even if the batcher is dropped
+    /// meanwhile (a cancelled apply).
+    send_fd: Arc<OwnedFd>,
+    /// What one batch may hold on this socket.
+    limits: BatchLimits,
     /// Next sequence number (wrapping). Acks carrying a number outside the batch in flight
     /// (left over from a batch that timed out or was cancelled) are ignored.
     seq: u32,
     send_buf: Vec<u8>,
+    /// The batch after the one in the kernel, serialized while the kernel handles that one.
+    next_buf: Vec<u8>,
     recv_buf: Vec<u8>,
 }
 
@@ -425,58 +466,83 @@ impl Batcher {
         sock.connect(&SocketAddr::new(0, 0))?;
         sock.set_netlink_get_strict_chk(true)?;
         sock.set_ext_ack(true)?;
-        // Best effort (capped by rmem_max); a too-small buffer shows as ENOBUFS per op.
-        let _ = sock.set_rx_buf_sz(SOCKET_RCVBUF_BYTES);
-        Ok(Batcher { socket, seq: 1, send_buf: Vec::with_capacity(MAX_BATCH_BYTES), recv_buf: Vec::with_capacity(RECV_BUF_BYTES) })
+        // Answers carry no copy of the request (the sequence number and errno are all
+        // `fill_slots` reads): smaller answers, more of them fit the receive buffer.
+        sock.set_cap_ack(true)?;
+        let fd = sock.as_fd();
+        // Forced where the agent may (CAP_NET_ADMIN), else capped by rmem_max / wmem_max. The
+        // kernel reports the doubled sizes it uses; the batches are sized to what it granted.
+        if setsockopt(&fd, sockopt::RcvBufForce, &SOCKET_RCVBUF_BYTES).is_err() {
+            let _ = setsockopt(&fd, sockopt::RcvBuf, &SOCKET_RCVBUF_BYTES);
+        }
+        if setsockopt(&fd, sockopt::SndBufForce, &SOCKET_SNDBUF_BYTES).is_err() {
+            let _ = setsockopt(&fd, sockopt::SndBuf, &SOCKET_SNDBUF_BYTES);
+        }
+        let rcvbuf = getsockopt(&fd, sockopt::RcvBuf).map_err(std::io::Error::from)?;
+        let sndbuf = getsockopt(&fd, sockopt::SndBuf).map_err(std::io::Error::from)?;
+        let limits = BatchLimits::granted(rcvbuf, sndbuf);
+        let send_fd = Arc::new(fd.try_clone_to_owned()?);
+        Ok(Batcher { socket, send_fd, limits, seq: 1, send_buf: Vec::new(), next_buf: Vec::new(), recv_buf: Vec::with_capacity(RECV_BUF_BYTES) })
     }
 
     /// Run `ops` in order, in batches of at most `window` messages and [`MAX_BATCH_BYTES`]
-    /// bytes; `timeout` applies per batch. Returns one result per op, in order.
+    /// bytes (fewer where the socket's buffers are smaller: [`BatchLimits`]); `timeout`
+    /// applies per batch. Returns one result per op, in order.
+    ///
+    /// When there is more than one batch, each batch but the last is sent from a blocking
+    /// thread (`spawn_blocking`) while this task serializes the next: the kernel handles a
+    /// batch inside `sendmsg`, on the sending thread, so building batch n+1 overlaps the
+    /// kernel's insert of batch n instead of following it (issue 18). Only one batch is in the
+    /// kernel at a time, so the ops still run in order; the answers are read here, batch by
+    /// batch. A single batch (the steady state: a few ops) is sent from this task.
     async fn execute<T: BatchOp>(&mut self, ops: &[T], window: usize, timeout: Duration) -> Vec<Result<(), NetlinkError>> {
         let mut results = Vec::with_capacity(ops.len());
-        let mut rest = ops;
-        while !rest.is_empty() {
-            let pending = self.serialize(rest, window);
-            rest = &rest[pending.len()..];
-            self.run_batch(pending, timeout, &mut results).await;
+        let limits = BatchLimits { messages: window.min(self.limits.messages), bytes: self.limits.bytes };
+        let (mut buf, mut next_buf) = (std::mem::take(&mut self.send_buf), std::mem::take(&mut self.next_buf));
+        let mut pending = serialize(&mut buf, self.seq, ops, limits);
+        let mut rest = &ops[pending.len()..];
+        while !pending.is_empty() {
+            let base = self.seq;
+            self.seq = base.wrapping_add(u32::try_from(pending.len()).unwrap_or(u32::MAX));
+            let (sent, next) = if rest.is_empty() {
+                (self.send(&buf).await, Vec::new())
+            } else {
+                let fd = Arc::clone(&self.send_fd);
+                let in_kernel = tokio::task::spawn_blocking(move || {
+                    let bytes = nix::sys::socket::send(fd.as_raw_fd(), &buf, nix::sys::socket::MsgFlags::empty()).map_err(std::io::Error::from);
+                    (buf, bytes)
+                });
+                let next = serialize(&mut next_buf, self.seq, rest, limits);
+                match in_kernel.await {
+                    Ok((returned, bytes)) => {
+                        buf = returned;
+                        (bytes.and_then(|n| check_sent(n, buf.len())), next)
+                    }
+                    // The send task panicked or was cancelled: the buffer is lost with it.
+                    Err(e) => {
+                        buf = Vec::new();
+                        (Err(std::io::Error::other(e)), next)
+                    }
+                }
+            };
+            rest = &rest[next.len()..];
+            self.run_batch(base, pending, sent, timeout, &mut results).await;
+            std::mem::swap(&mut buf, &mut next_buf);
+            pending = next;
         }
+        (self.send_buf, self.next_buf) = (buf, next_buf);
         results
     }
 
-    /// Serialize the longest prefix of `ops` that fits one batch into `send_buf` (at least one
-    /// op, even if it alone exceeds [`MAX_BATCH_BYTES`]), sequence numbers consecutive from
-    /// `self.seq`, `NLM_F_ACK` on the last message only. Returns the serialized ops, in order
-    /// (the prefix length is its length).
-    fn serialize<T: BatchOp>(&mut self, ops: &[T], window: usize) -> Vec<Pending> {
-        self.send_buf.clear();
-        let mut pending = Vec::with_capacity(window.min(ops.len()));
-        let mut seq = self.seq;
-        let mut last_start = 0;
-        for op in ops.iter().take(window) {
-            let (mut req, p) = op.request();
-            let len = req.frame(seq);
-            let start = self.send_buf.len();
-            if !pending.is_empty() && start + align(len) > MAX_BATCH_BYTES {
-                break;
-            }
-            self.send_buf.resize(start + align(len), 0);
-            req.serialize(&mut self.send_buf[start..start + len]);
-            pending.push(p);
-            last_start = start;
-            seq = seq.wrapping_add(1);
-        }
-        if !pending.is_empty() {
-            // The batch's last message asks for the ack that closes the batch.
-            let mut last = NetlinkBuffer::new(&mut self.send_buf[last_start..]);
-            let flags = last.flags();
-            last.set_flags(flags | NLM_F_ACK);
-        }
-        pending
+    /// Send `buf` in one `sendmsg` from this task.
+    async fn send(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        let sent = self.socket.send(buf).await?;
+        check_sent(sent, buf.len())
     }
 
-    /// Send `send_buf` (the ops of `pending`, sequence numbers from `self.seq`) in one
-    /// `sendmsg` and collect the answers up to the last op's, appending one result per op to
-    /// `results`.
+    /// Collect the answers of a sent batch (the ops of `pending`, sequence numbers from
+    /// `base`; `sent` is how its `sendmsg` went) up to the last op's, appending one result
+    /// per op to `results`.
     ///
     /// Per op: an answer with a negative errno → [`NetlinkError::Kernel`] with it; no answer
     /// of its own once the last op's answer is read → `Ok` (the kernel answers every failure,
@@ -484,16 +550,17 @@ impl Batcher {
     /// every op without an error; answers dropped because the receive buffer overflowed →
     /// `Kernel` with `ENOBUFS` for every op without an answer of its own (a dropped answer may
     /// have been a failure); send or receive failure → [`NetlinkError::Connection`].
-    async fn run_batch(&mut self, pending: Vec<Pending>, timeout: Duration, results: &mut Vec<Result<(), NetlinkError>>) {
-        let base = self.seq;
-        self.seq = self.seq.wrapping_add(u32::try_from(pending.len()).unwrap_or(u32::MAX));
+    async fn run_batch(&mut self, base: u32, pending: Vec<Pending>, sent: std::io::Result<()>, timeout: Duration, results: &mut Vec<Result<(), NetlinkError>>) {
         let mut slots: Vec<Option<Result<(), NetlinkError>>> = vec![None; pending.len()];
-        let failure = match tokio::time::timeout(timeout, self.send_and_collect(base, &pending, &mut slots)).await {
-            // Every slot is filled: the failure is never used.
-            Ok(Ok(())) => BatchFailure::Overrun,
-            Ok(Err(f)) => f,
-            Err(_) => BatchFailure::Timeout,
+        let outcome = match sent {
+            Ok(()) => match tokio::time::timeout(timeout, self.collect(base, &pending, &mut slots)).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(BatchFailure::Timeout),
+            },
+            Err(e) => Err(BatchFailure::Io(format!("send batch: {e}"))),
         };
+        // Every slot is filled when the batch was answered in full: the failure is never used.
+        let failure = outcome.err().unwrap_or(BatchFailure::Overrun);
         for (slot, p) in slots.into_iter().zip(pending) {
             results.push(slot.unwrap_or_else(|| {
                 Err(match &failure {
@@ -505,20 +572,16 @@ impl Batcher {
         }
     }
 
-    /// Send the batch and fill `slots` from the answers until the last op's is read, then the
+    /// Fill `slots` from the answers of a sent batch until the last op's is read, then the
     /// slots still empty with `Ok`.
     ///
     /// # Errors
-    /// [`BatchFailure::Io`] if sending or receiving fails; [`BatchFailure::Overrun`] if the
-    /// kernel reported dropped messages (`recv` fails with `ENOBUFS`): the queue is drained
-    /// (the kernel handles the whole batch inside `sendmsg`, so every answer it did not drop
-    /// is queued by then) and the slots still empty stay empty, since a dropped answer may have
+    /// [`BatchFailure::Io`] if receiving fails; [`BatchFailure::Overrun`] if the kernel
+    /// reported dropped messages (`recv` fails with `ENOBUFS`): the queue is drained (the
+    /// kernel handles the whole batch inside `sendmsg`, so every answer it did not drop is
+    /// queued by then) and the slots still empty stay empty, since a dropped answer may have
     /// been any of them failing.
-    async fn send_and_collect(&mut self, base: u32, pending: &[Pending], slots: &mut Slots) -> Result<(), BatchFailure> {
-        let sent = self.socket.send(&self.send_buf).await.map_err(|e| BatchFailure::Io(format!("send batch: {e}")))?;
-        if sent != self.send_buf.len() {
-            return Err(BatchFailure::Io(format!("short send: {sent} of {} bytes", self.send_buf.len())));
-        }
+    async fn collect(&mut self, base: u32, pending: &[Pending], slots: &mut Slots) -> Result<(), BatchFailure> {
         let mut last_answered = false;
         let mut overrun = false;
         while !last_answered {
@@ -545,6 +608,45 @@ impl Batcher {
         }
         Ok(())
     }
+}
+
+/// A `sendmsg` of `len` bytes that sent `sent`: a short send is an error.
+fn check_sent(sent: usize, len: usize) -> std::io::Result<()> {
+    if sent == len {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!("short send: {sent} of {len} bytes")))
+    }
+}
+
+/// Serialize the longest prefix of `ops` that fits one batch of `limits` into `buf` (cleared
+/// first; at least one op, even if it alone exceeds `limits.bytes`), sequence numbers
+/// consecutive from `seq`, `NLM_F_ACK` on the last message only. Returns the serialized ops,
+/// in order (the prefix length is its length); none when `ops` is empty.
+fn serialize<T: BatchOp>(buf: &mut Vec<u8>, mut seq: u32, ops: &[T], limits: BatchLimits) -> Vec<Pending> {
+    buf.clear();
+    let mut pending = Vec::with_capacity(limits.messages.min(ops.len()));
+    let mut last_start = 0;
+    for op in ops.iter().take(limits.messages) {
+        let (mut req, p) = op.request();
+        let len = req.frame(seq);
+        let start = buf.len();
+        if !pending.is_empty() && start + align(len) > limits.bytes {
+            break;
+        }
+        buf.resize(start + align(len), 0);
+        req.serialize(&mut buf[start..start + len]);
+        pending.push(p);
+        last_start = start;
+        seq = seq.wrapping_add(1);
+    }
+    if !pending.is_empty() {
+        // The batch's last message asks for the ack that closes the batch.
+        let mut last = NetlinkBuffer::new(&mut buf[last_start..]);
+        let flags = last.flags();
+        last.set_flags(flags | NLM_F_ACK);
+    }
+    pending
 }
 
 /// Why a batch ended with ops still unanswered.
@@ -847,6 +949,17 @@ mod tests {
         );
     }
 
+    #[test]
+    fn batches_are_sized_to_the_buffers_the_kernel_granted() {
+        // Forced 4 MiB (reported doubled): the full window and the full batch size.
+        assert_eq!(BatchLimits::granted(8 << 20, 2 * SOCKET_SNDBUF_BYTES), BatchLimits { messages: DEFAULT_WINDOW, bytes: MAX_BATCH_BYTES });
+        // Debian's rmem_max / wmem_default (212,992; the receive buffer doubled): an answer for
+        // each of 277 messages, and sends up to the send buffer.
+        assert_eq!(BatchLimits::granted(425_984, 212_992), BatchLimits { messages: 277, bytes: MAX_BATCH_BYTES });
+        // Tiny buffers: one message a batch, sends that fit `sk_sndbuf` - 32.
+        assert_eq!(BatchLimits::granted(256, 4608), BatchLimits { messages: 1, bytes: 4576 });
+    }
+
     /// Flags and sequence numbers of the messages in `buf`.
     fn headers(buf: &[u8]) -> Vec<(u16, u32)> {
         let mut out = Vec::new();
@@ -877,9 +990,8 @@ mod tests {
             exclusive,
         };
         let ops = [write("10.244.1.0/26", true), RouteOp::Delete { key: key("10.244.2.0/26"), protocol: 80 }, write("10.244.3.0/26", false)];
-        let mut b = Batcher::open().unwrap();
-        b.seq = 7;
-        let p = b.serialize(&ops, 256);
+        let mut buf = Vec::new();
+        let p = serialize(&mut buf, 7, &ops, BatchLimits { messages: 256, bytes: MAX_BATCH_BYTES });
         assert_eq!(
             p.iter().map(|p| (p.op, p.target)).collect::<Vec<_>>(),
             [
@@ -889,12 +1001,12 @@ mod tests {
             ]
         );
         assert_eq!(
-            headers(&b.send_buf),
+            headers(&buf),
             [(NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL, 7), (NLM_F_REQUEST, 8), (NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE, 9)]
         );
         // A window of 2: the batch ends at the second op, which asks for the ack.
-        let p = b.serialize(&ops, 2);
+        let p = serialize(&mut buf, 7, &ops, BatchLimits { messages: 2, bytes: MAX_BATCH_BYTES });
         assert_eq!(p.len(), 2);
-        assert_eq!(headers(&b.send_buf), [(NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL, 7), (NLM_F_REQUEST | NLM_F_ACK, 8)]);
+        assert_eq!(headers(&buf), [(NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL, 7), (NLM_F_REQUEST | NLM_F_ACK, 8)]);
     }
 }
