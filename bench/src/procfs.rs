@@ -1,4 +1,4 @@
-//! What `/proc` says about a process: its memory and its CPU time.
+//! What `/proc` (and `getrusage`) says about a process: its memory and its CPU time.
 
 use anyhow::{Context, Result};
 
@@ -20,6 +20,18 @@ pub fn cpu_ticks(pid: u32) -> Result<u64> {
     let f: Vec<&str> = rest.split_whitespace().collect();
     // utime and stime are fields 14 and 15 (1-based), i.e. 11 and 12 after the state (3).
     Ok(f.get(11).context("no utime")?.parse::<u64>()? + f.get(12).context("no stime")?.parse::<u64>()?)
+}
+
+/// This process's CPU time so far: user and system time of all its threads (`getrusage`, in
+/// microseconds; [`cpu_ticks`] counts 10 ms ticks, too coarse for a 40 ms programming).
+///
+/// # Errors
+/// When `getrusage` fails.
+pub fn process_cpu() -> Result<std::time::Duration> {
+    use nix::sys::time::TimeValLike;
+    let u = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).context("getrusage")?;
+    let micros = u.user_time().num_microseconds() + u.system_time().num_microseconds();
+    Ok(std::time::Duration::from_micros(u64::try_from(micros).unwrap_or(0)))
 }
 
 /// Reset this process's `VmHWM` (peak RSS) to its current RSS (`echo 5 >

@@ -14,6 +14,7 @@ use routewarden::routes::ClusterRoute;
 
 use crate::fixtures::{cluster_routes, PROTO_OURS};
 use crate::netns::{check_exact_routes, count_nexthops, count_nhid_routes, count_routes, in_node_netns};
+use crate::procfs::process_cpu;
 use crate::{median, Options, Shared};
 
 /// How routewarden programs cluster routes: classic routes (gateway, device and onlink flag
@@ -61,14 +62,23 @@ pub fn rw_program_once_nh(routes: Arc<Vec<ClusterRoute>>) -> Result<Duration> {
         ensure!(objects == want, "{objects} nexthop objects of protocol {PROTO_OURS} in the kernel, expected {want}");
         Ok(())
     })
-    .map(|(d, _)| d)
+    .map(|t| t.wall)
 }
 
 /// [`rw_program_once`], checking afterwards (outside the timed part) that the namespace holds
 /// exactly `routes` with the attributes routewarden writes ([`check_exact_routes`]), not only
 /// as many routes of our protocol.
-pub fn rw_program_once_exact(routes: Arc<Vec<ClusterRoute>>) -> Result<Duration> {
-    rw_program_checked(routes, false, Mode::Classic, check_exact_routes).map(|(d, _)| d)
+/// Returns the wall time and the CPU time the process spent meanwhile (user and system, every
+/// thread: the kernel's route inserts are system time of the thread that sends them).
+pub fn rw_program_once_exact(routes: Arc<Vec<ClusterRoute>>) -> Result<(Duration, Duration)> {
+    rw_program_checked(routes, false, Mode::Classic, check_exact_routes).map(|t| (t.wall, t.cpu))
+}
+
+/// One timed programming: wall time, the process's CPU time meanwhile, the watch's backend.
+struct Timed {
+    wall: Duration,
+    cpu: Duration,
+    backend: String,
 }
 
 /// [`rw_program_once`], with the churn watch attached first when `watch` is set (its events
@@ -79,11 +89,12 @@ pub fn rw_program_once_with(routes: Arc<Vec<ClusterRoute>>, watch: bool) -> Resu
         ensure!(got == routes.len(), "{got} routes of protocol {PROTO_OURS} in the kernel, expected {}", routes.len());
         Ok(())
     })
+    .map(|t| (t.wall, t.backend))
 }
 
 /// [`rw_program_once_with`] in `mode`, with `check` run on the routes in the namespace once
 /// they are programmed (untimed).
-fn rw_program_checked(routes: Arc<Vec<ClusterRoute>>, watch: bool, mode: Mode, check: fn(&[ClusterRoute]) -> Result<()>) -> Result<(Duration, String)> {
+fn rw_program_checked(routes: Arc<Vec<ClusterRoute>>, watch: bool, mode: Mode, check: fn(&[ClusterRoute]) -> Result<()>) -> Result<Timed> {
     in_node_netns(move |rt| {
         let checked = Arc::clone(&routes);
         // Held until the programming is done; dropping it detaches the watch.
@@ -92,12 +103,12 @@ fn rw_program_checked(routes: Arc<Vec<ClusterRoute>>, watch: bool, mode: Mode, c
         let work = async move {
             let cfg = mode.config();
             let objects = if mode == Mode::Nexthops { nexthop_objects(&routes) as u64 } else { 0 };
-            let t = Instant::now();
+            let (t, cpu) = (Instant::now(), process_cpu()?);
             let mut r = Reconciler::new(cfg.clone(), cfg.policy_owning(&["10.0.0.0/8"]), RtNetlink::connect()?, SystemClock);
             r.set_datastore_synced(true);
             r.set_desired(&routes);
             let rep = r.apply().await;
-            let took = t.elapsed();
+            let took = (t.elapsed(), process_cpu()?.saturating_sub(cpu));
             ensure!(
                 rep.writes == routes.len() as u64 && rep.nexthop_writes == objects && rep.error_count() == 0,
                 "routewarden wrote {} of {} routes and {} of {objects} nexthop objects: {:?}",
@@ -109,10 +120,10 @@ fn rw_program_checked(routes: Arc<Vec<ClusterRoute>>, watch: bool, mode: Mode, c
             Ok(took)
         };
         // A spawned task on the multi-thread runtime, as the agent runs `dataplane::run`.
-        let took = rt.block_on(rt.spawn(work))??;
+        let (wall, cpu) = rt.block_on(rt.spawn(work))??;
         check(&checked)?;
         drop(attached);
-        Ok((took, backend))
+        Ok(Timed { wall, cpu, backend })
     })
 }
 
