@@ -719,3 +719,62 @@ fn an_object_of_ours_in_another_writers_group_is_never_deleted() {
         assert_eq!((rep.nexthop_deletes, rep.error_count()), (1, 0), "{rep:#?}");
     });
 }
+
+/// A link that is up without a carrier from the start: the kernel refuses nexthop objects on
+/// it (`ENETDOWN`, "Carrier for nexthop device is down"). Its node's routes go in classic
+/// (`linkdown`, as classic routes stay on such a link) and that is no error: the object waits
+/// for the carrier, later applies write nothing and report nothing (no retry every backoff step
+/// that would page as RouteProgrammingErrors), and the objects on other links are written at
+/// once. When the carrier comes, the routes move onto their object.
+#[test]
+fn a_link_without_carrier_waits_for_it_without_errors_or_holding_up_other_objects() {
+    if skip_unless_root("a_link_without_carrier_waits_for_it_without_errors_or_holding_up_other_objects") {
+        return;
+    }
+    let ns = Netns::new();
+    ip("link set eth0p down");
+    ns.rt.block_on(async {
+        let cfg = DataplaneConfig { resync_interval: Duration::from_secs(1 << 12), ..nh_config() };
+        let mut r = reconciler(cfg.clone(), None);
+        let v4: Vec<ClusterRoute> = cluster().into_iter().filter(|r| r.dst.addr().is_ipv4()).collect();
+        r.set_desired(&v4);
+        let rep = r.apply().await;
+        assert_eq!((rep.error_count(), rep.nexthop_write_errors, rep.writes, rep.nexthop_writes), (0, 0, 7, 1), "{rep:#?}");
+        let classic = |l: &String| l.ends_with(" onlink linkdown") && !l.contains("nhid");
+        assert_eq!(ours().iter().filter(|l| classic(l)).count(), 4, "{:#?}", ours());
+        assert_eq!(ours().iter().filter(|l| l.contains("nhid")).count(), 2, "node-c's routes through its object: {:#?}", ours());
+        assert_eq!(nexthops().len(), 1, "{:#?}", nexthops());
+        assert_eq!(rep.nexthops_waiting_for_carrier, BTreeMap::from([("eth0".to_string(), 1)]));
+        // A new node behind the tunnel right away: its object is written at once, no backoff.
+        let mut more = v4.clone();
+        more.push(to_node("10.244.40.0/26", RoutePath::Tunnel, "10.0.1.14", "node-d", POOL));
+        r.set_desired(&more);
+        let rep = r.apply().await;
+        assert_eq!((rep.error_count(), rep.writes, rep.nexthop_writes), (0, 1, 1), "{rep:#?}");
+        assert_eq!(nexthops().len(), 2, "{:#?}", nexthops());
+        r.set_desired(&v4);
+        let rep = r.apply().await;
+        assert_eq!((rep.error_count(), rep.deletes, rep.nexthop_deletes), (0, 1, 1), "{rep:#?}");
+        // Long after any backoff: nothing written, nothing reported.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        for _ in 0..3 {
+            let rep = r.apply().await;
+            assert_eq!((rep.error_count(), rep.writes, rep.nexthop_writes), (0, 0, 0), "{rep:#?}");
+            assert_eq!(rep.nexthops_waiting_for_carrier, BTreeMap::from([("eth0".to_string(), 1)]));
+        }
+        drop(r);
+        // With the event path running: the carrier comes and node-b's routes move onto its object.
+        let r = reconciler(cfg, None);
+        let Driver { commands: cmd_tx, reports: mut rep_rx, task: driver } = Driver::start(r, v4).await;
+        ip("link set eth0p up");
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while ours().iter().filter(|l| l.contains("nhid")).count() != 6 || nexthops().len() != 2 {
+                rep_rx.recv().await.unwrap();
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("routes through both objects after the carrier came: {:#?} {:#?}", ours(), nexthops()));
+        drop(cmd_tx);
+        driver.await.unwrap();
+    });
+}

@@ -62,6 +62,9 @@ pub(super) fn record_report(metrics: &Metrics, health: &Health, report: &ApplyRe
     for (dev, n) in &report.waiting_for_device {
         warn!(device = %dev, routes = n, "device missing or down; routes wait for it");
     }
+    for (dev, n) in &report.nexthops_waiting_for_carrier {
+        info!(device = %dev, nexthop_objects = n, "device has no carrier; its nexthop objects wait for it and their routes stay classic");
+    }
     health.set_waiting_devices(&report.waiting_for_device);
     // Ready only once an apply has run with the datastore's routes in it: the driver's first
     // apply (kernel view only) may come before the first desired set.

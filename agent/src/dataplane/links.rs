@@ -48,7 +48,12 @@ impl Links {
 
     /// `route` with its output device named (`if<N>` for an ifindex the cache does not know).
     pub(super) fn name(&self, route: &ObservedRoute) -> KernelRoute {
-        route.named(|i| self.by_index.get(&i).map(|l| Arc::clone(&l.name)))
+        route.named(|i| self.name_of(i).cloned())
+    }
+
+    /// The name of link `index`, if known.
+    pub(super) fn name_of(&self, index: u32) -> Option<&Arc<str>> {
+        self.by_index.get(&index).map(|l| &l.name)
     }
 
     /// Whether the link at `index` is known and up.

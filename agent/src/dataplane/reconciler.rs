@@ -328,11 +328,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 if *carrier {
                     // Nexthop objects can be written on the link again: no backoff from the
                     // writes refused meanwhile.
-                    self.nexthops.carrier_back();
+                    self.nexthops.carrier_back(*index);
                 } else {
                     // The kernel flushed the nexthop objects on the link and the routes
                     // through them (IPv4 ones silently); classic routes stay.
-                    self.nexthops.link_changed(*index);
+                    self.nexthops.carrier_lost(*index);
                     self.forget_kernel_routes(|e| e.oif == Some(*index) && e.nexthop.is_some());
                 }
                 self.mark_device_dirty(name);

@@ -153,6 +153,10 @@ pub struct ApplyReport {
     pub deletes_deferred_handover: usize,
     /// Desired routes waiting for their device (missing or down).
     pub waiting_for_device: BTreeMap<String, usize>,
+    /// Nexthop objects not written because their device, up, has no carrier (device name →
+    /// objects): the kernel refuses them (`ENETDOWN`) while classic routes stay, so their
+    /// routes are classic until the carrier comes. Not an error.
+    pub nexthops_waiting_for_carrier: BTreeMap<String, usize>,
     /// Keys found held by a route we do not own in this apply (each reported once per hold;
     /// `ClassCount::held` counts them every apply).
     pub conflicts: Vec<Conflict>,

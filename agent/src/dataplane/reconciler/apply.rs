@@ -96,12 +96,12 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// place when gateway, device or onlink flag changed); the routes through a written object
     /// are looked at again by this apply's write pass.
     async fn write_nexthops(&mut self, now: Instant, report: &mut ApplyReport) {
-        let ops = self.nexthops.plan(&self.links, &self.kernel, now);
+        let ops = self.nexthops.plan(&self.links, &self.kernel, now, report);
         if ops.is_empty() {
             return;
         }
         let results = self.nl.execute_nexthops(&ops).await;
-        let written = self.nexthops.record_writes(&ops, results, now, report);
+        let written = self.nexthops.record_writes(&ops, results, &self.links, now, report);
         if written.is_empty() {
             return;
         }

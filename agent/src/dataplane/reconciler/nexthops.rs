@@ -59,6 +59,12 @@ pub(super) struct Nexthops {
     /// Unused objects of ours a route of another writer goes through: looked at again after
     /// the next resync, not on every apply (each look is a dump of every table).
     used_by_others: BTreeSet<u32>,
+    /// Links (ifindexes) without a carrier: the kernel refuses objects on them (`ENETDOWN`,
+    /// `rtm_to_nh_config`: "Carrier for nexthop device is down") while classic routes stay.
+    /// Learned from a refusal or a carrier event; no object is written on them, and their
+    /// nodes' routes stay classic, until the carrier comes back (an event), the link changes,
+    /// or the next resync tries once more. Not an error: nothing is wrong with what we write.
+    no_carrier: BTreeSet<u32>,
 }
 
 impl Nexthops {
@@ -74,6 +80,7 @@ impl Nexthops {
             failures: 0,
             retry_at: None,
             used_by_others: BTreeSet::new(),
+            no_carrier: BTreeSet::new(),
         }
     }
 
@@ -114,6 +121,8 @@ impl Nexthops {
                 self.assigned.retain(|_, id| !foreign.contains(id));
                 self.known = true;
                 self.used_by_others.clear();
+                // A carrier that came back without an event is found by one more try.
+                self.no_carrier.clear();
                 self.failures = 0;
                 self.retry_at = None;
             }
@@ -148,10 +157,11 @@ impl Nexthops {
         self.retry_at
     }
 
-    /// The object writes this apply needs: for each wanted (node, pool) whose device is up,
-    /// its id (kept, taken back from its first route after a restart, or a free one) and a
-    /// write if the kernel's object differs. Nothing while ids are unknown or a retry waits.
-    pub(super) fn plan(&mut self, links: &Links, kernel: &BTreeMap<RouteKey, KernelEntry>, now: Instant) -> Vec<NexthopOp> {
+    /// The object writes this apply needs: for each wanted (node, pool) whose device is up
+    /// and has a carrier, its id (kept, taken back from its first route after a restart, or a
+    /// free one) and a write if the kernel's object differs. Nothing while ids are unknown or
+    /// a retry waits. Objects waiting for a carrier are counted per device in `report`.
+    pub(super) fn plan(&mut self, links: &Links, kernel: &BTreeMap<RouteKey, KernelEntry>, now: Instant, report: &mut ApplyReport) -> Vec<NexthopOp> {
         if !self.enabled || !self.known || self.retry_at.is_some_and(|at| now < at) {
             return Vec::new();
         }
@@ -161,6 +171,10 @@ impl Nexthops {
         let mut pending_assign = Vec::new();
         for (key, w) in &self.wanted {
             let Ok(Some(oif)) = links.resolve(w.device.as_deref()) else { continue };
+            if self.no_carrier.contains(&oif) {
+                waiting_for_carrier(report, links, oif);
+                continue;
+            }
             let id = if let Some(id) = self.assigned.get(key) {
                 *id
             } else {
@@ -188,9 +202,17 @@ impl Nexthops {
 
     /// Fold the results of [`plan`](Self::plan)'s writes in; returns the ids written (the
     /// routes through them are looked at again). A create refused with `EEXIST` marks the id
-    /// held by another writer and gives it up; any failure waits a backoff before the next
-    /// writes.
-    pub(super) fn record_writes(&mut self, ops: &[NexthopOp], results: Vec<Result<(), NetlinkError>>, now: Instant, report: &mut ApplyReport) -> BTreeSet<u32> {
+    /// held by another writer and gives it up; a refusal for lack of a carrier (`ENETDOWN`) marks
+    /// the link to wait for it (counted in `report` by device name from `links`, no error); any
+    /// other failure waits a backoff before the next writes.
+    pub(super) fn record_writes(
+        &mut self,
+        ops: &[NexthopOp],
+        results: Vec<Result<(), NetlinkError>>,
+        links: &Links,
+        now: Instant,
+        report: &mut ApplyReport,
+    ) -> BTreeSet<u32> {
         let mut written = BTreeSet::new();
         let mut failed = false;
         for (op, res) in ops.iter().zip(results) {
@@ -201,6 +223,11 @@ impl Nexthops {
                     let nh = ObservedNexthop { id: *id, protocol: *protocol, gateway: Some(*gateway), oif: Some(*oif), onlink: *onlink, other: false };
                     self.ours.insert(*id, nh);
                     written.insert(*id);
+                }
+                Err(e) if e.errno() == Some(Errno::ENETDOWN) => {
+                    // The link is up (plan resolved it) but has no carrier.
+                    self.no_carrier.insert(*oif);
+                    waiting_for_carrier(report, links, *oif);
                 }
                 Err(e) => {
                     failed = true;
@@ -278,15 +305,30 @@ impl Nexthops {
         self.ours.get(&seen.id).is_some_and(|ours| ours != seen)
     }
 
-    /// A link regained its carrier: writes refused while it had none may go at once.
-    pub(super) fn carrier_back(&mut self) {
-        self.failures = 0;
-        self.retry_at = None;
+    /// Link `index` regained its carrier: objects on it may be written at once (a refusal for
+    /// want of one set no backoff).
+    pub(super) fn carrier_back(&mut self, index: u32) {
+        self.no_carrier.remove(&index);
     }
 
-    /// A link went away, down or up, or lost its carrier: the kernel removes the nexthop objects on it
-    /// (`nexthop_flush_dev`); ours on it are written again (create-exclusive) when wanted.
+    /// Link `index` lost its carrier: the kernel flushed the objects on it
+    /// ([`link_changed`](Self::link_changed)) and refuses new ones until the carrier is back.
+    pub(super) fn carrier_lost(&mut self, index: u32) {
+        self.link_changed(index);
+        self.no_carrier.insert(index);
+    }
+
+    /// A link went away, down or up: the kernel removes the nexthop objects on it
+    /// (`nexthop_flush_dev`); ours on it are written again (create-exclusive) when wanted. Its
+    /// carrier is not known: the next write finds out.
     pub(super) fn link_changed(&mut self, index: u32) {
         self.ours.retain(|_, n| n.oif != Some(index));
+        self.no_carrier.remove(&index);
     }
+}
+
+/// Count one object on link `oif` (named from `links`) as waiting for its carrier.
+fn waiting_for_carrier(report: &mut ApplyReport, links: &Links, oif: u32) {
+    let device = links.name_of(oif).map_or_else(|| oif.to_string(), ToString::to_string);
+    *report.nexthops_waiting_for_carrier.entry(device).or_default() += 1;
 }
