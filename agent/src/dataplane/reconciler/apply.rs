@@ -148,11 +148,13 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // copied and page-faulted in again at each step (issue 18).
         let mut writes: Vec<RouteOp> = Vec::with_capacity(dirty.len());
         let mut delete_candidates: Vec<RouteKey> = Vec::new();
+        // The dirty keys come in ascending order: the desired set is walked along with them.
+        let mut cursor = 0;
         for key in dirty {
             if self.retries.waiting(&key, now) {
                 continue;
             }
-            match (self.desired.get(&key), self.kernel.get(&key)) {
+            match (self.desired.get_ascending(&key, &mut cursor), self.kernel.get(&key)) {
                 (Some(d), k) => {
                     let oif = match self.links.resolve(d.route.target.device.as_deref()) {
                         Ok(oif) => oif,

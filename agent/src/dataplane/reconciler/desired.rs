@@ -26,7 +26,23 @@ impl DesiredRoutes {
 
     /// The route desired at `key`.
     pub(super) fn get(&self, key: &RouteKey) -> Option<&DesiredRoute> {
-        self.routes.binary_search_by(|(k, _)| k.cmp(key)).ok().map(|i| &self.routes[i].1)
+        self.get_ascending(key, &mut 0)
+    }
+
+    /// The route desired at `key`, for keys looked up in ascending order: `from` is where the
+    /// previous lookup ended (0 for the first) and moves past the keys below `key`. A key that
+    /// is the next in the set (every key of a cold start) costs one comparison, any other a
+    /// binary search of what is left.
+    pub(super) fn get_ascending(&self, key: &RouteKey, from: &mut usize) -> Option<&DesiredRoute> {
+        let rest = self.routes.get(*from..).unwrap_or_default();
+        *from += match rest.first() {
+            Some((k, _)) if k >= key => 0,
+            _ => rest.partition_point(|(k, _)| k < key),
+        };
+        match self.routes.get(*from) {
+            Some((k, d)) if k == key => Some(d),
+            _ => None,
+        }
     }
 
     /// Whether a route is desired at `key`.
@@ -85,5 +101,18 @@ mod tests {
             assert!(!set.contains_key(&desired(absent).0), "{absent}");
         }
         assert!(!DesiredRoutes::default().contains_key(&keys[0]));
+        // Ascending lookups: every key, every other key, absent keys in between, past the end.
+        for step in [1, 2] {
+            let mut from = 0;
+            for k in keys.iter().step_by(step) {
+                assert_eq!(set.get_ascending(k, &mut from).map(|d| d.route.key), Some(*k));
+            }
+        }
+        let mut from = 0;
+        let probes = ["9.0.0.0/26", "10.0.0.0/26", "10.0.0.0/25", "10.0.0.128/26", "10.0.1.0/26", "fd00::/122", "fd00::40/122"];
+        let found: Vec<bool> = probes.iter().map(|p| set.get_ascending(&desired(p).0, &mut from).is_some()).collect();
+        assert_eq!(found, [false, true, false, false, true, true, false]);
+        assert_eq!(from, 4);
+        assert!(DesiredRoutes::default().get_ascending(&keys[0], &mut 0).is_none());
     }
 }
