@@ -79,7 +79,7 @@ impl DataplaneConfig {
 
     /// The route-writing part of the settings.
     pub fn route_settings(&self) -> RouteSettings {
-        RouteSettings { protocol: self.protocol, metric: self.metric, table: self.table, ..RouteSettings::default() }.with_devices(&self.devices)
+        RouteSettings { protocol: self.protocol, metric: self.metric, table: self.table, ..RouteSettings::with_devices(&self.devices) }
     }
 
     /// A policy with our protocol, table and devices, no owned pools and no claims (nothing

@@ -280,18 +280,23 @@ pub struct RouteSettings {
 }
 
 impl RouteSettings {
-    /// These settings with the default devices of `devices` (the configured tunnel device and
-    /// host NIC).
+    /// Felix's protocol, metric 1024 and the main table, with the default devices of
+    /// `devices` (the configured tunnel device and host NIC).
     #[must_use]
-    pub fn with_devices(self, devices: &RouteDevices) -> Self {
-        RouteSettings { tunnel_device: devices.tunnel.as_str().into(), host_device: devices.host_nic.as_str().into(), ..self }
+    pub fn with_devices(devices: &RouteDevices) -> Self {
+        RouteSettings {
+            protocol: RTPROT_FELIX,
+            metric: 1024,
+            table: RT_TABLE_MAIN,
+            tunnel_device: devices.tunnel.as_str().into(),
+            host_device: devices.host_nic.as_str().into(),
+        }
     }
 }
 
 impl Default for RouteSettings {
     fn default() -> Self {
-        RouteSettings { protocol: RTPROT_FELIX, metric: 1024, table: RT_TABLE_MAIN, tunnel_device: "tunl0".into(), host_device: "eth0".into() }
-            .with_devices(&RouteDevices::default())
+        RouteSettings::with_devices(&RouteDevices::default())
     }
 }
 
