@@ -683,6 +683,73 @@ fn batched_ops_keep_per_op_results_and_order() {
     });
 }
 
+/// A write pass handed to the kernel in pipelined chunks: each chunk comes back exactly once,
+/// in order, with its own ops and one result per op (the failures where they were), whether
+/// it spans batches, is answered while a plain `execute` runs between chunks, or comes back
+/// with the last chunk; a chunk left out by a pass dropped before its end is not handed to the
+/// next pass (its routes are written all the same).
+#[test]
+fn pipelined_chunks_come_back_once_each_in_order_with_their_own_results() {
+    use nix::errno::Errno;
+    use routewarden::dataplane::{ChunkPlace, Executed, Family, KernelRoute, RouteKey, RouteKind, RouteNetlink, RouteOp, RouteTarget};
+    if skip_unless_root("pipelined_chunks_come_back_once_each_in_order_with_their_own_results") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.rt.block_on(async {
+        let mut nl = RtNetlink::connect().unwrap();
+        let eth0 = nl.dump_links().await.unwrap().iter().find(|l| l.name == "eth0").unwrap().index;
+        let write = |i: u32, protocol: u8| {
+            let dst = ipnet::IpNet::V4(ipnet::Ipv4Net::new(std::net::Ipv4Addr::from(0x0af4_0000 + (i << 6)), 26).unwrap());
+            let target = RouteTarget {
+                kind: RouteKind::Unicast,
+                gateway: Some("10.0.0.12".parse().unwrap()),
+                device: Some("eth0".into()),
+                onlink: true,
+                protocol,
+                scope: 0,
+            };
+            RouteOp::Write {
+                route: KernelRoute { key: RouteKey { table: 254, family: Family::V4, dst, tos: 0, metric: 1024 }, target },
+                oif: Some(eth0),
+                nexthop: None,
+                exclusive: true,
+            }
+        };
+        let ours = |keys: std::ops::Range<u32>| keys.map(|i| write(i, 80)).collect::<Vec<_>>();
+        // Which ops of a chunk failed, and how.
+        let failures = |c: &Executed| -> Vec<(usize, Errno)> {
+            c.results.iter().enumerate().filter_map(|(i, r)| r.as_ref().err().map(|e| (i, e.errno().expect("a kernel errno")))).collect()
+        };
+        // Another writer (protocol 12) holds three keys.
+        assert!(nl.execute(&[write(5, 12), write(1200, 12), write(2100, 12)]).await.iter().all(Result::is_ok));
+        let (a, b, c) = (ours(0..1500), ours(1500..2200), ours(2200..2210));
+        // A: two batches; nothing back yet (its second batch is in the kernel).
+        assert!(nl.execute_chunk(a.clone(), ChunkPlace { first: true, last: false }).await.is_empty());
+        // B: A comes back, complete.
+        let back = nl.execute_chunk(b.clone(), ChunkPlace { first: false, last: false }).await;
+        assert_eq!(back.len(), 1);
+        assert!(back[0].ops == a && back[0].results.len() == a.len());
+        assert_eq!(failures(&back[0]), [(5, Errno::EEXIST), (1200, Errno::EEXIST)]);
+        // A plain execute meanwhile gets its own result; B's answers are kept for the pass.
+        let extra = nl.execute(&ours(5000..5001)).await;
+        assert!(extra.len() == 1 && extra[0].is_ok(), "{extra:?}");
+        // The last chunk brings back B and itself.
+        let back = nl.execute_chunk(c.clone(), ChunkPlace { first: false, last: true }).await;
+        assert_eq!(back.len(), 2);
+        assert!(back[0].ops == b && back[1].ops == c);
+        assert_eq!(failures(&back[0]), [(600, Errno::EEXIST)]);
+        assert!(back[1].results.len() == c.len() && failures(&back[1]).is_empty());
+        assert_eq!(with_proto(254, "80").len(), 2210 - 3 + 1);
+        // A pass dropped after its first chunk: the next pass gets only its own.
+        assert!(nl.execute_chunk(ours(3000..3010), ChunkPlace { first: true, last: false }).await.is_empty());
+        let back = nl.execute_chunk(ours(3010..3020), ChunkPlace { first: true, last: true }).await;
+        assert!(back.len() == 1 && back[0].ops == ours(3010..3020) && failures(&back[0]).is_empty());
+        assert_eq!(with_proto(254, "80").len(), 2210 - 3 + 1 + 20);
+        assert_eq!(with_proto(254, "bird").len(), 3);
+    });
+}
+
 /// A write pass in which every op fails spans several batches, all but the last sent from the
 /// sending thread while the next is built: each op gets its own errno (none lost to a full
 /// receive buffer as `ENOBUFS`, none read as done), the ops after the failures are written,

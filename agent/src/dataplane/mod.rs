@@ -67,7 +67,7 @@ pub use error::DataplaneError;
 pub use events::{spawn_watcher, DataplaneEvent, EventDecoder};
 pub use handover::{Handover, HandoverEnd, HandoverOutcome};
 pub use kernel_route::{Family, KernelRoute, RouteKey, RouteKind, RouteSettings, RouteTarget};
-pub use netlink::{Clock, LinkInfo, NetlinkError, RouteNetlink, RouteOp, RtNetlink, SystemClock};
+pub use netlink::{ChunkPlace, Clock, Executed, LinkInfo, NetlinkError, RouteNetlink, RouteOp, RtNetlink, SystemClock};
 pub use nexthop::{NexthopKey, NexthopOp, ObservedNexthop, NEXTHOP_IDS};
 pub use policy::{OwnershipPolicy, Verdict};
 pub use reconciler::Reconciler;

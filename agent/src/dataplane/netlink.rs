@@ -51,6 +51,24 @@ pub struct LinkInfo {
     pub up: bool,
 }
 
+/// Where a chunk of a write pass stands in it ([`RouteNetlink::execute_chunk`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkPlace {
+    /// The pass's first chunk: nothing handed in before belongs to the pass.
+    pub first: bool,
+    /// The pass's last chunk: every chunk still out comes back with it.
+    pub last: bool,
+}
+
+/// A chunk of ops that ran: the ops and one result per op, in order.
+#[derive(Debug)]
+pub struct Executed {
+    /// The ops, as handed in.
+    pub ops: Vec<RouteOp>,
+    /// One result per op.
+    pub results: Vec<Result<(), NetlinkError>>,
+}
+
 /// One route change to send.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RouteOp {
@@ -202,6 +220,33 @@ pub trait RouteNetlink: Send {
     /// Execute `ops`, concurrently where possible; one result per op, in order.
     fn execute(&mut self, ops: &[RouteOp]) -> impl Future<Output = Vec<Result<(), NetlinkError>>> + Send;
 
+    /// Ops per chunk of a write pass ([`execute_chunk`](Self::execute_chunk)): the
+    /// collaborator's batch size. The default, `usize::MAX`, makes every pass one chunk.
+    fn write_chunk(&self) -> usize {
+        usize::MAX
+    }
+
+    /// Execute one chunk of a write pass, in order after the chunks of the pass before it.
+    /// Returns the chunks whose results are in, each with its ops and one result per op, in
+    /// the order they were handed in; each chunk is returned exactly once, and the call for
+    /// the pass's last chunk (`place.last`) returns every chunk still out.
+    ///
+    /// A collaborator may pipeline: return a chunk only from the call after the one that
+    /// handed it in, so that its caller records one chunk and plans the next while the kernel
+    /// handles this one (issue 18). A chunk still out when a pass was dropped before its last
+    /// chunk is not returned to the next pass (`place.first`). The default executes the chunk
+    /// at once and returns it.
+    fn execute_chunk(&mut self, ops: Vec<RouteOp>, place: ChunkPlace) -> impl Future<Output = Vec<Executed>> + Send {
+        let _ = place;
+        async move {
+            if ops.is_empty() {
+                return Vec::new();
+            }
+            let results = self.execute(&ops).await;
+            vec![Executed { ops, results }]
+        }
+    }
+
     /// Dump every nexthop object (all families). The default knows none (a collaborator
     /// without nexthop objects).
     fn dump_nexthops(&mut self) -> impl Future<Output = Result<Vec<ObservedNexthop>, NetlinkError>> + Send {
@@ -254,6 +299,8 @@ pub struct RtNetlink {
     nexthop_handle: rtnetlink::proto::ConnectionHandle<NexthopMessage>,
     batcher: Arc<tokio::sync::Mutex<Batcher>>,
     window: usize,
+    /// Messages one batch may hold on the batch socket ([`BatchLimits`]).
+    batch_messages: usize,
     timeout: Duration,
 }
 
@@ -327,9 +374,17 @@ impl RtNetlink {
         nh_conn.socket_mut().socket_mut().set_netlink_get_strict_chk(true).map_err(conn_err)?;
         nh_conn.socket_mut().socket_mut().set_ext_ack(true).map_err(conn_err)?;
         let batcher = Batcher::open().map_err(conn_err)?;
+        let batch_messages = batcher.limits.messages;
         tokio::spawn(conn);
         tokio::spawn(nh_conn);
-        Ok(RtNetlink { handle, nexthop_handle, batcher: Arc::new(tokio::sync::Mutex::new(batcher)), window: DEFAULT_WINDOW, timeout: DEFAULT_TIMEOUT })
+        Ok(RtNetlink {
+            handle,
+            nexthop_handle,
+            batcher: Arc::new(tokio::sync::Mutex::new(batcher)),
+            window: DEFAULT_WINDOW,
+            batch_messages,
+            timeout: DEFAULT_TIMEOUT,
+        })
     }
 
     /// Set how many route messages go into one `sendmsg` (at least 1; 1 = one round trip per
@@ -363,6 +418,20 @@ struct Batcher {
     /// The batch after the one in the kernel, serialized while the kernel handles that one.
     next_buf: Vec<u8>,
     recv_buf: Vec<u8>,
+    /// The batch in the kernel, when a call returned before it was answered (the last of a
+    /// pipelined chunk).
+    in_flight: Option<InFlight>,
+    /// The chunk [`in_flight`](Self::in_flight) belongs to, with its results so far.
+    open: Option<Executed>,
+}
+
+/// A batch in the kernel: its `sendmsg` runs on a blocking thread (which gives the buffer
+/// back); its answers are not read yet.
+struct InFlight {
+    send: tokio::task::JoinHandle<(Vec<u8>, std::io::Result<usize>)>,
+    /// Sequence number of its first op.
+    base: u32,
+    pending: Vec<Pending>,
 }
 
 impl std::fmt::Debug for Batcher {
@@ -482,7 +551,17 @@ impl Batcher {
         let sndbuf = getsockopt(&fd, sockopt::SndBuf).map_err(std::io::Error::from)?;
         let limits = BatchLimits::granted(rcvbuf, sndbuf);
         let send_fd = Arc::new(fd.try_clone_to_owned()?);
-        Ok(Batcher { socket, send_fd, limits, seq: 1, send_buf: Vec::new(), next_buf: Vec::new(), recv_buf: Vec::with_capacity(RECV_BUF_BYTES) })
+        Ok(Batcher {
+            socket,
+            send_fd,
+            limits,
+            seq: 1,
+            send_buf: Vec::new(),
+            next_buf: Vec::new(),
+            recv_buf: Vec::with_capacity(RECV_BUF_BYTES),
+            in_flight: None,
+            open: None,
+        })
     }
 
     /// Run `ops` in order, in batches of at most `window` messages and [`MAX_BATCH_BYTES`]
@@ -496,42 +575,129 @@ impl Batcher {
     /// kernel at a time, so the ops still run in order; the answers are read here, batch by
     /// batch. A single batch (the steady state: a few ops) is sent from this task.
     async fn execute<T: BatchOp>(&mut self, ops: &[T], window: usize, timeout: Duration) -> Vec<Result<(), NetlinkError>> {
+        // A pipelined chunk's batch still in the kernel is answered first; the chunk stays
+        // for its pass's next call.
+        self.settle(timeout).await;
         let mut results = Vec::with_capacity(ops.len());
-        let limits = BatchLimits { messages: window.min(self.limits.messages), bytes: self.limits.bytes };
-        let (mut buf, mut next_buf) = (std::mem::take(&mut self.send_buf), std::mem::take(&mut self.next_buf));
-        let mut pending = serialize(&mut buf, self.seq, ops, limits);
-        let mut rest = &ops[pending.len()..];
-        while !pending.is_empty() {
-            let base = self.seq;
-            self.seq = base.wrapping_add(u32::try_from(pending.len()).unwrap_or(u32::MAX));
-            let (sent, next) = if rest.is_empty() {
-                (self.send(&buf).await, Vec::new())
-            } else {
-                let fd = Arc::clone(&self.send_fd);
-                let in_kernel = tokio::task::spawn_blocking(move || {
-                    let bytes = nix::sys::socket::send(fd.as_raw_fd(), &buf, nix::sys::socket::MsgFlags::empty()).map_err(std::io::Error::from);
-                    (buf, bytes)
-                });
-                let next = serialize(&mut next_buf, self.seq, rest, limits);
-                match in_kernel.await {
-                    Ok((returned, bytes)) => {
-                        buf = returned;
-                        (bytes.and_then(|n| check_sent(n, buf.len())), next)
-                    }
-                    // The send task panicked or was cancelled: the buffer is lost with it.
-                    Err(e) => {
-                        buf = Vec::new();
-                        (Err(std::io::Error::other(e)), next)
-                    }
-                }
-            };
-            rest = &rest[next.len()..];
-            self.run_batch(base, pending, sent, timeout, &mut results).await;
-            std::mem::swap(&mut buf, &mut next_buf);
-            pending = next;
-        }
-        (self.send_buf, self.next_buf) = (buf, next_buf);
+        self.run_ops(ops, window, timeout, false, &mut results).await;
         results
+    }
+
+    /// One chunk of a write pass ([`RouteNetlink::execute_chunk`]), pipelined: its batches
+    /// go out as in [`execute`](Self::execute), but the last stays in the kernel when the call
+    /// returns (unless `place.last`), and the chunk comes back from the next call, whose
+    /// caller has meanwhile recorded the chunk before and planned this one.
+    async fn execute_chunk(&mut self, ops: Vec<RouteOp>, place: ChunkPlace, window: usize, timeout: Duration) -> Vec<Executed> {
+        if place.first {
+            // Left by a pass that was dropped before its last chunk: its answers are read
+            // (none is taken for a later batch's), its results go nowhere (the ops stayed
+            // dirty in the reconciler, which was dropped with the pass).
+            self.settle(timeout).await;
+            self.open = None;
+        }
+        let mut done = Vec::new();
+        let mut results = Vec::with_capacity(ops.len());
+        if let Some(mut open) = self.open.take() {
+            // Its last batch is in flight: landed after this chunk's first batch is
+            // serialized, so the serializing overlaps the kernel's insert.
+            let first = self.serialize_next(&ops, window);
+            if let Some(f) = self.in_flight.take() {
+                self.land(f, timeout, &mut open.results).await;
+            }
+            done.push(open);
+            if let Some((base, pending)) = first {
+                let rest = pending.len();
+                self.dispatch(base, pending, !place.last || rest < ops.len(), timeout, &mut results).await;
+                self.run_ops(&ops[rest..], window, timeout, !place.last, &mut results).await;
+            }
+        } else {
+            self.run_ops(&ops, window, timeout, !place.last, &mut results).await;
+        }
+        if ops.is_empty() {
+            return done;
+        }
+        if self.in_flight.is_some() {
+            self.open = Some(Executed { ops, results });
+        } else {
+            done.push(Executed { ops, results });
+        }
+        done
+    }
+
+    /// Send `ops` in batches, one in the kernel at a time, each serialized while the one
+    /// before is in the kernel; results are appended to `results` as batches are landed.
+    /// With `leave_last`, the last batch is left in flight ([`InFlight`]); otherwise it is
+    /// sent from this task and every result is in on return. A batch already in flight
+    /// (from an earlier call, its results landed here) must belong to the same `results`.
+    async fn run_ops<T: BatchOp>(&mut self, ops: &[T], window: usize, timeout: Duration, leave_last: bool, results: &mut Vec<Result<(), NetlinkError>>) {
+        let mut at = 0;
+        while let Some((base, pending)) = self.serialize_next(&ops[at..], window) {
+            at += pending.len();
+            if let Some(f) = self.in_flight.take() {
+                self.land(f, timeout, results).await;
+            }
+            self.dispatch(base, pending, leave_last || at < ops.len(), timeout, results).await;
+        }
+        if !leave_last {
+            if let Some(f) = self.in_flight.take() {
+                self.land(f, timeout, results).await;
+            }
+        }
+    }
+
+    /// Serialize the first batch of `ops` into `next_buf`, taking its sequence numbers; none
+    /// when `ops` is empty.
+    fn serialize_next<T: BatchOp>(&mut self, ops: &[T], window: usize) -> Option<(u32, Vec<Pending>)> {
+        let limits = BatchLimits { messages: window.min(self.limits.messages), bytes: self.limits.bytes };
+        let base = self.seq;
+        let pending = serialize(&mut self.next_buf, base, ops, limits);
+        if pending.is_empty() {
+            return None;
+        }
+        self.seq = base.wrapping_add(u32::try_from(pending.len()).unwrap_or(u32::MAX));
+        Some((base, pending))
+    }
+
+    /// Send the batch in `next_buf` (no batch in flight): from a blocking thread, left in
+    /// flight, when `in_background`; else from this task, its answers read into `results`.
+    async fn dispatch(&mut self, base: u32, pending: Vec<Pending>, in_background: bool, timeout: Duration, results: &mut Vec<Result<(), NetlinkError>>) {
+        std::mem::swap(&mut self.send_buf, &mut self.next_buf);
+        let buf = std::mem::take(&mut self.send_buf);
+        if in_background {
+            let fd = Arc::clone(&self.send_fd);
+            let send = tokio::task::spawn_blocking(move || {
+                let bytes = nix::sys::socket::send(fd.as_raw_fd(), &buf, nix::sys::socket::MsgFlags::empty()).map_err(std::io::Error::from);
+                (buf, bytes)
+            });
+            self.in_flight = Some(InFlight { send, base, pending });
+        } else {
+            let sent = self.send(&buf).await;
+            self.send_buf = buf;
+            self.run_batch(base, pending, sent, timeout, results).await;
+        }
+    }
+
+    /// Wait for batch `f` to leave `sendmsg` and read its answers into `results`.
+    async fn land(&mut self, f: InFlight, timeout: Duration, results: &mut Vec<Result<(), NetlinkError>>) {
+        let sent = match f.send.await {
+            Ok((buf, bytes)) => {
+                let sent = bytes.and_then(|n| check_sent(n, buf.len()));
+                self.send_buf = buf;
+                sent
+            }
+            // The send task panicked or was cancelled: the buffer is lost with it.
+            Err(e) => Err(std::io::Error::other(e)),
+        };
+        self.run_batch(f.base, f.pending, sent, timeout, results).await;
+    }
+
+    /// Read the answers of the batch in flight, if any, into the chunk it belongs to.
+    async fn settle(&mut self, timeout: Duration) {
+        if let Some(f) = self.in_flight.take() {
+            let mut open = self.open.take().unwrap_or(Executed { ops: Vec::new(), results: Vec::new() });
+            self.land(f, timeout, &mut open.results).await;
+            self.open = Some(open);
+        }
     }
 
     /// Send `buf` in one `sendmsg` from this task.
@@ -820,6 +986,17 @@ impl RouteNetlink for RtNetlink {
         // Borrowed, not copied: the future lives no longer than `ops` (a trait method's
         // `impl Future` captures the argument's lifetime).
         async move { batcher.lock().await.execute(ops, window, timeout).await }
+    }
+
+    fn write_chunk(&self) -> usize {
+        self.window.min(self.batch_messages)
+    }
+
+    fn execute_chunk(&mut self, ops: Vec<RouteOp>, place: ChunkPlace) -> impl Future<Output = Vec<Executed>> + Send {
+        let batcher = Arc::clone(&self.batcher);
+        let timeout = self.timeout;
+        let window = self.window;
+        async move { batcher.lock().await.execute_chunk(ops, place, window, timeout).await }
     }
 
     fn dump_nexthops(&mut self) -> impl Future<Output = Result<Vec<ObservedNexthop>, NetlinkError>> + Send {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
 use routewarden::dataplane::kernel_route::ObservedRoute;
-use routewarden::dataplane::{Family, LinkInfo, NetlinkError, NexthopOp, ObservedNexthop, Reconciler, RouteNetlink, RouteOp, RtNetlink, SystemClock};
+use routewarden::dataplane::{ChunkPlace, Executed, Family, LinkInfo, NetlinkError, NexthopOp, ObservedNexthop, Reconciler, RouteNetlink, RouteOp, RtNetlink, SystemClock};
 use routewarden::routes::ClusterRoute;
 
 use crate::fixtures::{cluster_routes, PROTO_OURS};
@@ -79,6 +79,15 @@ impl<N: RouteNetlink> RouteNetlink for Counting<N> {
     fn execute(&mut self, ops: &[RouteOp]) -> impl Future<Output = Vec<Result<(), NetlinkError>>> + Send {
         self.ops += ops.len() as u64;
         self.inner.execute(ops)
+    }
+
+    fn write_chunk(&self) -> usize {
+        self.inner.write_chunk()
+    }
+
+    fn execute_chunk(&mut self, ops: Vec<RouteOp>, place: ChunkPlace) -> impl Future<Output = Vec<Executed>> + Send {
+        self.ops += ops.len() as u64;
+        self.inner.execute_chunk(ops, place)
     }
 
     fn dump_nexthops(&mut self) -> impl Future<Output = Result<Vec<ObservedNexthop>, NetlinkError>> + Send {
