@@ -8,7 +8,7 @@ use ipnet::IpNet;
 use nix::errno::Errno;
 
 use super::kernel_route::{Family, ObservedRoute, RouteKey};
-use super::netlink::{nexthop_target, Clock, LinkInfo, NetlinkError, NetlinkOp, RouteNetlink, RouteOp};
+use super::netlink::{nexthop_target, ChunkPlace, Clock, Executed, LinkInfo, NetlinkError, NetlinkOp, RouteNetlink, RouteOp};
 use super::nexthop::{NexthopOp, ObservedNexthop};
 
 /// A manually advanced clock; clones share the time.
@@ -52,7 +52,16 @@ pub struct FakeState {
     pub nexthop_log: Vec<String>,
     /// Fail every nexthop dump with this errno (a kernel without nexthop objects).
     pub nexthop_dump_errno: Option<Errno>,
+    /// Writes per chunk of a write pass; `None`: [`FAKE_WRITE_CHUNK`].
+    pub write_chunk: Option<usize>,
+    /// The chunk of a write pass handed in last and not returned yet (applied already).
+    pub open_chunk: Option<Executed>,
 }
+
+/// The fake's chunk of a write pass: small, so that every reconciler test runs its passes
+/// pipelined over several chunks as [`RtNetlink`](super::netlink::RtNetlink) does with 10,000
+/// routes.
+pub const FAKE_WRITE_CHUNK: usize = 2;
 
 #[derive(Clone, Debug, Default)]
 pub struct FakeNetlink(pub Arc<Mutex<FakeState>>);
@@ -81,6 +90,30 @@ impl FakeNetlink {
 }
 
 impl RouteNetlink for FakeNetlink {
+    fn write_chunk(&self) -> usize {
+        self.state().write_chunk.unwrap_or(FAKE_WRITE_CHUNK)
+    }
+
+    /// Pipelined as [`RtNetlink`](super::netlink::RtNetlink) is: the chunk's ops are applied
+    /// at once (the kernel has them) and the chunk comes back from the next call, or from this
+    /// one if it is the pass's last.
+    async fn execute_chunk(&mut self, ops: Vec<RouteOp>, place: ChunkPlace) -> Vec<Executed> {
+        let mut done = Vec::new();
+        let before = self.state().open_chunk.take();
+        // One left by a dropped pass is not this pass's.
+        done.extend(before.filter(|_| !place.first));
+        if !ops.is_empty() {
+            let results = self.execute(&ops).await;
+            let chunk = Executed { ops, results };
+            if place.last {
+                done.push(chunk);
+            } else {
+                self.state().open_chunk = Some(chunk);
+            }
+        }
+        done
+    }
+
     fn dump_routes(&mut self, family: Family, table: u32, protocol: u8) -> impl std::future::Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send {
         let mut s = self.0.lock().unwrap();
         s.dumps += 1;

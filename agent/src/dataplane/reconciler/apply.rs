@@ -13,7 +13,7 @@ use nix::errno::Errno;
 use super::{KernelEntry, Reconciler};
 use crate::dataplane::handover::DeleteGate;
 use crate::dataplane::kernel_route::{Family, KernelRoute, RouteKey, RouteKind};
-use crate::dataplane::netlink::{Clock, NetlinkError, RouteNetlink, RouteOp};
+use crate::dataplane::netlink::{ChunkPlace, Clock, NetlinkError, RouteNetlink, RouteOp};
 use crate::dataplane::nexthop::NexthopOp;
 use crate::dataplane::policy::Verdict;
 use crate::dataplane::report::{ApplyReport, Conflict, ErrorKind, Overwrite};
@@ -77,11 +77,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // Deletes the breaker held come back for another look.
         self.dirty.extend(self.breaker.held().copied());
         // Pass 1: writes. Pass 2: deletes, after the new routes are in.
-        let (mut writes, delete_candidates) = self.plan(now, &mut report);
-        let step_asides = self.plan_step_asides(&delete_candidates, now);
-        writes.extend(step_asides.iter().map(|(op, _)| op.clone()));
-        let results = if writes.is_empty() { Vec::new() } else { self.nl.execute(&writes).await };
-        let failed_dsts = self.record_writes(writes, results, &step_asides, now, &mut report);
+        let (failed_dsts, delete_candidates) = self.write_pass(now, &mut report).await;
         let deletes = self.plan_deletes(delete_candidates, &failed_dsts, now, &mut report);
         let results = if deletes.is_empty() { Vec::new() } else { self.nl.execute(&deletes).await };
         self.record_deletes(&deletes, results, &mut report);
@@ -140,21 +136,65 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         self.nexthops.record_deletes(&gone, results, report);
     }
 
-    /// Sort the dirty keys into writes (desired, not in sync) and delete candidates (ours,
-    /// not desired); drop keys that need nothing.
-    fn plan(&mut self, now: Instant, report: &mut ApplyReport) -> (Vec<RouteOp>, Vec<RouteKey>) {
+    /// The write pass: the dirty keys planned into writes a chunk at a time (at most
+    /// [`RouteNetlink::write_chunk`] writes), in key order, each chunk handed to the kernel
+    /// before the next is planned; the step-aside copies for the delete candidates go with the
+    /// last chunk. A collaborator that pipelines hands a chunk's results back with the next
+    /// call, so recording one chunk and planning the next run while the kernel inserts this
+    /// one (issue 18). No write, no call. Returns the (table, dst) pairs whose write failed
+    /// and the delete candidates.
+    async fn write_pass(&mut self, now: Instant, report: &mut ApplyReport) -> (BTreeSet<(u32, IpNet)>, Vec<RouteKey>) {
         let dirty: Vec<RouteKey> = self.dirty.iter().copied().collect();
+        let chunk = self.nl.write_chunk().max(1);
+        let mut failed_dsts = BTreeSet::new();
+        let mut candidates = Vec::new();
+        let mut step_asides = Vec::new();
+        // The dirty keys come in ascending order: the desired set is walked along with them.
+        let (mut at, mut cursor, mut first) = (0, 0, true);
+        loop {
+            let mut writes = self.plan(&dirty, (&mut at, &mut cursor), chunk, &mut candidates, now, report);
+            let last = at == dirty.len();
+            if last {
+                step_asides = self.plan_step_asides(&candidates, now);
+                writes.extend(step_asides.iter().map(|(op, _)| op.clone()));
+            }
+            // The last call also brings back the chunks still out.
+            if !writes.is_empty() || (last && !first) {
+                let place = ChunkPlace { first, last };
+                first = false;
+                for done in self.nl.execute_chunk(writes, place).await {
+                    failed_dsts.extend(self.record_writes(done.ops, done.results, &step_asides, now, report));
+                }
+            }
+            if last {
+                return (failed_dsts, candidates);
+            }
+        }
+    }
+
+    /// Sort the dirty keys of `dirty[*at..]` into writes (desired, not in sync) and delete
+    /// candidates (ours, not desired, appended to `candidates`), until `max` writes; drop keys
+    /// that need nothing. `at` moves past the keys looked at; `cursor` is where the desired
+    /// set was left ([`DesiredRoutes::get_ascending`](super::desired::DesiredRoutes::get_ascending)).
+    fn plan(
+        &mut self,
+        dirty: &[RouteKey],
+        (at, cursor): (&mut usize, &mut usize),
+        max: usize,
+        candidates: &mut Vec<RouteKey>,
+        now: Instant,
+        report: &mut ApplyReport,
+    ) -> Vec<RouteOp> {
         // Sized once: grown a doubling at a time, a cold start's 10,000 writes (1 MB) were
         // copied and page-faulted in again at each step (issue 18).
-        let mut writes: Vec<RouteOp> = Vec::with_capacity(dirty.len());
-        let mut delete_candidates: Vec<RouteKey> = Vec::new();
-        // The dirty keys come in ascending order: the desired set is walked along with them.
-        let mut cursor = 0;
-        for key in dirty {
+        let mut writes: Vec<RouteOp> = Vec::with_capacity(max.min(dirty.len() - *at));
+        while writes.len() < max {
+            let Some(&key) = dirty.get(*at) else { break };
+            *at += 1;
             if self.retries.waiting(&key, now) {
                 continue;
             }
-            match (self.desired.get_ascending(&key, &mut cursor), self.kernel.get(&key)) {
+            match (self.desired.get_ascending(&key, cursor), self.kernel.get(&key)) {
                 (Some(d), k) => {
                     let oif = match self.links.resolve(d.route.target.device.as_deref()) {
                         Ok(oif) => oif,
@@ -181,14 +221,14 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     }
                     writes.push(RouteOp::Write { route: d.route.clone(), oif, nexthop, exclusive: k.is_none() });
                 }
-                (None, Some(_)) => delete_candidates.push(key),
+                (None, Some(_)) => candidates.push(key),
                 (None, None) => {
                     self.dirty.remove(&key);
                     self.retries.clear(&key);
                 }
             }
         }
-        (writes, delete_candidates)
+        writes
     }
 
     /// Step-aside writes for delete candidates whose pending handover needs our route's key
