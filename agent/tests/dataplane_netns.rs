@@ -683,6 +683,21 @@ fn batched_ops_keep_per_op_results_and_order() {
     });
 }
 
+/// A write of the `i`-th /26 from 10.244.0.0 via 10.0.0.12 onlink on `eth0` (ifindex `oif`),
+/// with `protocol`, create-exclusive or replace.
+fn block_write(i: u32, protocol: u8, oif: u32, exclusive: bool) -> routewarden::dataplane::RouteOp {
+    use routewarden::dataplane::{Family, KernelRoute, RouteKey, RouteKind, RouteOp, RouteTarget};
+    let dst = ipnet::IpNet::V4(ipnet::Ipv4Net::new(std::net::Ipv4Addr::from(0x0af4_0000 + (i << 6)), 26).unwrap());
+    let target =
+        RouteTarget { kind: RouteKind::Unicast, gateway: Some("10.0.0.12".parse().unwrap()), device: Some("eth0".into()), onlink: true, protocol, scope: 0 };
+    RouteOp::Write {
+        route: KernelRoute { key: RouteKey { table: 254, family: Family::V4, dst, tos: 0, metric: 1024 }, target },
+        oif: Some(oif),
+        nexthop: None,
+        exclusive,
+    }
+}
+
 /// A write pass handed to the kernel in pipelined chunks: each chunk comes back exactly once,
 /// in order, with its own ops and one result per op (the failures where they were), whether
 /// it spans batches, is answered while a plain `execute` runs between chunks, or comes back
@@ -691,7 +706,7 @@ fn batched_ops_keep_per_op_results_and_order() {
 #[test]
 fn pipelined_chunks_come_back_once_each_in_order_with_their_own_results() {
     use nix::errno::Errno;
-    use routewarden::dataplane::{ChunkPlace, Executed, Family, KernelRoute, RouteKey, RouteKind, RouteNetlink, RouteOp, RouteTarget};
+    use routewarden::dataplane::{ChunkPlace, Executed, RouteNetlink};
     if skip_unless_root("pipelined_chunks_come_back_once_each_in_order_with_their_own_results") {
         return;
     }
@@ -699,23 +714,7 @@ fn pipelined_chunks_come_back_once_each_in_order_with_their_own_results() {
     ns.rt.block_on(async {
         let mut nl = RtNetlink::connect().unwrap();
         let eth0 = nl.dump_links().await.unwrap().iter().find(|l| l.name == "eth0").unwrap().index;
-        let write = |i: u32, protocol: u8| {
-            let dst = ipnet::IpNet::V4(ipnet::Ipv4Net::new(std::net::Ipv4Addr::from(0x0af4_0000 + (i << 6)), 26).unwrap());
-            let target = RouteTarget {
-                kind: RouteKind::Unicast,
-                gateway: Some("10.0.0.12".parse().unwrap()),
-                device: Some("eth0".into()),
-                onlink: true,
-                protocol,
-                scope: 0,
-            };
-            RouteOp::Write {
-                route: KernelRoute { key: RouteKey { table: 254, family: Family::V4, dst, tos: 0, metric: 1024 }, target },
-                oif: Some(eth0),
-                nexthop: None,
-                exclusive: true,
-            }
-        };
+        let write = |i: u32, protocol: u8| block_write(i, protocol, eth0, true);
         let ours = |keys: std::ops::Range<u32>| keys.map(|i| write(i, 80)).collect::<Vec<_>>();
         // Which ops of a chunk failed, and how.
         let failures = |c: &Executed| -> Vec<(usize, Errno)> {
@@ -757,7 +756,7 @@ fn pipelined_chunks_come_back_once_each_in_order_with_their_own_results() {
 #[test]
 fn every_failure_of_a_multi_batch_pass_is_reported() {
     use nix::errno::Errno;
-    use routewarden::dataplane::{Family, KernelRoute, RouteKey, RouteKind, RouteNetlink, RouteOp, RouteTarget};
+    use routewarden::dataplane::{RouteNetlink, RouteOp};
     // More than two batches of the default window.
     const HELD: u32 = 2600;
     if skip_unless_root("every_failure_of_a_multi_batch_pass_is_reported") {
@@ -767,23 +766,7 @@ fn every_failure_of_a_multi_batch_pass_is_reported() {
     ns.rt.block_on(async {
         let mut nl = RtNetlink::connect().unwrap();
         let eth0 = nl.dump_links().await.unwrap().iter().find(|l| l.name == "eth0").unwrap().index;
-        let write = |i: u32, protocol: u8, exclusive: bool| {
-            let dst = ipnet::IpNet::V4(ipnet::Ipv4Net::new(std::net::Ipv4Addr::from(0x0af4_0000 + (i << 6)), 26).unwrap());
-            let target = RouteTarget {
-                kind: RouteKind::Unicast,
-                gateway: Some("10.0.0.12".parse().unwrap()),
-                device: Some("eth0".into()),
-                onlink: true,
-                protocol,
-                scope: 0,
-            };
-            RouteOp::Write {
-                route: KernelRoute { key: RouteKey { table: 254, family: Family::V4, dst, tos: 0, metric: 1024 }, target },
-                oif: Some(eth0),
-                nexthop: None,
-                exclusive,
-            }
-        };
+        let write = |i: u32, protocol: u8, exclusive: bool| block_write(i, protocol, eth0, exclusive);
         // Another writer (protocol 12, BIRD's) holds HELD keys.
         let theirs: Vec<RouteOp> = (0..HELD).map(|i| write(i, 12, false)).collect();
         assert!(nl.execute(&theirs).await.iter().all(Result::is_ok));
