@@ -56,6 +56,8 @@ pub struct FakeState {
     pub write_chunk: Option<usize>,
     /// The chunk of a write pass handed in last and not returned yet (applied already).
     pub open_chunk: Option<Executed>,
+    /// Ops per chunk handed in, in order.
+    pub chunk_sizes: Vec<usize>,
 }
 
 /// The fake's chunk of a write pass: small, so that every reconciler test runs its passes
@@ -99,7 +101,11 @@ impl RouteNetlink for FakeNetlink {
     /// one if it is the pass's last.
     async fn execute_chunk(&mut self, ops: Vec<RouteOp>, place: ChunkPlace) -> Vec<Executed> {
         let mut done = Vec::new();
-        let before = self.state().open_chunk.take();
+        let before = {
+            let mut s = self.state();
+            s.chunk_sizes.push(ops.len());
+            s.open_chunk.take()
+        };
         // One left by a dropped pass is not this pass's.
         done.extend(before.filter(|_| !place.first));
         if !ops.is_empty() {

@@ -500,6 +500,20 @@ async fn a_write_pass_in_chunks_ends_exactly_as_in_one() {
     }
 }
 
+/// A cold start's chunks start small and double up to the collaborator's batch, so the kernel
+/// starts inserting at once; every route is written once.
+#[tokio::test]
+async fn a_cold_start_ramps_its_chunks_up_to_the_batch_size() {
+    let (mut r, nl, _clock) = setup(None);
+    nl.state().write_chunk = Some(512);
+    let routes: Vec<ClusterRoute> = (0..1000u32).map(|i| cr(&format!("10.244.{}.{}/26", i / 4, (i % 4) * 64), RoutePath::Tunnel, Some("10.0.1.13"))).collect();
+    r.set_desired(&routes);
+    let rep = r.apply().await;
+    assert_eq!((rep.writes, rep.error_count()), (1000, 0), "{rep:?}");
+    assert_eq!(nl.state().chunk_sizes, [128, 256, 512, 104]);
+    assert_eq!(nl.take_log().len(), 1000);
+}
+
 /// A failed metric+1 write keeps the original route (no hole); the step aside is retried.
 #[tokio::test]
 async fn failed_step_aside_keeps_original() {

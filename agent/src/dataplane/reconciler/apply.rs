@@ -19,6 +19,10 @@ use crate::dataplane::policy::Verdict;
 use crate::dataplane::report::{ApplyReport, Conflict, ErrorKind, Overwrite};
 use crate::dataplane::retry::backoff;
 
+/// Writes in the first chunk of a write pass ([`Reconciler::write_pass`]); later chunks double
+/// up to [`RouteNetlink::write_chunk`].
+const FIRST_CHUNK: usize = 128;
+
 impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// Whether kernel entry `k` is desired route `d` written through `oif`, or through
     /// nexthop object `nexthop`: same type, protocol and scope, the same nexthop object (or
@@ -145,7 +149,12 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// and the delete candidates.
     async fn write_pass(&mut self, now: Instant, report: &mut ApplyReport) -> (BTreeSet<(u32, IpNet)>, Vec<RouteKey>) {
         let dirty: Vec<RouteKey> = self.dirty.iter().copied().collect();
-        let chunk = self.nl.write_chunk().max(1);
+        let full = self.nl.write_chunk().max(1);
+        // The first chunks are small and double up to the collaborator's size: the kernel
+        // starts on a few routes at once instead of waiting for a whole chunk to be planned
+        // and serialized, and each next chunk is built while the kernel inserts the last
+        // (building a route costs well under half what the kernel's insert does).
+        let mut chunk = full.min(FIRST_CHUNK);
         let mut failed_dsts = BTreeSet::new();
         let mut candidates = Vec::new();
         let mut step_asides = Vec::new();
@@ -153,6 +162,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         let (mut at, mut cursor, mut first) = (0, 0, true);
         loop {
             let mut writes = self.plan(&dirty, (&mut at, &mut cursor), chunk, &mut candidates, now, report);
+            chunk = chunk.saturating_mul(2).min(full);
             let last = at == dirty.len();
             if last {
                 step_asides = self.plan_step_asides(&candidates, now);
