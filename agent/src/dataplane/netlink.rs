@@ -579,7 +579,7 @@ impl Batcher {
         // for its pass's next call.
         self.settle(timeout).await;
         let mut results = Vec::with_capacity(ops.len());
-        self.run_ops(ops, window, timeout, false, &mut results).await;
+        self.run_ops(ops, window, timeout, false, None, &mut results).await;
         results
     }
 
@@ -595,24 +595,14 @@ impl Batcher {
             self.settle(timeout).await;
             self.open = None;
         }
-        let mut done = Vec::new();
         let mut results = Vec::with_capacity(ops.len());
-        if let Some(mut open) = self.open.take() {
-            // Its last batch is in flight: landed after this chunk's first batch is
-            // serialized, so the serializing overlaps the kernel's insert.
-            let first = self.serialize_next(&ops, window);
-            if let Some(f) = self.in_flight.take() {
-                self.land(f, timeout, &mut open.results).await;
-            }
-            done.push(open);
-            if let Some((base, pending)) = first {
-                let rest = pending.len();
-                self.dispatch(base, pending, !place.last || rest < ops.len(), timeout, &mut results).await;
-                self.run_ops(&ops[rest..], window, timeout, !place.last, &mut results).await;
-            }
-        } else {
-            self.run_ops(&ops, window, timeout, !place.last, &mut results).await;
-        }
+        // The chunk before, its last batch in flight (if not answered by a plain `execute`
+        // meanwhile): that batch is landed after this chunk's first batch is serialized, so
+        // the serializing overlaps the kernel's insert.
+        let mut open = self.open.take();
+        let earlier = if self.in_flight.is_some() { open.as_mut().map(|o| &mut o.results) } else { None };
+        self.run_ops(&ops, window, timeout, !place.last, earlier, &mut results).await;
+        let mut done: Vec<Executed> = open.into_iter().collect();
         if ops.is_empty() {
             return done;
         }
@@ -626,22 +616,31 @@ impl Batcher {
 
     /// Send `ops` in batches, one in the kernel at a time, each serialized while the one
     /// before is in the kernel; results are appended to `results` as batches are landed.
-    /// With `leave_last`, the last batch is left in flight ([`InFlight`]); otherwise it is
-    /// sent from this task and every result is in on return. A batch already in flight
-    /// (from an earlier call, its results landed here) must belong to the same `results`.
-    async fn run_ops<T: BatchOp>(&mut self, ops: &[T], window: usize, timeout: Duration, leave_last: bool, results: &mut Vec<Result<(), NetlinkError>>) {
+    /// `earlier`: where the results of the batch in flight on entry go (a chunk before this
+    /// one; `None`: no batch is in flight, or it belongs to `results`). With `leave_last`, the
+    /// last batch is left in flight ([`InFlight`]); otherwise it is sent from this task and
+    /// every result is in on return. The batch in flight on entry is landed either way.
+    async fn run_ops<T: BatchOp>(
+        &mut self,
+        ops: &[T],
+        window: usize,
+        timeout: Duration,
+        leave_last: bool,
+        mut earlier: Option<&mut Vec<Result<(), NetlinkError>>>,
+        results: &mut Vec<Result<(), NetlinkError>>,
+    ) {
         let mut at = 0;
-        while let Some((base, pending)) = self.serialize_next(&ops[at..], window) {
+        loop {
+            let next = self.serialize_next(&ops[at..], window);
+            // Past the last batch, one left in flight stays there unless it came from before.
+            if next.is_some() || earlier.is_some() || !leave_last {
+                if let Some(f) = self.in_flight.take() {
+                    self.land(f, timeout, earlier.take().unwrap_or(&mut *results)).await;
+                }
+            }
+            let Some((base, pending)) = next else { return };
             at += pending.len();
-            if let Some(f) = self.in_flight.take() {
-                self.land(f, timeout, results).await;
-            }
             self.dispatch(base, pending, leave_last || at < ops.len(), timeout, results).await;
-        }
-        if !leave_last {
-            if let Some(f) = self.in_flight.take() {
-                self.land(f, timeout, results).await;
-            }
         }
     }
 
