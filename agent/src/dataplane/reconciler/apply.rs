@@ -157,7 +157,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         let mut chunk = full.min(FIRST_CHUNK);
         let mut failed_dsts = BTreeSet::new();
         let mut candidates = Vec::new();
-        let mut step_asides = Vec::new();
+        // Step-aside copy's key → the key it stands in for (planned with the last chunk).
+        let mut stepping: HashMap<RouteKey, RouteKey> = HashMap::new();
         // The dirty keys come in ascending order: the desired set is walked along with them.
         let (mut at, mut cursor, mut first) = (0, 0, true);
         loop {
@@ -165,15 +166,17 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             chunk = chunk.saturating_mul(2).min(full);
             let last = at == dirty.len();
             if last {
-                step_asides = self.plan_step_asides(&candidates, now);
-                writes.extend(step_asides.iter().map(|(op, _)| op.clone()));
+                for (op, original) in self.plan_step_asides(&candidates, now) {
+                    stepping.insert(*op.key(), original);
+                    writes.push(op);
+                }
             }
             // The last call also brings back the chunks still out.
             if !writes.is_empty() || (last && !first) {
                 let place = ChunkPlace { first, last };
                 first = false;
                 for done in self.nl.execute_chunk(writes, place).await {
-                    failed_dsts.extend(self.record_writes(done.ops, done.results, &step_asides, now, report));
+                    failed_dsts.extend(self.record_writes(done.ops, done.results, &stepping, now, report));
                 }
             }
             if last {
@@ -301,12 +304,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         &mut self,
         writes: Vec<RouteOp>,
         results: Vec<Result<(), NetlinkError>>,
-        step_asides: &[(RouteOp, RouteKey)],
+        stepping: &HashMap<RouteKey, RouteKey>,
         now: Instant,
         report: &mut ApplyReport,
     ) -> BTreeSet<(u32, IpNet)> {
         let mut failed_dsts = BTreeSet::new();
-        let stepping: HashMap<RouteKey, RouteKey> = step_asides.iter().map(|(op, original)| (*op.key(), *original)).collect();
         // Into an empty kernel view (a cold start) every written route is new: collected in
         // key order and built into the map in one pass instead of a search per route.
         let mut fresh: Option<Vec<(RouteKey, KernelEntry)>> = self.kernel.is_empty().then(|| Vec::with_capacity(writes.len()));
