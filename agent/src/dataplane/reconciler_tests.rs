@@ -501,17 +501,21 @@ async fn a_write_pass_in_chunks_ends_exactly_as_in_one() {
 }
 
 /// A cold start's chunks start small and double up to the collaborator's batch, so the kernel
-/// starts inserting at once; every route is written once.
+/// starts inserting at once, and halve again at the end, so little is left to record once the
+/// kernel is done; every route is written once.
 #[tokio::test]
-async fn a_cold_start_ramps_its_chunks_up_to_the_batch_size() {
+async fn a_cold_start_ramps_its_chunks_up_to_the_batch_size_and_down_again() {
     let (mut r, nl, _clock) = setup(None);
     nl.state().write_chunk = Some(512);
-    let routes: Vec<ClusterRoute> = (0..1000u32).map(|i| cr(&format!("10.244.{}.{}/26", i / 4, (i % 4) * 64), RoutePath::Tunnel, Some("10.0.1.13"))).collect();
+    let routes: Vec<ClusterRoute> =
+        (0..3000u32).map(|i| cr(&format!("10.{}.{}.{}/26", 244 + i / 1024, (i / 4) % 256, (i % 4) * 64), RoutePath::Tunnel, Some("10.0.1.13"))).collect();
     r.set_desired(&routes);
     let rep = r.apply().await;
-    assert_eq!((rep.writes, rep.error_count()), (1000, 0), "{rep:?}");
-    assert_eq!(nl.state().chunk_sizes, [128, 256, 512, 104]);
-    assert_eq!(nl.take_log().len(), 1000);
+    assert_eq!((rep.writes, rep.error_count()), (3000, 0), "{rep:?}");
+    // Up: 128, 256, 512; full while more than two are left (1,080 → 512); then half of what
+    // is left (568 → 284, 142), the first size again, and the rest.
+    assert_eq!(nl.state().chunk_sizes, [128, 256, 512, 512, 512, 512, 284, 142, 128, 14]);
+    assert_eq!(nl.take_log().len(), 3000);
 }
 
 /// A failed metric+1 write keeps the original route (no hole); the step aside is retried.

@@ -20,7 +20,7 @@ use crate::dataplane::report::{ApplyReport, Conflict, ErrorKind, Overwrite};
 use crate::dataplane::retry::backoff;
 
 /// Writes in the first chunk of a write pass ([`Reconciler::write_pass`]); later chunks double
-/// up to [`RouteNetlink::write_chunk`].
+/// up to [`RouteNetlink::write_chunk`], and the last ones halve down to it again.
 const FIRST_CHUNK: usize = 128;
 
 impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
@@ -162,7 +162,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // The dirty keys come in ascending order: the desired set is walked along with them.
         let (mut at, mut cursor, mut first) = (0, 0, true);
         loop {
-            let mut writes = self.plan(&dirty, (&mut at, &mut cursor), chunk, &mut candidates, now, report);
+            // ... and the last chunks halve down to the first's size: what is left after the
+            // kernel's last insert (recording the last chunk) is small, and each chunk before
+            // is recorded while the kernel inserts the next, half its size.
+            let tail = (dirty.len() - at).div_ceil(2).max(FIRST_CHUNK);
+            let mut writes = self.plan(&dirty, (&mut at, &mut cursor), chunk.min(tail), &mut candidates, now, report);
             chunk = chunk.saturating_mul(2).min(full);
             let last = at == dirty.len();
             if last {
