@@ -21,7 +21,9 @@
 //!   - `retry`: per-key backoff after failures and the full-resync schedule;
 //!   - `breaker`: the mass-deletion breaker.
 //! - [`report`]: [`ApplyReport`], what one apply did ([`ErrorKind`]: fixed error kinds).
-//! - [`netlink`]: the [`RouteNetlink`] and [`Clock`] traits and their real implementations.
+//! - [`netlink`]: the [`RouteNetlink`] and [`Clock`] traits and their real implementations
+//!   (`batch_sender`: the thread a write pass's batches go to the kernel from, kept off the
+//!   reconciler task's CPU).
 //! - [`nexthop`]: nexthop objects (`--nexthop-objects`): one per remote node and IP pool, their
 //!   ownership and their wire encoding; the reconciler's `nexthops` part keeps them.
 //! - [`events`]: [`DataplaneEvent`] and the netlink watcher.
@@ -39,6 +41,7 @@
 //! so a foreign route is never overwritten unless the policy claims it.
 
 pub mod audit;
+mod batch_sender;
 mod breaker;
 pub mod config;
 pub mod driver;

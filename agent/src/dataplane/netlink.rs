@@ -6,7 +6,7 @@
 //! its netlink handle and clock behind interfaces for the same reason).
 
 use std::future::Future;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,7 @@ use rtnetlink::packet_route::RouteNetlinkMessage;
 use rtnetlink::sys::protocols::NETLINK_ROUTE;
 use rtnetlink::sys::{AsyncSocket, AsyncSocketExt, SocketAddr, TokioSocket};
 
+use super::batch_sender::{BatchSender, Sent};
 use super::kernel_route::{
     all_tables_dump_request, delete_request, dump_request, dump_request_both_families, parse_route, write_request, Family, KernelRoute, ObservedRoute, RouteKey,
 };
@@ -405,10 +406,11 @@ impl RtNetlink {
 /// to the kernel, with the next sequence number and reusable send/receive buffers.
 struct Batcher {
     socket: TokioSocket,
-    /// A duplicate of the socket's descriptor for sends on a blocking thread: held by that
-    /// thread, it keeps the socket open until the send returns even if the batcher is dropped
-    /// meanwhile (a cancelled apply).
-    send_fd: Arc<OwnedFd>,
+    /// The thread batches are sent from while this task builds the next, started with the
+    /// first such batch (a pass of one batch never needs it); it holds a duplicate of the
+    /// socket's descriptor, so the socket stays open until a send returns even if the
+    /// batcher is dropped meanwhile (a cancelled apply).
+    sender: Option<BatchSender>,
     /// What one batch may hold on this socket.
     limits: BatchLimits,
     /// Next sequence number (wrapping). Acks carrying a number outside the batch in flight
@@ -425,10 +427,10 @@ struct Batcher {
     open: Option<Executed>,
 }
 
-/// A batch in the kernel: its `sendmsg` runs on a blocking thread (which gives the buffer
-/// back); its answers are not read yet.
+/// A batch in the kernel: its `sendmsg` runs on the [`BatchSender`] thread (which gives the
+/// buffer back); its answers are not read yet.
 struct InFlight {
-    send: tokio::task::JoinHandle<(Vec<u8>, std::io::Result<usize>)>,
+    send: tokio::sync::oneshot::Receiver<Sent>,
     /// Sequence number of its first op.
     base: u32,
     pending: Vec<Pending>,
@@ -550,10 +552,9 @@ impl Batcher {
         let rcvbuf = getsockopt(&fd, sockopt::RcvBuf).map_err(std::io::Error::from)?;
         let sndbuf = getsockopt(&fd, sockopt::SndBuf).map_err(std::io::Error::from)?;
         let limits = BatchLimits::granted(rcvbuf, sndbuf);
-        let send_fd = Arc::new(fd.try_clone_to_owned()?);
         Ok(Batcher {
             socket,
-            send_fd,
+            sender: None,
             limits,
             seq: 1,
             send_buf: Vec::new(),
@@ -568,8 +569,8 @@ impl Batcher {
     /// bytes (fewer where the socket's buffers are smaller: [`BatchLimits`]); `timeout`
     /// applies per batch. Returns one result per op, in order.
     ///
-    /// When there is more than one batch, each batch but the last is sent from a blocking
-    /// thread (`spawn_blocking`) while this task serializes the next: the kernel handles a
+    /// When there is more than one batch, each batch but the last is sent from the
+    /// [`BatchSender`] thread while this task serializes the next: the kernel handles a
     /// batch inside `sendmsg`, on the sending thread, so building batch n+1 overlaps the
     /// kernel's insert of batch n instead of following it (issue 18). Only one batch is in the
     /// kernel at a time, so the ops still run in order; the answers are read here, batch by
@@ -657,23 +658,33 @@ impl Batcher {
         Some((base, pending))
     }
 
-    /// Send the batch in `next_buf` (no batch in flight): from a blocking thread, left in
-    /// flight, when `in_background`; else from this task, its answers read into `results`.
+    /// Send the batch in `next_buf` (no batch in flight): from the [`BatchSender`] thread,
+    /// left in flight, when `in_background` (and the thread runs); else from this task, its
+    /// answers read into `results`.
     async fn dispatch(&mut self, base: u32, pending: Vec<Pending>, in_background: bool, timeout: Duration, results: &mut Vec<Result<(), NetlinkError>>) {
         std::mem::swap(&mut self.send_buf, &mut self.next_buf);
         let buf = std::mem::take(&mut self.send_buf);
-        if in_background {
-            let fd = Arc::clone(&self.send_fd);
-            let send = tokio::task::spawn_blocking(move || {
-                let bytes = nix::sys::socket::send(fd.as_raw_fd(), &buf, nix::sys::socket::MsgFlags::empty()).map_err(std::io::Error::from);
-                (buf, bytes)
-            });
+        if let Some(sender) = in_background.then(|| self.sender()).flatten() {
+            let send = sender.send(buf);
             self.in_flight = Some(InFlight { send, base, pending });
         } else {
             let sent = self.send(&buf).await;
             self.send_buf = buf;
             self.run_batch(base, pending, sent, timeout, results).await;
         }
+    }
+
+    /// The [`BatchSender`], started on first use; `None` (batches go out from this task, not
+    /// overlapped) if its thread cannot be started.
+    fn sender(&mut self) -> Option<&mut BatchSender> {
+        if self.sender.is_none() {
+            let started = self.socket.socket_ref().as_fd().try_clone_to_owned().and_then(BatchSender::start);
+            match started {
+                Ok(sender) => self.sender = Some(sender),
+                Err(e) => tracing::warn!(error = %e, "netlink send thread not started: batches are sent one after another"),
+            }
+        }
+        self.sender.as_mut()
     }
 
     /// Wait for batch `f` to leave `sendmsg` and read its answers into `results`.
@@ -684,8 +695,8 @@ impl Batcher {
                 self.send_buf = buf;
                 sent
             }
-            // The send task panicked or was cancelled: the buffer is lost with it.
-            Err(e) => Err(std::io::Error::other(e)),
+            // The send thread ended: the buffer is lost with it.
+            Err(_) => Err(std::io::Error::other("the netlink send thread ended")),
         };
         self.run_batch(f.base, f.pending, sent, timeout, results).await;
     }
