@@ -26,14 +26,20 @@ pub(super) type Sent = (Vec<u8>, std::io::Result<usize>);
 /// One batch for the thread: the serialized messages, and where its [`Sent`] goes.
 type Job = (Vec<u8>, oneshot::Sender<Sent>);
 
+/// What the thread reports once running: its id and the CPUs it may run on.
+type Started = (Pid, Option<CpuSet>);
+
 /// The sending thread of one netlink socket: batches go out one at a time, in the order
 /// given; the thread ends when this is dropped (after the batch it is in, if any).
 pub(super) struct BatchSender {
     jobs: std::sync::mpsc::Sender<Job>,
+    /// Where the thread reports [`Started`], until it has (read without waiting: a batch
+    /// sent before then goes unsteered).
+    starting: Option<std::sync::mpsc::Receiver<Started>>,
     /// The thread's id, for `sched_setaffinity`.
-    thread: Pid,
+    thread: Option<Pid>,
     /// The CPUs the thread may run on (its affinity when it started); `None`: not steered
-    /// (fewer than two, or a refused call).
+    /// (not reported yet, fewer than two, or a refused call).
     allowed: Option<CpuSet>,
     /// The CPU the thread is kept off now (the task's when it last moved).
     kept_off: Option<usize>,
@@ -51,13 +57,14 @@ impl std::fmt::Debug for BatchSender {
 
 impl BatchSender {
     /// Start the thread (`routewarden-nl-send`), sending on `fd` (a duplicate of the socket's
-    /// descriptor, closed when the thread ends).
+    /// descriptor, closed when the thread ends). Returns at once: the thread's start is not
+    /// waited for.
     ///
     /// # Errors
     /// The thread could not be created.
     pub(super) fn start(fd: OwnedFd) -> std::io::Result<Self> {
         let (jobs, queue) = std::sync::mpsc::channel::<Job>();
-        let (started_tx, started) = std::sync::mpsc::sync_channel(1);
+        let (started_tx, starting) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new().name("routewarden-nl-send".into()).stack_size(64 * 1024).spawn(move || {
             let allowed = sched_getaffinity(Pid::from_raw(0)).ok();
             let _ = started_tx.send((gettid(), allowed));
@@ -67,9 +74,7 @@ impl BatchSender {
                 let _ = done.send((buf, sent));
             }
         })?;
-        let (thread, allowed) = started.recv().map_err(|_| std::io::Error::other("the netlink send thread ended at start"))?;
-        let allowed = allowed.filter(|set| cpus(set).nth(1).is_some());
-        Ok(BatchSender { jobs, thread, allowed, kept_off: None })
+        Ok(BatchSender { jobs, starting: Some(starting), thread: None, allowed: None, kept_off: None })
     }
 
     /// Queue `buf` for `sendmsg`, first moving the thread off the calling thread's CPU if
@@ -85,13 +90,24 @@ impl BatchSender {
 
     /// Keep the thread off the CPU the caller runs on.
     fn steer(&mut self) {
-        let Some(allowed) = &self.allowed else { return };
+        if let Some(starting) = &self.starting {
+            match starting.try_recv() {
+                Ok((thread, allowed)) => {
+                    self.thread = Some(thread);
+                    self.allowed = allowed.filter(|set| cpus(set).nth(1).is_some());
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => return,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {}
+            }
+            self.starting = None;
+        }
+        let (Some(thread), Some(allowed)) = (self.thread, &self.allowed) else { return };
         let Ok(cpu) = sched_getcpu() else { return };
         if self.kept_off == Some(cpu) {
             return;
         }
         let Some(others) = others_than(allowed, cpu) else { return };
-        if sched_setaffinity(self.thread, &others).is_ok() {
+        if sched_setaffinity(thread, &others).is_ok() {
             self.kept_off = Some(cpu);
         } else {
             tracing::debug!(cpu, "netlink send thread: affinity refused, left to the scheduler");
@@ -146,14 +162,19 @@ mod tests {
     fn the_thread_is_kept_off_the_callers_cpu() {
         let (ours, _theirs) = std::os::unix::net::UnixDatagram::pair().unwrap();
         let mut sender = BatchSender::start(OwnedFd::from(ours)).unwrap();
+        // The first batch is answered after the thread reported its start; the second is
+        // steered.
+        for _ in 0..2 {
+            let (_, sent) = sender.send(vec![1]).blocking_recv().unwrap();
+            assert_eq!(sent.unwrap(), 1);
+        }
+        assert!(sender.starting.is_none(), "the start was read");
         let Some(allowed) = sender.allowed else {
             eprintln!("SKIP: fewer than two CPUs allowed here; nothing to steer");
             return;
         };
-        let (_, sent) = sender.send(vec![1]).blocking_recv().unwrap();
-        assert_eq!(sent.unwrap(), 1);
         let off = sender.kept_off.expect("the caller's CPU is one the thread may run on");
-        let now = sched_getaffinity(sender.thread).unwrap();
+        let now = sched_getaffinity(sender.thread.unwrap()).unwrap();
         assert_eq!(cpus(&now).collect::<Vec<_>>(), cpus(&allowed).filter(|&c| c != off).collect::<Vec<_>>());
     }
 
@@ -176,7 +197,7 @@ mod tests {
         drop(theirs);
         let (_, sent) = sender.send(vec![9]).blocking_recv().unwrap();
         assert!(sent.is_err(), "a send on a closed pair fails: {sent:?}");
-        let thread = sender.thread;
+        let thread = sender.thread.expect("the thread reported its start before its first answer");
         drop(sender);
         // The thread is gone once its descriptor is: poll /proc for its task entry.
         let task = format!("/proc/self/task/{thread}");

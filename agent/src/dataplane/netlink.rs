@@ -407,10 +407,13 @@ impl RtNetlink {
 struct Batcher {
     socket: TokioSocket,
     /// The thread batches are sent from while this task builds the next, started with the
-    /// first such batch (a pass of one batch never needs it); it holds a duplicate of the
-    /// socket's descriptor, so the socket stays open until a send returns even if the
-    /// batcher is dropped meanwhile (a cancelled apply).
+    /// first such batch (a pass of one batch never needs it, nor do the audit's and the
+    /// host NIC's sockets); it holds a duplicate of the socket's descriptor, so the socket
+    /// stays open until a send returns even if the batcher is dropped meanwhile (a cancelled
+    /// apply).
     sender: Option<BatchSender>,
+    /// Starting the sender failed (said once): batches go out from this task.
+    sender_failed: bool,
     /// What one batch may hold on this socket.
     limits: BatchLimits,
     /// Next sequence number (wrapping). Acks carrying a number outside the batch in flight
@@ -555,6 +558,7 @@ impl Batcher {
         Ok(Batcher {
             socket,
             sender: None,
+            sender_failed: false,
             limits,
             seq: 1,
             send_buf: Vec::new(),
@@ -674,14 +678,18 @@ impl Batcher {
         }
     }
 
-    /// The [`BatchSender`], started on first use; `None` (batches go out from this task, not
-    /// overlapped) if its thread cannot be started.
+    /// The [`BatchSender`], started on first use (without waiting for the thread to run);
+    /// `None` (batches go out from this task, not overlapped) if its thread could not be
+    /// started, which is tried once.
     fn sender(&mut self) -> Option<&mut BatchSender> {
-        if self.sender.is_none() {
+        if self.sender.is_none() && !self.sender_failed {
             let started = self.socket.socket_ref().as_fd().try_clone_to_owned().and_then(BatchSender::start);
             match started {
                 Ok(sender) => self.sender = Some(sender),
-                Err(e) => tracing::warn!(error = %e, "netlink send thread not started: batches are sent one after another"),
+                Err(e) => {
+                    self.sender_failed = true;
+                    tracing::warn!(error = %e, "netlink send thread not started: batches are sent one after another");
+                }
             }
         }
         self.sender.as_mut()
