@@ -500,6 +500,11 @@ async fn a_write_pass_in_chunks_ends_exactly_as_in_one() {
     }
 }
 
+/// The `i`th of many /26 blocks (1,024 a /16, from 10.244.0.0/16 on), in ascending order.
+fn many_dst(i: u32) -> String {
+    format!("10.{}.{}.{}/26", 244 + i / 1024, (i / 4) % 256, (i % 4) * 64)
+}
+
 /// A cold start's chunks start small and double up to the collaborator's batch, so the kernel
 /// starts inserting at once, and halve again at the end, so little is left to record once the
 /// kernel is done; every route is written once.
@@ -507,8 +512,7 @@ async fn a_write_pass_in_chunks_ends_exactly_as_in_one() {
 async fn a_cold_start_ramps_its_chunks_up_to_the_batch_size_and_down_again() {
     let (mut r, nl, _clock) = setup(None);
     nl.state().write_chunk = Some(512);
-    let routes: Vec<ClusterRoute> =
-        (0..3000u32).map(|i| cr(&format!("10.{}.{}.{}/26", 244 + i / 1024, (i / 4) % 256, (i % 4) * 64), RoutePath::Tunnel, Some("10.0.1.13"))).collect();
+    let routes: Vec<ClusterRoute> = (0..3000u32).map(|i| cr(&many_dst(i), RoutePath::Tunnel, Some("10.0.1.13"))).collect();
     r.set_desired(&routes);
     let rep = r.apply().await;
     assert_eq!((rep.writes, rep.error_count()), (3000, 0), "{rep:?}");
@@ -516,6 +520,39 @@ async fn a_cold_start_ramps_its_chunks_up_to_the_batch_size_and_down_again() {
     // is left (568 → 284, 142), the first size again, and the rest.
     assert_eq!(nl.state().chunk_sizes, [128, 256, 512, 512, 512, 512, 284, 142, 128, 14]);
     assert_eq!(nl.take_log().len(), 3000);
+}
+
+/// A cold start of 3,000 routes with `chunk` writes a chunk, its bad input in the chunks of
+/// the ramp's two ends: a foreign route at a desired key in the first chunk and in the last
+/// ones, a failed write in a halved chunk, a stale route of ours; then the retry. Returns
+/// every report, every kernel change in order, and the kernel's routes at the end.
+async fn ramped_pass_scenario(chunk: usize) -> Vec<String> {
+    let (mut r, nl, clock) = setup(None);
+    nl.state().write_chunk = Some(chunk);
+    nl.insert(foreign(&many_dst(5), 4, Some(ETH0), RouteKind::Unicast));
+    nl.insert(foreign(&many_dst(2990), 12, Some(ETH0), RouteKind::Unicast));
+    nl.insert(ObservedRoute { protocol: 80, ..foreign("10.244.7.32/27", 80, Some(TUNL0), RouteKind::Unicast) });
+    nl.state().fail_writes.insert(block(&many_dst(2900)), (Errno::ENOBUFS, 1));
+    let mut trace = Vec::new();
+    r.set_desired(&(0..3000u32).map(|i| cr(&many_dst(i), RoutePath::Tunnel, Some("10.0.1.13"))).collect::<Vec<_>>());
+    traced_apply(&mut r, &nl, &mut trace).await;
+    clock.advance(Duration::from_secs(5));
+    traced_apply(&mut r, &nl, &mut trace).await;
+    trace.push(format!("{:?}", nl.state().routes));
+    trace
+}
+
+/// The chunks of the ramp (up from 128 and halving at the end) end exactly as one write a
+/// chunk does, with foreign routes held, a failed write retried and a stale route deleted.
+#[tokio::test]
+async fn a_ramped_write_pass_with_bad_input_ends_exactly_as_one_write_a_chunk() {
+    let ramped = ramped_pass_scenario(512).await;
+    // The scenario does what it says: two keys held by other writers, one write failed, the
+    // stale route gone after the writes; the failed write in again on the retry.
+    assert!(ramped[0].contains("writes: 2997, ") && ramped[0].contains("write_errors: 3, ") && ramped[0].contains("deletes: 1, "), "{}", ramped[0]);
+    assert!(ramped.contains(&format!("create {} table 254 metric 1024", many_dst(2900))), "the failed write is retried");
+    assert!(ramped.last().unwrap().contains("protocol: 12") && ramped.last().unwrap().contains("protocol: 4"), "the other writers' routes stay");
+    assert_eq!(ramped_pass_scenario(1).await, ramped);
 }
 
 /// A failed metric+1 write keeps the original route (no hole); the step aside is retried.
