@@ -199,13 +199,16 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// key to one target too); conversion failures are reported by the next apply.
     pub fn set_desired_with_handover(&mut self, routes: &[ClusterRoute], handovers: &[Handover]) {
         let now = self.clock.now();
-        let mut sorted: Vec<&ClusterRoute> = routes.iter().collect();
-        // The plan's routes come sorted: checked in one pass, sorted only if not.
-        if !sorted.is_sorted() {
-            sorted.sort();
-        }
+        // The plan's routes come sorted: checked in one pass, copied and sorted only if not.
+        let sorted = if routes.is_sorted() {
+            itertools::Either::Left(routes.iter())
+        } else {
+            let mut copy: Vec<&ClusterRoute> = routes.iter().collect();
+            copy.sort();
+            itertools::Either::Right(copy.into_iter())
+        };
         self.bad_desired.clear();
-        let mut converted: Vec<(RouteKey, DesiredRoute)> = Vec::with_capacity(sorted.len());
+        let mut converted: Vec<DesiredRoute> = Vec::with_capacity(sorted.len());
         let nexthops = self.nexthops.enabled();
         for r in sorted {
             match to_kernel_route(r, &self.settings) {
@@ -213,17 +216,17 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     if nexthops && d.route.target.kind == RouteKind::Unicast {
                         d.nexthop = r.origin.node_shared().map(|node| NexthopKey { node: node.clone(), pool: r.pool.clone() });
                     }
-                    converted.push((d.route.key, d));
+                    converted.push(d);
                 }
                 Err(e) => self.bad_desired.push(e),
             }
         }
         // The first route of a key in ClusterRoute order wins: the sort is stable and `dedup_by`
         // keeps the first of each run. Built in one pass from the sorted run (no search per key).
-        if !converted.is_sorted_by(|a, b| a.0 <= b.0) {
-            converted.sort_by_key(|a| a.0);
+        if !converted.is_sorted_by(|a, b| a.route.key <= b.route.key) {
+            converted.sort_by_key(|d| d.route.key);
         }
-        converted.dedup_by(|later, first| later.0 == first.0);
+        converted.dedup_by(|later, first| later.route.key == first.route.key);
         let next = DesiredRoutes::from_sorted(converted);
         if nexthops {
             self.nexthops.set_wanted(next.values());
