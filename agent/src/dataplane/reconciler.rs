@@ -59,9 +59,11 @@ use super::report::{ApplyReport, ErrorKind};
 use super::retry::{ResyncTimer, Retries};
 use crate::routes::ClusterRoute;
 use crate::vocabulary::PoolClass;
+use dirty::DirtyKeys;
 
 mod apply;
 mod desired;
+mod dirty;
 mod nexthops;
 
 use desired::DesiredRoutes;
@@ -101,7 +103,7 @@ pub struct Reconciler<N, C> {
     /// What we believe is in the kernel: routes the policy calls ours only.
     kernel: BTreeMap<RouteKey, KernelEntry>,
     /// Keys the next apply looks at (desired and kernel state may differ there).
-    dirty: BTreeSet<RouteKey>,
+    dirty: DirtyKeys,
     retries: Retries,
     /// Keys a route we may not overwrite holds, each with whether the hold was reported.
     blocked: BTreeMap<RouteKey, bool>,
@@ -134,7 +136,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             clock,
             desired: DesiredRoutes::default(),
             kernel: BTreeMap::new(),
-            dirty: BTreeSet::new(),
+            dirty: DirtyKeys::default(),
             retries: Retries::default(),
             blocked: BTreeMap::new(),
             bad_desired: Vec::new(),
@@ -177,7 +179,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     pub fn set_datastore_synced(&mut self, synced: bool) {
         if synced && !self.datastore_synced {
             // Deletes held back meanwhile become due.
-            self.dirty.extend(self.kernel.keys().filter(|k| !self.desired.contains_key(k)));
+            self.dirty.extend(self.kernel.keys().filter(|k| !self.desired.contains_key(k)).copied());
         }
         self.datastore_synced = synced;
     }
@@ -268,12 +270,12 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 self.dirty.insert(copy);
             }
         }
-        // Added or changed keys, built into a set in one pass; `desired` becomes `next`.
+        // Added or changed keys (ascending, each once) marked in one pass; `desired` becomes
+        // `next`.
         for key in &changed {
             self.retries.clear(key);
         }
-        let mut changed: BTreeSet<RouteKey> = changed.into_iter().collect();
-        self.dirty.append(&mut changed);
+        self.dirty.add_sorted(changed);
         self.desired = next;
     }
 
@@ -410,7 +412,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// the earliest retry, or the earliest handover deadline.
     pub fn next_wakeup(&self) -> Instant {
         let mut t = self.resync.due();
-        for k in &self.dirty {
+        for k in self.dirty.iter() {
             if let Some(at) = self.retries.not_before(k) {
                 t = t.min(at);
             }
@@ -477,13 +479,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // Mark and sweep: everything desired or found is re-examined by the apply. The three
         // key sets and the dirty set are each in order: one merged walk finds the keys not yet
         // dirty (none on a cold start, where set_desired marked every key), added in one pass.
-        let marked: [Box<dyn Iterator<Item = &RouteKey>>; 3] = [Box::new(self.desired.keys()), Box::new(fresh.keys()), Box::new(self.kernel.keys())];
-        let missing: Vec<RouteKey> =
-            marked.into_iter().kmerge().dedup().merge_join_by(self.dirty.iter(), Ord::cmp).filter_map(|pair| pair.just_left().copied()).collect();
-        if !missing.is_empty() {
-            let mut missing: BTreeSet<RouteKey> = missing.into_iter().collect();
-            self.dirty.append(&mut missing);
-        }
+        // Two-way merges, not a k-way merge of boxed iterators: this walk runs before a cold
+        // start's first write (issue 18).
+        let marked = self.desired.keys().merge(fresh.keys()).merge(self.kernel.keys()).dedup();
+        let missing: Vec<RouteKey> = marked.merge_join_by(self.dirty.iter(), Ord::cmp).filter_map(|pair| pair.just_left().copied()).collect();
+        self.dirty.add_sorted(missing);
         self.kernel = fresh;
         self.adopt_stepped_aside();
         report.resynced = true;

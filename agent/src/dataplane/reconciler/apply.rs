@@ -398,7 +398,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             let stepped = std::mem::replace(&mut self.kernel, fresh.into_iter().collect());
             self.kernel.extend(stepped);
         }
-        remove_all(&mut self.dirty, done);
+        self.dirty.remove_all(done);
         failed_dsts
     }
 
@@ -525,46 +525,5 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         report.kernel_routes = self.kernel.len();
         report.pending = self.dirty.len();
         report.duration = self.clock.now().saturating_duration_since(started);
-    }
-}
-
-/// Remove `gone` from `set`: one removal each when they are few, else one pass that keeps the
-/// rest and rebuilds the set from them in order (a cold start's 10,000 written keys leave the
-/// dirty set in one pass instead of 10,000 searches).
-fn remove_all(set: &mut BTreeSet<RouteKey>, mut gone: Vec<RouteKey>) {
-    if gone.len() < 64 || gone.len() * 4 < set.len() {
-        for key in &gone {
-            set.remove(key);
-        }
-        return;
-    }
-    gone.sort_unstable();
-    *set = std::mem::take(set).into_iter().merge_join_by(gone, Ord::cmp).filter_map(EitherOrBoth::just_left).collect();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn keys(range: std::ops::Range<u32>) -> Vec<RouteKey> {
-        range.map(|i| RouteKey::new(254, IpNet::V4(ipnet::Ipv4Net::new(std::net::Ipv4Addr::from(0x0a00_0000 + (i << 6)), 26).unwrap()), 0, 1024)).collect()
-    }
-
-    #[test]
-    fn remove_all_removes_exactly_the_given_keys_few_or_many() {
-        let all = keys(0..1000);
-        // Few (one removal each), many (rebuilt), all, unsorted, and keys the set lacks.
-        let cases: Vec<Vec<RouteKey>> = vec![
-            all[10..20].to_vec(),
-            all.iter().step_by(2).copied().collect(),
-            all.clone(),
-            all.iter().rev().step_by(3).copied().chain(keys(2000..2100)).collect(),
-        ];
-        for gone in cases {
-            let mut set: BTreeSet<RouteKey> = all.iter().copied().collect();
-            remove_all(&mut set, gone.clone());
-            let want: BTreeSet<RouteKey> = all.iter().filter(|k| !gone.contains(k)).copied().collect();
-            assert_eq!(set, want, "removing {} keys", gone.len());
-        }
     }
 }
