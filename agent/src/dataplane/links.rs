@@ -77,6 +77,11 @@ impl Links {
         }
     }
 
+    /// [`resolve`](Self::resolve) for a walk over many routes: see [`ResolveMemo`].
+    pub(super) fn memo<'d>(&self) -> ResolveMemo<'_, 'd> {
+        ResolveMemo { links: self, known: Vec::new() }
+    }
+
     /// Record that link `index` is called `name` and is up or down. `None` when nothing the
     /// reconciler cares about changed (the watcher reports a link it had not seen yet).
     pub(super) fn update(&mut self, index: u32, name: &str, up: bool) -> Option<LinkChange> {
@@ -118,6 +123,41 @@ impl Links {
     }
 }
 
+/// [`Links::resolve`] for a walk over many routes (`'d`: the routes the device names are
+/// borrowed from), with the answers for the first [`MEMO_DEVICES`] devices that resolved
+/// kept: the routes of a walk name two or three devices between them (in any order: with
+/// CrossSubnet, tunnel and host NIC alternate from one block to the next), so each costs a
+/// few string compares instead of two map lookups (a cold start of 10,000 routes resolves
+/// every device once more for its report, after the kernel's last answer: issue 18). Errors
+/// are not kept: each is answered by [`Links::resolve`] again, as without the memo.
+pub(super) struct ResolveMemo<'l, 'd> {
+    links: &'l Links,
+    known: Vec<(&'d str, Option<u32>)>,
+}
+
+/// How many devices a [`ResolveMemo`] keeps answers for (more are resolved each time).
+const MEMO_DEVICES: usize = 8;
+
+impl<'d> ResolveMemo<'_, 'd> {
+    /// What [`Links::resolve`] answers for `device`.
+    ///
+    /// # Errors
+    /// As [`Links::resolve`]: an unknown device, or one that is down.
+    pub(super) fn resolve(&mut self, device: Option<&'d str>) -> Result<Option<u32>, (ErrorKind, String)> {
+        let Some(name) = device else { return Ok(None) };
+        if let Some((_, oif)) = self.known.iter().find(|(known, _)| *known == name) {
+            return Ok(*oif);
+        }
+        let answer = self.links.resolve(Some(name));
+        if let Ok(oif) = answer {
+            if self.known.len() < MEMO_DEVICES {
+                self.known.push((name, oif));
+            }
+        }
+        answer
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +176,28 @@ mod tests {
         assert_eq!(l.resolve(Some("tunl0")), Err((ErrorKind::DeviceDown, "tunl0".into())));
         assert_eq!(l.resolve(Some("vxlan.calico")), Err((ErrorKind::NoDevice, "vxlan.calico".into())));
         assert!(l.is_up(2) && !l.is_up(3) && !l.is_up(9));
+    }
+
+    #[test]
+    fn the_memo_answers_what_resolve_answers_in_any_order() {
+        let l = links();
+        let names = [Some("eth0"), Some("eth0"), None, Some("tunl0"), Some("eth0"), Some("vxlan.calico"), Some("eth0"), Some("tunl0"), Some("tunl0"), None];
+        let mut memo = l.memo();
+        let got: Vec<_> = names.iter().map(|n| memo.resolve(*n)).collect();
+        let want: Vec<_> = names.iter().map(|n| l.resolve(*n)).collect();
+        assert_eq!(got, want);
+        assert_eq!(got[1], Ok(Some(2)));
+        assert_eq!(got[8], Err((ErrorKind::DeviceDown, "tunl0".into())), "an error is not kept as an answer");
+        // More devices than the memo keeps, asked in turn twice: the same answers.
+        let mut many = Links::default();
+        let infos: Vec<LinkInfo> =
+            (0..u32::try_from(MEMO_DEVICES).unwrap() + 4).map(|i| LinkInfo { index: 10 + i, name: format!("eth{i}"), up: i % 3 != 0 }).collect();
+        many.replace(&infos);
+        let names: Vec<&str> = infos.iter().chain(&infos).map(|l| l.name.as_str()).collect();
+        let mut memo = many.memo();
+        let got: Vec<_> = names.iter().map(|n| memo.resolve(Some(n))).collect();
+        assert_eq!(got, names.iter().map(|n| many.resolve(Some(n))).collect::<Vec<_>>());
+        assert_eq!(got[names.len() - 1], Ok(Some(10 + u32::try_from(MEMO_DEVICES).unwrap() + 3)));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Reconciler logic against the fake kernel (no root needed).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -166,6 +167,48 @@ async fn attribute_change_is_one_replace_and_new_key_goes_in_before_old_goes_out
     let create = log.iter().position(|l| l == "create 10.244.10.0/26 table 254 metric 100").unwrap();
     let delete = log.iter().position(|l| l == "delete 10.244.10.0/26 table 254 metric 1024").unwrap();
     assert!(create < delete, "{log:?}");
+}
+
+/// The report's counts per class and path, when routes of different classes, paths and
+/// devices interleave in key order (counted in a short list first, devices resolved through a
+/// memo): exactly what counting each route on its own gives, held and unresolved routes
+/// included.
+#[tokio::test]
+async fn the_report_counts_each_class_and_path_exactly_when_they_interleave() {
+    let (mut r, nl, _clock) = setup(None);
+    let held = ObservedRoute { gateway: Some("10.0.1.13".parse().unwrap()), ..foreign("10.244.1.0/26", 17, Some(TUNL0), RouteKind::Unicast) };
+    nl.insert(held.clone());
+    let missing_device = ClusterRoute { device: Some("vxlan.calico".into()), ..cr("10.244.1.64/26", RoutePath::Tunnel, Some("10.0.1.14")) };
+    let routes = vec![
+        cr("10.244.0.0/26", RoutePath::Tunnel, Some("10.0.1.13")),
+        cr("10.244.0.64/26", RoutePath::HostNic, Some("10.0.0.12")),
+        cr("10.244.0.128/26", RoutePath::Tunnel, Some("10.0.1.13")),
+        cr("10.244.0.192/26", RoutePath::Blackhole, None),
+        cr("10.244.1.0/26", RoutePath::Tunnel, Some("10.0.1.13")),
+        missing_device,
+        cr("10.244.1.128/26", RoutePath::HostNic, Some("10.0.0.12")),
+        cr("fd00:10:244:10::/122", RoutePath::Blackhole, None),
+        cr("fd00:10:244:20::/122", RoutePath::HostNic, Some("fd00::12")),
+    ];
+    r.set_desired(&routes);
+    let rep = r.apply().await;
+    assert_eq!(rep.writes, 7, "{rep:?}");
+    let counts = |rep: &super::report::ApplyReport| -> BTreeMap<(Family, PoolClass, RoutePath), (usize, usize, usize)> {
+        rep.by_class.iter().map(|(k, c)| (*k, (c.desired, c.programmed, c.held))).collect()
+    };
+    let want = BTreeMap::from([
+        ((Family::V4, PoolClass::Ipip, RoutePath::Tunnel), (4, 2, 1)),
+        ((Family::V4, PoolClass::Ipip, RoutePath::Blackhole), (1, 1, 0)),
+        ((Family::V4, PoolClass::NoEncap, RoutePath::HostNic), (2, 2, 0)),
+        ((Family::V6, PoolClass::Ipip, RoutePath::Blackhole), (1, 1, 0)),
+        ((Family::V6, PoolClass::NoEncap, RoutePath::HostNic), (1, 1, 0)),
+    ]);
+    assert_eq!(counts(&rep), want);
+    // The foreign route stays; the next apply (nothing written) counts the same.
+    assert_eq!(nl.state().routes[&held.key], held);
+    let rep = r.apply().await;
+    assert_eq!(rep.writes, 0, "{rep:?}");
+    assert_eq!(counts(&rep), want);
 }
 
 #[tokio::test]

@@ -16,8 +16,9 @@ use crate::dataplane::kernel_route::{Family, KernelRoute, RouteKey, RouteKind};
 use crate::dataplane::netlink::{ChunkPlace, Clock, NetlinkError, RouteNetlink, RouteOp};
 use crate::dataplane::nexthop::NexthopOp;
 use crate::dataplane::policy::Verdict;
-use crate::dataplane::report::{ApplyReport, Conflict, ErrorKind, Overwrite};
+use crate::dataplane::report::{ApplyReport, ClassCount, Conflict, ErrorKind, Overwrite};
 use crate::dataplane::retry::backoff;
+use crate::vocabulary::{PoolClass, RoutePath};
 
 /// Writes in the first chunk of a write pass ([`Reconciler::write_pass`]); later chunks double
 /// up to [`RouteNetlink::write_chunk`], and the last ones halve down to it again.
@@ -105,8 +106,9 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         if written.is_empty() {
             return;
         }
+        let mut links = self.links.memo();
         for (key, d) in self.desired.iter() {
-            let oif = self.links.resolve(d.route.target.device.as_deref()).ok().flatten();
+            let oif = links.resolve(d.route.target.device.as_deref()).ok().flatten();
             if self.nexthops.ready(d, oif).is_some_and(|id| written.contains(&id)) {
                 self.dirty.insert(*key);
             }
@@ -505,22 +507,38 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// The per-class counts and totals after this apply, and its wall time since `started`.
     fn finish_report(&self, report: &mut ApplyReport, started: Instant) {
         // Desired routes and the kernel view walked together in key order (no search per
-        // route).
+        // route). It runs after the kernel's last answer, so what each route costs here is on
+        // a cold start's clock: the counts are kept in a short list (a few classes and paths
+        // between all routes, in any order) and added to the report's map at the end, and each
+        // route's device is resolved through a memo (issue 18).
+        let mut links = self.links.memo();
+        let mut counts: Vec<((Family, PoolClass, RoutePath), ClassCount)> = Vec::new();
         for pair in self.desired.iter().merge_join_by(self.kernel.iter(), |(a, _), (b, _)| a.cmp(b)) {
             let (key, d, k) = match pair {
                 EitherOrBoth::Left((key, d)) => (key, d, None),
                 EitherOrBoth::Both((key, d), (_, k)) => (key, d, Some(k)),
                 EitherOrBoth::Right(_) => continue,
             };
-            let c = report.by_class.entry((Family::of(&key.dst), d.class, d.path)).or_default();
+            let class = (Family::of(&key.dst), d.class, d.path);
+            let at = counts.iter().position(|(c, _)| *c == class).unwrap_or_else(|| {
+                counts.push((class, ClassCount::default()));
+                counts.len() - 1
+            });
+            let c = &mut counts[at].1;
             c.desired += 1;
-            let oif = self.links.resolve(d.route.target.device.as_deref()).ok().flatten();
+            let oif = links.resolve(d.route.target.device.as_deref()).ok().flatten();
             let nexthop = self.nexthops.ready(d, oif);
             if k.is_some_and(|k| Self::in_sync(&d.route, oif, nexthop, k)) {
                 c.programmed += 1;
             } else if self.blocked.contains_key(&d.route.key) {
                 c.held += 1;
             }
+        }
+        for (class, n) in counts {
+            let c = report.by_class.entry(class).or_default();
+            c.desired += n.desired;
+            c.programmed += n.programmed;
+            c.held += n.held;
         }
         report.kernel_routes = self.kernel.len();
         report.pending = self.dirty.len();
