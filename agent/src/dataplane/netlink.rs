@@ -555,7 +555,7 @@ impl Batcher {
         let rcvbuf = getsockopt(&fd, sockopt::RcvBuf).map_err(std::io::Error::from)?;
         let sndbuf = getsockopt(&fd, sockopt::SndBuf).map_err(std::io::Error::from)?;
         let limits = BatchLimits::granted(rcvbuf, sndbuf);
-        Ok(Batcher {
+        let mut batcher = Batcher {
             socket,
             sender: None,
             sender_failed: false,
@@ -566,7 +566,13 @@ impl Batcher {
             recv_buf: Vec::with_capacity(RECV_BUF_BYTES),
             in_flight: None,
             open: None,
-        })
+        };
+        // The send thread is started now, not at the first batch that needs it: its start
+        // (a clone and the thread's first run) then overlaps the caller's work before its
+        // first write pass instead of delaying that pass's first batch (a cold start: issue
+        // 18). A failed start is said once, and batches go out from the task.
+        batcher.sender();
+        Ok(batcher)
     }
 
     /// Run `ops` in order, in batches of at most `window` messages and [`MAX_BATCH_BYTES`]
@@ -678,9 +684,9 @@ impl Batcher {
         }
     }
 
-    /// The [`BatchSender`], started on first use (without waiting for the thread to run);
-    /// `None` (batches go out from this task, not overlapped) if its thread could not be
-    /// started, which is tried once.
+    /// The [`BatchSender`], started when the batcher opens or else on first use (without
+    /// waiting for the thread to run); `None` (batches go out from this task, not
+    /// overlapped) if its thread could not be started, which is tried once.
     fn sender(&mut self) -> Option<&mut BatchSender> {
         if self.sender.is_none() && !self.sender_failed {
             let started = self.socket.socket_ref().as_fd().try_clone_to_owned().and_then(BatchSender::start);
