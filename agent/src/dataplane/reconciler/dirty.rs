@@ -1,12 +1,12 @@
 //! The reconciler's dirty keys (the keys the next apply looks at), held the way they were last
-//! changed: a sorted vector while they were only ever set in bulk (a cold start marks all
-//! 10,000 desired keys at once, the resync's sweep adds the keys it found, and the write pass
-//! takes the written ones out a chunk at a time), an ordered set once single keys come and
-//! go (events, failures, retries). A cold start so never builds a tree of 10,000 keys before
-//! its first write: that build (`BTreeSet::from_iter` sorts, then allocates a node per 11
-//! keys) was a third of `set_desired`, on the clock before the kernel gets its first batch
-//! (issue 18 part 1). Both forms are ascending and hold each key once; every operation answers
-//! exactly as a `BTreeSet` would (checked against one in the tests below).
+//! changed: a sorted vector while they were only set in bulk since the set was last empty (a cold
+//! start marks all 10,000 desired keys at once, the resync's sweep adds the keys it found, and the
+//! write pass takes the written ones out a chunk at a time), an ordered set once single keys come
+//! and go (events, failures, retries) until it is empty again. A cold start so never builds a tree
+//! of 10,000 keys before its first write: that build (`BTreeSet::from_iter` sorts, then allocates a
+//! node per 11 keys) was a third of `set_desired`, on the clock before the kernel gets its first
+//! batch (issue 18 part 1). Both forms are ascending and hold each key once; every operation
+//! answers exactly as a `BTreeSet` would (checked against one in the tests below).
 
 use std::collections::BTreeSet;
 
@@ -19,52 +19,39 @@ use crate::dataplane::kernel_route::RouteKey;
 /// pass that rebuilds the rest.
 const ONE_BY_ONE: usize = 64;
 
-/// A set of route keys in ascending order (see the module documentation for its two forms).
-#[derive(Debug)]
+/// A set of route keys in ascending order (see the module documentation for its two forms):
+/// the keys are in `sorted` or in `tree`, never in both (at most one of them is not empty).
+#[derive(Debug, Default)]
 pub(super) struct DirtyKeys {
-    keys: Form,
-}
-
-#[derive(Debug)]
-enum Form {
-    /// Ascending, no key twice: set only in bulk since it was last empty.
-    Sorted(Vec<RouteKey>),
-    /// After a single key was added or removed.
-    Tree(BTreeSet<RouteKey>),
-}
-
-impl Default for DirtyKeys {
-    fn default() -> Self {
-        DirtyKeys { keys: Form::Sorted(Vec::new()) }
-    }
+    /// Ascending, no key twice: the keys while they were only set in bulk since the set was
+    /// last empty.
+    sorted: Vec<RouteKey>,
+    /// The keys once a single key was added or removed.
+    tree: BTreeSet<RouteKey>,
 }
 
 impl DirtyKeys {
     /// How many keys are dirty.
     pub(super) fn len(&self) -> usize {
-        match &self.keys {
-            Form::Sorted(v) => v.len(),
-            Form::Tree(t) => t.len(),
-        }
+        self.sorted.len() + self.tree.len()
     }
 
     /// Every dirty key, ascending.
     pub(super) fn iter(&self) -> impl Iterator<Item = &RouteKey> + '_ {
-        match &self.keys {
-            Form::Sorted(v) => Either::Left(v.iter()),
-            Form::Tree(t) => Either::Right(t.iter()),
+        if self.tree.is_empty() {
+            Either::Left(self.sorted.iter())
+        } else {
+            Either::Right(self.tree.iter())
         }
     }
 
     /// The keys as a tree, built from the vector the first time a single key comes or goes.
     fn tree(&mut self) -> &mut BTreeSet<RouteKey> {
-        if let Form::Sorted(v) = &mut self.keys {
-            self.keys = Form::Tree(std::mem::take(v).into_iter().collect());
+        if !self.sorted.is_empty() {
+            debug_assert!(self.tree.is_empty(), "dirty keys in both forms");
+            self.tree = std::mem::take(&mut self.sorted).into_iter().collect();
         }
-        match &mut self.keys {
-            Form::Tree(t) => t,
-            Form::Sorted(_) => unreachable!("made a tree above"),
-        }
+        &mut self.tree
     }
 
     /// Mark `key`; whether it was not marked yet.
@@ -75,10 +62,10 @@ impl DirtyKeys {
     /// Unmark `key`; whether it was marked. A key that is not marked changes nothing (the
     /// vector stays a vector).
     pub(super) fn remove(&mut self, key: &RouteKey) -> bool {
-        match &mut self.keys {
-            Form::Sorted(v) if v.binary_search(key).is_err() => false,
-            _ => self.tree().remove(key),
+        if self.tree.is_empty() && self.sorted.binary_search(key).is_err() {
+            return false;
         }
+        self.tree().remove(key)
     }
 
     /// Mark every key of `keys` (any order, repeats allowed). None leaves the form as it is.
@@ -97,10 +84,12 @@ impl DirtyKeys {
         if added.is_empty() {
             return;
         }
-        match &mut self.keys {
-            Form::Sorted(v) if v.is_empty() => *v = added,
-            Form::Sorted(v) => *v = std::mem::take(v).into_iter().merge(added).dedup().collect(),
-            Form::Tree(t) => t.append(&mut added.into_iter().collect()),
+        if !self.tree.is_empty() {
+            self.tree.append(&mut added.into_iter().collect());
+        } else if self.sorted.is_empty() {
+            self.sorted = added;
+        } else {
+            self.sorted = std::mem::take(&mut self.sorted).into_iter().merge(added).dedup().collect();
         }
     }
 
@@ -112,24 +101,19 @@ impl DirtyKeys {
         if gone.is_empty() {
             return;
         }
-        match &mut self.keys {
-            Form::Tree(t) if gone.len() < ONE_BY_ONE || gone.len() * 4 < t.len() => {
-                for key in &gone {
-                    t.remove(key);
-                }
+        gone.sort_unstable();
+        if self.tree.is_empty() {
+            let mut gone = gone.into_iter().peekable();
+            self.sorted.retain(|k| {
+                while gone.next_if(|g| g < k).is_some() {}
+                gone.peek() != Some(k)
+            });
+        } else if gone.len() < ONE_BY_ONE || gone.len() * 4 < self.tree.len() {
+            for key in &gone {
+                self.tree.remove(key);
             }
-            Form::Tree(t) => {
-                gone.sort_unstable();
-                *t = std::mem::take(t).into_iter().merge_join_by(gone, Ord::cmp).filter_map(EitherOrBoth::just_left).collect();
-            }
-            Form::Sorted(v) => {
-                gone.sort_unstable();
-                let mut gone = gone.into_iter().peekable();
-                v.retain(|k| {
-                    while gone.next_if(|g| g < k).is_some() {}
-                    gone.peek() != Some(k)
-                });
-            }
+        } else {
+            self.tree = std::mem::take(&mut self.tree).into_iter().merge_join_by(gone, Ord::cmp).filter_map(EitherOrBoth::just_left).collect();
         }
     }
 }
@@ -204,9 +188,10 @@ mod tests {
         dirty.remove_all((0..10).map(key).collect());
         dirty.extend(std::iter::empty());
         assert!(!dirty.remove(&key(500)), "not marked");
-        assert!(matches!(&dirty.keys, Form::Sorted(v) if v.len() == 140));
+        assert_eq!((dirty.sorted.len(), dirty.tree.len()), (140, 0));
         assert!(dirty.remove(&key(10)));
-        assert!(matches!(&dirty.keys, Form::Tree(t) if t.len() == 139 && t.first() == Some(&key(11))));
+        assert_eq!((dirty.sorted.len(), dirty.tree.len()), (0, 139));
+        assert_eq!(dirty.tree.first(), Some(&key(11)));
         // Removing every key (the end of a cold start's write pass) from either form.
         dirty.remove_all((0..150).map(key).collect());
         assert_eq!(dirty.len(), 0);
