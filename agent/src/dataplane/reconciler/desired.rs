@@ -2,7 +2,7 @@
 //! up by key (binary search) and walked in key order, never edited in place; so it needs no
 //! tree, and building it from the converted routes (already sorted) costs no allocation per
 //! route (a cold start of 10,000 routes: issue 18 part 1). Each route's key is the one in it
-//! (`route.key`), not stored again beside it: a cold start touches a fifth less memory.
+//! (`route.key`), not stored again beside it: 112 bytes a route instead of 144.
 
 use crate::dataplane::kernel_route::{DesiredRoute, RouteKey};
 
