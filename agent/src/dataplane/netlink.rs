@@ -406,14 +406,14 @@ impl RtNetlink {
 /// to the kernel, with the next sequence number and reusable send/receive buffers.
 struct Batcher {
     socket: TokioSocket,
-    /// The thread batches are sent from while this task builds the next, started with the
-    /// first such batch (a pass of one batch never needs it, nor do the audit's and the
-    /// host NIC's sockets); it holds a duplicate of the socket's descriptor, so the socket
-    /// stays open until a send returns even if the batcher is dropped meanwhile (a cancelled
-    /// apply).
+    /// The thread batches are sent from while this task builds the next, started when the
+    /// socket opens, so its start overlaps the caller's work before a cold start's first
+    /// batch (issue 18); on sockets that never pipeline (a pass of one batch, the audit's,
+    /// the host NIC's) it stays idle in a blocking receive. It holds a duplicate of the
+    /// socket's descriptor, so the socket stays open until a send returns even if the batcher
+    /// is dropped meanwhile (a cancelled apply). `None`: it could not be started (said
+    /// once), and batches go out from this task.
     sender: Option<BatchSender>,
-    /// Starting the sender failed (said once): batches go out from this task.
-    sender_failed: bool,
     /// What one batch may hold on this socket.
     limits: BatchLimits,
     /// Next sequence number (wrapping). Acks carrying a number outside the batch in flight
@@ -555,10 +555,16 @@ impl Batcher {
         let rcvbuf = getsockopt(&fd, sockopt::RcvBuf).map_err(std::io::Error::from)?;
         let sndbuf = getsockopt(&fd, sockopt::SndBuf).map_err(std::io::Error::from)?;
         let limits = BatchLimits::granted(rcvbuf, sndbuf);
-        let mut batcher = Batcher {
+        let sender = match fd.try_clone_to_owned().and_then(BatchSender::start) {
+            Ok(sender) => Some(sender),
+            Err(e) => {
+                tracing::warn!(error = %e, "netlink send thread not started: batches are sent one after another");
+                None
+            }
+        };
+        Ok(Batcher {
             socket,
-            sender: None,
-            sender_failed: false,
+            sender,
             limits,
             seq: 1,
             send_buf: Vec::new(),
@@ -566,13 +572,7 @@ impl Batcher {
             recv_buf: Vec::with_capacity(RECV_BUF_BYTES),
             in_flight: None,
             open: None,
-        };
-        // The send thread is started now, not at the first batch that needs it: its start
-        // (a clone and the thread's first run) then overlaps the caller's work before its
-        // first write pass instead of delaying that pass's first batch (a cold start: issue
-        // 18). A failed start is said once, and batches go out from the task.
-        batcher.sender();
-        Ok(batcher)
+        })
     }
 
     /// Run `ops` in order, in batches of at most `window` messages and [`MAX_BATCH_BYTES`]
@@ -674,7 +674,7 @@ impl Batcher {
     async fn dispatch(&mut self, base: u32, pending: Vec<Pending>, in_background: bool, timeout: Duration, results: &mut Vec<Result<(), NetlinkError>>) {
         std::mem::swap(&mut self.send_buf, &mut self.next_buf);
         let buf = std::mem::take(&mut self.send_buf);
-        if let Some(sender) = in_background.then(|| self.sender()).flatten() {
+        if let Some(sender) = self.sender.as_mut().filter(|_| in_background) {
             let send = sender.send(buf);
             self.in_flight = Some(InFlight { send, base, pending });
         } else {
@@ -682,23 +682,6 @@ impl Batcher {
             self.send_buf = buf;
             self.run_batch(base, pending, sent, timeout, results).await;
         }
-    }
-
-    /// The [`BatchSender`], started when the batcher opens or else on first use (without
-    /// waiting for the thread to run); `None` (batches go out from this task, not
-    /// overlapped) if its thread could not be started, which is tried once.
-    fn sender(&mut self) -> Option<&mut BatchSender> {
-        if self.sender.is_none() && !self.sender_failed {
-            let started = self.socket.socket_ref().as_fd().try_clone_to_owned().and_then(BatchSender::start);
-            match started {
-                Ok(sender) => self.sender = Some(sender),
-                Err(e) => {
-                    self.sender_failed = true;
-                    tracing::warn!(error = %e, "netlink send thread not started: batches are sent one after another");
-                }
-            }
-        }
-        self.sender.as_mut()
     }
 
     /// Wait for batch `f` to leave `sendmsg` and read its answers into `results`.
