@@ -509,7 +509,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // Desired routes and the kernel view walked together in key order (no search per
         // route). It runs after the kernel's last answer, so what each route costs here is on
         // a cold start's clock: the counts are kept in a short list (a few classes and paths
-        // between all routes, in any order) and added to the report's map at the end, and each
+        // between all routes, in any order) and put into the report's map at the end, and each
         // route's device is resolved through a memo (issue 18).
         let mut links = self.links.memo();
         let mut counts: Vec<((Family, PoolClass, RoutePath), ClassCount)> = Vec::new();
@@ -534,12 +534,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 c.held += 1;
             }
         }
-        for (class, n) in counts {
-            let c = report.by_class.entry(class).or_default();
-            c.desired += n.desired;
-            c.programmed += n.programmed;
-            c.held += n.held;
-        }
+        // Each class and path is in the list once, and nothing else fills the report's map.
+        report.by_class.extend(counts);
         report.kernel_routes = self.kernel.len();
         report.pending = self.dirty.len();
         report.duration = self.clock.now().saturating_duration_since(started);
