@@ -5,20 +5,21 @@
 //! Behind traits so the reconciler's logic is tested without root (Felix `routetable` keeps
 //! its netlink handle and clock behind interfaces for the same reason).
 
+use std::collections::VecDeque;
 use std::future::Future;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::StreamExt;
 use nix::sys::socket::{getsockopt, setsockopt, sockopt};
-use rtnetlink::packet_core::{NetlinkBuffer, NetlinkMessage, NetlinkPayload, NLMSG_ALIGNTO, NLMSG_ERROR, NLM_F_ACK, NLM_F_DUMP_INTR, NLM_F_REQUEST};
+use rtnetlink::packet_core::{NetlinkBuffer, NetlinkMessage, NetlinkPayload, NLMSG_ALIGNTO, NLM_F_ACK, NLM_F_DUMP_INTR, NLM_F_REQUEST};
 use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags};
 use rtnetlink::packet_route::RouteNetlinkMessage;
 use rtnetlink::sys::protocols::NETLINK_ROUTE;
-use rtnetlink::sys::{AsyncSocket, AsyncSocketExt, SocketAddr, TokioSocket};
+use rtnetlink::sys::{AsyncSocket, Socket, SocketAddr};
 
-use super::batch_sender::{BatchSender, Sent};
+use super::batch_sender::{landed, Answers, Batch, BatchFailure, BatchSender, Landed};
 use super::kernel_route::{
     all_tables_dump_request, delete_request, dump_request, dump_request_both_families, parse_route, write_request, Family, KernelRoute, ObservedRoute, RouteKey,
 };
@@ -311,8 +312,7 @@ pub struct RtNetlink {
 /// handles the whole buffer inside `sendmsg`), so a batch in which every message fails, 1,024
 /// answers, needs about 1.5 MiB; the buffer is forced to 4 MiB where the agent may
 /// (`CAP_NET_ADMIN`), else raised up to `net.core.rmem_max` (208 KiB by default, doubled: a
-/// window of 277). 1,024 rather than 256: a quarter of the sends, each a hand-off to the
-/// sending thread (issue 18).
+/// window of 277). 1,024 rather than 256: a quarter of the sends (issue 18).
 pub const DEFAULT_WINDOW: usize = 1024;
 /// Upper bound on the bytes of one batch (`sendmsg` payload); a batch closes at `window`
 /// messages or at this size, whichever comes first (1,024 route messages of 72 to 100 bytes
@@ -324,9 +324,6 @@ pub const MAX_BATCH_BYTES: usize = 160 * 1024;
 const ANSWER_BYTES: usize = 1536;
 /// Per-request (dumps) and per-batch (writes) timeout (Felix `NetlinkTimeoutSecs` default 10 s).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Receive buffer for one datagram on the batch socket, bytes: acks are 36 bytes, error acks
-/// echo the request plus extended-ack attributes (well under 1 KiB for a route message).
-const RECV_BUF_BYTES: usize = 64 * 1024;
 /// Socket receive buffer asked for, bytes (forced on the batch socket where the agent may,
 /// else `SO_RCVBUF`, capped by `net.core.rmem_max`).
 const SOCKET_RCVBUF_BYTES: usize = 4 * 1024 * 1024;
@@ -357,11 +354,12 @@ impl BatchLimits {
 
 impl RtNetlink {
     /// Open a strict-checking rtnetlink connection (spawning its driver on the current tokio
-    /// runtime) and the batch socket. Both sockets live in the network namespace of the
-    /// calling thread.
+    /// runtime) and the batch socket with its thread. Both sockets live in the network
+    /// namespace of the calling thread.
     ///
     /// # Errors
-    /// [`NetlinkError::Connection`] if a socket cannot be opened or configured.
+    /// [`NetlinkError::Connection`] if a socket cannot be opened or configured, or the batch
+    /// socket's thread cannot be started.
     pub fn connect() -> Result<Self, NetlinkError> {
         let conn_err = |e: std::io::Error| NetlinkError::Connection { op: NetlinkOp::Connect, reason: e.to_string() };
         let (mut conn, handle, _unsolicited) = rtnetlink::new_connection_with_strict_check().map_err(conn_err)?;
@@ -402,46 +400,43 @@ impl RtNetlink {
     }
 }
 
-/// The batch socket: a plain `NETLINK_ROUTE` socket bound to an automatic port and connected
-/// to the kernel, with the next sequence number and reusable send/receive buffers.
+/// The batch socket's task side: the next sequence number, the batch being serialized, and
+/// the batches handed to the socket's thread ([`BatchSender`], which owns the socket: a plain
+/// `NETLINK_ROUTE` socket bound to an automatic port and connected to the kernel) whose
+/// answers are not taken yet.
 struct Batcher {
-    socket: TokioSocket,
-    /// The thread batches are sent from while this task builds the next, started when the
-    /// socket opens, so its start overlaps the caller's work before a cold start's first
-    /// batch (issue 18); on sockets that never pipeline (a pass of one batch, the audit's,
-    /// the host NIC's) it stays idle in a blocking receive. It holds a duplicate of the
-    /// socket's descriptor, so the socket stays open until a send returns even if the batcher
-    /// is dropped meanwhile (a cancelled apply). `None`: it could not be started (said
-    /// once), and batches go out from this task.
-    sender: Option<BatchSender>,
+    /// The thread that sends each batch and reads its answers. It owns the socket: a batch
+    /// handed over is sent and answered even if the call that handed it over is dropped
+    /// meanwhile (a cancelled apply; its answers are landed by the next call); batches still
+    /// queued when the batcher is dropped are not sent.
+    sender: BatchSender,
     /// What one batch may hold on this socket.
     limits: BatchLimits,
-    /// Next sequence number (wrapping). Acks carrying a number outside the batch in flight
-    /// (left over from a batch that timed out or was cancelled) are ignored.
+    /// Next sequence number (wrapping). Answers carrying a number outside the batch being
+    /// read (left over from a batch that timed out) are skipped.
     seq: u32,
-    send_buf: Vec<u8>,
-    /// The batch after the one in the kernel, serialized while the kernel handles that one.
+    /// The next batch, serialized while the kernel handles the ones before.
     next_buf: Vec<u8>,
-    recv_buf: Vec<u8>,
-    /// The batch in the kernel, when a call returned before it was answered (the last of a
-    /// pipelined chunk).
-    in_flight: Option<InFlight>,
-    /// The chunk [`in_flight`](Self::in_flight) belongs to, with its results so far.
+    /// Buffers back from the thread, for the next batches.
+    spare: Vec<Vec<u8>>,
+    /// The batches handed to the thread and not landed yet, oldest first: at most one in the
+    /// kernel and one queued behind it while a call runs; when a call returned before its
+    /// last batch was answered (the last of a pipelined chunk), that batch.
+    in_flight: VecDeque<InFlight>,
+    /// The chunk the batch left in flight by a call belongs to, with its results so far.
     open: Option<Executed>,
 }
 
-/// A batch in the kernel: its `sendmsg` runs on the [`BatchSender`] thread (which gives the
-/// buffer back); its answers are not read yet.
+/// A batch handed to the [`BatchSender`] thread: its buffer and answers come back through
+/// `landed`; `pending` says what each of its ops reports.
 struct InFlight {
-    send: tokio::sync::oneshot::Receiver<Sent>,
-    /// Sequence number of its first op.
-    base: u32,
+    landed: std::sync::mpsc::Receiver<Landed>,
     pending: Vec<Pending>,
 }
 
 impl std::fmt::Debug for Batcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Batcher").field("fd", &self.socket.as_raw_fd()).field("seq", &self.seq).finish_non_exhaustive()
+        f.debug_struct("Batcher").field("sender", &self.sender).field("seq", &self.seq).field("in_flight", &self.in_flight.len()).finish_non_exhaustive()
     }
 }
 
@@ -527,21 +522,20 @@ impl BatchOp for NexthopOp {
     }
 }
 
-/// Result slot per op of a batch, index = sequence number - the batch's first.
-type Slots = [Option<Result<(), NetlinkError>>];
-
 impl Batcher {
     /// Open, bind and connect the socket (strict checking, extended acks, large receive
-    /// buffer) in the calling thread's network namespace.
+    /// buffer) in the calling thread's network namespace, and start its thread.
+    ///
+    /// # Errors
+    /// The socket could not be opened or configured, or its thread not started.
     fn open() -> std::io::Result<Self> {
-        let mut socket = TokioSocket::new(NETLINK_ROUTE)?;
-        let sock = socket.socket_mut();
+        let mut sock = Socket::new(NETLINK_ROUTE)?;
         sock.bind_auto()?;
         sock.connect(&SocketAddr::new(0, 0))?;
         sock.set_netlink_get_strict_chk(true)?;
         sock.set_ext_ack(true)?;
         // Answers carry no copy of the request (the sequence number and errno are all
-        // `fill_slots` reads): smaller answers, more of them fit the receive buffer.
+        // `take_answers` reads): smaller answers, more of them fit the receive buffer.
         sock.set_cap_ack(true)?;
         let fd = sock.as_fd();
         // Forced where the agent may (CAP_NET_ADMIN), else capped by rmem_max / wmem_max. The
@@ -555,36 +549,18 @@ impl Batcher {
         let rcvbuf = getsockopt(&fd, sockopt::RcvBuf).map_err(std::io::Error::from)?;
         let sndbuf = getsockopt(&fd, sockopt::SndBuf).map_err(std::io::Error::from)?;
         let limits = BatchLimits::granted(rcvbuf, sndbuf);
-        let sender = match fd.try_clone_to_owned().and_then(BatchSender::start) {
-            Ok(sender) => Some(sender),
-            Err(e) => {
-                tracing::warn!(error = %e, "netlink send thread not started: batches are sent one after another");
-                None
-            }
-        };
-        Ok(Batcher {
-            socket,
-            sender,
-            limits,
-            seq: 1,
-            send_buf: Vec::new(),
-            next_buf: Vec::new(),
-            recv_buf: Vec::with_capacity(RECV_BUF_BYTES),
-            in_flight: None,
-            open: None,
-        })
+        Ok(Batcher { sender: BatchSender::start(sock)?, limits, seq: 1, next_buf: Vec::new(), spare: Vec::new(), in_flight: VecDeque::new(), open: None })
     }
 
     /// Run `ops` in order, in batches of at most `window` messages and [`MAX_BATCH_BYTES`]
     /// bytes (fewer where the socket's buffers are smaller: [`BatchLimits`]); `timeout`
     /// applies per batch. Returns one result per op, in order.
     ///
-    /// When there is more than one batch, each batch but the last is sent from the
-    /// [`BatchSender`] thread while this task serializes the next: the kernel handles a
-    /// batch inside `sendmsg`, on the sending thread, so building batch n+1 overlaps the
-    /// kernel's insert of batch n instead of following it (issue 18). Only one batch is in the
-    /// kernel at a time, so the ops still run in order; the answers are read here, batch by
-    /// batch. A single batch (the steady state: a few ops) is sent from this task.
+    /// Every batch goes to the [`BatchSender`] thread, which sends it and reads its answers;
+    /// while the kernel handles batch n, this task serializes batch n+1 and queues it behind,
+    /// so the thread goes on to it as soon as batch n is answered: building a batch and taking
+    /// the answers back overlap the kernel's insert instead of following it (issue 18). Only
+    /// one batch is in the kernel at a time, so the ops still run in order.
     async fn execute<T: BatchOp>(&mut self, ops: &[T], window: usize, timeout: Duration) -> Vec<Result<(), NetlinkError>> {
         // A pipelined chunk's batch still in the kernel is answered first; the chunk stays
         // for its pass's next call.
@@ -608,29 +584,29 @@ impl Batcher {
         }
         let mut results = Vec::with_capacity(ops.len());
         // The chunk before, its last batch in flight (if not answered by a plain `execute`
-        // meanwhile): that batch is landed after this chunk's first batch is serialized, so
-        // the serializing overlaps the kernel's insert.
+        // meanwhile): that batch is landed once this chunk's first batch is queued behind it,
+        // so the serializing overlaps the kernel's insert and the kernel goes on at once.
         let mut open = self.open.take();
-        let earlier = if self.in_flight.is_some() { open.as_mut().map(|o| &mut o.results) } else { None };
+        let earlier = if self.in_flight.is_empty() { None } else { open.as_mut().map(|o| &mut o.results) };
         self.run_ops(&ops, window, timeout, !place.last, earlier, &mut results).await;
         let mut done: Vec<Executed> = open.into_iter().collect();
         if ops.is_empty() {
             return done;
         }
-        if self.in_flight.is_some() {
-            self.open = Some(Executed { ops, results });
-        } else {
+        if self.in_flight.is_empty() {
             done.push(Executed { ops, results });
+        } else {
+            self.open = Some(Executed { ops, results });
         }
         done
     }
 
     /// Send `ops` in batches, one in the kernel at a time, each serialized while the one
-    /// before is in the kernel; results are appended to `results` as batches are landed.
-    /// `earlier`: where the results of the batch in flight on entry go (a chunk before this
-    /// one; `None`: no batch is in flight, or it belongs to `results`). With `leave_last`, the
-    /// last batch is left in flight ([`InFlight`]); otherwise it is sent from this task and
-    /// every result is in on return. The batch in flight on entry is landed either way.
+    /// before is in the kernel and queued behind it; results are appended to `results` as
+    /// batches are landed. `earlier`: where the results of the batches in flight on entry go
+    /// (a chunk before this one; `None`: they belong to `results`). With `leave_last`, this
+    /// call's last batch is left in flight ([`InFlight`]); otherwise every result is in on
+    /// return. The batches in flight on entry are landed either way.
     async fn run_ops<T: BatchOp>(
         &mut self,
         ops: &[T],
@@ -640,156 +616,104 @@ impl Batcher {
         mut earlier: Option<&mut Vec<Result<(), NetlinkError>>>,
         results: &mut Vec<Result<(), NetlinkError>>,
     ) {
+        let mut earlier_left = self.in_flight.len();
         let mut at = 0;
         loop {
-            let next = self.serialize_next(&ops[at..], window);
-            // Past the last batch, one left in flight stays there unless it came from before.
-            if next.is_some() || earlier.is_some() || !leave_last {
-                if let Some(f) = self.in_flight.take() {
-                    self.land(f, timeout, earlier.take().unwrap_or(&mut *results)).await;
+            let next = self.serialize_next(&ops[at..], window, timeout);
+            // One batch in the kernel and the next queued behind it: the oldest lands (its
+            // answers are taken) while the thread sends the next. Past the last batch, what is
+            // in flight lands, but for this call's own last batch when it is left there.
+            let keep = match next {
+                Some(n) => {
+                    at += n;
+                    1
                 }
+                None => usize::from(leave_last && earlier_left < self.in_flight.len()),
+            };
+            while self.in_flight.len() > keep {
+                let Some(f) = self.in_flight.pop_front() else { break };
+                let into = if earlier_left > 0 {
+                    earlier_left -= 1;
+                    earlier.as_deref_mut().unwrap_or(&mut *results)
+                } else {
+                    &mut *results
+                };
+                Self::land(f, timeout, &mut self.spare, into).await;
             }
-            let Some((base, pending)) = next else { return };
-            at += pending.len();
-            self.dispatch(base, pending, leave_last || at < ops.len(), timeout, results).await;
+            if next.is_none() {
+                return;
+            }
         }
     }
 
-    /// Serialize the first batch of `ops` into `next_buf`, taking its sequence numbers; none
-    /// when `ops` is empty.
-    fn serialize_next<T: BatchOp>(&mut self, ops: &[T], window: usize) -> Option<(u32, Vec<Pending>)> {
+    /// Serialize the first batch of `ops` (taking its sequence numbers) and hand it to the
+    /// thread, queued behind the batches in flight; returns how many ops it holds, none when
+    /// `ops` is empty.
+    fn serialize_next<T: BatchOp>(&mut self, ops: &[T], window: usize, timeout: Duration) -> Option<usize> {
         let limits = BatchLimits { messages: window.min(self.limits.messages), bytes: self.limits.bytes };
         let base = self.seq;
         let pending = serialize(&mut self.next_buf, base, ops, limits);
         if pending.is_empty() {
             return None;
         }
-        self.seq = base.wrapping_add(u32::try_from(pending.len()).unwrap_or(u32::MAX));
-        Some((base, pending))
+        let count = pending.len();
+        self.seq = base.wrapping_add(u32::try_from(count).unwrap_or(u32::MAX));
+        let buf = std::mem::replace(&mut self.next_buf, self.spare.pop().unwrap_or_default());
+        let landed = self.sender.send(Batch { buf, base, count, timeout });
+        self.in_flight.push_back(InFlight { landed, pending });
+        Some(count)
     }
 
-    /// Send the batch in `next_buf` (no batch in flight): from the [`BatchSender`] thread,
-    /// left in flight, when `in_background` (and the thread runs); else from this task, its
-    /// answers read into `results`.
-    async fn dispatch(&mut self, base: u32, pending: Vec<Pending>, in_background: bool, timeout: Duration, results: &mut Vec<Result<(), NetlinkError>>) {
-        std::mem::swap(&mut self.send_buf, &mut self.next_buf);
-        let buf = std::mem::take(&mut self.send_buf);
-        if let Some(sender) = self.sender.as_mut().filter(|_| in_background) {
-            let send = sender.send(buf);
-            self.in_flight = Some(InFlight { send, base, pending });
-        } else {
-            let sent = self.send(&buf).await;
-            self.send_buf = buf;
-            self.run_batch(base, pending, sent, timeout, results).await;
-        }
-    }
-
-    /// Wait for batch `f` to leave `sendmsg` and read its answers into `results`.
-    async fn land(&mut self, f: InFlight, timeout: Duration, results: &mut Vec<Result<(), NetlinkError>>) {
-        let sent = match f.send.await {
-            Ok((buf, bytes)) => {
-                let sent = bytes.and_then(|n| check_sent(n, buf.len()));
-                self.send_buf = buf;
-                sent
+    /// Wait for batch `f`'s answers and append one result per op to `results`
+    /// ([`results_of`]); its buffer goes to `spare`.
+    async fn land(f: InFlight, timeout: Duration, spare: &mut Vec<Vec<u8>>, results: &mut Vec<Result<(), NetlinkError>>) {
+        let answers = match landed(f.landed).await {
+            Some((buf, answers)) => {
+                spare.push(buf);
+                answers
             }
-            // The send thread ended: the buffer is lost with it.
-            Err(_) => Err(std::io::Error::other("the netlink send thread ended")),
+            // The thread ended: the buffer is lost with it.
+            None => Answers::failed(BatchFailure::Io("send batch: the netlink send thread ended".into())),
         };
-        self.run_batch(f.base, f.pending, sent, timeout, results).await;
+        results_of(answers, f.pending, timeout, results);
     }
 
-    /// Read the answers of the batch in flight, if any, into the chunk it belongs to.
+    /// Land the batches in flight, if any, into the chunk they belong to.
     async fn settle(&mut self, timeout: Duration) {
-        if let Some(f) = self.in_flight.take() {
-            let mut open = self.open.take().unwrap_or(Executed { ops: Vec::new(), results: Vec::new() });
-            self.land(f, timeout, &mut open.results).await;
-            self.open = Some(open);
+        if self.in_flight.is_empty() {
+            return;
         }
-    }
-
-    /// Send `buf` in one `sendmsg` from this task.
-    async fn send(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        let sent = self.socket.send(buf).await?;
-        check_sent(sent, buf.len())
-    }
-
-    /// Collect the answers of a sent batch (the ops of `pending`, sequence numbers from
-    /// `base`; `sent` is how its `sendmsg` went) up to the last op's, appending one result
-    /// per op to `results`.
-    ///
-    /// Per op: an answer with a negative errno → [`NetlinkError::Kernel`] with it; no answer
-    /// of its own once the last op's answer is read → `Ok` (the kernel answers every failure,
-    /// in order); no answer of the last op within `timeout` → [`NetlinkError::Timeout`] for
-    /// every op without an error; answers dropped because the receive buffer overflowed →
-    /// `Kernel` with `ENOBUFS` for every op without an answer of its own (a dropped answer may
-    /// have been a failure); send or receive failure → [`NetlinkError::Connection`].
-    async fn run_batch(&mut self, base: u32, pending: Vec<Pending>, sent: std::io::Result<()>, timeout: Duration, results: &mut Vec<Result<(), NetlinkError>>) {
-        let mut slots: Vec<Option<Result<(), NetlinkError>>> = vec![None; pending.len()];
-        let outcome = match sent {
-            Ok(()) => match tokio::time::timeout(timeout, self.collect(base, &pending, &mut slots)).await {
-                Ok(outcome) => outcome,
-                Err(_) => Err(BatchFailure::Timeout),
-            },
-            Err(e) => Err(BatchFailure::Io(format!("send batch: {e}"))),
-        };
-        // Every slot is filled when the batch was answered in full: the failure is never used.
-        let failure = outcome.err().unwrap_or(BatchFailure::Overrun);
-        for (slot, p) in slots.into_iter().zip(pending) {
-            results.push(slot.unwrap_or_else(|| {
-                Err(match &failure {
-                    BatchFailure::Overrun => NetlinkError::Kernel { op: p.op, target: p.target.to_string(), errno: nix::errno::Errno::ENOBUFS },
-                    BatchFailure::Timeout => NetlinkError::Timeout { op: p.op, target: p.target.to_string(), timeout },
-                    BatchFailure::Io(reason) => NetlinkError::Connection { op: p.op, reason: reason.clone() },
-                })
-            }));
+        let mut open = self.open.take().unwrap_or(Executed { ops: Vec::new(), results: Vec::new() });
+        while let Some(f) = self.in_flight.pop_front() {
+            Self::land(f, timeout, &mut self.spare, &mut open.results).await;
         }
-    }
-
-    /// Fill `slots` from the answers of a sent batch until the last op's is read, then the
-    /// slots still empty with `Ok`.
-    ///
-    /// # Errors
-    /// [`BatchFailure::Io`] if receiving fails; [`BatchFailure::Overrun`] if the kernel
-    /// reported dropped messages (`recv` fails with `ENOBUFS`): the queue is drained (the
-    /// kernel handles the whole batch inside `sendmsg`, so every answer it did not drop is
-    /// queued by then) and the slots still empty stay empty, since a dropped answer may have
-    /// been any of them failing.
-    async fn collect(&mut self, base: u32, pending: &[Pending], slots: &mut Slots) -> Result<(), BatchFailure> {
-        let mut last_answered = false;
-        let mut overrun = false;
-        while !last_answered {
-            self.recv_buf.clear();
-            let received = if overrun {
-                match self.socket.socket_ref().recv(&mut self.recv_buf, nix::libc::MSG_DONTWAIT) {
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Err(BatchFailure::Overrun),
-                    other => other.map(drop),
-                }
-            } else {
-                self.socket.recv(&mut self.recv_buf).await.map(drop)
-            };
-            match received {
-                Ok(()) => last_answered = fill_slots(&self.recv_buf, base, pending, slots),
-                Err(e) if e.raw_os_error() == Some(nix::libc::ENOBUFS) => overrun = true,
-                Err(e) => return Err(BatchFailure::Io(format!("receive acks: {e}"))),
-            }
-        }
-        if overrun {
-            return Err(BatchFailure::Overrun);
-        }
-        for slot in slots.iter_mut().filter(|s| s.is_none()) {
-            *slot = Some(Ok(()));
-        }
-        Ok(())
+        self.open = Some(open);
     }
 }
 
-/// A `sendmsg` of `len` bytes that sent `sent`: a short send is an error.
-fn check_sent(sent: usize, len: usize) -> std::io::Result<()> {
-    if sent == len {
-        Ok(())
-    } else {
-        Err(std::io::Error::other(format!("short send: {sent} of {len} bytes")))
-    }
+/// One result per op of a batch (`pending`, in order) from its `answers`, appended to
+/// `results`. Per op: a failure answered → [`NetlinkError::Kernel`] with its errno; no answer
+/// of its own once the last op's answer is read → `Ok` (the kernel answers every failure, in
+/// order); no answer of the last op within `timeout` → [`NetlinkError::Timeout`] for every op
+/// without an answer; answers dropped because the receive buffer overflowed → `Kernel` with
+/// `ENOBUFS` for every op without an answer of its own (a dropped answer may have been a
+/// failure); send or receive failure → [`NetlinkError::Connection`] for every op without an
+/// answer.
+fn results_of(answers: Answers, pending: Vec<Pending>, timeout: Duration, results: &mut Vec<Result<(), NetlinkError>>) {
+    let count = pending.len();
+    let mut failures = answers.failures.into_iter().peekable();
+    results.extend(pending.into_iter().enumerate().map(|(i, p)| {
+        if let Some((_, errno)) = failures.next_if(|&(at, _)| at == i) {
+            return Err(NetlinkError::Kernel { op: p.op, target: p.target.to_string(), errno });
+        }
+        match &answers.end {
+            Ok(()) => Ok(()),
+            Err(_) if answers.last_answered && i + 1 == count => Ok(()),
+            Err(BatchFailure::Overrun) => Err(NetlinkError::Kernel { op: p.op, target: p.target.to_string(), errno: nix::errno::Errno::ENOBUFS }),
+            Err(BatchFailure::Timeout) => Err(NetlinkError::Timeout { op: p.op, target: p.target.to_string(), timeout }),
+            Err(BatchFailure::Io(reason)) => Err(NetlinkError::Connection { op: p.op, reason: reason.clone() }),
+        }
+    }));
 }
 
 /// Serialize the longest prefix of `ops` that fits one batch of `limits` into `buf` (cleared
@@ -822,48 +746,9 @@ fn serialize<T: BatchOp>(buf: &mut Vec<u8>, mut seq: u32, ops: &[T], limits: Bat
     pending
 }
 
-/// Why a batch ended with ops still unanswered.
-enum BatchFailure {
-    /// The receive buffer overflowed: answers were dropped.
-    Overrun,
-    /// No ack within the timeout.
-    Timeout,
-    /// Sending or receiving failed (the reason).
-    Io(String),
-}
-
 /// `len` bytes rounded up to the netlink message alignment (`NLMSG_ALIGN`, 4 bytes).
 fn align(len: usize) -> usize {
     len.next_multiple_of(usize::from(NLMSG_ALIGNTO))
-}
-
-/// Walk the netlink messages in one received datagram `buf` and fill the slot of every
-/// `NLMSG_ERROR` whose sequence number is in `base..base + slots.len()` and whose slot is
-/// still empty (code 0 → `Ok`, negative errno → [`NetlinkError::Kernel`] for that op). Other
-/// messages and answers of other sequence numbers are ignored; a malformed message ends the
-/// walk (nothing after it can be framed). Returns whether the last slot was filled (the answer
-/// that closes the batch).
-fn fill_slots(buf: &[u8], base: u32, pending: &[Pending], slots: &mut Slots) -> bool {
-    let mut last_answered = false;
-    let mut off = 0;
-    while let Some(rest) = buf.get(off..) {
-        let Ok(nl) = NetlinkBuffer::new_checked(rest) else { break };
-        let len = nl.length() as usize;
-        let idx = nl.sequence_number().wrapping_sub(base) as usize;
-        if nl.message_type() == NLMSG_ERROR {
-            if let (Some(slot @ None), Some(p)) = (slots.get_mut(idx), pending.get(idx)) {
-                if let Ok(NetlinkMessage { payload: NetlinkPayload::Error(e), .. }) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rest[..len]) {
-                    *slot = Some(match e.code {
-                        None => Ok(()),
-                        Some(code) => Err(NetlinkError::Kernel { op: p.op, target: p.target.to_string(), errno: errno_of(code.get()) }),
-                    });
-                    last_answered |= idx + 1 == slots.len();
-                }
-            }
-        }
-        off += align(len);
-    }
-    last_answered
 }
 
 fn errno_of(code: i32) -> nix::errno::Errno {
@@ -1074,8 +959,6 @@ pub fn link_info(l: &rtnetlink::packet_route::link::LinkMessage) -> Option<LinkI
 
 #[cfg(test)]
 mod tests {
-    use rtnetlink::packet_core::{ErrorMessage, NetlinkHeader};
-
     use super::*;
     use crate::dataplane::kernel_route::{RouteKind, RouteTarget};
 
@@ -1087,50 +970,31 @@ mod tests {
         dsts.iter().map(|d| Pending { op: NetlinkOp::WriteRoute, target: OpTarget::Route(key(d)) }).collect()
     }
 
-    /// An `NLMSG_ERROR` answer to sequence number `seq` with `code` (0: an ack).
-    fn answer(seq: u32, code: i32) -> Vec<u8> {
-        let mut e = ErrorMessage::default();
-        e.code = std::num::NonZeroI32::new(code);
-        e.header = vec![0; 16];
-        let mut header = NetlinkHeader::default();
-        header.sequence_number = seq;
-        let mut msg = NetlinkMessage::<RouteNetlinkMessage>::new(header, NetlinkPayload::Error(e));
-        msg.finalize();
-        let mut buf = vec![0; msg.buffer_len()];
-        msg.serialize(&mut buf);
-        buf
-    }
-
+    /// Each op's result from its batch's answers: its own failure wherever the batch ended;
+    /// without one, done when the batch was answered in full (or it is the last op and its
+    /// ack was read), else the batch's failure.
     #[test]
-    fn fill_slots_takes_failures_and_closes_the_batch_at_the_last_answer() {
-        let p = pending(&["10.244.1.0/26", "10.244.2.0/26", "10.244.3.0/26"]);
-        let mut slots: Vec<Option<Result<(), NetlinkError>>> = vec![None; 3];
-        // A failure of the second op, next to a stale answer from an earlier batch.
-        let first = [answer(99, -1), answer(101, -nix::libc::EEXIST)].concat();
-        assert!(!fill_slots(&first, 100, &p, &mut slots));
+    fn each_op_gets_its_own_answer_or_the_batchs_failure() {
+        use nix::errno::Errno;
+        let dsts = ["10.244.1.0/26", "10.244.2.0/26", "10.244.3.0/26"];
+        let timeout = Duration::from_secs(3);
+        let kernel = |i: usize, errno| Err(NetlinkError::Kernel { op: NetlinkOp::WriteRoute, target: key(dsts[i]).to_string(), errno });
+        let run = |failures: Vec<(usize, Errno)>, last_answered, end| {
+            let mut results = vec![Ok(())];
+            results_of(Answers { failures, last_answered, end }, pending(&dsts), timeout, &mut results);
+            assert_eq!(results.remove(0), Ok(()), "appended after what was there");
+            results
+        };
+        assert_eq!(run(vec![(1, Errno::EEXIST)], true, Ok(())), [Ok(()), kernel(1, Errno::EEXIST), Ok(())]);
+        assert_eq!(run(vec![(0, Errno::ENODEV)], true, Err(BatchFailure::Overrun)), [kernel(0, Errno::ENODEV), kernel(1, Errno::ENOBUFS), Ok(())]);
         assert_eq!(
-            slots,
-            [
-                None,
-                Some(Err(NetlinkError::Kernel { op: NetlinkOp::WriteRoute, target: key("10.244.2.0/26").to_string(), errno: nix::errno::Errno::EEXIST })),
-                None
-            ]
+            run(vec![(2, Errno::ESRCH)], true, Err(BatchFailure::Overrun)),
+            [kernel(0, Errno::ENOBUFS), kernel(1, Errno::ENOBUFS), kernel(2, Errno::ESRCH)]
         );
-        // The last op's ack closes the batch; the first op had no answer of its own.
-        assert!(fill_slots(&answer(102, 0), 100, &p, &mut slots));
-        assert_eq!(slots[0], None);
-        assert_eq!(slots[2], Some(Ok(())));
-    }
-
-    #[test]
-    fn fill_slots_closes_the_batch_on_a_failure_of_the_last_op() {
-        let p = pending(&["10.244.1.0/26", "10.244.2.0/26"]);
-        let mut slots: Vec<Option<Result<(), NetlinkError>>> = vec![None; 2];
-        assert!(fill_slots(&answer(u32::MAX, -nix::libc::ENODEV), u32::MAX - 1, &p, &mut slots));
-        assert_eq!(
-            slots,
-            [None, Some(Err(NetlinkError::Kernel { op: NetlinkOp::WriteRoute, target: key("10.244.2.0/26").to_string(), errno: nix::errno::Errno::ENODEV }))]
-        );
+        let timed_out = |i: usize| Err(NetlinkError::Timeout { op: NetlinkOp::WriteRoute, target: key(dsts[i]).to_string(), timeout });
+        assert_eq!(run(vec![(1, Errno::EEXIST)], false, Err(BatchFailure::Timeout)), [timed_out(0), kernel(1, Errno::EEXIST), timed_out(2)]);
+        let gone = Err(NetlinkError::Connection { op: NetlinkOp::WriteRoute, reason: "send batch: gone".into() });
+        assert_eq!(run(vec![], false, Err(BatchFailure::Io("send batch: gone".into()))), [gone.clone(), gone.clone(), gone]);
     }
 
     #[test]
