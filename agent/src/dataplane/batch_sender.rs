@@ -67,9 +67,9 @@ type Job = (Batch, SyncSender<Landed>);
 
 /// How long [`landed`] blocks the calling thread for a batch's answers before the wait moves
 /// to the runtime's blocking pool: longer than a batch of 1,024 route writes takes in the
-/// kernel (2–5 ms measured, up to 7 ms at its slowest), short enough that a task blocked
-/// here holds its worker no longer than the reconciler's own longest steps (a 100,000-route
-/// `set_desired`).
+/// kernel (2–6 ms measured on a two-CPU VM), and of the order of the reconciler's own
+/// synchronous steps (`set_desired` takes about 1 ms per 10,000 routes), so a task blocked
+/// here holds its worker no longer than its own work does.
 pub(super) const WAIT_IN_PLACE: Duration = Duration::from_millis(20);
 
 /// What the thread reports once running: its id and the CPUs it may run on.
