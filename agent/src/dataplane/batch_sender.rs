@@ -42,6 +42,8 @@ use nix::unistd::{gettid, Pid};
 use rtnetlink::packet_core::{ErrorBuffer, NetlinkBuffer, NLMSG_ALIGNTO, NLMSG_ERROR};
 use rtnetlink::sys::Socket;
 
+use super::netlink::errno_of;
+
 /// Receive buffer for one datagram, bytes: an ack is 36 bytes, a failure with its extended-ack
 /// attributes well under 1 KiB (the socket has `NETLINK_CAP_ACK`: no copy of the request).
 const RECV_BUF_BYTES: usize = 64 * 1024;
@@ -283,7 +285,7 @@ fn take_answers(buf: &[u8], base: u32, count: usize, answers: &mut Answers) -> b
         if nl.message_type() == NLMSG_ERROR && idx < count && past_taken {
             if let Ok(e) = ErrorBuffer::new_checked(nl.payload()) {
                 if let Some(code) = e.code() {
-                    answers.failures.push((idx, Errno::from_raw(code.get().saturating_neg())));
+                    answers.failures.push((idx, errno_of(code.get())));
                 }
                 answers.last_answered |= idx + 1 == count;
             }

@@ -751,7 +751,8 @@ fn align(len: usize) -> usize {
     len.next_multiple_of(usize::from(NLMSG_ALIGNTO))
 }
 
-fn errno_of(code: i32) -> nix::errno::Errno {
+/// The errno of a netlink error answer's `code` (a negative errno).
+pub(super) fn errno_of(code: i32) -> nix::errno::Errno {
     nix::errno::Errno::from_raw(code.saturating_neg())
 }
 
