@@ -619,7 +619,7 @@ impl Batcher {
         let mut earlier_left = self.in_flight.len();
         let mut at = 0;
         loop {
-            let next = self.serialize_next(&ops[at..], window, timeout);
+            let next = self.queue_next(&ops[at..], window, timeout);
             // One batch in the kernel and the next queued behind it: the oldest lands (its
             // answers are taken) while the thread sends the next. Past the last batch, what is
             // in flight lands, but for this call's own last batch when it is left there.
@@ -649,7 +649,7 @@ impl Batcher {
     /// Serialize the first batch of `ops` (taking its sequence numbers) and hand it to the
     /// thread, queued behind the batches in flight; returns how many ops it holds, none when
     /// `ops` is empty.
-    fn serialize_next<T: BatchOp>(&mut self, ops: &[T], window: usize, timeout: Duration) -> Option<usize> {
+    fn queue_next<T: BatchOp>(&mut self, ops: &[T], window: usize, timeout: Duration) -> Option<usize> {
         let limits = BatchLimits { messages: window.min(self.limits.messages), bytes: self.limits.bytes };
         let base = self.seq;
         let pending = serialize(&mut self.next_buf, base, ops, limits);
