@@ -150,7 +150,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// one (issue 18). No write, no call. Returns the (table, dst) pairs whose write failed
     /// and the delete candidates.
     async fn write_pass(&mut self, now: Instant, report: &mut ApplyReport) -> (BTreeSet<(u32, IpNet)>, Vec<RouteKey>) {
-        let dirty: Vec<RouteKey> = self.dirty.iter().copied().collect();
+        let dirty = self.dirty.snapshot();
         let full = self.nl.write_chunk().max(1);
         // The first chunks are small and double up to the collaborator's size: the kernel
         // starts on a few routes at once instead of waiting for a whole chunk to be planned
