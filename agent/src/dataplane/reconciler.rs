@@ -237,15 +237,21 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // keys with their class, and added or changed keys (sorted; all of them on a cold
         // start).
         let mut removed: Vec<(RouteKey, PoolClass)> = Vec::new();
-        let mut changed: Vec<RouteKey> = Vec::with_capacity(next.len().saturating_sub(self.desired.len()).max(16));
-        for pair in self.desired.iter().merge_join_by(next.iter(), |(a, _), (b, _)| a.cmp(b)) {
-            match pair {
-                EitherOrBoth::Left((key, old)) => removed.push((*key, old.class)),
-                EitherOrBoth::Right((key, _)) => changed.push(*key),
-                EitherOrBoth::Both((key, old), (_, new)) if old != new => changed.push(*key),
-                EitherOrBoth::Both(..) => {}
+        let changed: Vec<RouteKey> = if self.desired.is_empty() {
+            // Nothing desired before (a cold start): every key is added, copied in one pass.
+            next.keys().copied().collect()
+        } else {
+            let mut changed = Vec::with_capacity(next.len().saturating_sub(self.desired.len()).max(16));
+            for pair in self.desired.iter().merge_join_by(next.iter(), |(a, _), (b, _)| a.cmp(b)) {
+                match pair {
+                    EitherOrBoth::Left((key, old)) => removed.push((*key, old.class)),
+                    EitherOrBoth::Right((key, _)) => changed.push(*key),
+                    EitherOrBoth::Both((key, old), (_, new)) if old != new => changed.push(*key),
+                    EitherOrBoth::Both(..) => {}
+                }
             }
-        }
+            changed
+        };
         for (key, class) in removed {
             self.dirty.insert(key);
             let Some(h) = handovers.iter().find(|h| h.class == class) else {
@@ -481,7 +487,13 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // dirty (none on a cold start, where set_desired marked every key), added in one pass.
         // Two-way merges, not a k-way merge of boxed iterators: this walk runs before a cold
         // start's first write (issue 18).
-        let marked = self.desired.keys().merge(fresh.keys()).merge(self.kernel.keys()).dedup();
+        // A cold start finds both kernel sets empty: the desired keys alone, already unique,
+        // with no merge step per key.
+        let marked = if fresh.is_empty() && self.kernel.is_empty() {
+            itertools::Either::Left(self.desired.keys())
+        } else {
+            itertools::Either::Right(self.desired.keys().merge(fresh.keys()).merge(self.kernel.keys()).dedup())
+        };
         let missing: Vec<RouteKey> = marked.merge_join_by(self.dirty.iter(), Ord::cmp).filter_map(|pair| pair.just_left().copied()).collect();
         self.dirty.add_sorted(missing);
         self.kernel = fresh;

@@ -25,6 +25,11 @@ impl DesiredRoutes {
         self.routes.len()
     }
 
+    /// Whether no route is desired.
+    pub(super) fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+
     /// The route desired at `key`.
     pub(super) fn get(&self, key: &RouteKey) -> Option<&DesiredRoute> {
         self.get_ascending(key, &mut 0)
