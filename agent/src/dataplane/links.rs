@@ -145,7 +145,9 @@ impl<'d> ResolveMemo<'_, 'd> {
     /// As [`Links::resolve`]: an unknown device, or one that is down.
     pub(super) fn resolve(&mut self, device: Option<&'d str>) -> Result<Option<u32>, (ErrorKind, String)> {
         let Some(name) = device else { return Ok(None) };
-        if let Some((_, oif)) = self.known.iter().find(|(known, _)| *known == name) {
+        // The routes of a walk share their device names (one `Arc<str>` per device): the same
+        // address and length answer before the bytes are compared.
+        if let Some((_, oif)) = self.known.iter().find(|(known, _)| std::ptr::eq(*known, name) || *known == name) {
             return Ok(*oif);
         }
         let answer = self.links.resolve(Some(name));
