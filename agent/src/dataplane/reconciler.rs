@@ -486,9 +486,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // key sets and the dirty set are each in order: one merged walk finds the keys not yet
         // dirty (none on a cold start, where set_desired marked every key), added in one pass.
         // Two-way merges, not a k-way merge of boxed iterators: this walk runs before a cold
-        // start's first write (issue 18).
-        // A cold start finds both kernel sets empty: the desired keys alone, already unique,
-        // with no merge step per key.
+        // start's first write (issue 18). A cold start finds both kernel sets empty: the
+        // desired keys alone (already unique), no merge step per key.
         let marked = if fresh.is_empty() && self.kernel.is_empty() {
             itertools::Either::Left(self.desired.keys())
         } else {
