@@ -39,10 +39,10 @@ use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sched::{sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet};
 use nix::unistd::{gettid, Pid};
-use rtnetlink::packet_core::{ErrorBuffer, NetlinkBuffer, NLMSG_ALIGNTO, NLMSG_ERROR};
+use rtnetlink::packet_core::{ErrorBuffer, NetlinkBuffer, NLMSG_ERROR};
 use rtnetlink::sys::Socket;
 
-use super::netlink::errno_of;
+use super::netlink::{align, errno_of};
 
 /// Receive buffer for one datagram, bytes: an ack is 36 bytes, a failure with its extended-ack
 /// attributes well under 1 KiB (the socket has `NETLINK_CAP_ACK`: no copy of the request).
@@ -290,7 +290,7 @@ fn take_answers(buf: &[u8], base: u32, count: usize, answers: &mut Answers) -> b
                 answers.last_answered |= idx + 1 == count;
             }
         }
-        off += (nl.length() as usize).next_multiple_of(usize::from(NLMSG_ALIGNTO));
+        off += align(nl.length() as usize);
     }
     answers.last_answered
 }

@@ -747,7 +747,7 @@ fn serialize<T: BatchOp>(buf: &mut Vec<u8>, mut seq: u32, ops: &[T], limits: Bat
 }
 
 /// `len` bytes rounded up to the netlink message alignment (`NLMSG_ALIGN`, 4 bytes).
-fn align(len: usize) -> usize {
+pub(super) fn align(len: usize) -> usize {
     len.next_multiple_of(usize::from(NLMSG_ALIGNTO))
 }
 
