@@ -3,7 +3,8 @@
 //! and mass-deletion holds, and never for a prefix whose new route failed), then the report.
 
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::ops::Bound;
 use std::time::Instant;
 
 use ipnet::IpNet;
@@ -23,6 +24,19 @@ use crate::vocabulary::{PoolClass, RoutePath};
 /// Writes in the first chunk of a write pass ([`Reconciler::write_pass`]); later chunks double
 /// up to [`RouteNetlink::write_chunk`], and the last ones halve down to it again.
 const FIRST_CHUNK: usize = 128;
+
+/// The report's counts per (family, pool class, path), tallied over the desired routes in key
+/// order a stretch at a time ([`Reconciler::tally`]): the write pass tallies the routes behind
+/// its recorded chunks while the kernel inserts the next, and the report what is left once the
+/// last answer is in, so a cold start's walk over every route is not on its clock after the
+/// kernel's last insert (issue 18).
+#[derive(Debug, Default)]
+struct ClassTally {
+    /// Each class and path once, in the order first met (a few between all routes).
+    counts: Vec<((Family, PoolClass, RoutePath), ClassCount)>,
+    /// Index of the first desired route not tallied yet.
+    next: usize,
+}
 
 impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// Whether kernel entry `k` is desired route `d` written through `oif`, or through
@@ -64,7 +78,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     self.resync.failed(self.clock.now());
                     report.resync_failed = true;
                     report.error(ErrorKind::of(&e), || e.to_string());
-                    self.finish_report(&mut report, started);
+                    self.finish_report(&mut report, ClassTally::default(), started);
                     return report;
                 }
             }
@@ -82,14 +96,14 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // Deletes the breaker held come back for another look.
         self.dirty.extend(self.breaker.held().copied());
         // Pass 1: writes. Pass 2: deletes, after the new routes are in.
-        let (failed_dsts, delete_candidates) = self.write_pass(now, &mut report).await;
+        let (failed_dsts, delete_candidates, tally) = self.write_pass(now, &mut report).await;
         let deletes = self.plan_deletes(delete_candidates, &failed_dsts, now, &mut report);
         let results = if deletes.is_empty() { Vec::new() } else { self.nl.execute(&deletes).await };
         self.record_deletes(&deletes, results, &mut report);
         self.delete_unused_nexthops(&mut report).await;
         let kernel = &self.kernel;
         self.handovers.finish(self.clock.now(), |k| kernel.contains_key(k), &mut report.handovers);
-        self.finish_report(&mut report, started);
+        self.finish_report(&mut report, tally, started);
         report
     }
 
@@ -147,9 +161,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// before the next is planned; the step-aside copies for the delete candidates go with the
     /// last chunk. A collaborator that pipelines hands a chunk's results back with the next
     /// call, so recording one chunk and planning the next run while the kernel inserts this
-    /// one (issue 18). No write, no call. Returns the (table, dst) pairs whose write failed
-    /// and the delete candidates.
-    async fn write_pass(&mut self, now: Instant, report: &mut ApplyReport) -> (BTreeSet<(u32, IpNet)>, Vec<RouteKey>) {
+    /// one (issue 18). No write, no call. Returns the (table, dst) pairs whose write failed,
+    /// the delete candidates, and the report's counts of the desired routes this pass is done
+    /// with (tallied between chunks; nothing after the pass changes what they count: the
+    /// delete pass and the nexthop objects it frees touch no desired key).
+    async fn write_pass(&mut self, now: Instant, report: &mut ApplyReport) -> (BTreeSet<(u32, IpNet)>, Vec<RouteKey>, ClassTally) {
         let dirty = self.dirty.snapshot();
         let full = self.nl.write_chunk().max(1);
         // The first chunks are small and double up to the collaborator's size: the kernel
@@ -161,6 +177,9 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         let mut candidates = Vec::new();
         // Step-aside copy's key → the key it stands in for (planned with the last chunk).
         let mut stepping: HashMap<RouteKey, RouteKey> = HashMap::new();
+        let mut tally = ClassTally::default();
+        // The first key of each chunk handed in and not back yet, oldest first.
+        let mut out: VecDeque<RouteKey> = VecDeque::new();
         // The dirty keys come in ascending order: the desired set is walked along with them.
         let (mut at, mut cursor, mut first) = (0, 0, true);
         loop {
@@ -181,13 +200,18 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             if !writes.is_empty() || (last && !first) {
                 let place = ChunkPlace { first, last };
                 first = false;
+                out.extend(writes.first().map(|op| *op.key()));
                 for done in self.nl.execute_chunk(writes, place).await {
+                    out.pop_front();
                     failed_dsts.extend(self.record_writes(done.ops, done.results, &stepping, now, report));
                 }
             }
             if last {
-                return (failed_dsts, candidates);
+                return (failed_dsts, candidates, tally);
             }
+            // Below the oldest chunk still out (or, none out, the next key to plan) every
+            // desired route is as this apply leaves it: tallied while the kernel inserts.
+            self.tally(&mut tally, out.front().or_else(|| dirty.get(at)));
         }
     }
 
@@ -504,27 +528,52 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         }
     }
 
-    /// The per-class counts and totals after this apply, and its wall time since `started`.
-    fn finish_report(&self, report: &mut ApplyReport, started: Instant) {
+    /// The per-class counts and totals after this apply, and its wall time since `started`;
+    /// `tally` holds the counts of the routes the write pass was done with.
+    fn finish_report(&self, report: &mut ApplyReport, mut tally: ClassTally, started: Instant) {
+        self.tally(&mut tally, None);
+        // Debug builds (every test) hold the write pass to its claim: a walk over all routes
+        // now counts the same.
+        debug_assert_eq!(
+            tally.counts,
+            {
+                let mut whole = ClassTally::default();
+                self.tally(&mut whole, None);
+                whole.counts
+            },
+            "counts tallied during the write pass changed after it"
+        );
+        // Each class and path is in the list once, and nothing else fills the report's map.
+        report.by_class.extend(tally.counts);
+        report.kernel_routes = self.kernel.len();
+        report.pending = self.dirty.len();
+        report.duration = self.clock.now().saturating_duration_since(started);
+    }
+
+    /// Count the desired routes from `tally.next` up to the first at `bound` or above (to the
+    /// end for `None`) into `tally`: each is desired, and programmed (in the kernel as
+    /// desired) or held (another writer's route refused our create-exclusive write).
+    fn tally(&self, tally: &mut ClassTally, bound: Option<&RouteKey>) {
+        let routes = self.desired.stretch(tally.next, bound);
+        let Some(lowest) = routes.first() else { return };
+        tally.next += routes.len();
         // Desired routes and the kernel view walked together in key order (no search per
-        // route). It runs after the kernel's last answer, so what each route costs here is on
-        // a cold start's clock: the counts are kept in a short list (a few classes and paths
-        // between all routes, in any order) and put into the report's map at the end, and each
-        // route's device is resolved through a memo (issue 18).
+        // route). The counts are kept in a short list (a few classes and paths between all
+        // routes, in any order) and each route's device is resolved through a memo.
         let mut links = self.links.memo();
-        let mut counts: Vec<((Family, PoolClass, RoutePath), ClassCount)> = Vec::new();
-        for pair in self.desired.iter().merge_join_by(self.kernel.iter(), |(a, _), (b, _)| a.cmp(b)) {
-            let (key, d, k) = match pair {
-                EitherOrBoth::Left((key, d)) => (key, d, None),
-                EitherOrBoth::Both((key, d), (_, k)) => (key, d, Some(k)),
+        let kernel = self.kernel.range((Bound::Included(lowest.route.key), bound.map_or(Bound::Unbounded, |b| Bound::Excluded(*b))));
+        for pair in routes.iter().merge_join_by(kernel, |d, (k, _)| d.route.key.cmp(k)) {
+            let (d, k) = match pair {
+                EitherOrBoth::Left(d) => (d, None),
+                EitherOrBoth::Both(d, (_, k)) => (d, Some(k)),
                 EitherOrBoth::Right(_) => continue,
             };
-            let class = (Family::of(&key.dst), d.class, d.path);
-            let at = counts.iter().position(|(c, _)| *c == class).unwrap_or_else(|| {
-                counts.push((class, ClassCount::default()));
-                counts.len() - 1
+            let class = (Family::of(&d.route.key.dst), d.class, d.path);
+            let at = tally.counts.iter().position(|(c, _)| *c == class).unwrap_or_else(|| {
+                tally.counts.push((class, ClassCount::default()));
+                tally.counts.len() - 1
             });
-            let c = &mut counts[at].1;
+            let c = &mut tally.counts[at].1;
             c.desired += 1;
             let oif = links.resolve(d.route.target.device.as_deref()).ok().flatten();
             let nexthop = self.nexthops.ready(d, oif);
@@ -534,10 +583,5 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 c.held += 1;
             }
         }
-        // Each class and path is in the list once, and nothing else fills the report's map.
-        report.by_class.extend(counts);
-        report.kernel_routes = self.kernel.len();
-        report.pending = self.dirty.len();
-        report.duration = self.clock.now().saturating_duration_since(started);
     }
 }
