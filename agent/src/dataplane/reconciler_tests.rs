@@ -570,7 +570,8 @@ async fn a_cold_start_ramps_its_chunks_up_to_the_batch_size_and_down_again() {
 /// ones, a failed write in a halved chunk, a stale route of ours; then the retry. Returns
 /// every report, every kernel change in order, and the kernel's routes at the end.
 async fn ramped_pass_scenario(chunk: usize) -> Vec<String> {
-    let (mut r, nl, clock) = setup(None);
+    // 3,000 blocks reach 10.246.0.0/16 (`many_dst`): the pools own where they go.
+    let (mut r, nl, clock) = setup(Some(DataplaneConfig::default().policy_owning(&["10.244.0.0/14"])));
     nl.state().write_chunk = Some(chunk);
     nl.insert(foreign(&many_dst(5), 4, Some(ETH0), RouteKind::Unicast));
     nl.insert(foreign(&many_dst(2990), 12, Some(ETH0), RouteKind::Unicast));
@@ -593,6 +594,14 @@ async fn a_ramped_write_pass_with_bad_input_ends_exactly_as_one_write_a_chunk() 
     // The scenario does what it says: two keys held by other writers, one write failed, the
     // stale route gone after the writes; the failed write in again on the retry.
     assert!(ramped[0].contains("writes: 2997, ") && ramped[0].contains("write_errors: 3, ") && ramped[0].contains("deletes: 1, "), "{}", ramped[0]);
+    // Its counts, tallied between chunks while later chunks were still out: every route
+    // desired, the two held keys held, the failed write neither programmed nor held.
+    assert!(ramped[0].contains("ClassCount { desired: 3000, programmed: 2997, held: 2 }"), "{}", ramped[0]);
+    let retry = ramped.iter().filter(|l| l.starts_with("ApplyReport")).nth(1).unwrap();
+    assert!(
+        retry.contains("writes: 1, ") && retry.contains("write_errors: 0, ") && retry.contains("ClassCount { desired: 3000, programmed: 2998, held: 2 }"),
+        "{retry}"
+    );
     assert!(ramped.contains(&format!("create {} table 254 metric 1024", many_dst(2900))), "the failed write is retried");
     assert!(ramped.last().unwrap().contains("protocol: 12") && ramped.last().unwrap().contains("protocol: 4"), "the other writers' routes stay");
     assert_eq!(ramped_pass_scenario(1).await, ramped);
