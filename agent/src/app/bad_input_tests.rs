@@ -208,6 +208,11 @@ impl Agent {
                     let previous = self.last.as_ref().map(|p| p.decision.programmed.clone()).unwrap_or_default();
                     let owned = self.last.as_ref().map(|p| p.policy.owned.clone()).unwrap_or_default();
                     let p = plan(s, &self.config, &previous, &owned);
+                    // A route we write outside the pools we own would be another writer's to
+                    // the next resync: held forever, never ours to remove.
+                    for r in &p.desired {
+                        assert!(p.policy.owned.iter().any(|o| o.contains(&r.dst)), "desired {} outside the owned pools {:?}", r.dst, p.policy.owned);
+                    }
                     self.reconciler.set_policy(p.policy.clone());
                     self.reconciler.set_desired_with_handover(&p.desired, &p.handovers);
                     self.last = Some(p);
