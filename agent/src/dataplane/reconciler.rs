@@ -201,34 +201,30 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// key to one target too); conversion failures are reported by the next apply.
     pub fn set_desired_with_handover(&mut self, routes: &[ClusterRoute], handovers: &[Handover]) {
         let now = self.clock.now();
-        // The plan's routes come sorted: checked in one pass, copied and sorted only if not.
-        let sorted = if routes.is_sorted() {
-            itertools::Either::Left(routes.iter())
-        } else {
+        let nexthops = self.nexthops.enabled();
+        self.bad_desired.clear();
+        // Converted in the order given. Keys strictly ascending and no failure (the plan's
+        // routes: sorted, one per destination) is the set as it is; otherwise the order
+        // given must be ClusterRoute order, which decides the winner of a duplicate key and
+        // the order failures are reported in (checked only then; sorted and converted again
+        // if not).
+        let mut converted = convert_routes(routes.iter(), &self.settings, nexthops, &mut self.bad_desired);
+        let mut distinct = converted.is_sorted_by(|a, b| a.route.key < b.route.key);
+        if !(distinct && self.bad_desired.is_empty() || routes.is_sorted()) {
             let mut copy: Vec<&ClusterRoute> = routes.iter().collect();
             copy.sort();
-            itertools::Either::Right(copy.into_iter())
-        };
-        self.bad_desired.clear();
-        let mut converted: Vec<DesiredRoute> = Vec::with_capacity(sorted.len());
-        let nexthops = self.nexthops.enabled();
-        for r in sorted {
-            match to_kernel_route(r, &self.settings) {
-                Ok(mut d) => {
-                    if nexthops && d.route.target.kind == RouteKind::Unicast {
-                        d.nexthop = r.origin.node_shared().map(|node| NexthopKey { node: node.clone(), pool: r.pool.clone() });
-                    }
-                    converted.push(d);
-                }
-                Err(e) => self.bad_desired.push(e),
+            self.bad_desired.clear();
+            converted = convert_routes(copy.into_iter(), &self.settings, nexthops, &mut self.bad_desired);
+            distinct = false;
+        }
+        if !distinct {
+            // The first route of a key in ClusterRoute order wins: the sort is stable and
+            // `dedup_by` keeps the first of each run.
+            if !converted.is_sorted_by(|a, b| a.route.key <= b.route.key) {
+                converted.sort_by_key(|d| d.route.key);
             }
+            converted.dedup_by(|later, first| later.route.key == first.route.key);
         }
-        // The first route of a key in ClusterRoute order wins: the sort is stable and `dedup_by`
-        // keeps the first of each run. Built in one pass from the sorted run (no search per key).
-        if !converted.is_sorted_by(|a, b| a.route.key <= b.route.key) {
-            converted.sort_by_key(|d| d.route.key);
-        }
-        converted.dedup_by(|later, first| later.route.key == first.route.key);
         let next = DesiredRoutes::from_sorted(converted);
         if nexthops {
             self.nexthops.set_wanted(next.values());
@@ -528,4 +524,28 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             self.dirty.extend(self.handovers.checked(family, table, protocol, &dsts));
         }
     }
+}
+
+/// Each of `routes` converted to the route to program, in the order given; with nexthop
+/// objects, a unicast route to a node also names its object (node, IP pool). Failures go to
+/// `bad`, in the same order.
+fn convert_routes<'r>(
+    routes: impl ExactSizeIterator<Item = &'r ClusterRoute>,
+    settings: &RouteSettings,
+    nexthops: bool,
+    bad: &mut Vec<ConversionError>,
+) -> Vec<DesiredRoute> {
+    let mut converted: Vec<DesiredRoute> = Vec::with_capacity(routes.len());
+    for r in routes {
+        match to_kernel_route(r, settings) {
+            Ok(mut d) => {
+                if nexthops && d.route.target.kind == RouteKind::Unicast {
+                    d.nexthop = r.origin.node_shared().map(|node| NexthopKey { node: node.clone(), pool: r.pool.clone() });
+                }
+                converted.push(d);
+            }
+            Err(e) => bad.push(e),
+        }
+    }
+    converted
 }

@@ -1042,3 +1042,46 @@ async fn a_large_cold_start_with_failures_then_changes_keeps_every_invariant() {
     assert_eq!(rep.writes, 0, "{rep:?}");
     assert_eq!(nl.state().routes[&RouteKey::new(254, block(&dst(9)), 0, 1024)].protocol, 4);
 }
+
+/// The order the routes come in changes nothing: a destination given twice goes to the first
+/// route in `ClusterRoute` order and conversion failures are reported in that order, whether
+/// the input is sorted (the plan's), reversed, by destination with the later route of a key
+/// ahead, or sorted but for two failures swapped (the destinations that convert still
+/// ascending); with a destination given twice and without.
+#[tokio::test]
+async fn set_desired_answers_the_same_for_any_input_order() {
+    let dst = |i: u32| format!("10.244.{}.{}/26", i / 4, (i % 4) * 64);
+    for twice in [false, true] {
+        let mut sorted: Vec<ClusterRoute> = (0..40).map(|i| cr(&dst(i), RoutePath::Tunnel, Some("10.0.1.13"))).collect();
+        if twice {
+            // Tunnel sorts before HostNic: the tunnel route of destination 7 wins.
+            sorted.push(cr(&dst(7), RoutePath::HostNic, Some("10.0.0.12")));
+        }
+        // No gateway: each is reported, neither is programmed.
+        sorted.push(cr(&dst(50), RoutePath::Tunnel, None));
+        sorted.push(cr(&dst(60), RoutePath::HostNic, None));
+        sorted.sort();
+        let reversed: Vec<ClusterRoute> = sorted.iter().rev().cloned().collect();
+        let mut later_first = sorted.clone();
+        later_first.sort_by(|a, b| a.dst.cmp(&b.dst).then(b.cmp(a)));
+        let mut failures_swapped = sorted.clone();
+        let at = |d: u32| sorted.iter().position(|r| r.dst == block(&dst(d))).unwrap();
+        failures_swapped.swap(at(50), at(60));
+        let outcome = |routes: Vec<ClusterRoute>| async move {
+            let (mut r, nl, _clock) = setup(None);
+            r.set_desired(&routes);
+            let rep = r.apply().await;
+            let routes = nl.state().routes.clone();
+            (rep.writes, rep.error_messages, routes)
+        };
+        let want = outcome(sorted).await;
+        assert_eq!(want.0, 40, "{want:?}");
+        let bad: Vec<&String> = want.1.iter().filter(|m| m.contains("gateway")).collect();
+        assert_eq!(bad.len(), 2, "{:?}", want.1);
+        assert!(bad[0].contains(&dst(50)) && bad[1].contains(&dst(60)), "{bad:?}");
+        assert_eq!(want.2[&RouteKey::new(254, block(&dst(7)), 0, 1024)].oif, Some(TUNL0), "the first route of a key wins");
+        for (name, input) in [("reversed", reversed), ("later first", later_first), ("failures swapped", failures_swapped)] {
+            assert_eq!(outcome(input).await, want, "{name}, a destination twice: {twice}");
+        }
+    }
+}
