@@ -104,6 +104,9 @@ pub struct Reconciler<N, C> {
     kernel: BTreeMap<RouteKey, KernelEntry>,
     /// Keys the next apply looks at (desired and kernel state may differ there).
     dirty: DirtyKeys,
+    /// [`DirtyKeys::removals`] when `set_desired` had just marked every desired key (nothing
+    /// desired before): while the reading is the same, every desired key is still dirty.
+    every_desired_dirty: Option<u64>,
     retries: Retries,
     /// Keys a route we may not overwrite holds, each with whether the hold was reported.
     blocked: BTreeMap<RouteKey, bool>,
@@ -139,6 +142,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             dirty: DirtyKeys::default(),
             retries: Retries::default(),
             blocked: BTreeMap::new(),
+            every_desired_dirty: None,
             bad_desired: Vec::new(),
             links: Links::default(),
             datastore_synced: false,
@@ -233,7 +237,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // keys with their class, and added or changed keys (sorted; all of them on a cold
         // start).
         let mut removed: Vec<(RouteKey, PoolClass)> = Vec::new();
-        let changed: Vec<RouteKey> = if self.desired.is_empty() {
+        let cold = self.desired.is_empty();
+        let changed: Vec<RouteKey> = if cold {
             // Nothing desired before (a cold start): every key is added, copied in one pass.
             next.keys().copied().collect()
         } else {
@@ -278,6 +283,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             self.retries.clear(key);
         }
         self.dirty.add_sorted(changed);
+        self.every_desired_dirty = cold.then(|| self.dirty.removals());
         self.desired = next;
     }
 
@@ -480,16 +486,19 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         }
         // Mark and sweep: everything desired or found is re-examined by the apply. The three
         // key sets and the dirty set are each in order: one merged walk finds the keys not yet
-        // dirty (none on a cold start, where set_desired marked every key), added in one pass.
-        // Two-way merges, not a k-way merge of boxed iterators: this walk runs before a cold
-        // start's first write (issue 18). A cold start finds both kernel sets empty: the
-        // desired keys alone (already unique), no merge step per key.
-        let marked = if fresh.is_empty() && self.kernel.is_empty() {
-            itertools::Either::Left(self.desired.keys())
+        // dirty, added in one pass. Two-way merges, not a k-way merge of boxed iterators: this
+        // walk runs before a cold start's first write (issue 18). Both kernel sets empty: the
+        // desired keys alone (already unique), and no walk at all while every one of them is
+        // known to be dirty (a cold start: set_desired marked them and none has left since).
+        let marked = if !(fresh.is_empty() && self.kernel.is_empty()) {
+            Some(itertools::Either::Right(self.desired.keys().merge(fresh.keys()).merge(self.kernel.keys()).dedup()))
+        } else if self.every_desired_dirty == Some(self.dirty.removals()) {
+            None
         } else {
-            itertools::Either::Right(self.desired.keys().merge(fresh.keys()).merge(self.kernel.keys()).dedup())
+            Some(itertools::Either::Left(self.desired.keys()))
         };
-        let missing: Vec<RouteKey> = marked.merge_join_by(self.dirty.iter(), Ord::cmp).filter_map(|pair| pair.just_left().copied()).collect();
+        let missing: Vec<RouteKey> =
+            marked.map(|keys| keys.merge_join_by(self.dirty.iter(), Ord::cmp).filter_map(|pair| pair.just_left().copied()).collect()).unwrap_or_default();
         self.dirty.add_sorted(missing);
         self.kernel = fresh;
         self.adopt_stepped_aside();

@@ -1085,3 +1085,32 @@ async fn set_desired_answers_the_same_for_any_input_order() {
         }
     }
 }
+
+/// A cold start whose devices are all down writes nothing and leaves its keys to the link-up
+/// event or the next resync; with no event (the link came up unseen), the next resync marks
+/// every desired key again although set_desired marked them once (the keys left the dirty
+/// set meanwhile) and the routes go in.
+#[tokio::test]
+async fn a_cold_start_on_down_devices_is_written_by_the_next_resync() {
+    let (mut r, nl, clock) = setup(None);
+    for index in [ETH0, TUNL0] {
+        nl.state().links.get_mut(&index).unwrap().up = false;
+    }
+    let routes = vec![
+        cr("10.244.0.0/26", RoutePath::Tunnel, Some("10.0.1.13")),
+        cr("10.244.0.64/26", RoutePath::HostNic, Some("10.0.0.12")),
+        cr("10.244.0.128/26", RoutePath::Tunnel, Some("10.0.1.14")),
+    ];
+    r.set_desired(&routes);
+    let rep = r.apply().await;
+    assert_eq!((rep.writes, rep.pending), (0, 0), "{rep:?}");
+    assert_eq!((rep.waiting_for_device["tunl0"], rep.waiting_for_device["eth0"]), (2, 1), "{rep:?}");
+    for index in [ETH0, TUNL0] {
+        nl.state().links.get_mut(&index).unwrap().up = true;
+    }
+    clock.advance(Duration::from_secs(91));
+    let rep = r.apply().await;
+    assert!(rep.resynced, "{rep:?}");
+    assert_eq!((rep.writes, rep.error_count()), (3, 0), "{rep:?}");
+    assert_eq!(nl.state().routes.len(), 3);
+}

@@ -39,6 +39,9 @@ pub(super) struct DirtyKeys {
     start: usize,
     /// The keys once a single key was added or removed.
     tree: BTreeSet<RouteKey>,
+    /// Bumped by every call that may take keys out ([`remove`](DirtyKeys::remove),
+    /// [`remove_all`](DirtyKeys::remove_all)): two equal readings mean no key left between them.
+    removals: u64,
 }
 
 /// The dirty keys at one moment, ascending ([`DirtyKeys::snapshot`]); later changes to the set
@@ -67,6 +70,11 @@ impl DirtyKeys {
     fn set_sorted(&mut self, keys: Vec<RouteKey>) {
         self.sorted = Arc::new(keys);
         self.start = 0;
+    }
+
+    /// A reading of the removal count: equal readings mean no key left the set in between.
+    pub(super) fn removals(&self) -> u64 {
+        self.removals
     }
 
     /// How many keys are dirty.
@@ -113,6 +121,7 @@ impl DirtyKeys {
     /// Unmark `key`; whether it was marked. A key that is not marked changes nothing (the
     /// vector stays a vector).
     pub(super) fn remove(&mut self, key: &RouteKey) -> bool {
+        self.removals += 1;
         if self.tree.is_empty() && self.front().binary_search(key).is_err() {
             return false;
         }
@@ -154,6 +163,7 @@ impl DirtyKeys {
         if gone.is_empty() {
             return;
         }
+        self.removals += 1;
         gone.sort_unstable();
         if self.tree.is_empty() {
             if self.front().starts_with(&gone) {
@@ -223,7 +233,8 @@ mod tests {
 
     proptest! {
         /// Any sequence of operations answers and ends exactly as a `BTreeSet` does, in
-        /// whichever form the keys are held at each step.
+        /// whichever form the keys are held at each step, and counts every step that took a key
+        /// out.
         #[test]
         fn answers_exactly_as_a_btreeset(ops in proptest::collection::vec(op(), 1..40)) {
             let (mut dirty, mut model) = (DirtyKeys::default(), BTreeSet::new());
@@ -231,6 +242,7 @@ mod tests {
                 // A snapshot (the write pass's) keeps the keys of its moment through any change;
                 // every other step changes the set with no snapshot out.
                 let before = (i % 2 == 0).then(|| (dirty.snapshot(), model.iter().copied().collect::<Vec<_>>()));
+                let (removals, model_before) = (dirty.removals(), model.clone());
                 match op {
                     Op::Insert(i) => prop_assert_eq!(dirty.insert(key(i)), model.insert(key(i))),
                     Op::Remove(i) => prop_assert_eq!(dirty.remove(&key(i)), model.remove(&key(i))),
@@ -259,6 +271,10 @@ mod tests {
                 }
                 prop_assert_eq!(dirty.len(), model.len());
                 prop_assert!(dirty.iter().eq(model.iter()));
+                // A key that left shows in the removal count.
+                if !model_before.is_subset(&model) {
+                    prop_assert_ne!(dirty.removals(), removals);
+                }
                 prop_assert_eq!(&*dirty.snapshot(), &model.iter().copied().collect::<Vec<_>>());
                 if let Some((before, model_before)) = before {
                     prop_assert_eq!(&*before, &model_before);
