@@ -43,3 +43,8 @@ fn kprobe_ring_overflow_is_counted() {
 fn kprobe_ring_full_is_logged_through_aya_log() {
     route_watch_common::ring_full_is_logged("kprobe_ring_full_is_logged_through_aya_log", BACKEND);
 }
+
+#[test]
+fn kprobe_a_v6_route_through_a_nexthop_object_rewritten_is_no_flap() {
+    route_watch_common::v6_through_nexthop_rewritten("kprobe_a_v6_route_through_a_nexthop_object_rewritten_is_no_flap", BACKEND);
+}

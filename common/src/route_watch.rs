@@ -384,11 +384,18 @@ pub struct KernelOffsets {
     pub nli_portid: u32,
     /// `struct nl_info`: `nl_net` (pointer to net).
     pub nli_net: u32,
+    /// `struct fib6_info`: `nh` (pointer to the nexthop object the route goes through, NULL
+    /// for a route with a next hop of its own); [`KernelOffsets::ABSENT`] on a kernel without
+    /// nexthop objects (before 5.3).
+    pub f6i_nh: u32,
     /// Set to 1 by userspace once every offset above is resolved.
     pub valid: u32,
 }
 
 impl KernelOffsets {
+    /// An offset of a member this kernel does not have (only where the hooks can do without).
+    pub const ABSENT: u32 = u32::MAX;
+
     /// All zero, `valid == 0`: the hooks count a decode error and ignore the write.
     pub const UNRESOLVED: KernelOffsets = KernelOffsets {
         net_ns_inum: 0,
@@ -413,6 +420,7 @@ impl KernelOffsets {
         nli_nlh: 0,
         nli_portid: 0,
         nli_net: 0,
+        f6i_nh: 0,
         valid: 0,
     };
 }

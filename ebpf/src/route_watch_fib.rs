@@ -166,7 +166,13 @@ fn fib6_inner(rt: u64, info: u64, delete: bool) -> Result<(), ()> {
     let table: u32 = rd(table_ptr, off!(tb6_id))?;
     let plen: i32 = rd(rt, off!(f6i_dst_plen))?;
     let protocol: u8 = rd(rt, off!(f6i_protocol))?;
-    let dev: u64 = rd(rt, off!(f6i_nh_dev)).unwrap_or(0);
+    // A route through a nexthop object has no `fib6_nh` of its own (`ip6_route_info_create`
+    // allocates one only without an object): reading one would read past the route's
+    // allocation. Its device and gateway are the object's, which the hook does not follow (as
+    // IPv4's `fib_config` carries only the object's id): none.
+    let nh_off = off!(f6i_nh);
+    let through_object = nh_off != u64::from(KernelOffsets::ABSENT) && rd::<u64>(rt, nh_off)? != 0;
+    let dev: u64 = if through_object { 0 } else { rd(rt, off!(f6i_nh_dev)).unwrap_or(0) };
     let oif: u32 = if dev == 0 { 0 } else { rd(dev, off!(dev_ifindex)).unwrap_or(0) };
     #[expect(clippy::cast_sign_loss, reason = "an IPv6 prefix length is 0..=128")]
     let dst_len = (plen & 0xff) as u8;
@@ -186,7 +192,7 @@ fn fib6_inner(rt: u64, info: u64, delete: bool) -> Result<(), ()> {
         dst_len,
         _pad: 0,
         dst: rd(rt, off!(f6i_dst_addr))?,
-        gateway: rd(rt, off!(f6i_nh_gw)).unwrap_or([0; 16]),
+        gateway: if through_object { [0; 16] } else { rd(rt, off!(f6i_nh_gw)).unwrap_or([0; 16]) },
         writer: current_writer(protocol),
     };
     if delete && nlh == 0 {

@@ -827,3 +827,52 @@ pub fn ring_full_is_logged(test: &str, backend: RouteWatchBackend) {
         }
     }
 }
+
+/// Scenario: one process (`ip -batch`) writes an IPv6 route through a nexthop object
+/// (`ip -6 nexthop`, `nhid`) and replaces it in place four times. Every write shows the
+/// gateway and device this backend can see — the socket filter the object's, from the
+/// notification (`nexthop_compat_mode`, on by default), fentry and kprobe none (the route has
+/// no `fib6_nh` of its own, and the hooks do not follow the object: as IPv4's `fib_config`,
+/// only its id is the route's) — and the same route written again by the same writer changes
+/// nothing: no flap, no conflict.
+pub fn v6_through_nexthop_rewritten(test: &str, backend: RouteWatchBackend) {
+    if routewarden_lab::skip_unless_root(test) {
+        return;
+    }
+    let ns = lab();
+    let Some(watch) = start_or_skip(test, backend, &RouteWatchConfig { stream_writes: true, ..config() }) else { return };
+    sh("ip", &["-6", "nexthop", "add", "id", "7001", "via", "fd00::12", "dev", "veth0", "proto", "12"]);
+    let dst = "fd00:10:244:20::/122";
+    runtime().block_on(async {
+        let mut h = Harness::new(watch);
+        let batch = std::env::temp_dir().join(format!("rw-v6nh-{}-{}", std::process::id(), backend.label()));
+        std::fs::write(&batch, batch_lines(5, |_| format!("route replace {dst} nhid 7001 proto 12 metric 1024"))).unwrap();
+        sh("ip", &["-batch", batch.to_str().unwrap()]);
+        let _ = std::fs::remove_file(&batch);
+        let writes = |h: &Harness| -> Vec<routewarden::bpf::route_watch::RouteChange> {
+            h.events
+                .iter()
+                .filter_map(|(_, e)| match e {
+                    RouteWatchEvent::Write { route } if route.dst.to_string() == dst => Some(route.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let waited = h.pump_until(EVENT_DEADLINE, |h| writes(h).len() >= 5).await;
+        assert!(waited.is_some(), "{test}: 5 writes of {dst} expected: {:?}", h.events);
+        h.pump(Duration::from_millis(200)).await;
+        let (gateway, oif) = match backend {
+            RouteWatchBackend::SocketFilter => (Some("fd00::12".parse().unwrap()), ifindex("veth0")),
+            RouteWatchBackend::Fentry | RouteWatchBackend::Kprobe => (None, 0),
+        };
+        let seen = writes(&h);
+        assert_eq!(seen.len(), 5, "{test}: {seen:?}");
+        for w in &seen {
+            assert_eq!((w.gateway, w.oif, w.metric, w.writer.protocol), (gateway, oif, 1024, 12), "{test}: {w:?}");
+        }
+        assert!(h.flaps().is_empty() && h.conflicts().is_empty(), "{test}: one writer rewriting one route: {:?}", h.episodes());
+        let c = h.watch.counters().unwrap();
+        assert_eq!((c.flaps, c.decode_errors), ([0, 0], 0), "{test}: {c:?}");
+    });
+    drop(ns);
+}

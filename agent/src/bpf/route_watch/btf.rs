@@ -302,6 +302,11 @@ pub fn resolve_offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         nli_nlh: o("nl_info", &["nlh"])?,
         nli_portid: o("nl_info", &["portid"])?,
         nli_net: o("nl_info", &["nl_net"])?,
+        // Since 5.3 (nexthop objects); before, no route can go through one.
+        f6i_nh: match o("fib6_info", &["nh"]) {
+            Err(BtfError::NoMember { .. }) => KernelOffsets::ABSENT,
+            found => found?,
+        },
         valid: 1,
     })
 }
@@ -323,6 +328,10 @@ mod tests {
         assert_eq!(offs.fc_protocol, 2);
         assert_eq!(offs.valid, 1);
         assert!(offs.fc_nlflags > offs.fc_table);
+        // Nexthop objects (5.3+): the pointer sits before the route's own next hops, which
+        // are allocated only without an object.
+        assert_ne!(offs.f6i_nh, KernelOffsets::ABSENT);
+        assert!(offs.f6i_nh < offs.f6i_nh_gw && offs.f6i_nh < offs.f6i_nh_dev, "{offs:?}");
     }
 
     #[test]
