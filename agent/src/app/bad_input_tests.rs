@@ -15,7 +15,7 @@ use proptest::prelude::*;
 
 use super::view::ViewState;
 use crate::dataplane::fake::{FakeClock, FakeNetlink};
-use crate::dataplane::kernel_route::{ObservedRoute, RouteKey};
+use crate::dataplane::kernel_route::{to_kernel_route, ObservedRoute, RouteKey};
 use crate::dataplane::{Clock, DataplaneConfig, Reconciler};
 use crate::datastore::file_loader_for_tests as loader_for;
 use crate::ownership::{CalicoVersion, OwnershipConfig, Role};
@@ -208,10 +208,14 @@ impl Agent {
                     let previous = self.last.as_ref().map(|p| p.decision.programmed.clone()).unwrap_or_default();
                     let owned = self.last.as_ref().map(|p| p.policy.owned.clone()).unwrap_or_default();
                     let p = plan(s, &self.config, &previous, &owned);
-                    // A route we write outside the pools we own would be another writer's to
-                    // the next resync: held forever, never ours to remove.
+                    // A route we write that the plan's own ownership policy would not call ours
+                    // (outside the owned pools, say) would be another writer's to the next
+                    // resync: held forever, never ours to remove.
+                    let settings = DataplaneConfig::default().route_settings();
                     for r in &p.desired {
-                        assert!(p.policy.owned.iter().any(|o| o.contains(&r.dst)), "desired {} outside the owned pools {:?}", r.dst, p.policy.owned);
+                        let Ok(d) = to_kernel_route(r, &settings) else { continue };
+                        let verdict = p.policy.verdict(&d.route);
+                        assert!(verdict.is_ours(), "desired {} is {verdict:?} to the plan's policy (owned {:?})", r.dst, p.policy.owned);
                     }
                     self.reconciler.set_policy(p.policy.clone());
                     self.reconciler.set_desired_with_handover(&p.desired, &p.handovers);
