@@ -48,3 +48,8 @@ fn kprobe_ring_full_is_logged_through_aya_log() {
 fn kprobe_a_v6_route_through_a_nexthop_object_rewritten_is_no_flap() {
     route_watch_common::v6_through_nexthop_rewritten("kprobe_a_v6_route_through_a_nexthop_object_rewritten_is_no_flap", BACKEND);
 }
+
+#[test]
+fn kprobe_switching_nexthop_objects_with_one_gateway_is_a_flap() {
+    route_watch_common::switching_nexthop_objects_is_a_flap("kprobe_switching_nexthop_objects_with_one_gateway_is_a_flap", BACKEND);
+}

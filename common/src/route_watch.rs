@@ -166,7 +166,7 @@ pub struct WriteOrigin {
     pub comm: [u8; 16],
 }
 
-/// One route change as seen by a hook, the detector's input. 80 bytes.
+/// One route change as seen by a hook, the detector's input. 88 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RouteWrite {
@@ -190,6 +190,13 @@ pub struct RouteWrite {
     pub dst: [u8; 16],
     /// Gateway address (RTA_GATEWAY), network order; zeros when absent.
     pub gateway: [u8; 16],
+    /// Id of the nexthop object the route goes through (RTA_NH_ID; `fib_config.fc_nh_id`,
+    /// `fib6_info.nh->id`), 0 for a route with a next hop of its own. Two writes of a route
+    /// through different objects differ in this alone on the fentry/kprobe backends, which do
+    /// not follow the object to its gateway and device.
+    pub nh_id: u32,
+    /// Padding, zero.
+    pub _pad2: u32,
     /// Who wrote.
     pub writer: WriteOrigin,
 }
@@ -235,7 +242,8 @@ pub struct PrefixState {
     pub changes: u32,
     /// Writes in the current window.
     pub writes: u32,
-    /// Hash of the route attributes of the last add/replace (protocol, metric, oif, gateway).
+    /// Hash of the route attributes of the last add/replace (protocol, metric, oif, gateway,
+    /// nexthop object id).
     pub attrs: u32,
     /// Metric of the last add/replace.
     pub metric: u32,
@@ -283,7 +291,7 @@ impl RecordKind {
     }
 }
 
-/// One ring-buffer record. 112 bytes.
+/// One ring-buffer record. 120 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RouteWatchRecord {
@@ -388,6 +396,11 @@ pub struct KernelOffsets {
     /// for a route with a next hop of its own); [`KernelOffsets::ABSENT`] on a kernel without
     /// nexthop objects (before 5.3).
     pub f6i_nh: u32,
+    /// `struct fib_config`: `fc_nh_id` (u32, 0 without an object); [`KernelOffsets::ABSENT`]
+    /// before 5.3.
+    pub fc_nh_id: u32,
+    /// `struct nexthop`: `id` (u32); [`KernelOffsets::ABSENT`] before 5.3.
+    pub nh_id: u32,
     /// Set to 1 by userspace once every offset above is resolved.
     pub valid: u32,
 }
@@ -421,6 +434,8 @@ impl KernelOffsets {
         nli_portid: 0,
         nli_net: 0,
         f6i_nh: 0,
+        fc_nh_id: 0,
+        nh_id: 0,
         valid: 0,
     };
 }
@@ -480,7 +495,7 @@ mod pod {
 
 // The kernel writes these bytes and userspace reads them: pin the layouts.
 const _: () = assert!(core::mem::size_of::<WriteOrigin>() == 24);
-const _: () = assert!(core::mem::size_of::<RouteWrite>() == 80);
+const _: () = assert!(core::mem::size_of::<RouteWrite>() == 88);
 const _: () = assert!(core::mem::size_of::<PrefixKey>() == 24);
 const _: () = assert!(core::mem::size_of::<PrefixState>() == 80);
-const _: () = assert!(core::mem::size_of::<RouteWatchRecord>() == 112);
+const _: () = assert!(core::mem::size_of::<RouteWatchRecord>() == 120);

@@ -123,7 +123,8 @@ pub fn link_down(write: &RouteWrite) {
     emit(RecordKind::LinkDown, 0, write, &WriteOrigin::default());
 }
 
-/// FNV-1a over the attributes that make a route different: protocol, metric, oif, gateway.
+/// FNV-1a over the attributes that make a route different: protocol, metric, oif, gateway,
+/// nexthop object id.
 #[inline(always)]
 fn attrs_hash(w: &RouteWrite) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
@@ -139,6 +140,9 @@ fn attrs_hash(w: &RouteWrite) -> u32 {
         mix(b);
     }
     for b in w.gateway {
+        mix(b);
+    }
+    for b in w.nh_id.to_le_bytes() {
         mix(b);
     }
     h

@@ -112,6 +112,8 @@ fn fib4_inner(net: u64, cfg: u64, delete: bool) -> Result<(), ()> {
     let portid: u32 = rd(cfg, off!(fc_portid))?;
     let dst: [u8; 4] = rd(cfg, off!(fc_dst))?;
     let gw: [u8; 4] = rd(cfg, off!(fc_gw4))?;
+    let nh_id_off = off!(fc_nh_id);
+    let nh_id: u32 = if nh_id_off == u64::from(KernelOffsets::ABSENT) { 0 } else { rd(cfg, nh_id_off)? };
     let mut w = RouteWrite {
         ts_ns: now_ns(),
         table: rd(cfg, off!(fc_table))?,
@@ -129,6 +131,8 @@ fn fib4_inner(net: u64, cfg: u64, delete: bool) -> Result<(), ()> {
         _pad: 0,
         dst: [dst[0], dst[1], dst[2], dst[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
         gateway: [gw[0], gw[1], gw[2], gw[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        nh_id,
+        _pad2: 0,
         writer: current_writer(protocol),
     };
     if delete && portid == 0 {
@@ -169,9 +173,11 @@ fn fib6_inner(rt: u64, info: u64, delete: bool) -> Result<(), ()> {
     // A route through a nexthop object has no `fib6_nh` of its own (`ip6_route_info_create`
     // allocates one only without an object): reading one would read past the route's
     // allocation. Its device and gateway are the object's, which the hook does not follow (as
-    // IPv4's `fib_config` carries only the object's id): none.
+    // IPv4's `fib_config` carries only the object's id): none, and the object's id instead.
     let nh_off = off!(f6i_nh);
-    let through_object = nh_off != u64::from(KernelOffsets::ABSENT) && rd::<u64>(rt, nh_off)? != 0;
+    let nh: u64 = if nh_off == u64::from(KernelOffsets::ABSENT) { 0 } else { rd(rt, nh_off)? };
+    let through_object = nh != 0;
+    let nh_id: u32 = if through_object { rd(nh, off!(nh_id))? } else { 0 };
     let dev: u64 = if through_object { 0 } else { rd(rt, off!(f6i_nh_dev)).unwrap_or(0) };
     let oif: u32 = if dev == 0 { 0 } else { rd(dev, off!(dev_ifindex)).unwrap_or(0) };
     #[expect(clippy::cast_sign_loss, reason = "an IPv6 prefix length is 0..=128")]
@@ -193,6 +199,8 @@ fn fib6_inner(rt: u64, info: u64, delete: bool) -> Result<(), ()> {
         _pad: 0,
         dst: rd(rt, off!(f6i_dst_addr))?,
         gateway: if through_object { [0; 16] } else { rd(rt, off!(f6i_nh_gw)).unwrap_or([0; 16]) },
+        nh_id,
+        _pad2: 0,
         writer: current_writer(protocol),
     };
     if delete && nlh == 0 {

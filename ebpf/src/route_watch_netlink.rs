@@ -38,9 +38,10 @@ const RTA_OIF: u16 = 4;
 const RTA_GATEWAY: u16 = 5;
 const RTA_PRIORITY: u16 = 6;
 const RTA_TABLE: u16 = 15;
+const RTA_NH_ID: u16 = 30;
 /// Upper bound on attributes walked per message. The kernel puts the ones read here first
-/// (`fib_dump_info`, `rt6_fill_node`: table, dst, [src, iif, prefsrc, metrics], gateway, oif,
-/// priority); 16 leaves room for the optional ones.
+/// (`fib_dump_info`, `rt6_fill_node`: table, dst, [src, iif, prefsrc, metrics], nexthop id,
+/// gateway, oif, priority); 16 leaves room for the optional ones.
 const MAX_ATTRS: u32 = 16;
 
 /// Scratch [`RouteWrite`] per CPU. The attribute walk writes into map memory rather than the
@@ -94,6 +95,8 @@ fn link_message(ctx: &SkBuffContext) -> Result<(), i64> {
             _pad: 0,
             dst: [0; 16],
             gateway: [0; 16],
+            nh_id: 0,
+            _pad2: 0,
             writer: WriteOrigin::default(),
         };
         link_down(&write);
@@ -135,6 +138,8 @@ fn route_message(ctx: &SkBuffContext, msg_type: u16) -> Result<(), i64> {
         _pad: 0,
         dst: [0; 16],
         gateway: [0; 16],
+        nh_id: 0,
+        _pad2: 0,
         writer: WriteOrigin { id: port, id_kind: WriterIdKind::NetlinkPort as u8, protocol: rtm[5], class: 0, _pad: 0, comm: [0; 16] },
     };
     let len = ctx.len() as usize;
@@ -155,6 +160,7 @@ fn route_message(ctx: &SkBuffContext, msg_type: u16) -> Result<(), i64> {
             RTA_OIF => w.oif = ctx.load(payload).unwrap_or(0),
             RTA_PRIORITY => w.metric = ctx.load(payload).unwrap_or(0),
             RTA_TABLE => w.table = ctx.load(payload).unwrap_or(w.table),
+            RTA_NH_ID => w.nh_id = ctx.load(payload).unwrap_or(0),
             _ => {}
         }
         off += (alen + 3) & !3;

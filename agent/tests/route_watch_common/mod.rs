@@ -868,11 +868,89 @@ pub fn v6_through_nexthop_rewritten(test: &str, backend: RouteWatchBackend) {
         let seen = writes(&h);
         assert_eq!(seen.len(), 5, "{test}: {seen:?}");
         for w in &seen {
-            assert_eq!((w.gateway, w.oif, w.metric, w.writer.protocol), (gateway, oif, 1024, 12), "{test}: {w:?}");
+            assert_eq!((w.gateway, w.oif, w.nexthop_id, w.metric, w.writer.protocol), (gateway, oif, Some(7001), 1024, 12), "{test}: {w:?}");
         }
         assert!(h.flaps().is_empty() && h.conflicts().is_empty(), "{test}: one writer rewriting one route: {:?}", h.episodes());
         let c = h.watch.counters().unwrap();
         assert_eq!((c.flaps, c.decode_errors), ([0, 0], 0), "{test}: {c:?}");
+    });
+    drop(ns);
+}
+
+/// Scenario: one process (`ip -batch`) writes one IPv4 and one IPv6 route six times each,
+/// alternating between two nexthop objects that have the same gateway and device (7101/7102,
+/// 7201/7202). Nothing but the object's id tells the writes apart (the socket filter sees the
+/// objects' gateway and device, identical; fentry and kprobe see neither), and a route
+/// re-pointed between objects five times is a flap like one re-pointed between gateways: each
+/// write after the first changes the route, the third change (the fourth write) crosses the
+/// threshold of 3, one flap episode per prefix in the window, no conflict (one writer).
+pub fn switching_nexthop_objects_is_a_flap(test: &str, backend: RouteWatchBackend) {
+    if routewarden_lab::skip_unless_root(test) {
+        return;
+    }
+    let ns = lab();
+    let Some(watch) = start_or_skip(test, backend, &RouteWatchConfig { stream_writes: true, ..config() }) else { return };
+    for id in ["7101", "7102"] {
+        sh("ip", &["nexthop", "add", "id", id, "via", "10.0.0.12", "dev", "veth0", "proto", "12"]);
+    }
+    for id in ["7201", "7202"] {
+        sh("ip", &["-6", "nexthop", "add", "id", id, "via", "fd00::12", "dev", "veth0", "proto", "12"]);
+    }
+    let (v4, v6) = ("10.244.21.0/26", "fd00:10:244:21::/122");
+    runtime().block_on(async {
+        let mut h = Harness::new(watch);
+        let batch = std::env::temp_dir().join(format!("rw-nhswitch-{}-{}", std::process::id(), backend.label()));
+        std::fs::write(
+            &batch,
+            batch_lines(12, |i| {
+                let (dst, base) = if i % 2 == 0 { (v4, 7101) } else { (v6, 7201) };
+                format!("route replace {dst} nhid {} proto 12 metric 1024", base + (i / 2) % 2)
+            }),
+        )
+        .unwrap();
+        let started = Instant::now();
+        sh("ip", &["-batch", batch.to_str().unwrap()]);
+        let span = started.elapsed();
+        let _ = std::fs::remove_file(&batch);
+        assert!(span < WINDOW, "{test}: the 12 writes took {span:?}, not within one window ({WINDOW:?})");
+        let writes = |h: &Harness, dst: &str| -> Vec<routewarden::bpf::route_watch::RouteChange> {
+            h.events
+                .iter()
+                .filter_map(|(_, e)| match e {
+                    RouteWatchEvent::Write { route } if route.dst.to_string() == dst => Some(route.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let waited = h.pump_until(EVENT_DEADLINE, |h| writes(h, v4).len() >= 6 && writes(h, v6).len() >= 6 && h.flaps().len() >= 2).await;
+        assert!(waited.is_some(), "{test}: 6 writes of each prefix and 2 flaps expected: {:?}", h.events);
+        h.pump_counted_episodes(test).await;
+        h.pump(Duration::from_millis(200)).await;
+        let oif = ifindex("veth0");
+        for (dst, base, gateway) in [(v4, 7101, "10.0.0.12"), (v6, 7201, "fd00::12")] {
+            let (gateway, oif) = match backend {
+                RouteWatchBackend::SocketFilter => (Some(gateway.parse().unwrap()), oif),
+                RouteWatchBackend::Fentry | RouteWatchBackend::Kprobe => (None, 0),
+            };
+            let seen: Vec<_> = writes(&h, dst).iter().map(|w| (w.op, w.nexthop_id, w.gateway, w.oif, w.metric, w.writer.protocol)).collect();
+            // The first write creates the route: the kernel's notification says so (socket
+            // filter), the request the hooks see carries `ip route replace`'s NLM_F_REPLACE.
+            let first = if backend == RouteWatchBackend::SocketFilter { "add" } else { "replace" };
+            let expected: Vec<_> = (0..6).map(|i| (if i == 0 { first } else { "replace" }, Some(base + i % 2), gateway, oif, 1024, 12)).collect();
+            assert_eq!(seen, expected, "{test}: {dst}");
+        }
+        let me = |e: &RouteWatchEvent| match e {
+            RouteWatchEvent::Flap { route, previous, changes_in_window } => {
+                (route.dst.to_string(), route.nexthop_id, route.writer.pid == previous.pid, *changes_in_window)
+            }
+            other => panic!("{other:?}"),
+        };
+        let flaps: Vec<_> = h.flaps().into_iter().map(me).collect();
+        assert_eq!(flaps, [(v4.to_string(), Some(7102), true, 3), (v6.to_string(), Some(7202), true, 3)], "{test}: {:?}", h.events);
+        assert!(h.conflicts().is_empty(), "{test}: one writer: {:?}", h.episodes());
+        let c = h.watch.counters().unwrap();
+        assert_eq!((c.flaps, c.decode_errors, c.records_lost), ([1, 1], 0, 0), "{test}: {c:?}");
+        h.assert_episodes_exported(test);
     });
     drop(ns);
 }

@@ -273,6 +273,15 @@ pub const PROTOTYPES: [(&str, &[&str]); 4] = [
     ("fib6_del", &["struct fib6_info *", "struct nl_info *"]),
 ];
 
+/// A member (or struct) only some kernels have: [`KernelOffsets::ABSENT`] when this one does
+/// not.
+fn optional(found: Result<u32, BtfError>) -> Result<u32, BtfError> {
+    match found {
+        Err(BtfError::NoMember { .. } | BtfError::NoStruct(_)) => Ok(KernelOffsets::ABSENT),
+        found => found,
+    }
+}
+
 /// Check every hooked prototype and resolve every member offset the hooks read.
 pub fn resolve_offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
     for (func, params) in PROTOTYPES {
@@ -302,11 +311,10 @@ pub fn resolve_offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         nli_nlh: o("nl_info", &["nlh"])?,
         nli_portid: o("nl_info", &["portid"])?,
         nli_net: o("nl_info", &["nl_net"])?,
-        // Since 5.3 (nexthop objects); before, no route can go through one.
-        f6i_nh: match o("fib6_info", &["nh"]) {
-            Err(BtfError::NoMember { .. }) => KernelOffsets::ABSENT,
-            found => found?,
-        },
+        // Nexthop objects (since 5.3); before, no route can go through one.
+        f6i_nh: optional(o("fib6_info", &["nh"]))?,
+        fc_nh_id: optional(o("fib_config", &["fc_nh_id"]))?,
+        nh_id: optional(o("nexthop", &["id"]))?,
         valid: 1,
     })
 }
@@ -332,6 +340,9 @@ mod tests {
         // are allocated only without an object.
         assert_ne!(offs.f6i_nh, KernelOffsets::ABSENT);
         assert!(offs.f6i_nh < offs.f6i_nh_gw && offs.f6i_nh < offs.f6i_nh_dev, "{offs:?}");
+        assert_ne!(offs.fc_nh_id, KernelOffsets::ABSENT);
+        // `struct nexthop` starts with its rb_node (three pointer-sized words); the id follows.
+        assert!(offs.nh_id >= 24 && offs.nh_id != KernelOffsets::ABSENT, "{offs:?}");
     }
 
     #[test]

@@ -112,6 +112,12 @@ pub struct RouteChange {
     /// Gateway, when the route has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gateway: Option<IpAddr>,
+    /// Id of the nexthop object the route goes through (`nhid` in `ip route`), when it goes
+    /// through one. The fentry/kprobe backends report it without the object's gateway and
+    /// device; the socket filter reports both (the kernel's notification carries them while
+    /// `net.ipv4.nexthop_compat_mode` is 1, its default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nexthop_id: Option<u32>,
     /// Who wrote.
     pub writer: WriterInfo,
 }
@@ -202,6 +208,7 @@ fn decode_write(w: &RouteWrite) -> Result<RouteChange, DecodeError> {
         metric: w.metric,
         oif: w.oif,
         gateway: (!gw.is_unspecified()).then_some(gw),
+        nexthop_id: (w.nh_id != 0).then_some(w.nh_id),
         writer: WriterInfo::from_raw(&w.writer),
     })
 }
@@ -232,6 +239,9 @@ pub fn decode_record(bytes: &[u8]) -> Result<RouteWatchEvent, DecodeError> {
 impl fmt::Display for RouteChange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {} table {} metric {}", self.op, self.dst, self.table, self.metric)?;
+        if let Some(id) = self.nexthop_id {
+            write!(f, " nhid {id}")?;
+        }
         if let Some(gw) = self.gateway {
             write!(f, " via {gw}")?;
         }
@@ -289,6 +299,8 @@ mod tests {
                 _pad: 0,
                 dst: d,
                 gateway: if family == AF_INET { gw } else { [0; 16] },
+                nh_id: 0,
+                _pad2: 0,
                 writer: writer(1234, WriterIdKind::NetlinkPort, 12, WriterClass::Bird, b""),
             },
             previous: writer(77, WriterIdKind::Process, 80, WriterClass::SelfAgent, b"routewarden"),
@@ -356,5 +368,26 @@ mod tests {
         assert_eq!(json["route"]["dst"], "10.0.0.0/8");
         assert!(json["route"]["writer"].get("netlink_port").is_none());
         assert!(ev.to_string().starts_with("flush    replace 10.0.0.0/8 table 254 metric 1024 via 10.0.0.12"));
+        assert!(json["route"].get("nexthop_id").is_none(), "{json}");
+    }
+
+    /// A route through a nexthop object: its id in the event, the text and the JSON; the
+    /// object's gateway when the backend saw it (socket filter), none when it did not.
+    #[test]
+    fn decodes_the_nexthop_object_id() {
+        let mut r = record(RecordKind::Write, AF_INET, &[10, 244, 20, 0], 26);
+        r.write.nh_id = 7001;
+        let ev = decode_record(&bytes(&r)).unwrap();
+        let route = ev.route().unwrap();
+        assert_eq!((route.nexthop_id, route.gateway), (Some(7001), Some("10.0.0.12".parse().unwrap())));
+        assert!(ev.to_string().starts_with("write    replace 10.244.20.0/26 table 254 metric 1024 nhid 7001 via 10.0.0.12 oif 3 by"), "{ev}");
+        assert_eq!(serde_json::to_value(&ev).unwrap()["route"]["nexthop_id"], 7001);
+        let dst = "fd00:10:244:20::".parse::<Ipv6Addr>().unwrap().octets();
+        let mut r = record(RecordKind::Write, AF_INET6, &dst, 122);
+        (r.write.nh_id, r.write.oif) = (u32::MAX, 0);
+        let ev = decode_record(&bytes(&r)).unwrap();
+        let route = ev.route().unwrap();
+        assert_eq!((route.nexthop_id, route.gateway, route.oif), (Some(u32::MAX), None, 0));
+        assert!(ev.to_string().starts_with("write    replace fd00:10:244:20::/122 table 254 metric 1024 nhid 4294967295 by"), "{ev}");
     }
 }

@@ -103,6 +103,7 @@ mod tests {
                 metric: 1024,
                 oif: 2,
                 gateway: None,
+                nexthop_id: None,
                 writer: writer("bird", 12),
             },
             previous: writer("self", 80),

@@ -581,6 +581,7 @@ garbage line
                 metric: 0,
                 oif: 1,
                 gateway: None,
+                nexthop_id: None,
                 writer: WriterInfo { protocol: 4, class: "static", kernel: false, netlink_port: port, pid, comm: None },
             },
         }
