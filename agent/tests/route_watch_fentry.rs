@@ -53,3 +53,8 @@ fn fentry_a_v6_route_through_a_nexthop_object_rewritten_is_no_flap() {
 fn fentry_switching_nexthop_objects_with_one_gateway_is_a_flap() {
     route_watch_common::switching_nexthop_objects_is_a_flap("fentry_switching_nexthop_objects_with_one_gateway_is_a_flap", BACKEND);
 }
+
+#[test]
+fn fentry_a_nexthop_replace_is_not_a_route_write() {
+    route_watch_common::a_nexthop_replace_is_not_a_route_write("fentry_a_nexthop_replace_is_not_a_route_write", BACKEND);
+}

@@ -201,6 +201,26 @@ pub struct RouteWrite {
     pub writer: WriteOrigin,
 }
 
+/// The last nexthop object change the socket filter saw (`RTM_NEWNEXTHOP`), kept in
+/// [`ROUTE_WATCH_NL_NEXTHOP_MAP`]. When a nexthop replace re-points routes, the kernel sends
+/// every route through the object again (`nexthop_replace_notify` in `net/ipv4/nexthop.c`,
+/// while `net.ipv4.nexthop_compat_mode` is 1, its default), after the object's own
+/// notification and with the same port and sequence number. Those are not route writes (the
+/// fentry/kprobe hooks see none): the socket filter drops an `RTM_NEWROUTE` with
+/// `NLM_F_REPLACE` whose port, sequence number and `RTA_NH_ID` equal the last change's. 16 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NexthopNotice {
+    /// Netlink port id of the request that changed the object (0: the kernel).
+    pub port: u32,
+    /// Its sequence number.
+    pub seq: u32,
+    /// The object's id (`NHA_ID`).
+    pub id: u32,
+    /// 1 once a notification was seen.
+    pub valid: u32,
+}
+
 /// Detector map key: one per (family, table, destination prefix). 24 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -242,8 +262,8 @@ pub struct PrefixState {
     pub changes: u32,
     /// Writes in the current window.
     pub writes: u32,
-    /// Hash of the route attributes of the last add/replace (protocol, metric, oif, gateway,
-    /// nexthop object id).
+    /// Hash of the route attributes of the last add/replace: protocol, metric, and the
+    /// nexthop object's id for a route through one, its own oif and gateway otherwise.
     pub attrs: u32,
     /// Metric of the last add/replace.
     pub metric: u32,
@@ -463,6 +483,9 @@ pub const ROUTE_WATCH_SELF_PORTS_MAP: &str = "ROUTE_WATCH_SELF_PORTS";
 /// Name of the socket filter's per-CPU scratch [`RouteWrite`] (kernel-only; listed in
 /// [`crate::MAP_NAMES`]).
 pub const ROUTE_WATCH_NL_SCRATCH_MAP: &str = "ROUTE_WATCH_NL_SCRATCH";
+/// Name of the socket filter's one-entry array holding the last [`NexthopNotice`]
+/// (kernel-only; listed in [`crate::MAP_NAMES`]).
+pub const ROUTE_WATCH_NL_NEXTHOP_MAP: &str = "ROUTE_WATCH_NL_NEXTHOP";
 /// Most self netlink ports tracked.
 pub const SELF_PORTS_MAX: u32 = 64;
 /// Global: 1 to push a [`RecordKind::Write`] record for every write (u32, default 0).
@@ -497,5 +520,6 @@ mod pod {
 const _: () = assert!(core::mem::size_of::<WriteOrigin>() == 24);
 const _: () = assert!(core::mem::size_of::<RouteWrite>() == 88);
 const _: () = assert!(core::mem::size_of::<PrefixKey>() == 24);
+const _: () = assert!(core::mem::size_of::<NexthopNotice>() == 16);
 const _: () = assert!(core::mem::size_of::<PrefixState>() == 80);
 const _: () = assert!(core::mem::size_of::<RouteWatchRecord>() == 120);

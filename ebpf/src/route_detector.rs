@@ -123,8 +123,11 @@ pub fn link_down(write: &RouteWrite) {
     emit(RecordKind::LinkDown, 0, write, &WriteOrigin::default());
 }
 
-/// FNV-1a over the attributes that make a route different: protocol, metric, oif, gateway,
-/// nexthop object id.
+/// FNV-1a over the attributes that make a route different: protocol, metric, and where it
+/// goes: the nexthop object's id for a route through one, its own oif and gateway otherwise.
+/// A route through an object is the object's whatever its gateway and device are (the
+/// socket filter sees them in compat mode, fentry/kprobe do not), so every backend hashes the
+/// same attributes.
 #[inline(always)]
 fn attrs_hash(w: &RouteWrite) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
@@ -136,13 +139,16 @@ fn attrs_hash(w: &RouteWrite) -> u32 {
     for b in w.metric.to_le_bytes() {
         mix(b);
     }
+    if w.nh_id != 0 {
+        for b in w.nh_id.to_le_bytes() {
+            mix(b);
+        }
+        return h;
+    }
     for b in w.oif.to_le_bytes() {
         mix(b);
     }
     for b in w.gateway {
-        mix(b);
-    }
-    for b in w.nh_id.to_le_bytes() {
         mix(b);
     }
     h

@@ -1,6 +1,6 @@
 //! `route_watch_netlink`: socket filter on a NETLINK_ROUTE socket joined to
-//! `RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE`. The backend that works on every
-//! kernel (this host refuses fentry and has no kprobes).
+//! `RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE` and `RTNLGRP_NEXTHOP`. The backend
+//! that works on every kernel (this host refuses fentry and has no kprobes).
 //!
 //! The kernel runs it once per notification of the socket's network namespace; the skb starts
 //! at the `nlmsghdr` (facts measured in `../shared/reference/toolchain.md`):
@@ -10,18 +10,24 @@
 //! 16 rtmsg { u8 family, dst_len, src_len, tos, table, protocol, scope, type; u32 flags }
 //! 28 rtattr { u16 len; u16 type } + payload, each 4-byte aligned
 //! 16 ifinfomsg { u8 family, pad; u16 type; i32 index; u32 flags; u32 change }  (RTM_NEWLINK)
+//! 16 nhmsg { u8 family, scope, protocol, resvd; u32 flags }  (RTM_NEWNEXTHOP)
+//! 24 rtattr NHA_ID (first, `nh_fill_node`) + u32 id
 //! ```
+//!
+//! A nexthop replace re-sends every route through the object (compat mode) right after the
+//! object's own notification, with the replacing request's port and sequence number: those
+//! routes are not written, and the filter drops them ([`NexthopNotice`]).
 //!
 //! `NLM_F_REPLACE` (0x100) in a RTM_NEWROUTE means the write overwrote an existing route.
 //! Returns 0: the copy for this socket is dropped (nothing reads it); map and ring-buffer
 //! writes stay.
 use aya_ebpf::{
     macros::{map, socket_filter},
-    maps::PerCpuArray,
+    maps::{Array, PerCpuArray},
     programs::SkBuffContext,
 };
 use aya_log_ebpf::{macro_support::Level, warn};
-use routewarden_common::route_watch::{RouteWrite, WriteOp, WriteOrigin, WriterIdKind, AF_INET, AF_INET6};
+use routewarden_common::route_watch::{NexthopNotice, RouteWrite, WriteOp, WriteOrigin, WriterIdKind, AF_INET, AF_INET6};
 
 use crate::bpf_log::{allowed, LogKind};
 
@@ -30,6 +36,8 @@ use crate::route_detector::{count_decode_error, link_down, now_ns, observe};
 const RTM_NEWLINK: u16 = 16;
 const RTM_NEWROUTE: u16 = 24;
 const RTM_DELROUTE: u16 = 25;
+const RTM_NEWNEXTHOP: u16 = 104;
+const NHA_ID: u16 = 1;
 const NLM_F_REPLACE: u16 = 0x100;
 const IFF_UP: u32 = 1;
 const RTM_F_CLONED: u32 = 0x200;
@@ -52,6 +60,13 @@ static ROUTE_WATCH_NL_SCRATCH: PerCpuArray<RouteWrite> = PerCpuArray::with_max_e
 routewarden_common::assert_bpf_name!(ROUTE_WATCH_NL_SCRATCH, routewarden_common::route_watch::ROUTE_WATCH_NL_SCRATCH_MAP);
 routewarden_common::assert_bpf_name!(route_watch_netlink, routewarden_common::route_watch::PROG_SOCKET_FILTER);
 
+/// The last nexthop object change seen. One entry for all CPUs: object changes are made under
+/// the RTNL lock and the routes they re-send follow in the same call, which may move between
+/// CPUs.
+#[map]
+static ROUTE_WATCH_NL_NEXTHOP: Array<NexthopNotice> = Array::with_max_entries(1, 0);
+routewarden_common::assert_bpf_name!(ROUTE_WATCH_NL_NEXTHOP, routewarden_common::route_watch::ROUTE_WATCH_NL_NEXTHOP_MAP);
+
 #[socket_filter]
 pub fn route_watch_netlink(ctx: SkBuffContext) -> i64 {
     let _ = try_route_watch_netlink(&ctx);
@@ -64,6 +79,7 @@ fn try_route_watch_netlink(ctx: &SkBuffContext) -> Result<(), i64> {
     match msg_type {
         RTM_NEWROUTE | RTM_DELROUTE => route_message(ctx, msg_type),
         RTM_NEWLINK => link_message(ctx),
+        RTM_NEWNEXTHOP => nexthop_message(ctx),
         _ => Ok(()),
     }
 }
@@ -104,9 +120,37 @@ fn link_message(ctx: &SkBuffContext) -> Result<(), i64> {
     Ok(())
 }
 
+/// Remember who changed which nexthop object in which request.
+#[inline(always)]
+fn nexthop_message(ctx: &SkBuffContext) -> Result<(), i64> {
+    let seq: u32 = ctx.load(8).map_err(|_| decode_error())?;
+    let port: u32 = ctx.load(12).map_err(|_| decode_error())?;
+    let hdr: [u16; 2] = ctx.load(24).map_err(|_| decode_error())?;
+    if hdr[1] != NHA_ID || hdr[0] < 8 {
+        return Err(decode_error());
+    }
+    let id: u32 = ctx.load(28).map_err(|_| decode_error())?;
+    let Some(slot) = ROUTE_WATCH_NL_NEXTHOP.get_ptr_mut(0) else { return Err(decode_error()) };
+    // SAFETY: the map's only entry; a concurrent reader sees an older or a newer notice, never
+    // one this filter relies on alone (a route is dropped only on an exact match).
+    unsafe { *slot = NexthopNotice { port, seq, id, valid: 1 } };
+    Ok(())
+}
+
+/// True when a route notification is one the kernel re-sent for the last nexthop object
+/// change: `NLM_F_REPLACE`, through that object, with that request's port and sequence number.
+#[inline(always)]
+fn resent_for_nexthop_change(seq: u32, w: &RouteWrite) -> bool {
+    if w.nh_id == 0 || w.op != WriteOp::Replace as u8 {
+        return false;
+    }
+    ROUTE_WATCH_NL_NEXTHOP.get(0).is_some_and(|n| n.valid == 1 && n.id == w.nh_id && n.port == w.writer.id && n.seq == seq)
+}
+
 #[inline(always)]
 fn route_message(ctx: &SkBuffContext, msg_type: u16) -> Result<(), i64> {
     let nl_flags: u16 = ctx.load(6).map_err(|_| decode_error())?;
+    let seq: u32 = ctx.load(8).map_err(|_| decode_error())?;
     let port: u32 = ctx.load(12).map_err(|_| decode_error())?;
     let rtm: [u8; 8] = ctx.load(16).map_err(|_| decode_error())?;
     let rtm_flags: u32 = ctx.load(24).map_err(|_| decode_error())?;
@@ -164,6 +208,9 @@ fn route_message(ctx: &SkBuffContext, msg_type: u16) -> Result<(), i64> {
             _ => {}
         }
         off += (alen + 3) & !3;
+    }
+    if resent_for_nexthop_change(seq, w) {
+        return Ok(());
     }
     observe(w);
     Ok(())

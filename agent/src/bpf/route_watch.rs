@@ -578,18 +578,25 @@ pub fn sum_counters(a: &RouteWatchCounters, b: &RouteWatchCounters) -> RouteWatc
 }
 
 /// A NETLINK_ROUTE socket in the calling thread's namespace, joined to
-/// `RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE`. Non-blocking; nothing reads it (the
+/// `RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE` and `RTNLGRP_NEXTHOP` (so the filter
+/// knows which route notifications a nexthop replace re-sent, see
+/// `routewarden_common::route_watch::NexthopNotice`). Non-blocking; nothing reads it (the
 /// filter returns 0, so no message is ever queued).
 fn route_socket() -> Result<OwnedFd, BpfError> {
-    use nix::sys::socket::{bind, socket, AddressFamily, NetlinkAddr, SockFlag, SockProtocol, SockType};
+    use rtnetlink::sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+    use std::os::fd::{FromRawFd, IntoRawFd};
     const RTMGRP_LINK: u32 = 0x1;
     const RTMGRP_IPV4_ROUTE: u32 = 0x40;
     const RTMGRP_IPV6_ROUTE: u32 = 0x400;
-    let sock = socket(AddressFamily::Netlink, SockType::Raw, SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK, SockProtocol::NetlinkRoute)
-        .map_err(|e| BpfError::Socket { op: "socket(AF_NETLINK, NETLINK_ROUTE)", source: e.into() })?;
-    bind(std::os::fd::AsRawFd::as_raw_fd(&sock), &NetlinkAddr::new(0, RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE))
-        .map_err(|e| BpfError::Socket { op: "bind to route groups", source: e.into() })?;
-    Ok(sock)
+    /// `RTNLGRP_NEXTHOP` (`include/uapi/linux/rtnetlink.h`; above 31, so joined, not bound).
+    const RTNLGRP_NEXTHOP: u32 = 32;
+    let mut sock = Socket::new(NETLINK_ROUTE).map_err(|e| BpfError::Socket { op: "socket(AF_NETLINK, NETLINK_ROUTE)", source: e })?;
+    sock.bind(&SocketAddr::new(0, RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE))
+        .map_err(|e| BpfError::Socket { op: "bind to route groups", source: e })?;
+    sock.add_membership(RTNLGRP_NEXTHOP).map_err(|e| BpfError::Socket { op: "join the nexthop group", source: e })?;
+    sock.set_non_blocking(true).map_err(|e| BpfError::Socket { op: "set non-blocking", source: e })?;
+    // SAFETY: the descriptor comes from `into_raw_fd`, which gives up its ownership.
+    Ok(unsafe { OwnedFd::from_raw_fd(sock.into_raw_fd()) })
 }
 
 #[cfg(test)]

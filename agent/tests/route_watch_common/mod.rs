@@ -954,3 +954,73 @@ pub fn switching_nexthop_objects_is_a_flap(test: &str, backend: RouteWatchBacken
     });
     drop(ns);
 }
+
+/// Scenario: a nexthop replace is not a route write, on every backend. One process
+/// ([`IpWriter`]) writes three IPv4 routes through object 7301 and three IPv6 routes through
+/// 7401; other processes then re-point both objects four times (gateway .13, .12, .13, .12),
+/// as a node moving back and forth would, the first process rewriting one IPv6 route as it is
+/// after each; it finally re-points one IPv4 route to object 7302. fentry and kprobe see no
+/// route write in a nexthop replace; the kernel re-sends every route through the object to
+/// the socket filter (compat mode, the replacing process's port), and the filter drops those
+/// re-sent routes. A route through an object is the object's whatever its gateway: the
+/// rewrites change nothing. So every backend counts exactly the 11 route writes, all by one
+/// writer: no conflict, no flap.
+pub fn a_nexthop_replace_is_not_a_route_write(test: &str, backend: RouteWatchBackend) {
+    if routewarden_lab::skip_unless_root(test) {
+        return;
+    }
+    let ns = lab();
+    assert_eq!(sh("sysctl", &["-n", "net.ipv4.nexthop_compat_mode"]).trim(), "1", "{test}: the kernel re-sends routes only in compat mode");
+    let Some(watch) = start_or_skip(test, backend, &RouteWatchConfig { stream_writes: true, ..config() }) else { return };
+    for id in ["7301", "7302"] {
+        sh("ip", &["nexthop", "add", "id", id, "via", "10.0.0.12", "dev", "veth0", "proto", "12"]);
+    }
+    sh("ip", &["-6", "nexthop", "add", "id", "7401", "via", "fd00::12", "dev", "veth0", "proto", "12"]);
+    let v4 = ["10.244.22.0/26", "10.244.22.64/26", "10.244.22.128/26"];
+    let v6 = ["fd00:10:244:22::/122", "fd00:10:244:23::/122", "fd00:10:244:24::/122"];
+    runtime().block_on(async {
+        let mut h = Harness::new(watch);
+        let mut writer = IpWriter::spawn();
+        for dst in v4 {
+            writer.run(&format!("route add {dst} nhid 7301 proto 12 metric 1024"));
+        }
+        for dst in v6 {
+            writer.run(&format!("route add {dst} nhid 7401 proto 12 metric 1024"));
+        }
+        for last in [13, 12, 13, 12] {
+            sh("ip", &["nexthop", "replace", "id", "7301", "via", &format!("10.0.0.{last}"), "dev", "veth0", "proto", "12"]);
+            sh("ip", &["-6", "nexthop", "replace", "id", "7401", "via", &format!("fd00::{last}"), "dev", "veth0", "proto", "12"]);
+            // The same route again (IPv6 notifies an identical replace): the object's new
+            // gateway in the notification is no change of the route.
+            writer.run(&format!("route replace {} nhid 7401 proto 12 metric 1024", v6[0]));
+        }
+        // Through another object: IPv4 answers a replace with an identical route without a
+        // write or a notification (`fib_table_insert`).
+        writer.run(&format!("route replace {} nhid 7302 proto 12 metric 1024", v4[0]));
+        let ours = |h: &Harness| -> Vec<(String, &'static str, Option<u32>)> {
+            h.events
+                .iter()
+                .filter_map(|(_, e)| match e {
+                    RouteWatchEvent::Write { route } if route.writer.protocol == 12 => Some((route.dst.to_string(), route.op, route.nexthop_id)),
+                    _ => None,
+                })
+                .collect()
+        };
+        let waited = h.pump_until(EVENT_DEADLINE, |h| ours(h).len() >= 11).await;
+        assert!(waited.is_some(), "{test}: 11 writes expected: {:?}", h.events);
+        h.pump_counted_episodes(test).await;
+        h.pump(Duration::from_millis(300)).await;
+        let mut expected: Vec<_> = v4.iter().map(|d| (d.to_string(), "add", Some(7301))).collect();
+        expected.extend(v6.iter().map(|d| (d.to_string(), "add", Some(7401))));
+        expected.extend((0..4).map(|_| (v6[0].to_string(), "replace", Some(7401))));
+        expected.push((v4[0].to_string(), "replace", Some(7302)));
+        assert_eq!(ours(&h), expected, "{test}: the route writes, and nothing from the 8 nexthop replaces");
+        assert!(h.episodes().is_empty(), "{test}: one writer of every route: {:?}", h.episodes());
+        let c = h.watch.counters().unwrap();
+        // Protocol 12's writes (the kernel adds link-local routes of its own meanwhile).
+        let per_family: Vec<u64> = c.writes.iter().map(|f| f.iter().map(|op| op[WriterClass::Bird as usize]).sum()).collect();
+        assert_eq!((per_family, c.flaps, c.decode_errors), (vec![4, 7], [0, 0], 0), "{test}: {c:?}");
+        drop(writer);
+    });
+    drop(ns);
+}
