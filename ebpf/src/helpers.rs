@@ -17,6 +17,17 @@ pub fn global_u64(v: &'static u64) -> u64 {
     unsafe { core::ptr::read_volatile(v) }
 }
 
+/// `index`, hidden from the compiler so that the bounds check of the `get`/`get_mut` it feeds
+/// stays in the program. An index the compiler knows to be in range (an enum's discriminant)
+/// gets no check of its own, and the verifier then needs the range of the register holding
+/// it, which Linux 6.1's loses when the compiler reloads the unchecked byte the enum was
+/// decoded from. Each use costs the verifier a branch: only where 6.1 needs it.
+#[inline(always)]
+pub fn opaque_index(index: usize) -> usize {
+    // SAFETY: reading a local.
+    unsafe { core::ptr::read_volatile(&raw const index) }
+}
+
 /// Current kernel time, ns (`bpf_ktime_get_ns`: CLOCK_MONOTONIC, not counting suspend).
 #[inline(always)]
 pub fn now_ns() -> u64 {

@@ -33,7 +33,7 @@ use routewarden_common::route_watch::{
 
 use crate::bpf_log::{allowed, LogKind};
 pub use crate::helpers::now_ns;
-use crate::helpers::{global_u32, global_u64, per_cpu_slot};
+use crate::helpers::{global_u32, global_u64, opaque_index, per_cpu_slot};
 
 /// Detector state per prefix. 32768 entries x ~150 bytes (key, value, LRU overhead) ≈ 5 MB.
 #[map]
@@ -198,7 +198,9 @@ pub fn observe(w: &mut RouteWrite) {
     w.writer.class = class as u8;
     let fi = family_index(w.family);
     let Some(c) = counters() else { return };
-    if let Some(slot) = c.writes.get_mut(fi).and_then(|f| f.get_mut(op as usize)).and_then(|o| o.get_mut(class as usize)) {
+    // The operation's index is checked (`opaque_index`): the socket filter's decoding left 6.1's
+    // verifier with the raw `op` byte (0..=255) here.
+    if let Some(slot) = c.writes.get_mut(fi).and_then(|f| f.get_mut(opaque_index(op as usize))).and_then(|o| o.get_mut(class as usize)) {
         *slot += 1;
     }
     let stream = global_u32(&ROUTE_WATCH_STREAM_WRITES) != 0;

@@ -139,12 +139,15 @@ fn nexthop_message(ctx: &SkBuffContext) -> Result<(), i64> {
 
 /// True when a route notification is one the kernel re-sent for the last nexthop object
 /// change: `NLM_F_REPLACE`, through that object, with that request's port and sequence number.
+/// Takes the message's own values rather than the scratch write's fields: the detector's
+/// counter indexes must stay as the compiler had them (Linux 6.1's verifier loses the range
+/// of an index reloaded from the stack).
 #[inline(always)]
-fn resent_for_nexthop_change(seq: u32, w: &RouteWrite) -> bool {
-    if w.nh_id == 0 || w.op != WriteOp::Replace as u8 {
+fn resent_for_nexthop_change(op: WriteOp, port: u32, seq: u32, nh_id: u32) -> bool {
+    if nh_id == 0 || !matches!(op, WriteOp::Replace) {
         return false;
     }
-    ROUTE_WATCH_NL_NEXTHOP.get(0).is_some_and(|n| n.valid == 1 && n.id == w.nh_id && n.port == w.writer.id && n.seq == seq)
+    ROUTE_WATCH_NL_NEXTHOP.get(0).is_some_and(|n| n.valid == 1 && n.id == nh_id && n.port == port && n.seq == seq)
 }
 
 #[inline(always)]
@@ -209,7 +212,7 @@ fn route_message(ctx: &SkBuffContext, msg_type: u16) -> Result<(), i64> {
         }
         off += (alen + 3) & !3;
     }
-    if resent_for_nexthop_change(seq, w) {
+    if resent_for_nexthop_change(op, port, seq, w.nh_id) {
         return Ok(());
     }
     observe(w);
