@@ -593,7 +593,11 @@ fn route_socket() -> Result<OwnedFd, BpfError> {
     let mut sock = Socket::new(NETLINK_ROUTE).map_err(|e| BpfError::Socket { op: "socket(AF_NETLINK, NETLINK_ROUTE)", source: e })?;
     sock.bind(&SocketAddr::new(0, RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE))
         .map_err(|e| BpfError::Socket { op: "bind to route groups", source: e })?;
-    sock.add_membership(RTNLGRP_NEXTHOP).map_err(|e| BpfError::Socket { op: "join the nexthop group", source: e })?;
+    match sock.add_membership(RTNLGRP_NEXTHOP) {
+        // Before 5.3 the group does not exist, and neither do nexthop objects.
+        Err(e) if e.raw_os_error() == Some(nix::libc::EINVAL) => {}
+        other => other.map_err(|e| BpfError::Socket { op: "join the nexthop group", source: e })?,
+    }
     sock.set_non_blocking(true).map_err(|e| BpfError::Socket { op: "set non-blocking", source: e })?;
     // SAFETY: the descriptor comes from `into_raw_fd`, which gives up its ownership.
     Ok(unsafe { OwnedFd::from_raw_fd(sock.into_raw_fd()) })
