@@ -306,6 +306,17 @@ impl Harness {
         );
     }
 
+    /// The streamed writes of `dst` (a prefix as `Display` shows it), in order.
+    pub fn writes_of(&self, dst: &str) -> Vec<routewarden::bpf::route_watch::RouteChange> {
+        self.events
+            .iter()
+            .filter_map(|(_, e)| match e {
+                RouteWatchEvent::Write { route } if route.dst.to_string() == dst => Some(route.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub fn conflicts(&self) -> Vec<&RouteWatchEvent> {
         self.events.iter().map(|(_, e)| e).filter(|e| matches!(e, RouteWatchEvent::Conflict { .. })).collect()
     }
@@ -849,23 +860,14 @@ pub fn v6_through_nexthop_rewritten(test: &str, backend: RouteWatchBackend) {
         std::fs::write(&batch, batch_lines(5, |_| format!("route replace {dst} nhid 7001 proto 12 metric 1024"))).unwrap();
         sh("ip", &["-batch", batch.to_str().unwrap()]);
         let _ = std::fs::remove_file(&batch);
-        let writes = |h: &Harness| -> Vec<routewarden::bpf::route_watch::RouteChange> {
-            h.events
-                .iter()
-                .filter_map(|(_, e)| match e {
-                    RouteWatchEvent::Write { route } if route.dst.to_string() == dst => Some(route.clone()),
-                    _ => None,
-                })
-                .collect()
-        };
-        let waited = h.pump_until(EVENT_DEADLINE, |h| writes(h).len() >= 5).await;
+        let waited = h.pump_until(EVENT_DEADLINE, |h| h.writes_of(dst).len() >= 5).await;
         assert!(waited.is_some(), "{test}: 5 writes of {dst} expected: {:?}", h.events);
         h.pump(Duration::from_millis(200)).await;
         let (gateway, oif) = match backend {
             RouteWatchBackend::SocketFilter => (Some("fd00::12".parse().unwrap()), ifindex("veth0")),
             RouteWatchBackend::Fentry | RouteWatchBackend::Kprobe => (None, 0),
         };
-        let seen = writes(&h);
+        let seen = h.writes_of(dst);
         assert_eq!(seen.len(), 5, "{test}: {seen:?}");
         for w in &seen {
             assert_eq!((w.gateway, w.oif, w.nexthop_id, w.metric, w.writer.protocol), (gateway, oif, Some(7001), 1024, 12), "{test}: {w:?}");
@@ -913,16 +915,7 @@ pub fn switching_nexthop_objects_is_a_flap(test: &str, backend: RouteWatchBacken
         let span = started.elapsed();
         let _ = std::fs::remove_file(&batch);
         assert!(span < WINDOW, "{test}: the 12 writes took {span:?}, not within one window ({WINDOW:?})");
-        let writes = |h: &Harness, dst: &str| -> Vec<routewarden::bpf::route_watch::RouteChange> {
-            h.events
-                .iter()
-                .filter_map(|(_, e)| match e {
-                    RouteWatchEvent::Write { route } if route.dst.to_string() == dst => Some(route.clone()),
-                    _ => None,
-                })
-                .collect()
-        };
-        let waited = h.pump_until(EVENT_DEADLINE, |h| writes(h, v4).len() >= 6 && writes(h, v6).len() >= 6 && h.flaps().len() >= 2).await;
+        let waited = h.pump_until(EVENT_DEADLINE, |h| h.writes_of(v4).len() >= 6 && h.writes_of(v6).len() >= 6 && h.flaps().len() >= 2).await;
         assert!(waited.is_some(), "{test}: 6 writes of each prefix and 2 flaps expected: {:?}", h.events);
         h.pump_counted_episodes(test).await;
         h.pump(Duration::from_millis(200)).await;
@@ -932,7 +925,7 @@ pub fn switching_nexthop_objects_is_a_flap(test: &str, backend: RouteWatchBacken
                 RouteWatchBackend::SocketFilter => (Some(gateway.parse().unwrap()), oif),
                 RouteWatchBackend::Fentry | RouteWatchBackend::Kprobe => (None, 0),
             };
-            let seen: Vec<_> = writes(&h, dst).iter().map(|w| (w.op, w.nexthop_id, w.gateway, w.oif, w.metric, w.writer.protocol)).collect();
+            let seen: Vec<_> = h.writes_of(dst).iter().map(|w| (w.op, w.nexthop_id, w.gateway, w.oif, w.metric, w.writer.protocol)).collect();
             // The first write creates the route: the kernel's notification says so (socket
             // filter), the request the hooks see carries `ip route replace`'s NLM_F_REPLACE.
             let first = if backend == RouteWatchBackend::SocketFilter { "add" } else { "replace" };
