@@ -6,9 +6,10 @@
 //! 1. `fentry` on `fib_table_insert`/`fib_table_delete`/`fib6_add`/`fib6_del` (BPF
 //!    trampolines; writer = current task, pid and comm);
 //! 2. `kprobe` on the same functions (kernels without trampolines);
-//! 3. `socket-filter` on a NETLINK_ROUTE socket joined to the link and route groups (every
-//!    kernel; writer = netlink port id, resolved to a process through `/proc` on a thread of
-//!    its own, in rate-limited rounds: [`writer`]).
+//! 3. `socket-filter` on a NETLINK_ROUTE socket joined to the link, route and nexthop groups
+//!    (every kernel; writer = netlink port id, resolved to a process through `/proc` on a
+//!    thread of its own, in rate-limited rounds: [`writer`]; the nexthop group only to know
+//!    which route notifications a nexthop replace re-sent, which are not writes).
 //!
 //! fentry/kprobe need struct offsets: resolved from `/sys/kernel/btf/vmlinux` after checking
 //! the hooked prototypes ([`btf`]), passed as the global `ROUTE_WATCH_OFFSETS`, with the
