@@ -139,9 +139,6 @@ fn nexthop_message(ctx: &SkBuffContext) -> Result<(), i64> {
 
 /// True when a route notification is one the kernel re-sent for the last nexthop object
 /// change: `NLM_F_REPLACE`, through that object, with that request's port and sequence number.
-/// Takes the message's own values rather than the scratch write's fields: the detector's
-/// counter indexes must stay as the compiler had them (Linux 6.1's verifier loses the range
-/// of an index reloaded from the stack).
 #[inline(always)]
 fn resent_for_nexthop_change(op: WriteOp, port: u32, seq: u32, nh_id: u32) -> bool {
     if nh_id == 0 || !matches!(op, WriteOp::Replace) {
