@@ -398,6 +398,15 @@ fn batch_lines(n: u32, line: impl Fn(u32) -> String) -> String {
     (0..n).map(|i| line(i) + "\n").collect()
 }
 
+/// Run `lines` through one `ip -batch -` process (one writer to every backend) and wait for
+/// it; fails with `ip`'s stderr.
+fn ip_batch(lines: &str) {
+    let mut child = Command::new("ip").args(["-batch", "-"]).stdin(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn ip -batch");
+    child.stdin.take().expect("stdin").write_all(lines.as_bytes()).expect("write to ip -batch");
+    let out = child.wait_with_output().expect("ip -batch");
+    assert!(out.status.success(), "ip -batch: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
@@ -856,10 +865,7 @@ pub fn v6_through_nexthop_rewritten(test: &str, backend: RouteWatchBackend) {
     let dst = "fd00:10:244:20::/122";
     runtime().block_on(async {
         let mut h = Harness::new(watch);
-        let batch = std::env::temp_dir().join(format!("rw-v6nh-{}-{}", std::process::id(), backend.label()));
-        std::fs::write(&batch, batch_lines(5, |_| format!("route replace {dst} nhid 7001 proto 12 metric 1024"))).unwrap();
-        sh("ip", &["-batch", batch.to_str().unwrap()]);
-        let _ = std::fs::remove_file(&batch);
+        ip_batch(&batch_lines(5, |_| format!("route replace {dst} nhid 7001 proto 12 metric 1024")));
         let waited = h.pump_until(EVENT_DEADLINE, |h| h.writes_of(dst).len() >= 5).await;
         assert!(waited.is_some(), "{test}: 5 writes of {dst} expected: {:?}", h.events);
         h.pump(Duration::from_millis(200)).await;
@@ -901,19 +907,13 @@ pub fn switching_nexthop_objects_is_a_flap(test: &str, backend: RouteWatchBacken
     let (v4, v6) = ("10.244.21.0/26", "fd00:10:244:21::/122");
     runtime().block_on(async {
         let mut h = Harness::new(watch);
-        let batch = std::env::temp_dir().join(format!("rw-nhswitch-{}-{}", std::process::id(), backend.label()));
-        std::fs::write(
-            &batch,
-            batch_lines(12, |i| {
-                let (dst, base) = if i % 2 == 0 { (v4, 7101) } else { (v6, 7201) };
-                format!("route replace {dst} nhid {} proto 12 metric 1024", base + (i / 2) % 2)
-            }),
-        )
-        .unwrap();
+        let lines = batch_lines(12, |i| {
+            let (dst, base) = if i % 2 == 0 { (v4, 7101) } else { (v6, 7201) };
+            format!("route replace {dst} nhid {} proto 12 metric 1024", base + (i / 2) % 2)
+        });
         let started = Instant::now();
-        sh("ip", &["-batch", batch.to_str().unwrap()]);
+        ip_batch(&lines);
         let span = started.elapsed();
-        let _ = std::fs::remove_file(&batch);
         assert!(span < WINDOW, "{test}: the 12 writes took {span:?}, not within one window ({WINDOW:?})");
         let waited = h.pump_until(EVENT_DEADLINE, |h| h.writes_of(v4).len() >= 6 && h.writes_of(v6).len() >= 6 && h.flaps().len() >= 2).await;
         assert!(waited.is_some(), "{test}: 6 writes of each prefix and 2 flaps expected: {:?}", h.events);
