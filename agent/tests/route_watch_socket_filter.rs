@@ -58,3 +58,57 @@ fn socket_filter_switching_nexthop_objects_with_one_gateway_is_a_flap() {
 fn socket_filter_a_nexthop_replace_is_not_a_route_write() {
     route_watch_common::a_nexthop_replace_is_not_a_route_write("socket_filter_a_nexthop_replace_is_not_a_route_write", BACKEND);
 }
+
+/// The socket filter reads the first KiB of a notification (one copy; `MSG_WORDS` in
+/// `ebpf/src/route_watch_netlink.rs`): a notification longer than that is still decoded from
+/// what the kernel puts first (table, prefix, metric), and its end is no decode error.
+/// One `ip -batch` process writes an IPv4 route through 80 next hops (~1.3 KiB notification: 80 x 16 bytes of
+/// `RTA_MULTIPATH`) and an IPv6 route through 40 (~1.2 KiB: 40 x 28), both at metric 300 and
+/// protocol 12, then replaces each with a route through one gateway. Each prefix is written
+/// twice: an add with no gateway and no device (a multipath route has neither), then a
+/// replace with the gateway and `veth0`; one writer, two writes: no episode.
+#[test]
+fn socket_filter_a_notification_longer_than_a_kib_is_decoded() {
+    use std::fmt::Write as _;
+    use std::net::IpAddr;
+    use std::time::Duration;
+
+    use route_watch_common::{config, ifindex, ip_batch, lab, runtime, start_or_skip, Harness, EVENT_DEADLINE};
+    use routewarden::bpf::route_watch::RouteWatchConfig;
+
+    let test = "socket_filter_a_notification_longer_than_a_kib_is_decoded";
+    if routewarden_lab::skip_unless_root(test) {
+        return;
+    }
+    let ns = lab();
+    let Some(watch) = start_or_skip(test, BACKEND, &RouteWatchConfig { stream_writes: true, ..config() }) else { return };
+    let (v4, v6) = ("10.250.0.0/16", "fd00:250::/64");
+    runtime().block_on(async {
+        let mut h = Harness::new(watch);
+        // One `ip -batch` process: one writer.
+        let (mut hops4, mut hops6) = (String::new(), String::new());
+        for i in 20..100 {
+            write!(hops4, " nexthop via 10.0.0.{i} dev veth0").unwrap();
+        }
+        for i in 0x20..0x48 {
+            write!(hops6, " nexthop via fd00::{i:x} dev veth0").unwrap();
+        }
+        ip_batch(&format!(
+            "route add {v4} proto 12 metric 300{hops4}\nroute add {v6} proto 12 metric 300{hops6}\n\
+             route replace {v4} via 10.0.0.12 dev veth0 proto 12 metric 300\nroute replace {v6} via fd00::12 dev veth0 proto 12 metric 300\n"
+        ));
+        let waited = h.pump_until(EVENT_DEADLINE, |h| h.writes_of(v4).len() >= 2 && h.writes_of(v6).len() >= 2).await;
+        assert!(waited.is_some(), "{test}: 2 writes of each prefix expected: {:?}", h.events);
+        h.pump(Duration::from_millis(200)).await;
+        let oif = ifindex("veth0");
+        for (dst, gateway) in [(v4, "10.0.0.12"), (v6, "fd00::12")] {
+            let seen: Vec<_> = h.writes_of(dst).iter().map(|w| (w.op, w.table, w.metric, w.gateway, w.oif, w.nexthop_id, w.writer.protocol)).collect();
+            let gateway: IpAddr = gateway.parse().unwrap();
+            assert_eq!(seen, [("add", 254, 300, None, 0, None, 12), ("replace", 254, 300, Some(gateway), oif, None, 12)], "{test}: {dst}");
+        }
+        assert!(h.flaps().is_empty() && h.conflicts().is_empty(), "{test}: {:?}", h.episodes());
+        let c = h.watch.counters().unwrap();
+        assert_eq!((c.decode_errors, c.records_lost), (0, 0), "{test}: {c:?}");
+    });
+    drop(ns);
+}

@@ -28,6 +28,39 @@ pub fn opaque_index(index: usize) -> usize {
     unsafe { core::ptr::read_volatile(&raw const index) }
 }
 
+/// Zero `*v` with one 8-byte store per word. Left to itself the compiler merges zero stores
+/// next to byte fields into a `memset` call, which the object's builtins run a byte at a time
+/// (~5 instructions a byte); volatile stores stay as written.
+///
+/// # Safety
+/// All-zero bytes must be a valid `T` (integers, byte arrays, `MaybeUninit`).
+#[inline(always)]
+pub unsafe fn zero_words<T>(v: &mut T) {
+    const { assert!(core::mem::size_of::<T>().is_multiple_of(8) && core::mem::align_of::<T>() >= 8) };
+    let p = core::ptr::from_mut(v).cast::<u64>();
+    for k in 0..core::mem::size_of::<T>() / 8 {
+        // SAFETY: `v` is valid for writes of a `T`, 8-aligned and a whole number of words long
+        // (checked above); zeros are a valid `T` (the caller's promise).
+        unsafe { p.add(k).write_volatile(0) };
+    }
+}
+
+/// Copy `*src` to `*dst` a 4-byte word at a time. Between two map values the compiler cannot
+/// rule out overlap and calls `memmove`, which the object's builtins run a byte at a time.
+///
+/// # Safety
+/// `T` must be plain data (integers and byte arrays, no padding the program relies on).
+#[inline(always)]
+pub unsafe fn copy_words<T>(dst: &mut T, src: &T) {
+    const { assert!(core::mem::size_of::<T>().is_multiple_of(4) && core::mem::align_of::<T>() >= 4) };
+    let (d, s) = (core::ptr::from_mut(dst).cast::<u32>(), core::ptr::from_ref(src).cast::<u32>());
+    for k in 0..core::mem::size_of::<T>() / 4 {
+        // SAFETY: both valid for a `T`, 4-aligned and a whole number of words long (checked
+        // above); a word-by-word copy of plain data is the value.
+        unsafe { d.add(k).write_volatile(s.add(k).read_volatile()) };
+    }
+}
+
 /// Current kernel time, ns (`bpf_ktime_get_ns`: CLOCK_MONOTONIC, not counting suspend).
 #[inline(always)]
 pub fn now_ns() -> u64 {

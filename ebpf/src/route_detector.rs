@@ -33,7 +33,7 @@ use routewarden_common::route_watch::{
 
 use crate::bpf_log::{allowed, LogKind};
 pub use crate::helpers::now_ns;
-use crate::helpers::{global_u32, global_u64, opaque_index, per_cpu_slot};
+use crate::helpers::{copy_words, global_u32, global_u64, opaque_index, per_cpu_slot, zero_words};
 
 /// Detector state per prefix. 32768 entries x ~150 bytes (key, value, LRU overhead) ≈ 5 MB.
 #[map]
@@ -123,33 +123,29 @@ pub fn link_down(write: &RouteWrite) {
     emit(RecordKind::LinkDown, 0, write, &WriteOrigin::default());
 }
 
-/// FNV-1a over the attributes that make a route different: protocol, metric, and where it
-/// goes: the nexthop object's id for a route through one, its own oif and gateway otherwise.
-/// A route through an object is the object's whatever its gateway and device are (the
-/// socket filter sees them in compat mode, fentry/kprobe do not), so every backend hashes the
-/// same attributes.
+/// FNV-1a over 32-bit words of the attributes that make a route different: protocol,
+/// metric, and where it goes: the nexthop object's id for a route through one, its own oif
+/// and gateway otherwise. A route through an object is the object's whatever its gateway and
+/// device are (the socket filter sees them in compat mode, fentry/kprobe do not), so every
+/// backend hashes the same attributes. Each step (xor a word, multiply by an odd number) is a
+/// bijection of the state, so two routes of one shape (through an object, or not) that differ
+/// in one attribute never hash alike.
 #[inline(always)]
 fn attrs_hash(w: &RouteWrite) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
-    let mut mix = |b: u8| {
-        h ^= u32::from(b);
+    let mut mix = |x: u32| {
+        h ^= x;
         h = h.wrapping_mul(0x0100_0193);
     };
-    mix(w.writer.protocol);
-    for b in w.metric.to_le_bytes() {
-        mix(b);
-    }
+    mix(u32::from(w.writer.protocol));
+    mix(w.metric);
     if w.nh_id != 0 {
-        for b in w.nh_id.to_le_bytes() {
-            mix(b);
-        }
+        mix(w.nh_id);
         return h;
     }
-    for b in w.oif.to_le_bytes() {
-        mix(b);
-    }
-    for b in w.gateway {
-        mix(b);
+    mix(w.oif);
+    for c in w.gateway.chunks_exact(4) {
+        mix(u32::from_ne_bytes([c[0], c[1], c[2], c[3]]));
     }
     h
 }
@@ -222,20 +218,23 @@ pub fn observe(w: &mut RouteWrite) {
             }
             return;
         }
-        let st = PrefixState {
-            last_ts_ns: now,
-            window_start_ns: now,
-            last_conflict_event_ns: 0,
-            last_flap_event_ns: 0,
-            changes: 0,
-            writes: 1,
-            attrs,
-            metric: w.metric,
-            oif: w.oif,
-            last_op: op as u8,
-            flags: 0,
-            _pad: [0; 2],
-            last_writer: w.writer,
+        // Built field by field on zeros (`zero_words`): a struct literal's zero fields became a
+        // byte-at-a-time `memset`.
+        let mut st = core::mem::MaybeUninit::<PrefixState>::uninit();
+        // SAFETY: zeros are a valid MaybeUninit; then every field of a zeroed PrefixState
+        // (integers and byte arrays) is initialised.
+        let st = unsafe {
+            zero_words(&mut st);
+            let p = st.as_mut_ptr();
+            (*p).last_ts_ns = now;
+            (*p).window_start_ns = now;
+            (*p).writes = 1;
+            (*p).attrs = attrs;
+            (*p).metric = w.metric;
+            (*p).oif = w.oif;
+            (*p).last_op = op as u8;
+            (*p).last_writer = w.writer;
+            st.assume_init_ref()
         };
         if let Err(e) = ROUTE_WATCH_STATE.insert(key, st, 0) {
             if allowed(LogKind::RouteStateInsert, Level::Warn) {
@@ -327,7 +326,8 @@ pub fn observe(w: &mut RouteWrite) {
     st.last_ts_ns = now;
     st.last_op = op as u8;
     if !(matches!(op, WriteOp::Delete) && is_kernel_removal(w)) {
-        st.last_writer = w.writer;
+        // SAFETY: WriteOrigin is integers and a byte array.
+        unsafe { copy_words(&mut st.last_writer, &w.writer) };
     }
     if !matches!(op, WriteOp::Delete) {
         st.attrs = attrs;

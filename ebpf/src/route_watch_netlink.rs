@@ -22,6 +22,7 @@
 //! Returns 0: the copy for this socket is dropped (nothing reads it); map and ring-buffer
 //! writes stay.
 use aya_ebpf::{
+    helpers::bpf_skb_load_bytes,
     macros::{map, socket_filter},
     maps::{Array, PerCpuArray},
     programs::SkBuffContext,
@@ -31,6 +32,7 @@ use routewarden_common::route_watch::{NexthopNotice, RouteWrite, WriteOp, WriteO
 
 use crate::bpf_log::{allowed, LogKind};
 
+use crate::helpers::{opaque_index, zero_words};
 use crate::route_detector::{count_decode_error, link_down, now_ns, observe};
 
 const RTM_NEWLINK: u16 = 16;
@@ -52,11 +54,31 @@ const RTA_NH_ID: u16 = 30;
 /// gateway, oif, priority); 16 leaves room for the optional ones.
 const MAX_ATTRS: u32 = 16;
 
-/// Scratch [`RouteWrite`] per CPU. The attribute walk writes into map memory rather than the
-/// stack so that the verifier's states at the loop head do not multiply with which fields were
-/// written (Linux 6.1 hit the 1M-instruction limit with a stack-allocated write).
+/// 4-byte words of a notification read, with one `bpf_skb_load_bytes`, before decoding it:
+/// 1 KiB. The attributes read here come first in both families (`fib_dump_info`,
+/// `rt6_fill_node`: table, dst, priority at offsets 28–63, then the next hop: its id, or its
+/// gateway and oif; checked with a route dump), so only a multipath route's next hops and
+/// what follows them can lie past it, and none of those is read. Netlink attributes are
+/// 4-byte aligned (`NLA_ALIGNTO`), so every field is whole words. A power of two (the mask).
+const MSG_WORDS: usize = 256;
+/// [`MSG_WORDS`] in bytes.
+const MSG_BYTES: usize = MSG_WORDS * 4;
+/// Words past the last index a read starts at: an attribute header and a 16-byte address.
+const MSG_SLACK_WORDS: usize = 5;
+
+/// Per-CPU scratch of the socket filter: the [`RouteWrite`] being decoded, and the
+/// notification's first [`MSG_WORDS`] words. Both in map memory: the attribute walk's writes
+/// do not multiply the verifier's states at the loop head (Linux 6.1 hit the 1M-instruction
+/// limit with a stack-allocated write), and one copy of the message replaces a helper call per
+/// field (two per attribute), which was most of the filter's cost per notification.
+#[repr(C)]
+pub struct NlScratch {
+    write: RouteWrite,
+    msg: [u32; MSG_WORDS + MSG_SLACK_WORDS],
+}
+
 #[map]
-static ROUTE_WATCH_NL_SCRATCH: PerCpuArray<RouteWrite> = PerCpuArray::with_max_entries(1, 0);
+static ROUTE_WATCH_NL_SCRATCH: PerCpuArray<NlScratch> = PerCpuArray::with_max_entries(1, 0);
 routewarden_common::assert_bpf_name!(ROUTE_WATCH_NL_SCRATCH, routewarden_common::route_watch::ROUTE_WATCH_NL_SCRATCH_MAP);
 routewarden_common::assert_bpf_name!(route_watch_netlink, routewarden_common::route_watch::PROG_SOCKET_FILTER);
 
@@ -75,13 +97,56 @@ pub fn route_watch_netlink(ctx: SkBuffContext) -> i64 {
 
 #[inline(always)]
 fn try_route_watch_netlink(ctx: &SkBuffContext) -> Result<(), i64> {
-    let msg_type: u16 = ctx.load(4).map_err(|_| decode_error())?;
+    let Some(scratch) = ROUTE_WATCH_NL_SCRATCH.get_ptr_mut(0) else { return Err(decode_error()) };
+    // SAFETY: this CPU's slot, valid for the program's run and not shared with other CPUs
+    // (socket filters run with migration off).
+    let scratch = unsafe { &mut *scratch };
+    // The bytes to read: the whole message up to the buffer's size. The verifier must see the
+    // length in 1..=MSG_BYTES: the value is hidden from the compiler (`opaque_index`), which
+    // would otherwise fold the masking below away, and masked.
+    let len = ctx.len() as usize;
+    let read = opaque_index(if len > MSG_BYTES { MSG_BYTES } else { len });
+    let read = (read.wrapping_sub(1) & (MSG_BYTES - 1)) + 1;
+    // SAFETY: `read` bytes fit the buffer (MSG_BYTES); the helper writes at most that many.
+    let copied = unsafe { bpf_skb_load_bytes(ctx.skb.skb.cast(), 0, scratch.msg.as_mut_ptr().cast(), u32::try_from(read).unwrap_or(1)) };
+    // The words read whole: a nlmsghdr and a rtmsg at least (ifinfomsg and nhmsg are shorter
+    // but every message read here has attributes past them). A message shorter than one byte
+    // (`read` then 1024, past its end) fails the copy.
+    let words = read / 4;
+    if copied != 0 || len < 28 {
+        return Err(decode_error());
+    }
+    let msg = &scratch.msg;
+    let msg_type = (msg[1] & 0xffff) as u16;
     match msg_type {
-        RTM_NEWROUTE | RTM_DELROUTE => route_message(ctx, msg_type),
-        RTM_NEWLINK => link_message(ctx),
-        RTM_NEWNEXTHOP => nexthop_message(ctx),
+        RTM_NEWROUTE | RTM_DELROUTE => {
+            route_message(msg, words, msg_type, &mut scratch.write);
+            Ok(())
+        }
+        RTM_NEWLINK => link_message(msg, words),
+        RTM_NEWNEXTHOP => nexthop_message(msg, words),
         _ => Ok(()),
     }
+}
+
+/// Word `i` of the message buffer. The index is masked, and hidden from the compiler first
+/// (`opaque_index`): knowing `i` below the words read, it drops the mask as a no-op, and Linux
+/// 6.1's verifier does not carry that comparison (of two registers) over to `i`. Callers check
+/// `i` against the words read.
+#[inline(always)]
+fn word(msg: &[u32; MSG_WORDS + MSG_SLACK_WORDS], i: usize) -> u32 {
+    // SAFETY: `.. & (MSG_WORDS - 1)` < MSG_WORDS, inside the array.
+    unsafe { *msg.get_unchecked(opaque_index(i) & (MSG_WORDS - 1)) }
+}
+
+/// The 4 words from word `i` (an IPv6 address), as bytes in message order.
+#[inline(always)]
+fn words4(msg: &[u32; MSG_WORDS + MSG_SLACK_WORDS], i: usize) -> [u8; 16] {
+    let i = opaque_index(i) & (MSG_WORDS - 1);
+    // SAFETY: i + 3 < MSG_WORDS + MSG_SLACK_WORDS.
+    let w = unsafe { [*msg.get_unchecked(i), *msg.get_unchecked(i + 1), *msg.get_unchecked(i + 2), *msg.get_unchecked(i + 3)] };
+    // SAFETY: four u32s are sixteen bytes, in memory order.
+    unsafe { core::mem::transmute::<[u32; 4], [u8; 16]>(w) }
 }
 
 #[inline(always)]
@@ -94,10 +159,14 @@ fn decode_error() -> i64 {
 }
 
 #[inline(always)]
-fn link_message(ctx: &SkBuffContext) -> Result<(), i64> {
-    let index: u32 = ctx.load(20).map_err(|_| decode_error())?;
-    let flags: u32 = ctx.load(24).map_err(|_| decode_error())?;
-    let change: u32 = ctx.load(28).map_err(|_| decode_error())?;
+fn link_message(msg: &[u32; MSG_WORDS + MSG_SLACK_WORDS], words: usize) -> Result<(), i64> {
+    if words < 8 {
+        return Err(decode_error());
+    }
+    // ifinfomsg: family, pad, type (word 4), index (5), flags (6), change (7).
+    let index = msg[5];
+    let flags = msg[6];
+    let change = msg[7];
     // Only an up -> down transition of an existing link (a new link reports change = ~0).
     if change & IFF_UP != 0 && change != u32::MAX && flags & IFF_UP == 0 {
         let write = RouteWrite {
@@ -122,14 +191,17 @@ fn link_message(ctx: &SkBuffContext) -> Result<(), i64> {
 
 /// Remember who changed which nexthop object in which request.
 #[inline(always)]
-fn nexthop_message(ctx: &SkBuffContext) -> Result<(), i64> {
-    let seq: u32 = ctx.load(8).map_err(|_| decode_error())?;
-    let port: u32 = ctx.load(12).map_err(|_| decode_error())?;
-    let hdr: [u16; 2] = ctx.load(24).map_err(|_| decode_error())?;
-    if hdr[1] != NHA_ID || hdr[0] < 8 {
+fn nexthop_message(msg: &[u32; MSG_WORDS + MSG_SLACK_WORDS], words: usize) -> Result<(), i64> {
+    if words < 8 {
         return Err(decode_error());
     }
-    let id: u32 = ctx.load(28).map_err(|_| decode_error())?;
+    let (seq, port) = (msg[2], msg[3]);
+    // nhmsg is words 4 and 5; the first attribute, NHA_ID, is word 6 (header) and 7 (id).
+    let hdr = msg[6];
+    if (hdr >> 16) as u16 != NHA_ID || hdr & 0xffff < 8 {
+        return Err(decode_error());
+    }
+    let id = msg[7];
     let Some(slot) = ROUTE_WATCH_NL_NEXTHOP.get_ptr_mut(0) else { return Err(decode_error()) };
     // SAFETY: the map's only entry; a concurrent reader sees an older or a newer notice, never
     // one this filter relies on alone (a route is dropped only on an exact match).
@@ -148,18 +220,17 @@ fn resent_for_nexthop_change(op: WriteOp, port: u32, seq: u32, nh_id: u32) -> bo
 }
 
 #[inline(always)]
-fn route_message(ctx: &SkBuffContext, msg_type: u16) -> Result<(), i64> {
-    let nl_flags: u16 = ctx.load(6).map_err(|_| decode_error())?;
-    let seq: u32 = ctx.load(8).map_err(|_| decode_error())?;
-    let port: u32 = ctx.load(12).map_err(|_| decode_error())?;
-    let rtm: [u8; 8] = ctx.load(16).map_err(|_| decode_error())?;
-    let rtm_flags: u32 = ctx.load(24).map_err(|_| decode_error())?;
-    if rtm_flags & RTM_F_CLONED != 0 {
-        return Ok(()); // IPv6 cache / exception entries, not FIB routes.
+fn route_message(msg: &[u32; MSG_WORDS + MSG_SLACK_WORDS], words: usize, msg_type: u16, w: &mut RouteWrite) {
+    let nl_flags = (msg[1] >> 16) as u16;
+    let (seq, port) = (msg[2], msg[3]);
+    // rtmsg: family, dst_len, src_len, tos (word 4); table, protocol, scope, type (5); flags (6).
+    let [family, dst_len, _, _] = msg[4].to_ne_bytes();
+    let [table, protocol, _, _] = msg[5].to_ne_bytes();
+    if msg[6] & RTM_F_CLONED != 0 {
+        return; // IPv6 cache / exception entries, not FIB routes.
     }
-    let family = rtm[0];
     if family != AF_INET && family != AF_INET6 {
-        return Ok(());
+        return;
     }
     let op = if msg_type == RTM_DELROUTE {
         WriteOp::Delete
@@ -168,61 +239,53 @@ fn route_message(ctx: &SkBuffContext, msg_type: u16) -> Result<(), i64> {
     } else {
         WriteOp::Add
     };
-    let Some(w) = ROUTE_WATCH_NL_SCRATCH.get_ptr_mut(0) else { return Err(decode_error()) };
-    // SAFETY: this CPU's slot, valid for the program's run and not shared with other CPUs.
-    let w = unsafe { &mut *w };
-    *w = RouteWrite {
-        ts_ns: now_ns(),
-        table: u32::from(rtm[4]),
-        metric: 0,
-        oif: 0,
-        family,
-        op: op as u8,
-        dst_len: rtm[1],
-        _pad: 0,
-        dst: [0; 16],
-        gateway: [0; 16],
-        nh_id: 0,
-        _pad2: 0,
-        writer: WriteOrigin { id: port, id_kind: WriterIdKind::NetlinkPort as u8, protocol: rtm[5], class: 0, _pad: 0, comm: [0; 16] },
-    };
-    let len = ctx.len() as usize;
-    let mut off: usize = 28;
+    // SAFETY: a RouteWrite is integers and byte arrays.
+    unsafe { zero_words(w) };
+    w.ts_ns = now_ns();
+    w.table = u32::from(table);
+    w.family = family;
+    w.op = op as u8;
+    w.dst_len = dst_len;
+    w.writer.id = port;
+    w.writer.id_kind = WriterIdKind::NetlinkPort as u8;
+    w.writer.protocol = protocol;
+    let mut i: usize = 7;
     for _ in 0..MAX_ATTRS {
-        if off + 4 > len || off > 4096 {
+        if i >= words {
             break;
         }
-        let Ok(hdr) = ctx.load::<[u16; 2]>(off) else { break };
-        let alen = usize::from(hdr[0]);
-        if alen < 4 {
+        let hdr = word(msg, i);
+        let len = (hdr & 0xffff) as usize;
+        // The whole attribute must have been read (its length rounded up to words).
+        let next = i + len.div_ceil(4);
+        if len < 4 || next > words {
             break;
         }
-        let payload = off + 4;
-        match hdr[1] {
-            RTA_DST => load_addr(ctx, payload, family, &mut w.dst),
-            RTA_GATEWAY => load_addr(ctx, payload, family, &mut w.gateway),
-            RTA_OIF => w.oif = ctx.load(payload).unwrap_or(0),
-            RTA_PRIORITY => w.metric = ctx.load(payload).unwrap_or(0),
-            RTA_TABLE => w.table = ctx.load(payload).unwrap_or(w.table),
-            RTA_NH_ID => w.nh_id = ctx.load(payload).unwrap_or(0),
+        let p = i + 1;
+        match (hdr >> 16) as u16 {
+            RTA_DST => w.dst = address(msg, p, family),
+            RTA_GATEWAY => w.gateway = address(msg, p, family),
+            RTA_OIF => w.oif = word(msg, p),
+            RTA_PRIORITY => w.metric = word(msg, p),
+            RTA_TABLE => w.table = word(msg, p),
+            RTA_NH_ID => w.nh_id = word(msg, p),
             _ => {}
         }
-        off += (alen + 3) & !3;
+        i = next;
     }
     if resent_for_nexthop_change(op, port, seq, w.nh_id) {
-        return Ok(());
+        return;
     }
     observe(w);
-    Ok(())
 }
 
+/// The address at word `i`: 16 bytes for IPv6, 4 then zeros for IPv4.
 #[inline(always)]
-fn load_addr(ctx: &SkBuffContext, off: usize, family: u8, out: &mut [u8; 16]) {
+fn address(msg: &[u32; MSG_WORDS + MSG_SLACK_WORDS], i: usize, family: u8) -> [u8; 16] {
     if family == AF_INET6 {
-        if let Ok(a) = ctx.load::<[u8; 16]>(off) {
-            *out = a;
-        }
-    } else if let Ok(a) = ctx.load::<[u8; 4]>(off) {
-        out[..4].copy_from_slice(&a);
+        words4(msg, i)
+    } else {
+        // SAFETY: four u32s are sixteen bytes, in memory order.
+        unsafe { core::mem::transmute::<[u32; 4], [u8; 16]>([word(msg, i), 0, 0, 0]) }
     }
 }

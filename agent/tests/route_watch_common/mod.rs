@@ -400,7 +400,7 @@ fn batch_lines(n: u32, line: impl Fn(u32) -> String) -> String {
 
 /// Run `lines` through one `ip -batch -` process (one writer to every backend) and wait for
 /// it; fails with `ip`'s stderr.
-fn ip_batch(lines: &str) {
+pub fn ip_batch(lines: &str) {
     let mut child = Command::new("ip").args(["-batch", "-"]).stdin(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn ip -batch");
     child.stdin.take().expect("stdin").write_all(lines.as_bytes()).expect("write to ip -batch");
     let out = child.wait_with_output().expect("ip -batch");
