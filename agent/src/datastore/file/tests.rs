@@ -398,3 +398,35 @@ fn a_file_that_is_not_utf8_keeps_its_last_good_content() {
     assert_eq!(pools(&s), ["p1 10.244.0.0/16"]);
     assert!(s.load_errors[0].message.starts_with("not UTF-8"), "{}", s.load_errors[0].message);
 }
+
+/// The running datastore reads its inputs when they change, not because it read them: its
+/// own opens and closes of the input (inotify `IN_OPEN`, `IN_CLOSE_NOWRITE`) were
+/// notifications, so every rescan brought the next one, every debounce window for ever. Idle
+/// for a second with a 50 ms debounce: no scan after the first (the loop made ~15). A write
+/// after that is still seen: one new snapshot with the new pool.
+#[tokio::test]
+async fn the_running_datastore_does_not_rescan_on_its_own_reads() {
+    let dir = TempDir::new("own-reads");
+    let file = dir.write("pools.yaml", POOL);
+    let ds = FileDatastore::new(&dir.0).with_debounce(Duration::from_millis(50)).with_rescan_interval(Duration::from_mins(10));
+    let scans = Arc::clone(&ds.scans);
+    let (tx, mut rx) = mpsc::channel(16);
+    let handle = ds.spawn(tx);
+    let next = async |rx: &mut mpsc::Receiver<DatastoreEvent>| {
+        tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("event in time").expect("datastore alive")
+    };
+    let first = [next(&mut rx).await, next(&mut rx).await];
+    assert_eq!(kinds(&first), ["snapshot", "synced"]);
+    // A read settles for 50 ms; notifications of the first scan arrive within the debounce.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let settled = scans.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(scans.load(Ordering::Relaxed), settled, "scans while nothing changed (the first scan was {settled})");
+    assert!(rx.try_recv().is_err(), "no event while nothing changed");
+
+    std::fs::write(&file, POOL.replace("10.244.0.0/16", "10.245.0.0/16")).expect("write");
+    let ev = next(&mut rx).await;
+    assert_eq!(pools(snapshot(std::slice::from_ref(&ev))), ["p1 10.245.0.0/16"]);
+    assert!(scans.load(Ordering::Relaxed) > settled, "the write was scanned");
+    handle.abort();
+}
