@@ -50,8 +50,9 @@ const RTA_PRIORITY: u16 = 6;
 const RTA_TABLE: u16 = 15;
 const RTA_NH_ID: u16 = 30;
 /// Upper bound on attributes walked per message. The kernel puts the ones read here first
-/// (`fib_dump_info`, `rt6_fill_node`: table, dst, [src, iif, prefsrc, metrics], nexthop id,
-/// gateway, oif, priority); 16 leaves room for the optional ones.
+/// (`fib_dump_info`, `rt6_fill_node`: table, dst, [src, iif], priority, [prefsrc, metrics],
+/// then the nexthop id, or gateway and oif; see [`MSG_WORDS`]); 16 leaves room for the
+/// optional ones.
 const MAX_ATTRS: u32 = 16;
 
 /// 4-byte words of a notification read, with one `bpf_skb_load_bytes`, before decoding it:
@@ -72,7 +73,7 @@ const MSG_SLACK_WORDS: usize = 5;
 /// limit with a stack-allocated write), and one copy of the message replaces a helper call per
 /// field (two per attribute), which was most of the filter's cost per notification.
 #[repr(C)]
-pub struct NlScratch {
+struct NlScratch {
     write: RouteWrite,
     msg: [u32; MSG_WORDS + MSG_SLACK_WORDS],
 }
