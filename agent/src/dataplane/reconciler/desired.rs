@@ -36,13 +36,14 @@ impl DesiredRoutes {
     }
 
     /// The route desired at `key`, for keys looked up in ascending order: `from` is where the
-    /// previous lookup ended (0 for the first) and moves past the keys below `key`. A key that
-    /// is the next in the set (every key of a cold start) costs one comparison, any other a
-    /// binary search of what is left.
+    /// previous lookup ended (0 for the first) and moves past the keys below `key`, so it stays
+    /// on a key found. A key that is the found one's successor in the set (every key of a cold
+    /// start) costs two comparisons, any other a binary search of what is left.
     pub(super) fn get_ascending(&self, key: &RouteKey, from: &mut usize) -> Option<&DesiredRoute> {
         let rest = self.routes.get(*from..).unwrap_or_default();
-        *from += match rest.first() {
-            Some(d) if d.route.key >= *key => 0,
+        *from += match rest {
+            [first, ..] if first.route.key >= *key => 0,
+            [_, second, ..] if second.route.key >= *key => 1,
             _ => rest.partition_point(|d| d.route.key < *key),
         };
         self.routes.get(*from).filter(|d| d.route.key == *key)
