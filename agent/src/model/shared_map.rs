@@ -410,20 +410,15 @@ impl<'a, K, V> Iterator for Iter<'a, K, V> {
     type Item = (&'a K, &'a V);
 
     fn next(&mut self) -> Option<(&'a K, &'a V)> {
-        loop {
-            if let Some((k, v)) = self.front.next() {
-                self.left -= 1;
-                return Some((k, v));
+        let (k, v) = loop {
+            if let Some(entry) = self.front.next() {
+                break entry;
             }
-            match self.chunks.next() {
-                Some(c) => self.front = c.iter(),
-                None => {
-                    let (k, v) = self.back.next()?;
-                    self.left -= 1;
-                    return Some((k, v));
-                }
-            }
-        }
+            let Some(c) = self.chunks.next() else { break self.back.next()? };
+            self.front = c.iter();
+        };
+        self.left -= 1;
+        Some((k, v))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -435,20 +430,15 @@ impl<K, V> ExactSizeIterator for Iter<'_, K, V> {}
 
 impl<'a, K, V> DoubleEndedIterator for Iter<'a, K, V> {
     fn next_back(&mut self) -> Option<(&'a K, &'a V)> {
-        loop {
-            if let Some((k, v)) = self.back.next_back() {
-                self.left -= 1;
-                return Some((k, v));
+        let (k, v) = loop {
+            if let Some(entry) = self.back.next_back() {
+                break entry;
             }
-            match self.chunks.next_back() {
-                Some(c) => self.back = c.iter(),
-                None => {
-                    let (k, v) = self.front.next_back()?;
-                    self.left -= 1;
-                    return Some((k, v));
-                }
-            }
-        }
+            let Some(c) = self.chunks.next_back() else { break self.front.next_back()? };
+            self.back = c.iter();
+        };
+        self.left -= 1;
+        Some((k, v))
     }
 }
 
