@@ -252,15 +252,21 @@ pub fn classed_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
     // 110,000 routes) was copied and faulted in again at each doubling, a sixth of the pass;
     // room never used is never touched, so it costs address space, not memory.
     let mut all = Vec::with_capacity(index.blocks.len().saturating_mul(2));
-    let (mut found, mut found_problems) = (Vec::new(), Vec::new());
+    let mut found_problems = Vec::new();
     for &block in &index.blocks {
-        block_routes(&ctx, block, classes, &mut found, &mut found_problems);
+        block_routes(&ctx, block, classes, &mut FromBlock { all: &mut all, block: &block.name }, &mut found_problems);
         problems.extend(found_problems.drain(..));
-        all.extend(found.drain(..).map(|r| (r, &*block.name)));
     }
     first_per_destination(&mut all, &mut problems);
     let overlay = tunnel_address_routes(&ctx, &index, classes, &mut problems);
     overlay.clear_held(&mut problems);
+    if overlay.routes.is_empty() {
+        // No tunnel address in another node's block (the usual case): the routes found are
+        // the answer, taken out of the list where they lie (an in-place collect).
+        let routes = all.into_iter().map(|(route, _)| route).collect();
+        problems.extend(affinity_conflicts(&index, cluster).into_iter().map(|p| (p, None)));
+        return ClassedRoutes { routes, problems };
+    }
     // The overlay's destinations replace the blocks' routes there (or remove them): a merge
     // of two lists sorted by destination.
     let mut routes = Vec::with_capacity(all.len() + overlay.routes.len());
@@ -283,6 +289,20 @@ pub fn classed_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
     ClassedRoutes { routes, problems }
 }
 
+/// The pass's list of found routes as one block adds to it: each route goes in with the
+/// block's name, built in place rather than gathered and moved over.
+struct FromBlock<'l, 'n> {
+    all: &'l mut Vec<(ClusterRoute, &'n str)>,
+    block: &'n str,
+}
+
+impl Extend<ClusterRoute> for FromBlock<'_, '_> {
+    fn extend<I: IntoIterator<Item = ClusterRoute>>(&mut self, routes: I) {
+        let block = self.block;
+        self.all.extend(routes.into_iter().map(|r| (r, block)));
+    }
+}
+
 /// What IPAM block `block` contributes to a pass for `classes`, appended to `routes` in the
 /// order the pass adds them (its own route first, then one per borrowed IP in allocation
 /// order) and to `problems`. A pure function of the block and of `ctx`'s IP pools and Nodes.
@@ -290,7 +310,7 @@ pub(super) fn block_routes(
     ctx: &Ctx<'_>,
     block: &IpamBlock,
     classes: &BTreeSet<PoolClass>,
-    routes: &mut Vec<ClusterRoute>,
+    routes: &mut impl Extend<ClusterRoute>,
     problems: &mut Vec<(RouteProblem, Option<PoolClass>)>,
 ) {
     let Some((pool, class)) = ctx.routed_class(block.cidr, classes) else {
@@ -306,7 +326,7 @@ pub(super) fn block_routes(
     match block.host() {
         Some(h) if h == ctx.local_name => {
             if block.cidr.prefix_len() < block.cidr.max_prefix_len() {
-                routes.push(ClusterRoute {
+                routes.extend([ClusterRoute {
                     dst: block.cidr,
                     path: RoutePath::Blackhole,
                     gateway: None,
@@ -314,7 +334,7 @@ pub(super) fn block_routes(
                     class,
                     pool: pool.name.clone(),
                     origin: RouteOrigin::OwnBlock { block: block.name.clone() },
-                });
+                }]);
             }
         }
         Some(h) => {
