@@ -486,6 +486,65 @@ async fn handover_to_bird_steps_aside_to_metric_plus_one() {
     assert!(nl.state().routes.keys().all(|k| k.metric != 1025));
 }
 
+/// A class handed over to BIRD comes back before BIRD's routes are seen: its routes go back in
+/// at our metric and only then do the stepped-aside copies at metric+1 go (each prefix keeps a
+/// route throughout); no copy waits out the grace period.
+#[tokio::test]
+async fn a_class_taken_back_mid_handover_returns_make_before_break() {
+    let (mut r, nl, clock) = setup(None);
+    r.set_desired(&cluster());
+    r.apply().await;
+    let (without_ipip, handover) = ipip_to_bird();
+    r.set_desired_with_handover(&without_ipip, &[handover]);
+    r.apply().await;
+    nl.take_log();
+    clock.advance(Duration::from_secs(1));
+    r.set_desired(&cluster());
+    let rep = r.apply().await;
+    assert_eq!((rep.writes, rep.deletes, rep.deletes_deferred_handover, rep.error_count()), (4, 4, 0, 0), "{rep:?}");
+    let log = nl.take_log();
+    assert_eq!(log.len(), 8, "{log:?}");
+    for dst in ["10.244.30.0/26", "10.244.10.7/32", "10.244.10.0/26", "fd00:10:244:10::/122"] {
+        let create = log.iter().position(|l| *l == format!("create {dst} table 254 metric 1024"));
+        let delete = log.iter().position(|l| *l == format!("delete {dst} table 254 metric 1025"));
+        assert!(create.is_some() && delete.is_some() && create < delete, "{dst}: {log:?}");
+    }
+    // The copies' grace is cut short where the class came back (reported as its end).
+    let ends: Vec<(String, HandoverEnd, Duration)> = rep.handovers.iter().map(|h| (h.dst.to_string(), h.end, h.waited)).collect();
+    let cut = |dst: &str| (dst.to_string(), HandoverEnd::GraceExpired, Duration::from_secs(1));
+    assert_eq!(ends, [cut("10.244.10.0/26"), cut("10.244.10.7/32"), cut("10.244.30.0/26"), cut("fd00:10:244:10::/122")]);
+    // Exactly the cluster's routes, ours, at our metric.
+    let routes = nl.state().routes.clone();
+    assert_eq!(routes.len(), cluster().len(), "{routes:?}");
+    assert!(routes.iter().all(|(k, r)| k.metric == 1024 && r.protocol == 80), "{routes:?}");
+    assert_eq!(rep.pending, 0, "{rep:?}");
+}
+
+/// A route whose write failed waits out its backoff, unless it changes meanwhile: the changed
+/// route is written by the next apply at once, the unchanged one still waits.
+#[tokio::test]
+async fn a_failed_route_that_changes_is_written_without_waiting_for_its_backoff() {
+    let (mut r, nl, _clock) = setup(None);
+    nl.state().fail_writes.insert(block("10.244.30.0/26"), (Errno::ENOBUFS, 1));
+    nl.state().fail_writes.insert(block("10.244.10.7/32"), (Errno::ENOBUFS, 1));
+    r.set_desired(&cluster());
+    let rep = r.apply().await;
+    assert_eq!((rep.writes, rep.write_errors), (4, 2), "{rep:?}");
+    nl.take_log();
+    // Same instant: both still in their 200-ms backoff; one of them now has a new next hop.
+    let moved: Vec<ClusterRoute> = cluster()
+        .into_iter()
+        .map(|c| if c.dst.to_string() == "10.244.30.0/26" { cr("10.244.30.0/26", RoutePath::Tunnel, Some("10.0.1.14")) } else { c })
+        .collect();
+    r.set_desired(&moved);
+    let rep = r.apply().await;
+    assert_eq!((rep.writes, rep.write_errors), (1, 0), "{rep:?}");
+    assert_eq!(nl.take_log(), ["create 10.244.30.0/26 table 254 metric 1024"]);
+    let key = RouteKey::new(254, block("10.244.30.0/26"), 0, 1024);
+    assert_eq!(nl.state().routes[&key].gateway, Some("10.0.1.14".parse().unwrap()));
+    assert!(!nl.state().routes.contains_key(&RouteKey::new(254, block("10.244.10.7/32"), 0, 1024)), "the unchanged one waits");
+}
+
 /// One apply of the chunked-pass scenario: its report and the kernel's changes, as text.
 async fn traced_apply(r: &mut Reconciler<FakeNetlink, FakeClock>, nl: &FakeNetlink, trace: &mut Vec<String>) {
     let rep = r.apply().await;
