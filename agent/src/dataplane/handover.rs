@@ -164,6 +164,11 @@ impl Handovers {
         self.released.push(HandoverOutcome { dst: key.dst, to, end: HandoverEnd::Released, waited: Duration::ZERO });
     }
 
+    /// Whether any handover is pending.
+    pub(super) fn any_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     /// `key` is desired (again) at `now`: a handover pending there ends without an outcome, and
     /// one pending at the prefix's step-aside copy is due now (the copy goes once the new route
     /// is in). Returns the copy's key to look at again, if so.

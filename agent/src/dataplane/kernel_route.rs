@@ -85,6 +85,7 @@ pub struct RouteKey {
 
 impl RouteKey {
     /// A normalised key: host bits of `dst` cleared, IPv6 TOS 0 and metric 0 -> 1024.
+    #[inline]
     pub fn new(table: u32, dst: IpNet, tos: u8, metric: u32) -> RouteKey {
         let family = Family::of(&dst);
         let (tos, metric) = match family {
@@ -309,6 +310,7 @@ impl Default for RouteSettings {
 /// # Errors
 /// [`ConversionError`] for a non-blackhole route without a gateway or with a gateway of the
 /// other family.
+#[inline]
 pub fn to_kernel_route(route: &ClusterRoute, settings: &RouteSettings) -> Result<DesiredRoute, ConversionError> {
     let key = RouteKey::new(settings.table, route.dst, 0, settings.metric);
     let target = match route.path {

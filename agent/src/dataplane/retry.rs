@@ -57,6 +57,11 @@ impl Retries {
         self.by_key.insert(key, Retry { failures, not_before });
     }
 
+    /// Whether no key is waiting for a retry (every key converged or never failed).
+    pub(super) fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
     /// `key` converged, changed or was freed: its next try may go at once.
     pub(super) fn clear(&mut self, key: &RouteKey) {
         // Nothing to hash for when nothing failed (every key of a cold start passes here).
