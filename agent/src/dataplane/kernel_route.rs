@@ -479,14 +479,38 @@ fn header_for(key: &RouteKey) -> RouteHeader {
     }
 }
 
-fn base_attributes(key: &RouteKey) -> Vec<RouteAttribute> {
-    let mut attrs = Vec::with_capacity(6);
-    if key.dst.prefix_len() > 0 {
-        attrs.push(RouteAttribute::Destination(RouteAddress::from(key.dst.addr())));
+/// The attributes every route message of ours starts with: destination (none for a
+/// default route), table, priority (metric).
+fn base_attributes(key: &RouteKey) -> impl Iterator<Item = RouteAttribute> {
+    let dst = (key.dst.prefix_len() > 0).then(|| RouteAttribute::Destination(RouteAddress::from(key.dst.addr())));
+    dst.into_iter().chain([RouteAttribute::Table(key.table), RouteAttribute::Priority(key.metric)])
+}
+
+/// The header and attributes of the `RTM_NEWROUTE` that writes `route` with its device at
+/// `oif`, or, with `nexthop`, through that nexthop object (`RTA_NH_ID`; the kernel takes
+/// gateway, device and onlink from the object and refuses them next to it,
+/// `fib_create_info`): [`write_request`]'s message and [`emit_write_request`]'s bytes.
+fn write_parts(route: &KernelRoute, oif: Option<u32>, nexthop: Option<u32>) -> (RouteHeader, impl Iterator<Item = RouteAttribute>) {
+    let key = &route.key;
+    let t = &route.target;
+    let mut header = header_for(key);
+    header.protocol = RouteProtocol::from(t.protocol);
+    header.scope = RouteScope::from(t.scope);
+    header.kind = t.kind.to_kernel();
+    if nexthop.is_none() && t.onlink {
+        header.flags = RouteFlags::Onlink;
     }
-    attrs.push(RouteAttribute::Table(key.table));
-    attrs.push(RouteAttribute::Priority(key.metric));
-    attrs
+    let via = match nexthop {
+        Some(id) => [Some(RouteAttribute::NhId(id)), None],
+        None => [t.gateway.map(|gw| RouteAttribute::Gateway(RouteAddress::from(gw))), oif.map(RouteAttribute::Oif)],
+    };
+    (header, base_attributes(key).chain(via.into_iter().flatten()))
+}
+
+/// `nlmsg_flags` of a route write: `NLM_F_CREATE|NLM_F_EXCL` when `exclusive`, else
+/// `NLM_F_CREATE|NLM_F_REPLACE` ([`write_request`]); no `NLM_F_ACK`.
+fn write_flags(exclusive: bool) -> u16 {
+    NLM_F_REQUEST | NLM_F_CREATE | if exclusive { NLM_F_EXCL } else { NLM_F_REPLACE }
 }
 
 /// Build the `RTM_NEWROUTE` request that writes `route` with its device at `oif`, or, with
@@ -497,29 +521,12 @@ fn base_attributes(key: &RouteKey) -> Vec<RouteAttribute> {
 /// used for keys not known to be ours, so a foreign route is never overwritten); otherwise
 /// `NLM_F_CREATE|NLM_F_REPLACE` (atomic replace of our own route, `ip route replace`).
 pub fn write_request(route: &KernelRoute, oif: Option<u32>, nexthop: Option<u32>, exclusive: bool) -> NetlinkMessage<RouteNetlinkMessage> {
-    let key = &route.key;
-    let t = &route.target;
+    let (header, attributes) = write_parts(route, oif, nexthop);
     let mut msg = RouteMessage::default();
-    msg.header = header_for(key);
-    msg.header.protocol = RouteProtocol::from(t.protocol);
-    msg.header.scope = RouteScope::from(t.scope);
-    msg.header.kind = t.kind.to_kernel();
-    msg.attributes = base_attributes(key);
-    if let Some(id) = nexthop {
-        msg.attributes.push(RouteAttribute::NhId(id));
-    } else {
-        if t.onlink {
-            msg.header.flags = RouteFlags::Onlink;
-        }
-        if let Some(gw) = t.gateway {
-            msg.attributes.push(RouteAttribute::Gateway(RouteAddress::from(gw)));
-        }
-        if let Some(oif) = oif {
-            msg.attributes.push(RouteAttribute::Oif(oif));
-        }
-    }
+    msg.header = header;
+    msg.attributes = attributes.collect();
     let mut req = NetlinkMessage::from(RouteNetlinkMessage::NewRoute(msg));
-    req.header.flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | if exclusive { NLM_F_EXCL } else { NLM_F_REPLACE };
+    req.header.flags = write_flags(exclusive) | NLM_F_ACK;
     req
 }
 
@@ -527,32 +534,21 @@ pub fn write_request(route: &KernelRoute, oif: Option<u32>, nexthop: Option<u32>
 /// as a batch sends it: sequence number `seq`, port 0, without `NLM_F_ACK`, padded to the
 /// netlink alignment (4 bytes). Returns the message's length before the padding.
 ///
-/// The bytes are exactly those of `write_request(..)` framed and serialized by
-/// netlink-packet-route (checked by a property test over every route shape): the headers are
-/// the library's (`Emitable`), each attribute the library's kind and value in its `NlaBuffer`,
-/// but with no `Vec` of attributes to allocate and drop and each attribute's length computed
-/// once.
-/// A framed `NetlinkMessage` computes every attribute's length about ten times between
-/// `finalize` and `serialize`: 250 ns of a cold start's route, where the kernel's insert
-/// takes 0.5–1 µs (issue 18).
+/// The same header and attributes ([`write_parts`]), emitted by the library's `Emitable` of
+/// the two headers and each attribute's kind and value in the library's `NlaBuffer`, but with
+/// no `Vec` of attributes to allocate and drop and each attribute's length computed once: a
+/// framed `NetlinkMessage` computes every attribute's length about ten times between
+/// `finalize` and `serialize` (250 ns of a cold start's route, where the kernel's insert takes
+/// 0.5–1 µs; issue 18). The bytes equal the library's serialization of `write_request`'s
+/// framed message (a property test over every route shape).
 pub fn emit_write_request(buf: &mut Vec<u8>, route: &KernelRoute, oif: Option<u32>, nexthop: Option<u32>, exclusive: bool, seq: u32) -> usize {
-    let key = &route.key;
-    let t = &route.target;
+    let (header, attributes) = write_parts(route, oif, nexthop);
     let start = buf.len();
-    let mut header = header_for(key);
-    header.protocol = RouteProtocol::from(t.protocol);
-    header.scope = RouteScope::from(t.scope);
-    header.kind = t.kind.to_kernel();
-    if nexthop.is_none() && t.onlink {
-        header.flags = RouteFlags::Onlink;
-    }
     let mut frame = NetlinkHeader::default();
     let payload = start + frame.buffer_len();
     buf.resize(payload + header.buffer_len(), 0);
     header.emit(&mut buf[payload..]);
-    // Each attribute: the library's header and value, its value length computed once (its
-    // `Emitable::emit` computes it four times).
-    let mut push = |attr: RouteAttribute| {
+    for attr in attributes {
         let at = buf.len();
         let len = NLA_HEADER_SIZE + attr.value_len();
         buf.resize(at + len.next_multiple_of(NLA_ALIGNTO), 0);
@@ -560,26 +556,11 @@ pub fn emit_write_request(buf: &mut Vec<u8>, route: &KernelRoute, oif: Option<u3
         nla.set_kind(attr.kind());
         nla.set_length(u16::try_from(len).unwrap_or(u16::MAX));
         attr.emit_value(nla.value_mut());
-    };
-    if key.dst.prefix_len() > 0 {
-        push(RouteAttribute::Destination(RouteAddress::from(key.dst.addr())));
-    }
-    push(RouteAttribute::Table(key.table));
-    push(RouteAttribute::Priority(key.metric));
-    if let Some(id) = nexthop {
-        push(RouteAttribute::NhId(id));
-    } else {
-        if let Some(gw) = t.gateway {
-            push(RouteAttribute::Gateway(RouteAddress::from(gw)));
-        }
-        if let Some(oif) = oif {
-            push(RouteAttribute::Oif(oif));
-        }
     }
     let len = buf.len() - start;
     frame.length = u32::try_from(len).unwrap_or(u32::MAX);
     frame.message_type = RouteNetlinkMessage::NewRoute(RouteMessage::default()).message_type();
-    frame.flags = NLM_F_REQUEST | NLM_F_CREATE | if exclusive { NLM_F_EXCL } else { NLM_F_REPLACE };
+    frame.flags = write_flags(exclusive);
     frame.sequence_number = seq;
     frame.emit(&mut buf[start..payload]);
     // Attributes are 4-byte multiples (`nla_align`), and so the message: no padding to add.
@@ -597,7 +578,7 @@ pub fn delete_request(key: &RouteKey, protocol: u8) -> NetlinkMessage<RouteNetli
     msg.header.protocol = RouteProtocol::from(protocol);
     msg.header.scope = RouteScope::NoWhere;
     msg.header.kind = RouteType::Unspec;
-    msg.attributes = base_attributes(key);
+    msg.attributes = base_attributes(key).collect();
     let mut req = NetlinkMessage::from(RouteNetlinkMessage::DelRoute(msg));
     req.header.flags = NLM_F_REQUEST | NLM_F_ACK;
     req
@@ -787,6 +768,24 @@ mod tests {
             prop_assert_eq!(buf.len(), before * 4 + len);
             prop_assert!(buf[..before * 4].iter().all(|&b| b == 0xa5), "what was there is kept");
             prop_assert_eq!(&buf[before * 4..], &want[..]);
+            // And the bytes say what the route is (the library's parser, then ours), where the
+            // gateway is of the route's family (the only routes the agent builds).
+            if route.target.gateway.is_some_and(|gw| gw.is_ipv4() != matches!(route.key.dst, IpNet::V4(_))) {
+                return Ok(());
+            }
+            let parsed = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&buf[before * 4..]).expect("the library parses it");
+            let NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(msg)) = parsed.payload else { panic!("not a new route: {parsed:?}") };
+            let o = parse_route(&msg).expect("a route");
+            let classic = nexthop.is_none();
+            prop_assert_eq!(o.key, route.key);
+            prop_assert_eq!(o.kind.to_kernel(), route.target.kind.to_kernel());
+            prop_assert_eq!(o.gateway, route.target.gateway.filter(|_| classic));
+            prop_assert_eq!(o.oif, oif.filter(|_| classic));
+            prop_assert_eq!(o.onlink, classic && route.target.onlink);
+            prop_assert_eq!(o.nexthop, nexthop);
+            prop_assert_eq!((o.protocol, o.scope), (route.target.protocol, route.target.scope));
+            prop_assert_eq!(parsed.header.sequence_number, seq);
+            prop_assert_eq!(parsed.header.flags, NLM_F_REQUEST | NLM_F_CREATE | if exclusive { NLM_F_EXCL } else { NLM_F_REPLACE });
         }
     }
 
