@@ -173,10 +173,6 @@ impl Handovers {
     /// one pending at the prefix's step-aside copy is due now (the copy goes once the new route
     /// is in). Returns the copy's key to look at again, if so.
     pub(super) fn resume(&mut self, key: &RouteKey, now: Instant) -> Option<RouteKey> {
-        if self.pending.is_empty() {
-            // Nothing pending (every key of a set_desired passes here).
-            return None;
-        }
         self.pending.remove(key);
         let copy = step_aside_key(key)?;
         let h = self.pending.get_mut(&copy)?;

@@ -269,7 +269,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 self.handovers.begin(key, h, now);
             }
         }
-        // Each loop only when there is something to find (a cold start has neither).
+        // Each walk only when there is something to find (a cold start has neither): with no
+        // handover pending no key resumes one, with no retry waiting none is cleared.
         if self.handovers.any_pending() {
             for key in next.keys() {
                 // A prefix we program again: a stepped-aside copy of it goes once the new route
