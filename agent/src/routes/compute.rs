@@ -261,31 +261,31 @@ pub fn classed_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
     first_per_destination(&mut all, &mut problems);
     let overlay = tunnel_address_routes(&ctx, &index, classes, &mut problems);
     overlay.clear_held(&mut problems);
-    if overlay.routes.is_empty() {
+    let routes = if overlay.routes.is_empty() {
         // No tunnel address in another node's block (the usual case): the routes found are
         // the answer, taken out of the list where they lie (an in-place collect).
-        let routes = all.into_iter().map(|(route, _)| route).collect();
-        problems.extend(affinity_conflicts(&index, cluster).into_iter().map(|p| (p, None)));
-        return ClassedRoutes { routes, problems };
-    }
-    // The overlay's destinations replace the blocks' routes there (or remove them): a merge
-    // of two lists sorted by destination.
-    let mut routes = Vec::with_capacity(all.len() + overlay.routes.len());
-    let mut over = overlay.routes.into_iter().peekable();
-    for (route, _) in all {
-        let mut replaced = false;
-        while let Some((dst, replacement)) = over.next_if(|(dst, _)| *dst <= route.dst) {
-            routes.extend(replacement);
-            if dst == route.dst {
-                replaced = true;
-                break;
+        all.into_iter().map(|(route, _)| route).collect()
+    } else {
+        // The overlay's destinations replace the blocks' routes there (or remove them): a
+        // merge of two lists sorted by destination.
+        let mut routes = Vec::with_capacity(all.len() + overlay.routes.len());
+        let mut over = overlay.routes.into_iter().peekable();
+        for (route, _) in all {
+            let mut replaced = false;
+            while let Some((dst, replacement)) = over.next_if(|(dst, _)| *dst <= route.dst) {
+                routes.extend(replacement);
+                if dst == route.dst {
+                    replaced = true;
+                    break;
+                }
+            }
+            if !replaced {
+                routes.push(route);
             }
         }
-        if !replaced {
-            routes.push(route);
-        }
-    }
-    routes.extend(over.filter_map(|(_, r)| r));
+        routes.extend(over.filter_map(|(_, r)| r));
+        routes
+    };
     problems.extend(affinity_conflicts(&index, cluster).into_iter().map(|p| (p, None)));
     ClassedRoutes { routes, problems }
 }
