@@ -102,6 +102,10 @@ struct Report<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     explicit: Option<&'a ComponentDecision>,
     programmed_classes: Vec<PoolClass>,
+    /// Classes the agent holds as they are because the object that decides their owner
+    /// cannot be read or holds a value it cannot interpret (`ownership::frozen_classes`). Any
+    /// makes the explanation an error.
+    frozen_classes: &'a [crate::ownership::FrozenClass],
     pools: &'a [PoolOwnership],
     findings: &'a [Finding],
     /// Routes of `node`: the classes routewarden programs, or every routable class in audit
@@ -132,7 +136,10 @@ pub fn explain(cluster: &Cluster, object_errors: &[ObjectError], config: &Owners
     let config = OwnershipConfig { node: opts.node.clone(), ..config.clone() };
     let decision = decide(cluster, &config);
     let audit = config.role == Role::Audit;
-    let classes = if audit { routable_classes() } else { decision.programmed.clone() };
+    // What the agent would hold as it is (issue 48): a class whose deciding object cannot be
+    // read or interpreted gets nothing new programmed, so its routes are not listed as ours.
+    let frozen = crate::ownership::frozen_classes(&decision, cluster, &config, object_errors.iter().filter(|e| !e.last_good).map(|e| &e.error));
+    let classes = if audit { routable_classes() } else { decision.programmed.iter().filter(|c| !frozen.iter().any(|f| f.class == **c)).copied().collect() };
     let desired = opts.node.as_deref().map(|n| desired_routes(cluster, n, &classes, &opts.devices));
     let routes: Vec<RouteRow<'_>> = desired
         .as_ref()
@@ -141,7 +148,7 @@ pub fn explain(cluster: &Cluster, object_errors: &[ObjectError], config: &Owners
     let route_problems: Vec<Problem> =
         desired.as_ref().map(|d| d.problems.iter().map(|p| Problem { code: p.code(), message: p.to_string() }).collect()).unwrap_or_default();
     let invalid_pools = invalid_pools(object_errors);
-    let has_errors = decision.has_errors() || !invalid_pools.is_empty();
+    let has_errors = decision.has_errors() || !invalid_pools.is_empty() || !frozen.is_empty();
     let report = Report {
         role: config.role.to_string(),
         calico_version: decision.version.version.to_string(),
@@ -151,7 +158,8 @@ pub fn explain(cluster: &Cluster, object_errors: &[ObjectError], config: &Owners
         felix: &decision.felix,
         bird: &decision.bird,
         explicit: decision.explicit.as_ref(),
-        programmed_classes: decision.programmed.iter().copied().collect(),
+        programmed_classes: decision.programmed.iter().filter(|c| !frozen.iter().any(|f| f.class == **c)).copied().collect(),
+        frozen_classes: &frozen,
         pools: &decision.pools,
         findings: &decision.findings,
         routes,
@@ -305,6 +313,9 @@ fn render_table(r: &Report<'_>, d: &OwnershipDecision, audit: bool) -> String {
             Severity::Error => "ERROR",
         };
         rows.push(vec![sev.to_owned(), f.code().to_owned(), f.class_label().to_owned(), f.message.clone()]);
+    }
+    for f in r.frozen_classes {
+        rows.push(vec!["ERROR".to_owned(), "frozen-class".to_owned(), f.class.label().to_owned(), f.reason.clone()]);
     }
     for p in &r.invalid_pools {
         rows.push(vec!["ERROR".to_owned(), "invalid-pool".to_owned(), "none".to_owned(), format!("{p}; nothing in its CIDR is routed, deleted or claimed")]);

@@ -205,7 +205,7 @@ impl Agent {
             for ev in self.loader.rescan_at(self.clock.now()) {
                 self.view.on_event(&ev);
                 if let crate::datastore::DatastoreEvent::Snapshot(s) = &ev {
-                    let previous = self.last.as_ref().map(|p| p.decision.programmed.clone()).unwrap_or_default();
+                    let previous = self.last.as_ref().map(|p| p.programmed.clone()).unwrap_or_default();
                     let owned = self.last.as_ref().map(|p| p.policy.owned.clone()).unwrap_or_default();
                     let p = plan(s, &self.config, &previous, &owned);
                     // A route we write that the plan's own ownership policy would not call ours

@@ -178,6 +178,11 @@ impl ClusterHandler {
                 warn!(prefix = %f.cidr, reason = %f.reason, "frozen ground: no route here is deleted or claimed until the input is fixed");
             }
         }
+        if self.last.as_ref().is_none_or(|l| l.frozen_classes != plan.frozen_classes) {
+            for f in &plan.frozen_classes {
+                warn!(class = f.class.label(), reason = %f.reason, "frozen class: nothing new programmed, deleted or claimed in it until the object is fixed");
+            }
+        }
         if let Some(h) = &plan.hold_all {
             if self.last.as_ref().is_none_or(|l| l.hold_all.as_ref() != Some(h)) {
                 warn!(reason = %h, "holding every route deletion");
@@ -187,7 +192,7 @@ impl ClusterHandler {
             error!(node = %self.config.node, "this node is not in the datastore; deleting nothing and not ready until it is back");
         }
         self.report_plan(&plan, snap);
-        let classes = plan.decision.programmed.clone();
+        let classes = plan.programmed.clone();
         if let Some(tx) = &self.commands {
             let _ = tx.send(DataplaneCommand::SetPolicy(plan.policy.clone())).await;
             let _ = tx.send(DataplaneCommand::SetDesired { routes: plan.desired.clone(), handovers: plan.handovers.clone() }).await;

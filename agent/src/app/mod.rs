@@ -58,7 +58,7 @@ const COUNTER_POLL: Duration = Duration::from_secs(1);
 /// ([`crate::bpf::forward::entries_from_routes`]). Built here, in the app, so that the plan
 /// knows nothing of the BPF side and the BPF side nothing of the plan.
 pub fn forward_entries(plan: &Plan) -> Vec<crate::bpf::forward::ForwardEntry> {
-    crate::bpf::forward::entries_from_routes(&plan.desired, &plan.expected, &plan.decision.programmed)
+    crate::bpf::forward::entries_from_routes(&plan.desired, &plan.expected, &plan.programmed)
 }
 
 /// The datastore events to handle now, starting with `first`: when `first` is a snapshot and

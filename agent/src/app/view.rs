@@ -79,6 +79,9 @@ impl ViewState {
         if let Some(h) = &p.hold_all {
             notes.push(format!("deletions held: {}", one_line(h)));
         }
+        for f in &p.frozen_classes {
+            notes.push(format!("frozen class {}: {}", f.class.label(), one_line(&f.reason)));
+        }
         if !p.frozen.is_empty() {
             notes.push(format!("frozen ground: {} prefixes (nothing deleted or claimed there)", p.frozen.len()));
         }

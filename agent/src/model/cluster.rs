@@ -125,6 +125,9 @@ impl Cluster {
 #[derive(Debug, Default)]
 pub struct ClusterBuilder {
     cluster: Cluster,
+    /// Objects defined more than once: [`ClusterBuilder::finish`] takes the first definition
+    /// out too.
+    duplicated: std::collections::BTreeSet<(Kind, String)>,
 }
 
 impl ClusterBuilder {
@@ -144,6 +147,7 @@ impl ClusterBuilder {
         let mut errors = Vec::new();
         for item in items {
             let cidrs = item.cidrs();
+            let identity = item.identity().map(|(k, n)| (k, n.to_owned()));
             let dup = match item {
                 ParsedObject::IpPool(name, o) => insert(&mut c.ip_pools, Kind::IpPool, name, o),
                 ParsedObject::IpamBlock(name, o) => insert_shared(&mut c.ipam_blocks, Kind::IpamBlock, name, o),
@@ -159,17 +163,63 @@ impl ClusterBuilder {
                     continue;
                 }
             };
-            errors.extend(dup.map(|e| Rejected::new(e, cidrs)));
+            if let (Some(e), Some(id)) = (dup, identity) {
+                errors.push(Rejected::new(e, cidrs));
+                self.duplicated.insert(id);
+            }
         }
         errors
     }
 
-    /// The cluster built so far, with the checks that need every object applied: IP pools
-    /// that overlap another pool are taken out and returned as rejections ([`check_pools`]).
+    /// The cluster built so far, with the checks that need every object applied: an object
+    /// defined more than once is taken out (its first definition is refused as the later ones
+    /// were, with the CIDRs it routes or claims: no definition is the right one, so none
+    /// decides a route, and what they name is frozen ground), then IP pools that overlap
+    /// another pool are taken out ([`check_pools`]). Both are returned as rejections, the
+    /// first definitions' before the pools'.
     pub fn finish(self) -> (Cluster, Vec<Rejected>) {
         let mut cluster = self.cluster;
-        let rejected = check_pools(&mut cluster);
+        let mut rejected = Vec::new();
+        for (kind, name) in self.duplicated {
+            let cidrs = take_out(&mut cluster, kind, &name);
+            rejected.push(Rejected::new(ModelError::Duplicate { kind, name }, cidrs));
+        }
+        rejected.extend(check_pools(&mut cluster));
         (cluster, rejected)
+    }
+}
+
+/// Remove the object `kind`/`name` from `cluster`; the CIDRs it routes or claims (a pool's,
+/// a block's, an affinity's), as [`ParsedObject::cidrs`] gives them.
+fn take_out(cluster: &mut Cluster, kind: Kind, name: &str) -> Vec<IpNet> {
+    match kind {
+        Kind::IpPool => cluster.ip_pools.remove(name).map(|p| vec![p.cidr]).unwrap_or_default(),
+        Kind::IpamBlock => cluster.ipam_blocks.remove(name).map(|b| vec![b.cidr]).unwrap_or_default(),
+        Kind::BlockAffinity => cluster.block_affinities.remove(name).map(|a| vec![a.cidr]).unwrap_or_default(),
+        Kind::Node => {
+            cluster.nodes.remove(name);
+            Vec::new()
+        }
+        Kind::FelixConfiguration => {
+            cluster.felix_configurations.remove(name);
+            Vec::new()
+        }
+        Kind::BgpConfiguration => {
+            cluster.bgp_configurations.remove(name);
+            Vec::new()
+        }
+        Kind::ClusterInformation => {
+            cluster.cluster_informations.remove(name);
+            Vec::new()
+        }
+        Kind::Installation => {
+            cluster.installations.remove(name);
+            Vec::new()
+        }
+        Kind::DaemonSet => {
+            cluster.calico_node_daemonsets.remove(name);
+            Vec::new()
+        }
     }
 }
 

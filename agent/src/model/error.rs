@@ -45,8 +45,10 @@ pub enum ModelError {
     /// `apps/v1`).
     #[error("{kind} {name:?}: unsupported apiVersion {api_version:?} (expected {})", kind.api_versions())]
     UnsupportedApiVersion { kind: Kind, name: String, api_version: String },
-    /// A second object of the same kind and name; the first one is kept.
-    #[error("{kind} {name:?}: defined more than once; the first definition is kept")]
+    /// An object of a kind and name defined more than once. Every definition is refused (one
+    /// error each): none can be known to be the right one, so none decides a route, and what
+    /// each names stays frozen until one definition is left.
+    #[error("{kind} {name:?}: defined more than once; every definition is refused until one is left")]
     Duplicate { kind: Kind, name: String },
     /// An object the YAML loader stopped building: too large, a duplicate key, an integer out
     /// of range ([`Chunk::Invalid`](super::yaml::Chunk::Invalid)). Kind and name are those seen before the problem.

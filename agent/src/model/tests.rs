@@ -356,12 +356,16 @@ items:
     assert_eq!(c.next_hop(true), None);
 }
 
+/// Issue 48: an object defined twice is refused in every definition (the first one won, so a
+/// later file that sorts first could rewrite routes through its values). A Node too: none of
+/// its definitions decides a route.
 #[test]
-fn duplicates_keep_the_first() {
-    let text = "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.1.0.0/16}\n---\napiVersion: crd.projectcalico.org/v1\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.2.0.0/16}\n";
+fn duplicates_refuse_every_definition() {
+    let text = "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.1.0.0/16}\n---\napiVersion: crd.projectcalico.org/v1\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.2.0.0/16}\n---\napiVersion: projectcalico.org/v3\nkind: Node\nmetadata: {name: n}\nspec: {bgp: {ipv4Address: 10.0.0.1/24}}\n---\napiVersion: projectcalico.org/v3\nkind: Node\nmetadata: {name: n}\nspec: {bgp: {ipv4Address: 10.0.0.99/24}}\n";
     let (cluster, errors) = load(text);
-    assert_eq!(errors, vec![ModelError::Duplicate { kind: Kind::IpPool, name: "p".into() }]);
-    assert_eq!(cluster.ip_pools["p"].cidr.to_string(), "10.1.0.0/16");
+    let dup = |kind, name: &str| ModelError::Duplicate { kind, name: name.into() };
+    assert_eq!(errors, vec![dup(Kind::IpPool, "p"), dup(Kind::Node, "n"), dup(Kind::IpPool, "p"), dup(Kind::Node, "n")]);
+    assert!(cluster.ip_pools.is_empty() && cluster.nodes.is_empty());
 }
 
 #[test]

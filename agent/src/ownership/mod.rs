@@ -23,12 +23,14 @@ mod tests;
 
 mod decision;
 mod findings;
+mod frozen;
 mod operator;
 mod sources;
 mod version;
 
 pub use decision::{ClusterRoutes, ComponentDecision, DecisionSource, KernelFilter, OwnershipConfig, OwnershipDecision, OwnershipError, PoolOwnership, Role};
 pub use findings::{Finding, FindingKind, Severity};
+pub use frozen::{frozen_classes, FrozenClass};
 pub use operator::operator_fields;
 pub use version::{resolve_version, CalicoVersion, ResolvedVersion, Rules, VersionChoice, VersionSource};
 

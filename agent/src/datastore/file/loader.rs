@@ -296,12 +296,14 @@ impl Loader {
     pub(crate) fn snapshot(&self) -> Snapshot {
         let mut builder = ClusterBuilder::default();
         let mut object_errors = Vec::new();
-        let mut pool_files: HashMap<String, PathBuf> = HashMap::new();
+        // The file of each object's first definition: the rejections `finish` returns (an
+        // overlapping pool, the first definition of an object defined twice) are its.
+        let mut first_files: HashMap<(Kind, &str), &PathBuf> = HashMap::new();
         for (path, f) in &self.files {
             if let Some((_, parsed)) = &f.good {
-                for item in parsed.items() {
-                    if let ParsedObject::IpPool(name, _) = item {
-                        pool_files.entry(name.clone()).or_insert_with(|| path.clone());
+                for item in parsed.items().iter().filter(|i| i.is_good()) {
+                    if let Some(id) = item.identity() {
+                        first_files.entry(id).or_insert(path);
                     }
                 }
                 let rejected = builder.add_parsed(parsed.items().iter().cloned());
@@ -310,7 +312,7 @@ impl Loader {
         }
         let (cluster, rejected) = builder.finish();
         for r in rejected {
-            let file = r.error.object().and_then(|(_, n)| pool_files.get(n)).cloned().unwrap_or_else(|| self.root.clone());
+            let file = r.error.object().and_then(|id| first_files.get(&id)).map_or_else(|| self.root.clone(), |p| (*p).clone());
             object_errors.push(ObjectError::from_rejected(file, r));
         }
         Snapshot { cluster: Arc::new(cluster), object_errors, load_errors: self.load_errors(), inputs: self.files.len(), settled: self.settled }
@@ -326,10 +328,18 @@ fn mark_missing(path: &Path, state: &mut FileState, now: Instant, why: &str) {
     state.error = Some(LoadError::new(path, LoadErrorKind::Vanished, why.to_owned()));
 }
 
-/// A file that cannot be read: with good content it is held like a vanished file; without, it
-/// is an input that never loaded.
+/// A file that cannot be read: with good content it is held like a vanished file (a dangling
+/// symlink) or kept for as long as it stays unreadable (an I/O error: the file is there, so
+/// nothing says its objects are gone — the shipped DaemonSet drops every capability, so a
+/// file mode of 0600 owned by another user is such a file, and so is an EIO); without good
+/// content it is an input that never loaded. Either way an unreadable file holds every
+/// deletion (the plan's `hold_all`): what it says now is unknown.
 fn mark_unusable(path: &Path, state: &mut FileState, now: Instant, kind: LoadErrorKind, message: String) {
-    if state.good.is_some() {
+    if kind == LoadErrorKind::Io && state.good.is_some() {
+        state.missing_since = None;
+        state.seen = None;
+        state.error = Some(LoadError::new(path, kind, message));
+    } else if state.good.is_some() {
         mark_missing(path, state, now, &message);
         if let Some(e) = &mut state.error {
             e.kind = kind;

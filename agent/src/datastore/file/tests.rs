@@ -314,21 +314,25 @@ fn object_errors_name_the_file() {
     assert!(snap.cluster.ip_pools.contains_key("p1"));
 }
 
+/// Issue 48 case 3: the same object in two files. The first definition won, so a new file
+/// that sorts first rewrote routes through its bogus values, and the error blamed the
+/// established file. Every definition is refused, each error naming its own file and the CIDRs
+/// it routes or claims (frozen ground, so nothing is rewritten or deleted there).
 #[test]
-fn duplicates_across_files_keep_the_first_and_name_the_later_file() {
+fn duplicates_across_files_refuse_every_definition_and_name_each_file() {
     // The files are kept as typed objects; merging them must still behave as one pass over
     // the documents in file order.
     let dir = TempDir::new("dup");
-    dir.write("a.yaml", POOL);
+    let a = dir.write("a.yaml", POOL);
     let b = dir.write("b.yaml", &POOL.replace("10.244.0.0/16", "10.99.0.0/16"));
     let mut l = loader(dir.0.clone());
     let ev = l.rescan_at(Instant::now());
     let s = snapshot(&ev);
-    assert_eq!(s.cluster.ip_pools["p1"].cidr.to_string(), "10.244.0.0/16");
-    assert_eq!(s.object_errors.len(), 1);
-    assert_eq!(s.object_errors[0].file, b);
-    assert_eq!(s.object_errors[0].error.code(), "duplicate");
-    assert_eq!(s.object_errors[0].cidrs, vec!["10.99.0.0/16".parse::<ipnet::IpNet>().unwrap()]);
+    assert!(s.cluster.ip_pools.is_empty());
+    let errors: Vec<(PathBuf, &str, Vec<String>, String)> =
+        s.object_errors.iter().map(|e| (e.file.clone(), e.error.code(), e.cidrs.iter().map(ToString::to_string).collect(), e.error.to_string())).collect();
+    let message = "IPPool \"p1\": defined more than once; every definition is refused until one is left".to_owned();
+    assert_eq!(errors, [(b.clone(), "duplicate", vec!["10.99.0.0/16".to_owned()], message.clone()), (a, "duplicate", vec!["10.244.0.0/16".to_owned()], message)]);
     // Rebuilt from the kept objects (a.yaml broken): the same result.
     dir.write("a.yaml", "kind: [");
     let again = l.rescan_at(Instant::now());
@@ -384,19 +388,58 @@ fn snapshots_settle_once_the_tree_is_stable() {
 }
 
 /// A file that is not UTF-8 (a binary dropped into the directory, a wrong encoding) is an
-/// input that cannot be read: last good content kept, nothing guessed.
+/// input that cannot be read: last good content kept, nothing guessed — and kept past the
+/// settle period (issue 48: the file is there, so nothing says its objects are gone; it was
+/// dropped after 30 s, deleting their routes). The datastore stays synced; the plan holds every
+/// deletion while it is unreadable (`plan::tests`).
 #[test]
 fn a_file_that_is_not_utf8_keeps_its_last_good_content() {
     let dir = TempDir::new("utf8");
     let f = dir.write("pools.yaml", POOL);
     let mut l = loader(dir.0.clone());
-    l.rescan_at(Instant::now());
+    let t0 = Instant::now();
+    l.rescan_at(t0);
     std::fs::write(&f, b"kind: IPPool\n\xff\xfe garbage\n").unwrap();
-    let ev = l.rescan_at(Instant::now());
-    assert!(kinds(&ev).contains(&"unsynced"), "{:?}", kinds(&ev));
+    let ev = l.rescan_at(t0);
+    assert_eq!(kinds(&ev), ["load-failed", "snapshot"]);
     let s = l.snapshot();
     assert_eq!(pools(&s), ["p1 10.244.0.0/16"]);
+    assert_eq!(s.load_errors[0].code(), "io");
     assert!(s.load_errors[0].message.starts_with("not UTF-8"), "{}", s.load_errors[0].message);
+    // Past the settle period: still kept, and settled (nothing pending).
+    let ev = l.rescan_at(t0 + SETTLE + Duration::from_secs(1));
+    assert!(!kinds(&ev).contains(&"unsynced"), "{:?}", kinds(&ev));
+    let s = l.snapshot();
+    assert_eq!((pools(&s), s.settled), (vec!["p1 10.244.0.0/16".to_owned()], true));
+}
+
+/// Issue 48 case 2: a file that is there but cannot be opened (the shipped DaemonSet drops
+/// every capability, so a mode its user may not read is EACCES; here a symlink loop, ELOOP,
+/// since root reads any mode) kept its last good content only for the settle period, then its
+/// objects were "removed" and their routes deleted. It is kept for as long as it stays
+/// unreadable, and readable again with the same content, nothing happened.
+#[test]
+fn an_unreadable_file_keeps_its_last_good_content_past_the_settle_period() {
+    let dir = TempDir::new("unreadable");
+    let f = dir.write("pools.yaml", POOL);
+    let mut l = loader(dir.0.clone());
+    let t0 = Instant::now();
+    l.rescan_at(t0);
+    std::fs::remove_file(&f).unwrap();
+    std::os::unix::fs::symlink(&f, &f).unwrap();
+    let ev = l.rescan_at(t0);
+    assert_eq!(kinds(&ev), ["load-failed", "snapshot"]);
+    for after in [SETTLE, SETTLE * 10] {
+        let ev = l.rescan_at(t0 + after + Duration::from_secs(1));
+        assert!(!kinds(&ev).contains(&"unsynced"), "{:?}", kinds(&ev));
+        let s = l.snapshot();
+        assert_eq!((pools(&s), s.load_errors.len(), s.load_errors[0].code(), s.load_errors[0].never_loaded), (vec!["p1 10.244.0.0/16".to_owned()], 1, "io", false));
+    }
+    std::fs::remove_file(&f).unwrap();
+    std::fs::write(&f, POOL).unwrap();
+    l.rescan_at(t0 + SETTLE * 11);
+    let s = l.snapshot();
+    assert_eq!((pools(&s), s.load_errors.len()), (vec!["p1 10.244.0.0/16".to_owned()], 0));
 }
 
 /// The running datastore reads its inputs when they change, not because it read them: its

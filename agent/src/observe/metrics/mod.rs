@@ -6,7 +6,7 @@
 //! | file | writers | metrics |
 //! |---|---|---|
 //! | [`datastore`] | [`Metrics::set_synced`], [`Metrics::record_load_failed`], [`Metrics::record_snapshot`] | `datastore_*` |
-//! | [`routes`] | [`Metrics::record_plan`], [`Metrics::record_apply`], [`Metrics::record_mass_deletion_hold`], [`Metrics::record_audit`], [`Metrics::record_audit_failed`] | `calico_version_info`, `frozen_prefixes`, `ownership_findings`, `route_problems`, `routes`, `deletions_held`, `mass_deletion_holds`, `route_operations`, `netlink_errors`, `reconcile_duration_seconds`, `audit_findings` |
+//! | [`routes`] | [`Metrics::record_plan`], [`Metrics::record_apply`], [`Metrics::record_mass_deletion_hold`], [`Metrics::record_audit`], [`Metrics::record_audit_failed`] | `calico_version_info`, `frozen_prefixes`, `frozen_classes`, `ownership_findings`, `route_problems`, `routes`, `deletions_held`, `mass_deletion_holds`, `route_operations`, `netlink_errors`, `reconcile_duration_seconds`, `audit_findings` |
 //! | [`bpf`] | [`Metrics::set_program_attached`], [`Metrics::record_tc_count`] | `bpf_program_attached`, `tc_count_*` |
 //! | [`route_watch`] | [`Metrics::set_route_watch_backend`], [`Metrics::record_route_watch`], [`Metrics::set_flapping_prefixes`] | `route_writes`, `route_conflicts`, `route_flaps`, `route_flushes`, `flapping_prefixes`, `route_watch_backend_info`, `route_watch_events_lost` |
 //! | [`forward`] | [`Metrics::declare_forward_destination`], [`Metrics::forget_forward_pool`], [`Metrics::record_forwarded`], [`Metrics::record_forwarding_flaps`], [`Metrics::record_forwarding_events_lost`] | `forwarded_*`, `wrong_path_packets`, `forwarding_*` |
@@ -63,6 +63,9 @@ pub struct Metrics {
     pub datastore_invalid_inputs: Gauge,
     /// `routewarden_frozen_prefixes`: prefixes of frozen ground now (no deletion, no claim).
     pub frozen_prefixes: Gauge,
+    /// `routewarden_frozen_classes{class}`: 1 while the class's owner cannot be known (the
+    /// object that decides it is unreadable or holds a value routewarden cannot interpret).
+    pub frozen_classes: Family<routes::FrozenClassLabels, Gauge>,
     /// `routewarden_deletions_held{reason}`: route deletions held back in the last apply.
     pub deletions_held: Family<HoldLabels, Gauge>,
     /// `routewarden_mass_deletion_holds_total`: times the mass-deletion breaker engaged.
@@ -151,6 +154,11 @@ impl Metrics {
             "frozen_prefixes",
             "Prefixes of frozen ground: named by a broken object or input, or covered by an invalid IP pool; nothing there is deleted or claimed",
             m.frozen_prefixes.clone(),
+        );
+        r.register(
+            "frozen_classes",
+            "1 while the owner of the class cannot be known: the object that decides it cannot be read or holds a value routewarden cannot interpret; nothing new is programmed there and nothing deleted or claimed",
+            m.frozen_classes.clone(),
         );
         r.register("deletions_held", "Route deletions held back in the last apply, by reason", m.deletions_held.clone());
         r.register(

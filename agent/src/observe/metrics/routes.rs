@@ -25,6 +25,13 @@ pub struct FindingLabels {
     pub class: &'static str,
 }
 
+/// Labels `{class}` of `routewarden_frozen_classes`: `ipip` or `noencap` (the classes a
+/// programClusterRoutes value or a release line decides), both always present.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FrozenClassLabels {
+    pub class: &'static str,
+}
+
 /// Labels `{code}` of `routewarden_route_problems`. The block concerned is in the log line
 /// and in `routewarden explain`, never a label (one series per block would grow without
 /// bound): at most one series per problem code.
@@ -113,6 +120,10 @@ impl Metrics {
     pub fn record_plan(&self, plan: &Plan) {
         let d = &plan.decision;
         self.frozen_prefixes.set(gauge_value(plan.frozen.len()));
+        for class in [PoolClass::Ipip, PoolClass::NoEncap] {
+            let frozen = plan.frozen_classes.iter().any(|f| f.class == class);
+            self.frozen_classes.get_or_create(&FrozenClassLabels { class: class.label() }).set(i64::from(frozen));
+        }
         self.route_problems.clear();
         for p in &plan.problems {
             self.route_problems.get_or_create(&ProblemLabels { code: p.code() }).inc();

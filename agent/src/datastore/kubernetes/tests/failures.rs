@@ -169,7 +169,7 @@ async fn empty_relist_is_held_by_the_breaker_and_a_restored_list_costs_nothing()
         async fn feed(&mut self, ev: &DatastoreEvent) -> crate::dataplane::ApplyReport {
             self.view.on_event(ev);
             if let DatastoreEvent::Snapshot(s) = ev {
-                let previous = self.last.as_ref().map(|p| p.decision.programmed.clone()).unwrap_or_default();
+                let previous = self.last.as_ref().map(|p| p.programmed.clone()).unwrap_or_default();
                 let owned = self.last.as_ref().map(|p| p.policy.owned.clone()).unwrap_or_default();
                 let p = plan(s, &self.config, &previous, &owned);
                 self.r.set_policy(p.policy.clone());
