@@ -496,7 +496,11 @@ fn plan_from(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolC
         if e.never_loaded {
             format!("input {} never loaded ({}): no deletion can be justified while it is broken", e.file.display(), e.message)
         } else {
-            format!("input {} cannot be read ({}): its last good content is kept, and no deletion can be justified while it is unreadable", e.file.display(), e.message)
+            format!(
+                "input {} cannot be read ({}): its last good content is kept, and no deletion can be justified while it is unreadable",
+                e.file.display(),
+                e.message
+            )
         }
     });
     Plan {
@@ -604,7 +608,13 @@ mod restart_tests {
     const POOLS: [&str; 4] = ["10.244.0.0/16", "10.245.0.0/16", "10.246.0.0/16", "fd00:10:244::/48"];
 
     fn felix_value(value: &'static str) -> impl Fn(&str, String) -> String {
-        move |f: &str, t: String| if f == "calico.yaml" { t.replace("programClusterRoutes: EnabledIPIPOnly", &format!("programClusterRoutes: {value}")) } else { t }
+        move |f: &str, t: String| {
+            if f == "calico.yaml" {
+                t.replace("programClusterRoutes: EnabledIPIPOnly", &format!("programClusterRoutes: {value}"))
+            } else {
+                t
+            }
+        }
     }
 
     /// The healthy cluster freezes nothing: the frozen ground and classes are empty, and node-a
@@ -627,7 +637,11 @@ mod restart_tests {
         assert_eq!(s.object_errors.len(), 1, "{:?}", s.object_errors);
         let restarted = plan_of(&s, &[]);
         assert_eq!(classes(&restarted), BOTH);
-        assert!(restarted.frozen_classes[0].reason.starts_with("FelixConfiguration \"default\": spec.programClusterRoutes:"), "{}", restarted.frozen_classes[0].reason);
+        assert!(
+            restarted.frozen_classes[0].reason.starts_with("FelixConfiguration \"default\": spec.programClusterRoutes:"),
+            "{}",
+            restarted.frozen_classes[0].reason
+        );
         assert_eq!(desired(&restarted), Vec::<String>::new());
         assert_eq!(frozen(&restarted), POOLS);
         assert!(restarted.programmed.is_empty() && restarted.handovers.is_empty());
@@ -647,7 +661,13 @@ mod restart_tests {
         assert_eq!((p.decision.felix.source.kind(), p.decision.programmed.len()), ("fallback", 1));
         assert_eq!(desired(&p), Vec::<String>::new());
         // BIRD's unknown value the same.
-        let bird = |f: &str, t: String| if f == "calico.yaml" { t.replace("programClusterRoutes: EnabledNoEncapOnly", "programClusterRoutes: enablednoencaponly") } else { t };
+        let bird = |f: &str, t: String| {
+            if f == "calico.yaml" {
+                t.replace("programClusterRoutes: EnabledNoEncapOnly", "programClusterRoutes: enablednoencaponly")
+            } else {
+                t
+            }
+        };
         let p = plan_of(&snapshot(bird), &[]);
         assert_eq!((classes(&p), p.decision.bird.source.kind()), (BOTH.to_vec(), "fallback"));
     }
@@ -675,10 +695,19 @@ mod restart_tests {
     /// node-b's block is node-c's and is still programmed.
     #[test]
     fn a_rejected_node_freezes_its_blocks_and_its_ips() {
-        let edit = |f: &str, t: String| if f == "nodes.yaml" { t.replace("projectcalico.org/IPv4Address: 10.0.0.12/24", "projectcalico.org/IPv4Address: not-an-ip/99") } else { t };
+        let edit = |f: &str, t: String| {
+            if f == "nodes.yaml" {
+                t.replace("projectcalico.org/IPv4Address: 10.0.0.12/24", "projectcalico.org/IPv4Address: not-an-ip/99")
+            } else {
+                t
+            }
+        };
         let p = plan_of(&snapshot(edit), &[]);
         // Its own addresses (as before), then its IPv4 and IPv6 blocks and its tunnel address.
-        assert_eq!(frozen(&p), ["10.0.0.12/32", "10.244.20.0/26", "10.244.20.0/32", "10.245.20.0/26", "10.247.20.0/26", "fd00:10::/64", "fd00:10:244:0:20::/122"]);
+        assert_eq!(
+            frozen(&p),
+            ["10.0.0.12/32", "10.244.20.0/26", "10.244.20.0/32", "10.245.20.0/26", "10.247.20.0/26", "fd00:10::/64", "fd00:10:244:0:20::/122"]
+        );
         assert_eq!(desired(&p), ["10.244.10.0/26", "10.244.20.5/32", "10.244.30.0/26", "10.244.40.0/26", "10.245.40.0/26"]);
         assert!(p.frozen[1].reason.starts_with("IPAM block 10.244.20.0/26 of a rejected Node: "), "{}", p.frozen[1].reason);
     }

@@ -617,6 +617,204 @@ fn bird_parses(snippet: &str) {
 
 /// `docs/bad-input.md` lists at least 50 bad-input kinds, each with a test that exists, and
 /// every test of this file is listed there.
+/// The agent for node-a on `dir`, with the settle flag and `extra`, as the shipped DaemonSet
+/// runs it when `daemonset_caps`: its three capabilities (NET_ADMIN, BPF, PERFMON) and no other,
+/// so file modes apply to it (no CAP_DAC_OVERRIDE) — `setpriv` sets the bounding set the
+/// DaemonSet's `drop: [ALL]` + `add:` gives a root container.
+fn agent(lab: &Lab, dir: &Path, extra: &[&str], daemonset_caps: bool) -> Agent {
+    let mut flags = settle_flag().to_vec();
+    flags.extend_from_slice(extra);
+    if !daemonset_caps {
+        return Agent::start(lab, "node-a", dir, &flags);
+    }
+    let mut cmd = lab.command("node-a", "setpriv");
+    cmd.args(["--inh-caps=-all", "--bounding-set=-all,+net_admin,+bpf,+perfmon", "--", env!("CARGO_BIN_EXE_routewarden")])
+        .args(["run", "--node", "node-a", "--metrics-addr", &format!("127.0.0.1:{PORT}"), "--log-format", "text", "--datastore"])
+        .arg(format!("file:{}", dir.display()))
+        .args(&flags)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null());
+    Agent::from_child(cmd.spawn().unwrap())
+}
+
+/// Stop `old` and start the agent again on the same files (a node reboot, a DaemonSet roll):
+/// the new process has no last good version of anything. Returns it once ready.
+fn restart(lab: &Lab, old: Agent, dir: &Path, extra: &[&str], daemonset_caps: bool) -> Agent {
+    assert!(old.stop().success());
+    let agent = agent(lab, dir, extra, daemonset_caps);
+    wait_ready(lab, "node-a");
+    agent
+}
+
+/// Edit `name` in `dir` with `edit`.
+fn edit(dir: &Path, name: &str, edit: impl Fn(String) -> String) {
+    let path = dir.join(name);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let new = edit(text.clone());
+    assert_ne!(new, text, "the edit of {name} changed nothing");
+    std::fs::write(path, new).unwrap();
+}
+
+/// Row 17 (issue 48 case 1): a Node whose address does not parse, across a restart. Only its
+/// own addresses were frozen, so node-a's routes to node-b's blocks were deleted by the
+/// restarted agent. Its blocks are frozen ground: not one route operation after the restart.
+#[test]
+fn row17_restart_with_a_rejected_node_keeps_its_blocks_routes() {
+    if skip_unless_root("row17_restart_with_a_rejected_node_keeps_its_blocks_routes") {
+        return;
+    }
+    let (lab, dir, agent) = healthy(&[]);
+    edit(dir.path(), "nodes.yaml", |t| t.replace("projectcalico.org/IPv4Address: 10.0.0.12/24", "projectcalico.org/IPv4Address: not-an-ip/99"));
+    // While running, its last good version stands in.
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE + 1));
+    let _agent = restart(&lab, agent, dir.path(), &[], false);
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE * 2 + 1));
+    assert_eq!(ops(&lab), (0, 0), "the restarted agent wrote nothing");
+    let (_, body) = readyz(&lab);
+    assert!(body.lines().any(|l| l == "frozen ground: 7 prefixes (nothing deleted or claimed there)"), "{body}");
+    assert_eq!(metrics(&lab, "node-a").value("routewarden_deletions_held{reason=\"frozen\"}"), 2);
+}
+
+/// Row 18 (issue 48 case 1): a FelixConfiguration whose programClusterRoutes is a list, across
+/// a restart. Felix's default (EnabledIPIPOnly) decided in its place, so the no-encap routes
+/// the agent programmed under `Enabled` were deleted with /readyz 200. Both classes are frozen:
+/// every route stays, nothing is written, and /readyz and the metric name the classes.
+#[test]
+fn row18_restart_with_an_unparsable_felix_configuration_keeps_both_classes() {
+    if skip_unless_root("row18_restart_with_an_unparsable_felix_configuration_keeps_both_classes") {
+        return;
+    }
+    let lab = lab();
+    let dir = copy_examples();
+    edit(dir.path(), "calico.yaml", |t| {
+        t.replace("programClusterRoutes: EnabledIPIPOnly", "programClusterRoutes: Enabled")
+            .replace("programClusterRoutes: EnabledNoEncapOnly", "programClusterRoutes: Disabled")
+    });
+    let agent = agent(&lab, dir.path(), &[], false);
+    wait_ready(&lab, "node-a");
+    let before = wait_for("node-a's eleven routes", Duration::from_secs(20), || Some(routes(&lab, "node-a", "80")).filter(|r| r.len() == 11));
+    for noencap in ["blackhole 10.246.10.0/26 metric 1024", "10.246.30.0/26 via 10.0.0.13 dev eth0 metric 1024 onlink"] {
+        assert!(before.iter().any(|r| r == noencap), "{before:?}");
+    }
+    edit(dir.path(), "calico.yaml", |t| t.replace("programClusterRoutes: Enabled\n", "programClusterRoutes: [Enabled]\n"));
+    let _agent = restart(&lab, agent, dir.path(), &[], false);
+    let want: Vec<&str> = before.iter().map(String::as_str).collect();
+    routes_stay(&lab, &want, Duration::from_secs(SETTLE * 2 + 1));
+    assert_eq!(ops(&lab), (0, 0));
+    let (status, body) = readyz(&lab);
+    let frozen: Vec<&str> = body.lines().filter(|l| l.starts_with("frozen class ")).map(|l| l.split(':').next().unwrap()).collect();
+    assert_eq!((status, frozen), (200, vec!["frozen class ipip", "frozen class noencap"]), "{body}");
+    let m = metrics(&lab, "node-a");
+    assert_eq!((m.value(r#"routewarden_frozen_classes{class="ipip"}"#), m.value(r#"routewarden_frozen_classes{class="noencap"}"#)), (1, 1));
+    // Fixed: the classes thaw, and the routes are already right (still no write).
+    edit(dir.path(), "calico.yaml", |t| t.replace("programClusterRoutes: [Enabled]\n", "programClusterRoutes: Enabled\n"));
+    wait_for("the classes thawed", Duration::from_secs(10), || metrics(&lab, "node-a").is(r#"routewarden_frozen_classes{class="noencap"}"#, 0).then_some(()));
+    routes_stay(&lab, &want, Duration::from_secs(SETTLE + 1));
+    assert_eq!(ops(&lab), (0, 0));
+}
+
+/// Row 19 (issue 48 case 1): a ClusterInformation whose calicoVersion is a list, across a
+/// restart, on a 3.30 cluster whose BIRD programs the IPIP and no-encap routes. 3.33 was
+/// assumed and BIRD's routes were claimed and replaced by routewarden's. Nothing of BIRD's is
+/// touched and nothing is programmed.
+#[test]
+fn row19_restart_with_an_unreadable_release_line_takes_no_bird_route() {
+    if skip_unless_root("row19_restart_with_an_unreadable_release_line_takes_no_bird_route") {
+        return;
+    }
+    let lab = lab();
+    let dir = copy_examples();
+    edit(dir.path(), "calico.yaml", |t| t.replace("calicoVersion: v3.33.0", "calicoVersion: v3.30.2"));
+    // BIRD's routes on node-a, as its kernel protocol writes them.
+    for route in [
+        "10.244.20.0/26 via 10.0.0.12 dev eth0 proto bird onlink",
+        "10.244.40.0/26 via 10.0.1.14 dev tunl0 proto bird onlink",
+        "10.245.20.0/26 via 10.0.0.12 dev tunl0 proto bird onlink",
+        "10.246.30.0/26 via 10.0.0.13 dev eth0 proto bird onlink",
+    ] {
+        let args: Vec<&str> = ["route", "add"].into_iter().chain(route.split(' ')).collect();
+        lab.ip("node-a", &args).unwrap();
+    }
+    let bird = routes(&lab, "node-a", "bird");
+    assert_eq!(bird.len(), 4, "{bird:?}");
+    let agent = agent(&lab, dir.path(), &[], false);
+    wait_ready(&lab, "node-a");
+    // On 3.30 Felix programs only VXLAN: routewarden in Felix's role programs nothing.
+    routes_stay(&lab, &[], Duration::from_secs(2));
+    edit(dir.path(), "calico.yaml", |t| t.replace("calicoVersion: v3.30.2", "calicoVersion: [v3.30.2]"));
+    let _agent = restart(&lab, agent, dir.path(), &[], false);
+    let end = Instant::now() + Duration::from_secs(SETTLE * 2 + 1);
+    while Instant::now() < end {
+        assert_eq!((routes(&lab, "node-a", "bird"), routes(&lab, "node-a", "80")), (bird.clone(), Vec::<String>::new()));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(ops(&lab), (0, 0));
+    let (_, body) = readyz(&lab);
+    assert!(body.lines().any(|l| l.starts_with("frozen class ipip: ClusterInformation \"default\": spec.calicoVersion:")), "{body}");
+}
+
+/// Row 20 (issue 48 case 2): an unreadable file (mode 000) under the shipped DaemonSet's
+/// capabilities, which have no CAP_DAC_OVERRIDE. After the settle period its objects were
+/// "removed" and node-a's routes deleted. Its last good content is kept while it stays
+/// unreadable, every deletion is held (named on /readyz), and a restart with the file still
+/// unreadable (never loaded) deletes nothing either.
+#[test]
+fn row20_an_unreadable_file_under_the_daemonsets_capabilities_deletes_nothing() {
+    if skip_unless_root("row20_an_unreadable_file_under_the_daemonsets_capabilities_deletes_nothing") {
+        return;
+    }
+    let lab = lab();
+    let dir = copy_examples();
+    let agent = agent(&lab, dir.path(), &[], true);
+    wait_ready(&lab, "node-a");
+    wait_for("node-a's seven routes", Duration::from_secs(20), || (routes(&lab, "node-a", "80") == NODE_A_IPIP).then_some(()));
+    let ipam = file(&dir, "ipam.yaml");
+    let mode = |m: u32| std::fs::set_permissions(&ipam, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap();
+    mode(0o000);
+    wait_for("the unreadable file reported", Duration::from_secs(10), || {
+        (metrics(&lab, "node-a").value("routewarden_datastore_invalid_inputs") == 1).then_some(())
+    });
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE * 2 + 1));
+    assert_eq!(ops(&lab), (7, 0));
+    let (status, body) = readyz(&lab);
+    let held = format!("deletions held: input {} cannot be read (Permission denied (os error 13)): its last good content is kept, and no deletion can be justified while it is unreadable", ipam.display());
+    assert!(status == 200 && body.lines().any(|l| l == held), "{status} {body}");
+    let agent = restart(&lab, agent, dir.path(), &[], true);
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE * 2 + 1));
+    assert_eq!(ops(&lab), (0, 0));
+    mode(0o644);
+    wait_for("the file read again", Duration::from_secs(10), || (metrics(&lab, "node-a").value("routewarden_datastore_invalid_inputs") == 0).then_some(()));
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE + 1));
+    assert_eq!(ops(&lab), (0, 0));
+    drop(agent);
+}
+
+/// Row 21 (issue 48 case 3): a duplicate Node in a new file that sorts first, with a bogus
+/// address. It won, node-a's routes to node-b were rewritten through 10.0.0.99, and the error
+/// blamed nodes.yaml. Both definitions are refused and named with their files; node-b's blocks
+/// are frozen: not one route operation, while running or after a restart.
+#[test]
+fn row21_a_node_defined_twice_rewrites_nothing() {
+    if skip_unless_root("row21_a_node_defined_twice_rewrites_nothing") {
+        return;
+    }
+    let (lab, dir, agent) = healthy(&[]);
+    let extra = dir.path().join("00-extra.yaml");
+    std::fs::write(&extra, "apiVersion: v1\nkind: Node\nmetadata:\n  name: node-b\n  annotations: {projectcalico.org/IPv4Address: 10.0.0.99/24}\n").unwrap();
+    wait_for("both definitions refused", Duration::from_secs(10), || {
+        (metrics(&lab, "node-a").value("routewarden_datastore_invalid_objects") == 2).then_some(())
+    });
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE * 2 + 1));
+    assert_eq!(ops(&lab), (7, 0));
+    let (_, body) = readyz(&lab);
+    let invalid: Vec<&str> = body.lines().filter(|l| l.starts_with("invalid: ")).collect();
+    let message = "Node \"node-b\": defined more than once; every definition is refused until one is left";
+    assert_eq!(invalid, [format!("invalid: {}: {message}", file(&dir, "nodes.yaml").display()), format!("invalid: {}: {message}", extra.display())]);
+    let _agent = restart(&lab, agent, dir.path(), &[], false);
+    routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE * 2 + 1));
+    assert_eq!(ops(&lab), (0, 0));
+}
+
 #[test]
 fn bad_input_doc_names_tests_that_exist() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use super::{CalicoVersion, DecisionSource, OwnershipConfig, OwnershipDecision, VersionChoice, VersionSource};
 use crate::model::{Cluster, Kind, ModelError};
-use crate::vocabulary::Writer;
 use crate::vocabulary::PoolClass;
+use crate::vocabulary::Writer;
 
 /// A class frozen because its owner cannot be known, and why.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -62,7 +62,9 @@ pub fn frozen_classes<'a>(
             },
         };
         let decides = match kind {
-            Kind::FelixConfiguration => !felix_fixed && name.is_none_or(|n| n == "default" || config.node.as_deref().is_some_and(|me| n == format!("node.{me}"))),
+            Kind::FelixConfiguration => {
+                !felix_fixed && name.is_none_or(|n| n == "default" || config.node.as_deref().is_some_and(|me| n == format!("node.{me}")))
+            }
             Kind::BgpConfiguration => !bird_fixed && name.is_none_or(|n| n == "default"),
             Kind::ClusterInformation => auto && name.is_none_or(|n| n == "default"),
             Kind::DaemonSet => !felix_fixed,

@@ -332,7 +332,10 @@ fn duplicates_across_files_refuse_every_definition_and_name_each_file() {
     let errors: Vec<(PathBuf, &str, Vec<String>, String)> =
         s.object_errors.iter().map(|e| (e.file.clone(), e.error.code(), e.cidrs.iter().map(ToString::to_string).collect(), e.error.to_string())).collect();
     let message = "IPPool \"p1\": defined more than once; every definition is refused until one is left".to_owned();
-    assert_eq!(errors, [(b.clone(), "duplicate", vec!["10.99.0.0/16".to_owned()], message.clone()), (a, "duplicate", vec!["10.244.0.0/16".to_owned()], message)]);
+    assert_eq!(
+        errors,
+        [(b.clone(), "duplicate", vec!["10.99.0.0/16".to_owned()], message.clone()), (a, "duplicate", vec!["10.244.0.0/16".to_owned()], message)]
+    );
     // Rebuilt from the kept objects (a.yaml broken): the same result.
     dir.write("a.yaml", "kind: [");
     let again = l.rescan_at(Instant::now());
@@ -433,7 +436,10 @@ fn an_unreadable_file_keeps_its_last_good_content_past_the_settle_period() {
         let ev = l.rescan_at(t0 + after + Duration::from_secs(1));
         assert!(!kinds(&ev).contains(&"unsynced"), "{:?}", kinds(&ev));
         let s = l.snapshot();
-        assert_eq!((pools(&s), s.load_errors.len(), s.load_errors[0].code(), s.load_errors[0].never_loaded), (vec!["p1 10.244.0.0/16".to_owned()], 1, "io", false));
+        assert_eq!(
+            (pools(&s), s.load_errors.len(), s.load_errors[0].code(), s.load_errors[0].never_loaded),
+            (vec!["p1 10.244.0.0/16".to_owned()], 1, "io", false)
+        );
     }
     std::fs::remove_file(&f).unwrap();
     std::fs::write(&f, POOL).unwrap();
