@@ -155,6 +155,25 @@ pub fn frozen_ground(snapshot: &Snapshot) -> Vec<FrozenPrefix> {
     out
 }
 
+/// Why no route may be deleted or rewritten anywhere now, if so: an input that never loaded,
+/// or a file that is there but cannot be read (its last good content stands in, but what it
+/// says now is unknown). Either could want any route, or define an object again (a second
+/// definition is refused with the first, so a route through the one that loaded could be
+/// wrong): deletions and rewrites of routes in the kernel wait; missing routes are added.
+fn hold_all(snapshot: &Snapshot) -> Option<String> {
+    snapshot.load_errors.iter().find(|e| e.never_loaded || e.kind == crate::datastore::LoadErrorKind::Io).map(|e| {
+        if e.never_loaded {
+            format!("input {} never loaded ({}): no deletion or rewrite can be justified while it is broken", e.file.display(), e.message)
+        } else {
+            format!(
+                "input {} cannot be read ({}): its last good content is kept, and no deletion or rewrite can be justified while it is unreadable",
+                e.file.display(),
+                e.message
+            )
+        }
+    })
+}
+
 /// The pool CIDRs inside which a route with our protocol is ours (policy rule 3): valid pools
 /// of IPIP and no-encap, except those of a class another writer programs with our protocol
 /// number while we do not.
@@ -455,7 +474,9 @@ fn plan_from(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolC
     owned.extend(retired.iter().copied());
     owned.sort();
     owned.dedup();
+    let hold_all = hold_all(snapshot);
     let mut policy = OwnershipPolicy {
+        hold_rewrites: hold_all.is_some(),
         protocol: config.protocol,
         table: config.table,
         tunnel_dev: config.devices.tunnel.clone(),
@@ -490,19 +511,6 @@ fn plan_from(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolC
     cluster_cidrs.sort();
     let audit_scope = AuditScope { table: config.table, cluster_cidrs, devices: config.devices.clone(), our_protocol: config.protocol, unowned, wireguard };
 
-    // An input that never loaded, or a file that is there but cannot be read (its last good
-    // content stands in, but what it says now is unknown): either could want any route.
-    let hold_all = snapshot.load_errors.iter().find(|e| e.never_loaded || e.kind == crate::datastore::LoadErrorKind::Io).map(|e| {
-        if e.never_loaded {
-            format!("input {} never loaded ({}): no deletion can be justified while it is broken", e.file.display(), e.message)
-        } else {
-            format!(
-                "input {} cannot be read ({}): its last good content is kept, and no deletion can be justified while it is unreadable",
-                e.file.display(),
-                e.message
-            )
-        }
-    });
     Plan {
         frozen,
         frozen_classes,
@@ -745,7 +753,7 @@ mod restart_tests {
         let p = plan_of(&s, &[]);
         assert_eq!(
             p.hold_all.as_deref(),
-            Some("input /cluster/ipam.yaml cannot be read (Permission denied (os error 13)): its last good content is kept, and no deletion can be justified while it is unreadable")
+            Some("input /cluster/ipam.yaml cannot be read (Permission denied (os error 13)): its last good content is kept, and no deletion or rewrite can be justified while it is unreadable")
         );
         assert_eq!(p.desired.len(), 7);
     }

@@ -777,7 +777,7 @@ fn row20_an_unreadable_file_under_the_daemonsets_capabilities_deletes_nothing() 
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE * 2 + 1));
     assert_eq!(ops(&lab), (7, 0));
     let (status, body) = readyz(&lab);
-    let held = format!("deletions held: input {} cannot be read (Permission denied (os error 13)): its last good content is kept, and no deletion can be justified while it is unreadable", ipam.display());
+    let held = format!("deletions held: input {} cannot be read (Permission denied (os error 13)): its last good content is kept, and no deletion or rewrite can be justified while it is unreadable", ipam.display());
     assert!(status == 200 && body.lines().any(|l| l == held), "{status} {body}");
     let agent = restart(&lab, agent, dir.path(), &[], true);
     routes_stay(&lab, &NODE_A_IPIP, Duration::from_secs(SETTLE * 2 + 1));

@@ -24,6 +24,8 @@ pub mod view;
 
 #[cfg(test)]
 mod bad_input_tests;
+#[cfg(test)]
+mod restart_tests;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

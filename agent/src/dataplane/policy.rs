@@ -54,6 +54,11 @@ pub struct OwnershipPolicy {
     pub owned: Vec<IpNet>,
     /// Frozen ground: no BIRD leftover is claimed here (deletes are held by the reconciler).
     pub frozen: Vec<IpNet>,
+    /// An input never loaded or cannot be read (the plan's `hold_all`): what it says is
+    /// unknown, so a route already in the kernel at a desired key is not rewritten (a next-hop
+    /// change is a deletion of the old path, and a replace of another writer's route a
+    /// takeover); missing routes are still created (issue 48).
+    pub hold_rewrites: bool,
 }
 
 /// Why a route is ours, or why not. Stable kebab-case codes.
@@ -185,6 +190,7 @@ mod tests {
             claim_bird_blackholes: vec!["10.246.0.0/16".parse().unwrap()],
             owned: vec!["10.244.0.0/16".parse().unwrap(), "10.245.0.0/16".parse().unwrap(), "fd00:10::/48".parse().unwrap()],
             frozen: vec!["10.244.99.0/26".parse().unwrap(), "10.246.99.0/26".parse().unwrap()],
+            hold_rewrites: false,
         }
     }
 

@@ -145,6 +145,9 @@ pub struct ApplyReport {
     /// Deletes held back because their prefix is in frozen ground (a broken object or input
     /// mentions it, or an invalid IP pool covers it).
     pub deletes_deferred_frozen: usize,
+    /// Routes in the kernel at a desired key, not as desired, left as they are because an
+    /// input never loaded or cannot be read ([`OwnershipPolicy::hold_rewrites`](crate::dataplane::OwnershipPolicy::hold_rewrites)).
+    pub rewrites_held: usize,
     /// Deletes held back by the mass-deletion breaker in this apply.
     pub deletes_held_mass: usize,
     /// The breaker is holding deletes: (deletes wanted, routes of ours) when it engaged.

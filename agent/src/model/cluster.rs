@@ -128,6 +128,10 @@ pub struct ClusterBuilder {
     /// Objects defined more than once: [`ClusterBuilder::finish`] takes the first definition
     /// out too.
     duplicated: std::collections::BTreeSet<(Kind, String)>,
+    /// Objects with a definition that was rejected and has no last good version in its place:
+    /// a good definition of the same kind and name elsewhere is one of two definitions, and
+    /// not known to be the right one, so [`ClusterBuilder::finish`] takes it out too.
+    rejected: std::collections::BTreeSet<(Kind, String)>,
 }
 
 impl ClusterBuilder {
@@ -159,6 +163,9 @@ impl ClusterBuilder {
                 ParsedObject::Installation(name, o) => insert(&mut c.installations, Kind::Installation, name, o),
                 ParsedObject::DaemonSet(name, o) => insert(&mut c.calico_node_daemonsets, Kind::DaemonSet, name, o),
                 ParsedObject::Error(r) => {
+                    if let (false, Some((kind, name))) = (r.last_good, r.error.object()) {
+                        self.rejected.insert((kind, name.to_owned()));
+                    }
                     errors.push(r);
                     continue;
                 }
@@ -174,18 +181,40 @@ impl ClusterBuilder {
     /// The cluster built so far, with the checks that need every object applied: an object
     /// defined more than once is taken out (its first definition is refused as the later ones
     /// were, with the CIDRs it routes or claims: no definition is the right one, so none
-    /// decides a route, and what they name is frozen ground), then IP pools that overlap
-    /// another pool are taken out ([`check_pools`]). Both are returned as rejections, the
-    /// first definitions' before the pools'.
+    /// decides a route, and what they name is frozen ground) — also when the other definition
+    /// is one that was rejected with no last good version (after a restart, a broken
+    /// definition in one file and a good one in another are still two) — then IP pools that
+    /// overlap another pool are taken out ([`check_pools`]). Both are returned as rejections,
+    /// the first definitions' before the pools'.
     pub fn finish(self) -> (Cluster, Vec<Rejected>) {
         let mut cluster = self.cluster;
         let mut rejected = Vec::new();
-        for (kind, name) in self.duplicated {
+        let mut twice = self.duplicated;
+        twice.extend(self.rejected);
+        for (kind, name) in twice {
+            if !has(&cluster, kind, &name) {
+                continue;
+            }
             let cidrs = take_out(&mut cluster, kind, &name);
             rejected.push(Rejected::new(ModelError::Duplicate { kind, name }, cidrs));
         }
         rejected.extend(check_pools(&mut cluster));
         (cluster, rejected)
+    }
+}
+
+/// Whether `cluster` holds the object `kind`/`name`.
+fn has(cluster: &Cluster, kind: Kind, name: &str) -> bool {
+    match kind {
+        Kind::IpPool => cluster.ip_pools.contains_key(name),
+        Kind::IpamBlock => cluster.ipam_blocks.contains_key(name),
+        Kind::BlockAffinity => cluster.block_affinities.contains_key(name),
+        Kind::Node => cluster.nodes.contains_key(name),
+        Kind::FelixConfiguration => cluster.felix_configurations.contains_key(name),
+        Kind::BgpConfiguration => cluster.bgp_configurations.contains_key(name),
+        Kind::ClusterInformation => cluster.cluster_informations.contains_key(name),
+        Kind::Installation => cluster.installations.contains_key(name),
+        Kind::DaemonSet => cluster.calico_node_daemonsets.contains_key(name),
     }
 }
 

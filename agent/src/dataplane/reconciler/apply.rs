@@ -267,6 +267,12 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                         self.retries.clear(&key);
                         continue;
                     }
+                    if k.is_some() && self.policy.hold_rewrites {
+                        // Marked again by the resync the policy's change requests.
+                        report.rewrites_held += 1;
+                        self.dirty.remove(&key);
+                        continue;
+                    }
                     writes.push(RouteOp::Write { route: d.route.clone(), oif, nexthop, exclusive: k.is_none() });
                 }
                 (None, Some(_)) => candidates.push(key),
