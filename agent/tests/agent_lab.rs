@@ -333,17 +333,80 @@ fn the_agent_reports_a_second_writer_fighting_over_its_route() {
         lab.ip("node-a", &["route", "replace", "10.245.20.0/26", "via", "10.0.0.12", "dev", "tunl0", "onlink", "metric", "1024", "proto", proto]).unwrap();
         std::thread::sleep(Duration::from_millis(50));
     }
-    // The gauge follows the event at once; the kernel's counters are read every second.
+    // The gauge and the episode counters follow the events at once; the kernel's write
+    // counters are read every second.
     let m = wait_for("conflict and flap reported", Duration::from_secs(20), || {
         let m = metrics(&lab, "node-a");
         let flapping = m.value("routewarden_flapping_prefixes") >= 1;
         let conflicts = m.at_least(r#"routewarden_route_conflicts_total{family="ipv4",writers="self+bird"}"#, 1);
-        (flapping && conflicts).then_some(m)
+        let writes = m.at_least(r#"routewarden_route_writes_total{family="ipv4",op="replace",writer="bird"}"#, 3);
+        (flapping && conflicts && writes).then_some(m)
     });
     assert!(m.value(r#"routewarden_route_flaps_total{family="ipv4"}"#) >= 1, "{m}");
     assert!(m.value(r#"routewarden_route_writes_total{family="ipv4",op="replace",writer="bird"}"#) >= 3, "{m}");
     // The fight stops: the gauge returns to 0 once the window (2 s) has passed.
     wait_for("flapping_prefixes back to 0", Duration::from_secs(20), || (metrics(&lab, "node-a").value("routewarden_flapping_prefixes") == 0).then_some(()));
+}
+
+/// Issue 48 case 7: another program's 4,000 adds and deletes of `proto static` /32s outside
+/// every IP pool (a VPN client, say) were 2,001 conflicts (`static+static`), 2,001 flapping
+/// prefixes and as many WARN lines: a routing watch that pages on them gets switched off.
+/// They are counted as writes and raise no episode; a fight over a cluster route right after
+/// still does. The agent runs as shipped (default window and backend).
+#[test]
+fn foreign_writes_outside_the_pools_raise_no_episode() {
+    if skip_unless_root("foreign_writes_outside_the_pools_raise_no_episode") {
+        return;
+    }
+    if routewarden::bpf::embedded_object().is_none() {
+        eprintln!("SKIPPED foreign_writes_outside_the_pools_raise_no_episode: built without the BPF object; `cargo xtask test` embeds it");
+        return;
+    }
+    let lab = lab();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("agent.log");
+    let _agent = Agent::spawn(&lab, "node-a", &example_dir(), &format!("127.0.0.1:{PORT}"), &[], Some(&log));
+    let ready = wait_ready(&lab, "node-a");
+    assert!(ready.contains("bpf route_watch: ready\n"), "{ready}");
+    // Two processes: one adds 1,000 /32s, the other deletes, re-adds and deletes them.
+    let prefix = |i: usize| format!("192.168.{}.{}/32", 76 + i / 250, i % 250 + 1);
+    let batch = |name: &str, ops: &[&str]| {
+        let path = dir.path().join(name);
+        let mut text = String::new();
+        for op in ops {
+            for i in 0..1_000 {
+                text.push_str(&format!("route {op} {} dev eth0 proto static\n", prefix(i)));
+            }
+        }
+        std::fs::write(&path, text).unwrap();
+        let out = lab.command("node-a", "ip").arg("-batch").arg(&path).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    batch("add.batch", &["add"]);
+    batch("churn.batch", &["del", "add", "del"]);
+    let m = wait_for("the 4,000 writes counted", Duration::from_secs(20), || {
+        let m = metrics(&lab, "node-a");
+        (m.sum("routewarden_route_writes_total") >= 4_000 + 7).then_some(m)
+    });
+    assert_eq!(
+        (m.sum("routewarden_route_conflicts_total"), m.sum("routewarden_route_flaps_total"), m.value("routewarden_flapping_prefixes")),
+        (0, 0, 0),
+        "{m}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    let warned = text.lines().filter(|l| l.contains("route conflict") || l.contains("route flap")).count();
+    assert_eq!(warned, 0);
+    // A BIRD-like writer over node-a's own route to node-b's IPIP block is still a fight.
+    for i in 0..5 {
+        let proto = if i % 2 == 0 { "bird" } else { "80" };
+        lab.ip("node-a", &["route", "replace", "10.245.20.0/26", "via", "10.0.0.12", "dev", "tunl0", "onlink", "metric", "1024", "proto", proto]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let m = wait_for("the fight reported", Duration::from_secs(20), || {
+        let m = metrics(&lab, "node-a");
+        m.at_least(r#"routewarden_route_conflicts_total{family="ipv4",writers="self+bird"}"#, 1).then_some(m)
+    });
+    assert!(!m.has(r#"routewarden_route_conflicts_total{family="ipv4",writers="static+static"}"#), "{m}");
 }
 
 #[test]

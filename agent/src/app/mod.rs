@@ -63,6 +63,15 @@ pub fn forward_entries(plan: &Plan) -> Vec<crate::bpf::forward::ForwardEntry> {
     crate::bpf::forward::entries_from_routes(&plan.desired, &plan.expected, &plan.programmed)
 }
 
+/// Where the route watch judges conflicts and flaps under `plan`: inside the cluster's valid
+/// IP pools (every class), and routewarden's own protocol in its table (issue 48 case 7).
+pub fn episode_scope(plan: &Plan) -> crate::bpf::route_watch::EpisodeScope {
+    let mut pools: Vec<ipnet::IpNet> = plan.decision.pools.iter().map(|p| p.cidr).collect();
+    pools.sort();
+    pools.dedup();
+    crate::bpf::route_watch::EpisodeScope { pools, protocol: plan.policy.protocol, table: plan.policy.table }
+}
+
 /// The datastore events to handle now, starting with `first`: when `first` is a snapshot and
 /// newer snapshots already wait right behind it, only the newest of that run (each is the
 /// whole view, so the older ones would be planned only to be replaced; at 100,000 blocks a
@@ -307,6 +316,9 @@ pub async fn run(args: RunArgs) -> Result<()> {
                         if replanned {
                             if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
                                 w.update_destinations(&forward_entries(plan), &metrics);
+                            }
+                            if let (Some(plan), Some(w)) = (cluster.last.as_ref(), route_watch.watch_mut()) {
+                                w.set_episode_scope(episode_scope(plan));
                             }
                         }
                         if replanned || !snapshot {

@@ -68,7 +68,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
 pub use event::{RouteChange, RouteWatchEvent, WriterInfo};
-pub use metrics_apply::RouteWatchMetrics;
+pub use metrics_apply::{EpisodeScope, RouteWatchMetrics};
 
 /// Which in-kernel hook feeds the detector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -409,6 +409,12 @@ impl RouteWatch {
     }
 
     /// The backend that is running.
+    /// Judge conflicts and flaps only inside `scope` from now on
+    /// ([`metrics_apply::EpisodeScope`]): the cluster's IP pools and routewarden's own keys.
+    pub fn set_episode_scope(&mut self, scope: metrics_apply::EpisodeScope) {
+        self.metrics_state.set_scope(scope);
+    }
+
     pub fn backend(&self) -> RouteWatchBackend {
         self.backend
     }

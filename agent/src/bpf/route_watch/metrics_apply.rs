@@ -14,25 +14,70 @@ use std::time::{Duration, Instant};
 use ipnet::IpNet;
 use routewarden_common::route_watch::RouteWatchCounters;
 
-use super::event::RouteWatchEvent;
+use super::event::{RouteChange, RouteWatchEvent, WriterInfo};
 use super::RouteWatchBackend;
 /// Re-exported from where the label set is: `writers` label of a conflict.
 pub use crate::observe::metrics::writers_label;
 use crate::observe::metrics::Metrics;
 
-/// State between calls: the last counter snapshot and the prefixes in flap/conflict.
+/// Where a conflict or a flap means something (issue 48 case 7): a prefix inside an IP pool
+/// of the cluster (any class: cluster routes are what two writers fight over), or a key of
+/// routewarden's own (its protocol in its table, on either side of the episode). A VPN client,
+/// a DHCP client or an operator adding and deleting routes elsewhere is not a fight over
+/// cluster routes: its writes are counted (`routewarden_route_writes_total`) but raise no
+/// episode, log line or alert.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EpisodeScope {
+    /// The cluster's valid IP pool CIDRs, sorted.
+    pub pools: Vec<IpNet>,
+    /// routewarden's route protocol.
+    pub protocol: u8,
+    /// routewarden's table.
+    pub table: u32,
+}
+
+impl EpisodeScope {
+    /// Whether an episode on `route`, whose previous writer was `previous`, is judged.
+    pub fn judges(&self, route: &RouteChange, previous: &WriterInfo) -> bool {
+        self.pools.iter().any(|p| p.contains(&route.dst))
+            || (route.table == self.table && (route.writer.protocol == self.protocol || previous.protocol == self.protocol))
+    }
+}
+
+/// State between calls: the last counter snapshot, the prefixes in flap/conflict, and where
+/// episodes are judged.
 #[derive(Debug)]
 pub struct RouteWatchMetrics {
     last: RouteWatchCounters,
     hold: Duration,
     /// (table, prefix) -> when it stops counting as flapping.
     active: HashMap<(u32, IpNet), Instant>,
+    /// `None` until the first plan: every episode is judged.
+    scope: Option<EpisodeScope>,
+    /// Episodes outside the scope, dropped (for tests and the debug log).
+    unjudged: u64,
 }
 
 impl RouteWatchMetrics {
     /// For a watch with conflict/flap window `window`.
     pub fn new(window: Duration) -> RouteWatchMetrics {
-        RouteWatchMetrics { last: RouteWatchCounters::default(), hold: window + (window / 4).max(Duration::from_secs(1)), active: HashMap::new() }
+        RouteWatchMetrics {
+            last: RouteWatchCounters::default(),
+            hold: window + (window / 4).max(Duration::from_secs(1)),
+            active: HashMap::new(),
+            scope: None,
+            unjudged: 0,
+        }
+    }
+
+    /// Judge episodes only inside `scope` from now on ([`EpisodeScope`]).
+    pub fn set_scope(&mut self, scope: EpisodeScope) {
+        self.scope = Some(scope);
+    }
+
+    /// Conflict and flap episodes dropped as outside the scope so far.
+    pub fn unjudged(&self) -> u64 {
+        self.unjudged
     }
 
     /// Set `routewarden_route_watch_backend_info`: 1 for `backend` (`none` when degraded), 0
@@ -43,6 +88,8 @@ impl RouteWatchMetrics {
 
     /// Apply a counter snapshot from [`super::RouteWatch::counters`] (cumulative since start):
     /// the differences from the previous one are added ([`Metrics::record_route_watch`]).
+    /// Conflicts and flaps are counted from their events instead ([`Self::apply_event`]), which
+    /// the kernel sends exactly when it counts one, so that only episodes in the scope count.
     pub fn apply_counters(&mut self, metrics: &Metrics, now: &RouteWatchCounters) {
         metrics.record_route_watch(now, &self.last);
         self.last = *now;
@@ -50,13 +97,21 @@ impl RouteWatchMetrics {
 
     /// Apply one event (conflict/flap events mark their prefix as flapping) and log it.
     pub fn apply_event(&mut self, metrics: &Metrics, event: &RouteWatchEvent, now: Instant) {
+        if let RouteWatchEvent::Conflict { route, previous, .. } | RouteWatchEvent::Flap { route, previous, .. } = event {
+            if self.scope.as_ref().is_some_and(|s| !s.judges(route, previous)) {
+                self.unjudged += 1;
+                return;
+            }
+        }
         match event {
             RouteWatchEvent::Conflict { route, previous, writes_in_window } => {
+                metrics.record_route_conflict(route.family, route.writer.class, previous.class);
                 tracing::warn!(prefix = %route.dst, table = route.table, metric = route.metric, op = route.op,
                     writer = %route.writer, previous = %previous, writes_in_window, "route conflict: two writers program the same prefix");
                 self.active.insert((route.table, route.dst), now + self.hold);
             }
             RouteWatchEvent::Flap { route, previous, changes_in_window } => {
+                metrics.record_route_flap(route.family);
                 tracing::warn!(prefix = %route.dst, table = route.table, metric = route.metric, op = route.op,
                     writer = %route.writer, previous = %previous, changes_in_window, "route flap");
                 self.active.insert((route.table, route.dst), now + self.hold);
@@ -111,6 +166,55 @@ mod tests {
         }
     }
 
+    fn flap(family: &'static str) -> RouteWatchEvent {
+        let RouteWatchEvent::Conflict { mut route, previous, .. } = conflict() else { unreachable!() };
+        route.family = family;
+        route.dst = if family == "ipv6" { "fd00:10:244::/122".parse().unwrap() } else { route.dst };
+        RouteWatchEvent::Flap { route, previous, changes_in_window: 3 }
+    }
+
+    /// Issue 48 case 7: 2,000 adds and deletes of `proto static` /32s outside every IP pool by
+    /// another program were 2,001 conflicts and flaps, and as many WARN lines. Outside the
+    /// scope (the pools, routewarden's own keys) an episode counts nowhere; inside, as before;
+    /// a foreign writer overwriting routewarden's own key outside the pools (a retired pool)
+    /// still counts.
+    #[test]
+    fn episodes_count_only_inside_the_pools_and_on_our_keys() {
+        let (registry, metrics) = Metrics::new_registry();
+        let mut state = RouteWatchMetrics::new(Duration::from_secs(30));
+        state.set_scope(EpisodeScope { pools: vec!["10.244.0.0/16".parse().unwrap(), "fd00:10:244::/48".parse().unwrap()], protocol: 80, table: 254 });
+        let outside = |i: u32, writer: WriterInfo, previous: WriterInfo| {
+            let RouteWatchEvent::Conflict { mut route, .. } = conflict() else { unreachable!() };
+            route.dst = IpNet::new(std::net::Ipv4Addr::from(0xc0a8_0000 + i).into(), 32).unwrap();
+            route.writer = writer;
+            RouteWatchEvent::Conflict { route, previous, writes_in_window: 2 }
+        };
+        let t = Instant::now();
+        for i in 0..2_000 {
+            state.apply_event(&metrics, &outside(i, writer("static", 4), writer("static", 4)), t);
+            let RouteWatchEvent::Conflict { route, previous, .. } = outside(i, writer("static", 4), writer("static", 4)) else { unreachable!() };
+            state.apply_event(&metrics, &RouteWatchEvent::Flap { route, previous, changes_in_window: 3 }, t);
+        }
+        assert_eq!((state.unjudged(), state.flapping()), (4_000, 0));
+        state.apply_event(&metrics, &conflict(), t);
+        state.apply_event(&metrics, &flap("ipv6"), t);
+        state.apply_event(&metrics, &outside(7, writer("static", 4), writer("self", 80)), t);
+        assert_eq!((state.unjudged(), state.flapping()), (4_000, 3));
+        let mut out = String::new();
+        encode(&mut out, &registry).unwrap();
+        let mut series: Vec<&str> =
+            out.lines().filter(|l| l.starts_with("routewarden_route_conflicts_total") || l.starts_with("routewarden_route_flaps_total")).collect();
+        series.sort_unstable();
+        assert_eq!(
+            series,
+            [
+                r#"routewarden_route_conflicts_total{family="ipv4",writers="self+bird"} 1"#,
+                r#"routewarden_route_conflicts_total{family="ipv4",writers="self+static"} 1"#,
+                r#"routewarden_route_flaps_total{family="ipv6"} 1"#,
+            ]
+        );
+    }
+
     #[test]
     fn counters_become_labelled_deltas() {
         let (registry, metrics) = Metrics::new_registry();
@@ -125,6 +229,10 @@ mod tests {
         state.apply_counters(&metrics, &c);
         c.writes[0][1][WriterClass::Bird as usize] = 8;
         state.apply_counters(&metrics, &c);
+        // The kernel's conflict and flap counters are not used: their events count.
+        state.apply_event(&metrics, &conflict(), Instant::now());
+        state.apply_event(&metrics, &flap("ipv6"), Instant::now());
+        state.apply_event(&metrics, &flap("ipv6"), Instant::now());
         let mut out = String::new();
         encode(&mut out, &registry).unwrap();
         assert!(out.contains(r#"routewarden_route_writes_total{family="ipv4",op="replace",writer="bird"} 8"#), "{out}");

@@ -73,7 +73,8 @@ impl Metrics {
 
     /// Add what the route watch's kernel counters counted between two reads (`before`, then
     /// `now`; both cumulative since the watch started): writes by family, operation and
-    /// writer class, conflicts by family and writer pair, flaps, flushes, records lost.
+    /// writer class, flushes, records lost. Conflicts and flaps are counted from their events, in
+    /// the episode scope ([`Metrics::record_route_conflict`], [`Metrics::record_route_flap`]).
     pub fn record_route_watch(&self, now: &RouteWatchCounters, before: &RouteWatchCounters) {
         let delta = |new: u64, old: u64| new.saturating_sub(old);
         for (fi, family) in FAMILY_LABELS.into_iter().enumerate() {
@@ -86,19 +87,6 @@ impl Metrics {
                     }
                 }
             }
-            for a in 0..WRITER_CLASSES {
-                for b in 0..WRITER_CLASSES {
-                    let d = delta(now.conflicts[fi][a][b], before.conflicts[fi][a][b]);
-                    if d > 0 {
-                        let writers = writers_label(WriterClass::ALL[a], WriterClass::ALL[b]);
-                        self.route_conflicts.get_or_create(&RouteConflictLabels { family, writers }).inc_by(d);
-                    }
-                }
-            }
-            let d = delta(now.flaps[fi], before.flaps[fi]);
-            if d > 0 {
-                self.route_flaps.get_or_create(&FamilyLabels { family }).inc_by(d);
-            }
             let d = delta(now.flushes[fi], before.flushes[fi]);
             if d > 0 {
                 self.route_flushes.get_or_create(&FamilyLabels { family }).inc_by(d);
@@ -108,6 +96,21 @@ impl Metrics {
         if d > 0 {
             self.route_watch_events_lost.inc_by(d);
         }
+    }
+
+    /// One conflict episode judged (inside the episode scope): `routewarden_route_conflicts_total`
+    /// `{family, writers}`, the two writer classes' labels (`WriterClass::label`) in class order.
+    /// The kernel's own conflict counters are not used: they count episodes everywhere.
+    pub fn record_route_conflict(&self, family: &'static str, a: &str, b: &str) {
+        let class = |label: &str| WriterClass::ALL.into_iter().find(|c| c.label() == label);
+        if let (Some(a), Some(b)) = (class(a), class(b)) {
+            self.route_conflicts.get_or_create(&RouteConflictLabels { family, writers: writers_label(a, b) }).inc();
+        }
+    }
+
+    /// One flap episode judged: `routewarden_route_flaps_total{family}`.
+    pub fn record_route_flap(&self, family: &'static str) {
+        self.route_flaps.get_or_create(&FamilyLabels { family }).inc();
     }
 
     /// `routewarden_flapping_prefixes`: the prefixes in flap or conflict now.

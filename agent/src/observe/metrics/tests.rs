@@ -142,12 +142,16 @@ fn exposition_of_one_write_of_each_kind_is_unchanged() {
     second.writes[0][1][WriterClass::Bird as usize] = 8;
     m.record_route_watch(&first, &RouteWatchCounters::default());
     m.record_route_watch(&second, &first);
+    // Conflicts and flaps come from their events (the kernel's counters of them are not used).
+    m.record_route_conflict("ipv4", "bird", "self");
+    m.record_route_flap("ipv6");
+    m.record_route_flap("ipv6");
     m.set_flapping_prefixes(0);
     m.set_flapping_prefixes(2);
 
     // Forwarding watch: the plan's destinations declared, a pool that came and went, one
     // read (the NIC's IPIP view of tunnelled packets is left out by the caller).
-    let entries = crate::bpf::forward::entries_from_routes(&plan.desired, &plan.expected, &plan.decision.programmed);
+    let entries = crate::bpf::forward::entries_from_routes(&plan.desired, &plan.expected, &plan.programmed);
     for e in &entries {
         m.declare_forward_destination(&e.pool, e.expected);
     }
