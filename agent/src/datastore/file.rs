@@ -12,7 +12,8 @@
 //! | a file that is not YAML, nested too deep, or over the size limit | invalid; last good content kept; the CIDRs its text mentions are frozen |
 //! | an object that does not validate | that object's last good version is kept (per object, by kind and name) |
 //! | any change (an edit, a truncation at an item or field boundary, a slow writer's half-written file) | applied at once, but snapshots say `settled: false` until the tree has been stable for the settle period: the app deletes no route meanwhile, so a transient state can add or change routes but never remove one |
-//! | a file that vanished, a dangling symlink, an unreadable file, an emptied or replaced directory | last good content kept and the datastore **unsynced**, naming the paths, until the tree has been stable for the settle period (30 s); then the removal is applied |
+//! | a file that vanished, a dangling symlink, an emptied or replaced directory | last good content kept and the datastore **unsynced**, naming the paths, until the tree has been stable for the settle period (30 s); then the removal is applied |
+//! | a file that is there but cannot be read (EACCES, EIO, not UTF-8) | last good content kept for as long as it stays so; synced; the plan holds every deletion and rewrite meanwhile |
 //! | a FIFO, socket or device where a file was expected | refused without being opened |
 //! | an input that never loaded | reported with `never_loaded`: the app holds every deletion while it is broken |
 //!
