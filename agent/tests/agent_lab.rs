@@ -409,6 +409,33 @@ fn foreign_writes_outside_the_pools_raise_no_episode() {
     assert!(!m.has(r#"routewarden_route_conflicts_total{family="ipv4",writers="static+static"}"#), "{m}");
 }
 
+/// Issue 48 case 8: eth0's address removed and put back. Removing a link's last IPv4 address
+/// makes the kernel flush the routes through it (`fib_disable_ip`) without a notification, and
+/// they came back only at the next periodic resync (~80 s) with `/readyz` 200 meanwhile.
+/// Address events now start a resync: the three routes via eth0 are written again within a
+/// second or two (onlink routes need no address), and putting the address back costs nothing.
+#[test]
+fn routes_flushed_with_an_address_come_back_at_once() {
+    if skip_unless_root("routes_flushed_with_an_address_come_back_at_once") {
+        return;
+    }
+    let lab = lab();
+    let _agent = Agent::start(&lab, "node-a", &example_dir(), &[]);
+    wait_ready(&lab, "node-a");
+    wait_for("node-a's seven routes", Duration::from_secs(20), || (routes(&lab, "node-a", "80") == NODE_A_IPIP).then_some(()));
+    let writes = || metrics(&lab, "node-a").value(r#"routewarden_route_operations_total{op="replace",result="ok"}"#);
+    assert_eq!(writes(), 7);
+    lab.ip("node-a", &["addr", "del", "10.0.0.11/24", "dev", "eth0"]).unwrap();
+    let gone = Instant::now();
+    wait_for("the three routes via eth0 written again", Duration::from_secs(10), || {
+        (writes() == 10 && routes(&lab, "node-a", "80") == NODE_A_IPIP).then_some(())
+    });
+    assert!(gone.elapsed() < Duration::from_secs(3), "repaired after {:?}", gone.elapsed());
+    lab.ip("node-a", &["addr", "add", "10.0.0.11/24", "dev", "eth0"]).unwrap();
+    routes_stay(&lab, "node-a", "80", &NODE_A_IPIP, Duration::from_secs(3));
+    assert_eq!(writes(), 10);
+}
+
 #[test]
 fn events_command_streams_wrong_path_samples_with_the_block() {
     if skip_unless_root("events_command_streams_wrong_path_samples_with_the_block") {

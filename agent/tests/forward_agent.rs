@@ -57,3 +57,54 @@ fn the_agent_counts_cluster_traffic_per_pool_and_path() {
     assert_eq!(m.value(r#"routewarden_wrong_path_packets_total{pool="ipip-always",expected="tunnel",actual="host"}"#), 0, "{m}");
     assert_eq!(m.value(r#"routewarden_forwarding_flaps_total{pool="ipip-always"}"#), 0, "{m}");
 }
+
+/// Issue 48 case 8: `tunl0` deleted and created again. The routes came back in 0.26 s, but the
+/// classifier stayed on the dead ifindex while `/readyz` and the attached gauge said attached,
+/// so nothing through the new `tunl0` was counted. The watch follows the live ifindex (checked
+/// every second) and attaches to the new device: its datagrams are counted.
+#[test]
+fn a_recreated_tunnel_device_is_watched_again() {
+    if skip_unless_root("a_recreated_tunnel_device_is_watched_again") {
+        return;
+    }
+    if routewarden::bpf::embedded_object().is_none() {
+        eprintln!("SKIPPED a_recreated_tunnel_device_is_watched_again: built without the BPF object; `cargo xtask test` embeds it");
+        return;
+    }
+    let lab = lab();
+    let _agent = Agent::start(&lab, "node-a", &example_dir(), &[]);
+    let metrics = || metrics(&lab, "node-a");
+    wait_ready(&lab, "node-a");
+    wait_for("forwarding series declared", Duration::from_secs(10), || {
+        metrics().has(r#"routewarden_forwarded_packets_total{pool="ipip-always",path="tunnel"}"#).then_some(())
+    });
+    let route = || lab.ip("node-a", &["route", "show", "10.245.40.0/26", "proto", "80"]).unwrap();
+    assert!(route().contains("dev tunl0"), "{}", route());
+    // The stand-in goes, and a new one comes (a veth, as the lab's: this kernel has neither
+    // ipip nor dummy), with a permanent neighbour so that every datagram leaves at once.
+    lab.ip("node-a", &["link", "del", "tunl0"]).unwrap();
+    lab.ip("node-a", &["link", "add", "tunl0", "type", "veth", "peer", "name", "tunl0-peer"]).unwrap();
+    for dev in ["tunl0-peer", "tunl0"] {
+        lab.ip("node-a", &["link", "set", dev, "up"]).unwrap();
+    }
+    lab.ip("node-a", &["neigh", "replace", "10.0.1.14", "lladdr", "02:00:00:00:00:14", "dev", "tunl0", "nud", "permanent"]).unwrap();
+    wait_for("the route through the new tunl0", Duration::from_secs(10), || route().contains("dev tunl0").then_some(()));
+    // Within the watch's one-second check, the classifier is on the new device.
+    let send = || {
+        lab.in_netns("node-a", || {
+            let s = std::net::UdpSocket::bind("10.0.0.11:0").unwrap();
+            for _ in 0..20 {
+                s.send_to(&[0u8; 64], "10.245.40.9:9").unwrap();
+            }
+        })
+        .unwrap();
+    };
+    let counted = wait_for("datagrams through the new tunl0 counted", Duration::from_secs(10), || {
+        send();
+        std::thread::sleep(Duration::from_millis(1200));
+        let n = metrics().value(r#"routewarden_forwarded_packets_total{pool="ipip-always",path="tunnel"}"#);
+        (n > 0).then_some(n)
+    });
+    assert_eq!(counted % 20, 0, "whole batches of 20: {counted}");
+    assert_eq!(metrics().value(r#"routewarden_bpf_program_attached{program="tc_forward"}"#), 1);
+}

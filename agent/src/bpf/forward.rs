@@ -144,6 +144,10 @@ pub struct AttachedDevice {
     pub role: DeviceRole,
     /// `tcx` or `clsact`.
     pub mode: &'static str,
+    /// The device's ifindex when the classifier was attached: a device deleted and created
+    /// again under the same name (a `tunl0` recreated) has a new one, and the classifier went
+    /// with the old device ([`ForwardWatch::reattach_recreated`]).
+    pub ifindex: u32,
 }
 
 /// Pool ids: stable for the life of the watch (ids are never reused, so counters never
@@ -306,8 +310,13 @@ impl Watch for ForwardWatch {
         tracing::info!(attached = ?self.attached(), missing = ?self.missing(), "forwarding watch running (TC egress)");
     }
 
-    /// Attach devices that appeared, read the counters into the metrics.
+    /// Follow devices deleted or recreated since, attach devices that appeared, read the
+    /// counters into the metrics.
     fn poll(&mut self, metrics: &Metrics) {
+        let gone = self.reattach_recreated();
+        if !gone.is_empty() {
+            tracing::warn!(devices = ?gone, "forwarding watch: watched devices were deleted or created again; attaching to them again");
+        }
         if !self.missing.is_empty() {
             match self.attach_missing() {
                 Ok(newly) if !newly.is_empty() => tracing::info!(attached = ?newly, "forwarding watch attached to devices that appeared"),

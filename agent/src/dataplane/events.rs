@@ -1,4 +1,4 @@
-//! Netlink event watcher: route (IPv4 + IPv6) and link notifications as typed
+//! Netlink event watcher: route (IPv4 + IPv6), link and address notifications as typed
 //! [`DataplaneEvent`]s.
 //!
 //! Felix does not listen to route events (reference §3.3) and notices foreign changes only on
@@ -102,6 +102,16 @@ pub enum DataplaneEvent {
         /// Its id.
         id: u32,
     },
+    /// An address was added to or removed from a link (`RTM_NEWADDR`, `RTM_DELADDR`). Removing
+    /// a link's IPv4 address makes the kernel flush the routes that depended on it without an
+    /// `RTM_DELROUTE` (`fib_del_ifaddr`), and they cannot come back before an address does: the
+    /// receiver resyncs on both (issue 48 case 8).
+    AddressChanged {
+        /// ifindex of the link.
+        index: u32,
+        /// Whether the address was removed.
+        removed: bool,
+    },
     /// Notifications were lost (socket overrun or reconnect): the receiver must resync.
     Overrun,
 }
@@ -154,6 +164,8 @@ impl EventDecoder {
                 out.extend(carrier_event);
                 out
             }
+            RouteNetlinkMessage::NewAddress(a) => vec![DataplaneEvent::AddressChanged { index: a.header.index, removed: false }],
+            RouteNetlinkMessage::DelAddress(a) => vec![DataplaneEvent::AddressChanged { index: a.header.index, removed: true }],
             RouteNetlinkMessage::DelLink(l) => {
                 let index = l.header.index;
                 let name = link_info(l).map(|i| i.name).or_else(|| self.links.get(&index).map(|(n, _)| n.clone()));
@@ -172,7 +184,7 @@ type Messages = futures::channel::mpsc::UnboundedReceiver<(rtnetlink::packet_cor
 /// driver. Must run inside a tokio runtime; the socket lives in the calling thread's network
 /// namespace.
 fn subscribe() -> Result<(tokio::task::JoinHandle<()>, Messages), DataplaneError> {
-    let groups = [MulticastGroup::Link, MulticastGroup::Ipv4Route, MulticastGroup::Ipv6Route];
+    let groups = [MulticastGroup::Link, MulticastGroup::Ipv4Route, MulticastGroup::Ipv6Route, MulticastGroup::Ipv4Ifaddr, MulticastGroup::Ipv6Ifaddr];
     let (mut conn, _handle, messages) = rtnetlink::new_multicast_connection(&groups).map_err(|source| DataplaneError::Subscribe { source })?;
     // Bursts (a link flush, a cold start of 10,000 routes) must not overrun the socket.
     let _ = conn.socket_mut().socket_mut().set_rx_buf_sz(8 * 1024 * 1024);

@@ -369,7 +369,10 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     self.forget_kernel_routes(|e| e.nexthop == Some(*id));
                 }
             }
-            DataplaneEvent::Overrun => self.request_resync(),
+            // The kernel flushes routes that depended on a removed IPv4 address without a word,
+            // and they can be written again once an address is back: a resync finds out which
+            // (within the driver's debounce, not at the next periodic resync).
+            DataplaneEvent::AddressChanged { .. } | DataplaneEvent::Overrun => self.request_resync(),
         }
     }
 

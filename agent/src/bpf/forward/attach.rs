@@ -9,10 +9,6 @@ use super::{AttachedDevice, DeviceRole, ForwardWatch};
 use crate::bpf::loader::{attach_classifier, classifier, BpfObject};
 use crate::bpf::BpfError;
 
-fn device_exists(name: &str) -> bool {
-    nix::net::if_::if_nametoindex(name).is_ok()
-}
-
 impl ForwardWatch {
     /// Attach to the configured devices that were missing and exist now (a `tunl0` created by
     /// Felix after the agent started). Returns the devices attached by this call.
@@ -27,6 +23,32 @@ impl ForwardWatch {
         (self.attached, self.links, self.missing) = (a.attached, a.links, a.missing);
         self.metrics_state.set_tunnel_watched(self.tunnel_watched());
         result
+    }
+
+    /// Move every attached device whose live ifindex is not the one its classifier was
+    /// attached to (deleted, or deleted and created again under its name: its classifier went
+    /// with the old device, issue 48 case 8) back to the missing list, dropping the dead link,
+    /// so that [`ForwardWatch::attach_missing`] attaches to the device now under the name.
+    /// Returns the names moved. One `if_nametoindex` per attached device.
+    pub fn reattach_recreated(&mut self) -> Vec<String> {
+        let mut moved = Vec::new();
+        let mut attached = Vec::new();
+        let mut links = Vec::new();
+        for (a, link) in std::mem::take(&mut self.attached).into_iter().zip(std::mem::take(&mut self.links)) {
+            if nix::net::if_::if_nametoindex(a.name.as_str()).ok() == Some(a.ifindex) {
+                attached.push(a);
+                links.push(link);
+            } else {
+                drop(link);
+                moved.push(a.name.clone());
+                self.missing.push((a.name, a.role));
+            }
+        }
+        (self.attached, self.links) = (attached, links);
+        if !moved.is_empty() {
+            self.metrics_state.set_tunnel_watched(self.tunnel_watched());
+        }
+        moved
     }
 
     /// Watch `devices` instead (the host NIC changed): devices no longer listed are detached,
@@ -69,15 +91,16 @@ impl Attachments {
         let pending = std::mem::take(&mut self.missing);
         let mut result = Ok(());
         for (dev, role) in pending {
-            if result.is_err() || !device_exists(&dev) {
+            let ifindex = nix::net::if_::if_nametoindex(dev.as_str()).ok();
+            let Some(ifindex) = ifindex.filter(|_| result.is_ok()) else {
                 self.missing.push((dev, role));
                 continue;
-            }
+            };
             let program = role.program();
             // First on the hook, so a program returning TC_ACT_OK after us cannot hide packets.
             match object.with(|ebpf| attach_classifier(classifier(ebpf, program)?, program, &dev, TcAttachType::Egress, true)) {
                 Ok((link, mode)) => {
-                    let a = AttachedDevice { name: dev, role, mode };
+                    let a = AttachedDevice { name: dev, role, mode, ifindex };
                     self.attached.push(a.clone());
                     self.links.push(link);
                     newly.push(a);
