@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::dataplane::{AuditScope, ExpectedRoute, Handover, OwnershipPolicy, WireguardRoute};
 use crate::datastore::Snapshot;
 use crate::model::Cluster;
-use crate::model::Kind;
+use crate::model::{Kind, MAX_FROZEN_PER_INPUT};
 use crate::ownership::{decide, frozen_classes, FrozenClass, OwnershipConfig, OwnershipDecision, Role};
 use crate::routes::{classed_routes, routable_classes, ClassedRoutes, ClusterRoute, RouteDevices, RouteMemo, RouteOrigin, RouteProblem};
 use crate::vocabulary::{PoolClass, RoutePath, Writer, RTPROT_BIRD, RTPROT_FELIX};
@@ -125,14 +125,39 @@ fn pool_cidrs(decision: &OwnershipDecision, class: PoolClass) -> Vec<IpNet> {
 pub fn frozen_ground(snapshot: &Snapshot) -> Vec<FrozenPrefix> {
     let mut out: Vec<FrozenPrefix> = Vec::new();
     let mut rejected_nodes: std::collections::BTreeMap<&str, String> = std::collections::BTreeMap::new();
+    // Per input, at most MAX_FROZEN_PER_INPUT prefixes one by one: 1,000 invalid objects of
+    // 1,000 addresses each froze 1,001,000 prefixes (the cap was per object), which the
+    // reconciler compares every route against.
+    let mut per_input: std::collections::BTreeMap<&std::path::Path, std::collections::BTreeSet<IpNet>> = std::collections::BTreeMap::new();
+    let mut whole: std::collections::BTreeSet<&std::path::Path> = std::collections::BTreeSet::new();
     for e in snapshot.object_errors.iter().filter(|e| !e.last_good) {
-        out.extend(e.cidrs.iter().map(|c| FrozenPrefix { cidr: *c, reason: e.to_string() }));
+        if !whole.contains(e.file.as_path()) {
+            let seen = per_input.entry(e.file.as_path()).or_default();
+            seen.extend(e.cidrs.iter().copied());
+            if seen.len() > MAX_FROZEN_PER_INPUT {
+                per_input.remove(e.file.as_path());
+                whole.insert(e.file.as_path());
+            }
+        }
         if let Some((Kind::Node, name)) = e.error.object() {
             // A good definition may stand in (the other file's, or a kept one): then nothing
             // is missing.
             if !snapshot.cluster.nodes.contains_key(name) {
                 rejected_nodes.entry(name).or_insert_with(|| e.to_string());
             }
+        }
+    }
+    for e in snapshot.object_errors.iter().filter(|e| !e.last_good && !whole.contains(e.file.as_path()) && !e.cidrs.is_empty()) {
+        let reason = e.to_string();
+        out.extend(e.cidrs.iter().map(|c| FrozenPrefix { cidr: *c, reason: reason.clone() }));
+    }
+    for file in &whole {
+        let reason = format!(
+            "{}: its invalid objects name more than {MAX_FROZEN_PER_INPUT} prefixes: the whole address space is frozen until they are fixed (routewarden explain lists them)",
+            file.display()
+        );
+        for space in ["0.0.0.0/0", "::/0"] {
+            out.push(FrozenPrefix { cidr: space.parse().unwrap_or_default(), reason: reason.clone() });
         }
     }
     for e in &snapshot.load_errors {
@@ -756,5 +781,43 @@ mod restart_tests {
             Some("input /cluster/ipam.yaml cannot be read (Permission denied (os error 13)): its last good content is kept, and no deletion or rewrite can be justified while it is unreadable")
         );
         assert_eq!(p.desired.len(), 7);
+    }
+}
+
+/// Issue 48 case 6: frozen ground is bounded per input, not per object.
+#[cfg(test)]
+mod bound_tests {
+    use std::fmt::Write as _;
+
+    use super::frozen_ground;
+    use crate::datastore::FileDatastore;
+
+    /// 1,000 invalid pools naming 1,000 addresses each froze 1,001,000 prefixes (the cap of
+    /// 1,024 was per object), which the reconciler compares every route against. One input's
+    /// invalid objects freeze at most 1,024 prefixes one by one; past that, the whole address
+    /// space (two prefixes) with one reason naming the input. Another input's stay as they are.
+    #[test]
+    fn an_inputs_invalid_objects_freeze_at_most_1024_prefixes_one_by_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut text = String::new();
+        for p in 0..1_000u32 {
+            let _ = write!(text, "---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {{name: bad-{p}}}\nspec: {{cidr: [");
+            for a in 0..1_000u32 {
+                let _ = write!(text, "{}10.{}.{}.{}", if a == 0 { "" } else { ", " }, 100 + p / 250, p % 250, a % 250);
+            }
+            text.push_str("]}\n");
+        }
+        std::fs::write(dir.path().join("bomb.yaml"), text).unwrap();
+        std::fs::write(
+            dir.path().join("small.yaml"),
+            "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: small}\nspec: {cidr: 10.9.0.0/16, ipipMode: Sometimes}\n",
+        )
+        .unwrap();
+        let snapshot = FileDatastore::load(dir.path()).unwrap();
+        assert_eq!(snapshot.object_errors.len(), 1_001);
+        let frozen = frozen_ground(&snapshot);
+        let got: Vec<String> = frozen.iter().map(|f| f.cidr.to_string()).collect();
+        assert_eq!(got, ["0.0.0.0/0", "10.9.0.0/16", "::/0"]);
+        assert!(frozen[0].reason.ends_with("bomb.yaml: its invalid objects name more than 1024 prefixes: the whole address space is frozen until they are fixed (routewarden explain lists them)"), "{}", frozen[0].reason);
     }
 }

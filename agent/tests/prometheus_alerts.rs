@@ -789,21 +789,22 @@ fn node_c(lab: &Lab, alerts: &Alerts) {
     wait_for("node-c: its tunnel routes back", Duration::from_secs(10), || (routes(lab, "node-c", "80") == before).then_some(()));
 }
 
-/// One round of the route storm: two `ip -batch` writers at once (10.200.0.0/16 and
-/// 10.201.0.0/16), each writing `count` /32 routes through `lo` three times, by route
-/// protocol 20, 21, then 20 again: every prefix enters conflict (two writers within the
+/// One round of the route storm: two `ip -batch` writers at once (10.246.100.0 and up, in the
+/// `flat` pool, and 10.247.100.0 and up, in the `vxlan` pool: conflicts and flaps are judged
+/// only inside the IP pools), each writing `count` /32 routes through `lo` three times, by
+/// route protocol 20, 21, then 20 again: every prefix enters conflict (two writers within the
 /// window) and flap (three changes), one ring-buffer record each. Two writers, so that the
 /// records come faster than one agent drains them on a 2-core machine whatever the agent's
 /// own speed (one writer alone was not always enough).
 fn storm_round(lab: &Lab, dir: &Path, count: u32) {
-    let children: Vec<Child> = [200, 201]
+    let children: Vec<Child> = [246, 247]
         .into_iter()
         .map(|net| {
             let path = dir.join(format!("storm-{net}.batch"));
             let mut text = String::new();
             for proto in [20, 21, 20] {
                 for i in 0..count {
-                    let _ = writeln!(text, "route replace 10.{net}.{}.{}/32 dev lo proto {proto}", i / 250, i % 250 + 1);
+                    let _ = writeln!(text, "route replace 10.{net}.{}.{}/32 dev lo proto {proto}", 100 + i / 250, i % 250 + 1);
                 }
             }
             std::fs::write(&path, text).unwrap();

@@ -19,6 +19,21 @@ use crate::vocabulary::PoolClass;
 /// Invalid objects (and inputs) logged one by one per change of the set.
 const LOGGED_ERRORS: usize = 20;
 
+/// Longest reason a log line carries, in bytes: an object's error can quote a long value.
+const LOGGED_REASON: usize = 512;
+
+/// `reason` cut to [`LOGGED_REASON`] bytes (at a character boundary) with `...` when longer.
+fn truncated(reason: &str) -> std::borrow::Cow<'_, str> {
+    if reason.len() <= LOGGED_REASON {
+        return reason.into();
+    }
+    let mut end = LOGGED_REASON;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &reason[..end]).into()
+}
+
 /// The cluster handler: holds the last plan, turns snapshots into dataplane commands and
 /// ownership metrics.
 pub(super) struct ClusterHandler {
@@ -174,8 +189,16 @@ impl ClusterHandler {
             return false;
         };
         if self.last.as_ref().is_none_or(|l| l.frozen != plan.frozen) {
-            for f in &plan.frozen {
-                warn!(prefix = %f.cidr, reason = %f.reason, "frozen ground: no route here is deleted or claimed until the input is fixed");
+            // At most LOGGED_ERRORS lines, whatever the frozen ground's size (issue 48: 200
+            // broken pools once wrote 200,221 lines in one apply).
+            for f in plan.frozen.iter().take(LOGGED_ERRORS) {
+                warn!(prefix = %f.cidr, reason = %crate::text::one_line(&truncated(&f.reason)), "frozen ground: no route here is deleted or claimed until the input is fixed");
+            }
+            if plan.frozen.len() > LOGGED_ERRORS {
+                warn!(
+                    more = plan.frozen.len() - LOGGED_ERRORS,
+                    "more prefixes of frozen ground not logged one by one (routewarden explain and /readyz count them)"
+                );
             }
         }
         if self.last.as_ref().is_none_or(|l| l.frozen_classes != plan.frozen_classes) {

@@ -41,7 +41,7 @@ pub use cluster::{Cluster, ClusterBuilder};
 pub use config::{parse_go_duration, BgpConfiguration, FelixConfiguration, FelixScope};
 pub use error::{FieldProblem, ModelError, Rejected};
 pub use kind::Kind;
-pub use names::{block_name, cidrs_in_text, is_dns1123_subdomain, mentioned_cidrs};
+pub use names::{block_name, cidrs_in_text, is_dns1123_subdomain, mentioned_cidrs, MAX_FROZEN_PER_INPUT};
 pub use node::{Node, NodeAddress, NodeAddressSource, NodeAddressType, NodeForm, TunnelAddressKind};
 pub use objects::{ParsedObject, ParsedObjects, MAX_REJECTED_PER_INPUT};
 pub use pool::{check_pools, AllowedUse, EncapMode, IpPool};

@@ -189,6 +189,20 @@ pub(super) fn skew_finding(
     }
 }
 
+/// Most pool names a finding's message lists; the rest are counted. A cluster of 10,000
+/// pools made one 80 KB log line per finding (issue 48 case 6); `explain` lists every pool in
+/// its table.
+const LISTED_POOLS: usize = 10;
+
+/// `a, b, c` for at most [`LISTED_POOLS`] names, then `and N more`.
+fn pool_list(pools: &[&str]) -> String {
+    let mut out = pools.iter().take(LISTED_POOLS).copied().collect::<Vec<_>>().join(", ");
+    if pools.len() > LISTED_POOLS {
+        let _ = write!(out, " and {} more", pools.len() - LISTED_POOLS);
+    }
+    out
+}
+
 pub(super) fn class_finding(
     class: PoolClass,
     writers: &BTreeSet<Writer>,
@@ -199,7 +213,7 @@ pub(super) fn class_finding(
     explicit: Option<&ComponentDecision>,
 ) -> Finding {
     let class_name = class_display(class);
-    let pools = pools.join(", ");
+    let pools = pool_list(pools);
     let mut basis = format!("Felix field {} ({}), BIRD field {} ({})", felix.value, felix.source.kind(), bird.value, bird.source.kind());
     if let Some(e) = explicit {
         let _ = write!(basis, ", routewarden {}", e.value);
