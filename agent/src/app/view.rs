@@ -67,8 +67,12 @@ impl ViewState {
         use crate::text::one_line;
         let mut notes = Vec::new();
         if !self.synced {
-            if let Some(r) = &self.unsynced_reason {
-                notes.push(format!("not synced: {}", one_line(r)));
+            match &self.unsynced_reason {
+                Some(r) => notes.push(format!("not synced: {}", one_line(r))),
+                // Issue 48: a first sync of thousands of files said "not synced" and nothing else.
+                None => notes.push(
+                    "not synced: waiting for the datastore's first complete view (reading and settling its inputs, or listing every resource)".to_owned(),
+                ),
             }
         }
         let Some(p) = plan else { return notes };

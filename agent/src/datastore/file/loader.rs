@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::read::{hash, list_inputs, read_settled, Listed, ReadError};
+use super::read::{hash, list_inputs, read_settled_all, Listed, ReadError};
 use crate::datastore::error::{LoadError, LoadErrorKind, ObjectError};
 use crate::datastore::event::{DatastoreEvent, Snapshot};
 use crate::model::{cidrs_in_text, ClusterBuilder, Kind, ParsedObject, ParsedObjects, YamlLimits};
@@ -197,6 +197,11 @@ impl Loader {
         }
         // A vanished file that never had good content has nothing to keep.
         self.files.retain(|_, f| !(f.missing_since.is_some() && f.good.is_none()));
+        // Every regular file read at once, settled together (one pause a round for the tree).
+        let regular: Vec<(PathBuf, Option<u64>)> =
+            listed.iter().filter(|(_, k)| matches!(k, Listed::Regular)).map(|(p, _)| (p.clone(), self.files.get(p).and_then(|f| f.seen))).collect();
+        let mut reads: HashMap<PathBuf, Result<String, ReadError>> =
+            read_settled_all(regular, self.read_settle, self.options.max_file_size).0.into_iter().collect();
         for (path, kind) in listed {
             let state = self.files.entry(path.clone()).or_default();
             match kind {
@@ -209,7 +214,7 @@ impl Loader {
                         state.error = Some(LoadError::new(&path, LoadErrorKind::NotRegularFile, message));
                     }
                 }
-                Listed::Regular => match read_settled(&path, state.seen, self.read_settle, self.options.max_file_size) {
+                Listed::Regular => match reads.remove(&path).unwrap_or_else(|| Err(ReadError::Io(std::io::Error::other("not read")))) {
                     Err(ReadError::TooLarge(len)) => {
                         state.missing_since = None;
                         state.seen = None;
