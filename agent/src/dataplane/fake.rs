@@ -44,6 +44,18 @@ pub struct FakeState {
     pub interrupt_dumps: usize,
     /// Fail every route dump with this errno.
     pub dump_errno: Option<Errno>,
+    /// Fail the next route dump with this errno (one shot).
+    pub dump_errno_once: Option<Errno>,
+    /// Fail the next N route writes, whatever their destination, with this errno.
+    pub fail_next_writes: Option<(Errno, usize)>,
+    /// The connection breaks after this many more route ops: every op after it in the same
+    /// call fails with [`NetlinkError::Connection`] (one shot; the next call has a new one).
+    pub connection_lost_after: Option<usize>,
+    /// The next route write through this ifindex finds the link gone: the link is removed
+    /// (the write fails `ENODEV`) and `vanished` keeps it until the test puts it back.
+    pub vanish_link_on_write: Option<u32>,
+    /// Links removed by `vanish_link_on_write`.
+    pub vanished: Vec<LinkInfo>,
     /// Exclusive creates refused with EEXIST (another writer's route holds the key), in order.
     pub refused: Vec<RouteKey>,
     /// Nexthop objects by id.
@@ -123,7 +135,7 @@ impl RouteNetlink for FakeNetlink {
     fn dump_routes(&mut self, family: Family, table: u32, protocol: u8) -> impl std::future::Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send {
         let mut s = self.0.lock().unwrap();
         s.dumps += 1;
-        let res = if let Some(errno) = s.dump_errno {
+        let res = if let Some(errno) = s.dump_errno.or_else(|| s.dump_errno_once.take()) {
             Err(NetlinkError::Kernel { op: NetlinkOp::DumpRoutes, target: "fake".into(), errno })
         } else if s.interrupt_dumps > 0 {
             s.interrupt_dumps -= 1;
@@ -143,9 +155,32 @@ impl RouteNetlink for FakeNetlink {
         let mut out = Vec::new();
         for op in ops {
             let err = |op: NetlinkOp, key: &RouteKey, errno| Err(NetlinkError::Kernel { op, target: key.to_string(), errno });
+            match s.connection_lost_after {
+                Some(0) => {
+                    out.push(Err(NetlinkError::Connection { op: NetlinkOp::WriteRoute, reason: "fake: the socket closed mid-batch".into() }));
+                    continue;
+                }
+                Some(n) => s.connection_lost_after = Some(n - 1),
+                None => {}
+            }
             match op {
                 RouteOp::Write { route, oif, nexthop, exclusive } => {
                     let key = route.key;
+                    if let Some((errno, n)) = s.fail_next_writes.as_mut() {
+                        if *n > 0 {
+                            *n -= 1;
+                            let errno = *errno;
+                            out.push(err(NetlinkOp::WriteRoute, &key, errno));
+                            continue;
+                        }
+                    }
+                    if oif.is_some() && *oif == s.vanish_link_on_write {
+                        s.vanish_link_on_write = None;
+                        if let Some(l) = oif.and_then(|i| s.links.remove(&i)) {
+                            s.routes.retain(|_, r| r.oif != Some(l.index));
+                            s.vanished.push(l);
+                        }
+                    }
                     if let Some((errno, n)) = s.fail_writes.get_mut(&key.dst) {
                         if *n > 0 {
                             *n -= 1;
@@ -207,6 +242,9 @@ impl RouteNetlink for FakeNetlink {
                     _ => out.push(err(NetlinkOp::DeleteRoute, key, Errno::ESRCH)),
                 },
             }
+        }
+        if s.connection_lost_after == Some(0) {
+            s.connection_lost_after = None;
         }
         std::future::ready(out)
     }

@@ -61,6 +61,8 @@ mod retry;
 #[cfg(test)]
 pub(crate) mod fake;
 #[cfg(test)]
+mod fault_matrix_tests;
+#[cfg(test)]
 mod reconciler_tests;
 
 pub use audit::{audit, audit_kernel, AuditFinding, AuditReport, AuditScope, ExpectedRoute, FindingCode, WireguardRoute};
