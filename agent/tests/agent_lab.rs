@@ -4,6 +4,7 @@
 
 mod lab_support;
 
+use std::fmt::Write as _;
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
@@ -375,7 +376,7 @@ fn foreign_writes_outside_the_pools_raise_no_episode() {
         let mut text = String::new();
         for op in ops {
             for i in 0..1_000 {
-                text.push_str(&format!("route {op} {} dev eth0 proto static\n", prefix(i)));
+                let _ = writeln!(text, "route {op} {} dev eth0 proto static", prefix(i));
             }
         }
         std::fs::write(&path, text).unwrap();

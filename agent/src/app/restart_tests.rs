@@ -182,7 +182,7 @@ impl Tree {
                 self.edit(0, "calicoVersion: v3.30.2", "calicoVersion: banana");
             }
             Break::BlockField => {
-                self.edit(1, "spec: {cidr: 10.245.20.0/26, affinity: \"host:node-b\"", "spec: {cidr: 10.245.20.0/99, affinity: \"host:node-b\"")
+                self.edit(1, "spec: {cidr: 10.245.20.0/26, affinity: \"host:node-b\"", "spec: {cidr: 10.245.20.0/99, affinity: \"host:node-b\"");
             }
             Break::DuplicateNode => std::fs::write(
                 self.root.join("00-node.yaml"),

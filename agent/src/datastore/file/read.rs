@@ -26,6 +26,9 @@ pub(super) enum ReadError {
     Io(std::io::Error),
 }
 
+/// One file's path and what reading it gave.
+pub(super) type FileRead = (PathBuf, Result<String, ReadError>);
+
 /// Read every path of `paths` (at most `max` bytes each, never blocking on a FIFO swapped in
 /// after the listing). A file whose content differs from its `seen` hash was probably just
 /// written: every such file is read again after `settle`, all of them after one pause, until
@@ -33,8 +36,8 @@ pub(super) enum ReadError {
 /// pause a round for the whole tree, not one a file: 5,000 new files took 5,000 pauses of
 /// 50 ms to read at start (252 s, issue 48). Returns the reads in `paths`' order and the
 /// number of pauses.
-pub(super) fn read_settled_all(paths: Vec<(PathBuf, Option<u64>)>, settle: Duration, max: u64) -> (Vec<(PathBuf, Result<String, ReadError>)>, usize) {
-    let mut out: Vec<(PathBuf, Result<String, ReadError>)> = Vec::with_capacity(paths.len());
+pub(super) fn read_settled_all(paths: Vec<(PathBuf, Option<u64>)>, settle: Duration, max: u64) -> (Vec<FileRead>, usize) {
+    let mut out: Vec<FileRead> = Vec::with_capacity(paths.len());
     // Indexes into `out` of the reads that still have to agree with a second one.
     let mut unsettled: Vec<usize> = Vec::new();
     for (path, seen) in paths {
