@@ -44,6 +44,11 @@ impl EpisodeScope {
     }
 }
 
+/// Most conflict and flap lines logged per [`EPISODE_LOG_PERIOD`].
+const EPISODE_LINES: u32 = 20;
+/// The period of [`EPISODE_LINES`].
+const EPISODE_LOG_PERIOD: Duration = Duration::from_secs(10);
+
 /// State between calls: the last counter snapshot, the prefixes in flap/conflict, and where
 /// episodes are judged.
 #[derive(Debug)]
@@ -54,6 +59,8 @@ pub struct RouteWatchMetrics {
     active: HashMap<(u32, IpNet), Instant>,
     /// `None` until the first plan: every episode is judged.
     scope: Option<EpisodeScope>,
+    /// Episode log lines of the current period: (its start, lines logged, lines held back).
+    logged: (Instant, u32, u64),
     /// Episodes outside the scope, dropped (for tests and the debug log).
     unjudged: u64,
 }
@@ -67,6 +74,28 @@ impl RouteWatchMetrics {
             active: HashMap::new(),
             scope: None,
             unjudged: 0,
+            logged: (Instant::now(), 0, 0),
+        }
+    }
+
+    /// Whether an episode may be logged at `now`: at most [`EPISODE_LINES`] a
+    /// [`EPISODE_LOG_PERIOD`]; the period after, one line says how many were held back. A
+    /// fight over 24,000 prefixes is 24,000 episodes in a second: their counters and the
+    /// flapping gauge have them all, the log a sample.
+    fn may_log(&mut self, now: Instant) -> bool {
+        let (start, lines, held) = &mut self.logged;
+        if now.saturating_duration_since(*start) >= EPISODE_LOG_PERIOD {
+            if *held > 0 {
+                tracing::warn!(held = *held, period_s = EPISODE_LOG_PERIOD.as_secs(), "more route conflicts and flaps than logged one by one (routewarden_route_conflicts_total and routewarden_route_flaps_total count them all)");
+            }
+            (*start, *lines, *held) = (now, 0, 0);
+        }
+        if *lines < EPISODE_LINES {
+            *lines += 1;
+            true
+        } else {
+            *held += 1;
+            false
         }
     }
 
@@ -106,14 +135,18 @@ impl RouteWatchMetrics {
         match event {
             RouteWatchEvent::Conflict { route, previous, writes_in_window } => {
                 metrics.record_route_conflict(route.family, route.writer.class, previous.class);
-                tracing::warn!(prefix = %route.dst, table = route.table, metric = route.metric, op = route.op,
+                if self.may_log(now) {
+                    tracing::warn!(prefix = %route.dst, table = route.table, metric = route.metric, op = route.op,
                     writer = %route.writer, previous = %previous, writes_in_window, "route conflict: two writers program the same prefix");
+                }
                 self.active.insert((route.table, route.dst), now + self.hold);
             }
             RouteWatchEvent::Flap { route, previous, changes_in_window } => {
                 metrics.record_route_flap(route.family);
-                tracing::warn!(prefix = %route.dst, table = route.table, metric = route.metric, op = route.op,
+                if self.may_log(now) {
+                    tracing::warn!(prefix = %route.dst, table = route.table, metric = route.metric, op = route.op,
                     writer = %route.writer, previous = %previous, changes_in_window, "route flap");
+                }
                 self.active.insert((route.table, route.dst), now + self.hold);
             }
             RouteWatchEvent::LinkDown { ifindex, .. } => {
@@ -212,6 +245,27 @@ mod tests {
                 r#"routewarden_route_conflicts_total{family="ipv4",writers="self+static"} 1"#,
                 r#"routewarden_route_flaps_total{family="ipv6"} 1"#,
             ]
+        );
+    }
+
+    /// A fight over thousands of prefixes logs at most 20 episode lines each 10 s, then one
+    /// line with how many were held back; the counters have every episode.
+    #[test]
+    fn episode_lines_are_rate_limited() {
+        let (_registry, metrics) = Metrics::new_registry();
+        let mut state = RouteWatchMetrics::new(Duration::from_secs(30));
+        let t0 = Instant::now();
+        state.logged.0 = t0;
+        let logged = (0..5_000).filter(|_| state.may_log(t0)).count();
+        assert_eq!((logged, state.logged.2), (20, 4_980));
+        assert!(state.may_log(t0 + Duration::from_secs(10)));
+        assert_eq!((state.logged.1, state.logged.2), (1, 0));
+        for _ in 0..3 {
+            state.apply_event(&metrics, &conflict(), t0 + Duration::from_secs(11));
+        }
+        assert_eq!(
+            metrics.route_conflicts.get_or_create(&crate::observe::metrics::RouteConflictLabels { family: "ipv4", writers: "self+bird".into() }).get(),
+            3
         );
     }
 
