@@ -110,43 +110,55 @@ impl ParsedObjects {
         // apiVersion and kind; kept as values to inherit the List's when they do not.
         let mut list_items = ParsedObjects::default();
         let mut inheriting: Vec<Value> = Vec::new();
-        yaml::for_each_chunk(text, limits, &mut |chunk| match chunk {
-            yaml::Chunk::Document(v) => parsed.add(&v),
-            yaml::Chunk::ListItem(v) => {
-                let own = v.get("apiVersion").is_some_and(Value::is_string) && v.get("kind").is_some_and(Value::is_string);
-                if own {
-                    list_items.add(&v);
-                } else {
-                    inheriting.push(v);
-                }
-            }
-            yaml::Chunk::ListHeader(header) => {
-                let items = std::mem::take(&mut list_items);
-                let rest = std::mem::take(&mut inheriting);
-                let kind = header.get("kind").and_then(Value::as_str).unwrap_or("");
-                if kind == "List" || kind.ends_with("List") {
-                    let api_version = header.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-                    let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
-                    parsed.items.extend(items.items);
-                    for v in &rest {
-                        parsed.add_inner(v, item_kind.map(|k| (api_version, k)));
+        // The elements of `items` that are not objects, rejected once the header says List.
+        let mut strays: Option<(usize, Value, usize)> = None;
+        // Rejections so far; past the limit the parse stops (the input is refused below).
+        let mut rejected = 0usize;
+        yaml::for_each_chunk(text, limits, &mut |chunk| {
+            let before = (parsed.items.len(), list_items.items.len());
+            match chunk {
+                yaml::Chunk::Document(v) => parsed.add(&v),
+                yaml::Chunk::ListItem(v) => {
+                    let own = v.get("apiVersion").is_some_and(Value::is_string) && v.get("kind").is_some_and(Value::is_string);
+                    if own {
+                        list_items.add(&v);
+                    } else {
+                        inheriting.push(v);
                     }
-                } else {
-                    // Not a List: the root is an object of its own; a root-level `items`
-                    // is not a field the model reads.
-                    parsed.add(&header);
                 }
+                yaml::Chunk::NotObjects { count, first, line } => strays = Some((count, first, line)),
+                yaml::Chunk::ListHeader(header) => {
+                    let items = std::mem::take(&mut list_items);
+                    let rest = std::mem::take(&mut inheriting);
+                    let kind = header.get("kind").and_then(Value::as_str).unwrap_or("");
+                    if kind == "List" || kind.ends_with("List") {
+                        let api_version = header.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+                        let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
+                        parsed.items.extend(items.items);
+                        for v in &rest {
+                            parsed.add_inner(v, item_kind.map(|k| (api_version, k)));
+                        }
+                        if let Some((count, first, line)) = strays.take() {
+                            let reason = format!("{count} of the {} items are not objects (the first, line {line}, is a {})", fields::bounded(kind), type_name(&first));
+                            parsed.error(ModelError::NotAnObject { reason }, &first);
+                        }
+                    } else {
+                        // Not a List: the root is an object of its own; a root-level `items`
+                        // is not a field the model reads.
+                        strays = None;
+                        parsed.add(&header);
+                    }
+                }
+                yaml::Chunk::Invalid { partial, line, reason, in_list: _ } => parsed.unreadable(&partial, line, reason),
             }
-            yaml::Chunk::Invalid { partial, line, reason, in_list: _ } => parsed.unreadable(&partial, line, reason),
+            rejected += parsed.items[before.0.min(parsed.items.len())..].iter().filter(|i| !i.is_good()).count();
+            rejected += list_items.items[before.1.min(list_items.items.len())..].iter().filter(|i| !i.is_good()).count();
+            rejected <= MAX_REJECTED_PER_INPUT
         })?;
         // A document cut short by an error never delivers its header; its items are dropped
         // with it (the error fails the whole text).
-        let rejected = parsed.items.iter().filter(|i| !i.is_good()).count();
         if rejected > MAX_REJECTED_PER_INPUT {
-            return Err(YamlError {
-                line: None,
-                message: format!("{rejected} invalid objects, more than {MAX_REJECTED_PER_INPUT}: the input as a whole is refused"),
-            });
+            return Err(YamlError { line: None, message: format!("more than {MAX_REJECTED_PER_INPUT} invalid objects: the input as a whole is refused") });
         }
         parsed.items.shrink_to_fit();
         Ok(parsed)
