@@ -264,6 +264,7 @@ impl Parser {
             Some(Ok(x)) => x,
         };
         let line = span.start.line();
+        let start = self.byte_at(span.start.index());
         let end = self.byte_at(span.end.index());
         if end > self.gate.delivered.get() {
             let from = self.gate.delivered.get().max(self.gate.weigh_from.get());
@@ -275,7 +276,7 @@ impl Parser {
             SaphyrEvent::StreamEnd => Event::StreamEnd,
             SaphyrEvent::DocumentStart(_) => Event::DocumentStart,
             SaphyrEvent::DocumentEnd => Event::DocumentEnd,
-            SaphyrEvent::Alias(id) => Event::Alias { id, name: self.alias_text(span.start.index()) },
+            SaphyrEvent::Alias(id) => Event::Alias { id, name: alias_text(&self.text[start..]) },
             SaphyrEvent::Scalar(value, style, anchor, tag) => Event::Scalar {
                 anchor,
                 tag: tag.map(|t| tag_text(&t)),
@@ -303,32 +304,39 @@ impl Parser {
         let message = match e.info() {
             "recursion limit exceeded" if self.max_depth < 255 => format!("nesting deeper than {} levels", self.max_depth),
             "recursion limit exceeded" => "nesting deeper than 255 flow levels".to_owned(),
-            "while parsing node, found unknown anchor" => format!("unknown alias {}", self.alias_text(e.marker().index())),
+            "while parsing node, found unknown anchor" => {
+                let at = self.byte_at(e.marker().index());
+                format!("unknown alias {}", alias_text(&self.text[at..]))
+            }
             other => other.to_owned(),
         };
         YamlError { line, message }
     }
 
-    /// The alias written at character index `at` (`*name`).
-    fn alias_text(&mut self, at: usize) -> String {
-        let b = self.byte_at(at);
-        let rest = &self.text[b..];
-        let end = rest.find([' ', '\t', '\r', '\n', ',', ']', '}']).unwrap_or(rest.len());
-        rest[..end.min(256)].to_owned()
-    }
-
-    /// The byte offset of character index `at` of the text.
+    /// The byte offset of character index `at` of the text, walked to from the last one asked
+    /// for (events come in text order, so the walks add up to the text's length).
     fn byte_at(&mut self, at: usize) -> usize {
-        if at < self.cursor.chars {
-            self.cursor = Cursor::default();
+        let c = &mut self.cursor;
+        if at >= c.chars {
+            let rest = &self.text[c.bytes..];
+            c.bytes += rest.char_indices().nth(at - c.chars).map_or(rest.len(), |(b, _)| b);
+        } else {
+            let before = &self.text[..c.bytes];
+            c.bytes = before.char_indices().rev().nth(c.chars - at - 1).map_or(0, |(b, _)| b);
         }
-        let rest = &self.text[self.cursor.bytes..];
-        let step = at - self.cursor.chars;
-        let bytes = rest.char_indices().nth(step).map_or(rest.len(), |(b, _)| b);
-        self.cursor.chars = at;
-        self.cursor.bytes += bytes;
-        self.cursor.bytes
+        c.chars = at;
+        c.bytes
     }
+}
+
+/// The alias (`*name`, at most 256 bytes of it) at the start of `rest`.
+fn alias_text(rest: &str) -> String {
+    let end = rest.find([' ', '\t', '\r', '\n', ',', ']', '}']).unwrap_or(rest.len());
+    let mut cut = end.min(256);
+    while !rest.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    rest[..cut].to_owned()
 }
 
 /// The byte offset of the first character that is not a space, line break or comment.
