@@ -512,3 +512,73 @@ spec:
     let owners: Vec<(IpAddr, Option<&str>)> = b.allocated().map(|a| (a.ip, a.attributes.node())).collect();
     assert_eq!(owners, vec![(ip("10.244.1.0"), Some("node-b")), (ip("10.244.1.1"), Some("node-c"))]);
 }
+
+/// A merge key (`<<: *base`) is read as kubectl reads it (go-yaml): the pool that merges
+/// `ipipMode: Always` is an IPIP pool, not a no-encap one with a stray `<<` field; a key written
+/// in the pool wins over the merged one, and of a merged sequence the earlier mapping wins.
+#[test]
+fn merge_keys_decide_the_pool_class_as_kubectl_reads_them() {
+    use crate::vocabulary::{PoolClass, PoolKind};
+    let text = "\
+apiVersion: projectcalico.org/v3
+kind: List
+metadata:
+  ipip: &ipip {ipipMode: Always, natOutgoing: true}
+  vxlan: &vxlan {vxlanMode: CrossSubnet}
+items:
+- apiVersion: projectcalico.org/v3
+  kind: IPPool
+  metadata: {name: merged}
+  spec:
+    <<: *ipip
+    cidr: 10.1.0.0/16
+- apiVersion: projectcalico.org/v3
+  kind: IPPool
+  metadata: {name: overridden}
+  spec:
+    ipipMode: Never
+    <<: *ipip
+    cidr: 10.2.0.0/16
+- apiVersion: projectcalico.org/v3
+  kind: IPPool
+  metadata: {name: sequence}
+  spec:
+    <<: [{vxlanMode: Never}, *vxlan, *ipip]
+    cidr: 10.3.0.0/16
+";
+    let (cluster, errors) = load(text);
+    assert_eq!(errors, vec![]);
+    let got: Vec<_> = cluster.ip_pools.values().map(|p| (&*p.name, PoolKind::of(p), PoolKind::of(p).class(), p.ipip_mode, p.vxlan_mode, p.nat_outgoing)).collect();
+    assert_eq!(
+        got,
+        [
+            ("merged", PoolKind::IpipAlways, Some(PoolClass::Ipip), EncapMode::Always, EncapMode::Never, true),
+            ("overridden", PoolKind::NoEncap, Some(PoolClass::NoEncap), EncapMode::Never, EncapMode::Never, true),
+            ("sequence", PoolKind::IpipAlways, Some(PoolClass::Ipip), EncapMode::Always, EncapMode::Never, true),
+        ]
+    );
+}
+
+/// A merge key whose value is neither a mapping nor a sequence of mappings makes the pool an
+/// invalid object naming the line, its CIDR frozen as any invalid object's.
+#[test]
+fn a_bad_merge_value_makes_the_pool_invalid_with_its_line() {
+    let text = "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: bad-merge}\nspec:\n  cidr: 10.4.0.0/16\n  <<: Always\n";
+    let parsed = ParsedObjects::from_yaml_str(text, &YamlLimits::default()).unwrap();
+    let [ParsedObject::Error(r)] = parsed.items() else { panic!("{parsed:?}") };
+    assert_eq!(
+        r.error.to_string(),
+        "IPPool \"bad-merge\": line 6: the merge key << needs a mapping or a sequence of mappings, found a string"
+    );
+    assert_eq!(r.cidrs, vec!["10.4.0.0/16".parse::<IpNet>().unwrap()]);
+}
+
+/// A List of 100,000 scalars is one rejection naming the count and the first, not 100,000.
+#[test]
+fn list_items_that_are_not_objects_are_one_rejection() {
+    let text = format!("apiVersion: v1\nkind: List\nitems:\n{}", "- 10.5.0.0/16\n".repeat(100_000));
+    let parsed = ParsedObjects::from_yaml_str(&text, &YamlLimits::default()).unwrap();
+    let [ParsedObject::Error(r)] = parsed.items() else { panic!("{} items", parsed.items().len()) };
+    assert_eq!(r.error.to_string(), "not a Kubernetes object: 100000 of the List items are not objects (the first, line 4, is a string)");
+    assert_eq!(r.cidrs, vec!["10.5.0.0/16".parse::<IpNet>().unwrap()]);
+}
