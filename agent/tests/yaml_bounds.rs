@@ -45,7 +45,7 @@ fn explain(input: &Path) -> Run {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         code: out.status.code(),
-        cpu: children_cpu() - before,
+        cpu: children_cpu().saturating_sub(before),
     }
 }
 
@@ -81,7 +81,8 @@ fn sixteen_mib_inputs_stay_under_200_mib_and_the_alias_bomb_costs_no_time() {
     let (text, n) = list(SIXTEEN_MIB, "apiVersion: v1\nkind: List\nitems: [", "1,", "1]\n");
     write(&text);
     let r = explain(&path);
-    let want = format!("warning: skipped: {}: not a Kubernetes object: {} of the List items are not objects (the first, line 3, is a number)", path.display(), n + 1);
+    let want =
+        format!("warning: skipped: {}: not a Kubernetes object: {} of the List items are not objects (the first, line 3, is a number)", path.display(), n + 1);
     assert!(r.stderr.lines().any(|l| l == want), "{}", r.stderr);
     let flow_rss = children_peak_rss_mib();
     assert!(flow_rss < MAX_RSS_MIB, "flow list: peak RSS {flow_rss} MiB");
@@ -107,10 +108,15 @@ fn sixteen_mib_inputs_stay_under_200_mib_and_the_alias_bomb_costs_no_time() {
     // anchor, refused as an invalid object at its budget.
     let anchor = vec!["1"; 10_000].join(",");
     let aliases = vec!["*a"; 40_000].join(", ");
-    write(&format!("apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {{name: bomb}}\nspec: {{cidr: 10.9.0.0/16}}\na: &a [{anchor}]\nb: [{aliases}]\n"));
+    write(&format!(
+        "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {{name: bomb}}\nspec: {{cidr: 10.9.0.0/16}}\na: &a [{anchor}]\nb: [{aliases}]\n"
+    ));
     let r = explain(&path);
     let want = format!("warning: skipped: {}: IPPool \"bomb\": line 6: object has more than 250000 YAML nodes", path.display());
     assert!(r.stderr.lines().any(|l| l == want), "{}", r.stderr);
     assert!(r.cpu < Duration::from_secs(2), "alias bomb: {:?} of CPU", r.cpu);
-    eprintln!("peak RSS (MiB, cumulative max): block list {block_rss}, flow list {flow_rss}, held flow {held_rss}, broken objects {broken_rss}; alias bomb CPU {:?}", r.cpu);
+    eprintln!(
+        "peak RSS (MiB, cumulative max): block list {block_rss}, flow list {flow_rss}, held flow {held_rss}, broken objects {broken_rss}; alias bomb CPU {:?}",
+        r.cpu
+    );
 }

@@ -139,7 +139,8 @@ impl ParsedObjects {
                             parsed.add_inner(v, item_kind.map(|k| (api_version, k)));
                         }
                         if let Some((count, first, line)) = strays.take() {
-                            let reason = format!("{count} of the {} items are not objects (the first, line {line}, is a {})", fields::bounded(kind), type_name(&first));
+                            let reason =
+                                format!("{count} of the {} items are not objects (the first, line {line}, is a {})", fields::bounded(kind), type_name(&first));
                             parsed.error(ModelError::NotAnObject { reason }, &first);
                         }
                     } else {

@@ -548,7 +548,8 @@ items:
 ";
     let (cluster, errors) = load(text);
     assert_eq!(errors, vec![]);
-    let got: Vec<_> = cluster.ip_pools.values().map(|p| (&*p.name, PoolKind::of(p), PoolKind::of(p).class(), p.ipip_mode, p.vxlan_mode, p.nat_outgoing)).collect();
+    let got: Vec<_> =
+        cluster.ip_pools.values().map(|p| (&*p.name, PoolKind::of(p), PoolKind::of(p).class(), p.ipip_mode, p.vxlan_mode, p.nat_outgoing)).collect();
     assert_eq!(
         got,
         [
@@ -566,10 +567,7 @@ fn a_bad_merge_value_makes_the_pool_invalid_with_its_line() {
     let text = "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: bad-merge}\nspec:\n  cidr: 10.4.0.0/16\n  <<: Always\n";
     let parsed = ParsedObjects::from_yaml_str(text, &YamlLimits::default()).unwrap();
     let [ParsedObject::Error(r)] = parsed.items() else { panic!("{parsed:?}") };
-    assert_eq!(
-        r.error.to_string(),
-        "IPPool \"bad-merge\": line 6: the merge key << needs a mapping or a sequence of mappings, found a string"
-    );
+    assert_eq!(r.error.to_string(), "IPPool \"bad-merge\": line 6: the merge key << needs a mapping or a sequence of mappings, found a string");
     assert_eq!(r.cidrs, vec!["10.4.0.0/16".parse::<IpNet>().unwrap()]);
 }
 

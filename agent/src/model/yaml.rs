@@ -224,12 +224,7 @@ quoted: {'<<': *x}
 ";
         let doc = &docs(text)[0];
         let map = |k: &str| -> Vec<(String, i64)> {
-            doc[k]
-                .as_mapping()
-                .unwrap()
-                .iter()
-                .map(|(k, v)| (k.as_str().unwrap().to_owned(), v.as_i64().unwrap_or(-1)))
-                .collect()
+            doc[k].as_mapping().unwrap().iter().map(|(k, v)| (k.as_str().unwrap().to_owned(), v.as_i64().unwrap_or(-1))).collect()
         };
         let pairs = |p: &[(&str, i64)]| p.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect::<Vec<_>>();
         assert_eq!(map("after"), pairs(&[("b", 9), ("a", 1)]));
@@ -329,6 +324,11 @@ quoted: {'<<': *x}
         // The same as JSON: read, the items counted.
         let got = chunks(&format!("{{\"kind\": \"List\", \"items\": [{ones}]}}"), &YamlLimits::default()).unwrap();
         assert_eq!(got[0], Chunk::NotObjects { count: 200_000, first: Value::Number(1.into()), line: 1 });
+        // A JSON object's values are no simple keys either: a long array in one is read (and
+        // stops at the sequence limit as in YAML).
+        let got = chunks(&format!("{{\"kind\": \"IPAMBlock\", \"spec\": {{\"allocations\": [{ones}]}}}}"), &YamlLimits::default()).unwrap();
+        let [Chunk::Invalid { reason, line: 1, .. }] = &got[..] else { panic!("{got:?}") };
+        assert_eq!(reason, "a sequence has more than 65536 entries");
         // A long quoted or block scalar is one token, however many commas it holds.
         let commas = ",".repeat(300_000);
         let got = chunks(&format!("a: '{commas}'\nb: |\n  {commas}\n  {commas}\nc: 1\n"), &YamlLimits::default()).unwrap();

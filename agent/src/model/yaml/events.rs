@@ -354,7 +354,7 @@ fn first_content(text: &str) -> Option<usize> {
 }
 
 fn line_of(text: &str, at: usize) -> usize {
-    text.as_bytes()[..at.min(text.len())].iter().filter(|&&c| c == b'\n').count() + 1
+    text[..at.min(text.len())].matches('\n').count() + 1
 }
 
 /// A tag as libyaml spells it: `tag:yaml.org,2002:str` for `!!str`, `!name` for a local tag.
