@@ -329,6 +329,11 @@ quoted: {'<<': *x}
         let got = chunks(&format!("{{\"kind\": \"IPAMBlock\", \"spec\": {{\"allocations\": [{ones}]}}}}"), &YamlLimits::default()).unwrap();
         let [Chunk::Invalid { reason, line: 1, .. }] = &got[..] else { panic!("{got:?}") };
         assert_eq!(reason, "a sequence has more than 65536 entries");
+        // Comments weigh nothing, however many indicators they hold.
+        let text = format!("a: 1\n{}b: 2\n", "# x: [1, 2, 3, 4]\n".repeat(30_000));
+        let got = chunks(&text, &YamlLimits::default()).unwrap();
+        let [Chunk::Document(d)] = &got[..] else { panic!("{got:?}") };
+        assert_eq!((&d["a"], &d["b"]), (&Value::Number(1.into()), &Value::Number(2.into())));
         // A long quoted or block scalar is one token, however many commas it holds.
         let commas = ",".repeat(300_000);
         let got = chunks(&format!("a: '{commas}'\nb: |\n  {commas}\n  {commas}\nc: 1\n"), &YamlLimits::default()).unwrap();

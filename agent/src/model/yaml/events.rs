@@ -9,8 +9,8 @@
 //! per token, 2.7 GB for 16 MB. The scanner reads its input through [`Feed`], which weighs what
 //! has been read past the end of the last event delivered (the characters that can start or
 //! separate tokens: see [`weight`]); past [`MAX_LOOKAHEAD_WEIGHT`] the pending token is looked
-//! at in the text: a quoted or block scalar (one token, however long) is let through to its
-//! end, anything else (a flow collection) stops the input. A document whose first node is a
+//! at in the text: comments before it, or a quoted or block scalar (one token, however long),
+//! are let through, anything else (a flow collection) stops the input. A document whose first node is a
 //! flow collection (a JSON file) is read as `--- ` + the text, which makes that collection no
 //! simple key, so its elements are held back one at a time, not the whole file.
 
@@ -114,11 +114,19 @@ impl Iterator for Feed {
 }
 
 impl Feed {
-    /// The look-ahead limit is reached: true when the pending token is a quoted or block scalar
-    /// not yet let through, which is then weighed from its end on.
+    /// The look-ahead limit is reached: true when the scanner is still skipping spaces and
+    /// comments before the pending token, or the pending token is a quoted or block scalar not
+    /// yet let through; what was read up to there then weighs nothing.
     fn let_through(&self) -> bool {
         let start = pending_token(&self.text, self.gate.delivered.get());
-        let Some(end) = scalar_end(&self.text, start) else { return false };
+        let end = if start >= self.pos {
+            start
+        } else {
+            match scalar_end(&self.text, start) {
+                Some(end) => end,
+                None => return false,
+            }
+        };
         if self.gate.weigh_from.get() >= end {
             return false;
         }
