@@ -55,7 +55,8 @@ use loader::Loader;
 /// A [`YamlError`] that stops the input (syntax, depth, unknown alias, the parser's
 /// look-ahead bound); chunks before it were delivered.
 pub fn for_each_chunk(text: &str, limits: &YamlLimits, sink: &mut dyn FnMut(Chunk) -> bool) -> Result<(), YamlError> {
-    let mut parser = Parser::new(text, limits.max_depth);
+    let prepared = events::prepare(text);
+    let mut parser = Parser::new(&prepared, limits.max_depth);
     let mut loader = Loader::new(*limits, text.len());
     loop {
         let ev = parser.next()?;

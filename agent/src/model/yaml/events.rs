@@ -14,6 +14,7 @@
 //! flow collection (a JSON file) is read as `--- ` + the text, which makes that collection no
 //! simple key, so its elements are held back one at a time, not the whole file.
 
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::rc::Rc;
 
@@ -84,13 +85,13 @@ struct Gate {
 }
 
 /// The scanner's input: the text's characters, weighed as they are read.
-struct Feed {
-    text: Rc<str>,
+struct Feed<'a> {
+    text: &'a str,
     pos: usize,
     gate: Rc<Gate>,
 }
 
-impl Iterator for Feed {
+impl Iterator for Feed<'_> {
     type Item = char;
 
     fn next(&mut self) -> Option<char> {
@@ -105,7 +106,7 @@ impl Iterator for Feed {
             let w = self.gate.half_units.get() + weight(c);
             self.gate.half_units.set(w);
             if w > 2 * MAX_LOOKAHEAD_WEIGHT && !self.let_through() {
-                self.gate.cut.set(Some(pending_token(&self.text, self.gate.delivered.get())));
+                self.gate.cut.set(Some(pending_token(self.text, self.gate.delivered.get())));
                 return None;
             }
         }
@@ -113,16 +114,16 @@ impl Iterator for Feed {
     }
 }
 
-impl Feed {
+impl Feed<'_> {
     /// The look-ahead limit is reached: true when the scanner is still skipping spaces and
     /// comments before the pending token, or the pending token is a quoted or block scalar not
     /// yet let through; what was read up to there then weighs nothing.
     fn let_through(&self) -> bool {
-        let start = pending_token(&self.text, self.gate.delivered.get());
+        let start = pending_token(self.text, self.gate.delivered.get());
         let end = if start >= self.pos {
             start
         } else {
-            match scalar_end(&self.text, start) {
+            match scalar_end(self.text, start) {
                 Some(end) => end,
                 None => return false,
             }
@@ -216,10 +217,19 @@ fn scalar_end(text: &str, start: usize) -> Option<usize> {
     }
 }
 
-/// A saphyr-parser parser over a borrowed input, one event at a time.
-pub(super) struct Parser {
-    sys: SaphyrParser<'static, BufferedInput<Feed>>,
-    text: Rc<str>,
+/// The text as the parser reads it: `--- ` before a first node that is a flow collection (a
+/// JSON document), so that it is no simple key; lines are unchanged.
+pub(super) fn prepare(text: &str) -> Cow<'_, str> {
+    match first_content(text) {
+        Some(i) if matches!(text.as_bytes()[i], b'[' | b'{') => Cow::Owned(format!("{}--- {}", &text[..i], &text[i..])),
+        _ => Cow::Borrowed(text),
+    }
+}
+
+/// A saphyr-parser parser over a borrowed input (from [`prepare`]), one event at a time.
+pub(super) struct Parser<'a> {
+    sys: SaphyrParser<'a, BufferedInput<Feed<'a>>>,
+    text: &'a str,
     gate: Rc<Gate>,
     /// Maps the parser's character indices to byte offsets, moving forward only.
     cursor: Cursor,
@@ -235,16 +245,12 @@ struct Cursor {
     bytes: usize,
 }
 
-impl Parser {
-    /// A parser over `text`; `max_depth` only words the error of the scanner's own nesting
-    /// limit (255 flow levels).
-    pub(super) fn new(text: &str, max_depth: usize) -> Parser {
-        let text: Rc<str> = match first_content(text) {
-            Some(i) if matches!(text.as_bytes()[i], b'[' | b'{') => format!("{}--- {}", &text[..i], &text[i..]).into(),
-            _ => text.into(),
-        };
+impl<'a> Parser<'a> {
+    /// A parser over `text` (as [`prepare`] returns it); `max_depth` only words the error of
+    /// the scanner's own nesting limit (255 flow levels).
+    pub(super) fn new(text: &'a str, max_depth: usize) -> Parser<'a> {
         let gate = Rc::new(Gate::default());
-        let feed = Feed { text: Rc::clone(&text), pos: 0, gate: Rc::clone(&gate) };
+        let feed = Feed { text, pos: 0, gate: Rc::clone(&gate) };
         let sys = SaphyrParser::new(BufferedInput::new(feed));
         Parser { sys, text, gate, cursor: Cursor::default(), max_depth, failed: None }
     }
@@ -257,7 +263,7 @@ impl Parser {
         let next = self.sys.next_event();
         if let Some(at) = self.gate.cut.get() {
             return Err(self.fail(YamlError {
-                line: Some(line_of(&self.text, at)),
+                line: Some(line_of(self.text, at)),
                 message: format!(
                     "a flow collection too large to parse in bounded memory (more than {MAX_LOOKAHEAD_WEIGHT} of , [ ] {{ }} : ? * & ! or quote pairs before it can be delivered)"
                 ),
