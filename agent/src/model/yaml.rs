@@ -22,11 +22,13 @@
 //! - elements of a `List`'s `items` that are not mappings are counted, not kept
 //!   ([`Chunk::NotObjects`]).
 //!
-//! Merge keys are honoured as go-yaml does (`decode.go`, `merge`): a plain `<<` key whose
-//! value is a mapping (usually an alias) or a sequence of mappings merges their keys into the
-//! mapping; keys written in the mapping win wherever they appear, and of a sequence the earlier
-//! mapping wins; any other value makes the object invalid. A key both written and merged is no
-//! duplicate.
+//! Merge keys are honoured as go-yaml v3 does (`decode.go`, `decoder.merge`, the YAML merge-key
+//! type): a plain `<<` key whose value is a mapping (usually an alias) or a sequence of mappings
+//! merges their keys into the mapping; keys written in the mapping win wherever they appear, and
+//! of a sequence the earlier mapping wins; any other value makes the object invalid ("map merge
+//! requires map or sequence of maps as the value"). A key both written and merged is no
+//! duplicate. (go-yaml v2, under sigs.k8s.io/yaml, applies a merge where it is written, so a
+//! `<<` after a written key overrides it there.)
 //!
 //! Scalars resolve exactly as `serde_yaml_ng` resolves them into a `Value` (YAML 1.2 core
 //! schema: `null`/`~`/empty, `true`/`false` in three casings, decimal/`0x`/`0o`/`0b`
@@ -254,9 +256,8 @@ quoted: {'<<': *x}
         assert_eq!((line, reason.as_str()), (2, "duplicate mapping key \"b\""));
     }
 
-    /// 140 KB of aliases over a 10,000-element anchor (the bomb of issue 48, which cost 21 s
-    /// when every alias was cloned before the budget check): the object stops at its budget
-    /// with the aliases that fit, at once.
+    /// 140 KB of aliases over a 10,000-element anchor: each alias is charged before it is
+    /// cloned, so the object stops at its budget with the aliases that fit, at once.
     #[test]
     fn alias_bomb_is_refused_while_expanding() {
         let anchor = vec!["1"; 10_000].join(",");

@@ -28,7 +28,7 @@ impl Default for YamlLimits {
 pub struct YamlError {
     /// 1-based line, when known.
     pub line: Option<usize>,
-    /// What is wrong (libyaml's problem and context, or the limit that was hit).
+    /// What is wrong (the parser's message, or the limit that was hit).
     pub message: String,
 }
 

@@ -4,15 +4,16 @@
 //! The look-ahead bound: saphyr-parser's scanner (as yaml-rust's, from which it descends) holds
 //! back every token of a flow collection (`[...]`, `{...}`) that may still turn out to be a
 //! simple key, and in a flow context it never gives that possibility up (libyaml and go-yaml
-//! give it up after 1,024 characters or at a line break). A flow collection in block context
-//! (`items: [1, 1, ...]`) is therefore tokenised whole before its first event: about 100 bytes
-//! per token, 2.7 GB for 16 MB. The scanner reads its input through [`Feed`], which weighs what
-//! has been read past the end of the last event delivered (the characters that can start or
-//! separate tokens: see [`weight`]); past [`MAX_LOOKAHEAD_WEIGHT`] the pending token is looked
-//! at in the text: comments before it, or a quoted or block scalar (one token, however long),
-//! are let through, anything else (a flow collection) stops the input. A document whose first node is a
-//! flow collection (a JSON file) is read as `--- ` + the text, which makes that collection no
-//! simple key, so its elements are held back one at a time, not the whole file.
+//! give it up after 1,024 characters or at a line break). A flow collection that starts a line
+//! or a document (`- [1, 1, ...]`, a value on the line after its key, a JSON file) is therefore
+//! tokenised whole before its first event, at about 120 bytes per token. The scanner reads its
+//! input through [`Feed`], which weighs what has been read past the end of the last event
+//! delivered (the characters that can start or separate tokens: see [`weight`]); past
+//! [`MAX_LOOKAHEAD_WEIGHT`] the pending token is looked at in the text: comments before it, or
+//! a quoted or block scalar (one token, however long), are let through; anything else (a flow
+//! collection) stops the input. A document whose first node is a flow collection (a JSON file)
+//! is read as `--- ` + the text ([`prepare`]), which makes that collection no simple key, so
+//! its elements are held back one at a time, not the whole file.
 
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -23,10 +24,10 @@ use saphyr_parser::{BufferedInput, Event as SaphyrEvent, Parser as SaphyrParser,
 use super::bounds::YamlError;
 
 /// Most look-ahead weight (see [`weight`]) the scanner may hold past the last event delivered.
-/// Each unit is at most about 2.5 tokens of about 100 bytes (`{a: 1, ...}`: key, scalar, value,
-/// scalar, entry for `:` and `,`), so the scanner holds at most about 60 MB; a JSON object of
-/// 131,072 units is about 1 MB of text (an IPAM block of 4,096 allocations with their attributes
-/// weighs about 100,000).
+/// A unit is at most about 2.5 tokens (`{a: 1, ...}`: key, scalar, value, scalar, entry for `:`
+/// and `,`), so the scanner holds some tens of MB at most; a JSON object of 131,072 units is
+/// about 1 MB of text (an IPAM block of 4,096 allocations, each with its attributes, weighs
+/// about 106,000).
 pub(super) const MAX_LOOKAHEAD_WEIGHT: u64 = 131_072;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
