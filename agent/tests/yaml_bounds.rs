@@ -104,6 +104,20 @@ fn sixteen_mib_inputs_stay_under_200_mib_and_the_alias_bomb_costs_no_time() {
     let broken_rss = children_peak_rss_mib();
     assert!(broken_rss < MAX_RSS_MIB, "broken objects: peak RSS {broken_rss} MiB");
 
+    // Items that name no kind: converted one at a time after the List's kind; before it, kept
+    // only up to one object's node budget, then the input is refused.
+    let item = "- {metadata: {name: p}}\n";
+    write(&list(SIXTEEN_MIB, "apiVersion: projectcalico.org/v3\nkind: IPPoolList\nitems:\n", item, "").0);
+    let r = explain(&path);
+    assert_eq!(r.code, Some(2), "{}", r.stdout);
+    assert!(r.stderr.contains("more than 1000 invalid objects: the input as a whole is refused"), "{}", r.stderr);
+    write(&list(SIXTEEN_MIB, "apiVersion: projectcalico.org/v3\nitems:\n", item, "kind: IPPoolList\n").0);
+    let r = explain(&path);
+    assert_eq!(r.code, Some(2), "{}", r.stdout);
+    assert!(r.stderr.contains("List items that name no kind hold more than 250000 YAML nodes before the List's kind"), "{}", r.stderr);
+    let kindless_rss = children_peak_rss_mib();
+    assert!(kindless_rss < MAX_RSS_MIB, "items that name no kind: peak RSS {kindless_rss} MiB");
+
     // An alias bomb: 40,000 aliases of a 10,000-element anchor, refused as an invalid object
     // at its node budget.
     let anchor = vec!["1"; 10_000].join(",");
@@ -116,7 +130,7 @@ fn sixteen_mib_inputs_stay_under_200_mib_and_the_alias_bomb_costs_no_time() {
     assert!(r.stderr.lines().any(|l| l == want), "{}", r.stderr);
     assert!(r.cpu < Duration::from_secs(2), "alias bomb: {:?} of CPU", r.cpu);
     eprintln!(
-        "peak RSS (MiB, cumulative max): block list {block_rss}, flow list {flow_rss}, held flow {held_rss}, broken objects {broken_rss}; alias bomb CPU {:?}",
+        "peak RSS (MiB, cumulative max): block list {block_rss}, flow list {flow_rss}, held flow {held_rss}, broken objects {broken_rss}, items naming no kind {kindless_rss}; alias bomb CPU {:?}",
         r.cpu
     );
 }

@@ -580,3 +580,26 @@ fn list_items_that_are_not_objects_are_one_rejection() {
     assert_eq!(r.error.to_string(), "not a Kubernetes object: 100000 of the List items are not objects (the first, line 4, is a string)");
     assert_eq!(r.cidrs, vec!["10.5.0.0/16".parse::<IpNet>().unwrap()]);
 }
+
+/// Items of a `List` that name no kind take the List's: converted one at a time when the
+/// List's `kind` comes before `items` (calicoctl), kept as values until it comes when it comes
+/// after them, and past one object's node budget (250,000) kept so the input is refused, not
+/// held in memory.
+#[test]
+fn list_items_that_name_no_kind_are_bounded_until_the_list_names_it() {
+    let item = "- {metadata: {name: p}, spec: {cidr: 10.6.0.0/16}}\n";
+    let first = format!("apiVersion: projectcalico.org/v3\nkind: IPPoolList\nitems:\n{item}");
+    let parsed = ParsedObjects::from_yaml_str(&first, &YamlLimits::default()).unwrap();
+    let [ParsedObject::IpPool(name, pool)] = parsed.items() else { panic!("{parsed:?}") };
+    assert_eq!((name.as_str(), pool.cidr), ("p", "10.6.0.0/16".parse::<IpNet>().unwrap()));
+    let last = format!("apiVersion: projectcalico.org/v3\nitems:\n{item}kind: IPPoolList\n");
+    assert_eq!(ParsedObjects::from_yaml_str(&last, &YamlLimits::default()).unwrap(), parsed);
+    // 9 nodes an item: 27,778 items are more than 250,000 nodes.
+    let many = format!("apiVersion: projectcalico.org/v3\nitems:\n{}kind: IPPoolList\n", item.repeat(27_778));
+    let err = ParsedObjects::from_yaml_str(&many, &YamlLimits::default()).unwrap_err();
+    assert_eq!(err.to_string(), "List items that name no kind hold more than 250000 YAML nodes before the List's kind: the input as a whole is refused");
+    let fewer = format!("apiVersion: projectcalico.org/v3\nitems:\n{}kind: IPPoolList\n", item.repeat(27_777));
+    assert_eq!(ParsedObjects::from_yaml_str(&fewer, &YamlLimits::default()).unwrap().items().len(), 27_777);
+    let kind_first = format!("apiVersion: projectcalico.org/v3\nkind: IPPoolList\nitems:\n{}", item.repeat(27_778));
+    assert_eq!(ParsedObjects::from_yaml_str(&kind_first, &YamlLimits::default()).unwrap().items().len(), 27_778);
+}

@@ -151,10 +151,12 @@ just a string
     fn list_items_stream_and_the_header_follows() {
         let text = "apiVersion: v1\nitems:\n- {kind: IPPool, metadata: {name: a}}\n- {kind: IPPool, metadata: {name: b}}\nkind: List\n";
         let got = chunks(text, &YamlLimits::default()).unwrap();
-        assert_eq!(got.len(), 3, "{got:?}");
-        let Chunk::ListItem(a) = &got[0] else { panic!("{got:?}") };
+        assert_eq!(got.len(), 4, "{got:?}");
+        let Chunk::ListStart(s) = &got[0] else { panic!("{got:?}") };
+        assert_eq!(s, &serde_yaml_ng::from_str::<Value>("apiVersion: v1").unwrap());
+        let Chunk::ListItem(a) = &got[1] else { panic!("{got:?}") };
         assert_eq!(a["metadata"]["name"], Value::String("a".into()));
-        let Chunk::ListHeader(h) = &got[2] else { panic!("{got:?}") };
+        let Chunk::ListHeader(h) = &got[3] else { panic!("{got:?}") };
         assert_eq!(h["kind"], Value::String("List".into()));
         assert!(h.get("items").is_none());
     }
@@ -175,12 +177,13 @@ just a string
         let text =
             "items:\n- kind: IPAMBlock\n  metadata: {name: x}\n  spec: {cidr: 10.0.0.0/30, allocations: [0, 1, 2, 3, 4, 5]}\n- kind: IPPool\nkind: List\n";
         let got = chunks(text, &limits).unwrap();
-        let Chunk::Invalid { partial, line, reason, in_list } = &got[0] else { panic!("{got:?}") };
+        assert!(matches!(&got[0], Chunk::ListStart(_)), "{got:?}");
+        let Chunk::Invalid { partial, line, reason, in_list } = &got[1] else { panic!("{got:?}") };
         assert_eq!(reason, "a sequence has more than 4 entries");
         assert_eq!((*line, *in_list), (4, true));
         assert_eq!(partial["metadata"]["name"], Value::String("x".into()));
         assert_eq!(partial["spec"]["cidr"], Value::String("10.0.0.0/30".into()));
-        assert!(matches!(&got[1], Chunk::ListItem(_)), "the next item is unaffected: {got:?}");
+        assert!(matches!(&got[2], Chunk::ListItem(_)), "the next item is unaffected: {got:?}");
         // Aliases count with their expansion.
         let bomb = "a: &a [1, 1, 1, 1]\nb: &b [*a, *a, *a, *a]\nc: &c [*b, *b, *b, *b]\nd: [*c, *c, *c, *c]\n";
         let limits = YamlLimits { max_object_nodes: 100, ..YamlLimits::default() };
@@ -305,10 +308,10 @@ quoted: {'<<': *x}
     fn list_items_that_are_not_objects_are_counted_not_kept() {
         let text = "kind: List\nitems:\n- 1\n- {kind: IPPool, metadata: {name: a}}\n- [x]\n- &s str\n- *s\n-\n";
         let got = chunks(text, &YamlLimits::default()).unwrap();
-        assert_eq!(got.len(), 3, "{got:?}");
-        assert!(matches!(&got[0], Chunk::ListItem(v) if v["metadata"]["name"] == Value::String("a".into())), "{got:?}");
-        assert_eq!(got[1], Chunk::NotObjects { count: 5, first: Value::Number(1.into()), line: 3 });
-        assert!(matches!(&got[2], Chunk::ListHeader(_)), "{got:?}");
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert!(matches!(&got[1], Chunk::ListItem(v) if v["metadata"]["name"] == Value::String("a".into())), "{got:?}");
+        assert_eq!(got[2], Chunk::NotObjects { count: 5, first: Value::Number(1.into()), line: 3 });
+        assert!(matches!(&got[3], Chunk::ListHeader(_)), "{got:?}");
     }
 
     /// A flow collection in block context is held whole by the parser before its first event:
@@ -322,10 +325,10 @@ quoted: {'<<': *x}
         assert!(err.message.starts_with("a flow collection too large to parse in bounded memory"), "{err:?}");
         // On the key's line the collection is no simple key: read, the items counted.
         let got = chunks(&format!("kind: List\nitems: [{ones}]\n"), &YamlLimits::default()).unwrap();
-        assert_eq!(got[0], Chunk::NotObjects { count: 200_000, first: Value::Number(1.into()), line: 2 });
+        assert_eq!(got[1], Chunk::NotObjects { count: 200_000, first: Value::Number(1.into()), line: 2 });
         // The same as JSON: read, the items counted.
         let got = chunks(&format!("{{\"kind\": \"List\", \"items\": [{ones}]}}"), &YamlLimits::default()).unwrap();
-        assert_eq!(got[0], Chunk::NotObjects { count: 200_000, first: Value::Number(1.into()), line: 1 });
+        assert_eq!(got[1], Chunk::NotObjects { count: 200_000, first: Value::Number(1.into()), line: 1 });
         // A JSON object's values are no simple keys either: a long array in one is read (and
         // stops at the sequence limit as in YAML).
         let got = chunks(&format!("{{\"kind\": \"IPAMBlock\", \"spec\": {{\"allocations\": [{ones}]}}}}"), &YamlLimits::default()).unwrap();

@@ -23,6 +23,9 @@ pub enum Chunk {
     /// probably a `List`; [`Chunk::ListHeader`] follows at the document's end and tells).
     /// Always a mapping: other elements are counted in [`Chunk::NotObjects`].
     ListItem(Value),
+    /// The start of the `items` sequence of a document's root mapping: the entries of the root
+    /// mapping written before it (a List's `kind` and `apiVersion`, when they come first).
+    ListStart(Value),
     /// The end of a document whose root mapping had an `items` sequence: the root mapping
     /// without `items` (apiVersion, kind, metadata, ...).
     ListHeader(Value),
@@ -232,6 +235,9 @@ impl Loader {
                     self.streamed_items = true;
                     self.strays = Strays::default();
                     self.outer = Some(std::mem::take(&mut self.budget));
+                    if let Node::Map { map, .. } = &self.stack[0] {
+                        more = sink(Chunk::ListStart(Value::Mapping(map.clone())));
+                    }
                 } else {
                     self.admit(1);
                 }
