@@ -123,6 +123,8 @@ impl ParsedObjects {
         let mut rejected = 0usize;
         yaml::for_each_chunk(text, limits, &mut |chunk| {
             let before = (parsed.items.len(), list_items.items.len());
+            // List items moved into `parsed` at the header, counted when they were added.
+            let mut moved = 0;
             match chunk {
                 yaml::Chunk::Document(v) => parsed.add(&v),
                 yaml::Chunk::ListStart(start) => {
@@ -152,6 +154,7 @@ impl ParsedObjects {
                     if kind == "List" || kind.ends_with("List") {
                         let api_version = header.get("apiVersion").and_then(Value::as_str).unwrap_or("");
                         let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
+                        moved = items.items.len();
                         parsed.items.extend(items.items);
                         for v in &rest {
                             parsed.add_inner(v, item_kind.map(|k| (api_version, k)));
@@ -170,7 +173,7 @@ impl ParsedObjects {
                 }
                 yaml::Chunk::Invalid { partial, line, reason, in_list: _ } => parsed.unreadable(&partial, line, reason),
             }
-            rejected += parsed.items[before.0.min(parsed.items.len())..].iter().filter(|i| !i.is_good()).count();
+            rejected += parsed.items[(before.0 + moved).min(parsed.items.len())..].iter().filter(|i| !i.is_good()).count();
             rejected += list_items.items[before.1.min(list_items.items.len())..].iter().filter(|i| !i.is_good()).count();
             rejected <= MAX_REJECTED_PER_INPUT && !too_many_inheriting
         })?;

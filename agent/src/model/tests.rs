@@ -603,3 +603,17 @@ fn list_items_that_name_no_kind_are_bounded_until_the_list_names_it() {
     let kind_first = format!("apiVersion: projectcalico.org/v3\nkind: IPPoolList\nitems:\n{}", item.repeat(27_778));
     assert_eq!(ParsedObjects::from_yaml_str(&kind_first, &YamlLimits::default()).unwrap().items().len(), 27_778);
 }
+
+/// The rejections of one input are counted once each, wherever they come from: 600 invalid
+/// List items are 600 rejections (the input is refused only past 1,000), 1,001 refuse it.
+#[test]
+fn invalid_list_items_count_once_towards_the_input_limit() {
+    let list = |n: usize| {
+        let item = "- {apiVersion: projectcalico.org/v3, kind: IPPool, metadata: {name: p}, spec: {cidr: x}}\n";
+        format!("apiVersion: v1\nitems:\n{}kind: List\n", item.repeat(n))
+    };
+    let parsed = ParsedObjects::from_yaml_str(&list(600), &YamlLimits::default()).unwrap();
+    assert_eq!(parsed.items().iter().filter(|i| !i.is_good()).count(), 600);
+    let err = ParsedObjects::from_yaml_str(&list(1001), &YamlLimits::default()).unwrap_err();
+    assert_eq!(err.to_string(), "more than 1000 invalid objects: the input as a whole is refused");
+}
