@@ -72,8 +72,6 @@ pub(super) enum Event {
 /// scanner has read past it.
 #[derive(Default)]
 struct Gate {
-    /// Byte offset in the text up to which the scanner has read.
-    read: Cell<usize>,
     /// Byte offset where the last delivered event ends.
     delivered: Cell<usize>,
     /// Characters before this byte offset do not weigh (the inside of a long scalar let through).
@@ -102,7 +100,6 @@ impl Iterator for Feed<'_> {
         let c = self.text[self.pos..].chars().next()?;
         let at = self.pos;
         self.pos += c.len_utf8();
-        self.gate.read.set(self.pos);
         if at >= self.gate.weigh_from.get() {
             let w = self.gate.half_units.get() + weight(c);
             self.gate.half_units.set(w);
