@@ -110,43 +110,86 @@ impl ParsedObjects {
         // apiVersion and kind; kept as values to inherit the List's when they do not.
         let mut list_items = ParsedObjects::default();
         let mut inheriting: Vec<Value> = Vec::new();
-        yaml::for_each_chunk(text, limits, &mut |chunk| match chunk {
-            yaml::Chunk::Document(v) => parsed.add(&v),
-            yaml::Chunk::ListItem(v) => {
-                let own = v.get("apiVersion").is_some_and(Value::is_string) && v.get("kind").is_some_and(Value::is_string);
-                if own {
-                    list_items.add(&v);
-                } else {
-                    inheriting.push(v);
+        // The List's apiVersion and item kind, when its header names them before `items`: the
+        // items that name no kind are then converted at once.
+        let mut early: Option<(String, Option<String>)> = None;
+        // Nodes of the items kept in `inheriting` (about 250 bytes a node as values): past one
+        // object's budget the input is refused.
+        let mut inheriting_nodes = 0usize;
+        let mut too_many_inheriting = false;
+        // The elements of `items` that are not objects, rejected once the header says List.
+        let mut strays: Option<(usize, Value, usize)> = None;
+        // Rejections so far; past the limit the parse stops (the input is refused below).
+        let mut rejected = 0usize;
+        yaml::for_each_chunk(text, limits, &mut |chunk| {
+            let before = (parsed.items.len(), list_items.items.len());
+            // List items moved into `parsed` at the header, counted when they were added.
+            let mut moved = 0;
+            match chunk {
+                yaml::Chunk::Document(v) => parsed.add(&v),
+                yaml::Chunk::ListStart(start) => {
+                    let kind = start.get("kind").and_then(Value::as_str).filter(|k| *k == "List" || k.ends_with("List"));
+                    early = kind.map(|k| {
+                        let api_version = start.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_owned();
+                        (api_version, k.strip_suffix("List").filter(|k| !k.is_empty()).map(str::to_owned))
+                    });
                 }
-            }
-            yaml::Chunk::ListHeader(header) => {
-                let items = std::mem::take(&mut list_items);
-                let rest = std::mem::take(&mut inheriting);
-                let kind = header.get("kind").and_then(Value::as_str).unwrap_or("");
-                if kind == "List" || kind.ends_with("List") {
-                    let api_version = header.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-                    let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
-                    parsed.items.extend(items.items);
-                    for v in &rest {
-                        parsed.add_inner(v, item_kind.map(|k| (api_version, k)));
+                yaml::Chunk::ListItem(v) => {
+                    let own = v.get("apiVersion").is_some_and(Value::is_string) && v.get("kind").is_some_and(Value::is_string);
+                    if own {
+                        list_items.add(&v);
+                    } else if let Some((api_version, item_kind)) = &early {
+                        list_items.add_inner(&v, item_kind.as_deref().map(|k| (api_version.as_str(), k)));
+                    } else {
+                        inheriting_nodes += count_nodes(&v);
+                        too_many_inheriting |= inheriting_nodes > limits.max_object_nodes;
+                        inheriting.push(v);
                     }
-                } else {
-                    // Not a List: the root is an object of its own; a root-level `items`
-                    // is not a field the model reads.
-                    parsed.add(&header);
                 }
+                yaml::Chunk::NotObjects { count, first, line } => strays = Some((count, first, line)),
+                yaml::Chunk::ListHeader(header) => {
+                    let items = std::mem::take(&mut list_items);
+                    let rest = std::mem::take(&mut inheriting);
+                    let kind = header.get("kind").and_then(Value::as_str).unwrap_or("");
+                    if kind == "List" || kind.ends_with("List") {
+                        let api_version = header.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+                        let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
+                        moved = items.items.len();
+                        parsed.items.extend(items.items);
+                        for v in &rest {
+                            parsed.add_inner(v, item_kind.map(|k| (api_version, k)));
+                        }
+                        if let Some((count, first, line)) = strays.take() {
+                            let reason =
+                                format!("{count} of the {} items are not objects (the first, line {line}, is a {})", fields::bounded(kind), type_name(&first));
+                            parsed.error(ModelError::NotAnObject { reason }, &first);
+                        }
+                    } else {
+                        // Not a List: the root is an object of its own; a root-level `items`
+                        // is not a field the model reads.
+                        strays = None;
+                        parsed.add(&header);
+                    }
+                }
+                yaml::Chunk::Invalid { partial, line, reason, in_list: _ } => parsed.unreadable(&partial, line, reason),
             }
-            yaml::Chunk::Invalid { partial, line, reason, in_list: _ } => parsed.unreadable(&partial, line, reason),
+            rejected += parsed.items[(before.0 + moved).min(parsed.items.len())..].iter().filter(|i| !i.is_good()).count();
+            rejected += list_items.items[before.1.min(list_items.items.len())..].iter().filter(|i| !i.is_good()).count();
+            rejected <= MAX_REJECTED_PER_INPUT && !too_many_inheriting
         })?;
-        // A document cut short by an error never delivers its header; its items are dropped
-        // with it (the error fails the whole text).
-        let rejected = parsed.items.iter().filter(|i| !i.is_good()).count();
-        if rejected > MAX_REJECTED_PER_INPUT {
+        if too_many_inheriting {
             return Err(YamlError {
                 line: None,
-                message: format!("{rejected} invalid objects, more than {MAX_REJECTED_PER_INPUT}: the input as a whole is refused"),
+                message: format!(
+                    "List items that name no kind hold more than {} YAML nodes before the List's kind: the input as a whole is refused",
+                    limits.max_object_nodes
+                ),
             });
+        }
+        // A document cut short by an error never delivers its header; its items are dropped
+        // with it (the error fails the whole text).
+        if rejected > MAX_REJECTED_PER_INPUT {
+            return Err(YamlError { line: None, message: format!("more than {MAX_REJECTED_PER_INPUT} invalid objects: the input as a whole is refused") });
         }
         parsed.items.shrink_to_fit();
         Ok(parsed)
@@ -279,5 +322,15 @@ impl ParsedObjects {
                 self.items.extend(errs.into_iter().map(|e| ParsedObject::Error(Rejected::new(e, cidrs.clone()))));
             }
         }
+    }
+}
+
+/// The number of nodes of `v` (itself included; a tagged value counts its value).
+fn count_nodes(v: &Value) -> usize {
+    match v {
+        Value::Sequence(s) => 1 + s.iter().map(count_nodes).sum::<usize>(),
+        Value::Mapping(m) => 1 + m.iter().map(|(k, v)| count_nodes(k) + count_nodes(v)).sum::<usize>(),
+        Value::Tagged(t) => count_nodes(&t.value),
+        _ => 1,
     }
 }

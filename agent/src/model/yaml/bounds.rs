@@ -1,8 +1,5 @@
 //! The bounds of one load: the limits ([`YamlLimits`]), the budget of the object being built
-//! against them ([`Budget`], with aliases counted at their full size, [`count_nodes`]), and the
-//! error that stops a whole input ([`YamlError`]).
-
-use serde_yaml_ng::Value;
+//! against them ([`Budget`]), and the error that stops a whole input ([`YamlError`]).
 
 /// Limits of one load. The defaults fit every object Calico writes with a wide margin: the
 /// largest IPAM block (`/20` or `/116`) has 4,096 allocations, and such a block with one
@@ -31,7 +28,7 @@ impl Default for YamlLimits {
 pub struct YamlError {
     /// 1-based line, when known.
     pub line: Option<usize>,
-    /// What is wrong (libyaml's problem and context, or the limit that was hit).
+    /// What is wrong (the parser's message, or the limit that was hit).
     pub message: String,
 }
 
@@ -47,14 +44,4 @@ pub(super) struct Budget {
     /// are still attached to their parents as they close (so the partial keeps what was
     /// built before the problem, `metadata` and the `spec` fields before the bad one).
     pub(super) open_frames: usize,
-}
-
-/// The number of nodes of `v` (itself included).
-pub(super) fn count_nodes(v: &Value) -> usize {
-    match v {
-        Value::Sequence(s) => 1 + s.iter().map(count_nodes).sum::<usize>(),
-        Value::Mapping(m) => 1 + m.iter().map(|(k, v)| count_nodes(k) + count_nodes(v)).sum::<usize>(),
-        Value::Tagged(t) => count_nodes(&t.value),
-        _ => 1,
-    }
 }

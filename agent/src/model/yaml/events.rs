@@ -1,13 +1,34 @@
-//! libyaml driven one event at a time: a [`Parser`] over a borrowed input (the only `unsafe`
-//! code of the loader) and the owned [`Event`]s it yields, each with its 1-based line.
+//! `saphyr-parser` driven one event at a time: a [`Parser`] over a borrowed input that yields
+//! owned [`Event`]s, each with its 1-based line, and keeps the parser's look-ahead bounded.
+//!
+//! The look-ahead bound: saphyr-parser's scanner (as yaml-rust's, from which it descends) holds
+//! back every token of a flow collection (`[...]`, `{...}`) that may still turn out to be a
+//! simple key, and in a flow context it never gives that possibility up (libyaml and go-yaml
+//! give it up after 1,024 characters or at a line break). A flow collection that starts a line
+//! or a document (`- [1, 1, ...]`, a value on the line after its key, a JSON file) is therefore
+//! tokenised whole before its first event, at about 120 bytes per token. The scanner reads its
+//! input through [`Feed`], which weighs what has been read past the end of the last event
+//! delivered (the characters that can start or separate tokens: see [`weight`]); past
+//! [`MAX_LOOKAHEAD_WEIGHT`] the pending token is looked at in the text: comments before it, or
+//! a quoted or block scalar (one token, however long), are let through; anything else (a flow
+//! collection) stops the input. A document whose first node is a flow collection (a JSON file)
+//! is read as `--- ` + the text ([`prepare`]), which makes that collection no simple key, so
+//! its elements are held back one at a time, not the whole file.
 
-use std::mem::MaybeUninit;
-use std::ptr::NonNull;
+use std::borrow::Cow;
+use std::cell::Cell;
+use std::rc::Rc;
 
-#[allow(clippy::unsafe_removed_from_name)] // the usual name of a C library binding; every call site is `unsafe` anyway
-use unsafe_libyaml as sys;
+use saphyr_parser::{BufferedInput, Event as SaphyrEvent, Parser as SaphyrParser, ScalarStyle, ScanError};
 
 use super::bounds::YamlError;
+
+/// Most look-ahead weight (see [`weight`]) the scanner may hold past the last event delivered.
+/// A unit is at most about 2.5 tokens (`{a: 1, ...}`: key, scalar, value, scalar, entry for `:`
+/// and `,`), so the scanner holds some tens of MB at most; a JSON object of 131,072 units is
+/// about 1 MB of text (an IPAM block of 4,096 allocations, each with its attributes, weighs
+/// about 106,000).
+pub(super) const MAX_LOOKAHEAD_WEIGHT: u64 = 131_072;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Style {
@@ -15,27 +36,31 @@ pub(super) enum Style {
     Quoted,
 }
 
+/// One parser event, owned. Anchors are saphyr-parser's ids: unique per anchor definition in
+/// the stream (a redefined name gets a new id), 0 for none.
 #[derive(Debug)]
 pub(super) enum Event {
     StreamEnd,
     DocumentStart,
     DocumentEnd,
     Alias {
-        anchor: String,
+        id: usize,
+        /// The alias as written (`*name`), for an error.
+        name: String,
     },
     Scalar {
-        anchor: Option<String>,
+        anchor: usize,
         tag: Option<String>,
         value: String,
         style: Style,
     },
     SequenceStart {
-        anchor: Option<String>,
+        anchor: usize,
         tag: Option<String>,
     },
     SequenceEnd,
     MappingStart {
-        anchor: Option<String>,
+        anchor: usize,
         tag: Option<String>,
     },
     MappingEnd,
@@ -43,126 +68,312 @@ pub(super) enum Event {
     Nothing,
 }
 
-/// A libyaml parser over a borrowed input. The parser is boxed: libyaml keeps a pointer to
-/// itself as its read handler's data, so it must not move.
+/// What [`Feed`] and [`Parser`] share: where the last delivered event ends and how much the
+/// scanner has read past it.
+#[derive(Default)]
+struct Gate {
+    /// Byte offset where the last delivered event ends.
+    delivered: Cell<usize>,
+    /// Characters before this byte offset do not weigh (the inside of a long scalar let through).
+    weigh_from: Cell<usize>,
+    /// Weight read past `max(delivered, weigh_from)`, in half units (a quote weighs one half).
+    half_units: Cell<u64>,
+    /// Set when the input was cut short to bound the look-ahead: the byte offset of the token
+    /// that could not be delivered.
+    cut: Cell<Option<usize>>,
+}
+
+/// The scanner's input: the text's characters, weighed as they are read.
+struct Feed<'a> {
+    text: &'a str,
+    pos: usize,
+    gate: Rc<Gate>,
+}
+
+impl Iterator for Feed<'_> {
+    type Item = char;
+
+    fn next(&mut self) -> Option<char> {
+        if self.gate.cut.get().is_some() {
+            return None;
+        }
+        let c = self.text[self.pos..].chars().next()?;
+        let at = self.pos;
+        self.pos += c.len_utf8();
+        if at >= self.gate.weigh_from.get() {
+            let w = self.gate.half_units.get() + weight(c);
+            self.gate.half_units.set(w);
+            if w > 2 * MAX_LOOKAHEAD_WEIGHT && !self.let_through() {
+                self.gate.cut.set(Some(pending_token(self.text, self.gate.delivered.get())));
+                return None;
+            }
+        }
+        Some(c)
+    }
+}
+
+impl Feed<'_> {
+    /// The look-ahead limit is reached: true when the scanner is still skipping spaces and
+    /// comments before the pending token, or the pending token is a quoted or block scalar not
+    /// yet let through; what was read up to there then weighs nothing.
+    fn let_through(&self) -> bool {
+        let start = pending_token(self.text, self.gate.delivered.get());
+        let end = if start >= self.pos {
+            start
+        } else {
+            match scalar_end(self.text, start) {
+                Some(end) => end,
+                None => return false,
+            }
+        };
+        if self.gate.weigh_from.get() >= end {
+            return false;
+        }
+        self.gate.weigh_from.set(end);
+        let read = self.pos.max(end);
+        self.gate.half_units.set(self.text[end..read].chars().map(weight).sum());
+        true
+    }
+}
+
+/// The look-ahead weight of one character, in half units: the characters that start or
+/// separate tokens in a flow context weigh one unit (`, [ ] { } : ? * & !`), quotes half a unit
+/// (a quoted scalar is one token for two quotes), everything else nothing (a plain scalar's
+/// characters, spaces, line breaks).
+fn weight(c: char) -> u64 {
+    match c {
+        ',' | '[' | ']' | '{' | '}' | ':' | '?' | '*' | '&' | '!' => 2,
+        '"' | '\'' => 1,
+        _ => 0,
+    }
+}
+
+/// Byte offset of the first token after `from`: spaces, line breaks, comments, the indicators
+/// `-`, `?`, `:`, `,` and document markers, anchors and tags skipped.
+fn pending_token(text: &str, from: usize) -> usize {
+    let b = text.as_bytes();
+    let mut i = from;
+    while i < b.len() {
+        match b[i] {
+            b' ' | b'\t' | b'\r' | b'\n' | b',' => i += 1,
+            b'-' | b'?' | b':' if b.get(i + 1).is_none_or(|n| matches!(n, b' ' | b'\t' | b'\r' | b'\n')) => i += 1,
+            b'-' | b'.' if b.get(i..i + 3).is_some_and(|m| m == b"---" || m == b"...") => i += 3,
+            b'#' => i = text[i..].find('\n').map_or(b.len(), |n| i + n),
+            b'&' | b'!' => i = text[i..].find([' ', '\t', '\r', '\n']).map_or(b.len(), |n| i + n),
+            _ => return i,
+        }
+    }
+    i
+}
+
+/// The end of the quoted or block scalar starting at `start` (an upper bound for a block
+/// scalar: the next line indented no more than the line of its `|` or `>`), `None` for any
+/// other token.
+fn scalar_end(text: &str, start: usize) -> Option<usize> {
+    let rest = &text[start..];
+    match rest.as_bytes().first()? {
+        b'\'' => {
+            // '' is a quote inside single quotes.
+            let mut i = 1;
+            loop {
+                let q = rest[i..].find('\'')? + i;
+                if rest.as_bytes().get(q + 1) == Some(&b'\'') {
+                    i = q + 2;
+                } else {
+                    return Some(start + q + 1);
+                }
+            }
+        }
+        b'"' => {
+            let mut escaped = false;
+            for (i, c) in rest.char_indices().skip(1) {
+                match c {
+                    '\\' if !escaped => escaped = true,
+                    '"' if !escaped => return Some(start + i + 1),
+                    _ => escaped = false,
+                }
+            }
+            None
+        }
+        b'|' | b'>' => {
+            let line_start = text[..start].rfind('\n').map_or(0, |n| n + 1);
+            let indent = text[line_start..].bytes().take_while(|&c| c == b' ').count();
+            let mut at = start + rest.find('\n')? + 1;
+            while at < text.len() {
+                let line = &text[at..];
+                let end = line.find('\n').map_or(line.len(), |n| n + 1);
+                let content = line[..end].trim_start_matches(' ');
+                let blank = content.trim().is_empty();
+                if !blank && line.len() - content.len() <= indent {
+                    return Some(at);
+                }
+                at += end;
+            }
+            Some(text.len())
+        }
+        _ => None,
+    }
+}
+
+/// The text as the parser reads it: `--- ` before a first node that is a flow collection (a
+/// JSON document), so that it is no simple key; lines are unchanged.
+pub(super) fn prepare(text: &str) -> Cow<'_, str> {
+    match first_content(text) {
+        Some(i) if matches!(text.as_bytes()[i], b'[' | b'{') => Cow::Owned(format!("{}--- {}", &text[..i], &text[i..])),
+        _ => Cow::Borrowed(text),
+    }
+}
+
+/// A saphyr-parser parser over a borrowed input (from [`prepare`]), one event at a time.
 pub(super) struct Parser<'a> {
-    sys: Box<MaybeUninit<sys::yaml_parser_t>>,
-    _input: &'a [u8],
-    initialized: bool,
+    sys: SaphyrParser<'a, BufferedInput<Feed<'a>>>,
+    text: &'a str,
+    gate: Rc<Gate>,
+    /// Maps the parser's character indices to byte offsets, moving forward only.
+    cursor: Cursor,
+    max_depth: usize,
     failed: Option<YamlError>,
 }
 
+/// A character index to byte offset map that walks the text forward (restarting from the
+/// start for an index behind it), taking the weight of what it passes off the gate.
+#[derive(Default)]
+struct Cursor {
+    chars: usize,
+    bytes: usize,
+}
+
 impl<'a> Parser<'a> {
-    pub(super) fn new(input: &'a [u8]) -> Parser<'a> {
-        let mut sys = Box::new(MaybeUninit::<sys::yaml_parser_t>::uninit());
-        let p = sys.as_mut_ptr();
-        // SAFETY: `p` points to memory for one parser, which yaml_parser_initialize
-        // zeroes and initializes; the input outlives the parser (lifetime 'a), and the box
-        // keeps the parser at one address for its whole life.
-        let ok = unsafe {
-            let ok = sys::yaml_parser_initialize(p).ok;
-            if ok {
-                sys::yaml_parser_set_encoding(p, sys::YAML_UTF8_ENCODING);
-                sys::yaml_parser_set_input_string(p, input.as_ptr(), u64::try_from(input.len()).unwrap_or(u64::MAX));
-            }
-            ok
-        };
-        let failed = (!ok).then(|| YamlError { line: None, message: "the YAML parser could not allocate memory".into() });
-        Parser { sys, _input: input, initialized: ok, failed }
+    /// A parser over `text` (as [`prepare`] returns it); `max_depth` only words the error of
+    /// the scanner's own nesting limit (255 flow levels).
+    pub(super) fn new(text: &'a str, max_depth: usize) -> Parser<'a> {
+        let gate = Rc::new(Gate::default());
+        let feed = Feed { text, pos: 0, gate: Rc::clone(&gate) };
+        let sys = SaphyrParser::new(BufferedInput::new(feed));
+        Parser { sys, text, gate, cursor: Cursor::default(), max_depth, failed: None }
     }
 
-    /// The next event; an error ends the stream.
+    /// The next event and its 1-based line; an error ends the stream.
     pub(super) fn next(&mut self) -> Result<(Event, usize), YamlError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        let p = self.sys.as_mut_ptr();
-        let mut raw = MaybeUninit::<sys::yaml_event_t>::uninit();
-        let ev = raw.as_mut_ptr();
-        // SAFETY: the parser was initialized in `new` (else `failed` is set); on success
-        // `ev` is a fully written event that we read and then free exactly once.
-        unsafe {
-            if sys::yaml_parser_parse(p, ev).fail {
-                let e = parse_error(p);
-                self.failed = Some(e.clone());
-                return Err(e);
+        let next = self.sys.next_event();
+        if let Some(at) = self.gate.cut.get() {
+            return Err(self.fail(YamlError {
+                line: Some(line_of(self.text, at)),
+                message: format!(
+                    "a flow collection too large to parse in bounded memory (more than {MAX_LOOKAHEAD_WEIGHT} of , [ ] {{ }} : ? * & ! or quote pairs before it can be delivered)"
+                ),
+            }));
+        }
+        let (ev, span) = match next {
+            None => return Ok((Event::StreamEnd, 0)),
+            Some(Err(e)) => {
+                let e = self.scan_error(&e);
+                return Err(self.fail(e));
             }
-            let line = usize::try_from((*ev).start_mark.line).unwrap_or(usize::MAX).saturating_add(1);
-            let out = convert(&*ev);
-            sys::yaml_event_delete(ev);
-            Ok((out, line))
-        }
-    }
-}
-
-impl Drop for Parser<'_> {
-    fn drop(&mut self) {
-        if self.initialized {
-            // SAFETY: initialized in `new`; deleted once.
-            unsafe { sys::yaml_parser_delete(self.sys.as_mut_ptr()) }
-        }
-    }
-}
-
-/// libyaml's error of a failed parse, as `problem at line L, context`.
-///
-/// # Safety
-/// `p` must point to an initialized parser whose last call failed.
-unsafe fn parse_error(p: *const sys::yaml_parser_t) -> YamlError {
-    // SAFETY: the caller guarantees `p` is valid; the strings are libyaml's static messages.
-    unsafe {
-        let prefix = &**p;
-        let problem = c_text(prefix.problem.cast()).unwrap_or_else(|| "the YAML parser failed".into());
-        let context = c_text(prefix.context.cast());
-        let line = usize::try_from(prefix.problem_mark.line).unwrap_or(usize::MAX).saturating_add(1);
-        let message = match context {
-            Some(c) => format!("{problem}, {c}"),
-            None => problem,
+            Some(Ok(x)) => x,
         };
-        YamlError { line: Some(line), message }
+        let line = span.start.line();
+        let start = self.byte_at(span.start.index());
+        let end = self.byte_at(span.end.index());
+        if end > self.gate.delivered.get() {
+            let from = self.gate.delivered.get().max(self.gate.weigh_from.get());
+            let passed: u64 = if end > from { self.text[from..end].chars().map(weight).sum() } else { 0 };
+            self.gate.half_units.set(self.gate.half_units.get().saturating_sub(passed));
+            self.gate.delivered.set(end);
+        }
+        let out = match ev {
+            SaphyrEvent::StreamEnd => Event::StreamEnd,
+            SaphyrEvent::DocumentStart(_) => Event::DocumentStart,
+            SaphyrEvent::DocumentEnd => Event::DocumentEnd,
+            SaphyrEvent::Alias(id) => Event::Alias { id, name: alias_text(&self.text[start..]) },
+            SaphyrEvent::Scalar(value, style, anchor, tag) => Event::Scalar {
+                anchor,
+                tag: tag.map(|t| tag_text(&t)),
+                value: value.into_owned(),
+                style: if style == ScalarStyle::Plain { Style::Plain } else { Style::Quoted },
+            },
+            SaphyrEvent::SequenceStart(anchor, tag) => Event::SequenceStart { anchor, tag: tag.map(|t| tag_text(&t)) },
+            SaphyrEvent::SequenceEnd => Event::SequenceEnd,
+            SaphyrEvent::MappingStart(anchor, tag) => Event::MappingStart { anchor, tag: tag.map(|t| tag_text(&t)) },
+            SaphyrEvent::MappingEnd => Event::MappingEnd,
+            SaphyrEvent::StreamStart | SaphyrEvent::Nothing => Event::Nothing,
+        };
+        Ok((out, line))
+    }
+
+    fn fail(&mut self, e: YamlError) -> YamlError {
+        self.failed = Some(e.clone());
+        e
+    }
+
+    /// saphyr-parser's error as ours, with its 1-based line; its nesting limit and its unknown
+    /// anchor worded as the loader words them.
+    fn scan_error(&mut self, e: &ScanError) -> YamlError {
+        let line = Some(e.marker().line());
+        let message = match e.info() {
+            "recursion limit exceeded" if self.max_depth < 255 => format!("nesting deeper than {} levels", self.max_depth),
+            "recursion limit exceeded" => "nesting deeper than 255 flow levels".to_owned(),
+            "while parsing node, found unknown anchor" => {
+                let at = self.byte_at(e.marker().index());
+                format!("unknown alias {}", alias_text(&self.text[at..]))
+            }
+            other => other.to_owned(),
+        };
+        YamlError { line, message }
+    }
+
+    /// The byte offset of character index `at` of the text, walked to from the last one asked
+    /// for (events come in text order, so the walks add up to the text's length).
+    fn byte_at(&mut self, at: usize) -> usize {
+        let c = &mut self.cursor;
+        if at >= c.chars {
+            let rest = &self.text[c.bytes..];
+            c.bytes += rest.char_indices().nth(at - c.chars).map_or(rest.len(), |(b, _)| b);
+        } else {
+            let before = &self.text[..c.bytes];
+            c.bytes = before.char_indices().rev().nth(c.chars - at - 1).map_or(0, |(b, _)| b);
+        }
+        c.chars = at;
+        c.bytes
     }
 }
 
-/// A NUL-terminated C string as text (lossy), `None` for a null pointer.
-///
-/// # Safety
-/// `s` is null or points to a NUL-terminated string.
-unsafe fn c_text(s: *const u8) -> Option<String> {
-    let ptr = NonNull::new(s.cast_mut())?;
-    // SAFETY: guaranteed by the caller.
-    let c = unsafe { std::ffi::CStr::from_ptr(ptr.as_ptr().cast()) };
-    Some(c.to_string_lossy().into_owned())
+/// The alias (`*name`, at most 256 bytes of it) at the start of `rest`.
+fn alias_text(rest: &str) -> String {
+    let end = rest.find([' ', '\t', '\r', '\n', ',', ']', '}']).unwrap_or(rest.len());
+    let mut cut = end.min(256);
+    while !rest.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    rest[..cut].to_owned()
 }
 
-/// Copy a libyaml event into an owned [`Event`].
-///
-/// # Safety
-/// `e` is an event just returned by `yaml_parser_parse`.
-unsafe fn convert(e: &sys::yaml_event_t) -> Event {
-    // SAFETY: the union member read is the one `type_` selects; pointers are libyaml's own
-    // NUL-terminated strings or (value, length) buffers, valid until the event is deleted.
-    unsafe {
-        match e.type_ {
-            sys::YAML_STREAM_END_EVENT => Event::StreamEnd,
-            sys::YAML_DOCUMENT_START_EVENT => Event::DocumentStart,
-            sys::YAML_DOCUMENT_END_EVENT => Event::DocumentEnd,
-            sys::YAML_ALIAS_EVENT => Event::Alias { anchor: c_text(e.data.alias.anchor).unwrap_or_default() },
-            sys::YAML_SCALAR_EVENT => {
-                let s = &e.data.scalar;
-                let len = usize::try_from(s.length).unwrap_or(0);
-                let bytes = if s.value.is_null() || len == 0 { &[][..] } else { std::slice::from_raw_parts(s.value, len) };
-                Event::Scalar {
-                    anchor: c_text(s.anchor),
-                    tag: c_text(s.tag),
-                    value: String::from_utf8_lossy(bytes).into_owned(),
-                    style: if s.style == sys::YAML_PLAIN_SCALAR_STYLE { Style::Plain } else { Style::Quoted },
-                }
-            }
-            sys::YAML_SEQUENCE_START_EVENT => Event::SequenceStart { anchor: c_text(e.data.sequence_start.anchor), tag: c_text(e.data.sequence_start.tag) },
-            sys::YAML_SEQUENCE_END_EVENT => Event::SequenceEnd,
-            sys::YAML_MAPPING_START_EVENT => Event::MappingStart { anchor: c_text(e.data.mapping_start.anchor), tag: c_text(e.data.mapping_start.tag) },
-            sys::YAML_MAPPING_END_EVENT => Event::MappingEnd,
-            _ => Event::Nothing,
+/// The byte offset of the first character that is not a space, line break or comment.
+fn first_content(text: &str) -> Option<usize> {
+    let mut i = 0;
+    let b = text.as_bytes();
+    while i < b.len() {
+        match b[i] {
+            b' ' | b'\t' | b'\r' | b'\n' => i += 1,
+            b'#' => i = text[i..].find('\n').map_or(b.len(), |n| i + n),
+            _ => return Some(i),
         }
+    }
+    None
+}
+
+fn line_of(text: &str, at: usize) -> usize {
+    text[..at.min(text.len())].matches('\n').count() + 1
+}
+
+/// A tag as libyaml spells it: `tag:yaml.org,2002:str` for `!!str`, `!name` for a local tag.
+fn tag_text(t: &saphyr_parser::Tag) -> String {
+    if t.handle == "!" {
+        format!("!{}", t.suffix)
+    } else {
+        format!("{}{}", t.handle, t.suffix)
     }
 }
