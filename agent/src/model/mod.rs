@@ -40,7 +40,7 @@ mod sources;
 pub mod yaml;
 
 pub use block::{nth_ip, Affinity, AffinityState, Allocation, AllocationAttributes, BlockAffinity, IpamBlock, KEPT_SECONDARY_KEYS};
-pub use block_check::{check_blocks, MAX_NAMED_OVERLAPS};
+pub use block_check::{check_blocks, is_invalid_block, MAX_NAMED_OVERLAPS};
 pub use cluster::{Cluster, ClusterBuilder};
 pub use config::{parse_go_duration, BgpConfiguration, FelixConfiguration, FelixScope};
 pub use error::{FieldProblem, ModelError, Rejected};
