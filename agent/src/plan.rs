@@ -915,7 +915,7 @@ mod block_overlap_tests {
         for _ in 0..4 {
             let rep = r.apply().await;
             assert_eq!(rep.deletes, 0, "{rep:?}");
-            clock.advance(Duration::from_secs(60));
+            clock.advance(Duration::from_mins(1));
         }
         assert!(nl.state().routes == kernel, "the kernel changed");
         assert_eq!(nl.take_log().into_iter().filter(|l| !l.starts_with("dump")).collect::<Vec<_>>(), Vec::<String>::new());

@@ -165,7 +165,7 @@ fn find(cluster: &Cluster) -> BTreeMap<Arc<str>, Found> {
     // Valid pools do not overlap (check_pools ran), so sorted by first address their last
     // addresses are sorted too: the pools a block overlaps are found by binary search.
     let mut pools: Vec<(Span, &super::IpPool)> = cluster.ip_pools.values().map(|p| (Span::of(p.cidr), p)).collect();
-    pools.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    pools.sort_unstable_by_key(|p| p.0);
 
     let blocks: Vec<(&Arc<str>, IpNet)> = cluster.ipam_blocks.iter().map(|(n, b)| (n, b.cidr)).collect();
     let sorted = sorted_spans(&blocks);
@@ -276,7 +276,10 @@ mod tests {
     /// The rejections of `check_blocks` as (error text, frozen CIDRs).
     fn rejections(docs: &[String]) -> Vec<(String, Vec<String>)> {
         let mut b = crate::model::ClusterBuilder::default();
-        assert_eq!(b.add_parsed(crate::model::ParsedObjects::from_yaml_str(&docs.concat(), &Default::default()).unwrap().into_items()), vec![]);
+        assert_eq!(
+            b.add_parsed(crate::model::ParsedObjects::from_yaml_str(&docs.concat(), &crate::model::YamlLimits::default()).unwrap().into_items()),
+            vec![]
+        );
         let (_, rejected) = b.finish();
         rejected.into_iter().map(|r| (r.error.to_string(), r.cidrs.iter().map(ToString::to_string).collect())).collect()
     }
