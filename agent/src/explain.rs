@@ -116,6 +116,11 @@ struct Report<'a> {
     /// IP pools left out as invalid (overlapping another pool, `/0`, host bits, a bad field):
     /// their CIDRs are frozen ground for the agent. Any makes the explanation an error.
     invalid_pools: Vec<String>,
+    /// IPAM blocks left out as invalid (overlapping another block, or not of their pool's
+    /// `blockSize`: `model::check_blocks`), each error naming the blocks or pool concerned;
+    /// the ground they cover is frozen. Any makes the explanation an error.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    invalid_blocks: Vec<String>,
     /// WireGuard peers of `node` (`bird_filter::wireguard_peers`): their routes are Felix's
     /// WireGuard routing, which BIRD's filter rejects; empty without `--node` or WireGuard.
     wireguard_peers: Vec<WireguardPeer>,
@@ -148,7 +153,8 @@ pub fn explain(cluster: &Cluster, object_errors: &[ObjectError], config: &Owners
     let route_problems: Vec<Problem> =
         desired.as_ref().map(|d| d.problems.iter().map(|p| Problem { code: p.code(), message: p.to_string() }).collect()).unwrap_or_default();
     let invalid_pools = invalid_pools(object_errors);
-    let has_errors = decision.has_errors() || !invalid_pools.is_empty() || !frozen.is_empty();
+    let invalid_blocks = invalid_blocks(object_errors);
+    let has_errors = decision.has_errors() || !invalid_pools.is_empty() || !invalid_blocks.is_empty() || !frozen.is_empty();
     let report = Report {
         role: config.role.to_string(),
         calico_version: decision.version.version.to_string(),
@@ -166,6 +172,7 @@ pub fn explain(cluster: &Cluster, object_errors: &[ObjectError], config: &Owners
         route_problems,
         object_errors: object_errors.iter().map(ToString::to_string).collect(),
         invalid_pools,
+        invalid_blocks,
         wireguard_peers: opts
             .node
             .as_deref()
@@ -190,6 +197,12 @@ fn invalid_pools(object_errors: &[ObjectError]) -> Vec<String> {
         .filter(|e| !e.last_good && e.error.object().is_some_and(|(k, _)| k == crate::model::Kind::IpPool))
         .map(|e| e.error.to_string())
         .collect()
+}
+
+/// IPAM blocks left out as overlapping another block or not of their pool's `blockSize`
+/// (their errors, which name the other blocks or the pool).
+fn invalid_blocks(object_errors: &[ObjectError]) -> Vec<String> {
+    object_errors.iter().filter(|e| !e.last_good && crate::model::is_invalid_block(&e.error)).map(|e| e.error.to_string()).collect()
 }
 
 /// `report` as pretty JSON (with a final newline) or YAML.
@@ -319,6 +332,9 @@ fn render_table(r: &Report<'_>, d: &OwnershipDecision, audit: bool) -> String {
     }
     for p in &r.invalid_pools {
         rows.push(vec!["ERROR".to_owned(), "invalid-pool".to_owned(), "none".to_owned(), format!("{p}; nothing in its CIDR is routed, deleted or claimed")]);
+    }
+    for b in &r.invalid_blocks {
+        rows.push(vec!["ERROR".to_owned(), "invalid-block".to_owned(), "none".to_owned(), format!("{b}; nothing there is routed, deleted or claimed")]);
     }
     if rows.is_empty() {
         out.push_str("  (none)\n");

@@ -380,3 +380,32 @@ fn calico_node_env_and_operator_from_a_dump() {
         serde_json::json!({"source": "env", "daemonset": "calico-system/calico-node", "name": "FELIX_PROGRAMCLUSTERROUTES", "value": "Enabled", "overrides": "FelixConfiguration default: EnabledIPIPOnly"})
     );
 }
+
+/// Issue 48 case 4: node-c's /27 written inside node-b's 10.244.20.0/26. `explain --node
+/// node-a` and `explain --all-nodes` exit 1 with one `invalid-block` finding per block, each
+/// naming the other; node-a's routes leave out the /26 (and node-c's borrowed IP in it).
+#[test]
+fn an_overlapping_block_is_an_invalid_block_finding_naming_both() {
+    let s = example_with("---\napiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: 10-244-20-32-27}\nspec: {cidr: 10.244.20.32/27, affinity: 'host:node-c'}\n");
+    let e = explain(&s.cluster, &s.object_errors, &OwnershipConfig::default(), &opts(Some("node-a"), OutputFormat::Table)).unwrap();
+    print!("{}", e.text);
+    assert!(e.has_errors);
+    let findings: Vec<&str> = section(&e.text, "Findings").into_iter().filter(|l| l.contains("invalid-block")).collect();
+    assert_eq!(findings.len(), 2, "{findings:?}");
+    assert!(
+        findings[0].contains(r#"IPAMBlock "10-244-20-0-26": spec.cidr: 10.244.20.0/26 overlaps IPAM block 10-244-20-32-27 (10.244.20.32/27)"#),
+        "{}",
+        findings[0]
+    );
+    assert!(
+        findings[1].contains(r#"IPAMBlock "10-244-20-32-27": spec.cidr: 10.244.20.32/27 overlaps IPAM block 10-244-20-0-26 (10.244.20.0/26)"#),
+        "{}",
+        findings[1]
+    );
+    assert!(findings.iter().all(|f| f.trim_start().starts_with("ERROR  invalid-block") && f.ends_with("nothing there is routed, deleted or claimed")));
+    assert!(!e.text.contains("10.244.20.0/26 via") && !e.text.contains("10.244.20.5/32 via"));
+    let all = explain_all_nodes(&s.cluster, &s.object_errors, &OwnershipConfig::default(), OutputFormat::Json).unwrap();
+    assert!(all.has_errors);
+    let json: serde_json::Value = serde_json::from_str(&all.text).unwrap();
+    assert_eq!(json["invalid_blocks"].as_array().map(Vec::len), Some(2));
+}

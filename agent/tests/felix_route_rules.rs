@@ -334,26 +334,30 @@ fn rule_1_tunnel_addresses_inside_another_nodes_block() {
         },
         Row {
             // A /32 block affine to node-c: its IPAM entry names node-c, the reference node-b.
+            // In a pool of /32 blocks: a /32 block in a pool of /26 blocks is not one Calico's
+            // IPAM writes, and is refused (issue 48).
             name: "the whole /32 block of another node",
             extra: concat!(
-                node_b!("{bgp: {ipv4Address: 10.0.0.12/24, ipv4IPIPTunnelAddr: 10.244.50.1}}"),
-                "---\napiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: 10-244-50-1-32}\nspec: {cidr: 10.244.50.1/32, affinity: \"host:node-c\"}\n"
+                node_b!("{bgp: {ipv4Address: 10.0.0.12/24, ipv4IPIPTunnelAddr: 10.248.0.1}}"),
+                "---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: ipip32}\nspec: {cidr: 10.248.0.0/24, blockSize: 32, ipipMode: Always}\n",
+                "---\napiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: 10-248-0-1-32}\nspec: {cidr: 10.248.0.1/32, affinity: \"host:node-c\"}\n"
             ),
             classes: ALL,
-            routes: &["10.244.50.1/32 via 10.0.0.12 dev tunl0 [ipip]"],
-            problems: &["tunnel-address-conflict: IP 10.244.50.1 is the ipip tunnel address of node \"node-b\" but IPAM block 10-244-50-1-32 records it for \"node-c\"; the route follows the Node, as Felix does"],
+            routes: &["10.248.0.1/32 via 10.0.0.12 dev tunl0 [ipip32]"],
+            problems: &["tunnel-address-conflict: IP 10.248.0.1 is the ipip tunnel address of node \"node-b\" but IPAM block 10-248-0-1-32 records it for \"node-c\"; the route follows the Node, as Felix does"],
         },
         Row {
             // This node's /32 block holding node-b's address: no blackhole (/32s never get
             // one), the Node's route, and the same conflict as for another node's /32 block.
             name: "this node's /32 block",
             extra: concat!(
-                node_b!("{bgp: {ipv4Address: 10.0.0.12/24, ipv4IPIPTunnelAddr: 10.244.50.1}}"),
-                "---\napiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: 10-244-50-1-32}\nspec: {cidr: 10.244.50.1/32, affinity: \"host:node-a\"}\n"
+                node_b!("{bgp: {ipv4Address: 10.0.0.12/24, ipv4IPIPTunnelAddr: 10.248.0.1}}"),
+                "---\napiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: ipip32}\nspec: {cidr: 10.248.0.0/24, blockSize: 32, ipipMode: Always}\n",
+                "---\napiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: 10-248-0-1-32}\nspec: {cidr: 10.248.0.1/32, affinity: \"host:node-a\"}\n"
             ),
             classes: ALL,
-            routes: &["10.244.50.1/32 via 10.0.0.12 dev tunl0 [ipip]"],
-            problems: &["tunnel-address-conflict: IP 10.244.50.1 is the ipip tunnel address of node \"node-b\" but IPAM block 10-244-50-1-32 records it for \"node-a\"; the route follows the Node, as Felix does"],
+            routes: &["10.248.0.1/32 via 10.0.0.12 dev tunl0 [ipip32]"],
+            problems: &["tunnel-address-conflict: IP 10.248.0.1 is the ipip tunnel address of node \"node-b\" but IPAM block 10-248-0-1-32 records it for \"node-a\"; the route follows the Node, as Felix does"],
         },
     ];
     for row in &rows {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use proptest::prelude::*;
-use routewarden::model::{Cluster, SharedMap};
+use routewarden::model::{Cluster, Kind, ModelError, ParsedObject, ParsedObjects, SharedMap, YamlLimits};
 use routewarden::routes::{classed_routes, desired_routes, routable_classes, ClusterRoute, RouteDevices, RouteOrigin, RouteProblem};
 use routewarden::vocabulary::{PoolClass, RoutePath};
 
@@ -615,8 +615,22 @@ fn memo_steps(mut spec: MemoSpec, edits: &[MemoEdit], share: bool) -> Vec<(Optio
         if let Some(e) = edit {
             e.apply(&mut spec);
         }
-        let (cluster, errors) = Cluster::from_yaml_str(&memo_yaml(&spec)).unwrap();
-        assert_eq!(errors, vec![], "after {edit:?}");
+        let text = memo_yaml(&spec);
+        let (mut cluster, errors) = Cluster::from_yaml_str(&text).unwrap();
+        // The model refuses the /32 blocks inside /28 blocks (overlapping, and not of their
+        // pool's blockSize: `check_blocks`, issue 48), so no datastore hands them to the route
+        // pass any more; the pass must still be right for any cluster, so they are put back.
+        assert!(
+            errors.iter().all(|e| matches!(e, ModelError::Field { kind: Kind::IpamBlock, field, .. } if field == "spec.cidr")),
+            "after {edit:?}: {errors:?}"
+        );
+        for item in ParsedObjects::from_yaml_str(&text, &YamlLimits::default()).unwrap().into_items() {
+            if let ParsedObject::IpamBlock(name, b) = item {
+                if !cluster.ipam_blocks.contains_key(name.as_str()) {
+                    cluster.ipam_blocks.insert(name.into(), Arc::new(b));
+                }
+            }
+        }
         let cluster = if share { share_unchanged(&prev, cluster) } else { cluster };
         prev = cluster.clone();
         out.push((edit, cluster));

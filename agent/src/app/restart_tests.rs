@@ -76,6 +76,12 @@ enum Break {
     DuplicateNode,
     /// ipip-always defined again, in a new file, with another CIDR.
     DuplicatePool,
+    /// An IPAM block of node-c inside node-b's 10.244.20.0/26, in a new file (issue 48 case
+    /// 4): both refused, the /26 frozen.
+    OverlappingBlock,
+    /// A /24 IPAM block of node-b in ipip-always, a pool of /26 blocks, in a new file: refused
+    /// (it was routed).
+    WrongSizeBlock,
     /// A file emptied.
     Empty(usize),
     /// A file garbled (a syntax error).
@@ -106,6 +112,8 @@ fn op() -> impl Strategy<Value = Op> {
         Just(Break::BlockField),
         Just(Break::DuplicateNode),
         Just(Break::DuplicatePool),
+        Just(Break::OverlappingBlock),
+        Just(Break::WrongSizeBlock),
         f.clone().prop_map(Break::Empty),
         f.clone().prop_map(Break::Garbage),
         f.prop_map(Break::Unreadable),
@@ -153,7 +161,7 @@ impl Tree {
         for f in 0..3 {
             self.write(f, &valid(self.base, f));
         }
-        for extra in ["00-node.yaml", "00-pool.yaml"] {
+        for extra in ["00-node.yaml", "00-pool.yaml", "00-block.yaml", "00-wide-block.yaml"] {
             let _ = std::fs::remove_file(self.root.join(extra));
         }
     }
@@ -192,6 +200,16 @@ impl Tree {
             Break::DuplicatePool => std::fs::write(
                 self.root.join("00-pool.yaml"),
                 "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: ipip-always}\nspec: {cidr: 10.250.0.0/16, ipipMode: Never}\n",
+            )
+            .unwrap(),
+            Break::OverlappingBlock => std::fs::write(
+                self.root.join("00-block.yaml"),
+                "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: 10-244-20-32-27}\nspec: {cidr: 10.244.20.32/27, affinity: 'host:node-c'}\n",
+            )
+            .unwrap(),
+            Break::WrongSizeBlock => std::fs::write(
+                self.root.join("00-wide-block.yaml"),
+                "apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: 10-245-64-0-24}\nspec: {cidr: 10.245.64.0/24, affinity: 'host:node-b'}\n",
             )
             .unwrap(),
             Break::Empty(f) => self.write(f, ""),
@@ -342,6 +360,8 @@ fn each_break_then_a_restart() {
         Break::BlockField,
         Break::DuplicateNode,
         Break::DuplicatePool,
+        Break::OverlappingBlock,
+        Break::WrongSizeBlock,
         Break::Empty(1),
         Break::Garbage(0),
         Break::Unreadable(1),

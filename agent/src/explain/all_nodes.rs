@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::{invalid_pools, serialize, table, ExplainError, Explanation, OutputFormat};
+use super::{invalid_blocks, invalid_pools, serialize, table, ExplainError, Explanation, OutputFormat};
 use crate::datastore::ObjectError;
 use crate::model::Cluster;
 use crate::ownership::{decide, ComponentDecision, Finding, FindingKind, OwnershipConfig, Severity, VersionSource};
@@ -60,11 +60,15 @@ struct AllNodesReport {
     overrides_without_node: Vec<String>,
     object_errors: Vec<String>,
     invalid_pools: Vec<String>,
+    /// IPAM blocks left out as overlapping another block or not of their pool's `blockSize`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    invalid_blocks: Vec<String>,
     has_errors: bool,
 }
 
 /// Render every node's decision under `config` (its `node` is ignored) in `format`.
-/// `has_errors` when a node is inconsistent or an IP pool is invalid (exit status 1).
+/// `has_errors` when a node is inconsistent or an IP pool or IPAM block is invalid (exit status
+/// 1).
 ///
 /// Errors: [`ExplainError::Render`] when JSON or YAML cannot be produced.
 pub fn explain_all_nodes(
@@ -96,7 +100,8 @@ pub fn explain_all_nodes(
     }
     let inconsistent_nodes: Vec<String> = nodes.iter().filter(|n| !n.consistent).map(|n| n.node.clone()).collect();
     let invalid_pools = invalid_pools(object_errors);
-    let has_errors = !inconsistent_nodes.is_empty() || !invalid_pools.is_empty();
+    let invalid_blocks = invalid_blocks(object_errors);
+    let has_errors = !inconsistent_nodes.is_empty() || !invalid_pools.is_empty() || !invalid_blocks.is_empty();
     let overrides_without_node: Vec<String> = cluster
         .felix_configurations
         .keys()
@@ -115,6 +120,7 @@ pub fn explain_all_nodes(
         overrides_without_node,
         object_errors: object_errors.iter().map(ToString::to_string).collect(),
         invalid_pools,
+        invalid_blocks,
         has_errors,
         nodes,
     };
@@ -187,6 +193,9 @@ fn render_shared(out: &mut String, r: &AllNodesReport) {
     }
     for p in &r.invalid_pools {
         rows.push(vec!["ERROR".to_owned(), "invalid-pool".to_owned(), format!("{p}; nothing in its CIDR is routed, deleted or claimed")]);
+    }
+    for b in &r.invalid_blocks {
+        rows.push(vec!["ERROR".to_owned(), "invalid-block".to_owned(), format!("{b}; nothing there is routed, deleted or claimed")]);
     }
     if rows.is_empty() {
         out.push_str("  (none)\n");

@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde_yaml_ng::Value;
 
 use super::block::{BlockAffinity, IpamBlock};
+use super::block_check::check_blocks;
 use super::config::{BgpConfiguration, FelixConfiguration};
 use super::error::{ModelError, Rejected};
 use super::kind::Kind;
@@ -53,7 +54,7 @@ fn serialize_unread<S: serde::Serializer>(unread: &BTreeMap<OptionalSource, Stri
 
 impl Cluster {
     /// Build a cluster from parsed YAML documents. Returns the cluster of every good object and
-    /// one error per bad object (or per bad field of it), pool overlaps included.
+    /// one error per bad object (or per bad field of it), pool and block overlaps included.
     pub fn from_values<'a>(docs: impl IntoIterator<Item = &'a Value>) -> (Cluster, Vec<ModelError>) {
         let mut b = ClusterBuilder::default();
         let mut errors = Vec::new();
@@ -184,8 +185,9 @@ impl ClusterBuilder {
     /// decides a route, and what they name is frozen ground) — also when the other definition
     /// is one that was rejected with no last good version (after a restart, a broken
     /// definition in one file and a good one in another are still two) — then IP pools that
-    /// overlap another pool are taken out ([`check_pools`]). Both are returned as rejections,
-    /// the first definitions' before the pools'.
+    /// overlap another pool are taken out ([`check_pools`]), then IPAM blocks that overlap
+    /// another block or are not of their valid pool's `blockSize` ([`check_blocks`]). All are
+    /// returned as rejections: the first definitions', then the pools', then the blocks'.
     pub fn finish(self) -> (Cluster, Vec<Rejected>) {
         let mut cluster = self.cluster;
         let mut rejected = Vec::new();
@@ -199,6 +201,7 @@ impl ClusterBuilder {
             rejected.push(Rejected::new(ModelError::Duplicate { kind, name }, cidrs));
         }
         rejected.extend(check_pools(&mut cluster));
+        rejected.extend(check_blocks(&mut cluster));
         (cluster, rejected)
     }
 }

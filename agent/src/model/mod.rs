@@ -13,16 +13,19 @@
 //! treats as frozen ground while no good version stands in for it (DESIGN.md, "Bad input").
 //! Names follow Kubernetes' object-name rule (a DNS-1123 subdomain), IPAM blocks are named
 //! after their CIDR, and IP pools are checked as Calico's IP pool client checks them (strictly
-//! masked, no link-local overlap, no overlap with another pool: [`check_pools`]). Unknown
-//! fields and unknown kinds are ignored. Text is read by the bounded streaming loader
+//! masked, no link-local overlap, no overlap with another pool: [`check_pools`]), and IPAM
+//! blocks as Calico's IPAM writes them (no overlap, the pool's `blockSize`:
+//! [`check_blocks`]). Unknown fields and unknown kinds are ignored. Text is read by the bounded streaming loader
 //! ([`yaml`]). No I/O here: the datastore reads the files.
 //!
 //! The parts: `kind.rs` the kinds read, `error.rs` why an object is left out, `objects.rs`
 //! documents to typed objects, `cluster.rs` the cluster and its builder, one file per object
 //! family (`pool.rs`, `block.rs`, `node.rs`, `config.rs`, `sources.rs`) with its fields,
+//! `block_check.rs` the blocks against each other and their pools,
 //! `fields.rs` and `names.rs` the shared field and name rules, and `yaml/` the loader.
 
 mod block;
+mod block_check;
 mod cluster;
 mod config;
 mod error;
@@ -37,6 +40,7 @@ mod sources;
 pub mod yaml;
 
 pub use block::{nth_ip, Affinity, AffinityState, Allocation, AllocationAttributes, BlockAffinity, IpamBlock, KEPT_SECONDARY_KEYS};
+pub use block_check::{check_blocks, is_invalid_block, MAX_NAMED_OVERLAPS};
 pub use cluster::{Cluster, ClusterBuilder};
 pub use config::{parse_go_duration, BgpConfiguration, FelixConfiguration, FelixScope};
 pub use error::{FieldProblem, ModelError, Rejected};

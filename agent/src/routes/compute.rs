@@ -96,7 +96,10 @@ pub enum RouteProblem {
     /// route follows the IPAM block, as Felix does (reference S08).
     #[error("IPAM block {block} ({cidr}) is affine to {ipam_node} but BlockAffinity {affinity} claims it for {claimant:?}; routing follows the IPAM block")]
     AffinityConflict { block: String, cidr: IpNet, ipam_node: String, affinity: String, claimant: String },
-    /// Two sources produce the same destination; the first (in block order) is kept.
+    /// Two sources produce the same destination; the first (in block order) is kept. Only two
+    /// overlapping blocks can (a block's /32 over another's borrowed IP, one CIDR twice), and
+    /// the model refuses overlapping blocks (`model::check_blocks`): no datastore's cluster
+    /// has them, so this is reported only for a cluster built otherwise.
     #[error("two routes to {dst} (from IPAM blocks {kept} and {dropped}); the one from {kept} is kept")]
     DuplicateDestination { dst: IpNet, kept: String, dropped: String },
     /// An IP that is a Node's tunnel address is recorded in IPAM for another node (or the

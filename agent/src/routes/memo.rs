@@ -16,7 +16,8 @@
 //! (blocks do not overlap, and a block's borrowed /32s lie inside it and follow its own
 //! route), two routes to one destination keep the first as the full pass does (a
 //! [`RouteProblem::DuplicateDestination`] for each later one), and when blocks overlap the
-//! routes are sorted (stably, so "first" is still the block order). The tunnel-address rule
+//! routes are sorted (stably, so "first" is still the block order); the model refuses
+//! overlapping blocks (`model::check_blocks`), so only a cluster built otherwise has them. The tunnel-address rule
 //! reads the Nodes and a few blocks per address and runs on every call over the kept index.
 //!
 //! A block's contribution is a function of the block, the IP pools and the Nodes: the pools,

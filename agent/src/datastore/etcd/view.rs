@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::datastore::error::{LoadError, LoadErrorKind, ObjectError};
 use crate::datastore::event::Snapshot;
-use crate::model::{cidrs_in_text, ClusterBuilder, ParsedObject, ParsedObjects, Rejected};
+use crate::model::{cidrs_in_text, ClusterBuilder, Kind, ParsedObject, ParsedObjects, Rejected};
 
 use super::layout::{classify, document, to_model, KeyKind};
 
@@ -100,12 +100,8 @@ impl View {
         let mut builder = ClusterBuilder::default();
         let mut object_errors = Vec::new();
         let mut load_errors = Vec::new();
-        let mut pool_keys = BTreeMap::new();
         for (key, e) in &self.entries {
             let file = PathBuf::from(key);
-            if let Some(ParsedObject::IpPool(name, _)) = &e.good {
-                pool_keys.insert(name.clone(), file.clone());
-            }
             if let Some(good) = &e.good {
                 for r in builder.add_parsed([good.clone()]) {
                     object_errors.push(ObjectError::from_rejected(file.clone(), r));
@@ -124,10 +120,21 @@ impl View {
                 None => {}
             }
         }
-        let (cluster, overlapping) = builder.finish();
-        for r in overlapping {
-            let name = r.error.object().map(|(_, n)| n.to_owned()).unwrap_or_default();
-            let file = pool_keys.get(&name).cloned().unwrap_or_default();
+        // What `finish` takes out (overlapping pools, overlapping or wrong-sized IPAM blocks,
+        // an object at two keys) is named by the key of its object: looked up only for those
+        // (a pass over the keys when there are any), not kept for every key of every snapshot.
+        let (cluster, taken_out) = builder.finish();
+        let mut keys: BTreeMap<(Kind, &str), Option<&String>> = taken_out.iter().filter_map(|r| r.error.object()).map(|id| (id, None)).collect();
+        if !keys.is_empty() {
+            for (key, e) in &self.entries {
+                if let Some(slot) = e.good.as_ref().and_then(ParsedObject::identity).and_then(|id| keys.get_mut(&id)) {
+                    slot.get_or_insert(key);
+                }
+            }
+        }
+        let keys: BTreeMap<(Kind, String), PathBuf> = keys.into_iter().filter_map(|((k, n), key)| Some(((k, n.to_owned()), PathBuf::from(key?)))).collect();
+        for r in taken_out {
+            let file = r.error.object().and_then(|(k, n)| keys.get(&(k, n.to_owned()))).cloned().unwrap_or_default();
             object_errors.push(ObjectError::from_rejected(file, r));
         }
         Snapshot { cluster: Arc::new(cluster), object_errors, load_errors, inputs: self.entries.len(), settled: true }
@@ -209,6 +216,48 @@ mod tests {
         view.reset(vec![(POOL.to_owned(), b"nope".to_vec())]);
         assert_eq!(pool_cidr(&view), Some("10.0.0.0/16".into()));
         assert_eq!(view.snapshot().load_errors.len(), 1);
+    }
+
+    /// Issue 48 case 4: what `finish` takes out is named by its object's key, also for IPAM
+    /// blocks (the key lookup used to know only pools: a block's error had no key). A /27
+    /// inside a /26 of another node: both refused, each error at its own key, both freezing the
+    /// /26; a wrong-sized block alone at its key; an overlapping pool at its key still.
+    #[test]
+    fn rejections_of_the_whole_cluster_name_each_objects_key() {
+        let block =
+            |cidr: &str, node: &str| format!(r#"{{"cidr":"{cidr}","affinity":"host:{node}","allocations":[],"attributes":[],"deleted":false}}"#).into_bytes();
+        let key = |cidr: &str| format!("/calico/ipam/v2/assignment/ipv4/block/{}", cidr.replace('/', "-"));
+        let mut view = View::default();
+        view.put(POOL, &pool("10.244.0.0/16"));
+        view.put(&key("10.244.10.0/26"), &block("10.244.10.0/26", "node-a"));
+        view.put(&key("10.244.10.32/27"), &block("10.244.10.32/27", "node-b"));
+        view.put(&key("10.244.30.0/26"), &block("10.244.30.0/26", "node-c"));
+        view.put(&key("10.244.64.0/24"), &block("10.244.64.0/24", "node-d"));
+        let s = view.snapshot();
+        let got: Vec<(String, String, Vec<String>)> = s
+            .object_errors
+            .iter()
+            .map(|e| (e.file.display().to_string(), e.error.object().unwrap().1.to_owned(), e.cidrs.iter().map(ToString::to_string).collect()))
+            .collect();
+        let at = |cidr: &str, name: &str, frozen: &str| (key(cidr), name.to_owned(), vec![frozen.to_owned()]);
+        assert_eq!(
+            got,
+            [
+                at("10.244.10.0/26", "10-244-10-0-26", "10.244.10.0/26"),
+                at("10.244.10.32/27", "10-244-10-32-27", "10.244.10.0/26"),
+                at("10.244.64.0/24", "10-244-64-0-24", "10.244.64.0/24"),
+            ]
+        );
+        assert!(s.object_errors.iter().all(|e| !e.last_good));
+        assert_eq!(s.cluster.ipam_blocks.keys().map(ToString::to_string).collect::<Vec<_>>(), ["10-244-30-0-26"]);
+        // An overlapping pool is still named by its key.
+        view.put(
+            "/calico/resources/v3/projectcalico.org/ippools/pool-b",
+            br#"{"apiVersion":"projectcalico.org/v3","kind":"IPPool","metadata":{"name":"pool-b"},"spec":{"cidr":"10.0.0.0/8"}}"#,
+        );
+        let files: Vec<String> =
+            view.snapshot().object_errors.iter().filter(|e| e.error.object().unwrap().0 == Kind::IpPool).map(|e| e.file.display().to_string()).collect();
+        assert_eq!(files, [POOL, "/calico/resources/v3/projectcalico.org/ippools/pool-b"]);
     }
 
     #[test]

@@ -234,6 +234,31 @@ fn overlapping_pools_are_object_errors_of_their_file() {
     assert_eq!(files, [(dir.0.join("a.yaml"), "10.244.0.0/16".to_string()), (b, "10.0.0.0/8".to_string())]);
 }
 
+/// Issue 48 case 4: node b's /27 written into a file of its own, inside node a's /26 of
+/// another file. Both blocks are refused, each an object error of the file that defines it
+/// (through the first-definition map, `Loader::snapshot`), each naming the other block, both
+/// freezing node a's /26; node c's block in node a's file stays.
+#[test]
+fn overlapping_blocks_are_object_errors_of_their_own_files() {
+    let dir = TempDir::new("block-overlap");
+    let block = |cidr: &str, node: &str| {
+        let name = crate::model::block_name(cidr.parse().unwrap());
+        format!("---\napiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {{name: {name}}}\nspec: {{cidr: {cidr}, affinity: 'host:{node}'}}\n")
+    };
+    dir.write("calico.yaml", POOL);
+    let a = dir.write("ipam.yaml", &(block("10.244.10.0/26", "node-a") + &block("10.244.30.0/26", "node-c")));
+    let b = dir.write("node-b.yaml", &block("10.244.10.32/27", "node-b"));
+    let mut l = loader(dir.0.clone());
+    let s = snapshot(&l.rescan_at(Instant::now())).clone();
+    assert_eq!(s.cluster.ipam_blocks.keys().map(|k| &**k).collect::<Vec<_>>(), ["10-244-30-0-26"]);
+    let got: Vec<(PathBuf, &str, Vec<String>, bool)> =
+        s.object_errors.iter().map(|e| (e.file.clone(), e.error.object().unwrap().1, e.cidrs.iter().map(ToString::to_string).collect(), e.last_good)).collect();
+    let frozen = vec!["10.244.10.0/26".to_owned()];
+    assert_eq!(got, [(a, "10-244-10-0-26", frozen.clone(), false), (b, "10-244-10-32-27", frozen, false)]);
+    assert!(s.object_errors[0].error.to_string().contains("overlaps IPAM block 10-244-10-32-27 (10.244.10.32/27)"), "{}", s.object_errors[0]);
+    assert!(s.object_errors[1].error.to_string().contains("overlaps IPAM block 10-244-10-0-26 (10.244.10.0/26)"), "{}", s.object_errors[1]);
+}
+
 #[test]
 fn not_regular_files_and_dangling_symlinks() {
     let dir = TempDir::new("special");

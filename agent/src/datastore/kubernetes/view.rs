@@ -24,7 +24,7 @@ use super::trimmed::TrimmedObject;
 use super::watch::{WatchFailure, WatchItem, WatchTarget};
 use crate::datastore::error::{LoadError, LoadErrorKind, ObjectError};
 use crate::datastore::event::{DatastoreEvent, Snapshot};
-use crate::model::{check_pools, Cluster, Kind, OptionalSource};
+use crate::model::{check_blocks, check_pools, Cluster, Kind, OptionalSource};
 use store::{Resource, Status};
 
 /// See the module docs.
@@ -297,16 +297,20 @@ impl View {
 
     /// The snapshot of the current state (clones the cluster: its IPAM blocks, affinities and
     /// Nodes share their maps' chunks, so O(chunks), ~3,200 at 100,000 blocks). IP pools that
-    /// overlap another are taken out here ([`check_pools`]), as the file datastore does.
+    /// overlap another are taken out here ([`check_pools`]), then IPAM blocks that overlap
+    /// another block or are not of their pool's `blockSize` ([`check_blocks`]), as the file
+    /// datastore does (`ClusterBuilder::finish`), each named `<resource>/<name>`.
     fn build(&self) -> Snapshot {
         let mut object_errors = Vec::new();
         let mut load_errors = Vec::new();
         let mut inputs = 0;
-        let mut pool_resource = String::new();
+        let (mut pool_resource, mut block_resource) = (String::new(), String::new());
         for (index, r) in self.resources.iter().enumerate() {
             let label = self.resource_label(index);
-            if r.watched.kind == Kind::IpPool {
-                pool_resource.clone_from(&label);
+            match r.watched.kind {
+                Kind::IpPool => pool_resource.clone_from(&label),
+                Kind::IpamBlock => block_resource.clone_from(&label),
+                _ => {}
             }
             inputs += r.entries.len();
             for (name, e) in r.errored.iter().filter_map(|name| Some((name, r.entries.get(name)?))) {
@@ -324,9 +328,11 @@ impl View {
             }
         }
         let mut cluster = self.cluster.clone();
-        for r in check_pools(&mut cluster) {
+        let pools = check_pools(&mut cluster);
+        let blocks = check_blocks(&mut cluster);
+        for (resource, r) in pools.into_iter().map(|r| (&pool_resource, r)).chain(blocks.into_iter().map(|r| (&block_resource, r))) {
             let name = r.error.object().map(|(_, n)| n.to_owned()).unwrap_or_default();
-            object_errors.push(ObjectError::from_rejected(PathBuf::from(format!("{pool_resource}/{name}")), r));
+            object_errors.push(ObjectError::from_rejected(PathBuf::from(format!("{resource}/{name}")), r));
         }
         // A list served from the watch cache is a consistent view at its resourceVersion, which
         // may be behind etcd: what it lacks is evidence for deleting routes only once the

@@ -182,3 +182,41 @@ fn a_relist_replaces_the_last_list_only_at_init_done() {
     assert!(fed.snapshot().cluster.ipam_blocks.is_empty());
     assert_eq!((fed.view.parses, fed.view.parse_failures), (6, 0));
 }
+
+/// Issue 48 case 4 in the Kubernetes view: a /27 IPAM block of node b inside node a's /26
+/// arrives by watch. Both leave the snapshot's cluster (the view keeps them: the next change
+/// can fix it), each an object error named `<resource>/<name>` naming the other and freezing
+/// the /26; node c's block stays. Deleting the /27 brings node a's block back.
+#[test]
+fn an_overlapping_block_is_refused_with_the_block_it_overlaps_and_named_by_its_resource() {
+    let (mut fed, s) = Fed::listed(&[
+        (Kind::IpPool, pool("p", "1", "10.244.0.0/16")),
+        (Kind::IpamBlock, block("10-244-1-0-26", "2", "10.244.1.0/26", "a")),
+        (Kind::IpamBlock, block("10-244-3-0-26", "3", "10.244.3.0/26", "c")),
+    ]);
+    assert_eq!(s.object_errors, vec![]);
+    fed.apply(Kind::IpamBlock, &block("10-244-1-32-27", "4", "10.244.1.32/27", "b"));
+    let s = fed.snapshot();
+    assert_eq!(s.cluster.ipam_blocks.keys().map(|k| &**k).collect::<Vec<_>>(), vec!["10-244-3-0-26"]);
+    let got: Vec<(String, Vec<String>, bool)> =
+        s.object_errors.iter().map(|e| (e.file.display().to_string(), e.cidrs.iter().map(ToString::to_string).collect(), e.last_good)).collect();
+    let frozen = vec!["10.244.1.0/26".to_owned()];
+    assert_eq!(
+        got,
+        vec![
+            ("ipamblocks.crd.projectcalico.org/10-244-1-0-26".to_owned(), frozen.clone(), false),
+            ("ipamblocks.crd.projectcalico.org/10-244-1-32-27".to_owned(), frozen, false),
+        ]
+    );
+    assert!(s.object_errors[0]
+        .error
+        .to_string()
+        .starts_with(r#"IPAMBlock "10-244-1-0-26": spec.cidr: 10.244.1.0/26 overlaps IPAM block 10-244-1-32-27 (10.244.1.32/27); "#));
+    assert!(s.object_errors[1]
+        .error
+        .to_string()
+        .starts_with(r#"IPAMBlock "10-244-1-32-27": spec.cidr: 10.244.1.32/27 overlaps IPAM block 10-244-1-0-26 (10.244.1.0/26); "#));
+    fed.send(Kind::IpamBlock, Event::Delete(decode(Kind::IpamBlock, &block("10-244-1-32-27", "5", "10.244.1.32/27", "b"))));
+    let s = fed.snapshot();
+    assert_eq!((s.cluster.ipam_blocks.keys().map(|k| &**k).collect::<Vec<_>>(), s.object_errors.len()), (vec!["10-244-1-0-26", "10-244-3-0-26"], 0));
+}
