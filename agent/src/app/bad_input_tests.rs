@@ -179,8 +179,8 @@ impl Tree {
     }
 }
 
-/// The agent's pipeline on a fake kernel.
-struct Agent {
+/// The agent's pipeline on a fake kernel (also `restart_tests.rs`'s).
+pub(super) struct Agent {
     loader: crate::datastore::TestLoader,
     view: ViewState,
     config: PlanConfig,
@@ -192,15 +192,21 @@ struct Agent {
 
 impl Agent {
     fn new(root: &Path, nl: FakeNetlink, clock: FakeClock) -> Agent {
+        Agent::with_version(root, nl, clock, CalicoVersion::V3_33.into())
+    }
+
+    /// The pipeline in Felix's role on node-a with release line `version` (`auto`: as
+    /// `routewarden run` is configured by default).
+    pub(super) fn with_version(root: &Path, nl: FakeNetlink, clock: FakeClock, version: crate::ownership::VersionChoice) -> Agent {
         let cfg = DataplaneConfig { settle: SETTLE, ..DataplaneConfig::default() };
         let reconciler = Reconciler::new(cfg.clone(), cfg.base_policy(), nl.clone(), clock.clone());
-        let ownership = OwnershipConfig { role: Role::Felix, version: CalicoVersion::V3_33.into(), node: Some("node-a".into()) };
+        let ownership = OwnershipConfig { role: Role::Felix, version, node: Some("node-a".into()) };
         let config = PlanConfig { node: "node-a".into(), ownership, devices: RouteDevices::default(), protocol: 80, table: 254 };
         Agent { loader: loader_for(root.to_path_buf(), SETTLE), view: ViewState::default(), config, last: None, reconciler, nl, clock }
     }
 
     /// One rescan and one apply at the clock's time.
-    fn step(&mut self) -> futures::future::BoxFuture<'_, ()> {
+    pub(super) fn step(&mut self) -> futures::future::BoxFuture<'_, ()> {
         Box::pin(async move {
             for ev in self.loader.rescan_at(self.clock.now()) {
                 self.view.on_event(&ev);

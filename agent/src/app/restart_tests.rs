@@ -22,14 +22,10 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::view::ViewState;
-use crate::dataplane::fake::{FakeClock, FakeNetlink};
+use super::bad_input_tests::Agent;
+use crate::dataplane::fake::{observed as route, FakeClock, FakeNetlink};
 use crate::dataplane::kernel_route::{ObservedRoute, RouteKey, RouteKind};
-use crate::dataplane::{Clock, DataplaneConfig, Reconciler};
-use crate::datastore::file_loader_for_tests as loader_for;
-use crate::ownership::{OwnershipConfig, Role, VersionChoice};
-use crate::plan::{plan, Plan, PlanConfig};
-use crate::routes::RouteDevices;
+use crate::ownership::VersionChoice;
 use crate::vocabulary::RTPROT_BIRD;
 
 const SETTLE: Duration = Duration::from_secs(30);
@@ -223,61 +219,6 @@ impl Tree {
     }
 }
 
-/// The agent's pipeline on a fake kernel, as `routewarden run` configures it: Felix's role,
-/// the release line from the cluster (`auto`).
-struct Agent {
-    loader: crate::datastore::TestLoader,
-    view: ViewState,
-    config: PlanConfig,
-    last: Option<Plan>,
-    reconciler: Reconciler<FakeNetlink, FakeClock>,
-    clock: FakeClock,
-}
-
-impl Agent {
-    fn new(root: &Path, nl: FakeNetlink, clock: FakeClock) -> Agent {
-        let cfg = DataplaneConfig { settle: SETTLE, ..DataplaneConfig::default() };
-        let reconciler = Reconciler::new(cfg.clone(), cfg.base_policy(), nl, clock.clone());
-        let ownership = OwnershipConfig { role: Role::Felix, version: VersionChoice::Auto, node: Some("node-a".into()) };
-        let config = PlanConfig { node: "node-a".into(), ownership, devices: RouteDevices::default(), protocol: 80, table: 254 };
-        Agent { loader: loader_for(root.to_path_buf(), SETTLE), view: ViewState::default(), config, last: None, reconciler, clock }
-    }
-
-    /// One rescan and one apply at the clock's time.
-    fn step(&mut self) -> futures::future::BoxFuture<'_, ()> {
-        Box::pin(async move {
-            for ev in self.loader.rescan_at(self.clock.now()) {
-                self.view.on_event(&ev);
-                if let crate::datastore::DatastoreEvent::Snapshot(s) = &ev {
-                    let previous = self.last.as_ref().map(|p| p.programmed.clone()).unwrap_or_default();
-                    let owned = self.last.as_ref().map(|p| p.policy.owned.clone()).unwrap_or_default();
-                    let p = plan(s, &self.config, &previous, &owned);
-                    self.reconciler.set_policy(p.policy.clone());
-                    self.reconciler.set_desired_with_handover(&p.desired, &p.handovers);
-                    self.last = Some(p);
-                }
-            }
-            self.reconciler.set_datastore_synced(self.view.deletions_allowed(self.last.as_ref()));
-            self.reconciler.apply().await;
-        })
-    }
-}
-
-fn route(dst: &str, metric: u32, proto: u8, gateway: Option<&str>, oif: Option<u32>, kind: RouteKind) -> ObservedRoute {
-    ObservedRoute {
-        key: RouteKey::new(254, dst.parse().unwrap(), 0, metric),
-        kind,
-        gateway: gateway.map(|g| g.parse().unwrap()),
-        oif,
-        onlink: gateway.is_some(),
-        nexthop: None,
-        protocol: proto,
-        scope: 0,
-        extra: false,
-        cloned: false,
-    }
-}
-
 /// The kernel of `base` before the agent first starts: foreign routes only. A static route
 /// outside every pool, a BIRD route in the VXLAN pool (Felix's class); on 3.30, BIRD's routes
 /// for the IPIP and no-encap blocks it programs there (and its own-block blackhole).
@@ -303,7 +244,7 @@ fn run(base: usize, ops: &[(Op, u64)]) -> Result<(), TestCaseError> {
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let clock = FakeClock::new();
     let nl = kernel(base);
-    let mut agent = Agent::new(&tree.root, nl.clone(), clock.clone());
+    let mut agent = Agent::with_version(&tree.root, nl.clone(), clock.clone(), VersionChoice::Auto);
     for _ in 0..3 {
         rt.block_on(agent.step());
         clock.advance(SETTLE);
@@ -316,7 +257,7 @@ fn run(base: usize, ops: &[(Op, u64)]) -> Result<(), TestCaseError> {
         match op {
             Op::Break(b) => tree.apply(*b),
             Op::Restore => tree.restore(),
-            Op::Restart => agent = Agent::new(&tree.root, nl.clone(), clock.clone()),
+            Op::Restart => agent = Agent::with_version(&tree.root, nl.clone(), clock.clone(), VersionChoice::Auto),
         }
         rt.block_on(agent.step());
         clock.advance(Duration::from_secs(*advance_s));

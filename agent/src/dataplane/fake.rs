@@ -77,6 +77,23 @@ pub struct FakeState {
 /// routes.
 pub const FAKE_WRITE_CHUNK: usize = 2;
 
+/// A route as another writer (or the kernel) would have it in the fake kernel: `gateway`
+/// routes are onlink, table main, TOS 0.
+pub fn observed(dst: &str, metric: u32, protocol: u8, gateway: Option<&str>, oif: Option<u32>, kind: super::kernel_route::RouteKind) -> ObservedRoute {
+    ObservedRoute {
+        key: RouteKey::new(254, dst.parse().unwrap(), 0, metric),
+        kind,
+        gateway: gateway.map(|g| g.parse().unwrap()),
+        oif,
+        onlink: gateway.is_some(),
+        nexthop: None,
+        protocol,
+        scope: 0,
+        extra: false,
+        cloned: false,
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct FakeNetlink(pub Arc<Mutex<FakeState>>);
 

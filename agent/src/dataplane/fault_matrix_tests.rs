@@ -12,11 +12,12 @@ use nix::errno::Errno;
 
 use super::config::DataplaneConfig;
 use super::events::DataplaneEvent;
-use super::fake::{FakeClock, FakeNetlink};
+use super::fake::{observed, FakeClock, FakeNetlink};
 use super::kernel_route::{ObservedRoute, RouteKey, RouteKind};
 use super::reconciler::Reconciler;
-use crate::routes::{ClusterRoute, RouteOrigin};
-use crate::vocabulary::{PoolClass, RoutePath};
+use super::reconciler_tests::cr;
+use crate::routes::ClusterRoute;
+use crate::vocabulary::RoutePath;
 
 const ETH0: u32 = 2;
 const TUNL0: u32 = 3;
@@ -59,18 +60,6 @@ const FAULTS: [Fault; 9] = [
     Fault::ForeignAtOurKey,
 ];
 
-fn cr(dst: &str, path: RoutePath, gw: Option<&str>) -> ClusterRoute {
-    ClusterRoute {
-        dst: dst.parse().unwrap(),
-        path,
-        gateway: gw.map(|g| g.parse().unwrap()),
-        device: None,
-        class: if path == RoutePath::HostNic { PoolClass::NoEncap } else { PoolClass::Ipip },
-        pool: "default".into(),
-        origin: RouteOrigin::RemoteBlock { block: dst.into(), node: "n".into() },
-    }
-}
-
 /// The desired routes before the scenario's change.
 fn before() -> Vec<ClusterRoute> {
     vec![
@@ -104,19 +93,9 @@ enum Scenario {
     Restart,
 }
 
+/// A foreign route (BIRD's at metric 0, others at 1024).
 fn foreign(dst: &str, proto: u8, gateway: Option<&str>, oif: Option<u32>) -> ObservedRoute {
-    ObservedRoute {
-        key: RouteKey::new(254, dst.parse().unwrap(), 0, if proto == 12 { 0 } else { 1024 }),
-        kind: RouteKind::Unicast,
-        gateway: gateway.map(|g| g.parse().unwrap()),
-        oif,
-        onlink: gateway.is_some(),
-        nexthop: None,
-        protocol: proto,
-        scope: 0,
-        extra: false,
-        cloned: false,
-    }
+    observed(dst, if proto == 12 { 0 } else { 1024 }, proto, gateway, oif, RouteKind::Unicast)
 }
 
 /// Foreign routes every scenario starts with: outside the pools, BIRD's in a pool at another

@@ -21,7 +21,8 @@ const ETH0: u32 = 2;
 const POOLS: &[&str] = &["10.244.0.0/16", "fd00:10:244::/48"];
 const TUNL0: u32 = 3;
 
-fn cr(dst: &str, path: RoutePath, gw: Option<&str>) -> ClusterRoute {
+/// A remote block's route of pool `default` (also the fault matrix's).
+pub(super) fn cr(dst: &str, path: RoutePath, gw: Option<&str>) -> ClusterRoute {
     ClusterRoute {
         dst: dst.parse().unwrap(),
         path,
