@@ -241,16 +241,16 @@ async fn a_block_put_and_delete_change_the_snapshot_within_a_second() {
     let (mut rx, _task) = spawn(&etcd);
     let first = next_snapshot(&mut rx, Duration::from_secs(10)).await;
     assert_eq!(recv(&mut rx, Duration::from_secs(5)).await, DatastoreEvent::Synced);
-    let cidr = "10.244.99.0/30";
+    let cidr = "10.244.99.0/26";
     client.put(block_key(cidr.parse().unwrap()), block(cidr, "node-a").to_string(), None).await.unwrap();
     let s = next_snapshot(&mut rx, Duration::from_secs(1)).await;
     assert_eq!(s.cluster.ipam_blocks.len(), first.cluster.ipam_blocks.len() + 1);
-    let b = &s.cluster.ipam_blocks["10-244-99-0-30"];
+    let b = &s.cluster.ipam_blocks["10-244-99-0-26"];
     assert_eq!((b.cidr.to_string(), b.affinity.clone()), (cidr.to_owned(), Some(Affinity::Host("node-a".to_owned()))));
     // A broken value keeps the block and names the key.
     client.put(block_key(cidr.parse().unwrap()), "{\"cidr\": ", None).await.unwrap();
     let s = next_snapshot(&mut rx, Duration::from_secs(1)).await;
-    assert!(s.cluster.ipam_blocks.contains_key("10-244-99-0-30"));
+    assert!(s.cluster.ipam_blocks.contains_key("10-244-99-0-26"));
     assert_eq!(s.load_errors.iter().map(|e| e.file.clone()).collect::<Vec<_>>(), vec![PathBuf::from(block_key(cidr.parse().unwrap()))]);
     client.delete(block_key(cidr.parse().unwrap()), None).await.unwrap();
     let s = next_snapshot(&mut rx, Duration::from_secs(1)).await;
@@ -285,11 +285,11 @@ async fn a_dead_etcd_unsyncs_and_a_restarted_one_syncs_the_same_cluster() {
     }
     // Still the same cluster: a new block shows on top of it.
     let mut client = etcd.client().await;
-    let cidr = "10.244.98.0/30";
+    let cidr = "10.244.98.0/26";
     client.put(block_key(cidr.parse().unwrap()), block(cidr, "node-b").to_string(), None).await.unwrap();
     let s = next_snapshot(&mut rx, Duration::from_secs(2)).await;
     let mut expected = first.cluster.ipam_blocks.keys().cloned().collect::<Vec<_>>();
-    expected.push("10-244-98-0-30".into());
+    expected.push("10-244-98-0-26".into());
     expected.sort();
     assert_eq!(s.cluster.ipam_blocks.keys().cloned().collect::<Vec<_>>(), expected);
 }
@@ -302,17 +302,17 @@ async fn a_compaction_does_not_disturb_a_current_watch() {
     let (mut rx, _task) = spawn(&etcd);
     next_snapshot(&mut rx, Duration::from_secs(10)).await;
     assert_eq!(recv(&mut rx, Duration::from_secs(5)).await, DatastoreEvent::Synced);
-    let cidr = "10.244.97.0/30";
+    let cidr = "10.244.97.0/26";
     let put = client.put(block_key(cidr.parse().unwrap()), block(cidr, "node-c").to_string(), None).await.unwrap();
     let rev = put.header().unwrap().revision();
     let s = next_snapshot(&mut rx, Duration::from_secs(1)).await;
-    assert!(s.cluster.ipam_blocks.contains_key("10-244-97-0-30"));
+    assert!(s.cluster.ipam_blocks.contains_key("10-244-97-0-26"));
     client.compact(rev, Some(CompactionOptions::new().with_physical())).await.unwrap();
     // Compacting up to the current revision leaves a current watch running: the deletion
     // after it arrives as a watch event, with no Unsynced in between.
     client.delete(block_key(cidr.parse().unwrap()), None).await.unwrap();
     match recv(&mut rx, Duration::from_secs(1)).await {
-        DatastoreEvent::Snapshot(s) => assert!(!s.cluster.ipam_blocks.contains_key("10-244-97-0-30")),
+        DatastoreEvent::Snapshot(s) => assert!(!s.cluster.ipam_blocks.contains_key("10-244-97-0-26")),
         other => panic!("expected the snapshot without the block, got {other:?}"),
     }
 }
@@ -340,14 +340,14 @@ async fn a_watch_held_behind_a_compaction_relists_at_a_new_revision() {
     let etcd = Etcd::start();
     let mut client = etcd.client().await;
     load_example(&mut client).await;
-    let (held, fresh) = ("10.244.96.0/30", "10.244.95.0/30");
+    let (held, fresh) = ("10.244.96.0/26", "10.244.95.0/26");
     client.put(block_key(held.parse().unwrap()), block(held, "node-c").to_string(), None).await.unwrap();
     // One event of room: after the first snapshot, `Synced` fills the channel and the next
     // snapshot blocks the datastore, so it stops reading its watch.
     let (mut rx, _task) = spawn_with(options(&etcd), 1);
     let first = next_snapshot(&mut rx, Duration::from_secs(10)).await;
-    assert!(first.cluster.ipam_blocks.contains_key("10-244-96-0-30"));
-    let extra = "10.244.94.0/30";
+    assert!(first.cluster.ipam_blocks.contains_key("10-244-96-0-26"));
+    let extra = "10.244.94.0/26";
     client.put(block_key(extra.parse().unwrap()), block(extra, "node-b").to_string(), None).await.unwrap();
     // Felix-like status writes routewarden does not read, until etcd's buffers for the held
     // watch are full and it becomes a slow watcher (bounded: 60 MB).
@@ -371,7 +371,7 @@ async fn a_watch_held_behind_a_compaction_relists_at_a_new_revision() {
     assert_eq!(recv(&mut rx, Duration::from_secs(5)).await, DatastoreEvent::Synced);
     let s = next_snapshot(&mut rx, Duration::from_secs(5)).await;
     let mut blocks: Vec<String> = first.cluster.ipam_blocks.keys().map(ToString::to_string).collect();
-    blocks.push("10-244-94-0-30".into());
+    blocks.push("10-244-94-0-26".into());
     blocks.sort();
     assert_eq!(s.cluster.ipam_blocks.keys().map(ToString::to_string).collect::<Vec<_>>(), blocks);
     match recv(&mut rx, Duration::from_secs(20)).await {
@@ -385,8 +385,8 @@ async fn a_watch_held_behind_a_compaction_relists_at_a_new_revision() {
         other => panic!("expected the re-listed snapshot, got {other:?}"),
     };
     assert_eq!(recv(&mut rx, Duration::from_secs(5)).await, DatastoreEvent::Synced);
-    blocks.retain(|b| b != "10-244-96-0-30");
-    blocks.push("10-244-95-0-30".into());
+    blocks.retain(|b| b != "10-244-96-0-26");
+    blocks.push("10-244-95-0-26".into());
     blocks.sort();
     assert_eq!(relisted.cluster.ipam_blocks.keys().map(ToString::to_string).collect::<Vec<_>>(), blocks);
     // The re-list is the cluster as a fresh read sees it, and explains as that read does.
@@ -397,7 +397,7 @@ async fn a_watch_held_behind_a_compaction_relists_at_a_new_revision() {
     // And the new watch runs from the re-list's revision: a deletion shows within a second.
     client.delete(block_key(fresh.parse().unwrap()), None).await.unwrap();
     let s = next_snapshot(&mut rx, Duration::from_secs(1)).await;
-    blocks.retain(|b| b != "10-244-95-0-30");
+    blocks.retain(|b| b != "10-244-95-0-26");
     assert_eq!(s.cluster.ipam_blocks.keys().map(ToString::to_string).collect::<Vec<_>>(), blocks);
     eprintln!("a_watch_held_behind_a_compaction_relists_at_a_new_revision: slow watcher after {writes} status writes of 10 kB");
 }
@@ -472,10 +472,10 @@ async fn mtls_with_the_right_ca_and_client_certificate_syncs_the_cluster() {
     assert_eq!(s.cluster, file.cluster);
     assert_eq!(recv(&mut rx, Duration::from_secs(5)).await, DatastoreEvent::Synced);
     // The watch runs over TLS too.
-    let cidr = "10.244.93.0/30";
+    let cidr = "10.244.93.0/26";
     client.put(block_key(cidr.parse().unwrap()), block(cidr, "node-b").to_string(), None).await.unwrap();
     let s = next_snapshot(&mut rx, Duration::from_secs(1)).await;
-    assert!(s.cluster.ipam_blocks.contains_key("10-244-93-0-30"));
+    assert!(s.cluster.ipam_blocks.contains_key("10-244-93-0-26"));
 }
 
 /// Only `Unsynced` events for `window` (no snapshot, no `Synced`): the reasons seen.
