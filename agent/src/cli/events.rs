@@ -68,6 +68,7 @@ impl EventsArgs {
             forward: None,
             log_level: self.bpf_log_level,
             self_pid: self.agent_pid,
+            scope: None,
         }
     }
 }
@@ -88,6 +89,7 @@ pub fn events(args: &EventsArgs) -> Result<ExitCode> {
         let devices = rt.block_on(devices_for(&args.cluster, &snap.cluster, Some(&node)));
         let forward_devices = ForwardConfig::for_devices(std::slice::from_ref(&devices.tunnel), std::slice::from_ref(&devices.host_nic));
         let p = plan_once(&snap, &args.cluster, node, ownership, devices);
+        opts.scope = Some(app::episode_scope(&p));
         opts.forward = Some(ForwardSetup { config: ForwardConfig { log_level: args.bpf_log_level, ..forward_devices }, entries: app::forward_entries(&p) });
     }
     events_stream::main(&opts)?;

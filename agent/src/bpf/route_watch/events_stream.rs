@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::{RouteWatch, RouteWatchBackend, RouteWatchConfig, RouteWatchEvent};
+use super::{EpisodeScope, RouteWatch, RouteWatchBackend, RouteWatchConfig, RouteWatchEvent};
 use crate::bpf::forward::{ForwardConfig, ForwardEntry, ForwardEvent, ForwardWatch};
 use crate::bpf::loader::{BpfObject, LoadConfig};
 use crate::bpf::BpfError;
@@ -62,6 +62,22 @@ pub struct EventsOptions {
     /// The process whose writes at `self_protocol` show as `self` (`--agent-pid`; `None`:
     /// this process, which writes nothing, so every protocol-80 write shows as `felix`).
     pub self_pid: Option<u32>,
+    /// Where conflicts and flaps mean something (`--datastore` given: the plan's
+    /// [`EpisodeScope`], as the agent judges them); outside it they are shown as the plain
+    /// writes they are. `None`: every verdict of the kernel is shown.
+    pub scope: Option<EpisodeScope>,
+}
+
+/// `ev`, or the write it carries when it is a conflict or flap outside `scope`
+/// ([`EpisodeScope::judges`]): another program's churn outside the pools is not an episode
+/// (issue 48), in the stream as in the agent's metrics.
+pub fn in_scope(ev: RouteWatchEvent, scope: Option<&EpisodeScope>) -> RouteWatchEvent {
+    match (scope, ev) {
+        (Some(s), RouteWatchEvent::Conflict { route, previous, .. } | RouteWatchEvent::Flap { route, previous, .. }) if !s.judges(&route, &previous) => {
+            RouteWatchEvent::Write { route }
+        }
+        (_, ev) => ev,
+    }
 }
 
 impl Default for EventsOptions {
@@ -77,6 +93,7 @@ impl Default for EventsOptions {
             forward: None,
             log_level: crate::bpf::bpf_log::BpfLogLevel::Off,
             self_pid: None,
+            scope: None,
         }
     }
 }
@@ -173,6 +190,7 @@ pub async fn stream_events_with(object: &'static [u8], opts: &EventsOptions, mut
         tokio::select! {
             ev = rx.recv() => {
                 let Some(ev) = ev else { break };
+                let ev = in_scope(ev, opts.scope.as_ref());
                 match opts.format {
                     EventsFormat::Text => writeln!(out, "{ev}")?,
                     EventsFormat::Json => {
@@ -218,4 +236,42 @@ pub async fn stream_events_with(object: &'static [u8], opts: &EventsOptions, mut
         freader.abort();
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod scope_tests {
+    use super::{in_scope, EpisodeScope, RouteWatchEvent};
+    use crate::bpf::route_watch::{RouteChange, WriterInfo};
+
+    fn writer(class: &'static str, protocol: u8) -> WriterInfo {
+        WriterInfo { protocol, class, kernel: false, netlink_port: Some(7), pid: Some(42), comm: Some("vpnc".into()) }
+    }
+
+    fn conflict(dst: &str) -> RouteWatchEvent {
+        let route = RouteChange {
+            at_ns: 1,
+            family: "ipv4",
+            op: "add",
+            table: 254,
+            dst: dst.parse().unwrap(),
+            metric: 0,
+            oif: 2,
+            gateway: None,
+            nexthop_id: None,
+            writer: writer("static", 4),
+        };
+        RouteWatchEvent::Conflict { route, previous: writer("static", 4), writes_in_window: 2 }
+    }
+
+    /// Issue 48 case 7 in `routewarden events --datastore`: a conflict outside the pools is
+    /// shown as the write it is (writer and process kept, no verdict); inside, unchanged;
+    /// without a datastore (no scope), every verdict of the kernel as before.
+    #[test]
+    fn episodes_outside_the_scope_are_shown_as_writes() {
+        let scope = EpisodeScope { pools: vec!["10.244.0.0/16".parse().unwrap()], protocol: 80, table: 254 };
+        let RouteWatchEvent::Write { route } = in_scope(conflict("192.168.77.1/32"), Some(&scope)) else { panic!("not a write") };
+        assert_eq!((route.dst.to_string(), route.writer.comm.as_deref()), ("192.168.77.1/32".to_owned(), Some("vpnc")));
+        assert!(matches!(in_scope(conflict("10.244.20.0/26"), Some(&scope)), RouteWatchEvent::Conflict { .. }));
+        assert!(matches!(in_scope(conflict("192.168.77.1/32"), None), RouteWatchEvent::Conflict { .. }));
+    }
 }
