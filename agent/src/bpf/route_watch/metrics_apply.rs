@@ -134,7 +134,7 @@ impl RouteWatchMetrics {
         }
         match event {
             RouteWatchEvent::Conflict { route, previous, writes_in_window } => {
-                metrics.record_route_conflict(route.family, route.writer.class, previous.class);
+                metrics.record_route_conflict(route.family, route.writer.writer_class(), previous.writer_class());
                 if self.may_log(now) {
                     tracing::warn!(prefix = %route.dst, table = route.table, metric = route.metric, op = route.op,
                     writer = %route.writer, previous = %previous, writes_in_window, "route conflict: two writers program the same prefix");

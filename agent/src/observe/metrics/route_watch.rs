@@ -99,13 +99,10 @@ impl Metrics {
     }
 
     /// One conflict episode judged (inside the episode scope): `routewarden_route_conflicts_total`
-    /// `{family, writers}`, the two writer classes' labels (`WriterClass::label`) in class order.
-    /// The kernel's own conflict counters are not used: they count episodes everywhere.
-    pub fn record_route_conflict(&self, family: &'static str, a: &str, b: &str) {
-        let class = |label: &str| WriterClass::ALL.into_iter().find(|c| c.label() == label);
-        if let (Some(a), Some(b)) = (class(a), class(b)) {
-            self.route_conflicts.get_or_create(&RouteConflictLabels { family, writers: writers_label(a, b) }).inc();
-        }
+    /// `{family, writers}`, the two writer classes in class order ([`writers_label`]). The
+    /// kernel's own conflict counters are not used: they count episodes everywhere.
+    pub fn record_route_conflict(&self, family: &'static str, a: WriterClass, b: WriterClass) {
+        self.route_conflicts.get_or_create(&RouteConflictLabels { family, writers: writers_label(a, b) }).inc();
     }
 
     /// One flap episode judged: `routewarden_route_flaps_total{family}`.

@@ -143,7 +143,7 @@ fn exposition_of_one_write_of_each_kind_is_unchanged() {
     m.record_route_watch(&first, &RouteWatchCounters::default());
     m.record_route_watch(&second, &first);
     // Conflicts and flaps come from their events (the kernel's counters of them are not used).
-    m.record_route_conflict("ipv4", "bird", "self");
+    m.record_route_conflict("ipv4", WriterClass::Bird, WriterClass::SelfAgent);
     m.record_route_flap("ipv6");
     m.record_route_flap("ipv6");
     m.set_flapping_prefixes(0);
