@@ -194,11 +194,9 @@ impl ClusterBuilder {
         let mut twice = self.duplicated;
         twice.extend(self.rejected);
         for (kind, name) in twice {
-            if !has(&cluster, kind, &name) {
-                continue;
+            if let Some(cidrs) = take_out(&mut cluster, kind, &name) {
+                rejected.push(Rejected::new(ModelError::Duplicate { kind, name }, cidrs));
             }
-            let cidrs = take_out(&mut cluster, kind, &name);
-            rejected.push(Rejected::new(ModelError::Duplicate { kind, name }, cidrs));
         }
         rejected.extend(check_pools(&mut cluster));
         rejected.extend(check_blocks(&mut cluster));
@@ -206,52 +204,20 @@ impl ClusterBuilder {
     }
 }
 
-/// Whether `cluster` holds the object `kind`/`name`.
-fn has(cluster: &Cluster, kind: Kind, name: &str) -> bool {
+/// Remove the object `kind`/`name` from `cluster`: the CIDRs it routes or claims (a pool's,
+/// a block's, an affinity's, as [`ParsedObject::cidrs`] gives them), or `None` when it is not
+/// there.
+fn take_out(cluster: &mut Cluster, kind: Kind, name: &str) -> Option<Vec<IpNet>> {
     match kind {
-        Kind::IpPool => cluster.ip_pools.contains_key(name),
-        Kind::IpamBlock => cluster.ipam_blocks.contains_key(name),
-        Kind::BlockAffinity => cluster.block_affinities.contains_key(name),
-        Kind::Node => cluster.nodes.contains_key(name),
-        Kind::FelixConfiguration => cluster.felix_configurations.contains_key(name),
-        Kind::BgpConfiguration => cluster.bgp_configurations.contains_key(name),
-        Kind::ClusterInformation => cluster.cluster_informations.contains_key(name),
-        Kind::Installation => cluster.installations.contains_key(name),
-        Kind::DaemonSet => cluster.calico_node_daemonsets.contains_key(name),
-    }
-}
-
-/// Remove the object `kind`/`name` from `cluster`; the CIDRs it routes or claims (a pool's,
-/// a block's, an affinity's), as [`ParsedObject::cidrs`] gives them.
-fn take_out(cluster: &mut Cluster, kind: Kind, name: &str) -> Vec<IpNet> {
-    match kind {
-        Kind::IpPool => cluster.ip_pools.remove(name).map(|p| vec![p.cidr]).unwrap_or_default(),
-        Kind::IpamBlock => cluster.ipam_blocks.remove(name).map(|b| vec![b.cidr]).unwrap_or_default(),
-        Kind::BlockAffinity => cluster.block_affinities.remove(name).map(|a| vec![a.cidr]).unwrap_or_default(),
-        Kind::Node => {
-            cluster.nodes.remove(name);
-            Vec::new()
-        }
-        Kind::FelixConfiguration => {
-            cluster.felix_configurations.remove(name);
-            Vec::new()
-        }
-        Kind::BgpConfiguration => {
-            cluster.bgp_configurations.remove(name);
-            Vec::new()
-        }
-        Kind::ClusterInformation => {
-            cluster.cluster_informations.remove(name);
-            Vec::new()
-        }
-        Kind::Installation => {
-            cluster.installations.remove(name);
-            Vec::new()
-        }
-        Kind::DaemonSet => {
-            cluster.calico_node_daemonsets.remove(name);
-            Vec::new()
-        }
+        Kind::IpPool => cluster.ip_pools.remove(name).map(|p| vec![p.cidr]),
+        Kind::IpamBlock => cluster.ipam_blocks.remove(name).map(|b| vec![b.cidr]),
+        Kind::BlockAffinity => cluster.block_affinities.remove(name).map(|a| vec![a.cidr]),
+        Kind::Node => cluster.nodes.remove(name).map(|_| Vec::new()),
+        Kind::FelixConfiguration => cluster.felix_configurations.remove(name).map(|_| Vec::new()),
+        Kind::BgpConfiguration => cluster.bgp_configurations.remove(name).map(|_| Vec::new()),
+        Kind::ClusterInformation => cluster.cluster_informations.remove(name).map(|_| Vec::new()),
+        Kind::Installation => cluster.installations.remove(name).map(|_| Vec::new()),
+        Kind::DaemonSet => cluster.calico_node_daemonsets.remove(name).map(|_| Vec::new()),
     }
 }
 
