@@ -144,7 +144,8 @@ pub fn explain(cluster: &Cluster, object_errors: &[ObjectError], config: &Owners
     // What the agent would hold as it is (issue 48): a class whose deciding object cannot be
     // read or interpreted gets nothing new programmed, so its routes are not listed as ours.
     let frozen = crate::ownership::frozen_classes(&decision, cluster, &config, object_errors.iter().filter(|e| !e.last_good).map(|e| &e.error));
-    let classes = if audit { routable_classes() } else { decision.programmed.iter().filter(|c| !frozen.iter().any(|f| f.class == **c)).copied().collect() };
+    let programs: std::collections::BTreeSet<PoolClass> = decision.programmed.iter().filter(|c| !frozen.iter().any(|f| f.class == **c)).copied().collect();
+    let classes = if audit { routable_classes() } else { programs.clone() };
     let desired = opts.node.as_deref().map(|n| desired_routes(cluster, n, &classes, &opts.devices));
     let routes: Vec<RouteRow<'_>> = desired
         .as_ref()
@@ -164,7 +165,7 @@ pub fn explain(cluster: &Cluster, object_errors: &[ObjectError], config: &Owners
         felix: &decision.felix,
         bird: &decision.bird,
         explicit: decision.explicit.as_ref(),
-        programmed_classes: decision.programmed.iter().filter(|c| !frozen.iter().any(|f| f.class == **c)).copied().collect(),
+        programmed_classes: programs.into_iter().collect(),
         frozen_classes: &frozen,
         pools: &decision.pools,
         findings: &decision.findings,

@@ -139,12 +139,10 @@ pub fn frozen_ground(snapshot: &Snapshot) -> Vec<FrozenPrefix> {
                 whole.insert(e.file.as_path());
             }
         }
+        // No good definition stands in for it: a kept one marks the error `last_good`, and
+        // one in another input is refused with it (`ClusterBuilder::finish`).
         if let Some((Kind::Node, name)) = e.error.object() {
-            // A good definition may stand in (the other file's, or a kept one): then nothing
-            // is missing.
-            if !snapshot.cluster.nodes.contains_key(name) {
-                rejected_nodes.entry(name).or_insert_with(|| e.to_string());
-            }
+            rejected_nodes.entry(name).or_insert_with(|| e.to_string());
         }
     }
     for e in snapshot.object_errors.iter().filter(|e| !e.last_good && !whole.contains(e.file.as_path()) && !e.cidrs.is_empty()) {
@@ -455,9 +453,8 @@ fn plan_from(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolC
     // new programmed there; their pools join the frozen ground below.
     let frozen_classes = frozen_classes(&decision, cluster, &config.ownership, snapshot.object_errors.iter().filter(|e| !e.last_good).map(|e| &e.error));
     let is_frozen = |c: &PoolClass| frozen_classes.iter().any(|f| f.class == *c);
-    let programmed: BTreeSet<PoolClass> =
-        decision.programmed.iter().filter(|c| !is_frozen(c)).chain(previous.iter().filter(|c| is_frozen(c))).copied().collect();
     let programs_now: BTreeSet<PoolClass> = decision.programmed.iter().filter(|c| !is_frozen(c)).copied().collect();
+    let programmed: BTreeSet<PoolClass> = programs_now.iter().chain(previous.iter().filter(|c| is_frozen(c))).copied().collect();
     let mut computed = every_class.select(&programs_now);
     // WireGuard (reference §1, confd `processWireguardPeerFilter`): BIRD's kernel filter rejects
     // every route whose next hop is a WireGuard peer of this node ("WireGuard routes handled by

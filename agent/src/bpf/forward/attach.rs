@@ -91,8 +91,9 @@ impl Attachments {
         let pending = std::mem::take(&mut self.missing);
         let mut result = Ok(());
         for (dev, role) in pending {
-            let ifindex = nix::net::if_::if_nametoindex(dev.as_str()).ok();
-            let Some(ifindex) = ifindex.filter(|_| result.is_ok()) else {
+            // After a refusal the rest wait for the next round; a device that does not exist
+            // (no ifindex) waits until it does.
+            let Some(ifindex) = result.is_ok().then(|| nix::net::if_::if_nametoindex(dev.as_str()).ok()).flatten() else {
                 self.missing.push((dev, role));
                 continue;
             };
