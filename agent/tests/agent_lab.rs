@@ -288,7 +288,10 @@ fn the_agent_attaches_its_tc_probe_in_the_lab_and_counts() {
         return;
     }
     if routewarden::bpf::embedded_object().is_none() {
-        eprintln!("SKIPPED the_agent_attaches_its_tc_probe_in_the_lab_and_counts: built without the BPF object; `cargo xtask test` embeds it");
+        routewarden_lab::skip(
+            "the_agent_attaches_its_tc_probe_in_the_lab_and_counts",
+            format_args!("built without the BPF object; `cargo xtask test` embeds it"),
+        );
         return;
     }
     let lab = lab();
@@ -317,7 +320,10 @@ fn the_agent_reports_a_second_writer_fighting_over_its_route() {
         return;
     }
     if routewarden::bpf::embedded_object().is_none() {
-        eprintln!("SKIPPED the_agent_reports_a_second_writer_fighting_over_its_route: built without the BPF object; `cargo xtask test` embeds it");
+        routewarden_lab::skip(
+            "the_agent_reports_a_second_writer_fighting_over_its_route",
+            format_args!("built without the BPF object; `cargo xtask test` embeds it"),
+        );
         return;
     }
     let lab = lab();
@@ -360,7 +366,7 @@ fn foreign_writes_outside_the_pools_raise_no_episode() {
         return;
     }
     if routewarden::bpf::embedded_object().is_none() {
-        eprintln!("SKIPPED foreign_writes_outside_the_pools_raise_no_episode: built without the BPF object; `cargo xtask test` embeds it");
+        routewarden_lab::skip("foreign_writes_outside_the_pools_raise_no_episode", format_args!("built without the BPF object; `cargo xtask test` embeds it"));
         return;
     }
     let lab = lab();
@@ -443,7 +449,10 @@ fn events_command_streams_wrong_path_samples_with_the_block() {
         return;
     }
     if routewarden::bpf::embedded_object().is_none() {
-        eprintln!("SKIPPED events_command_streams_wrong_path_samples_with_the_block: built without the BPF object; `cargo xtask test` embeds it");
+        routewarden_lab::skip(
+            "events_command_streams_wrong_path_samples_with_the_block",
+            format_args!("built without the BPF object; `cargo xtask test` embeds it"),
+        );
         return;
     }
     let lab = lab();

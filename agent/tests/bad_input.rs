@@ -449,7 +449,10 @@ fn row14_deleted_pools_take_their_series_with_them() {
         return;
     }
     if routewarden::bpf::embedded_object().is_none() {
-        println!("SKIPPED row14_deleted_pools_take_their_series_with_them: built without the BPF object, so no forwarding watch; `cargo xtask test` embeds it");
+        routewarden_lab::skip(
+            "row14_deleted_pools_take_their_series_with_them",
+            format_args!("built without the BPF object, so no forwarding watch; `cargo xtask test` embeds it"),
+        );
         return;
     }
     let (lab, dir, _agent) = healthy(&[]);
@@ -599,7 +602,7 @@ fn bird_filter(dir: &Path) -> std::process::Output {
 fn bird_parses(snippet: &str) {
     const BIRD: &str = "/usr/sbin/bird";
     if !Path::new(BIRD).exists() {
-        println!("SKIPPED bird -p check: {BIRD} not installed");
+        routewarden_lab::skip("bird -p check", format_args!("{BIRD} not installed"));
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -14,7 +14,7 @@ const BIRD: &str = "/usr/sbin/bird";
 
 fn bird_parses(name: &str, role: Role, route_protocol: u8) {
     if !Path::new(BIRD).exists() {
-        println!("SKIPPED {name}: bird not installed");
+        routewarden_lab::skip(name, format_args!("bird not installed"));
         return;
     }
     let snap = FileDatastore::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/cluster")).expect("example loads");

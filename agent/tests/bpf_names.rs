@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 #[test]
 fn the_object_has_exactly_the_maps_common_names() {
     let Some(obj) = routewarden::bpf::embedded_object() else {
-        eprintln!("SKIPPED the_object_has_exactly_the_maps_common_names: built without the BPF object; `cargo xtask test` embeds it");
+        routewarden_lab::skip("the_object_has_exactly_the_maps_common_names", format_args!("built without the BPF object; `cargo xtask test` embeds it"));
         return;
     };
     let parsed = aya_obj::Object::parse(obj).expect("parse the embedded BPF object");

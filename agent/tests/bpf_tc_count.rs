@@ -19,7 +19,10 @@ fn tc_count_counts_every_egress_packet_exactly() {
         return;
     }
     let Some(object) = routewarden::bpf::embedded_object() else {
-        eprintln!("SKIPPED tc_count_counts_every_egress_packet_exactly: this test binary was built without the BPF object; `cargo xtask test` embeds it");
+        routewarden_lab::skip(
+            "tc_count_counts_every_egress_packet_exactly",
+            format_args!("this test binary was built without the BPF object; `cargo xtask test` embeds it"),
+        );
         return;
     };
     let ns = NetNsGuard::new().expect("netns");

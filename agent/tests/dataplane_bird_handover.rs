@@ -26,7 +26,7 @@ fn handover_to_bird_at_same_metric_steps_aside() {
         return;
     }
     if !routewarden_lab::bird::available() {
-        eprintln!("SKIPPED {TEST}: BIRD 2 is not installed (apt-get install bird2)");
+        routewarden_lab::skip(TEST, format_args!("BIRD 2 is not installed (apt-get install bird2)"));
         return;
     }
     let dir = std::env::temp_dir().join(format!("rw-bird-handover-{}", std::process::id()));

@@ -30,7 +30,7 @@ fn netns_with_real_tunl0(test: &str) -> Option<Netns> {
     }
     let guard = NetNsGuard::new().expect("create netns");
     if !real_ipip_tunl0() {
-        eprintln!("SKIPPED {test}: no ipip tunl0 on this kernel (covered by the QEMU lane)");
+        routewarden_lab::skip(test, format_args!("no ipip tunl0 on this kernel (covered by the QEMU lane)"));
         return None;
     }
     for cmd in [

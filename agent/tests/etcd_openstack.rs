@@ -139,7 +139,7 @@ fn openstack_shape_non_affine_blocks_give_a_32_per_workload() {
         return;
     }
     if !Path::new(ETCD).exists() {
-        eprintln!("SKIPPED openstack_shape_non_affine_blocks_give_a_32_per_workload: {ETCD} missing (Debian etcd-server)");
+        routewarden_lab::skip("openstack_shape_non_affine_blocks_give_a_32_per_workload", format_args!("{ETCD} missing (Debian etcd-server)"));
         return;
     }
     let lab = lab();
@@ -232,7 +232,10 @@ fn a_stopped_agent_past_a_compaction_relists_and_keeps_every_route_until_then() 
         return;
     }
     if !Path::new(ETCD).exists() {
-        eprintln!("SKIPPED a_stopped_agent_past_a_compaction_relists_and_keeps_every_route_until_then: {ETCD} missing (Debian etcd-server)");
+        routewarden_lab::skip(
+            "a_stopped_agent_past_a_compaction_relists_and_keeps_every_route_until_then",
+            format_args!("{ETCD} missing (Debian etcd-server)"),
+        );
         return;
     }
     let lab = lab();

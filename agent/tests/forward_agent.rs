@@ -15,7 +15,7 @@ fn the_agent_counts_cluster_traffic_per_pool_and_path() {
         return;
     }
     if routewarden::bpf::embedded_object().is_none() {
-        eprintln!("SKIPPED the_agent_counts_cluster_traffic_per_pool_and_path: built without the BPF object; `cargo xtask test` embeds it");
+        routewarden_lab::skip("the_agent_counts_cluster_traffic_per_pool_and_path", format_args!("built without the BPF object; `cargo xtask test` embeds it"));
         return;
     }
     let lab = lab();
@@ -68,7 +68,7 @@ fn a_recreated_tunnel_device_is_watched_again() {
         return;
     }
     if routewarden::bpf::embedded_object().is_none() {
-        eprintln!("SKIPPED a_recreated_tunnel_device_is_watched_again: built without the BPF object; `cargo xtask test` embeds it");
+        routewarden_lab::skip("a_recreated_tunnel_device_is_watched_again", format_args!("built without the BPF object; `cargo xtask test` embeds it"));
         return;
     }
     let lab = lab();

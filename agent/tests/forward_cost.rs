@@ -67,11 +67,11 @@ fn per_packet_cost_with_a_loaded_trie() {
         return;
     }
     let Some(obj) = routewarden::bpf::embedded_object() else {
-        eprintln!("SKIPPED per_packet_cost_with_a_loaded_trie: built without the BPF object");
+        routewarden_lab::skip("per_packet_cost_with_a_loaded_trie", format_args!("built without the BPF object"));
         return;
     };
     if Command::new("bpftool").arg("version").output().is_err() {
-        eprintln!("SKIPPED per_packet_cost_with_a_loaded_trie: bpftool is not installed");
+        routewarden_lab::skip("per_packet_cost_with_a_loaded_trie", format_args!("bpftool is not installed"));
         return;
     }
     let ns = NetNsGuard::new().expect("netns");

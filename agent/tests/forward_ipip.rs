@@ -166,11 +166,11 @@ fn real_ipip_counted_on_tunl0_and_on_the_nic() {
     }
     let ns = NetNsGuard::new().expect("netns");
     if !real_ipip_tunl0() {
-        eprintln!("SKIPPED {TEST}: no ipip tunl0 on this kernel (covered by the QEMU lane)");
+        routewarden_lab::skip(TEST, format_args!("no ipip tunl0 on this kernel (covered by the QEMU lane)"));
         return;
     }
     let Some(obj) = routewarden::bpf::embedded_object() else {
-        eprintln!("SKIPPED {TEST}: this test binary was built without the BPF object; `cargo xtask test` embeds it");
+        routewarden_lab::skip(TEST, format_args!("this test binary was built without the BPF object; `cargo xtask test` embeds it"));
         return;
     };
     let _peer = build(&ns);

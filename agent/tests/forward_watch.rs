@@ -89,7 +89,7 @@ fn object(test: &str) -> Option<&'static [u8]> {
     }
     let obj = routewarden::bpf::embedded_object();
     if obj.is_none() {
-        eprintln!("SKIPPED {test}: this test binary was built without the BPF object; `cargo xtask test` embeds it");
+        routewarden_lab::skip(test, format_args!("this test binary was built without the BPF object; `cargo xtask test` embeds it"));
     }
     obj
 }

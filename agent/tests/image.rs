@@ -59,7 +59,7 @@ fn image(test: &str) -> Option<String> {
     match std::env::var("ROUTEWARDEN_IMAGE") {
         Ok(id) if !id.is_empty() => Some(id),
         _ => {
-            eprintln!("SKIPPED {test}: no image (ROUTEWARDEN_IMAGE unset); `cargo xtask test` builds it unless given --no-image");
+            routewarden_lab::skip(test, format_args!("no image (ROUTEWARDEN_IMAGE unset); `cargo xtask test` builds it unless given --no-image"));
             None
         }
     }

@@ -86,7 +86,7 @@ fn skip_without_prometheus(test: &str) -> bool {
     if Path::new(PROMETHEUS).exists() {
         false
     } else {
-        eprintln!("SKIPPED {test}: {PROMETHEUS} missing (Debian package `prometheus`; `cargo xtask setup` lists it in TEST_APT_PACKAGES)");
+        routewarden_lab::skip(test, format_args!("{PROMETHEUS} missing (Debian package `prometheus`; `cargo xtask setup` lists it in TEST_APT_PACKAGES)"));
         true
     }
 }
@@ -927,7 +927,7 @@ fn every_alert_fires_and_resolves_through_prometheus() {
         return;
     }
     if routewarden::bpf::embedded_object().is_none() {
-        eprintln!("SKIPPED {TEST}: built without the BPF object; `cargo xtask test` embeds it");
+        routewarden_lab::skip(TEST, format_args!("built without the BPF object; `cargo xtask test` embeds it"));
         return;
     }
     let started = Instant::now();

@@ -24,11 +24,11 @@ fn bird_and_routewarden_fight_is_a_conflict() {
         return;
     }
     if !routewarden_lab::bird::available() {
-        eprintln!("SKIPPED {TEST}: BIRD 2 is not installed (apt-get install bird2)");
+        routewarden_lab::skip(TEST, format_args!("BIRD 2 is not installed (apt-get install bird2)"));
         return;
     }
     let Some(object) = routewarden::bpf::embedded_object() else {
-        eprintln!("SKIPPED {TEST}: built without the BPF object; `cargo xtask test` embeds it");
+        routewarden_lab::skip(TEST, format_args!("built without the BPF object; `cargo xtask test` embeds it"));
         return;
     };
     let ns = lab();

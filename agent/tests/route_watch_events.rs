@@ -51,7 +51,7 @@ fn events_json_streams_writes_and_conflicts() {
         return;
     }
     let Some(object) = routewarden::bpf::embedded_object() else {
-        eprintln!("SKIPPED events_json_streams_writes_and_conflicts: built without the BPF object; `cargo xtask test` embeds it");
+        routewarden_lab::skip("events_json_streams_writes_and_conflicts", format_args!("built without the BPF object; `cargo xtask test` embeds it"));
         return;
     };
     let ns = NetNsGuard::new().unwrap();

@@ -32,7 +32,40 @@ pub fn skip_unless_root(test: &str) -> bool {
     if is_root() {
         false
     } else {
-        eprintln!("SKIPPED {test}: needs root (CAP_NET_ADMIN) to create network namespaces; run `cargo xtask test` as root");
+        skip(test, "needs root (CAP_NET_ADMIN) to create network namespaces; run `cargo xtask test` as root");
         true
+    }
+}
+
+/// Environment variable naming the file every [`skip`] is also appended to. `cargo xtask test`
+/// sets it for the host lane and fails the run on a skip its allow-list does not name
+/// (`xtask/src/test.rs`, `HOST_ALLOWED_SKIPS`), so that no test passes with nothing checked.
+pub const SKIP_LOG_ENV: &str = "ROUTEWARDEN_SKIP_LOG";
+
+/// Say that test `test` cannot run here and why: prints `SKIPPED <test>: <reason>` to stderr
+/// (the line the QEMU lane parses from its console) and, when [`SKIP_LOG_ENV`] names a file,
+/// appends `<binary>\t<test>\t<reason>` to it as one line (`<binary>`: the test executable's
+/// name without cargo's hash suffix; tabs and newlines in `reason` become spaces).
+///
+/// Every test that returns early without checking anything calls this; a repository scan
+/// (`tests/tests/skips.rs`) keeps any other way of printing `SKIPPED` out.
+///
+/// # Panics
+/// When the skip log is named but cannot be appended to: a skip nobody can count would be the
+/// silent skip this exists to prevent.
+pub fn skip(test: &str, reason: impl std::fmt::Display) {
+    let reason = reason.to_string().replace(['\t', '\n', '\r'], " ");
+    eprintln!("SKIPPED {test}: {reason}");
+    let Some(path) = std::env::var_os(SKIP_LOG_ENV) else { return };
+    let exe = std::env::current_exe().ok();
+    let name = exe.as_deref().and_then(std::path::Path::file_name).and_then(|n| n.to_str()).unwrap_or("?");
+    let binary = match name.rsplit_once('-') {
+        Some((stem, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => stem,
+        _ => name,
+    };
+    let line = format!("{binary}\t{test}\t{reason}\n");
+    let written = std::fs::OpenOptions::new().create(true).append(true).open(&path).and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+    if let Err(e) = written {
+        panic!("cannot append the skip of {test} to {} ({SKIP_LOG_ENV}): {e}", std::path::Path::new(&path).display());
     }
 }

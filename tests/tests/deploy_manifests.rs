@@ -238,7 +238,7 @@ fn kustomization_builds() {
             c
         })
     } else {
-        eprintln!("SKIPPED kustomization_builds: kustomize (or kubectl) not installed");
+        routewarden_lab::skip("kustomization_builds", format_args!("kustomize (or kubectl) not installed"));
         return;
     };
     let out = run(base.arg(deploy()));
@@ -330,7 +330,7 @@ fn kustomize_tool() -> Option<&'static str> {
 #[test]
 fn etcd_component_builds() {
     let Some(tool) = kustomize_tool() else {
-        eprintln!("SKIPPED etcd_component_builds: kustomize (or kubectl) not installed");
+        routewarden_lab::skip("etcd_component_builds", format_args!("kustomize (or kubectl) not installed"));
         return;
     };
     // An overlay enabling the etcd component (generating its endpoints' ConfigMap, as deploy/etcd's
@@ -419,7 +419,7 @@ fn image_tag_is_the_crate_version() {
 #[test]
 fn manifests_validate_against_kubernetes_schemas() {
     let Some(kv) = which("kubernetes-validate") else {
-        eprintln!("SKIPPED manifests_validate_against_kubernetes_schemas: kubernetes-validate not installed");
+        routewarden_lab::skip("manifests_validate_against_kubernetes_schemas", format_args!("kubernetes-validate not installed"));
         return;
     };
     let mut files = Vec::new();
@@ -526,7 +526,7 @@ fn every_alert_has_a_firing_and_a_quiet_promtool_case() {
 #[test]
 fn promtool_checks_the_rules() {
     let Some(promtool) = which("promtool") else {
-        eprintln!("SKIPPED promtool_checks_the_rules: promtool not installed");
+        routewarden_lab::skip("promtool_checks_the_rules", format_args!("promtool not installed"));
         return;
     };
     let dir = scratch("check");
@@ -539,7 +539,7 @@ fn promtool_checks_the_rules() {
 #[test]
 fn promtool_unit_tests_pass() {
     let Some(promtool) = which("promtool") else {
-        eprintln!("SKIPPED promtool_unit_tests_pass: promtool not installed");
+        routewarden_lab::skip("promtool_unit_tests_pass", format_args!("promtool not installed"));
         return;
     };
     // promtool resolves rule_files relative to each test file: put the extracted rules and

@@ -38,28 +38,84 @@ pub const APT_PACKAGES: &[&str] = &[
 
 /// Debian packages only the test suite needs: `promtool` (alert rule tests), BIRD 2 (a real
 /// second route writer), `etcd` (etcd-server: a real etcd for the etcd datastore's tests),
-/// `kubectl` comes with the machine image (kustomize builds).
-pub const TEST_APT_PACKAGES: &[&str] = &["prometheus", "bird2", "procps", "etcd-server"];
+/// `etcd-client` (`etcdctl`: the raw Calico etcd fixture is loaded with it, as an operator would),
+/// `python3-venv` (the virtual environment of [`TEST_PIP_PACKAGES`]). `kubectl` with kustomize
+/// 5 is not among them: see [`check_kubectl`].
+pub const TEST_APT_PACKAGES: &[&str] = &["prometheus", "bird2", "procps", "etcd-server", "etcd-client", "python3-venv"];
 
-/// PyPI packages only the test suite needs (offline Kubernetes schema validation).
+/// PyPI packages only the test suite needs (offline Kubernetes schema validation), installed
+/// into [`venv_dir`] with the venv's own pip: never into the system Python (Debian 12's is
+/// externally managed, PEP 668).
 pub const TEST_PIP_PACKAGES: &[&str] = &["kubernetes-validate==1.37.0"];
 
+/// The Python virtual environment of the test tools (`<repo>/target/tools/venv`, inside the
+/// repo like every other tool).
+pub fn venv_dir() -> PathBuf {
+    workspace_root().join("target/tools/venv")
+}
+
+/// `PATH` for the test run: the test tools' venv first, then the caller's `PATH`.
+pub fn test_path() -> std::ffi::OsString {
+    let mut dirs = vec![venv_dir().join("bin")];
+    dirs.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
+    std::env::join_paths(dirs).unwrap_or_default()
+}
+
+/// The kustomize major version the kustomizations need (`kubectl kustomize`: components,
+/// `labels`, `patches` with targets).
+pub const KUSTOMIZE_MAJOR: u32 = 5;
+
+/// Check for `kubectl` with kustomize [`KUSTOMIZE_MAJOR`] or later. It cannot be installed the
+/// way the other tools are: Debian 12's `kubernetes-client` is 1.20 (kustomize 2.0), too old
+/// for `deploy/`'s kustomizations, and its upstream packages are outside Debian's archive. The
+/// machine image provides one; without it the run fails here, naming what is missing, rather
+/// than letting the kustomize tests skip.
+///
+/// # Errors
+/// `kubectl` missing, or its kustomize older than [`KUSTOMIZE_MAJOR`].
+pub fn check_kubectl() -> Result<()> {
+    let out = Command::new("kubectl").args(["version", "--client"]).output();
+    let text = match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        _ => bail!(
+            "kubectl not found: the tests build deploy/ with `kubectl kustomize` (kustomize {KUSTOMIZE_MAJOR}+). Install kubectl 1.27 or later from \
+             the Kubernetes release binaries; Debian 12's kubernetes-client (1.20, kustomize 2.0) is too old for these kustomizations"
+        ),
+    };
+    match kustomize_major(&text) {
+        Some(major) if major >= KUSTOMIZE_MAJOR => Ok(()),
+        found => bail!(
+            "kubectl's kustomize is {}, the kustomizations need {KUSTOMIZE_MAJOR}+ (kubectl 1.27 or later; Debian 12's kubernetes-client 1.20 is too old)",
+            found.map_or_else(|| "unknown (no `Kustomize Version:` line)".to_string(), |m| format!("v{m}"))
+        ),
+    }
+}
+
+/// The major version in `kubectl version --client`'s `Kustomize Version: v5.5.0` line.
+fn kustomize_major(text: &str) -> Option<u32> {
+    let v = text.lines().find_map(|l| l.trim().strip_prefix("Kustomize Version:"))?.trim().trim_start_matches('v');
+    v.split('.').next()?.parse().ok()
+}
+
 /// Install the test-only tools (root, Debian/Ubuntu); prints what it does. Without root,
-/// prints the commands and carries on (the tests that need a missing tool print SKIPPED).
+/// prints the commands and carries on (the run then fails on the skips of the tests that need
+/// them).
 ///
 /// # Errors
 /// An install command that fails.
 pub fn ensure_test_tools() -> Result<()> {
     let missing: Vec<&str> = TEST_APT_PACKAGES.iter().copied().filter(|p| !dpkg_installed(p)).collect();
-    let pip_missing = !Command::new("kubernetes-validate").arg("--version").output().is_ok_and(|o| o.status.success());
+    let venv_python = venv_dir().join("bin/python3");
+    let pip_missing = !Command::new(venv_dir().join("bin/kubernetes-validate")).arg("--version").output().is_ok_and(|o| o.status.success());
     if missing.is_empty() && !pip_missing {
         return Ok(());
     }
     if !nix_is_root() || !is_debian_like() {
         eprintln!(
-            "setup: test tools missing; as root run: apt-get install -y {} && python3 -m pip install {}",
+            "setup: test tools missing; as root run: apt-get install -y {} && /usr/bin/python3 -m venv {venv} && {venv}/bin/pip install {}",
             TEST_APT_PACKAGES.join(" "),
-            TEST_PIP_PACKAGES.join(" ")
+            TEST_PIP_PACKAGES.join(" "),
+            venv = venv_dir().display()
         );
         return Ok(());
     }
@@ -70,7 +126,11 @@ pub fn ensure_test_tools() -> Result<()> {
         run_cmd(Command::new("apt-get").args(["install", "-y", "--no-install-recommends"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))?;
     }
     if pip_missing {
-        run_cmd(Command::new("python3").args(["-m", "pip", "install", "--quiet"]).args(TEST_PIP_PACKAGES))?;
+        if !venv_python.exists() {
+            // Debian's interpreter, whatever else is first on PATH.
+            run_cmd(Command::new("/usr/bin/python3").arg("-m").arg("venv").arg(venv_dir()))?;
+        }
+        run_cmd(Command::new(&venv_python).args(["-m", "pip", "install", "--quiet"]).args(TEST_PIP_PACKAGES))?;
     }
     Ok(())
 }
@@ -167,4 +227,16 @@ pub fn ensure() -> Result<()> {
 
 fn nix_is_root() -> bool {
     routewarden_lab::is_root()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kustomize_major;
+
+    #[test]
+    fn kustomize_major_is_read_from_kubectl_version() {
+        assert_eq!(kustomize_major("Client Version: v1.32.4\nKustomize Version: v5.5.0\n"), Some(5));
+        assert_eq!(kustomize_major("Client Version: version.Info{Major:\"1\", Minor:\"20\"}\n"), None);
+        assert_eq!(kustomize_major("Kustomize Version: v4.5.7"), Some(4));
+    }
 }

@@ -10,10 +10,14 @@
 //!    `tunl0`, under Debian's stock kernel in QEMU. Its guest boots once every test binary is
 //!    built and runs while step 2's tests do (its console is printed after them). Skip with
 //!    `--no-qemu`; run alone with `--qemu-only`.
+//! 5. Skips: every host test that cannot run appends its `SKIPPED` line to a log
+//!    ([`routewarden_lab::skip`], `target/host-skips.log`); the run prints the host lane's skip
+//!    count beside the QEMU lane's and fails on any skip [`HOST_ALLOWED_SKIPS`] does not name.
 
+use std::path::Path;
 use std::process::Command;
 
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use crate::{build::build_bpf, run_cmd, workspace_root};
@@ -63,6 +67,7 @@ pub fn lint(root: &std::path::Path) -> Result<()> {
 pub fn test(args: &TestArgs) -> Result<()> {
     let root = workspace_root();
     crate::setup::ensure_test_tools()?;
+    crate::setup::check_kubectl()?;
     let object = build_bpf()?;
     if args.qemu_only {
         return crate::qemu::run(&object).map(|_| ());
@@ -77,7 +82,11 @@ pub fn test(args: &TestArgs) -> Result<()> {
     let image = if args.no_image { Ok(None) } else { crate::image::ensure_tools(true).and_then(|()| crate::image::build()).map(Some) };
     let cargo_test = || {
         let mut cmd = Command::new("cargo");
-        cmd.args(["test", "--workspace"]).current_dir(&root).env("CARGO_TARGET_DIR", root.join("target")).env("ROUTEWARDEN_BPF_OBJECT", &object);
+        cmd.args(["test", "--workspace"])
+            .current_dir(&root)
+            .env("CARGO_TARGET_DIR", root.join("target"))
+            .env("ROUTEWARDEN_BPF_OBJECT", &object)
+            .env("PATH", crate::setup::test_path());
         cmd
     };
     // The lane's guest runs beside the host tests: it is CPU-bound (TCG), they mostly wait
@@ -93,6 +102,12 @@ pub fn test(args: &TestArgs) -> Result<()> {
     let mut cmd = cargo_test();
     // --no-fail-fast: one failing test binary must not hide the results of the others.
     cmd.arg("--no-fail-fast");
+    let skip_log = root.join("target/host-skips.log");
+    match std::fs::remove_file(&skip_log) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e).with_context(|| format!("remove {}", skip_log.display())),
+        _ => {}
+    }
+    cmd.env(routewarden_lab::SKIP_LOG_ENV, &skip_log);
     match &image {
         Ok(Some(image)) => {
             eprint!("{}", crate::image::summary(image));
@@ -105,6 +120,8 @@ pub fn test(args: &TestArgs) -> Result<()> {
         cmd.arg("--").args(&args.cargo_test_args);
     }
     let host = image.and(run_cmd(&mut cmd));
+    let skips = judge_host_skips(&skip_log, args.no_image);
+    let host = host.and(skips);
     let Some(lane) = lane else { return host };
     // The lane's result counts even when host tests failed: both are useful in one CI run.
     let lane = lane.and_then(|guest| {
@@ -113,4 +130,153 @@ pub fn test(args: &TestArgs) -> Result<()> {
         lane.report(&lines)
     });
     host.and(lane.map(|_| ()))
+}
+
+/// A host test that may print `SKIPPED` without failing `cargo xtask test`.
+#[derive(Clone, Copy, Debug)]
+pub struct HostAllowedSkip {
+    /// The test binary (cargo target name, e.g. `route_watch_fentry`).
+    pub binary: &'static str,
+    /// Text the skip's reason must contain: any other reason to skip still fails the run.
+    pub reason: &'static str,
+    /// Why the skip is legitimate, and where the test runs instead.
+    pub why: &'static str,
+}
+
+/// The host lane's allow-list: only what this kind of host kernel cannot do, each covered by
+/// the QEMU lane ([`crate::qemu::GUEST_TESTS`] runs these binaries under Debian's stock kernel,
+/// where a skip fails). Facts: `../shared/reference/toolchain.md` (the host refuses fentry, has
+/// no kprobes and no ipip module).
+pub const HOST_ALLOWED_SKIPS: &[HostAllowedSkip] = &[
+    HostAllowedSkip {
+        binary: "route_watch_fentry",
+        reason: "the fentry backend cannot run on this kernel",
+        why: "the host kernel refuses fentry attachment; the QEMU lane runs this binary",
+    },
+    HostAllowedSkip {
+        binary: "route_watch_kprobe",
+        reason: "the kprobe backend cannot run on this kernel",
+        why: "the host kernel has no kprobes; the QEMU lane runs this binary",
+    },
+    HostAllowedSkip {
+        binary: "route_detector",
+        reason: "backend cannot run on this kernel",
+        why: "its fentry and kprobe cases need what the host kernel lacks; the QEMU lane runs this binary",
+    },
+    HostAllowedSkip {
+        binary: "dataplane_tunl0",
+        reason: "no ipip tunl0 on this kernel",
+        why: "the host kernel has no ipip module; the QEMU lane runs this binary",
+    },
+    HostAllowedSkip {
+        binary: "forward_ipip",
+        reason: "no ipip tunl0 on this kernel",
+        why: "the host kernel has no ipip module; the QEMU lane runs this binary",
+    },
+];
+
+/// With `--no-image` the image tests skip by request; nothing else may skip because of it.
+const NO_IMAGE_SKIP: HostAllowedSkip =
+    HostAllowedSkip { binary: "image", reason: "no image (ROUTEWARDEN_IMAGE unset)", why: "`--no-image` was given: the image was not built" };
+
+/// One line of the host skip log (`<binary>\t<test>\t<reason>`, [`routewarden_lab::skip`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostSkip {
+    /// The test binary.
+    pub binary: String,
+    /// The test.
+    pub test: String,
+    /// Why it skipped.
+    pub reason: String,
+}
+
+impl HostSkip {
+    /// The allow-list entry that covers this skip, if any.
+    pub fn allowed_by<'a>(&self, allowed: &'a [HostAllowedSkip]) -> Option<&'a HostAllowedSkip> {
+        allowed.iter().find(|a| a.binary == self.binary && self.reason.contains(a.reason))
+    }
+}
+
+/// Parse the skip log's text; a line without three tab-separated fields is kept whole as the
+/// reason (it still counts, and nothing allows it).
+pub fn parse_host_skips(text: &str) -> Vec<HostSkip> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let mut f = l.splitn(3, '\t');
+            match (f.next(), f.next(), f.next()) {
+                (Some(b), Some(t), Some(r)) => HostSkip { binary: b.into(), test: t.into(), reason: r.into() },
+                _ => HostSkip { binary: "?".into(), test: "?".into(), reason: l.into() },
+            }
+        })
+        .collect()
+}
+
+/// Print the host lane's skips (count, allow-list, each skip with its verdict) and fail on any
+/// the allow-list does not cover.
+fn judge_host_skips(log: &Path, no_image: bool) -> Result<()> {
+    let text = match std::fs::read_to_string(log) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| format!("read {}", log.display())),
+    };
+    let mut allowed: Vec<HostAllowedSkip> = HOST_ALLOWED_SKIPS.to_vec();
+    if no_image {
+        allowed.push(NO_IMAGE_SKIP);
+    }
+    let skips = parse_host_skips(&text);
+    let refused: Vec<&HostSkip> = skips.iter().filter(|s| s.allowed_by(&allowed).is_none()).collect();
+    eprintln!("host lane: {} skipped ({} allowed, {} not allowed; log {})", skips.len(), skips.len() - refused.len(), refused.len(), log.display());
+    for a in &allowed {
+        let n = skips.iter().filter(|s| s.allowed_by(&allowed).is_some_and(|x| x.binary == a.binary && x.reason == a.reason)).count();
+        if n > 0 {
+            eprintln!("host lane: allowed skip x{n} in {} when \"{}\": {}", a.binary, a.reason, a.why);
+        }
+    }
+    for s in &refused {
+        eprintln!("host lane: skipped (NOT ALLOWED) in {}: {}: {}", s.binary, s.test, s.reason);
+    }
+    if !refused.is_empty() {
+        bail!("{} host tests skipped without being on HOST_ALLOWED_SKIPS (xtask/src/test.rs): install what they name, or run as root", refused.len());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_skip_is_allowed_only_by_its_binary_and_reason() {
+        let skips = parse_host_skips(
+            "route_watch_fentry\tfentry::writes\tthe fentry backend cannot run on this kernel: EINVAL\n\
+             route_watch_fentry\tfentry::writes\tthis test binary was built without the BPF object\n\
+             agent_lab\tx\tthe fentry backend cannot run on this kernel\n\
+             garbage line\n",
+        );
+        assert_eq!(skips.len(), 4);
+        assert_eq!(
+            skips[0],
+            HostSkip {
+                binary: "route_watch_fentry".into(),
+                test: "fentry::writes".into(),
+                reason: "the fentry backend cannot run on this kernel: EINVAL".into()
+            }
+        );
+        let verdicts: Vec<bool> = skips.iter().map(|s| s.allowed_by(HOST_ALLOWED_SKIPS).is_some()).collect();
+        assert_eq!(verdicts, [true, false, false, false]);
+        assert_eq!(skips[3], HostSkip { binary: "?".into(), test: "?".into(), reason: "garbage line".into() });
+    }
+
+    #[test]
+    fn image_skips_are_allowed_only_with_no_image() {
+        let dir = std::env::temp_dir().join(format!("rw-skips-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("skips.log");
+        std::fs::write(&log, "image\truns_as_daemonset\tno image (ROUTEWARDEN_IMAGE unset); `cargo xtask test` builds it\n").unwrap();
+        assert!(judge_host_skips(&log, true).is_ok());
+        assert!(judge_host_skips(&log, false).is_err());
+        assert!(judge_host_skips(&dir.join("absent.log"), false).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

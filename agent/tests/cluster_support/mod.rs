@@ -66,7 +66,7 @@ pub fn skip(test: &str) -> bool {
         return true;
     }
     if !routewarden_lab::bird::available() {
-        eprintln!("SKIPPED {test}: BIRD 2 is not installed (apt-get install bird2; `cargo xtask setup` does)");
+        routewarden_lab::skip(test, format_args!("BIRD 2 is not installed (apt-get install bird2; `cargo xtask setup` does)"));
         return true;
     }
     false

@@ -165,7 +165,7 @@ pub fn start_or_skip(test: &str, backend: RouteWatchBackend, config: &RouteWatch
         return None;
     }
     let Some(object) = routewarden::bpf::embedded_object() else {
-        eprintln!("SKIPPED {test}: this test binary was built without the BPF object; `cargo xtask test` embeds it");
+        routewarden_lab::skip(test, format_args!("this test binary was built without the BPF object; `cargo xtask test` embeds it"));
         return None;
     };
     let config = RouteWatchConfig { backend: Some(backend), ..config.clone() };
@@ -174,7 +174,7 @@ pub fn start_or_skip(test: &str, backend: RouteWatchBackend, config: &RouteWatch
         Err(e) => {
             let required = std::env::var("ROUTEWARDEN_REQUIRE_BACKENDS").unwrap_or_default();
             assert!(!required.split(',').any(|b| b == backend.label()), "{test}: backend {backend} is required here but failed: {e}");
-            eprintln!("SKIPPED {test}: the {backend} backend cannot run on this kernel: {e}");
+            routewarden_lab::skip(test, format_args!("the {backend} backend cannot run on this kernel: {e}"));
             None
         }
     }

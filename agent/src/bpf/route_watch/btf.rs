@@ -328,7 +328,7 @@ mod tests {
     #[test]
     fn resolves_offsets_from_running_kernel() {
         let Ok(btf) = Btf::from_sys() else {
-            eprintln!("SKIPPED resolves_offsets_from_running_kernel: {VMLINUX_BTF} unreadable");
+            routewarden_lab::skip("resolves_offsets_from_running_kernel", format_args!("{VMLINUX_BTF} unreadable"));
             return;
         };
         let offs = resolve_offsets(&btf).expect("resolve");
