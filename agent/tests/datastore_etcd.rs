@@ -5,6 +5,11 @@
 //! compaction leaves a current watch running and one past a watch held behind re-lists, and
 //! mTLS (an etcd with `--client-cert-auth`, certificates made by rcgen) syncs with the right
 //! CA and stays unsynced, naming the endpoint and the files, with a wrong one.
+//!
+//! The layout itself is proven against keys and bodies written as libcalico-go writes them
+//! (`tests/fixtures/calico-etcdv3.kv`, hand-written with its sources cited, loaded with
+//! `etcdctl put`); the other tests write with routewarden's own encoder (`etcd_entry`), which
+//! only shows that reading undoes writing.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -528,4 +533,87 @@ async fn mtls_with_a_wrong_ca_or_no_client_certificate_stays_unsynced_naming_the
         assert!(r.starts_with(&format!("etcd {}: range read of /calico/: ", etcd.url())), "{reasons:?}");
         assert!(r.ends_with(&format!(" (TLS: CA file {})", pki.file("ca.pem").display())), "{reasons:?}");
     }
+}
+
+/// `agent/tests/fixtures/calico-etcdv3.kv`: the example cluster as libcalico-go writes it to
+/// etcd, hand-written (the file's header cites the keys and JSON bodies), as `(key, value)`.
+fn calico_fixture() -> Vec<(String, String)> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/calico-etcdv3.kv");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    text.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (k, v) = l.split_once(' ').unwrap_or_else(|| panic!("fixture line without a value: {l}"));
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+/// Put every fixture key with `etcdctl`, as an operator restoring a datastore would: nothing
+/// of routewarden's encoder (`etcd_entry`, `block_key`) is involved.
+fn etcdctl_put_all(etcd: &Etcd, entries: &[(String, String)]) {
+    for (key, value) in entries {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", etcd.url()))
+            .args(["put", key, value])
+            .output()
+            .expect("etcdctl (Debian etcd-client) runs");
+        assert!(out.status.success(), "etcdctl put {key}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK", "etcdctl put {key}");
+    }
+}
+
+/// The etcd layout proven against Calico's own writing, not a round trip through
+/// routewarden's encoder: the hand-written keys and bodies read as the same cluster the file
+/// datastore reads from `examples/cluster`, and give node-a exactly the example's routes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_as_libcalico_go_writes_them_give_the_exact_routes() {
+    let entries = calico_fixture();
+    assert_eq!(entries.len(), 38);
+    let etcd = Etcd::start();
+    etcd.client().await; // up and answering
+    etcdctl_put_all(&etcd, &entries);
+    let from_etcd = EtcdDatastore::new(options(&etcd)).load().await.unwrap();
+    assert_eq!(from_etcd.object_errors, vec![]);
+    assert_eq!(from_etcd.load_errors, vec![]);
+    // 6 pools, 4 nodes, 3 configurations, 11 blocks, 11 affinities; handles and the IPAM
+    // config are not inputs.
+    assert_eq!(from_etcd.inputs, 35);
+    // All three example files: with etcd, node-b and node-c are Calico Nodes too.
+    let file = FileDatastore::load(&examples()).unwrap();
+    assert_eq!(file.object_errors, vec![]);
+    assert_eq!(explain_text(&from_etcd), explain_text(&file));
+    // Every class routewarden can route (never VXLAN, which is always Felix's).
+    let routes = routewarden::routes::desired_routes(
+        &from_etcd.cluster,
+        "node-a",
+        &routewarden::routes::routable_classes(),
+        &routewarden::routes::RouteDevices::default(),
+    );
+    let got: Vec<String> = routes
+        .routes
+        .iter()
+        .map(|r| match r.gateway {
+            Some(g) => format!("{} via {g} dev {} [{}]", r.dst, r.device.clone().unwrap_or_default(), r.pool),
+            None => format!("{} {:?} [{}]", r.dst, r.path, r.pool),
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "10.244.10.0/26 Blackhole [default-ipv4-ippool]",
+            "10.244.20.0/26 via 10.0.0.12 dev eth0 [default-ipv4-ippool]",
+            "10.244.20.5/32 via 10.0.0.13 dev eth0 [default-ipv4-ippool]",
+            "10.244.30.0/26 via 10.0.0.13 dev eth0 [default-ipv4-ippool]",
+            "10.244.40.0/26 via 10.0.1.14 dev tunl0 [default-ipv4-ippool]",
+            "10.245.20.0/26 via 10.0.0.12 dev tunl0 [ipip-always]",
+            "10.245.40.0/26 via 10.0.1.14 dev tunl0 [ipip-always]",
+            "10.246.10.0/26 Blackhole [flat]",
+            "10.246.30.0/26 via 10.0.0.13 dev eth0 [flat]",
+            "fd00:10:244:0:10::/122 Blackhole [flat-ipv6]",
+            "fd00:10:244:0:20::/122 via fd00:10::12 dev eth0 [flat-ipv6]",
+        ]
+    );
+    assert_eq!(routes.problems, vec![]);
 }
