@@ -28,7 +28,7 @@ use aya_log_ebpf::{macro_support::Level, warn};
 use routewarden_common::assert_bpf_name;
 use routewarden_common::route_watch::{
     family_index, PrefixKey, PrefixState, RecordKind, RouteWatchCounters, RouteWatchRecord, RouteWrite, WriteOp, WriteOrigin, WriterClass, WriterIdKind,
-    SELF_PORTS_MAX, STATE_CONFLICT, STATE_FLAP, STATE_FLUSHED, STATE_REMOVED,
+    ORIGIN_CLASS_INFERRED, SELF_PORTS_MAX, STATE_CONFLICT, STATE_FLAP, STATE_FLUSHED, STATE_REMOVED,
 };
 
 use crate::bpf_log::{allowed, LogKind};
@@ -53,7 +53,8 @@ static ROUTE_WATCH_WINDOW_NS: u64 = 30_000_000_000;
 /// Changes within the window that make a flap.
 #[unsafe(no_mangle)]
 static ROUTE_WATCH_FLAP_THRESHOLD: u32 = 3;
-/// The agent's own route protocol (classified `self`), 0 = none.
+/// The agent's own route protocol, 0 = none. Not part of the class any more (the process
+/// decides it); kept so that loaders setting it keep loading.
 #[unsafe(no_mangle)]
 static ROUTE_WATCH_SELF_PROTOCOL: u32 = 0;
 /// The process whose writes (at the self protocol) are `self`; 0 = none.
@@ -162,8 +163,9 @@ fn is_kernel_removal(w: &RouteWrite) -> bool {
     w.writer.id == 0 && w.writer.id_kind == WriterIdKind::NetlinkPort as u8
 }
 
-/// Whether `writer` is the self process: its tgid (fentry, kprobe), or one of its netlink ports
-/// (socket filter; the first socket a process binds gets its tgid as port).
+/// Whether `writer` is the self process: its tgid (fentry, kprobe, socket filter reading the
+/// current task), or one of its netlink ports (socket filter by port; the first socket a
+/// process binds gets its tgid as port).
 #[inline(always)]
 fn is_self(writer: &WriteOrigin) -> bool {
     let tgid = global_u32(&ROUTE_WATCH_SELF_TGID);
@@ -185,15 +187,15 @@ pub fn observe(w: &mut RouteWrite) {
         count_decode_error();
         return;
     };
-    let self_protocol = global_u32(&ROUTE_WATCH_SELF_PROTOCOL);
-    let class = if self_protocol != 0 && u32::from(w.writer.protocol) == self_protocol && is_self(&w.writer) {
-        WriterClass::SelfAgent
-    } else {
-        WriterClass::classify(w.writer.protocol, 0)
-    };
+    // Who wrote decides the class; the protocol only for a sender not known as a process.
+    let (class, inferred) = WriterClass::of_writer(&w.writer, is_self(&w.writer));
     w.writer.class = class as u8;
+    w.writer.flags = if inferred { ORIGIN_CLASS_INFERRED } else { 0 };
     let fi = family_index(w.family);
     let Some(c) = counters() else { return };
+    if inferred {
+        c.unattributed[fi & 1] += 1;
+    }
     // The operation's index is checked (`opaque_index`): the socket filter's decoding left 6.1's
     // verifier with the raw `op` byte (0..=255) here.
     if let Some(slot) = c.writes.get_mut(fi).and_then(|f| f.get_mut(opaque_index(op as usize))).and_then(|o| o.get_mut(class as usize)) {

@@ -8,8 +8,8 @@
 //! network namespace `ROUTE_WATCH_NETNS_INUM` (0 = all) are counted and ignored.
 //!
 //! The writer is the current task (tgid and `comm`). A change with no netlink sender
-//! (`fc_nlinfo.portid == 0` for IPv4 deletes, `info->nlh == NULL` for IPv6 deletes) is a
-//! kernel-made removal, i.e. a flush.
+//! (`fc_nlinfo.portid == 0` for IPv4, `info->nlh == NULL` for IPv6) is the kernel's own, on
+//! every backend (port 0): a delete of that kind is a flush.
 use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel};
 use aya_log_ebpf::{macro_support::Level, warn};
 use routewarden_common::route_watch::{KernelOffsets, RouteWrite, WriteOp, WriteOrigin, WriterIdKind, AF_INET, AF_INET6};
@@ -66,7 +66,7 @@ fn in_watched_netns(net: u64) -> Result<bool, ()> {
 fn current_writer(protocol: u8) -> WriteOrigin {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let comm = bpf_get_current_comm().unwrap_or([0; 16]);
-    WriteOrigin { id: tgid, id_kind: WriterIdKind::Process as u8, protocol, class: 0, _pad: 0, comm }
+    WriteOrigin { id: tgid, id_kind: WriterIdKind::Process as u8, protocol, class: 0, flags: 0, comm }
 }
 
 /// `fib_table_insert(net, tb, cfg, extack)` / `fib_table_delete(net, tb, cfg, extack)`.
@@ -135,7 +135,8 @@ fn fib4_inner(net: u64, cfg: u64, delete: bool) -> Result<(), ()> {
         _pad2: 0,
         writer: current_writer(protocol),
     };
-    if delete && portid == 0 {
+    // No sender (`fib_magic`, a link's routes): the kernel's own change, whoever is current.
+    if portid == 0 {
         w.writer.id = 0;
         w.writer.id_kind = WriterIdKind::NetlinkPort as u8;
     }
@@ -203,7 +204,8 @@ fn fib6_inner(rt: u64, info: u64, delete: bool) -> Result<(), ()> {
         _pad2: 0,
         writer: current_writer(protocol),
     };
-    if delete && nlh == 0 {
+    // No request (address configuration, router advertisements): the kernel's own change.
+    if nlh == 0 {
         w.writer.id = 0;
         w.writer.id_kind = WriterIdKind::NetlinkPort as u8;
     }

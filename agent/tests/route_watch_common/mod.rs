@@ -56,7 +56,13 @@ pub fn shell_loop(script: &str) -> ChildGuard {
 pub struct IpBatch(ChildGuard);
 impl IpBatch {
     pub fn spawn() -> IpBatch {
-        let child = Command::new("ip")
+        IpBatch::spawn_as("ip")
+    }
+    /// An `ip -batch -` process run as `name` ([`routewarden_lab::program_named`]), whose
+    /// `comm` is `name`.
+    pub fn spawn_as(name: &str) -> IpBatch {
+        let program = if name == "ip" { "ip".into() } else { routewarden_lab::program_named("ip", name) };
+        let child = Command::new(program)
             .args(["-force", "-batch", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -93,7 +99,14 @@ impl IpWriter {
     const SYNC: &'static str = "rw-sync";
 
     pub fn spawn() -> IpWriter {
-        let mut child = Command::new("ip")
+        IpWriter::spawn_as("ip")
+    }
+
+    /// An `ip` writer run as `name` ([`routewarden_lab::program_named`]): `bird` is classed
+    /// `bird`, `calico-node` `felix`.
+    pub fn spawn_as(name: &str) -> IpWriter {
+        let program = if name == "ip" { "ip".into() } else { routewarden_lab::program_named("ip", name) };
+        let mut child = Command::new(program)
             .args(["-force", "-batch", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -478,7 +491,10 @@ fn fight_with(test: &str, backend: RouteWatchBackend, through_nexthop: bool) {
         }
         h.pump(Duration::from_millis(100)).await;
         let started = Instant::now();
-        let fighter = shell_loop("while :; do ip route replace 10.244.20.0/26 via 10.0.0.13 dev veth0 proto 12 metric 1024; sleep 0.2; done");
+        // BIRD-like: `ip` run as `bird` (the class is the process's).
+        let bird = routewarden_lab::program_named("ip", "bird");
+        let fighter =
+            shell_loop(&format!("while :; do {} route replace 10.244.20.0/26 via 10.0.0.13 dev veth0 proto 12 metric 1024; sleep 0.2; done", bird.display()));
         while started.elapsed() < Duration::from_secs(3) {
             write().await.unwrap();
             h.pump(Duration::from_millis(150)).await;
@@ -499,16 +515,16 @@ fn fight_with(test: &str, backend: RouteWatchBackend, through_nexthop: bool) {
         assert_eq!(protos, HashSet::from([SELF_PROTO, 12]), "{test}: both writers named: {route:?} over {previous:?}");
         let classes: HashSet<&str> = [route.writer.class, previous.class].into();
         assert_eq!(classes, HashSet::from(["self", "bird"]));
-        if matches!(backend, RouteWatchBackend::Fentry | RouteWatchBackend::Kprobe) {
-            let ip_writer = if route.writer.protocol == 12 { &route.writer } else { previous };
-            assert_eq!(ip_writer.comm.as_deref(), Some("ip"), "{test}: process name from the hook");
-            let me_writer = if route.writer.protocol == 12 { previous } else { &route.writer };
-            assert_eq!(me_writer.pid, Some(std::process::id()), "{test}: our pid from the hook");
-        } else {
-            let me_writer = if route.writer.protocol == 12 { previous } else { &route.writer };
-            assert!(me_writer.netlink_port.is_some(), "{test}: netlink port id of the writer");
-            assert_eq!(me_writer.pid, Some(std::process::id()), "{test}: our port id resolved to our pid through /proc");
-        }
+        // Every backend names both processes in the kernel (the socket filter from the task
+        // that sent the request).
+        let bird_writer = if route.writer.protocol == 12 { &route.writer } else { previous };
+        assert_eq!((bird_writer.comm.as_deref(), bird_writer.class_inferred), (Some("bird"), false), "{test}: process name from the kernel");
+        let me_writer = if route.writer.protocol == 12 { previous } else { &route.writer };
+        assert_eq!(
+            (me_writer.pid, me_writer.netlink_port, me_writer.class_inferred),
+            (Some(std::process::id()), None, false),
+            "{test}: our pid from the kernel"
+        );
         // Each side writes every 150-200 ms: three changes fall in the first window, a flap.
         assert!(!h.flaps().is_empty(), "{test}: the fight is a flap too: {:?}", h.events);
         let at_most = 1 + usize::try_from(span.as_nanos() / WINDOW.as_nanos()).unwrap();
@@ -551,8 +567,9 @@ pub fn s01(test: &str, backend: RouteWatchBackend) {
     let Some(watch) = start_or_skip(test, backend, &config()) else { return };
     runtime().block_on(async {
         let mut h = Harness::new(watch);
-        let mut a = IpWriter::spawn();
-        let mut b = IpWriter::spawn();
+        // Both BIRD-like: `ip` run as `bird`.
+        let mut a = IpWriter::spawn_as("bird");
+        let mut b = IpWriter::spawn_as("bird");
         let started = Instant::now();
         for _ in 0..8 {
             a.run("route replace 10.244.30.0/26 via 10.0.0.12 dev veth0 proto 12 metric 1024");
@@ -973,7 +990,7 @@ pub fn a_nexthop_replace_is_not_a_route_write(test: &str, backend: RouteWatchBac
     let v6 = ["fd00:10:244:22::/122", "fd00:10:244:23::/122", "fd00:10:244:24::/122"];
     runtime().block_on(async {
         let mut h = Harness::new(watch);
-        let mut writer = IpWriter::spawn();
+        let mut writer = IpWriter::spawn_as("bird");
         for dst in v4 {
             writer.run(&format!("route add {dst} nhid 7301 proto 12 metric 1024"));
         }

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use routewarden_common::route_watch::KernelOffsets;
+use routewarden_common::route_watch::{KernelOffsets, TaskOffsets};
 
 /// Where the running kernel publishes its BTF.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -317,6 +317,16 @@ pub fn resolve_offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         nh_id: optional(o("nexthop", &["id"]))?,
         valid: 1,
     })
+}
+
+/// The `task_struct` members the socket filter reads the sending task at: `tgid` and `comm`
+/// (`include/linux/sched.h`; both plain members since long before 5.11).
+///
+/// # Errors
+/// [`BtfError::NoStruct`] / [`BtfError::NoMember`] / [`BtfError::Unaligned`] when this
+/// kernel's `task_struct` does not have them as such.
+pub fn resolve_task_offsets(btf: &Btf) -> Result<TaskOffsets, BtfError> {
+    Ok(TaskOffsets { tgid: btf.member_offset("task_struct", &["tgid"])?, comm: btf.member_offset("task_struct", &["comm"])?, valid: 1, _pad: 0 })
 }
 
 #[cfg(test)]

@@ -137,6 +137,7 @@ fn load_object(object: &'static [u8], opts: &EventsOptions) -> Result<BpfObject,
         ring_buffer_bytes: Some(1 << 22),
         log_level: opts.log_level,
         self_pid: opts.self_pid,
+        task_senders: true,
     };
     let load = LoadConfig { log_level: opts.log_level, route_watch: Some(config), forward: opts.forward.as_ref().map(|f| f.config.clone()) };
     BpfObject::load(object, load)
@@ -150,6 +151,7 @@ pub async fn stream_events_with(object: &'static [u8], opts: &EventsOptions, mut
     if opts.format == EventsFormat::Text {
         let me = opts.self_pid.map_or_else(|| "none (--agent-pid names the agent)".to_owned(), |p| format!("pid {p}"));
         writeln!(out, "# route watch backend {}; window {:?}, flap threshold {}; self = {me}", watch.backend(), opts.window, opts.flap_threshold)?;
+        writeln!(out, "# {}", watch.senders())?;
         out.flush()?;
     }
     let (tx, mut rx) = mpsc::channel::<RouteWatchEvent>(4096);
@@ -244,7 +246,7 @@ mod scope_tests {
     use crate::bpf::route_watch::{RouteChange, WriterInfo};
 
     fn writer(class: &'static str, protocol: u8) -> WriterInfo {
-        WriterInfo { protocol, class, kernel: false, netlink_port: Some(7), pid: Some(42), comm: Some("vpnc".into()) }
+        WriterInfo { protocol, class, class_inferred: false, kernel: false, netlink_port: Some(7), pid: Some(42), comm: Some("vpnc".into()) }
     }
 
     fn conflict(dst: &str) -> RouteWatchEvent {
