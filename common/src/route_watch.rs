@@ -528,8 +528,10 @@ impl KernelOffsets {
     };
 }
 
-/// Offsets in `struct task_struct` (bytes) at which the socket filter reads the task that sent
-/// a route request (`bpf_get_current_task` + `bpf_probe_read_kernel`), resolved from the
+/// Offsets in `struct task_struct` (bytes) at which the route-watch programs read the process
+/// that wrote (`bpf_get_current_task` + `bpf_probe_read_kernel`): the current task's thread
+/// group leader, its tgid and its `comm` (the process's name, as `/proc/<pid>/comm` shows it;
+/// a thread's own `comm` may differ: a tokio worker is `tokio-runtime-w`). Resolved from the
 /// running kernel's BTF and passed in as the global `ROUTE_WATCH_TASK_OFFSETS`. 16 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -538,15 +540,16 @@ pub struct TaskOffsets {
     pub tgid: u32,
     /// `struct task_struct`: `comm` (`char[16]`).
     pub comm: u32,
-    /// 1 once both are resolved; 0: the filter names senders by netlink port only.
+    /// `struct task_struct`: `group_leader` (pointer to `task_struct`).
+    pub group_leader: u32,
+    /// 1 once all three are resolved; 0: the socket filter names senders by netlink port only
+    /// and fentry/kprobe take the current thread's `comm`.
     pub valid: u32,
-    /// Padding, zero.
-    pub _pad: u32,
 }
 
 impl TaskOffsets {
     /// All zero, `valid == 0`: senders stay netlink ports.
-    pub const UNRESOLVED: TaskOffsets = TaskOffsets { tgid: 0, comm: 0, valid: 0, _pad: 0 };
+    pub const UNRESOLVED: TaskOffsets = TaskOffsets { tgid: 0, comm: 0, group_leader: 0, valid: 0 };
 }
 
 /// Ring buffer of [`RouteWatchRecord`]s.

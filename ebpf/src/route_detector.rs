@@ -21,14 +21,15 @@
 //!
 //! A first write of a prefix (cold start) creates its state and is neither.
 use aya_ebpf::{
+    helpers::{bpf_get_current_task, bpf_probe_read_kernel},
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use aya_log_ebpf::{macro_support::Level, warn};
 use routewarden_common::assert_bpf_name;
 use routewarden_common::route_watch::{
-    family_index, PrefixKey, PrefixState, RecordKind, RouteWatchCounters, RouteWatchRecord, RouteWrite, WriteOp, WriteOrigin, WriterClass, WriterIdKind,
-    ORIGIN_CLASS_INFERRED, SELF_PORTS_MAX, STATE_CONFLICT, STATE_FLAP, STATE_FLUSHED, STATE_REMOVED,
+    family_index, PrefixKey, PrefixState, RecordKind, RouteWatchCounters, RouteWatchRecord, RouteWrite, TaskOffsets, WriteOp, WriteOrigin, WriterClass,
+    WriterIdKind, ORIGIN_CLASS_INFERRED, SELF_PORTS_MAX, STATE_CONFLICT, STATE_FLAP, STATE_FLUSHED, STATE_REMOVED,
 };
 
 use crate::bpf_log::{allowed, LogKind};
@@ -79,6 +80,39 @@ assert_bpf_name!(ROUTE_WATCH_FLAP_THRESHOLD, routewarden_common::route_watch::GL
 assert_bpf_name!(ROUTE_WATCH_SELF_PROTOCOL, routewarden_common::route_watch::GLOBAL_SELF_PROTOCOL);
 assert_bpf_name!(ROUTE_WATCH_SELF_TGID, routewarden_common::route_watch::GLOBAL_SELF_TGID);
 assert_bpf_name!(ROUTE_WATCH_STREAM_WRITES, routewarden_common::route_watch::GLOBAL_STREAM_WRITES);
+
+/// `task_struct` offsets from BTF ([`TaskOffsets`]); `valid == 0`: [`current_process`] knows
+/// none.
+#[unsafe(no_mangle)]
+static ROUTE_WATCH_TASK_OFFSETS: TaskOffsets = TaskOffsets::UNRESOLVED;
+assert_bpf_name!(ROUTE_WATCH_TASK_OFFSETS, routewarden_common::route_watch::GLOBAL_TASK_OFFSETS);
+
+/// The process of the current task: its thread group leader's tgid and `comm` (the process's
+/// name, which a thread may have changed for itself), read at the offsets of
+/// `ROUTE_WATCH_TASK_OFFSETS`. `None` when they are unresolved or a read fails. Needs
+/// `bpf_get_current_task` and `bpf_probe_read_kernel`: tracing programs have them, a socket
+/// filter only for a loader with `CAP_PERFMON`.
+#[inline(always)]
+pub fn current_process() -> Option<(u32, [u8; 16])> {
+    if global_u32(&ROUTE_WATCH_TASK_OFFSETS.valid) != 1 {
+        return None;
+    }
+    let off = |v: &'static u32| u64::from(global_u32(v));
+    // SAFETY: no arguments; the pointer is only read through bpf_probe_read_kernel.
+    let task = unsafe { bpf_get_current_task() };
+    if task == 0 {
+        return None;
+    }
+    // SAFETY (the three reads): bpf_probe_read_kernel validates the address and fails instead
+    // of faulting.
+    let leader: u64 = unsafe { bpf_probe_read_kernel(task.wrapping_add(off(&ROUTE_WATCH_TASK_OFFSETS.group_leader)) as *const u64) }.ok()?;
+    if leader == 0 {
+        return None;
+    }
+    let tgid: u32 = unsafe { bpf_probe_read_kernel(leader.wrapping_add(off(&ROUTE_WATCH_TASK_OFFSETS.tgid)) as *const u32) }.ok()?;
+    let comm: [u8; 16] = unsafe { bpf_probe_read_kernel(leader.wrapping_add(off(&ROUTE_WATCH_TASK_OFFSETS.comm)) as *const [u8; 16]) }.ok()?;
+    Some((tgid, comm))
+}
 
 /// This CPU's counters, or `None` if the lookup fails (never for index 0 of an array).
 #[inline(always)]

@@ -15,7 +15,7 @@ use aya_log_ebpf::{macro_support::Level, warn};
 use routewarden_common::route_watch::{KernelOffsets, RouteWrite, WriteOp, WriteOrigin, WriterIdKind, AF_INET, AF_INET6};
 
 use crate::bpf_log::{allowed, LogKind};
-use crate::route_detector::{count_decode_error, count_other_netns, now_ns, observe};
+use crate::route_detector::{count_decode_error, count_other_netns, current_process, now_ns, observe};
 
 /// Network namespace inode number to watch (`stat -L /proc/<agent>/ns/net`), 0 = all.
 #[unsafe(no_mangle)]
@@ -62,10 +62,11 @@ fn in_watched_netns(net: u64) -> Result<bool, ()> {
     Ok(inum == want)
 }
 
+/// The current task's process: its leader's tgid and `comm` ([`current_process`]), or, without
+/// the task offsets, its tgid and the thread's own `comm`.
 #[inline(always)]
 fn current_writer(protocol: u8) -> WriteOrigin {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    let comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    let (tgid, comm) = current_process().unwrap_or_else(|| ((bpf_get_current_pid_tgid() >> 32) as u32, bpf_get_current_comm().unwrap_or([0; 16])));
     WriteOrigin { id: tgid, id_kind: WriterIdKind::Process as u8, protocol, class: 0, flags: 0, comm }
 }
 

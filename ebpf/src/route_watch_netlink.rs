@@ -22,10 +22,11 @@
 //! (`nlmsg_pid`) and is broadcast in the requester's own `sendmsg`, synchronously
 //! (`rtnetlink_rcv_msg` → `inet_rtm_newroute` → `fib_table_insert` → `rtmsg_fib` →
 //! `rtnl_notify` → `netlink_broadcast` → `sk_filter`), so the current task *is* the writer.
-//! [`route_watch_netlink`] reads its tgid and `comm` there (`bpf_get_current_task`, then
-//! `bpf_probe_read_kernel` at the `task_struct` offsets of the global `ROUTE_WATCH_TASK_OFFSETS`,
-//! from BTF; both helpers are in the base set for a loader with `CAP_PERFMON` since 5.11, and
-//! on 6.1 `bpf_get_current_pid_tgid`/`bpf_get_current_comm` are not, hence the task). A
+//! [`route_watch_netlink`] reads its process's tgid and `comm` there
+//! ([`crate::route_detector::current_process`]: `bpf_get_current_task`, then
+//! `bpf_probe_read_kernel`; both in the base set of every program type for a loader with
+//! `CAP_PERFMON` since 5.11, while on 6.1 `bpf_get_current_pid_tgid`/`bpf_get_current_comm`
+//! are not, hence the task). A
 //! notification with port 0 was made by the kernel itself, possibly from a workqueue or softirq
 //! (IPv6 address configuration, a link's routes) where the current task is unrelated: never
 //! attributed to it. [`route_watch_netlink_port`] is the same filter without the task (port
@@ -35,18 +36,18 @@
 //! Returns 0: the copy for this socket is dropped (nothing reads it); map and ring-buffer
 //! writes stay.
 use aya_ebpf::{
-    helpers::{bpf_get_current_task, bpf_probe_read_kernel, bpf_skb_load_bytes},
+    helpers::bpf_skb_load_bytes,
     macros::{map, socket_filter},
     maps::{Array, PerCpuArray},
     programs::SkBuffContext,
 };
 use aya_log_ebpf::{macro_support::Level, warn};
-use routewarden_common::route_watch::{NexthopNotice, RouteWrite, TaskOffsets, WriteOp, WriteOrigin, WriterIdKind, AF_INET, AF_INET6};
+use routewarden_common::route_watch::{NexthopNotice, RouteWrite, WriteOp, WriteOrigin, WriterIdKind, AF_INET, AF_INET6};
 
 use crate::bpf_log::{allowed, LogKind};
 
-use crate::helpers::{global_u32, opaque_index, zero_words};
-use crate::route_detector::{count_decode_error, link_down, now_ns, observe};
+use crate::helpers::{opaque_index, zero_words};
+use crate::route_detector::{count_decode_error, current_process, link_down, now_ns, observe};
 
 const RTM_NEWLINK: u16 = 16;
 const RTM_NEWROUTE: u16 = 24;
@@ -96,12 +97,6 @@ static ROUTE_WATCH_NL_SCRATCH: PerCpuArray<NlScratch> = PerCpuArray::with_max_en
 routewarden_common::assert_bpf_name!(ROUTE_WATCH_NL_SCRATCH, routewarden_common::route_watch::ROUTE_WATCH_NL_SCRATCH_MAP);
 routewarden_common::assert_bpf_name!(route_watch_netlink, routewarden_common::route_watch::PROG_SOCKET_FILTER);
 routewarden_common::assert_bpf_name!(route_watch_netlink_port, routewarden_common::route_watch::PROG_SOCKET_FILTER_PORT);
-
-/// Offsets of `task_struct.tgid` and `.comm` from BTF ([`TaskOffsets`]); `valid == 0`: the
-/// sender stays a port.
-#[unsafe(no_mangle)]
-static ROUTE_WATCH_TASK_OFFSETS: TaskOffsets = TaskOffsets::UNRESOLVED;
-routewarden_common::assert_bpf_name!(ROUTE_WATCH_TASK_OFFSETS, routewarden_common::route_watch::GLOBAL_TASK_OFFSETS);
 
 /// The last nexthop object change seen. One entry for all CPUs: object changes are made under
 /// the RTNL lock and the routes they re-send follow in the same call, which may move between
@@ -250,29 +245,6 @@ fn resent_for_nexthop_change(op: WriteOp, port: u32, seq: u32, nh_id: u32) -> bo
     ROUTE_WATCH_NL_NEXTHOP.get(0).is_some_and(|n| n.valid == 1 && n.id == nh_id && n.port == port && n.seq == seq)
 }
 
-/// Name `writer` by the current task: its tgid and `comm`. Left as the port when the offsets
-/// are unresolved or a read fails (the detector then infers the class and counts the write
-/// unattributed).
-#[inline(always)]
-fn current_sender(writer: &mut WriteOrigin) {
-    if global_u32(&ROUTE_WATCH_TASK_OFFSETS.valid) != 1 {
-        return;
-    }
-    let (tgid_off, comm_off) = (u64::from(global_u32(&ROUTE_WATCH_TASK_OFFSETS.tgid)), u64::from(global_u32(&ROUTE_WATCH_TASK_OFFSETS.comm)));
-    // SAFETY: no arguments; the pointer is only read through bpf_probe_read_kernel.
-    let task = unsafe { bpf_get_current_task() };
-    if task == 0 {
-        return;
-    }
-    // SAFETY: bpf_probe_read_kernel validates the address and fails instead of faulting.
-    let Ok(tgid) = (unsafe { bpf_probe_read_kernel(task.wrapping_add(tgid_off) as *const u32) }) else { return };
-    // SAFETY: as above.
-    let Ok(comm) = (unsafe { bpf_probe_read_kernel(task.wrapping_add(comm_off) as *const [u8; 16]) }) else { return };
-    writer.id = tgid;
-    writer.id_kind = WriterIdKind::Process as u8;
-    writer.comm = comm;
-}
-
 #[inline(always)]
 fn route_message<const TASK: bool>(msg: &[u32; MSG_WORDS + MSG_SLACK_WORDS], words: usize, msg_type: u16, w: &mut RouteWrite) {
     let nl_flags = (msg[1] >> 16) as u16;
@@ -304,8 +276,14 @@ fn route_message<const TASK: bool>(msg: &[u32; MSG_WORDS + MSG_SLACK_WORDS], wor
     w.writer.id_kind = WriterIdKind::NetlinkPort as u8;
     w.writer.protocol = protocol;
     // Port 0: the kernel's own change, maybe from a worker where `current` is unrelated.
+    // Left as the port when the task cannot be read (the detector then infers the class
+    // and counts the write unattributed).
     if TASK && port != 0 {
-        current_sender(&mut w.writer);
+        if let Some((tgid, comm)) = current_process() {
+            w.writer.id = tgid;
+            w.writer.id_kind = WriterIdKind::Process as u8;
+            w.writer.comm = comm;
+        }
     }
     let mut i: usize = 7;
     for _ in 0..MAX_ATTRS {

@@ -72,8 +72,8 @@ struct Shared {
     config: LoadConfig,
     /// Kernel struct offsets for the fentry/kprobe backends, or why BTF gave none.
     offsets: Result<KernelOffsets, String>,
-    /// `task_struct` offsets for the socket filter that names senders by task, or why there
-    /// are none (it then names them by port).
+    /// `task_struct` offsets for naming writers by process, or why there are none (the socket
+    /// filter then names them by port).
     task_offsets: Result<TaskOffsets, String>,
     state: Mutex<State>,
 }
@@ -109,7 +109,7 @@ impl BpfObject {
         // RLIMIT_MEMLOCK is left alone: kernels >= 5.11 account BPF memory to the memcg, and
         // raising it fails without CAP_SYS_RESOURCE (toolchain.md).
         let hooks = config.route_watch.as_ref().is_some_and(|r| r.backend != Some(RouteWatchBackend::SocketFilter));
-        let tasks = config.route_watch.as_ref().is_some_and(|r| r.backend.is_none_or(|b| b == RouteWatchBackend::SocketFilter) && r.task_senders);
+        let tasks = config.route_watch.is_some();
         let kernel_btf = if hooks || tasks { btf::Btf::from_sys().map_err(|e| e.to_string()) } else { Err(String::new()) };
         let offsets = if hooks {
             kernel_btf.as_ref().map_err(Clone::clone).and_then(|b| btf::resolve_offsets(b).map_err(|e| e.to_string()))
@@ -119,7 +119,7 @@ impl BpfObject {
         let task_offsets = if tasks {
             kernel_btf.as_ref().map_err(Clone::clone).and_then(|b| btf::resolve_task_offsets(b).map_err(|e| e.to_string()))
         } else {
-            Err("not resolved: senders named by netlink port (configured)".to_owned())
+            Err("not resolved: this load runs no route watch".to_owned())
         };
         drop(kernel_btf);
         let level = config.log_level;

@@ -295,14 +295,15 @@ impl RouteWatch {
                 // The filter that reads the sending task first; the verifier refuses its
                 // helpers to a loader without CAP_PERFMON (and it needs `task_struct`
                 // offsets): then the one naming senders by port.
+                let task_senders = object.config().route_watch.as_ref().is_none_or(|c| c.task_senders);
                 let first = match object.task_offsets() {
-                    Ok(_) => Self::start_socket_filter(object, PROG_SOCKET_FILTER).map(|s| (s, Senders::Task)),
-                    Err(why) => Err(BpfError::Btf(why)),
+                    Ok(_) if task_senders => Self::start_socket_filter(object, PROG_SOCKET_FILTER).map(|s| (s, Senders::Task)).map_err(|e| e.to_string()),
+                    Ok(_) => Err("configured to name writers by netlink port".to_owned()),
+                    Err(why) => Err(format!("kernel BTF: {why}")),
                 };
                 let (socket, senders) = match first {
                     Ok(found) => found,
-                    Err(e) => {
-                        let why = e.to_string();
+                    Err(why) => {
                         tracing::info!(error = %why, "route watch: the socket filter cannot read the sending task; naming writers by netlink port");
                         (Self::start_socket_filter(object, PROG_SOCKET_FILTER_PORT)?, Senders::Port(why))
                     }

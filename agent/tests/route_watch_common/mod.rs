@@ -1034,3 +1034,105 @@ pub fn a_nexthop_replace_is_not_a_route_write(test: &str, backend: RouteWatchBac
     });
     drop(ns);
 }
+
+/// The writers of [`writers_named_by_process`], each one process for its life.
+struct NamedWriters {
+    felix: IpWriter,
+    deleter: IpWriter,
+    bird: IpWriter,
+}
+
+/// Scenario: every writer is named by its process and classed by it, not by the route it
+/// touched. In one window, a process named `calico-node` adds 10.244.40.0/26 at protocol 80
+/// (`felix`); a process named `rw-deleter` deletes it (a protocol-80 route, but `other`: one
+/// conflict, `felix+other`); a process named `bird` adds 10.244.41.0/26 at protocol 12
+/// (`bird`); this process adds 10.244.42.0/26 at protocol 80 (`self`). Each of the four
+/// writes is one event with the writer's pid and `comm`, and one count of
+/// `routewarden_route_writes_total` under its class; no IPv4 write is counted otherwise.
+///
+/// `task_senders` false (socket filter naming senders by port): the kernel cannot name the
+/// three `ip` processes, so it counts their writes under the protocol's class (`felix` for the
+/// delete too) and as unattributed (3, exactly); user space then names the long-lived processes
+/// through `/proc` and decides their events' class from the process.
+pub fn writers_named_by_process(test: &str, backend: RouteWatchBackend, task_senders: bool) {
+    if routewarden_lab::skip_unless_root(test) {
+        return;
+    }
+    let ns = lab();
+    let cfg = RouteWatchConfig { stream_writes: true, task_senders, ..config() };
+    let Some(watch) = start_or_skip(test, backend, &cfg) else { return };
+    let (p_felix, p_bird, p_self) = ("10.244.40.0/26", "10.244.41.0/26", "10.244.42.0/26");
+    runtime().block_on(async {
+        let mut h = Harness::new(watch);
+        let me = SelfWriter::new();
+        h.watch.refresh_self_ports().expect("self ports");
+        let mut w = NamedWriters { felix: IpWriter::spawn_as("calico-node"), deleter: IpWriter::spawn_as("rw-deleter"), bird: IpWriter::spawn_as("bird") };
+        let started = Instant::now();
+        w.felix.run(&format!("route add {p_felix} via 10.0.0.12 dev veth0 proto 80 metric 1024"));
+        w.deleter.run(&format!("route del {p_felix} proto 80 metric 1024"));
+        w.bird.run(&format!("route add {p_bird} via 10.0.0.12 dev veth0 proto 12 metric 1024"));
+        me.replace_v4(gw("10.244.42.0"), 26, gw("10.0.0.12"), ifindex("veth0")).await.unwrap();
+        assert!(started.elapsed() < WINDOW, "{test}: the writes took {:?}, longer than the window", started.elapsed());
+        let seen = |h: &Harness| h.writes_of(p_felix).len() + h.writes_of(p_bird).len() + h.writes_of(p_self).len();
+        assert!(h.pump_until(EVENT_DEADLINE, |h| seen(h) >= 4).await.is_some(), "{test}: 4 writes expected: {:?}", h.events);
+        h.pump_counted_episodes(test).await;
+        h.pump(Duration::from_millis(300)).await;
+        let who = |r: &routewarden::bpf::route_watch::RouteChange| {
+            (r.op, r.writer.protocol, r.writer.class, r.writer.class_inferred, r.writer.pid, r.writer.comm.clone())
+        };
+        let named = |name: &str| Some(name.to_owned());
+        let felix = h.writes_of(p_felix);
+        assert_eq!(
+            felix.iter().map(who).collect::<Vec<_>>(),
+            [
+                ("add", 80, "felix", false, Some(w.felix.pid()), named("calico-node")),
+                ("delete", 80, "other", false, Some(w.deleter.pid()), named("rw-deleter")),
+            ],
+            "{test}: a program deleting a protocol-80 route is not Felix"
+        );
+        assert_eq!(h.writes_of(p_bird).iter().map(who).collect::<Vec<_>>(), [("add", 12, "bird", false, Some(w.bird.pid()), named("bird"))], "{test}");
+        let mine = h.writes_of(p_self);
+        assert_eq!(
+            (mine.len(), mine[0].writer.class, mine[0].writer.pid, mine[0].writer.class_inferred),
+            (1, "self", Some(std::process::id()), false),
+            "{test}: {mine:?}"
+        );
+        // The process's name (its thread group leader's), not the writing thread's.
+        let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
+        assert_eq!(mine[0].writer.comm.as_deref(), Some(comm.trim()), "{test}: {mine:?}");
+        assert!(!felix[1].to_string().contains("inferred"), "{test}: {}", felix[1]);
+        let port = felix[1].writer.netlink_port.map(|p| format!(", port {p}")).unwrap_or_default();
+        assert_eq!(felix[1].writer.netlink_port.is_some(), !task_senders, "{test}: the port is known only when the task is not");
+        assert!(felix[1].to_string().ends_with(&format!("by other(proto 80, rw-deleter[{}]{port})", w.deleter.pid())), "{test}: {}", felix[1]);
+        // The conflict is the deleter's over Felix's route.
+        let RouteWatchEvent::Conflict { route, previous, .. } = h.conflicts()[0] else { unreachable!() };
+        assert_eq!(
+            (h.conflicts().len(), route.writer.class, previous.class, route.writer.comm.as_deref()),
+            (1, "other", "felix", Some("rw-deleter")),
+            "{test}"
+        );
+        // The kernel's counters: the class is decided before counting.
+        let (delete_class, unattributed) = if task_senders { ("other", 0) } else { ("felix", 3) };
+        let c = h.watch.counters().unwrap();
+        assert_eq!(c.unattributed, [unattributed, 0], "{test}: writes counted without a process");
+        let expo = h.exposition();
+        let mut writes: Vec<&str> = expo.lines().filter(|l| l.starts_with(r#"routewarden_route_writes_total{family="ipv4""#)).collect();
+        writes.sort_unstable();
+        // A replace that created the route: the notification says add (EXCL|CREATE), the
+        // hooks see the request's NLM_F_REPLACE.
+        let self_op = if backend == RouteWatchBackend::SocketFilter { "add" } else { "replace" };
+        let mut want = vec![
+            r#"routewarden_route_writes_total{family="ipv4",op="add",writer="bird"} 1"#.to_owned(),
+            r#"routewarden_route_writes_total{family="ipv4",op="add",writer="felix"} 1"#.to_owned(),
+            format!(r#"routewarden_route_writes_total{{family="ipv4",op="{self_op}",writer="self"}} 1"#),
+            format!(r#"routewarden_route_writes_total{{family="ipv4",op="delete",writer="{delete_class}"}} 1"#),
+        ];
+        want.sort_unstable();
+        assert_eq!(writes, want, "{test}: {expo}");
+        let unattributed_line = format!(r#"routewarden_route_writes_unattributed_total{{family="ipv4"}} {unattributed}"#);
+        assert_eq!(expo.contains(&unattributed_line), unattributed > 0, "{test}: {expo}");
+        eprintln!("{test}: {} / {} / {} / {}", felix[0], felix[1], h.writes_of(p_bird)[0], mine[0]);
+        drop(w);
+    });
+    drop(ns);
+}

@@ -319,14 +319,20 @@ pub fn resolve_offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
     })
 }
 
-/// The `task_struct` members the socket filter reads the sending task at: `tgid` and `comm`
-/// (`include/linux/sched.h`; both plain members since long before 5.11).
+/// The `task_struct` members the route-watch programs read the writing process at:
+/// `group_leader`, then the leader's `tgid` and `comm` (`include/linux/sched.h`; plain
+/// members since long before 5.11).
 ///
 /// # Errors
 /// [`BtfError::NoStruct`] / [`BtfError::NoMember`] / [`BtfError::Unaligned`] when this
 /// kernel's `task_struct` does not have them as such.
 pub fn resolve_task_offsets(btf: &Btf) -> Result<TaskOffsets, BtfError> {
-    Ok(TaskOffsets { tgid: btf.member_offset("task_struct", &["tgid"])?, comm: btf.member_offset("task_struct", &["comm"])?, valid: 1, _pad: 0 })
+    Ok(TaskOffsets {
+        tgid: btf.member_offset("task_struct", &["tgid"])?,
+        comm: btf.member_offset("task_struct", &["comm"])?,
+        group_leader: btf.member_offset("task_struct", &["group_leader"])?,
+        valid: 1,
+    })
 }
 
 #[cfg(test)]
