@@ -150,8 +150,14 @@ pub async fn stream_events_with(object: &'static [u8], opts: &EventsOptions, mut
     let mut watch = RouteWatch::start_in(&object)?;
     if opts.format == EventsFormat::Text {
         let me = opts.self_pid.map_or_else(|| "none (--agent-pid names the agent)".to_owned(), |p| format!("pid {p}"));
-        writeln!(out, "# route watch backend {}; window {:?}, flap threshold {}; self = {me}", watch.backend(), opts.window, opts.flap_threshold)?;
-        writeln!(out, "# {}", watch.senders())?;
+        writeln!(
+            out,
+            "# route watch backend {}, {}; window {:?}, flap threshold {}; self = {me}",
+            watch.backend(),
+            watch.senders(),
+            opts.window,
+            opts.flap_threshold
+        )?;
         out.flush()?;
     }
     let (tx, mut rx) = mpsc::channel::<RouteWatchEvent>(4096);
