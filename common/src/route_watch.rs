@@ -201,8 +201,8 @@ pub const ORIGIN_CLASS_INFERRED: u8 = 1;
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriterIdKind {
-    /// `id` is the netlink port id of the sending socket (socket-filter backend without the
-    /// current task: no `CAP_PERFMON`, or no task offsets); 0 means the kernel made the change
+    /// `id` is the netlink port id of the sending socket (socket filter that cannot read the
+    /// current task: helpers refused, no task offsets); 0 means the kernel made the change
     /// itself (every backend).
     NetlinkPort = 0,
     /// `id` is the thread-group id (PID) of the task that sent the request and `comm` its
@@ -591,7 +591,8 @@ pub const GLOBAL_TASK_OFFSETS: &str = "ROUTE_WATCH_TASK_OFFSETS";
 
 /// Socket-filter program on a NETLINK_ROUTE socket that names each sender by the task that
 /// sent the request (needs `bpf_get_current_task` and `bpf_probe_read_kernel` in a socket
-/// filter: a loader with `CAP_PERFMON`, Linux 5.11 or later).
+/// filter: a loader with `CAP_PERFMON`, and a kernel not in lockdown's confidentiality mode,
+/// which withholds `bpf_probe_read_kernel`).
 pub const PROG_SOCKET_FILTER: &str = "route_watch_netlink";
 /// The same socket filter naming senders by netlink port only (no helper beyond the base
 /// set): the fallback when [`PROG_SOCKET_FILTER`] does not load.

@@ -25,8 +25,8 @@
 //! [`route_watch_netlink`] reads its process's tgid and `comm` there
 //! ([`crate::route_detector::current_process`]: `bpf_get_current_task`, then
 //! `bpf_probe_read_kernel`; both in the base set of every program type for a loader with
-//! `CAP_PERFMON` since 5.11, while on 6.1 `bpf_get_current_pid_tgid`/`bpf_get_current_comm`
-//! are not, hence the task). A
+//! `CAP_PERFMON`, checked by loading on 6.1 and 6.18, while on 6.1
+//! `bpf_get_current_pid_tgid`/`bpf_get_current_comm` are not, hence the task). A
 //! notification with port 0 was made by the kernel itself, possibly from a workqueue or softirq
 //! (IPv6 address configuration, a link's routes) where the current task is unrelated: never
 //! attributed to it. [`route_watch_netlink_port`] is the same filter without the task (port
@@ -120,7 +120,7 @@ pub fn route_watch_netlink_port(ctx: SkBuffContext) -> i64 {
 }
 
 /// `TASK`: read the current task for a notification with a sender (the helpers are not in
-/// the other program at all, so the verifier of a loader without `CAP_PERFMON` accepts it).
+/// the other program at all, so a kernel that withholds them still verifies it).
 #[inline(always)]
 fn try_route_watch_netlink<const TASK: bool>(ctx: &SkBuffContext) -> Result<(), i64> {
     let Some(scratch) = ROUTE_WATCH_NL_SCRATCH.get_ptr_mut(0) else { return Err(decode_error()) };

@@ -10,7 +10,8 @@
 //!    (every kernel; the nexthop group only to know which route notifications a nexthop
 //!    replace re-sent, which are not writes). Writer = the task that sent the request, read in
 //!    the filter ([`Senders::Task`]; the notification is sent in the sender's own call); where
-//!    the kernel refuses that (no `CAP_PERFMON`, no BTF), the netlink port id, resolved to a
+//!    the kernel refuses that (lockdown withholding `bpf_probe_read_kernel`, no BTF), the
+//!    netlink port id, resolved to a
 //!    process through `/proc` on a thread of its own, in rate-limited rounds ([`writer`],
 //!    [`Senders::Port`]).
 //!
@@ -292,9 +293,9 @@ impl RouteWatch {
     fn start_backend(object: &BpfObject, backend: RouteWatchBackend) -> Result<(Vec<BackendLink>, Option<OwnedFd>, Senders), BpfError> {
         match backend {
             RouteWatchBackend::SocketFilter => {
-                // The filter that reads the sending task first; the verifier refuses its
-                // helpers to a loader without CAP_PERFMON (and it needs `task_struct`
-                // offsets): then the one naming senders by port.
+                // The filter that reads the sending task first (it needs `task_struct` offsets,
+                // and its helpers, which lockdown's confidentiality mode withholds): then the
+                // one naming senders by port.
                 let task_senders = object.config().route_watch.as_ref().is_none_or(|c| c.task_senders);
                 let first = match object.task_offsets() {
                     Ok(_) if task_senders => Self::start_socket_filter(object, PROG_SOCKET_FILTER).map(|s| (s, Senders::Task)).map_err(|e| e.to_string()),
@@ -304,6 +305,10 @@ impl RouteWatch {
                 let (socket, senders) = match first {
                     Ok(found) => found,
                     Err(why) => {
+                        // The verifier's whole log is for the debug level; `/readyz` gets the
+                        // error itself.
+                        tracing::debug!(error = %why, "route watch: the socket filter reading the sending task did not load");
+                        let why = why.split(". Verifier output").next().unwrap_or_default().to_owned();
                         tracing::info!(error = %why, "route watch: the socket filter cannot read the sending task; naming writers by netlink port");
                         (Self::start_socket_filter(object, PROG_SOCKET_FILTER_PORT)?, Senders::Port(why))
                     }

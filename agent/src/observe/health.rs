@@ -149,6 +149,26 @@ mod tests {
         assert_eq!(h.ready(), (false, "datastore: not synced\nroutes: first apply done\nbpf tc_count: degraded: no BPF object\n".to_string()));
     }
 
+    /// A running watcher's note (how the route watch names writers) is the line under its
+    /// state, and only while it runs.
+    #[test]
+    fn a_running_watchers_note_follows_its_state() {
+        let h = Health::default();
+        h.set_view(true, Vec::new());
+        h.set_first_apply_done();
+        h.set_watcher("route_watch", WatcherState::Ready);
+        h.set_watcher_note("route_watch", Some("socket-filter: writers named by process in the kernel".into()));
+        assert_eq!(
+            h.ready().1,
+            "datastore: synced\nroutes: first apply done\nbpf route_watch: ready\nbpf route_watch: socket-filter: writers named by process in the kernel\n"
+        );
+        h.set_watcher("route_watch", WatcherState::Degraded("detached".into()));
+        assert_eq!(h.ready().1, "datastore: synced\nroutes: first apply done\nbpf route_watch: degraded: detached\n");
+        h.set_watcher("route_watch", WatcherState::Ready);
+        h.set_watcher_note("route_watch", None);
+        assert_eq!(h.ready().1, "datastore: synced\nroutes: first apply done\nbpf route_watch: ready\n");
+    }
+
     #[test]
     fn missing_devices_are_listed_until_the_next_apply_finds_them() {
         let h = Health::default();
