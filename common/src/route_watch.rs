@@ -563,11 +563,12 @@ pub const ROUTE_WATCH_STATE_MAP: &str = "ROUTE_WATCH_STATE";
 pub const GLOBAL_WINDOW_NS: &str = "ROUTE_WATCH_WINDOW_NS";
 /// Global: changes within the window that make a flap (u32, default 3).
 pub const GLOBAL_FLAP_THRESHOLD: &str = "ROUTE_WATCH_FLAP_THRESHOLD";
-/// Global: the agent's own route protocol, classified `self` (u8 in a u32, 0 = none).
+/// Global: the agent's own route protocol (u8 in a u32, 0 = none). Not part of the class (the
+/// process decides `self`, [`GLOBAL_SELF_TGID`]); set so that the object keeps one shape.
 pub const GLOBAL_SELF_PROTOCOL: &str = "ROUTE_WATCH_SELF_PROTOCOL";
-/// Global: the process whose writes are `self` (its tgid, u32; 0 = none). A write is `self`
-/// only when it carries the self protocol *and* comes from this process: its tgid (fentry,
-/// kprobe) or one of its netlink ports ([`ROUTE_WATCH_SELF_PORTS_MAP`], socket filter).
+/// Global: the process whose writes are `self` (its tgid, u32; 0 = none), whatever their
+/// protocol: its tgid (fentry, kprobe, socket filter reading the task) or one of its netlink
+/// ports ([`ROUTE_WATCH_SELF_PORTS_MAP`], socket filter naming writers by port).
 pub const GLOBAL_SELF_TGID: &str = "ROUTE_WATCH_SELF_TGID";
 /// Map: netlink port ids of the self process's `NETLINK_ROUTE` sockets (key port, value 1),
 /// kept by userspace from `/proc/<pid>/fd` and `/proc/<pid>/net/netlink`.

@@ -155,7 +155,8 @@ pub struct RouteWatchConfig {
     pub window: Duration,
     /// Changes within the window that make a flap (default 3).
     pub flap_threshold: u32,
-    /// The agent's own route protocol, classified `self` (0: none).
+    /// The agent's own route protocol (0: none). The class `self` is the process's
+    /// ([`RouteWatchConfig::self_pid`]), not the protocol's.
     pub self_protocol: u8,
     /// Emit a record per write (for `routewarden events`; default off).
     pub stream_writes: bool,

@@ -49,7 +49,7 @@ pub struct EventsOptions {
     pub window: Duration,
     /// Flap threshold.
     pub flap_threshold: u32,
-    /// The agent's route protocol (shown as writer class `self`).
+    /// The agent's route protocol (the class `self` is decided by `self_pid`, not by it).
     pub self_protocol: u8,
     /// Stop after this many events (`None`: until Ctrl-C / SIGTERM).
     pub max_events: Option<usize>,
@@ -59,8 +59,8 @@ pub struct EventsOptions {
     pub forward: Option<ForwardSetup>,
     /// Kernel-side log level of both watches (`--bpf-log-level`; lines go to stderr).
     pub log_level: crate::bpf::bpf_log::BpfLogLevel,
-    /// The process whose writes at `self_protocol` show as `self` (`--agent-pid`; `None`:
-    /// this process, which writes nothing, so every protocol-80 write shows as `felix`).
+    /// The process whose writes show as `self` (`--agent-pid`; `None`: this process, which
+    /// writes nothing, so the agent's writes show as the class of its name, `other`).
     pub self_pid: Option<u32>,
     /// Where conflicts and flaps mean something (`--datastore` given: the plan's
     /// [`EpisodeScope`], as the agent judges them); outside it they are shown as the plain
