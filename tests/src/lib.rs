@@ -37,15 +37,16 @@ pub fn skip_unless_root(test: &str) -> bool {
     }
 }
 
-/// A copy of the program `program` (looked up in `PATH`) named `name`, in a directory of this
-/// process under the temporary directory: run from there, its command name (`comm`, what the
-/// route watch classes a writer by) is `name`. A writer that looks like BIRD (`bird`) or Felix
+/// A copy of the program `program` (looked up in `PATH`) named `name`, in `routewarden-named`
+/// under the temporary directory (one for every test process, so that runs leave one
+/// directory behind, not one each): run from there, its command name (`comm`, what the route
+/// watch classes a writer by) is `name`. A writer that looks like BIRD (`bird`) or Felix
 /// (`calico-node`) to the watch, with the behaviour of `program` (`ip`).
 ///
 /// # Panics
 /// When `program` is not in `PATH` or the copy fails.
 pub fn program_named(program: &str, name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("routewarden-named-{}", std::process::id()));
+    let dir = std::env::temp_dir().join("routewarden-named");
     let path = dir.join(name);
     if path.exists() {
         return path;
@@ -57,8 +58,9 @@ pub fn program_named(program: &str, name: &str) -> std::path::PathBuf {
         .map(|d| d.join(program))
         .find(|p| p.is_file())
         .unwrap_or_else(|| panic!("{program} not in PATH"));
-    // Copied under a name of its own, then renamed: tests running at once never run a half copy.
-    let part = dir.join(format!("{name}.{:?}.part", std::thread::current().id()).replace(['(', ')'], ""));
+    // Copied under a name of its own, then renamed: tests running at once (in this process or
+    // another) never run a half copy.
+    let part = dir.join(format!("{name}.{}.{:?}.part", std::process::id(), std::thread::current().id()).replace(['(', ')'], ""));
     std::fs::copy(&source, &part).unwrap_or_else(|e| panic!("copy {} to {}: {e}", source.display(), part.display()));
     std::fs::rename(&part, &path).unwrap_or_else(|e| panic!("rename {}: {e}", part.display()));
     path
