@@ -674,9 +674,16 @@ fn node_a(lab: &Lab, alerts: &Alerts, n: &Node) {
         node_alert("WrongPathForwarding", "node-a", &[("severity", "critical"), ("pool", "default-ipv4-ippool"), ("expected", "host"), ("actual", "tunnel")]),
     ];
     let writes = std::sync::atomic::AtomicU32::new(0);
+    // BIRD-like: `ip` run as `bird` (the watch classes a writer by its process).
+    let bird_ip = routewarden_lab::program_named("ip", "bird");
     let bird = |stop: &AtomicBool| {
         while !stop.load(Ordering::Relaxed) {
-            lab.ip("node-a", &["route", "replace", "10.244.20.0/26", "via", "10.0.0.12", "dev", "tunl0", "onlink", "metric", "1024", "proto", "bird"]).unwrap();
+            let st = lab
+                .command("node-a", &bird_ip.display().to_string())
+                .args(["route", "replace", "10.244.20.0/26", "via", "10.0.0.12", "dev", "tunl0", "onlink", "metric", "1024", "proto", "bird"])
+                .status()
+                .unwrap();
+            assert!(st.success(), "the BIRD-like writer failed: {st}");
             writes.fetch_add(1, Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -689,7 +696,9 @@ fn node_a(lab: &Lab, alerts: &Alerts, n: &Node) {
         // The description is rendered at every evaluation; once the conflict counter has been
         // scraped it names the writer pair.
         let want = "The route watch on node node-a sees cluster routes rewritten over and over. Prefixes in flap or conflict now: 1. \
-                    Writer pairs in conflict in the last 10 minutes: self+bird. Run `routewarden events` on the node to see the prefixes and processes.";
+                    Writer pairs in conflict in the last 10 minutes: self+bird. Writer classes are the writing processes (felix is calico-node, \
+                    bird is BIRD, other any other program, whatever protocol the route has). Run `routewarden events` on the node to see the \
+                    prefixes and processes.";
         alerts.wait("RouteFlapping's description to name self+bird", WAIT, |tl| tl.seen[&fight[0]].annotations["description"] == want);
     });
     alerts.cause_removed(&fight);

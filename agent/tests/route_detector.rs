@@ -18,9 +18,9 @@
 //!   notification; the add reveals it), is a flush, never a change or a conflict. A re-add
 //!   after the kernel's removal is recovery: neither a change nor another flush.
 //!
-//! The writers are long-lived `ip -batch` processes ([`IpWriter`]): A writes at protocol 80
-//! (the watch's own protocol, but another process: classified `felix`, not `self`, issue 19),
-//! B at 12 (`bird`), each via its own gateway. Every write
+//! The writers are long-lived `ip -batch` processes ([`IpWriter`]) run under the names the
+//! watch classes by: A, `calico-node`, writes at protocol 80 (the watch's own protocol, but
+//! another process: `felix`, not `self`), B, `bird`, at 12 (`bird`), each via its own gateway. Every write
 //! is answered by the kernel before the next one is sent and the hooks run inside the write,
 //! so the counters are compared exactly after every step; events come through the ring buffer
 //! and the attribution thread, and each test waits for as many as the kernel counted, then
@@ -97,7 +97,8 @@ impl<'a> Steps<'a> {
     }
 }
 
-/// Writer A (protocol 80, via 10.0.0.12) or B (protocol 12, via 10.0.0.13).
+/// Writer A (`calico-node`, protocol 80, via 10.0.0.12) or B (`bird`, protocol 12, via
+/// 10.0.0.13).
 struct Writer {
     ip: IpWriter,
     /// The process id, as events carry it.
@@ -108,15 +109,15 @@ struct Writer {
 
 impl Writer {
     fn a() -> Writer {
-        Writer::new(SELF_PROTO, "10.0.0.12")
+        Writer::new("calico-node", SELF_PROTO, "10.0.0.12")
     }
 
     fn b() -> Writer {
-        Writer::new(12, "10.0.0.13")
+        Writer::new("bird", 12, "10.0.0.13")
     }
 
-    fn new(proto: u8, gw: &'static str) -> Writer {
-        let ip = IpWriter::spawn();
+    fn new(name: &str, proto: u8, gw: &'static str) -> Writer {
+        let ip = IpWriter::spawn_as(name);
         Writer { pid: Some(ip.pid()), ip, proto, gw }
     }
 
@@ -232,10 +233,10 @@ fn same_writer(test: &str, backend: RouteWatchBackend) {
 
 /// T times within one window, B deletes A's route and A adds it back. R2: a delete by another
 /// writer is a conflict, reported for the first. R3: a delete is no change, each re-add after a
-/// writer's delete is one, and the T-th re-add is the flap. The delete names protocol 80: the
-/// socket filter reports a delete with the deleted route's protocol and fentry/kprobe with the
-/// request's, so every backend classifies it alike (`felix`: protocol 80 from a process that
-/// is not the watch's).
+/// writer's delete is one, and the T-th re-add is the flap. The delete names protocol 80 (the
+/// socket filter reports a delete with the deleted route's protocol, fentry/kprobe with the
+/// request's), but the class is the deleting process's: B is `bird`, on every backend, and
+/// the conflict is `felix+bird`, not `felix+felix`.
 fn delete_and_readd(test: &str, backend: RouteWatchBackend) {
     let Some((ns, watch)) = setup(test, backend, &config(), |_| {}) else { return };
     runtime().block_on(async {
@@ -266,7 +267,7 @@ fn delete_and_readd(test: &str, backend: RouteWatchBackend) {
         assert_eq!(h.episodes(), want, "{test}: {:#?}", h.events);
         h.assert_episodes_exported(test);
         let expo = h.exposition();
-        assert!(expo.contains(r#"routewarden_route_conflicts_total{family="ipv4",writers="felix+felix"} 1"#), "{expo}");
+        assert!(expo.contains(r#"routewarden_route_conflicts_total{family="ipv4",writers="felix+bird"} 1"#), "{expo}");
         assert_eq!(h.peak_flapping, 1, "{test}: one flapping prefix");
     });
     drop(ns);

@@ -36,8 +36,10 @@ fn writes_of<'a>(events: &'a [serde_json::Value], dst: &str) -> Vec<&'a serde_js
     events.iter().filter(|v| v["event"] == "write" && v["route"]["dst"] == dst).collect()
 }
 
-async fn ip_route_replace(dst: &str, proto: &str) {
-    let st = tokio::process::Command::new("ip")
+/// `ip route replace` by `ip` run as `program_name` (`calico-node`, `bird`: the class the
+/// watch gives its writes).
+async fn ip_route_replace(program_name: &str, dst: &str, proto: &str) {
+    let st = tokio::process::Command::new(routewarden_lab::program_named("ip", program_name))
         .args(["route", "replace", dst, "via", "10.0.0.12", "dev", "veth0", "proto", proto, "metric", "1024"])
         .status()
         .await
@@ -78,13 +80,13 @@ fn events_json_streams_writes_and_conflicts() {
             let started = Instant::now();
             while writes_of(&seen.events(), "10.244.99.0/26").is_empty() {
                 assert!(started.elapsed() < deadline, "the stream showed no write within {deadline:?}");
-                ip_route_replace("10.244.99.0/26", "80").await;
+                ip_route_replace("calico-node", "10.244.99.0/26", "80").await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             eprintln!("route watch streaming {:?} after the start", started.elapsed());
-            // Ours, BIRD's, ours, BIRD's: four writes and a conflict for one prefix.
-            for proto in ["80", "12", "80", "12"] {
-                ip_route_replace("10.244.20.0/26", proto).await;
+            // Felix's, BIRD's, Felix's, BIRD's: four writes and a conflict for one prefix.
+            for (name, proto) in [("calico-node", "80"), ("bird", "12"), ("calico-node", "80"), ("bird", "12")] {
+                ip_route_replace(name, "10.244.20.0/26", proto).await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             let started = Instant::now();
@@ -113,10 +115,31 @@ fn events_json_streams_writes_and_conflicts() {
     assert!(writes[0]["route"]["op"] == "add" || writes[0]["route"]["op"] == "replace", "{:?}", writes[0]);
     let later_ops: Vec<&str> = writes[1..].iter().map(|w| w["route"]["op"].as_str().unwrap()).collect();
     assert_eq!(later_ops, ["replace", "replace", "replace"], "{writes:#?}");
-    let writer_of: Vec<(&str, u64)> =
-        writes.iter().map(|w| (w["route"]["writer"]["class"].as_str().unwrap(), w["route"]["writer"]["protocol"].as_u64().unwrap())).collect();
-    // `ip` writing protocol 80 is not this process: `felix`, never `self` (issue 19).
-    assert_eq!(writer_of, [("felix", 80), ("bird", 12), ("felix", 80), ("bird", 12)], "{writes:#?}");
+    let writer_of: Vec<(&str, u64, &str, bool, bool)> = writes
+        .iter()
+        .map(|w| {
+            let w = &w["route"]["writer"];
+            (
+                w["class"].as_str().unwrap(),
+                w["protocol"].as_u64().unwrap(),
+                w["comm"].as_str().unwrap(),
+                w["pid"].is_u64(),
+                w["class_inferred"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    // Each writer named by its process, with its pid, and classed by it (not this process:
+    // never `self`).
+    assert_eq!(
+        writer_of,
+        [
+            ("felix", 80, "calico-node", true, false),
+            ("bird", 12, "bird", true, false),
+            ("felix", 80, "calico-node", true, false),
+            ("bird", 12, "bird", true, false)
+        ],
+        "{writes:#?}"
+    );
     assert!(writes.iter().all(|w| w["route"]["gateway"] == "10.0.0.12" && w["route"]["metric"] == 1024 && w["route"]["table"] == 254), "{writes:#?}");
     // The conflict starts at BIRD's first overwrite of the protocol-80 route: two writes in the window.
     let conflicts: Vec<&serde_json::Value> = lines.iter().filter(|v| v["event"] == "conflict" && v["route"]["dst"] == "10.244.20.0/26").collect();

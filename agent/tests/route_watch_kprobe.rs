@@ -58,3 +58,9 @@ fn kprobe_switching_nexthop_objects_with_one_gateway_is_a_flap() {
 fn kprobe_a_nexthop_replace_is_not_a_route_write() {
     route_watch_common::a_nexthop_replace_is_not_a_route_write("kprobe_a_nexthop_replace_is_not_a_route_write", BACKEND);
 }
+
+/// Every writer named and classed by its process (`route_watch_common::writers_named_by_process`).
+#[test]
+fn kprobe_writers_are_named_and_classed_by_process() {
+    route_watch_common::writers_named_by_process("kprobe_writers_are_named_and_classed_by_process", BACKEND, true);
+}

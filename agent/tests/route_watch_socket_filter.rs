@@ -112,3 +112,19 @@ fn socket_filter_a_notification_longer_than_a_kib_is_decoded() {
     });
     drop(ns);
 }
+
+/// Every writer is named by its process in the kernel and classed by it: a program deleting a
+/// protocol-80 route is `other`, `bird` writing protocol 12 is `bird` (pids, comms and
+/// `routewarden_route_writes_total` exact; nothing unattributed).
+#[test]
+fn socket_filter_writers_are_named_and_classed_by_process() {
+    route_watch_common::writers_named_by_process("socket_filter_writers_are_named_and_classed_by_process", BACKEND, true);
+}
+
+/// The socket filter naming senders by port (what runs without `CAP_PERFMON`): the kernel
+/// counts the three `ip` writes as unattributed, under the protocol's class; user space names
+/// the long-lived processes and decides their events' class from them.
+#[test]
+fn socket_filter_by_port_counts_unknown_senders_as_unattributed() {
+    route_watch_common::writers_named_by_process("socket_filter_by_port_counts_unknown_senders_as_unattributed", BACKEND, false);
+}

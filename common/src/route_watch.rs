@@ -64,26 +64,30 @@ impl WriteOp {
     }
 }
 
-/// Writer class derived from the route protocol, and `self` for the agent's own writes (its
-/// protocol, the global `SELF_PROTOCOL`, from its own process, `SELF_TGID`). Fixed set, so
-/// usable as a metric label.
+/// Who wrote a route, as a class from a fixed set (usable as a metric label). Decided from the
+/// *process* that wrote ([`WriterClass::of_writer`]): the agent's own process is `self`,
+/// Felix's `felix`, BIRD's `bird`, any other process `other`. Only when the process is not
+/// known (a netlink port the kernel side could not name) is it inferred from the route
+/// protocol ([`WriterClass::classify`]), and the write says so ([`ORIGIN_CLASS_INFERRED`]);
+/// a change the kernel made on its own (no sending socket) is `kernel`.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum WriterClass {
-    /// routewarden itself: the agent's configured protocol, written by the agent's process
-    /// (another process writing protocol 80 is [`WriterClass::Felix`]).
+    /// routewarden itself: a write by the agent's process (global `SELF_TGID`, or one of its
+    /// netlink ports), whatever the route's protocol.
     SelfAgent = 0,
-    /// Calico Felix, route protocol 80.
+    /// Calico Felix: a process named `calico-node` (Felix runs inside it); inferred: protocol 80.
     Felix = 1,
-    /// BIRD, route protocol 12 (`RTPROT_BIRD`).
+    /// BIRD: a process named `bird` or `bird6`; inferred: protocol 12 (`RTPROT_BIRD`).
     Bird = 2,
-    /// The kernel, route protocol 2 (`RTPROT_KERNEL`), or a kernel-made change (no sender).
+    /// A change the kernel made on its own (no sending socket: a flush, a link's connected
+    /// route); inferred: protocol 2 (`RTPROT_KERNEL`).
     Kernel = 3,
-    /// `RTPROT_BOOT` (3): `ip route` without `proto`.
+    /// Inferred only: `RTPROT_BOOT` (3), `ip route` without `proto`.
     Boot = 4,
-    /// `RTPROT_STATIC` (4).
+    /// Inferred only: `RTPROT_STATIC` (4).
     Static = 5,
-    /// Any other protocol.
+    /// Any other known process (an operator's `ip`, a script); inferred: any other protocol.
     Other = 6,
 }
 
@@ -92,7 +96,8 @@ impl WriterClass {
     pub const ALL: [WriterClass; WRITER_CLASSES] =
         [WriterClass::SelfAgent, WriterClass::Felix, WriterClass::Bird, WriterClass::Kernel, WriterClass::Boot, WriterClass::Static, WriterClass::Other];
 
-    /// Class of a route `protocol`, given the agent's own protocol (0: none configured).
+    /// Class *inferred* from a route `protocol`, for a writer whose process is not known,
+    /// given the agent's own protocol (0: none configured, or not to be inferred as `self`).
     #[inline(always)]
     pub const fn classify(protocol: u8, self_protocol: u8) -> WriterClass {
         if self_protocol != 0 && protocol == self_protocol {
@@ -105,6 +110,43 @@ impl WriterClass {
             3 => WriterClass::Boot,
             4 => WriterClass::Static,
             _ => WriterClass::Other,
+        }
+    }
+
+    /// Class of a known process by its command name (`task->comm`, NUL padded, at most 15
+    /// bytes and a NUL): `calico-node` is Felix (calico/node's image runs Felix, confd and
+    /// BIRD's supervisor under that name), `bird` and `bird6` are BIRD (BIRD 1.x runs one
+    /// daemon per family, `bird6` for IPv6; BIRD 2 is `bird`), anything else `other`. The
+    /// agent's own process is decided before this, by its tgid ([`WriterClass::of_writer`]).
+    #[inline(always)]
+    pub const fn of_comm(comm: &[u8; 16]) -> WriterClass {
+        if comm_is(comm, b"calico-node") {
+            WriterClass::Felix
+        } else if comm_is(comm, b"bird") || comm_is(comm, b"bird6") {
+            WriterClass::Bird
+        } else {
+            WriterClass::Other
+        }
+    }
+
+    /// The class of the writer `w` and whether it was inferred from the route protocol (the
+    /// rule every backend applies, in the kernel, before counting):
+    /// 1. `is_self` (the writer is the agent's process: its tgid, or one of its netlink ports)
+    ///    → `self`;
+    /// 2. a known process (`id_kind` [`WriterIdKind::Process`]) → [`WriterClass::of_comm`];
+    /// 3. no sender (port 0: the kernel made the change) → `kernel`;
+    /// 4. a sender known by its netlink port only → [`WriterClass::classify`] of the protocol,
+    ///    inferred (`true`).
+    #[inline(always)]
+    pub const fn of_writer(w: &WriteOrigin, is_self: bool) -> (WriterClass, bool) {
+        if is_self {
+            (WriterClass::SelfAgent, false)
+        } else if w.id_kind == WriterIdKind::Process as u8 {
+            (WriterClass::of_comm(&w.comm), false)
+        } else if w.id == 0 {
+            (WriterClass::Kernel, false)
+        } else {
+            (WriterClass::classify(w.protocol, 0), true)
         }
     }
 
@@ -135,15 +177,36 @@ impl WriterClass {
     }
 }
 
+/// True when the NUL-padded `comm` is exactly `name` (a name of at most 15 bytes).
+#[inline(always)]
+const fn comm_is(comm: &[u8; 16], name: &[u8]) -> bool {
+    if name.len() >= comm.len() || comm[name.len()] != 0 {
+        return false;
+    }
+    let mut i = 0;
+    while i < name.len() {
+        if comm[i] != name[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// [`WriteOrigin::flags`]: the class was inferred from the route protocol, because the
+/// writing process was not known (a netlink port the socket filter could not name).
+pub const ORIGIN_CLASS_INFERRED: u8 = 1;
+
 /// How [`WriteOrigin::id`] identifies the writer.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriterIdKind {
-    /// `id` is the netlink port id of the sending socket (socket-filter backend); 0 means the
-    /// kernel made the change itself.
+    /// `id` is the netlink port id of the sending socket (socket filter that cannot read the
+    /// current task: helpers refused, no task offsets); 0 means the kernel made the change
+    /// itself (every backend).
     NetlinkPort = 0,
-    /// `id` is the thread-group id (PID) of the current task and `comm` is its command name
-    /// (fentry/kprobe backends).
+    /// `id` is the thread-group id (PID) of the task that sent the request and `comm` its
+    /// command name (fentry/kprobe; socket filter when it reads the current task).
     Process = 1,
 }
 
@@ -160,8 +223,8 @@ pub struct WriteOrigin {
     pub protocol: u8,
     /// [`WriterClass`] as a byte.
     pub class: u8,
-    /// Padding, zero.
-    pub _pad: u8,
+    /// `ORIGIN_*` bits ([`ORIGIN_CLASS_INFERRED`]).
+    pub flags: u8,
     /// Command name (`task->comm`, NUL padded) when the backend knows it, else zeros.
     pub comm: [u8; 16],
 }
@@ -345,6 +408,10 @@ pub struct RouteWatchCounters {
     pub decode_errors: u64,
     /// Writes outside the watched network namespace (fentry/kprobe), ignored.
     pub other_netns: u64,
+    /// Writes by a sender whose process the kernel side did not know (socket filter without
+    /// the current task), by family: their class was inferred from the protocol
+    /// ([`ORIGIN_CLASS_INFERRED`]). Kernel-made changes are not counted here.
+    pub unattributed: [u64; FAMILIES],
 }
 
 impl Default for RouteWatchCounters {
@@ -357,6 +424,7 @@ impl Default for RouteWatchCounters {
             records_lost: 0,
             decode_errors: 0,
             other_netns: 0,
+            unattributed: [0; FAMILIES],
         }
     }
 }
@@ -460,6 +528,30 @@ impl KernelOffsets {
     };
 }
 
+/// Offsets in `struct task_struct` (bytes) at which the route-watch programs read the process
+/// that wrote (`bpf_get_current_task` + `bpf_probe_read_kernel`): the current task's thread
+/// group leader, its tgid and its `comm` (the process's name, as `/proc/<pid>/comm` shows it;
+/// a thread's own `comm` may differ: a tokio worker is `tokio-runtime-w`). Resolved from the
+/// running kernel's BTF and passed in as the global `ROUTE_WATCH_TASK_OFFSETS`. 16 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskOffsets {
+    /// `struct task_struct`: `tgid` (`pid_t`).
+    pub tgid: u32,
+    /// `struct task_struct`: `comm` (`char[16]`).
+    pub comm: u32,
+    /// `struct task_struct`: `group_leader` (pointer to `task_struct`).
+    pub group_leader: u32,
+    /// 1 once all three are resolved; 0: the socket filter names senders by netlink port only
+    /// and fentry/kprobe take the current thread's `comm`.
+    pub valid: u32,
+}
+
+impl TaskOffsets {
+    /// All zero, `valid == 0`: senders stay netlink ports.
+    pub const UNRESOLVED: TaskOffsets = TaskOffsets { tgid: 0, comm: 0, group_leader: 0, valid: 0 };
+}
+
 /// Ring buffer of [`RouteWatchRecord`]s.
 pub const ROUTE_WATCH_EVENTS_MAP: &str = "ROUTE_WATCH_EVENTS";
 /// Per-CPU array holding one [`RouteWatchCounters`] at index 0.
@@ -471,11 +563,12 @@ pub const ROUTE_WATCH_STATE_MAP: &str = "ROUTE_WATCH_STATE";
 pub const GLOBAL_WINDOW_NS: &str = "ROUTE_WATCH_WINDOW_NS";
 /// Global: changes within the window that make a flap (u32, default 3).
 pub const GLOBAL_FLAP_THRESHOLD: &str = "ROUTE_WATCH_FLAP_THRESHOLD";
-/// Global: the agent's own route protocol, classified `self` (u8 in a u32, 0 = none).
+/// Global: the agent's own route protocol (u8 in a u32, 0 = none). Not part of the class (the
+/// process decides `self`, [`GLOBAL_SELF_TGID`]); set so that the object keeps one shape.
 pub const GLOBAL_SELF_PROTOCOL: &str = "ROUTE_WATCH_SELF_PROTOCOL";
-/// Global: the process whose writes are `self` (its tgid, u32; 0 = none). A write is `self`
-/// only when it carries the self protocol *and* comes from this process: its tgid (fentry,
-/// kprobe) or one of its netlink ports ([`ROUTE_WATCH_SELF_PORTS_MAP`], socket filter).
+/// Global: the process whose writes are `self` (its tgid, u32; 0 = none), whatever their
+/// protocol: its tgid (fentry, kprobe, socket filter reading the task) or one of its netlink
+/// ports ([`ROUTE_WATCH_SELF_PORTS_MAP`], socket filter naming writers by port).
 pub const GLOBAL_SELF_TGID: &str = "ROUTE_WATCH_SELF_TGID";
 /// Map: netlink port ids of the self process's `NETLINK_ROUTE` sockets (key port, value 1),
 /// kept by userspace from `/proc/<pid>/fd` and `/proc/<pid>/net/netlink`.
@@ -494,9 +587,17 @@ pub const GLOBAL_STREAM_WRITES: &str = "ROUTE_WATCH_STREAM_WRITES";
 pub const GLOBAL_NETNS_INUM: &str = "ROUTE_WATCH_NETNS_INUM";
 /// Global: [`KernelOffsets`].
 pub const GLOBAL_OFFSETS: &str = "ROUTE_WATCH_OFFSETS";
+/// Global: [`TaskOffsets`].
+pub const GLOBAL_TASK_OFFSETS: &str = "ROUTE_WATCH_TASK_OFFSETS";
 
-/// Socket-filter program on a NETLINK_ROUTE socket.
+/// Socket-filter program on a NETLINK_ROUTE socket that names each sender by the task that
+/// sent the request (needs `bpf_get_current_task` and `bpf_probe_read_kernel` in a socket
+/// filter: a loader with `CAP_PERFMON`, and a kernel not in lockdown's confidentiality mode,
+/// which withholds `bpf_probe_read_kernel`).
 pub const PROG_SOCKET_FILTER: &str = "route_watch_netlink";
+/// The same socket filter naming senders by netlink port only (no helper beyond the base
+/// set): the fallback when [`PROG_SOCKET_FILTER`] does not load.
+pub const PROG_SOCKET_FILTER_PORT: &str = "route_watch_netlink_port";
 /// fentry programs: `fib_table_insert`, `fib_table_delete`, `fib6_add`, `fib6_del`.
 pub const PROGS_FENTRY: [&str; 4] =
     ["route_watch_fentry_fib_table_insert", "route_watch_fentry_fib_table_delete", "route_watch_fentry_fib6_add", "route_watch_fentry_fib6_del"];
@@ -508,12 +609,13 @@ pub const HOOKED_FUNCTIONS: [&str; 4] = ["fib_table_insert", "fib_table_delete",
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY (all four): `#[repr(C)]`, `Copy`, made of integers and byte arrays with explicit
+    // SAFETY (all five): `#[repr(C)]`, `Copy`, made of integers and byte arrays with explicit
     // padding fields, so every bit pattern of their size is a valid value.
     unsafe impl aya::Pod for super::RouteWatchCounters {}
     unsafe impl aya::Pod for super::PrefixKey {}
     unsafe impl aya::Pod for super::PrefixState {}
     unsafe impl aya::Pod for super::KernelOffsets {}
+    unsafe impl aya::Pod for super::TaskOffsets {}
 }
 
 // The kernel writes these bytes and userspace reads them: pin the layouts.
@@ -523,3 +625,78 @@ const _: () = assert!(core::mem::size_of::<PrefixKey>() == 24);
 const _: () = assert!(core::mem::size_of::<NexthopNotice>() == 16);
 const _: () = assert!(core::mem::size_of::<PrefixState>() == 80);
 const _: () = assert!(core::mem::size_of::<RouteWatchRecord>() == 120);
+const _: () = assert!(core::mem::size_of::<TaskOffsets>() == 16);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn comm(name: &[u8]) -> [u8; 16] {
+        let mut c = [0u8; 16];
+        c[..name.len()].copy_from_slice(name);
+        c
+    }
+
+    fn process(protocol: u8, name: &[u8]) -> WriteOrigin {
+        WriteOrigin { id: 4242, id_kind: WriterIdKind::Process as u8, protocol, class: 0, flags: 0, comm: comm(name) }
+    }
+
+    fn port(id: u32, protocol: u8) -> WriteOrigin {
+        WriteOrigin { id, id_kind: WriterIdKind::NetlinkPort as u8, protocol, class: 0, flags: 0, comm: [0; 16] }
+    }
+
+    #[test]
+    fn a_known_process_is_classed_by_its_name_not_the_route() {
+        let cases: [(&[u8], u8, WriterClass); 10] = [
+            (b"calico-node", 80, WriterClass::Felix),
+            (b"calico-node", 12, WriterClass::Felix),
+            (b"bird", 12, WriterClass::Bird),
+            (b"bird6", 12, WriterClass::Bird),
+            (b"bird", 80, WriterClass::Bird),
+            // A program deleting Felix's route is not Felix.
+            (b"ip", 80, WriterClass::Other),
+            (b"ip", 12, WriterClass::Other),
+            (b"birdc", 12, WriterClass::Other),
+            (b"calico-node-x", 80, WriterClass::Other),
+            (b"", 80, WriterClass::Other),
+        ];
+        for (name, protocol, want) in cases {
+            assert_eq!(WriterClass::of_writer(&process(protocol, name), false), (want, false), "{:?} proto {protocol}", core::str::from_utf8(name));
+        }
+        // The name ends at the first NUL; a longer name (16 bytes, no NUL) is none of them.
+        assert_eq!(WriterClass::of_comm(b"bird\0\0\0\0\0\0\0\0\0\0\0x"), WriterClass::Bird);
+        assert_eq!(WriterClass::of_comm(b"calico-node-abcd"), WriterClass::Other);
+    }
+
+    #[test]
+    fn the_agent_is_self_whatever_it_writes() {
+        assert_eq!(WriterClass::of_writer(&process(12, b"routewarden"), true), (WriterClass::SelfAgent, false));
+        assert_eq!(WriterClass::of_writer(&process(80, b"calico-node"), true), (WriterClass::SelfAgent, false));
+        assert_eq!(WriterClass::of_writer(&port(977, 80), true), (WriterClass::SelfAgent, false));
+        assert_eq!(WriterClass::of_writer(&process(80, b"routewarden"), false), (WriterClass::Other, false));
+    }
+
+    #[test]
+    fn an_unknown_process_is_inferred_from_the_protocol_and_the_kernel_is_kernel() {
+        let inferred = [
+            (80, WriterClass::Felix),
+            (12, WriterClass::Bird),
+            (2, WriterClass::Kernel),
+            (3, WriterClass::Boot),
+            (4, WriterClass::Static),
+            (9, WriterClass::Other),
+        ];
+        for (protocol, want) in inferred {
+            assert_eq!(WriterClass::of_writer(&port(30625, protocol), false), (want, true), "proto {protocol}");
+        }
+        for protocol in [2, 80, 12] {
+            assert_eq!(WriterClass::of_writer(&port(0, protocol), false), (WriterClass::Kernel, false), "kernel-made, proto {protocol}");
+        }
+    }
+
+    #[test]
+    fn protocol_inference_keeps_the_self_protocol() {
+        assert_eq!(WriterClass::classify(80, 80), WriterClass::SelfAgent);
+        assert_eq!(WriterClass::classify(80, 0), WriterClass::Felix);
+    }
+}

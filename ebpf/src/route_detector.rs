@@ -21,14 +21,15 @@
 //!
 //! A first write of a prefix (cold start) creates its state and is neither.
 use aya_ebpf::{
+    helpers::{bpf_get_current_task, bpf_probe_read_kernel},
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use aya_log_ebpf::{macro_support::Level, warn};
 use routewarden_common::assert_bpf_name;
 use routewarden_common::route_watch::{
-    family_index, PrefixKey, PrefixState, RecordKind, RouteWatchCounters, RouteWatchRecord, RouteWrite, WriteOp, WriteOrigin, WriterClass, WriterIdKind,
-    SELF_PORTS_MAX, STATE_CONFLICT, STATE_FLAP, STATE_FLUSHED, STATE_REMOVED,
+    family_index, PrefixKey, PrefixState, RecordKind, RouteWatchCounters, RouteWatchRecord, RouteWrite, TaskOffsets, WriteOp, WriteOrigin, WriterClass,
+    WriterIdKind, ORIGIN_CLASS_INFERRED, SELF_PORTS_MAX, STATE_CONFLICT, STATE_FLAP, STATE_FLUSHED, STATE_REMOVED,
 };
 
 use crate::bpf_log::{allowed, LogKind};
@@ -53,7 +54,8 @@ static ROUTE_WATCH_WINDOW_NS: u64 = 30_000_000_000;
 /// Changes within the window that make a flap.
 #[unsafe(no_mangle)]
 static ROUTE_WATCH_FLAP_THRESHOLD: u32 = 3;
-/// The agent's own route protocol (classified `self`), 0 = none.
+/// The agent's own route protocol, 0 = none. Not part of the class any more (the process
+/// decides it); kept so that loaders setting it keep loading.
 #[unsafe(no_mangle)]
 static ROUTE_WATCH_SELF_PROTOCOL: u32 = 0;
 /// The process whose writes (at the self protocol) are `self`; 0 = none.
@@ -78,6 +80,39 @@ assert_bpf_name!(ROUTE_WATCH_FLAP_THRESHOLD, routewarden_common::route_watch::GL
 assert_bpf_name!(ROUTE_WATCH_SELF_PROTOCOL, routewarden_common::route_watch::GLOBAL_SELF_PROTOCOL);
 assert_bpf_name!(ROUTE_WATCH_SELF_TGID, routewarden_common::route_watch::GLOBAL_SELF_TGID);
 assert_bpf_name!(ROUTE_WATCH_STREAM_WRITES, routewarden_common::route_watch::GLOBAL_STREAM_WRITES);
+
+/// `task_struct` offsets from BTF ([`TaskOffsets`]); `valid == 0`: [`current_process`] knows
+/// none.
+#[unsafe(no_mangle)]
+static ROUTE_WATCH_TASK_OFFSETS: TaskOffsets = TaskOffsets::UNRESOLVED;
+assert_bpf_name!(ROUTE_WATCH_TASK_OFFSETS, routewarden_common::route_watch::GLOBAL_TASK_OFFSETS);
+
+/// The process of the current task: its thread group leader's tgid and `comm` (the process's
+/// name, which a thread may have changed for itself), read at the offsets of
+/// `ROUTE_WATCH_TASK_OFFSETS`. `None` when they are unresolved or a read fails. Needs
+/// `bpf_get_current_task` and `bpf_probe_read_kernel`: tracing programs have them, a socket
+/// filter only for a loader with `CAP_PERFMON`.
+#[inline(always)]
+pub fn current_process() -> Option<(u32, [u8; 16])> {
+    if global_u32(&ROUTE_WATCH_TASK_OFFSETS.valid) != 1 {
+        return None;
+    }
+    let off = |v: &'static u32| u64::from(global_u32(v));
+    // SAFETY: no arguments; the pointer is only read through bpf_probe_read_kernel.
+    let task = unsafe { bpf_get_current_task() };
+    if task == 0 {
+        return None;
+    }
+    // SAFETY (the three reads): bpf_probe_read_kernel validates the address and fails instead
+    // of faulting.
+    let leader: u64 = unsafe { bpf_probe_read_kernel(task.wrapping_add(off(&ROUTE_WATCH_TASK_OFFSETS.group_leader)) as *const u64) }.ok()?;
+    if leader == 0 {
+        return None;
+    }
+    let tgid: u32 = unsafe { bpf_probe_read_kernel(leader.wrapping_add(off(&ROUTE_WATCH_TASK_OFFSETS.tgid)) as *const u32) }.ok()?;
+    let comm: [u8; 16] = unsafe { bpf_probe_read_kernel(leader.wrapping_add(off(&ROUTE_WATCH_TASK_OFFSETS.comm)) as *const [u8; 16]) }.ok()?;
+    Some((tgid, comm))
+}
 
 /// This CPU's counters, or `None` if the lookup fails (never for index 0 of an array).
 #[inline(always)]
@@ -162,8 +197,9 @@ fn is_kernel_removal(w: &RouteWrite) -> bool {
     w.writer.id == 0 && w.writer.id_kind == WriterIdKind::NetlinkPort as u8
 }
 
-/// Whether `writer` is the self process: its tgid (fentry, kprobe), or one of its netlink ports
-/// (socket filter; the first socket a process binds gets its tgid as port).
+/// Whether `writer` is the self process: its tgid (fentry, kprobe, socket filter reading the
+/// current task), or one of its netlink ports (socket filter by port; the first socket a
+/// process binds gets its tgid as port).
 #[inline(always)]
 fn is_self(writer: &WriteOrigin) -> bool {
     let tgid = global_u32(&ROUTE_WATCH_SELF_TGID);
@@ -185,15 +221,15 @@ pub fn observe(w: &mut RouteWrite) {
         count_decode_error();
         return;
     };
-    let self_protocol = global_u32(&ROUTE_WATCH_SELF_PROTOCOL);
-    let class = if self_protocol != 0 && u32::from(w.writer.protocol) == self_protocol && is_self(&w.writer) {
-        WriterClass::SelfAgent
-    } else {
-        WriterClass::classify(w.writer.protocol, 0)
-    };
+    // Who wrote decides the class; the protocol only for a sender not known as a process.
+    let (class, inferred) = WriterClass::of_writer(&w.writer, is_self(&w.writer));
     w.writer.class = class as u8;
+    w.writer.flags = if inferred { ORIGIN_CLASS_INFERRED } else { 0 };
     let fi = family_index(w.family);
     let Some(c) = counters() else { return };
+    if inferred {
+        c.unattributed[fi & 1] += 1;
+    }
     // The operation's index is checked (`opaque_index`): the socket filter's decoding left 6.1's
     // verifier with the raw `op` byte (0..=255) here.
     if let Some(slot) = c.writes.get_mut(fi).and_then(|f| f.get_mut(opaque_index(op as usize))).and_then(|o| o.get_mut(class as usize)) {

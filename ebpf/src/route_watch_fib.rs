@@ -8,14 +8,14 @@
 //! network namespace `ROUTE_WATCH_NETNS_INUM` (0 = all) are counted and ignored.
 //!
 //! The writer is the current task (tgid and `comm`). A change with no netlink sender
-//! (`fc_nlinfo.portid == 0` for IPv4 deletes, `info->nlh == NULL` for IPv6 deletes) is a
-//! kernel-made removal, i.e. a flush.
+//! (`fc_nlinfo.portid == 0` for IPv4, `info->nlh == NULL` for IPv6) is the kernel's own, on
+//! every backend (port 0): a delete of that kind is a flush.
 use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel};
 use aya_log_ebpf::{macro_support::Level, warn};
 use routewarden_common::route_watch::{KernelOffsets, RouteWrite, WriteOp, WriteOrigin, WriterIdKind, AF_INET, AF_INET6};
 
 use crate::bpf_log::{allowed, LogKind};
-use crate::route_detector::{count_decode_error, count_other_netns, now_ns, observe};
+use crate::route_detector::{count_decode_error, count_other_netns, current_process, now_ns, observe};
 
 /// Network namespace inode number to watch (`stat -L /proc/<agent>/ns/net`), 0 = all.
 #[unsafe(no_mangle)]
@@ -62,11 +62,12 @@ fn in_watched_netns(net: u64) -> Result<bool, ()> {
     Ok(inum == want)
 }
 
+/// The current task's process: its leader's tgid and `comm` ([`current_process`]), or, without
+/// the task offsets, its tgid and the thread's own `comm`.
 #[inline(always)]
 fn current_writer(protocol: u8) -> WriteOrigin {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    let comm = bpf_get_current_comm().unwrap_or([0; 16]);
-    WriteOrigin { id: tgid, id_kind: WriterIdKind::Process as u8, protocol, class: 0, _pad: 0, comm }
+    let (tgid, comm) = current_process().unwrap_or_else(|| ((bpf_get_current_pid_tgid() >> 32) as u32, bpf_get_current_comm().unwrap_or([0; 16])));
+    WriteOrigin { id: tgid, id_kind: WriterIdKind::Process as u8, protocol, class: 0, flags: 0, comm }
 }
 
 /// `fib_table_insert(net, tb, cfg, extack)` / `fib_table_delete(net, tb, cfg, extack)`.
@@ -135,7 +136,8 @@ fn fib4_inner(net: u64, cfg: u64, delete: bool) -> Result<(), ()> {
         _pad2: 0,
         writer: current_writer(protocol),
     };
-    if delete && portid == 0 {
+    // No sender (`fib_magic`, a link's routes): the kernel's own change, whoever is current.
+    if portid == 0 {
         w.writer.id = 0;
         w.writer.id_kind = WriterIdKind::NetlinkPort as u8;
     }
@@ -203,7 +205,8 @@ fn fib6_inner(rt: u64, info: u64, delete: bool) -> Result<(), ()> {
         _pad2: 0,
         writer: current_writer(protocol),
     };
-    if delete && nlh == 0 {
+    // No request (address configuration, router advertisements): the kernel's own change.
+    if nlh == 0 {
         w.writer.id = 0;
         w.writer.id_kind = WriterIdKind::NetlinkPort as u8;
     }

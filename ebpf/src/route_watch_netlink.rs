@@ -18,6 +18,20 @@
 //! object's own notification, with the replacing request's port and sequence number: those
 //! routes are not written, and the filter drops them ([`NexthopNotice`]).
 //!
+//! The sender: a route notification caused by a request carries the requesting socket's port
+//! (`nlmsg_pid`) and is broadcast in the requester's own `sendmsg`, synchronously
+//! (`rtnetlink_rcv_msg` → `inet_rtm_newroute` → `fib_table_insert` → `rtmsg_fib` →
+//! `rtnl_notify` → `netlink_broadcast` → `sk_filter`), so the current task *is* the writer.
+//! [`route_watch_netlink`] reads its process's tgid and `comm` there
+//! ([`crate::route_detector::current_process`]: `bpf_get_current_task`, then
+//! `bpf_probe_read_kernel`; both in the base set of every program type for a loader with
+//! `CAP_PERFMON`, checked by loading on 6.1 and 6.18, while on 6.1
+//! `bpf_get_current_pid_tgid`/`bpf_get_current_comm` are not, hence the task). A
+//! notification with port 0 was made by the kernel itself, possibly from a workqueue or softirq
+//! (IPv6 address configuration, a link's routes) where the current task is unrelated: never
+//! attributed to it. [`route_watch_netlink_port`] is the same filter without the task (port
+//! only), for a loader the helpers are refused to.
+//!
 //! `NLM_F_REPLACE` (0x100) in a RTM_NEWROUTE means the write overwrote an existing route.
 //! Returns 0: the copy for this socket is dropped (nothing reads it); map and ring-buffer
 //! writes stay.
@@ -33,7 +47,7 @@ use routewarden_common::route_watch::{NexthopNotice, RouteWrite, WriteOp, WriteO
 use crate::bpf_log::{allowed, LogKind};
 
 use crate::helpers::{opaque_index, zero_words};
-use crate::route_detector::{count_decode_error, link_down, now_ns, observe};
+use crate::route_detector::{count_decode_error, current_process, link_down, now_ns, observe};
 
 const RTM_NEWLINK: u16 = 16;
 const RTM_NEWROUTE: u16 = 24;
@@ -82,6 +96,7 @@ struct NlScratch {
 static ROUTE_WATCH_NL_SCRATCH: PerCpuArray<NlScratch> = PerCpuArray::with_max_entries(1, 0);
 routewarden_common::assert_bpf_name!(ROUTE_WATCH_NL_SCRATCH, routewarden_common::route_watch::ROUTE_WATCH_NL_SCRATCH_MAP);
 routewarden_common::assert_bpf_name!(route_watch_netlink, routewarden_common::route_watch::PROG_SOCKET_FILTER);
+routewarden_common::assert_bpf_name!(route_watch_netlink_port, routewarden_common::route_watch::PROG_SOCKET_FILTER_PORT);
 
 /// The last nexthop object change seen. One entry for all CPUs: object changes are made under
 /// the RTNL lock and the routes they re-send follow in the same call, which may move between
@@ -90,14 +105,24 @@ routewarden_common::assert_bpf_name!(route_watch_netlink, routewarden_common::ro
 static ROUTE_WATCH_NL_NEXTHOP: Array<NexthopNotice> = Array::with_max_entries(1, 0);
 routewarden_common::assert_bpf_name!(ROUTE_WATCH_NL_NEXTHOP, routewarden_common::route_watch::ROUTE_WATCH_NL_NEXTHOP_MAP);
 
+/// The filter naming a route request's sender by its process (tgid and `comm`).
 #[socket_filter]
 pub fn route_watch_netlink(ctx: SkBuffContext) -> i64 {
-    let _ = try_route_watch_netlink(&ctx);
+    let _ = try_route_watch_netlink::<true>(&ctx);
     0
 }
 
+/// The filter naming a route request's sender by its netlink port only.
+#[socket_filter]
+pub fn route_watch_netlink_port(ctx: SkBuffContext) -> i64 {
+    let _ = try_route_watch_netlink::<false>(&ctx);
+    0
+}
+
+/// `TASK`: read the current task for a notification with a sender (the helpers are not in
+/// the other program at all, so a kernel that withholds them still verifies it).
 #[inline(always)]
-fn try_route_watch_netlink(ctx: &SkBuffContext) -> Result<(), i64> {
+fn try_route_watch_netlink<const TASK: bool>(ctx: &SkBuffContext) -> Result<(), i64> {
     let Some(scratch) = ROUTE_WATCH_NL_SCRATCH.get_ptr_mut(0) else { return Err(decode_error()) };
     // SAFETY: this CPU's slot, valid for the program's run and not shared with other CPUs
     // (socket filters run with migration off).
@@ -121,7 +146,7 @@ fn try_route_watch_netlink(ctx: &SkBuffContext) -> Result<(), i64> {
     let msg_type = (msg[1] & 0xffff) as u16;
     match msg_type {
         RTM_NEWROUTE | RTM_DELROUTE => {
-            route_message(msg, words, msg_type, &mut scratch.write);
+            route_message::<TASK>(msg, words, msg_type, &mut scratch.write);
             Ok(())
         }
         RTM_NEWLINK => link_message(msg, words),
@@ -221,7 +246,7 @@ fn resent_for_nexthop_change(op: WriteOp, port: u32, seq: u32, nh_id: u32) -> bo
 }
 
 #[inline(always)]
-fn route_message(msg: &[u32; MSG_WORDS + MSG_SLACK_WORDS], words: usize, msg_type: u16, w: &mut RouteWrite) {
+fn route_message<const TASK: bool>(msg: &[u32; MSG_WORDS + MSG_SLACK_WORDS], words: usize, msg_type: u16, w: &mut RouteWrite) {
     let nl_flags = (msg[1] >> 16) as u16;
     let (seq, port) = (msg[2], msg[3]);
     // rtmsg: family, dst_len, src_len, tos (word 4); table, protocol, scope, type (5); flags (6).
@@ -250,6 +275,16 @@ fn route_message(msg: &[u32; MSG_WORDS + MSG_SLACK_WORDS], words: usize, msg_typ
     w.writer.id = port;
     w.writer.id_kind = WriterIdKind::NetlinkPort as u8;
     w.writer.protocol = protocol;
+    // Port 0: the kernel's own change, maybe from a worker where `current` is unrelated.
+    // Left as the port when the task cannot be read (the detector then infers the class
+    // and counts the write unattributed).
+    if TASK && port != 0 {
+        if let Some((tgid, comm)) = current_process() {
+            w.writer.id = tgid;
+            w.writer.id_kind = WriterIdKind::Process as u8;
+            w.writer.comm = comm;
+        }
+    }
     let mut i: usize = 7;
     for _ in 0..MAX_ATTRS {
         if i >= words {

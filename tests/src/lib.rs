@@ -69,3 +69,32 @@ pub fn skip(test: &str, reason: impl std::fmt::Display) {
         panic!("cannot append the skip of {test} to {} ({SKIP_LOG_ENV}): {e}", std::path::Path::new(&path).display());
     }
 }
+
+/// A copy of the program `program` (looked up in `PATH`) named `name`, in `routewarden-named`
+/// under the temporary directory (one for every test process, so that runs leave one
+/// directory behind, not one each): run from there, its command name (`comm`, what the route
+/// watch classes a writer by) is `name`. A writer that looks like BIRD (`bird`) or Felix
+/// (`calico-node`) to the watch, with the behaviour of `program` (`ip`).
+///
+/// # Panics
+/// When `program` is not in `PATH` or the copy fails.
+pub fn program_named(program: &str, name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join("routewarden-named");
+    let path = dir.join(name);
+    if path.exists() {
+        return path;
+    }
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    let source = std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{program} not in PATH"));
+    // Copied under a name of its own, then renamed: tests running at once (in this process or
+    // another) never run a half copy.
+    let part = dir.join(format!("{name}.{}.{:?}.part", std::process::id(), std::thread::current().id()).replace(['(', ')'], ""));
+    std::fs::copy(&source, &part).unwrap_or_else(|e| panic!("copy {} to {}: {e}", source.display(), part.display()));
+    std::fs::rename(&part, &path).unwrap_or_else(|e| panic!("rename {}: {e}", part.display()));
+    path
+}

@@ -7,8 +7,9 @@
 //! 1. prints the ownership decision as `routewarden explain` shows it and the routes the agent
 //!    programmed into the kernel;
 //! 2. starts a second writer in the node's namespace that fights the agent over one cluster
-//!    route (the same key, another next hop, BIRD's protocol) for a few seconds, and shows the
-//!    in-kernel watch catching it (`routewarden events` lines with both writers, the conflict
+//!    route (the same key, another next hop, BIRD's protocol; `ip` run as `bird`, since the
+//!    watch classes a writer by its process) for a few seconds, and shows the in-kernel watch
+//!    catching it (`routewarden events` lines with both writers named by process, the conflict
 //!    and flap counters from `/metrics`), the agent putting its route back, and the watch going
 //!    quiet once the fight stops;
 //! 3. sends a little traffic to every remote block and shows the forwarding watch's per-pool
@@ -141,6 +142,13 @@ impl Scrape {
     fn sum(&self, name: &str) -> f64 {
         self.family(name).map(|(_, v)| v).sum()
     }
+}
+
+/// Run `program args` in `node`'s namespace; fails with its stderr.
+fn run_in(lab: &Lab, node: &str, program: &std::path::Path, args: &[&str]) -> Result<()> {
+    let out = lab.command(node, &program.display().to_string()).args(args).output().with_context(|| format!("run {}", program.display()))?;
+    anyhow::ensure!(out.status.success(), "{} {args:?}: {}", program.display(), String::from_utf8_lossy(&out.stderr));
+    Ok(())
 }
 
 /// Poll until `f` returns Some, Ctrl-C, or `timeout`.
@@ -384,9 +392,10 @@ fn fight(
     let fight_seconds = seconds;
     heading(&format!("2. A second writer fights routewarden over {} for {} s", target.dst, fight_seconds));
     println!(
-        "routewarden's route: {} via {own_gw} dev tunl0 metric {} proto {protocol}. The second writer, a BIRD-like process in {ns},\nreplaces it at the same key (table, destination, metric) with `via {other_gw} ... proto bird`, every 500 ms.",
+        "routewarden's route: {} via {own_gw} dev tunl0 metric {} proto {protocol}. The second writer, a BIRD-like process in {ns}\n(`ip` run under the name `bird`: the watch names and classes each writer by its process), replaces it at the same key\n(table, destination, metric) with `via {other_gw} ... proto bird`, every 500 ms.",
         target.dst, target.metric
     );
+    let bird = routewarden_lab::program_named("ip", "bird");
     let mut events_stream = lab.command(node, &bin.display().to_string());
     events_stream
         // The agent's writes are `self` (`ip netns exec` execs it: its pid is the agent's).
@@ -413,7 +422,7 @@ fn fight(
     let metric = target.metric.to_string();
     while fight_start.elapsed() < Duration::from_secs(fight_seconds) {
         check_stop()?;
-        lab.ip(node, &["route", "replace", &target.dst, "via", other_gw, "dev", "tunl0", "onlink", "metric", &metric, "proto", "bird"])?;
+        run_in(lab, node, &bird, &["route", "replace", &target.dst, "via", other_gw, "dev", "tunl0", "onlink", "metric", &metric, "proto", "bird"])?;
         observed.foreign_writes += 1;
         let next = Instant::now() + Duration::from_millis(500);
         while Instant::now() < next {
@@ -462,6 +471,10 @@ fn fight(
             println!("  {series} {v}");
         }
     }
+    println!(
+        "  routewarden_route_writes_unattributed_total {} (writes whose process the watch could not name, classed by the route protocol)",
+        s.sum("routewarden_route_writes_unattributed_total")
+    );
     println!("  routewarden_flapping_prefixes peaked at {peak} during the fight");
     match observed.put_back_after_ms {
         Some(ms) => println!("\nroutewarden put its route back {ms} ms after the last foreign write:"),

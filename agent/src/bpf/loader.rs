@@ -28,11 +28,11 @@ use aya::programs::links::LinkOrder;
 use aya::programs::tc::{self, NlOptions, SchedClassifierLink, TcAttachOptions};
 use aya::programs::{SchedClassifier, TcAttachType};
 use aya::{Ebpf, EbpfLoader};
-use routewarden_common::route_watch::KernelOffsets;
+use routewarden_common::route_watch::{KernelOffsets, TaskOffsets};
 
 use super::bpf_log::{BpfLogForwarder, BpfLogLevel};
 use super::forward::ForwardConfig;
-use super::route_watch::{RouteWatchBackend, RouteWatchConfig};
+use super::route_watch::{btf, RouteWatchBackend, RouteWatchConfig};
 use super::BpfError;
 
 /// Everything the load fixes: the kernel-side log level and each watch's globals. The
@@ -72,6 +72,9 @@ struct Shared {
     config: LoadConfig,
     /// Kernel struct offsets for the fentry/kprobe backends, or why BTF gave none.
     offsets: Result<KernelOffsets, String>,
+    /// `task_struct` offsets for naming writers by process, or why there are none (the socket
+    /// filter then names them by port).
+    task_offsets: Result<TaskOffsets, String>,
     state: Mutex<State>,
 }
 
@@ -105,16 +108,27 @@ impl BpfObject {
         }
         // RLIMIT_MEMLOCK is left alone: kernels >= 5.11 account BPF memory to the memcg, and
         // raising it fails without CAP_SYS_RESOURCE (toolchain.md).
-        let offsets = if config.route_watch.as_ref().is_none_or(|r| r.backend == Some(RouteWatchBackend::SocketFilter)) {
-            Err("not resolved: this load does not run the fentry/kprobe backends".to_owned())
+        let hooks = config.route_watch.as_ref().is_some_and(|r| r.backend != Some(RouteWatchBackend::SocketFilter));
+        let tasks = config.route_watch.is_some();
+        let kernel_btf = if hooks || tasks { btf::Btf::from_sys().map_err(|e| e.to_string()) } else { Err(String::new()) };
+        let offsets = if hooks {
+            kernel_btf.as_ref().map_err(Clone::clone).and_then(|b| btf::resolve_offsets(b).map_err(|e| e.to_string()))
         } else {
-            super::route_watch::btf::Btf::from_sys().and_then(|b| super::route_watch::btf::resolve_offsets(&b)).map_err(|e| e.to_string())
+            Err("not resolved: this load does not run the fentry/kprobe backends".to_owned())
         };
+        let task_offsets = if tasks {
+            kernel_btf.as_ref().map_err(Clone::clone).and_then(|b| btf::resolve_task_offsets(b).map_err(|e| e.to_string()))
+        } else {
+            Err("not resolved: this load runs no route watch".to_owned())
+        };
+        drop(kernel_btf);
         let level = config.log_level;
-        let mut ebpf = load_with(bytes, &config, offsets.as_ref().unwrap_or(&KernelOffsets::UNRESOLVED), level)?;
+        let globals =
+            Globals { offsets: offsets.as_ref().unwrap_or(&KernelOffsets::UNRESOLVED), tasks: task_offsets.as_ref().unwrap_or(&TaskOffsets::UNRESOLVED) };
+        let mut ebpf = load_with(bytes, &config, &globals, level)?;
         let log = BpfLogForwarder::start(&mut ebpf, level);
         let state = State { ebpf, log_level: level, _log: log, taken: BTreeSet::new() };
-        Ok(BpfObject { shared: Arc::new(Shared { bytes, config, offsets, state: Mutex::new(state) }) })
+        Ok(BpfObject { shared: Arc::new(Shared { bytes, config, offsets, task_offsets, state: Mutex::new(state) }) })
     }
 
     /// [`BpfObject::load`] of the object embedded at build time.
@@ -142,6 +156,11 @@ impl BpfObject {
     /// [`BpfError::Btf`] with why BTF gave none (missing, or a hooked prototype changed).
     pub(crate) fn kernel_offsets(&self) -> Result<KernelOffsets, BpfError> {
         self.shared.offsets.clone().map_err(BpfError::Btf)
+    }
+
+    /// The `task_struct` offsets the socket filter was loaded with, or why it has none.
+    pub(crate) fn task_offsets(&self) -> Result<TaskOffsets, String> {
+        self.shared.task_offsets.clone()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -191,16 +210,25 @@ impl BpfObject {
         if let Some(first) = state.taken.first() {
             return Err(BpfError::Taken(first));
         }
-        let offsets = self.shared.offsets.as_ref().unwrap_or(&KernelOffsets::UNRESOLVED);
-        let ebpf = load_with(self.shared.bytes, &self.shared.config, offsets, BpfLogLevel::Off)?;
+        let globals = Globals {
+            offsets: self.shared.offsets.as_ref().unwrap_or(&KernelOffsets::UNRESOLVED),
+            tasks: self.shared.task_offsets.as_ref().unwrap_or(&TaskOffsets::UNRESOLVED),
+        };
+        let ebpf = load_with(self.shared.bytes, &self.shared.config, &globals, BpfLogLevel::Off)?;
         // The old forwarder (if any) stops with the old load.
         *state = State { ebpf, log_level: BpfLogLevel::Off, _log: None, taken: BTreeSet::new() };
         Ok(())
     }
 }
 
+/// The globals resolved from kernel BTF.
+struct Globals<'a> {
+    offsets: &'a KernelOffsets,
+    tasks: &'a TaskOffsets,
+}
+
 /// One `EbpfLoader::load` with every global of `config`.
-fn load_with(bytes: &[u8], config: &LoadConfig, offsets: &KernelOffsets, level: BpfLogLevel) -> Result<Ebpf, BpfError> {
+fn load_with(bytes: &[u8], config: &LoadConfig, globals: &Globals<'_>, level: BpfLogLevel) -> Result<Ebpf, BpfError> {
     use routewarden_common::forward as fw;
     use routewarden_common::route_watch as rw;
     let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
@@ -224,7 +252,8 @@ fn load_with(bytes: &[u8], config: &LoadConfig, offsets: &KernelOffsets, level: 
         .override_global(rw::GLOBAL_SELF_TGID, &self_tgid, true)
         .override_global(rw::GLOBAL_STREAM_WRITES, &stream, true)
         .override_global(rw::GLOBAL_NETNS_INUM, &netns, true)
-        .override_global(rw::GLOBAL_OFFSETS, offsets, true)
+        .override_global(rw::GLOBAL_OFFSETS, globals.offsets, true)
+        .override_global(rw::GLOBAL_TASK_OFFSETS, globals.tasks, true)
         .override_global(fw::GLOBAL_FLAP_THRESHOLD, &forward_threshold, true)
         .override_global(fw::GLOBAL_WINDOW_NS, &forward_window_ns, true)
         .override_global(fw::GLOBAL_SAMPLE_INTERVAL_NS, &sample_ns, true);

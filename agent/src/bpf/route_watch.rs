@@ -7,9 +7,13 @@
 //!    trampolines; writer = current task, pid and comm);
 //! 2. `kprobe` on the same functions (kernels without trampolines);
 //! 3. `socket-filter` on a NETLINK_ROUTE socket joined to the link, route and nexthop groups
-//!    (every kernel; writer = netlink port id, resolved to a process through `/proc` on a
-//!    thread of its own, in rate-limited rounds: [`writer`]; the nexthop group only to know
-//!    which route notifications a nexthop replace re-sent, which are not writes).
+//!    (every kernel; the nexthop group only to know which route notifications a nexthop
+//!    replace re-sent, which are not writes). Writer = the task that sent the request, read in
+//!    the filter ([`Senders::Task`]; the notification is sent in the sender's own call); where
+//!    the kernel refuses that (lockdown withholding `bpf_probe_read_kernel`, no BTF), the
+//!    netlink port id, resolved to a
+//!    process through `/proc` on a thread of its own, in rate-limited rounds ([`writer`],
+//!    [`Senders::Port`]).
 //!
 //! fentry/kprobe need struct offsets: resolved from `/sys/kernel/btf/vmlinux` after checking
 //! the hooked prototypes ([`btf`]), passed as the global `ROUTE_WATCH_OFFSETS`, with the
@@ -61,8 +65,8 @@ use crate::bpf::watch::Watch;
 use crate::bpf::BpfError;
 use crate::observe::Metrics;
 use routewarden_common::route_watch::{
-    RouteWatchCounters, HOOKED_FUNCTIONS, PROGS_FENTRY, PROGS_KPROBE, PROG_SOCKET_FILTER, ROUTE_WATCH_COUNTERS_MAP, ROUTE_WATCH_EVENTS_MAP,
-    ROUTE_WATCH_SELF_PORTS_MAP, SELF_PORTS_MAX,
+    RouteWatchCounters, HOOKED_FUNCTIONS, PROGS_FENTRY, PROGS_KPROBE, PROG_SOCKET_FILTER, PROG_SOCKET_FILTER_PORT, ROUTE_WATCH_COUNTERS_MAP,
+    ROUTE_WATCH_EVENTS_MAP, ROUTE_WATCH_SELF_PORTS_MAP, SELF_PORTS_MAX,
 };
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
@@ -101,6 +105,30 @@ impl std::fmt::Display for RouteWatchBackend {
     }
 }
 
+/// How the running backend names the process behind a route write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Senders {
+    /// In the kernel, from the task that made the write (fentry/kprobe: the hooked call's
+    /// task; socket filter: the task whose request the notification answers). Every write by
+    /// a process is attributed, however short-lived the process.
+    Task,
+    /// Socket filter by netlink port id, resolved to a process in user space afterwards (best
+    /// effort: a writer gone before its round stays unattributed); the string says why the
+    /// task is not read.
+    Port(String),
+}
+
+impl std::fmt::Display for Senders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Senders::Task => f.write_str("writers named by process in the kernel"),
+            Senders::Port(why) => {
+                write!(f, "writers named by netlink port, resolved through /proc (best effort; short-lived writers stay unattributed): {why}")
+            }
+        }
+    }
+}
+
 /// A `--route-watch-backend` value that is not `fentry`, `kprobe` or `socket-filter`.
 #[derive(Debug, thiserror::Error)]
 #[error("unknown route-watch backend {0:?} (expected fentry, kprobe or socket-filter)")]
@@ -127,7 +155,8 @@ pub struct RouteWatchConfig {
     pub window: Duration,
     /// Changes within the window that make a flap (default 3).
     pub flap_threshold: u32,
-    /// The agent's own route protocol, classified `self` (0: none).
+    /// The agent's own route protocol (0: none). The class `self` is the process's
+    /// ([`RouteWatchConfig::self_pid`]), not the protocol's.
     pub self_protocol: u8,
     /// Emit a record per write (for `routewarden events`; default off).
     pub stream_writes: bool,
@@ -135,9 +164,11 @@ pub struct RouteWatchConfig {
     pub ring_buffer_bytes: Option<u32>,
     /// Kernel-side log level (`--bpf-log-level`, default off; [`crate::bpf::bpf_log`]).
     pub log_level: BpfLogLevel,
-    /// The process whose writes at `self_protocol` are `self` (`None`: this process). Another
-    /// process writing the same protocol is classified by the protocol alone (80: `felix`).
+    /// The process whose writes are `self` (`None`: this process), whatever their protocol.
     pub self_pid: Option<u32>,
+    /// Socket filter: name senders by the task that sent the request ([`Senders::Task`],
+    /// default `true`); `false` names them by netlink port only ([`Senders::Port`]).
+    pub task_senders: bool,
 }
 
 impl Default for RouteWatchConfig {
@@ -151,6 +182,7 @@ impl Default for RouteWatchConfig {
             ring_buffer_bytes: None,
             log_level: BpfLogLevel::Off,
             self_pid: None,
+            task_senders: true,
         }
     }
 }
@@ -177,6 +209,8 @@ pub struct RouteWatch {
     _socket: Option<OwnedFd>,
     /// Backends that were tried before this one, with why they failed.
     fallbacks: Vec<(RouteWatchBackend, String)>,
+    /// How writers are named.
+    senders: Senders,
     /// What the attribution thread did (zero until the reader starts).
     attribution: Arc<Mutex<writer::AttributionStats>>,
     /// The process whose writes are `self`.
@@ -225,9 +259,9 @@ impl RouteWatch {
         };
         let mut attempts = Vec::new();
         for backend in order {
-            match Self::start_backend(object, backend).and_then(|(links, socket)| Ok((links, socket, object.take_maps(&MAPS)?))) {
-                Ok((links, socket, maps)) => {
-                    tracing::info!(backend = backend.label(), fallbacks = ?attempts, "route watch running");
+            match Self::start_backend(object, backend).and_then(|(links, socket, senders)| Ok((links, socket, senders, object.take_maps(&MAPS)?))) {
+                Ok((links, socket, senders, maps)) => {
+                    tracing::info!(backend = backend.label(), fallbacks = ?attempts, senders = %senders, "route watch running");
                     let mut watch = RouteWatch {
                         object: object.clone(),
                         maps,
@@ -237,6 +271,7 @@ impl RouteWatch {
                         _links: links,
                         _socket: socket,
                         fallbacks: attempts,
+                        senders,
                         attribution: Arc::default(),
                         metrics_state: RouteWatchMetrics::new(config.window),
                     };
@@ -256,113 +291,143 @@ impl RouteWatch {
     }
 
     /// Load and attach one backend's programs; on failure the ones it loaded are unloaded.
-    fn start_backend(object: &BpfObject, backend: RouteWatchBackend) -> Result<(Vec<BackendLink>, Option<OwnedFd>), BpfError> {
-        let prog_err = BpfError::program;
+    fn start_backend(object: &BpfObject, backend: RouteWatchBackend) -> Result<(Vec<BackendLink>, Option<OwnedFd>, Senders), BpfError> {
         match backend {
             RouteWatchBackend::SocketFilter => {
-                // A socket filter is charged to the socket's option memory: a program larger
-                // than `net.core.optmem_max` (20 KiB before Linux 6.9) fails SO_ATTACH_BPF
-                // with ENOMEM (net/core/filter.c, sk_filter_charge). The logging code doubles
-                // the program, so a watch asked to log retries without it rather than going
-                // without a route watch. The log level is one global of the whole object:
-                // the object is loaded again without logs, for every watch of the process.
-                let attach = || -> Result<(OwnedFd, Option<u32>), BpfError> {
-                    let socket = route_socket()?;
-                    object.with(|ebpf| {
-                        let prog: &mut SocketFilter = ebpf
-                            .program_mut(PROG_SOCKET_FILTER)
-                            .ok_or(BpfError::Missing(PROG_SOCKET_FILTER))?
-                            .try_into()
-                            .map_err(prog_err("type", PROG_SOCKET_FILTER))?;
-                        match prog.load() {
-                            Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => {}
-                            Err(e) => return Err(prog_err("load", PROG_SOCKET_FILTER)(e)),
-                        }
-                        let size = prog.info().ok().and_then(|i| i.size_translated());
-                        match prog.attach(socket.as_fd()) {
-                            Ok(()) => Ok((socket, size)),
-                            Err(e) => {
-                                let _ = prog.unload();
-                                Err(prog_err("attach", PROG_SOCKET_FILTER)(e))
-                            }
-                        }
-                    })
+                // The filter that reads the sending task first (it needs `task_struct` offsets,
+                // and its helpers, which lockdown's confidentiality mode withholds): then the
+                // one naming senders by port.
+                let task_senders = object.config().route_watch.as_ref().is_none_or(|c| c.task_senders);
+                let first = match object.task_offsets() {
+                    Ok(_) if task_senders => Self::start_socket_filter(object, PROG_SOCKET_FILTER).map(|s| (s, Senders::Task)).map_err(|e| e.to_string()),
+                    Ok(_) => Err("configured to name writers by netlink port".to_owned()),
+                    Err(why) => Err(format!("kernel BTF: {why}")),
                 };
-                let requested = object.log_level();
-                match attach() {
-                    Ok((socket, _)) => Ok((Vec::new(), Some(socket))),
-                    Err(e) if requested != BpfLogLevel::Off && e.is_out_of_memory() => {
-                        object.reload_without_logs()?;
-                        let (socket, size) = attach()?;
-                        // Global before 6.9 and then not visible from other namespaces.
-                        let optmem = std::fs::read_to_string("/proc/sys/net/core/optmem_max").map_or_else(|_| "unknown".to_owned(), |s| s.trim().to_owned());
-                        tracing::warn!(
-                            requested = ?requested,
-                            optmem_max = %optmem,
-                            bytes_without_logs = size.unwrap_or(0),
-                            error = %e,
-                            applies_to = "every BPF program of this process",
-                            "route watch: the socket-filter program with kernel logs is larger than this kernel lets a socket hold (net.core.optmem_max); running it without kernel logs"
-                        );
-                        Ok((Vec::new(), Some(socket)))
+                let (socket, senders) = match first {
+                    Ok(found) => found,
+                    Err(why) => {
+                        // The verifier's whole log is for the debug level; `/readyz` gets the
+                        // error itself.
+                        tracing::debug!(error = %why, "route watch: the socket filter reading the sending task did not load");
+                        let why = why.split(". Verifier output").next().unwrap_or_default().to_owned();
+                        tracing::info!(error = %why, "route watch: the socket filter cannot read the sending task; naming writers by netlink port");
+                        (Self::start_socket_filter(object, PROG_SOCKET_FILTER_PORT)?, Senders::Port(why))
                     }
-                    Err(e) => Err(e),
+                };
+                Ok((Vec::new(), Some(socket), senders))
+            }
+            RouteWatchBackend::Fentry => Self::start_fentry(object).map(|(l, s)| (l, s, Senders::Task)),
+            RouteWatchBackend::Kprobe => Self::start_kprobe(object).map(|(l, s)| (l, s, Senders::Task)),
+        }
+    }
+
+    /// Load the socket filter `program` and attach it to a new route socket (closing the
+    /// socket detaches it).
+    fn start_socket_filter(object: &BpfObject, program: &'static str) -> Result<OwnedFd, BpfError> {
+        let prog_err = BpfError::program;
+        // A socket filter is charged to the socket's option memory: a program larger
+        // than `net.core.optmem_max` (20 KiB before Linux 6.9) fails SO_ATTACH_BPF
+        // with ENOMEM (net/core/filter.c, sk_filter_charge). The logging code doubles
+        // the program, so a watch asked to log retries without it rather than going
+        // without a route watch. The log level is one global of the whole object:
+        // the object is loaded again without logs, for every watch of the process.
+        let attach = || -> Result<(OwnedFd, Option<u32>), BpfError> {
+            let socket = route_socket()?;
+            object.with(|ebpf| {
+                let prog: &mut SocketFilter = ebpf.program_mut(program).ok_or(BpfError::Missing(program))?.try_into().map_err(prog_err("type", program))?;
+                match prog.load() {
+                    Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => {}
+                    Err(e) => return Err(prog_err("load", program)(e)),
+                }
+                let size = prog.info().ok().and_then(|i| i.size_translated());
+                match prog.attach(socket.as_fd()) {
+                    Ok(()) => Ok((socket, size)),
+                    Err(e) => {
+                        let _ = prog.unload();
+                        Err(prog_err("attach", program)(e))
+                    }
+                }
+            })
+        };
+        let requested = object.log_level();
+        match attach() {
+            Ok((socket, _)) => Ok(socket),
+            Err(e) if requested != BpfLogLevel::Off && e.is_out_of_memory() => {
+                object.reload_without_logs()?;
+                let (socket, size) = attach()?;
+                // Global before 6.9 and then not visible from other namespaces.
+                let optmem = std::fs::read_to_string("/proc/sys/net/core/optmem_max").map_or_else(|_| "unknown".to_owned(), |s| s.trim().to_owned());
+                tracing::warn!(
+                    requested = ?requested,
+                    optmem_max = %optmem,
+                    bytes_without_logs = size.unwrap_or(0),
+                    error = %e,
+                    applies_to = "every BPF program of this process",
+                    "route watch: the socket-filter program with kernel logs is larger than this kernel lets a socket hold (net.core.optmem_max); running it without kernel logs"
+                );
+                Ok(socket)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Load and attach the fentry programs; on failure the ones loaded are unloaded.
+    fn start_fentry(object: &BpfObject) -> Result<(Vec<BackendLink>, Option<OwnedFd>), BpfError> {
+        let prog_err = BpfError::program;
+        object.kernel_offsets()?;
+        let kbtf = aya::Btf::from_sys_fs().map_err(|e| BpfError::Btf(format!("reading {}: {e}", btf::VMLINUX_BTF)))?;
+        object.with(|ebpf| {
+            let mut links = Vec::new();
+            for (name, func) in PROGS_FENTRY.into_iter().zip(HOOKED_FUNCTIONS) {
+                let attached = (|| {
+                    let prog: &mut FEntry = ebpf.program_mut(name).ok_or(BpfError::Missing(name))?.try_into().map_err(prog_err("type", name))?;
+                    match prog.load(func, &kbtf) {
+                        Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => {}
+                        Err(e) => return Err(prog_err("load", name)(e)),
+                    }
+                    let id = prog.attach().map_err(prog_err("attach", name))?;
+                    prog.take_link(id).map_err(prog_err("attach", name))
+                })();
+                match attached {
+                    Ok(link) => links.push(BackendLink::Fentry(link)),
+                    Err(e) => {
+                        drop(links);
+                        unload_all(ebpf, &PROGS_FENTRY);
+                        return Err(e);
+                    }
                 }
             }
-            RouteWatchBackend::Fentry => {
-                object.kernel_offsets()?;
-                let kbtf = aya::Btf::from_sys_fs().map_err(|e| BpfError::Btf(format!("reading {}: {e}", btf::VMLINUX_BTF)))?;
-                object.with(|ebpf| {
-                    let mut links = Vec::new();
-                    for (name, func) in PROGS_FENTRY.into_iter().zip(HOOKED_FUNCTIONS) {
-                        let attached = (|| {
-                            let prog: &mut FEntry = ebpf.program_mut(name).ok_or(BpfError::Missing(name))?.try_into().map_err(prog_err("type", name))?;
-                            match prog.load(func, &kbtf) {
-                                Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => {}
-                                Err(e) => return Err(prog_err("load", name)(e)),
-                            }
-                            let id = prog.attach().map_err(prog_err("attach", name))?;
-                            prog.take_link(id).map_err(prog_err("attach", name))
-                        })();
-                        match attached {
-                            Ok(link) => links.push(BackendLink::Fentry(link)),
-                            Err(e) => {
-                                drop(links);
-                                unload_all(ebpf, &PROGS_FENTRY);
-                                return Err(e);
-                            }
-                        }
+            Ok((links, None))
+        })
+    }
+
+    /// Load and attach the kprobe programs; on failure the ones loaded are unloaded.
+    fn start_kprobe(object: &BpfObject) -> Result<(Vec<BackendLink>, Option<OwnedFd>), BpfError> {
+        let prog_err = BpfError::program;
+        object.kernel_offsets()?;
+        object.with(|ebpf| {
+            let mut links = Vec::new();
+            for (name, func) in PROGS_KPROBE.into_iter().zip(HOOKED_FUNCTIONS) {
+                let attached = (|| {
+                    let prog: &mut KProbe = ebpf.program_mut(name).ok_or(BpfError::Missing(name))?.try_into().map_err(prog_err("type", name))?;
+                    match prog.load() {
+                        Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => {}
+                        Err(e) => return Err(prog_err("load", name)(e)),
                     }
-                    Ok((links, None))
-                })
-            }
-            RouteWatchBackend::Kprobe => {
-                object.kernel_offsets()?;
-                object.with(|ebpf| {
-                    let mut links = Vec::new();
-                    for (name, func) in PROGS_KPROBE.into_iter().zip(HOOKED_FUNCTIONS) {
-                        let attached = (|| {
-                            let prog: &mut KProbe = ebpf.program_mut(name).ok_or(BpfError::Missing(name))?.try_into().map_err(prog_err("type", name))?;
-                            match prog.load() {
-                                Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => {}
-                                Err(e) => return Err(prog_err("load", name)(e)),
-                            }
-                            let id = prog.attach(func, 0).map_err(prog_err("attach", name))?;
-                            prog.take_link(id).map_err(prog_err("attach", name))
-                        })();
-                        match attached {
-                            Ok(link) => links.push(BackendLink::Kprobe(link)),
-                            Err(e) => {
-                                drop(links);
-                                unload_all(ebpf, &PROGS_KPROBE);
-                                return Err(e);
-                            }
-                        }
+                    let id = prog.attach(func, 0).map_err(prog_err("attach", name))?;
+                    prog.take_link(id).map_err(prog_err("attach", name))
+                })();
+                match attached {
+                    Ok(link) => links.push(BackendLink::Kprobe(link)),
+                    Err(e) => {
+                        drop(links);
+                        unload_all(ebpf, &PROGS_KPROBE);
+                        return Err(e);
                     }
-                    Ok((links, None))
-                })
+                }
             }
-        }
+            Ok((links, None))
+        })
     }
 
     /// The kernel-side log level in effect: the configured one, or [`BpfLogLevel::Off`] when
@@ -417,6 +482,11 @@ impl RouteWatch {
 
     pub fn backend(&self) -> RouteWatchBackend {
         self.backend
+    }
+
+    /// How the running backend names writers (in `/readyz` and the start log).
+    pub fn senders(&self) -> &Senders {
+        &self.senders
     }
 
     /// The conflict / flap window the detector uses.
@@ -492,9 +562,15 @@ impl Watch for RouteWatch {
         RouteWatch::spawn_reader(self, tx).map(Some)
     }
 
+    /// `<backend>: <how writers are named>`, e.g. `socket-filter: writers named by process in
+    /// the kernel`.
+    fn note(&self) -> Option<String> {
+        Some(format!("{}: {}", self.backend, self.senders))
+    }
+
     fn on_started(&mut self, metrics: &Metrics) {
         // `start_in` already logged each backend it could not use and why.
-        tracing::info!(backend = self.backend.label(), window_s = self.window.as_secs(), "route watch running");
+        tracing::info!(backend = self.backend.label(), window_s = self.window.as_secs(), senders = %self.senders, "route watch running");
         self.metrics_state.set_backend(metrics, Some(self.backend));
     }
 
@@ -577,6 +653,7 @@ pub fn sum_counters(a: &RouteWatchCounters, b: &RouteWatchCounters) -> RouteWatc
     for i in 0..out.flaps.len() {
         out.flaps[i] += b.flaps[i];
         out.flushes[i] += b.flushes[i];
+        out.unattributed[i] += b.unattributed[i];
     }
     out.records_lost += b.records_lost;
     out.decode_errors += b.decode_errors;

@@ -57,6 +57,12 @@ pub trait Watch {
     /// One event from the reader.
     fn on_event(&mut self, _metrics: &Metrics, _event: &Self::Event) {}
 
+    /// One line `/readyz` shows under the running watch's state (`bpf <NAME>: <note>`), e.g.
+    /// how the route watch names writers; `None`: none.
+    fn note(&self) -> Option<String> {
+        None
+    }
+
     /// Why the running watch is attached to nothing (every configured device gone), or
     /// `None` while it is attached.
     fn detached_reason(&self) -> Option<String> {
@@ -133,6 +139,7 @@ impl<W: Watch> WatchHandler<W> {
         match &now {
             Published::Attached => {
                 metrics.set_program_attached(W::NAME, true);
+                health.set_watcher_note(W::NAME, w.note());
                 health.set_watcher(W::NAME, WatcherState::Ready);
             }
             Published::Detached(why) => Self::degraded(metrics, health, why),

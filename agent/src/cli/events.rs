@@ -26,8 +26,8 @@ use super::{devices_for, load, plan_once, runtime};
 #[command(mut_arg("datastore", |a| a.required(false)))]
 pub struct EventsArgs {
     /// Also stream wrong-path samples and forwarding flaps when `--datastore` is given (the
-    /// cluster to take the destinations from, as for `routewarden run`); `--route-protocol`
-    /// names whose writes are `self`.
+    /// cluster to take the destinations from, as for `routewarden run`); `--agent-pid` names
+    /// the process whose writes are `self`.
     #[command(flatten)]
     pub cluster: ClusterArgs,
     /// Output: `text` (one line per event) or `json` (one JSON object per line).
@@ -48,8 +48,9 @@ pub struct EventsArgs {
     /// Kernel-side log lines of the watches, to stderr: off, error, warn, info, debug.
     #[arg(long, value_enum, default_value = "off")]
     pub bpf_log_level: BpfLogLevel,
-    /// The routewarden agent's pid: its writes at `--route-protocol` show as `self`. Without
-    /// it nothing is `self` (this command writes no routes) and protocol 80 shows as `felix`.
+    /// The routewarden agent's pid: its writes show as `self`, whatever their protocol.
+    /// Without it nothing is `self` (this command writes no routes) and the agent's writes
+    /// show as any other program's (`other`, with its pid and name).
     #[arg(long)]
     pub agent_pid: Option<u32>,
 }

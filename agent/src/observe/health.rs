@@ -22,6 +22,9 @@ pub struct Health {
     last_progress_ms: AtomicU64,
     first_apply_done: AtomicBool,
     watchers: Mutex<BTreeMap<&'static str, WatcherState>>,
+    /// One more line per running watcher about how it works (the route watch: how writers
+    /// are named), shown under its state.
+    watcher_notes: Mutex<BTreeMap<&'static str, String>>,
     /// Whether the datastore view is synced, with the lines about the view for `/readyz`
     /// (why not synced; invalid inputs and objects, frozen ground, held deletions) shown after
     /// the first two lines. One lock for both, so a reader never sees "not synced" with the
@@ -76,6 +79,17 @@ impl Health {
         }
     }
 
+    /// Set (or clear, `None`) the line `/readyz` shows under a running watcher's state, as
+    /// `bpf <name>: <note>`.
+    pub fn set_watcher_note(&self, name: &'static str, note: Option<String>) {
+        if let Ok(mut w) = self.watcher_notes.lock() {
+            match note {
+                Some(n) => w.insert(name, n),
+                None => w.remove(name),
+            };
+        }
+    }
+
     /// Liveness: the main loop made progress within `max_age`.
     pub fn live(&self, max_age: Duration) -> bool {
         let last = self.last_progress_ms.load(Ordering::Relaxed);
@@ -101,12 +115,15 @@ impl Health {
                 let _ = writeln!(body, "device {}: missing or down; {n} cluster route(s) wait for it", crate::text::escape(dev));
             }
         }
-        if let Ok(w) = self.watchers.lock() {
+        if let (Ok(w), Ok(notes)) = (self.watchers.lock(), self.watcher_notes.lock()) {
             for (name, state) in w.iter() {
                 let _ = match state {
                     WatcherState::Ready => writeln!(body, "bpf {name}: ready"),
                     WatcherState::Degraded(why) => writeln!(body, "bpf {name}: degraded: {why}"),
                 };
+                if let (WatcherState::Ready, Some(note)) = (state, notes.get(name)) {
+                    let _ = writeln!(body, "bpf {name}: {note}");
+                }
             }
         }
         (synced && applied, body)
@@ -130,6 +147,26 @@ mod tests {
         assert_eq!(body, "datastore: synced\nroutes: first apply done\nbpf tc_count: degraded: no BPF object\n");
         h.set_view(false, Vec::new());
         assert_eq!(h.ready(), (false, "datastore: not synced\nroutes: first apply done\nbpf tc_count: degraded: no BPF object\n".to_string()));
+    }
+
+    /// A running watcher's note (how the route watch names writers) is the line under its
+    /// state, and only while it runs.
+    #[test]
+    fn a_running_watchers_note_follows_its_state() {
+        let h = Health::default();
+        h.set_view(true, Vec::new());
+        h.set_first_apply_done();
+        h.set_watcher("route_watch", WatcherState::Ready);
+        h.set_watcher_note("route_watch", Some("socket-filter: writers named by process in the kernel".into()));
+        assert_eq!(
+            h.ready().1,
+            "datastore: synced\nroutes: first apply done\nbpf route_watch: ready\nbpf route_watch: socket-filter: writers named by process in the kernel\n"
+        );
+        h.set_watcher("route_watch", WatcherState::Degraded("detached".into()));
+        assert_eq!(h.ready().1, "datastore: synced\nroutes: first apply done\nbpf route_watch: degraded: detached\n");
+        h.set_watcher("route_watch", WatcherState::Ready);
+        h.set_watcher_note("route_watch", None);
+        assert_eq!(h.ready().1, "datastore: synced\nroutes: first apply done\nbpf route_watch: ready\n");
     }
 
     #[test]

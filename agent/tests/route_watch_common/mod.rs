@@ -56,7 +56,13 @@ pub fn shell_loop(script: &str) -> ChildGuard {
 pub struct IpBatch(ChildGuard);
 impl IpBatch {
     pub fn spawn() -> IpBatch {
-        let child = Command::new("ip")
+        IpBatch::spawn_as("ip")
+    }
+    /// An `ip -batch -` process run as `name` ([`routewarden_lab::program_named`]), whose
+    /// `comm` is `name`.
+    pub fn spawn_as(name: &str) -> IpBatch {
+        let program = if name == "ip" { "ip".into() } else { routewarden_lab::program_named("ip", name) };
+        let child = Command::new(program)
             .args(["-force", "-batch", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -93,7 +99,14 @@ impl IpWriter {
     const SYNC: &'static str = "rw-sync";
 
     pub fn spawn() -> IpWriter {
-        let mut child = Command::new("ip")
+        IpWriter::spawn_as("ip")
+    }
+
+    /// An `ip` writer run as `name` ([`routewarden_lab::program_named`]): `bird` is classed
+    /// `bird`, `calico-node` `felix`.
+    pub fn spawn_as(name: &str) -> IpWriter {
+        let program = if name == "ip" { "ip".into() } else { routewarden_lab::program_named("ip", name) };
+        let mut child = Command::new(program)
             .args(["-force", "-batch", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -478,7 +491,10 @@ fn fight_with(test: &str, backend: RouteWatchBackend, through_nexthop: bool) {
         }
         h.pump(Duration::from_millis(100)).await;
         let started = Instant::now();
-        let fighter = shell_loop("while :; do ip route replace 10.244.20.0/26 via 10.0.0.13 dev veth0 proto 12 metric 1024; sleep 0.2; done");
+        // BIRD-like: `ip` run as `bird` (the class is the process's).
+        let bird = routewarden_lab::program_named("ip", "bird");
+        let fighter =
+            shell_loop(&format!("while :; do {} route replace 10.244.20.0/26 via 10.0.0.13 dev veth0 proto 12 metric 1024; sleep 0.2; done", bird.display()));
         while started.elapsed() < Duration::from_secs(3) {
             write().await.unwrap();
             h.pump(Duration::from_millis(150)).await;
@@ -499,16 +515,16 @@ fn fight_with(test: &str, backend: RouteWatchBackend, through_nexthop: bool) {
         assert_eq!(protos, HashSet::from([SELF_PROTO, 12]), "{test}: both writers named: {route:?} over {previous:?}");
         let classes: HashSet<&str> = [route.writer.class, previous.class].into();
         assert_eq!(classes, HashSet::from(["self", "bird"]));
-        if matches!(backend, RouteWatchBackend::Fentry | RouteWatchBackend::Kprobe) {
-            let ip_writer = if route.writer.protocol == 12 { &route.writer } else { previous };
-            assert_eq!(ip_writer.comm.as_deref(), Some("ip"), "{test}: process name from the hook");
-            let me_writer = if route.writer.protocol == 12 { previous } else { &route.writer };
-            assert_eq!(me_writer.pid, Some(std::process::id()), "{test}: our pid from the hook");
-        } else {
-            let me_writer = if route.writer.protocol == 12 { previous } else { &route.writer };
-            assert!(me_writer.netlink_port.is_some(), "{test}: netlink port id of the writer");
-            assert_eq!(me_writer.pid, Some(std::process::id()), "{test}: our port id resolved to our pid through /proc");
-        }
+        // Every backend names both processes in the kernel (the socket filter from the task
+        // that sent the request).
+        let bird_writer = if route.writer.protocol == 12 { &route.writer } else { previous };
+        assert_eq!((bird_writer.comm.as_deref(), bird_writer.class_inferred), (Some("bird"), false), "{test}: process name from the kernel");
+        let me_writer = if route.writer.protocol == 12 { previous } else { &route.writer };
+        assert_eq!(
+            (me_writer.pid, me_writer.netlink_port, me_writer.class_inferred),
+            (Some(std::process::id()), None, false),
+            "{test}: our pid from the kernel"
+        );
         // Each side writes every 150-200 ms: three changes fall in the first window, a flap.
         assert!(!h.flaps().is_empty(), "{test}: the fight is a flap too: {:?}", h.events);
         let at_most = 1 + usize::try_from(span.as_nanos() / WINDOW.as_nanos()).unwrap();
@@ -551,8 +567,9 @@ pub fn s01(test: &str, backend: RouteWatchBackend) {
     let Some(watch) = start_or_skip(test, backend, &config()) else { return };
     runtime().block_on(async {
         let mut h = Harness::new(watch);
-        let mut a = IpWriter::spawn();
-        let mut b = IpWriter::spawn();
+        // Both BIRD-like: `ip` run as `bird`.
+        let mut a = IpWriter::spawn_as("bird");
+        let mut b = IpWriter::spawn_as("bird");
         let started = Instant::now();
         for _ in 0..8 {
             a.run("route replace 10.244.30.0/26 via 10.0.0.12 dev veth0 proto 12 metric 1024");
@@ -973,7 +990,7 @@ pub fn a_nexthop_replace_is_not_a_route_write(test: &str, backend: RouteWatchBac
     let v6 = ["fd00:10:244:22::/122", "fd00:10:244:23::/122", "fd00:10:244:24::/122"];
     runtime().block_on(async {
         let mut h = Harness::new(watch);
-        let mut writer = IpWriter::spawn();
+        let mut writer = IpWriter::spawn_as("bird");
         for dst in v4 {
             writer.run(&format!("route add {dst} nhid 7301 proto 12 metric 1024"));
         }
@@ -1014,6 +1031,108 @@ pub fn a_nexthop_replace_is_not_a_route_write(test: &str, backend: RouteWatchBac
         let per_family: Vec<u64> = c.writes.iter().map(|f| f.iter().map(|op| op[WriterClass::Bird as usize]).sum()).collect();
         assert_eq!((per_family, c.flaps, c.decode_errors), (vec![4, 7], [0, 0], 0), "{test}: {c:?}");
         drop(writer);
+    });
+    drop(ns);
+}
+
+/// The writers of [`writers_named_by_process`], each one process for its life.
+struct NamedWriters {
+    felix: IpWriter,
+    deleter: IpWriter,
+    bird: IpWriter,
+}
+
+/// Scenario: every writer is named by its process and classed by it, not by the route it
+/// touched. In one window, a process named `calico-node` adds 10.244.40.0/26 at protocol 80
+/// (`felix`); a process named `rw-deleter` deletes it (a protocol-80 route, but `other`: one
+/// conflict, `felix+other`); a process named `bird` adds 10.244.41.0/26 at protocol 12
+/// (`bird`); this process adds 10.244.42.0/26 at protocol 80 (`self`). Each of the four
+/// writes is one event with the writer's pid and `comm`, and one count of
+/// `routewarden_route_writes_total` under its class; no IPv4 write is counted otherwise.
+///
+/// `task_senders` false (socket filter naming senders by port): the kernel cannot name the
+/// three `ip` processes, so it counts their writes under the protocol's class (`felix` for the
+/// delete too) and as unattributed (3, exactly); user space then names the long-lived processes
+/// through `/proc` and decides their events' class from the process.
+pub fn writers_named_by_process(test: &str, backend: RouteWatchBackend, task_senders: bool) {
+    if routewarden_lab::skip_unless_root(test) {
+        return;
+    }
+    let ns = lab();
+    let cfg = RouteWatchConfig { stream_writes: true, task_senders, ..config() };
+    let Some(watch) = start_or_skip(test, backend, &cfg) else { return };
+    let (p_felix, p_bird, p_self) = ("10.244.40.0/26", "10.244.41.0/26", "10.244.42.0/26");
+    runtime().block_on(async {
+        let mut h = Harness::new(watch);
+        let me = SelfWriter::new();
+        h.watch.refresh_self_ports().expect("self ports");
+        let mut w = NamedWriters { felix: IpWriter::spawn_as("calico-node"), deleter: IpWriter::spawn_as("rw-deleter"), bird: IpWriter::spawn_as("bird") };
+        let started = Instant::now();
+        w.felix.run(&format!("route add {p_felix} via 10.0.0.12 dev veth0 proto 80 metric 1024"));
+        w.deleter.run(&format!("route del {p_felix} proto 80 metric 1024"));
+        w.bird.run(&format!("route add {p_bird} via 10.0.0.12 dev veth0 proto 12 metric 1024"));
+        me.replace_v4(gw("10.244.42.0"), 26, gw("10.0.0.12"), ifindex("veth0")).await.unwrap();
+        assert!(started.elapsed() < WINDOW, "{test}: the writes took {:?}, longer than the window", started.elapsed());
+        let seen = |h: &Harness| h.writes_of(p_felix).len() + h.writes_of(p_bird).len() + h.writes_of(p_self).len();
+        assert!(h.pump_until(EVENT_DEADLINE, |h| seen(h) >= 4).await.is_some(), "{test}: 4 writes expected: {:?}", h.events);
+        h.pump_counted_episodes(test).await;
+        h.pump(Duration::from_millis(300)).await;
+        let who = |r: &routewarden::bpf::route_watch::RouteChange| {
+            (r.op, r.writer.protocol, r.writer.class, r.writer.class_inferred, r.writer.pid, r.writer.comm.clone())
+        };
+        let named = |name: &str| Some(name.to_owned());
+        let felix = h.writes_of(p_felix);
+        assert_eq!(
+            felix.iter().map(who).collect::<Vec<_>>(),
+            [
+                ("add", 80, "felix", false, Some(w.felix.pid()), named("calico-node")),
+                ("delete", 80, "other", false, Some(w.deleter.pid()), named("rw-deleter")),
+            ],
+            "{test}: a program deleting a protocol-80 route is not Felix"
+        );
+        assert_eq!(h.writes_of(p_bird).iter().map(who).collect::<Vec<_>>(), [("add", 12, "bird", false, Some(w.bird.pid()), named("bird"))], "{test}");
+        let mine = h.writes_of(p_self);
+        assert_eq!(
+            (mine.len(), mine[0].writer.class, mine[0].writer.pid, mine[0].writer.class_inferred),
+            (1, "self", Some(std::process::id()), false),
+            "{test}: {mine:?}"
+        );
+        // The process's name (its thread group leader's), not the writing thread's.
+        let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
+        assert_eq!(mine[0].writer.comm.as_deref(), Some(comm.trim()), "{test}: {mine:?}");
+        assert!(!felix[1].to_string().contains("inferred"), "{test}: {}", felix[1]);
+        let port = felix[1].writer.netlink_port.map(|p| format!(", port {p}")).unwrap_or_default();
+        assert_eq!(felix[1].writer.netlink_port.is_some(), !task_senders, "{test}: the port is known only when the task is not");
+        assert!(felix[1].to_string().ends_with(&format!("by other(proto 80, rw-deleter[{}]{port})", w.deleter.pid())), "{test}: {}", felix[1]);
+        // The conflict is the deleter's over Felix's route.
+        let RouteWatchEvent::Conflict { route, previous, .. } = h.conflicts()[0] else { unreachable!() };
+        assert_eq!(
+            (h.conflicts().len(), route.writer.class, previous.class, route.writer.comm.as_deref()),
+            (1, "other", "felix", Some("rw-deleter")),
+            "{test}"
+        );
+        // The kernel's counters: the class is decided before counting.
+        let (delete_class, unattributed) = if task_senders { ("other", 0) } else { ("felix", 3) };
+        let c = h.watch.counters().unwrap();
+        assert_eq!(c.unattributed, [unattributed, 0], "{test}: writes counted without a process");
+        let expo = h.exposition();
+        let mut writes: Vec<&str> = expo.lines().filter(|l| l.starts_with(r#"routewarden_route_writes_total{family="ipv4""#)).collect();
+        writes.sort_unstable();
+        // A replace that created the route: the notification says add (EXCL|CREATE), the
+        // hooks see the request's NLM_F_REPLACE.
+        let self_op = if backend == RouteWatchBackend::SocketFilter { "add" } else { "replace" };
+        let mut want = vec![
+            r#"routewarden_route_writes_total{family="ipv4",op="add",writer="bird"} 1"#.to_owned(),
+            r#"routewarden_route_writes_total{family="ipv4",op="add",writer="felix"} 1"#.to_owned(),
+            format!(r#"routewarden_route_writes_total{{family="ipv4",op="{self_op}",writer="self"}} 1"#),
+            format!(r#"routewarden_route_writes_total{{family="ipv4",op="delete",writer="{delete_class}"}} 1"#),
+        ];
+        want.sort_unstable();
+        assert_eq!(writes, want, "{test}: {expo}");
+        let unattributed_line = format!(r#"routewarden_route_writes_unattributed_total{{family="ipv4"}} {unattributed}"#);
+        assert_eq!(expo.contains(&unattributed_line), unattributed > 0, "{test}: {expo}");
+        eprintln!("{test}: {} / {} / {} / {}", felix[0], felix[1], h.writes_of(p_bird)[0], mine[0]);
+        drop(w);
     });
     drop(ns);
 }

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use routewarden_common::route_watch::KernelOffsets;
+use routewarden_common::route_watch::{KernelOffsets, TaskOffsets};
 
 /// Where the running kernel publishes its BTF.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -315,6 +315,22 @@ pub fn resolve_offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         f6i_nh: optional(o("fib6_info", &["nh"]))?,
         fc_nh_id: optional(o("fib_config", &["fc_nh_id"]))?,
         nh_id: optional(o("nexthop", &["id"]))?,
+        valid: 1,
+    })
+}
+
+/// The `task_struct` members the route-watch programs read the writing process at:
+/// `group_leader`, then the leader's `tgid` and `comm` (`include/linux/sched.h`; plain
+/// members since long before 5.11).
+///
+/// # Errors
+/// [`BtfError::NoStruct`] / [`BtfError::NoMember`] / [`BtfError::Unaligned`] when this
+/// kernel's `task_struct` does not have them as such.
+pub fn resolve_task_offsets(btf: &Btf) -> Result<TaskOffsets, BtfError> {
+    Ok(TaskOffsets {
+        tgid: btf.member_offset("task_struct", &["tgid"])?,
+        comm: btf.member_offset("task_struct", &["comm"])?,
+        group_leader: btf.member_offset("task_struct", &["group_leader"])?,
         valid: 1,
     })
 }

@@ -4,7 +4,9 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
-use routewarden_common::route_watch::{RecordKind, RouteWatchRecord, RouteWrite, WriteOp, WriteOrigin, WriterClass, WriterIdKind, AF_INET, AF_INET6};
+use routewarden_common::route_watch::{
+    RecordKind, RouteWatchRecord, RouteWrite, WriteOp, WriteOrigin, WriterClass, WriterIdKind, AF_INET, AF_INET6, ORIGIN_CLASS_INFERRED,
+};
 use serde::Serialize;
 
 /// A record that cannot be decoded (wrong size, unknown kind, impossible prefix).
@@ -32,8 +34,13 @@ pub enum DecodeError {
 pub struct WriterInfo {
     /// Route protocol (of the written route; of the deleted route for a delete).
     pub protocol: u8,
-    /// Writer class from the fixed set (`self`, `felix`, `bird`, `kernel`, `boot`, `static`, `other`).
+    /// Writer class from the fixed set (`self`, `felix`, `bird`, `kernel`, `boot`, `static`,
+    /// `other`), decided from the process (`WriterClass::of_writer`).
     pub class: &'static str,
+    /// True when the process was not known and `class` was inferred from `protocol` (the
+    /// writer is unattributed: a netlink port whose process was gone before it was resolved,
+    /// on the socket filter naming senders by port).
+    pub class_inferred: bool,
     /// True when the kernel made the change itself (no sending socket): a flush.
     pub kernel: bool,
     /// Netlink port id of the sending socket (socket-filter backend).
@@ -56,6 +63,7 @@ impl WriterInfo {
         WriterInfo {
             protocol: w.protocol,
             class: class.label(),
+            class_inferred: w.flags & ORIGIN_CLASS_INFERRED != 0,
             kernel: !process && w.id == 0,
             netlink_port: (!process && w.id != 0).then_some(w.id),
             pid: process.then_some(w.id),
@@ -66,6 +74,22 @@ impl WriterInfo {
     /// The writer class.
     pub fn writer_class(&self) -> WriterClass {
         WriterClass::ALL.into_iter().find(|c| c.label() == self.class).unwrap_or(WriterClass::Other)
+    }
+
+    /// Name the process behind this writer's netlink port (user-space resolution, socket
+    /// filter naming senders by port). A class that was inferred from the protocol is decided
+    /// again from the process, by the kernel's rule (`WriterClass::of_comm`; the agent's own
+    /// ports are known to the kernel, so an inferred class is never the agent's).
+    pub fn attribute(&mut self, pid: u32, comm: String) {
+        if self.class_inferred {
+            let mut name = [0u8; 16];
+            let len = comm.len().min(15);
+            name[..len].copy_from_slice(&comm.as_bytes()[..len]);
+            self.class = WriterClass::of_comm(&name).label();
+            self.class_inferred = false;
+        }
+        self.pid = Some(pid);
+        self.comm = Some(comm);
     }
 
     /// Same writer identity (process or port, and protocol)?
@@ -87,6 +111,9 @@ impl fmt::Display for WriterInfo {
         }
         if let Some(port) = self.netlink_port {
             write!(f, ", port {port}")?;
+        }
+        if self.class_inferred {
+            write!(f, ", unattributed: class inferred from protocol {}", self.protocol)?;
         }
         write!(f, ")")
     }
@@ -276,7 +303,7 @@ mod tests {
     fn writer(id: u32, kind: WriterIdKind, protocol: u8, class: WriterClass, comm: &[u8]) -> WriteOrigin {
         let mut c = [0u8; 16];
         c[..comm.len()].copy_from_slice(comm);
-        WriteOrigin { id, id_kind: kind as u8, protocol, class: class as u8, _pad: 0, comm: c }
+        WriteOrigin { id, id_kind: kind as u8, protocol, class: class as u8, flags: 0, comm: c }
     }
 
     fn record(kind: RecordKind, family: u8, dst: &[u8], dst_len: u8) -> RouteWatchRecord {
@@ -369,6 +396,33 @@ mod tests {
         assert!(json["route"]["writer"].get("netlink_port").is_none());
         assert!(ev.to_string().starts_with("flush    replace 10.0.0.0/8 table 254 metric 1024 via 10.0.0.12"));
         assert!(json["route"].get("nexthop_id").is_none(), "{json}");
+    }
+
+    /// A writer known by its port only: class inferred from the protocol, said so in the text
+    /// and the JSON; once user space names the process, the class is the process's.
+    #[test]
+    fn an_unattributed_writer_says_its_class_was_inferred_until_named() {
+        let mut r = record(RecordKind::Write, AF_INET, &[10, 244, 20, 0], 26);
+        r.write.writer = writer(30625, WriterIdKind::NetlinkPort, 80, WriterClass::Felix, b"");
+        r.write.writer.flags = ORIGIN_CLASS_INFERRED;
+        let ev = decode_record(&bytes(&r)).unwrap();
+        let w = &ev.route().unwrap().writer;
+        assert_eq!((w.class, w.class_inferred, w.netlink_port, w.pid), ("felix", true, Some(30625), None));
+        assert!(ev.to_string().ends_with("by felix(proto 80, port 30625, unattributed: class inferred from protocol 80)"), "{ev}");
+        let json = serde_json::to_value(&ev).unwrap();
+        assert_eq!((json["route"]["writer"]["class"].as_str(), json["route"]["writer"]["class_inferred"].as_bool()), (Some("felix"), Some(true)), "{json}");
+        let mut named = w.clone();
+        named.attribute(4711, "ip".to_owned());
+        assert_eq!((named.class, named.class_inferred, named.pid, named.comm.as_deref()), ("other", false, Some(4711), Some("ip")));
+        assert_eq!(named.to_string(), "other(proto 80, ip[4711], port 30625)");
+        let mut bird = w.clone();
+        bird.attribute(4712, "bird".to_owned());
+        assert_eq!(bird.class, "bird");
+        // A class the kernel decided from the process stays.
+        let mut known = WriterInfo::from_raw(&writer(77, WriterIdKind::Process, 80, WriterClass::Other, b"ip"));
+        known.attribute(77, "calico-node".to_owned());
+        assert_eq!((known.class, known.class_inferred), ("other", false));
+        assert_eq!(serde_json::to_value(&known).unwrap()["class_inferred"], false);
     }
 
     /// A route through a nexthop object: its id in the event, the text and the JSON; the

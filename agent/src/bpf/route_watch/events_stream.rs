@@ -49,7 +49,7 @@ pub struct EventsOptions {
     pub window: Duration,
     /// Flap threshold.
     pub flap_threshold: u32,
-    /// The agent's route protocol (shown as writer class `self`).
+    /// The agent's route protocol (the class `self` is decided by `self_pid`, not by it).
     pub self_protocol: u8,
     /// Stop after this many events (`None`: until Ctrl-C / SIGTERM).
     pub max_events: Option<usize>,
@@ -59,8 +59,8 @@ pub struct EventsOptions {
     pub forward: Option<ForwardSetup>,
     /// Kernel-side log level of both watches (`--bpf-log-level`; lines go to stderr).
     pub log_level: crate::bpf::bpf_log::BpfLogLevel,
-    /// The process whose writes at `self_protocol` show as `self` (`--agent-pid`; `None`:
-    /// this process, which writes nothing, so every protocol-80 write shows as `felix`).
+    /// The process whose writes show as `self` (`--agent-pid`; `None`: this process, which
+    /// writes nothing, so the agent's writes show as the class of its name, `other`).
     pub self_pid: Option<u32>,
     /// Where conflicts and flaps mean something (`--datastore` given: the plan's
     /// [`EpisodeScope`], as the agent judges them); outside it they are shown as the plain
@@ -137,6 +137,7 @@ fn load_object(object: &'static [u8], opts: &EventsOptions) -> Result<BpfObject,
         ring_buffer_bytes: Some(1 << 22),
         log_level: opts.log_level,
         self_pid: opts.self_pid,
+        task_senders: true,
     };
     let load = LoadConfig { log_level: opts.log_level, route_watch: Some(config), forward: opts.forward.as_ref().map(|f| f.config.clone()) };
     BpfObject::load(object, load)
@@ -149,7 +150,14 @@ pub async fn stream_events_with(object: &'static [u8], opts: &EventsOptions, mut
     let mut watch = RouteWatch::start_in(&object)?;
     if opts.format == EventsFormat::Text {
         let me = opts.self_pid.map_or_else(|| "none (--agent-pid names the agent)".to_owned(), |p| format!("pid {p}"));
-        writeln!(out, "# route watch backend {}; window {:?}, flap threshold {}; self = {me}", watch.backend(), opts.window, opts.flap_threshold)?;
+        writeln!(
+            out,
+            "# route watch backend {}, {}; window {:?}, flap threshold {}; self = {me}",
+            watch.backend(),
+            watch.senders(),
+            opts.window,
+            opts.flap_threshold
+        )?;
         out.flush()?;
     }
     let (tx, mut rx) = mpsc::channel::<RouteWatchEvent>(4096);
@@ -244,7 +252,7 @@ mod scope_tests {
     use crate::bpf::route_watch::{RouteChange, WriterInfo};
 
     fn writer(class: &'static str, protocol: u8) -> WriterInfo {
-        WriterInfo { protocol, class, kernel: false, netlink_port: Some(7), pid: Some(42), comm: Some("vpnc".into()) }
+        WriterInfo { protocol, class, class_inferred: false, kernel: false, netlink_port: Some(7), pid: Some(42), comm: Some("vpnc".into()) }
     }
 
     fn conflict(dst: &str) -> RouteWatchEvent {

@@ -177,7 +177,7 @@ mod tests {
     use routewarden_common::route_watch::WriterClass;
 
     fn writer(class: &'static str, protocol: u8) -> WriterInfo {
-        WriterInfo { protocol, class, kernel: false, netlink_port: Some(7), pid: None, comm: None }
+        WriterInfo { protocol, class, class_inferred: false, kernel: false, netlink_port: Some(7), pid: None, comm: None }
     }
 
     fn conflict() -> RouteWatchEvent {

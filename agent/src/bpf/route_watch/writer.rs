@@ -242,7 +242,8 @@ fn unresolved_port(w: &WriterInfo) -> Option<u32> {
 }
 
 /// Events waiting for their writers, released in arrival order with `pid`/`comm` filled in
-/// where a process was found (nothing else about an event changes).
+/// where a process was found, and a class the kernel inferred from the protocol decided again
+/// from that process ([`WriterInfo::attribute`]); nothing else about an event changes.
 #[derive(Debug)]
 pub struct Attribution {
     resolver: PortResolver,
@@ -290,8 +291,7 @@ impl Attribution {
             let Some(found) = found else { break };
             for (w, p) in writers.iter_mut().zip(found) {
                 if let Some(p) = p {
-                    w.pid = Some(p.pid);
-                    w.comm = Some(p.comm);
+                    w.attribute(p.pid, p.comm);
                 }
             }
             out.extend(self.held.pop_front());
@@ -582,7 +582,7 @@ garbage line
                 oif: 1,
                 gateway: None,
                 nexthop_id: None,
-                writer: WriterInfo { protocol: 4, class: "static", kernel: false, netlink_port: port, pid, comm: None },
+                writer: WriterInfo { protocol: 4, class: "static", class_inferred: false, kernel: false, netlink_port: port, pid, comm: None },
             },
         }
     }

@@ -8,7 +8,7 @@
 //! | [`datastore`] | [`Metrics::set_synced`], [`Metrics::record_load_failed`], [`Metrics::record_snapshot`] | `datastore_*` |
 //! | [`routes`] | [`Metrics::record_plan`], [`Metrics::record_apply`], [`Metrics::record_mass_deletion_hold`], [`Metrics::record_audit`], [`Metrics::record_audit_failed`] | `calico_version_info`, `frozen_prefixes`, `frozen_classes`, `ownership_findings`, `route_problems`, `routes`, `deletions_held`, `mass_deletion_holds`, `route_operations`, `netlink_errors`, `reconcile_duration_seconds`, `audit_findings` |
 //! | [`bpf`] | [`Metrics::set_program_attached`], [`Metrics::record_tc_count`] | `bpf_program_attached`, `tc_count_*` |
-//! | [`route_watch`] | [`Metrics::set_route_watch_backend`], [`Metrics::record_route_watch`], [`Metrics::set_flapping_prefixes`] | `route_writes`, `route_conflicts`, `route_flaps`, `route_flushes`, `flapping_prefixes`, `route_watch_backend_info`, `route_watch_events_lost` |
+//! | [`route_watch`] | [`Metrics::set_route_watch_backend`], [`Metrics::record_route_watch`], [`Metrics::set_flapping_prefixes`] | `route_writes`, `route_writes_unattributed`, `route_conflicts`, `route_flaps`, `route_flushes`, `flapping_prefixes`, `route_watch_backend_info`, `route_watch_events_lost` |
 //! | [`forward`] | [`Metrics::declare_forward_destination`], [`Metrics::forget_forward_pool`], [`Metrics::record_forwarded`], [`Metrics::record_forwarding_flaps`], [`Metrics::record_forwarding_events_lost`] | `forwarded_*`, `wrong_path_packets`, `forwarding_*` |
 //!
 //! Every label value comes from a fixed set (`&'static str` produced by the `label()` methods
@@ -102,6 +102,9 @@ pub struct Metrics {
     pub route_flaps: Family<FamilyLabels, Counter>,
     /// `routewarden_route_flushes_total{family}`: routes removed by the kernel without a writer.
     pub route_flushes: Family<FamilyLabels, Counter>,
+    /// `routewarden_route_writes_unattributed_total{family}`: writes by a sender whose process
+    /// the kernel side did not know, classed by the route protocol instead.
+    pub route_writes_unattributed: Family<FamilyLabels, Counter>,
     /// `routewarden_flapping_prefixes`: prefixes in flap or conflict now.
     pub flapping_prefixes: Gauge,
     /// `routewarden_route_watch_backend_info{backend}`: 1 for the running backend.
@@ -188,6 +191,11 @@ impl Metrics {
         );
         r.register("route_flaps", "Flap episodes: a prefix changed at least threshold times within the window", m.route_flaps.clone());
         r.register("route_flushes", "Routes removed by the kernel without a writer (link down flush)", m.route_flushes.clone());
+        r.register(
+            "route_writes_unattributed",
+            "Route writes whose writing process was not known when counted (socket filter naming senders by netlink port); their writer class in routewarden_route_writes_total was inferred from the route protocol",
+            m.route_writes_unattributed.clone(),
+        );
         r.register("flapping_prefixes", "Prefixes in flap or conflict now", m.flapping_prefixes.clone());
         r.register("route_watch_backend_info", "In-kernel route watch backend in use (1), none when degraded", m.route_watch_backend.clone());
         r.register("route_watch_events_lost", "Route-watch ring-buffer records lost because the buffer was full", m.route_watch_events_lost.clone());

@@ -73,7 +73,7 @@ impl Metrics {
 
     /// Add what the route watch's kernel counters counted between two reads (`before`, then
     /// `now`; both cumulative since the watch started): writes by family, operation and
-    /// writer class, flushes, records lost. Conflicts and flaps are counted from their events, in
+    /// writer class, writes not attributed to a process, flushes, records lost. Conflicts and flaps are counted from their events, in
     /// the episode scope ([`Metrics::record_route_conflict`], [`Metrics::record_route_flap`]).
     pub fn record_route_watch(&self, now: &RouteWatchCounters, before: &RouteWatchCounters) {
         let delta = |new: u64, old: u64| new.saturating_sub(old);
@@ -90,6 +90,10 @@ impl Metrics {
             let d = delta(now.flushes[fi], before.flushes[fi]);
             if d > 0 {
                 self.route_flushes.get_or_create(&FamilyLabels { family }).inc_by(d);
+            }
+            let d = delta(now.unattributed[fi], before.unattributed[fi]);
+            if d > 0 {
+                self.route_writes_unattributed.get_or_create(&FamilyLabels { family }).inc_by(d);
             }
         }
         let d = delta(now.records_lost, before.records_lost);

@@ -135,6 +135,7 @@ fn exposition_of_one_write_of_each_kind_is_unchanged() {
         c.conflicts[0][WriterClass::Bird as usize][WriterClass::SelfAgent as usize] = 1;
         c.flaps[1] = 2;
         c.flushes[0] = 3;
+        c.unattributed[0] = 6;
         c.records_lost = 4;
         c
     };
