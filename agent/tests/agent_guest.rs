@@ -16,11 +16,16 @@
 //!   every write;
 //! - a second writer, a long-lived process named `bird` (this test binary re-executed in a
 //!   helper mode that renames itself), rewrites the agent's route to node-b's IPIP Always
-//!   block with protocol 12 three times, each time once the agent has put its own back: one
+//!   block with protocol 12 three times, a second after the agent has put its own back: one
 //!   conflict episode and one flap episode, in the stream, the agent's log and `/metrics`,
 //!   naming `bird`'s pid and comm; the agent's route is in the kernel at the end;
 //! - a third process, named `rw-deleter`, deletes the agent's route to node-d's IPIP Always
 //!   block: one conflict naming it (pid and comm) on the delete; the agent puts the route back.
+//!   Its writer class is checked last, for the rule that takes the class from the process
+//!   (`other`), not from the deleted route's protocol (80, `felix`).
+//!
+//! fentry and kprobe report the writing thread's name: the agent's writes show as
+//! `routewarden-nl-` (its batch sender thread `routewarden-nl-send`, cut to 15 bytes).
 //!
 //! The agent and the stream run with a 120 s window (the default is 30 s) so that the whole
 //! scenario, at TCG speed, lies in one window: each prefix then has exactly one episode of
