@@ -9,7 +9,8 @@
 //!   netns T-<node>:    `lo`, `<host_nic>` (veth to its subnet's bridge) with the node's
 //!                      addresses, and `<tunnel_device>`: a stand-in veth named like the tunnel
 //!                      device (this host's kernel has no ipip; the QEMU lane has a real tunl0)
-//!                      whose peer is `tunpeer` in the node (default) or a port of `brt`
+//!                      whose peer is `tunpeer` in the node (default) or a port of `brt`; with
+//!                      `kernel_tunnel`, the namespace's own ipip `tunl0` instead
 //!   netns T-router:    (`router`) one leg `r<k>` per subnet bridge holding the subnet's first
 //!                      host address (`10.0.1.1` for `10.0.1.0/24`), forwarding on
 //!   netns T-<node>-w<i>: (`workloads`) a workload: `eth0` with its /32 (/128), default route
@@ -56,6 +57,11 @@ pub struct LabSpec {
     pub tunnel_overlay: bool,
     /// Workload addresses per node name (each gets its own namespace, see the module doc).
     pub workloads: std::collections::BTreeMap<String, Vec<std::net::IpAddr>>,
+    /// Use the kernel's own ipip `tunl0` of each node namespace (the `ipip` module gives every
+    /// network namespace one, down and without an address) instead of the veth stand-in: real
+    /// IPIP, as in the QEMU lane. The build fails on a kernel without ipip, and with
+    /// `tunnel_overlay` or another `tunnel_device` than `tunl0`.
+    pub kernel_tunnel: bool,
 }
 
 impl LabSpec {
@@ -68,6 +74,7 @@ impl LabSpec {
             router: false,
             tunnel_overlay: false,
             workloads: std::collections::BTreeMap::new(),
+            kernel_tunnel: false,
         }
     }
 }
@@ -131,6 +138,9 @@ impl Lab {
     pub fn build(spec: LabSpec) -> Result<Lab> {
         if spec.nodes.len() > 200 {
             bail!("a lab holds at most 200 nodes, got {}", spec.nodes.len());
+        }
+        if spec.kernel_tunnel && (spec.tunnel_overlay || spec.tunnel_device != "tunl0") {
+            bail!("kernel_tunnel is the kernel's ipip tunl0: no overlay, no other tunnel device name (got {:?})", spec.tunnel_device);
         }
         let tag = format!("rw{}x{}", std::process::id(), LAB_COUNTER.fetch_add(1, Ordering::Relaxed));
         let mut lab = Lab { tag, spec, namespaces: Vec::new() };
@@ -214,7 +224,13 @@ impl Lab {
                 run_ip(Some(&ns), &args)?;
             }
             run_ip(Some(&ns), &["link", "set", &self.spec.host_nic, "up"])?;
-            if self.spec.tunnel_overlay {
+            if self.spec.kernel_tunnel {
+                // The namespace's own fallback tunl0, made by the ipip module.
+                let details = run_ip(Some(&ns), &["-d", "link", "show", "tunl0"]).context("no tunl0 in a new namespace: the kernel has no ipip")?;
+                if !details.lines().any(|l| l.trim_start().starts_with("ipip ")) {
+                    bail!("tunl0 in {ns} is not an ipip device:\n{details}");
+                }
+            } else if self.spec.tunnel_overlay {
                 // Stand-in tunnel device: a veth whose peer is a port of the overlay bridge.
                 let (bridge_port, node_end) = (format!("t{i}"), format!("u{i}"));
                 run_ip(Some(&underlay), &["link", "add", &bridge_port, "type", "veth", "peer", "name", &node_end])?;

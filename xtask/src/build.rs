@@ -32,14 +32,20 @@ pub fn build_bpf() -> Result<PathBuf> {
 
 /// Build the BPF object and the agent (release), embedding the object. Returns the agent's path.
 pub fn build_all() -> Result<PathBuf> {
-    let object = build_bpf()?;
+    build_agent(&build_bpf()?)
+}
+
+/// Build the release agent with the BPF object `object` embedded (`target/release/routewarden`,
+/// the binary the image ships). A no-op for cargo when it is already built from this tree, as
+/// in `cargo xtask test`, whose image step builds it before the QEMU lane copies it.
+pub fn build_agent(object: &std::path::Path) -> Result<PathBuf> {
     let root = workspace_root();
     run_cmd(
         Command::new("cargo")
             .args(["build", "--release", "-p", "routewarden"])
             .current_dir(&root)
             .env("CARGO_TARGET_DIR", root.join("target"))
-            .env("ROUTEWARDEN_BPF_OBJECT", &object),
+            .env("ROUTEWARDEN_BPF_OBJECT", object),
     )?;
     let bin = root.join("target/release/routewarden");
     eprintln!("built {} (BPF object {} embedded)", bin.display(), object.display());

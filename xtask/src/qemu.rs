@@ -6,12 +6,19 @@
 //! 1. `apt-get download linux-image-<ver>-cloud-amd64-unsigned`, `dpkg-deb -x` it: `vmlinuz`
 //!    and the modules the tests need (veth, bridge, dummy, ipip + deps, clsact, cls_bpf).
 //! 2. `cargo test --no-run --message-format=json` for [`GUEST_TESTS`] with the BPF object
-//!    embedded; the executables are found in cargo's JSON and stripped of debug info.
+//!    embedded; the executables are found in cargo's JSON and stripped of debug info. And the
+//!    release agent, `target/release/routewarden` with the object embedded, as the image ships
+//!    it (`build::build_agent`: a no-op for cargo in `cargo xtask test`, whose image step has
+//!    built it).
 //! 3. A busybox initramfs (`busybox cpio -o -H newc`, gzip): busybox applets, iproute2's `ip`,
-//!    the test binaries, every shared library `ldd` lists, the modules, and an `/init` that
-//!    mounts proc/sys/dev/bpffs/debugfs/tracefs, loads the modules and runs each test binary
-//!    with `ROUTEWARDEN_REQUIRE_BACKENDS=fentry,kprobe,socket-filter` (a backend that fails to
-//!    start there is a failure, not a skip) and `ROUTEWARDEN_QEMU_GUEST=1`.
+//!    the test binaries, the release agent at [`GUEST_AGENT`] (unstripped, as shipped), the
+//!    example cluster (`examples/cluster`) at [`GUEST_EXAMPLE_CLUSTER`], every shared library
+//!    `ldd` lists, the modules, and an `/init` that mounts proc/sys/dev/bpffs/debugfs/tracefs,
+//!    loads the modules and runs each test binary with
+//!    `ROUTEWARDEN_REQUIRE_BACKENDS=fentry,kprobe,socket-filter` (a backend that fails to start
+//!    there is a failure, not a skip), `ROUTEWARDEN_QEMU_GUEST=1`, and [`AGENT_ENV`] and
+//!    [`EXAMPLE_CLUSTER_ENV`] naming the agent and the example cluster (`agent_guest` runs that
+//!    agent: the shipped binary, on a stock kernel, with the backend it picks there).
 //! 4. `qemu-system-x86_64 -accel tcg -cpu max -m 1024 -smp 2 ... -nographic -no-reboot` with a
 //!    wall-clock timeout; the guest's console is echoed and saved to
 //!    `target/qemu/console.log`, and each binary's `test result:` line is parsed.
@@ -36,8 +43,9 @@ use crate::{run_cmd, workspace_root};
 pub const KERNEL_PACKAGE: &str = "linux-image-6.1.0-50-cloud-amd64-unsigned";
 
 /// Integration-test targets of the `routewarden` package run in the guest.
-/// `dataplane_tunl0` and `forward_ipip` need the guest's real ipip `tunl0` (they print `SKIPPED`
-/// on a host without it).
+/// `dataplane_tunl0`, `forward_ipip` and `agent_guest` need the guest's real ipip `tunl0` (they
+/// print `SKIPPED` on a host without it); `agent_guest` runs the release agent ([`AGENT_ENV`])
+/// with fentry, the backend it picks on this kernel, and with kprobe.
 pub const GUEST_TESTS: &[&str] = &[
     "bpf_tc_count",
     "route_watch_fentry",
@@ -47,6 +55,7 @@ pub const GUEST_TESTS: &[&str] = &[
     "route_detector",
     "dataplane_tunl0",
     "forward_ipip",
+    "agent_guest",
 ];
 
 /// A test that may print `SKIPPED` in the guest without failing the lane.
@@ -72,6 +81,21 @@ pub const GUEST_CMDLINE_MARKER: &str = "routewarden.qemu_lane=1";
 
 /// Environment variable set (to `1`) for every test binary run in the guest.
 pub const GUEST_ENV: &str = "ROUTEWARDEN_QEMU_GUEST";
+
+/// Environment variable naming the release agent in the guest ([`GUEST_AGENT`]) for every test
+/// binary run there.
+pub const AGENT_ENV: &str = "ROUTEWARDEN_AGENT_BINARY";
+
+/// Where the initramfs holds the release agent (`target/release/routewarden`).
+pub const GUEST_AGENT: &str = "/usr/bin/routewarden";
+
+/// Environment variable naming the example cluster in the guest ([`GUEST_EXAMPLE_CLUSTER`]) for
+/// every test binary run there.
+pub const EXAMPLE_CLUSTER_ENV: &str = "ROUTEWARDEN_EXAMPLE_CLUSTER";
+
+/// Where the initramfs holds the repository's `examples/cluster` (the file datastore the agent
+/// runs on in the guest).
+pub const GUEST_EXAMPLE_CLUSTER: &str = "/usr/share/routewarden/examples/cluster";
 
 /// Modules loaded in the guest, dependencies first. Each is required: one missing from the
 /// kernel package must be built in (`modules.builtin`), and one that fails to load fails the
@@ -282,7 +306,7 @@ fn init_script(tests: &[(String, PathBuf)], modules: &[String]) -> String {
         let _ = write!(
             s,
             "echo RW-LANE-BEGIN {name}\n\
-             {GUEST_ENV}=1 ROUTEWARDEN_REQUIRE_BACKENDS=fentry,kprobe,socket-filter RUST_BACKTRACE=0 /tests/{name} --test-threads=1 --nocapture 2>&1\n\
+             {GUEST_ENV}=1 {AGENT_ENV}={GUEST_AGENT} {EXAMPLE_CLUSTER_ENV}={GUEST_EXAMPLE_CLUSTER} ROUTEWARDEN_REQUIRE_BACKENDS=fentry,kprobe,socket-filter RUST_BACKTRACE=0 /tests/{name} --test-threads=1 --nocapture 2>&1\n\
              echo RW-LANE-EXIT {name} $?\n"
         );
     }
@@ -296,8 +320,8 @@ fn is_builtin(builtin: &str, m: &str) -> bool {
     builtin.lines().any(|l| l.trim() == want)
 }
 
-/// Build the initramfs; returns its path.
-fn initramfs(tests: &[(String, PathBuf)], modules_dir: &Path) -> Result<PathBuf> {
+/// Build the initramfs with the test binaries `tests` and the release `agent`; returns its path.
+fn initramfs(tests: &[(String, PathBuf)], agent: &Path, modules_dir: &Path) -> Result<PathBuf> {
     let dir = qemu_dir();
     let stage = dir.join("initramfs");
     let _ = std::fs::remove_dir_all(&stage);
@@ -316,8 +340,19 @@ fn initramfs(tests: &[(String, PathBuf)], modules_dir: &Path) -> Result<PathBuf>
         run_cmd(Command::new("strip").arg("--strip-debug").arg("-o").arg(&dest).arg(bin))?;
         libs.extend(shared_libs(bin)?);
     }
+    // The agent as built (not stripped): the binary the image ships.
+    copy_into(&stage, agent, GUEST_AGENT)?;
+    run_cmd(Command::new("chmod").arg("755").arg(stage.join(GUEST_AGENT.trim_start_matches('/'))))?;
+    libs.extend(shared_libs(agent)?);
     for lib in &libs {
         copy_into(&stage, lib, &lib.to_string_lossy())?;
+    }
+    let examples = workspace_root().join("examples/cluster");
+    for entry in std::fs::read_dir(&examples).with_context(|| format!("read {}", examples.display()))? {
+        let path = entry?.path();
+        if let Some(name) = path.file_name().and_then(|n| n.to_str()).filter(|_| path.is_file()) {
+            copy_into(&stage, &path, &format!("{GUEST_EXAMPLE_CLUSTER}/{name}"))?;
+        }
     }
     let builtin_list = modules_dir.parent().context("modules dir parent")?.join("modules.builtin");
     let builtin = std::fs::read_to_string(&builtin_list).with_context(|| format!("read {}", builtin_list.display()))?;
@@ -470,13 +505,14 @@ pub struct Lane {
 }
 
 impl Lane {
-    /// Steps 1–3: the kernel, the guest tests (built with the BPF object `object`) and the
-    /// initramfs.
+    /// Steps 1–3: the kernel, the guest tests and the release agent (both built with the BPF
+    /// object `object`) and the initramfs.
     pub fn prepare(object: &Path) -> Result<Lane> {
         let started = Instant::now();
         let (vmlinuz, modules) = kernel()?;
         let tests = build_tests(object)?;
-        let initrd = initramfs(&tests, &modules)?;
+        let agent = crate::build::build_agent(object)?;
+        let initrd = initramfs(&tests, &agent, &modules)?;
         Ok(Lane { started, vmlinuz, initrd })
     }
 
@@ -623,6 +659,27 @@ mod tests {
     fn unfinished_guest_fails() {
         let s = parse_console(&lines("RW-LANE-BEGIN a\ntest result: ok. 1 passed; 0 failed;\n"));
         assert_eq!(s.failed, 1);
+    }
+
+    /// Every test binary gets the guest marker, the release agent's and the example cluster's
+    /// paths in the initramfs, and the backends it must be able to start.
+    #[test]
+    fn every_test_binary_runs_with_the_guest_environment() {
+        let tests = [("route_detector".to_string(), PathBuf::from("/t/a")), ("agent_guest".to_string(), PathBuf::from("/t/b"))];
+        let script = init_script(&tests, &["ipip".to_string()]);
+        assert!(script.contains("insmod /lib/modules/ipip.ko || echo RW-LANE-MODULE-FAILED ipip\n"), "{script}");
+        for (name, _) in &tests {
+            let run: Vec<&str> = script.lines().filter(|l| l.contains(&format!("/tests/{name} "))).collect();
+            assert_eq!(
+                run,
+                [format!(
+                    "ROUTEWARDEN_QEMU_GUEST=1 ROUTEWARDEN_AGENT_BINARY=/usr/bin/routewarden \
+                     ROUTEWARDEN_EXAMPLE_CLUSTER=/usr/share/routewarden/examples/cluster \
+                     ROUTEWARDEN_REQUIRE_BACKENDS=fentry,kprobe,socket-filter RUST_BACKTRACE=0 /tests/{name} --test-threads=1 --nocapture 2>&1"
+                )]
+            );
+        }
+        assert!(script.ends_with("echo RW-LANE-EXIT agent_guest $?\necho RW-LANE-DONE\npoweroff -f\n"), "{script}");
     }
 
     #[test]

@@ -7,9 +7,10 @@
 //!    `agent/tests/image.rs` as `ROUTEWARDEN_IMAGE` / `ROUTEWARDEN_IMAGE_ARCHIVE`. Skip with
 //!    `--no-image` (those tests then print SKIPPED).
 //! 4. The QEMU lane ([`crate::qemu`]): the privileged tests that need fentry, kprobes or a real
-//!    `tunl0`, under Debian's stock kernel in QEMU. Its guest boots once every test binary is
-//!    built and runs while step 2's tests do (its console is printed after them). Skip with
-//!    `--no-qemu`; run alone with `--qemu-only`.
+//!    `tunl0`, and step 3's release agent itself, under Debian's stock kernel in QEMU. Its
+//!    guest boots once every test binary is built and runs while step 2's tests do (its console
+//!    is printed after them). Skip with `--no-qemu`; run alone with `--qemu-only` (which builds
+//!    the release agent itself).
 //! 5. Skips: every host test that cannot run appends its `SKIPPED` line to a log
 //!    ([`routewarden_lab::skip`], `target/host-skips.log`); the run prints the host lane's skip
 //!    count beside the QEMU lane's and fails on any skip [`HOST_ALLOWED_SKIPS`] does not name.
