@@ -320,3 +320,44 @@ async fn the_in_process_client_reads_through_kube() {
     assert_eq!(cached.items.len(), 5);
     assert_eq!(api.log().list_versions(), "rv0+NotOlderThan:1,rvnone+none:3");
 }
+
+/// A kube client for `https://<addr>` trusting `ca_pem` and sending `token`, as an
+/// in-cluster configuration is built.
+fn tls_client(addr: std::net::SocketAddr, ca_pem: &str, token: &str) -> kube::Client {
+    use tokio_rustls::rustls::pki_types::{pem::PemObject as _, CertificateDer};
+    let mut config = kube::Config::new(format!("https://{addr}").parse().unwrap());
+    config.root_cert = Some(vec![CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap().to_vec()]);
+    config.headers.push((http::header::AUTHORIZATION, http::HeaderValue::from_str(&format!("Bearer {token}")).unwrap()));
+    kube::Client::try_from(config).unwrap()
+}
+
+#[test]
+fn the_tls_server_serves_clients_that_trust_its_ca_only() {
+    use kube::api::{Api, DynamicObject, ListParams};
+    let pki = tls::Pki::generate(&["127.0.0.1"]).unwrap();
+    let api = five_nodes();
+    api.set_tokens([("t1".to_owned(), User::admin())]);
+    let server = tls::TlsServer::start(api.clone(), std::net::TcpListener::bind("127.0.0.1:0").unwrap(), &pki, None).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let ar = kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk("", "v1", "Node"), "nodes");
+    rt.block_on(async {
+        let nodes: Api<DynamicObject> = Api::all_with(tls_client(server.addr(), &pki.ca_pem, "t1"), &ar);
+        let list = nodes.list(&ListParams::default()).await.unwrap();
+        assert_eq!(list.items.iter().filter_map(|o| o.metadata.name.as_deref()).collect::<Vec<_>>(), ["n0", "n1", "n2", "n3", "n4"]);
+        let wrong: Api<DynamicObject> = Api::all_with(tls_client(server.addr(), &pki.wrong_ca_pem, "t1"), &ar);
+        let err = wrong.list(&ListParams::default()).await.unwrap_err();
+        assert!(format!("{err:?}").contains("UnknownIssuer"), "{err:?}");
+    });
+    let entries = api.log().entries();
+    assert_eq!(entries.len(), 1, "the wrong CA's request never reached HTTP");
+    assert_eq!((entries[0].token.as_deref(), entries[0].user.as_deref(), entries[0].status), (Some("t1"), Some("system:admin"), 200));
+    for _ in 0..100 {
+        if !api.log().tls_failures().is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let failures = api.log().tls_failures();
+    assert_eq!(failures.len(), 1);
+    assert!(failures[0].ends_with("received fatal alert: UnknownCA"), "{failures:?}");
+}

@@ -4,8 +4,9 @@
 //! 2. `cargo test --workspace`: unit tests, property tests, and the privileged network-namespace
 //!    integration tests (each in namespaces it creates; root needed, as in CI).
 //! 3. Before that, the image ([`crate::image`], as `cargo xtask image`): its id and archive go to
-//!    `agent/tests/image.rs` as `ROUTEWARDEN_IMAGE` / `ROUTEWARDEN_IMAGE_ARCHIVE`. Skip with
-//!    `--no-image` (those tests then print SKIPPED).
+//!    `agent/tests/image.rs` and `agent/tests/in_cluster.rs` (the rendered DaemonSet against the
+//!    API-server stand-in; it also needs `kubectl` for kustomize) as `ROUTEWARDEN_IMAGE` /
+//!    `ROUTEWARDEN_IMAGE_ARCHIVE`. Skip with `--no-image` (those tests then print SKIPPED).
 //! 4. The QEMU lane ([`crate::qemu`]): the privileged tests that need fentry, kprobes or a real
 //!    `tunl0`, under Debian's stock kernel in QEMU. Its guest boots once every test binary is
 //!    built and runs while step 2's tests do (its console is printed after them). Skip with
