@@ -461,9 +461,11 @@ impl ApiServer {
         watcher.send(&frames);
         if open {
             store.watchers.push(watcher);
-            if let Some(timeout) = query.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()) {
+            // Ended by a task on the caller's runtime (none: the watch has no timeout).
+            let runtime = tokio::runtime::Handle::try_current().ok();
+            if let (Some(timeout), Some(runtime)) = (query.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()), runtime) {
                 let api = self.clone();
-                tokio::spawn(async move {
+                runtime.spawn(async move {
                     tokio::time::sleep(Duration::from_secs(timeout)).await;
                     lock(&api.inner.store).watchers.retain(|w| w.id != id);
                 });

@@ -133,6 +133,8 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
                 api.commit_encoded(&node_type(), EventType::Modified, None, name, *rv, object.clone()).context("the heartbeat")?;
                 sent += 1;
             }
+            // The API server's storage compacts its history; here after every tick.
+            api.compact();
         }
         // The CPU counter is read once the datastore has read every heartbeat and gone idle
         // (the last debounce window flushed): on a loaded machine it falls behind the stream.
