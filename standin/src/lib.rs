@@ -15,8 +15,8 @@
 //!   a version with `NotOlderThan` (or no match and no `limit`) is *Not older than*, served at
 //!   the current version; `Exact` (or no match with `limit`, the legacy rule of KEP-2523) is
 //!   the state at exactly that version. A version the store no longer keeps is `410 Gone`
-//!   (reason `Expired`, concepts "410 Gone responses"); one newer than the store's is `504`
-//!   (reason `Timeout`, cause `ResourceVersionTooLarge`: "Too large resource version"),
+//!   (reason `Expired`, concepts "Unavailable resource versions"); one newer than the store's is `504`
+//!   (reason `Timeout`, cause `ResourceVersionTooLarge`: "Too large resource version", the same section),
 //!   answered at once where the API server first waits up to 3 s for its cache.
 //!   `resourceVersionMatch` without `resourceVersion`, with `continue`, or `Exact` with `0` is
 //!   `422 Invalid` (k8s.io/apimachinery `pkg/apis/meta/internalversion/validation`).
@@ -598,7 +598,7 @@ fn list(store: &mut Store, i: usize, info: &RequestInfo, query: &Query) -> http:
 
 /// One page of collection `i` at version `at`: the objects after `after` that the selector
 /// and namespace select, at most `limit`, with a continue token when more remain.
-#[allow(clippy::too_many_arguments)]
+#[expect(clippy::too_many_arguments, reason = "the page's version, start, size and selection, each a request parameter")]
 fn page(
     store: &Store,
     i: usize,
