@@ -197,8 +197,10 @@ impl ServiceAccountDir {
         self.dir.path()
     }
 
-    /// A new timestamped directory with the files, then `..data` renamed over to point at it.
+    /// A new timestamped directory with the files, then `..data` renamed over to point at it,
+    /// then the old directory removed (what the kubelet's AtomicWriter does).
     fn write(&mut self, token: &str, ca_pem: &str, namespace: &str) {
+        let old = std::fs::read_link(self.dir.path().join("..data")).ok();
         self.generation += 1;
         let ts = format!("..2026_12_06_00_00_{:02}.{}", self.generation, std::process::id());
         let data = self.dir.path().join(&ts);
@@ -209,6 +211,9 @@ impl ServiceAccountDir {
         let tmp = self.dir.path().join("..data_tmp");
         std::os::unix::fs::symlink(&ts, &tmp).unwrap();
         std::fs::rename(&tmp, self.dir.path().join("..data")).unwrap();
+        if let Some(old) = old {
+            std::fs::remove_dir_all(self.dir.path().join(old)).unwrap();
+        }
     }
 
     fn rotate(&mut self, token: &str, ca_pem: &str, namespace: &str) {
