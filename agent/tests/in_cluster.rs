@@ -41,8 +41,8 @@ const SERVICE_PORT: u16 = 443;
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// kube-client re-reads the token file when a request is made within 10 s of the token's
-/// 60 s lifetime since the last read (kube-client 5.0.0 `src/client/auth/mod.rs`,
-/// `TokenFile::token`: `expires_at = now + SIXTY_SEC`, `is_expiring` = `now + TEN_SEC >
+/// 60 s lifetime since the last read (kube-rs/kube `kube-client/src/client/auth/mod.rs`,
+/// kube-client 5.0.0 as locked here, `TokenFile::token`: `expires_at = now + SIXTY_SEC`, `is_expiring` = `now + TEN_SEC >
 /// expires_at`; "token-file refreshed at least once per minute"). The agent's API probe
 /// (`GET /version` every 30 s) makes a request at least that often, so the new token is sent
 /// at most 60 s + 30 s after a rotation.
