@@ -18,8 +18,6 @@
 //! - [`fixtures`]: the cluster routes and clusters the benchmarks are fed.
 //! - [`runs`]: routewarden's cold programming (the side most benchmarks time) and the churn watch.
 //! - [`procfs`]: a process's memory and CPU time from `/proc`.
-//! - [`standin`]: the stand-in Kubernetes API server the Kubernetes datastore benchmarks read
-//!   (discovery, paged and cached lists, watch feeds, a request log).
 //!
 //! A helper that only one benchmark uses (the `ip -batch` and BIRD reference runners) lives
 //! in that benchmark's file.
@@ -54,7 +52,6 @@ pub mod options;
 pub mod procfs;
 pub mod report;
 pub mod runs;
-pub mod standin;
 
 use anyhow::Result;
 

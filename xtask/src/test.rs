@@ -4,8 +4,9 @@
 //! 2. `cargo test --workspace`: unit tests, property tests, and the privileged network-namespace
 //!    integration tests (each in namespaces it creates; root needed, as in CI).
 //! 3. Before that, the image ([`crate::image`], as `cargo xtask image`): its id and archive go to
-//!    `agent/tests/image.rs` as `ROUTEWARDEN_IMAGE` / `ROUTEWARDEN_IMAGE_ARCHIVE`. Skip with
-//!    `--no-image` (those tests then print SKIPPED).
+//!    `agent/tests/image.rs` and `agent/tests/in_cluster.rs` (the rendered DaemonSet against the
+//!    API-server stand-in; it also needs `kubectl` for kustomize) as `ROUTEWARDEN_IMAGE` /
+//!    `ROUTEWARDEN_IMAGE_ARCHIVE`. Skip with `--no-image` (those tests then print SKIPPED).
 //! 4. The QEMU lane ([`crate::qemu`]): the privileged tests that need fentry, kprobes or a real
 //!    `tunl0`, and step 3's release agent itself, under Debian's stock kernel in QEMU. Its
 //!    guest boots once every test binary is built and runs while step 2's tests do (its console
@@ -176,9 +177,11 @@ pub const HOST_ALLOWED_SKIPS: &[HostAllowedSkip] = &[
     },
 ];
 
-/// With `--no-image` the image tests skip by request; nothing else may skip because of it.
-const NO_IMAGE_SKIP: HostAllowedSkip =
-    HostAllowedSkip { binary: "image", reason: "no image (ROUTEWARDEN_IMAGE unset)", why: "`--no-image` was given: the image was not built" };
+/// With `--no-image` the tests of the image skip by request; nothing else may skip because of it.
+const NO_IMAGE_SKIPS: &[HostAllowedSkip] = &[
+    HostAllowedSkip { binary: "image", reason: "no image (ROUTEWARDEN_IMAGE unset)", why: "`--no-image` was given: the image was not built" },
+    HostAllowedSkip { binary: "in_cluster", reason: "no image (ROUTEWARDEN_IMAGE unset)", why: "`--no-image` was given: the image was not built" },
+];
 
 /// One line of the host skip log (`<binary>\t<test>\t<reason>`, [`routewarden_lab::skip`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -223,7 +226,7 @@ fn judge_host_skips(log: &Path, no_image: bool) -> Result<()> {
     };
     let mut allowed: Vec<HostAllowedSkip> = HOST_ALLOWED_SKIPS.to_vec();
     if no_image {
-        allowed.push(NO_IMAGE_SKIP);
+        allowed.extend_from_slice(NO_IMAGE_SKIPS);
     }
     let skips = parse_host_skips(&text);
     let refused: Vec<&HostSkip> = skips.iter().filter(|s| s.allowed_by(&allowed).is_none()).collect();

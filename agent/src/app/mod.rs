@@ -129,6 +129,12 @@ pub fn ownership_config(role: &str, version: &str, mode: Mode, node: &str) -> Re
 /// Bad flags, an HTTP address that cannot be bound, or a netlink socket that cannot be opened.
 /// Datastore and BPF failures are reported and survived, never fatal.
 pub async fn run(args: RunArgs) -> Result<()> {
+    // The stop signals are taken before anything else: in a container the agent is PID 1, for
+    // which the kernel drops a signal that has no handler, so a SIGTERM during start-up (the
+    // BPF load takes tens of milliseconds) would be lost and `kubectl delete pod` would end in
+    // SIGKILL after the grace period. Taken here, it ends the loop as soon as it starts.
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let node = node_name(args.cluster.node.as_deref())?;
     let ownership = ownership_config(args.cluster.role.as_deref().unwrap_or("felix"), &args.cluster.calico_version, args.mode, &node)?;
     let mut devices = RouteDevices { tunnel: args.cluster.tunnel_device.clone(), host_nic: args.cluster.host_device.clone() };
@@ -298,7 +304,6 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let mut trim_pending = false;
     let mut report_log = ReportLog::default();
 
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut counters = tokio::time::interval(COUNTER_POLL);
     let mut heartbeat = tokio::time::interval(Duration::from_secs(5));
     let mut audit_tick = tokio::time::interval(dp_config.resync_interval);
@@ -363,7 +368,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 // moved); look again every heartbeat.
                 cluster.recheck_host_nic().await;
             },
-            _ = tokio::signal::ctrl_c() => break "SIGINT",
+            _ = sigint.recv() => break "SIGINT",
             _ = sigterm.recv() => break "SIGTERM",
         }
         if let Some(nic) = cluster.take_host_nic_change() {

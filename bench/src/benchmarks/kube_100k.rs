@@ -1,5 +1,5 @@
 //! `kube-100k` (issue 23): the Kubernetes datastore and the plan at fleet scale, against the
-//! stand-in API server in this process ([`crate::standin`]): 5,000 Nodes, 100,000 IPAM blocks,
+//! stand-in API server in this process ([`routewarden_standin::ApiServer`], in-process): 5,000 Nodes, 100,000 IPAM blocks,
 //! 100,000 affinities, two IP pools and the configuration ([`crate::fixtures::kube`]), then
 //! 1,000 IPAM block changes a second for 10 s (`--tiny`: 50 nodes, 1,000 blocks, 100 a second
 //! for 1 s). What the agent does per snapshot is run on each one: `routewarden::plan::plan`
@@ -55,10 +55,9 @@ use routewarden::vocabulary::PoolClass;
 use tokio::sync::mpsc;
 
 use crate::fixtures::felix_plan_config;
-use crate::fixtures::kube::{block_change, kube_cluster, node_name, route_change, shows_change, BlockChange};
+use crate::fixtures::kube::{block_change, kube_cluster, node_name, route_change, shows_change, standin, wait_drained, BlockChange};
 use crate::procfs::{cpu_ticks, proc_mem_kib, reset_peak_rss};
 use crate::report::{kv, ms};
-use crate::standin::{calico_path, wait_drained, StandIn};
 use crate::{median, Benchmark, Options, Outcome, Shared, Target};
 
 /// This benchmark's registry entry: its name and [`run`].
@@ -197,7 +196,7 @@ fn mb(kib: u64) -> String {
 /// Send `changes` into the IPAM block watch from a thread of its own (the API server is not
 /// the agent: its pace does not depend on the agent's runtime), `per_tick` every 10 ms, each
 /// stamped in `pending` just before it is sent. Returns when the last was sent.
-fn stream(changes: Vec<(BlockChange, Stream)>, per_tick: usize, feed: crate::standin::WatchFeed, pending: Pending) -> std::thread::JoinHandle<Result<Instant>> {
+fn stream(changes: Vec<(BlockChange, Stream)>, per_tick: usize, api: routewarden_standin::ApiServer, pending: Pending) -> std::thread::JoinHandle<Result<Instant>> {
     std::thread::spawn(move || {
         let tick = Duration::from_millis(10);
         let t0 = Instant::now();
@@ -206,8 +205,12 @@ fn stream(changes: Vec<(BlockChange, Stream)>, per_tick: usize, feed: crate::sta
             std::thread::sleep(at.saturating_duration_since(Instant::now()));
             for (c, kind) in chunk {
                 pending.lock().unwrap_or_else(PoisonError::into_inner).insert((c.block.clone(), c.resource_version), (Instant::now(), *kind));
-                feed.send(c.event.clone()).context("the IPAM block watch")?;
+                c.commit(&api).context("the IPAM block change")?;
             }
+            // The API server's storage compacts its history (etcd every 5 minutes); here
+            // after every tick, so that the stand-in's history, in this process, does not
+            // grow the RSS measured for the datastore.
+            api.compact();
         }
         Ok(Instant::now())
     })
@@ -215,8 +218,8 @@ fn stream(changes: Vec<(BlockChange, Stream)>, per_tick: usize, feed: crate::sta
 
 /// [`stream`] `changes`, then wait until every change is in a plan (or [`LIMIT`]); the time
 /// from the last change sent until then.
-async fn stream_until_seen(changes: Vec<(BlockChange, Stream)>, per_tick: usize, feed: &crate::standin::WatchFeed, pending: &Pending) -> Result<Duration> {
-    let sender = stream(changes, per_tick, feed.clone(), pending.clone());
+async fn stream_until_seen(changes: Vec<(BlockChange, Stream)>, per_tick: usize, api: &routewarden_standin::ApiServer, pending: &Pending) -> Result<Duration> {
+    let sender = stream(changes, per_tick, api.clone(), pending.clone());
     while !sender.is_finished() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -245,13 +248,9 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
         let mixed: Vec<(BlockChange, Stream)> = (count + 1..=count + count / 2)
             .map(|k| if k % ROUTE_EVERY == ROUTE_EVERY / 2 { (route_change(k, size), Stream::MixedRoutes) } else { (block_change(k, size), Stream::MixedPods) })
             .collect();
-        let mut standin = StandIn::new();
-        for (path, body) in lists {
-            standin.list(&path, body);
-        }
-        let feed = standin.feed(&calico_path("ipamblocks"));
-        let log = standin.log();
-        let client = standin.client();
+        let api = standin(lists)?;
+        let log = api.log();
+        let client = api.client();
         let config = felix_plan_config(&node_name(NODE));
         let mut planner = Planner { config, programmed: BTreeSet::new(), last: None, snapshot: None, times: Vec::new(), memo: plan::PlanMemo::default(), kept: 0 };
 
@@ -287,7 +286,7 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
         // the first snapshot is twice the time that snapshot took to build, so this is the
         // latency of a change right after start, not of the steady state measured next.
         let warm_sent = Instant::now();
-        feed.send(warm_up.event.clone()).context("the IPAM block watch")?;
+        warm_up.commit(&api).context("the IPAM block change")?;
         let first_change = loop {
             match tokio::time::timeout(LIMIT, rx.recv()).await {
                 Ok(Some(DatastoreEvent::Snapshot(s))) => {
@@ -310,15 +309,15 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
         let cpu0 = cpu_ticks(pid)?;
         let per_tick = usize::try_from(churn.per_s / 100).unwrap_or(1);
         // Phase 4: until every change is in a plan and the process is idle.
-        let caught_up = stream_until_seen(changes, per_tick, &feed, &pending).await?;
-        wait_drained(&[&feed], DRAIN_QUIET, LIMIT).await?;
+        let caught_up = stream_until_seen(changes, per_tick, &api, &pending).await?;
+        wait_drained(&api, DRAIN_QUIET, LIMIT).await?;
         let ticks = cpu_ticks(pid)? - cpu0;
         routewarden::app::memory::release_free_heap();
         let (hwm_kib, rss_kib) = proc_mem_kib("self")?;
 
         // Phase 5: the mixed stream, at the same rate, after the measurements above: what a
         // change of the routes costs while pods churn (a plan over every route, not kept).
-        stream_until_seen(mixed, per_tick, &feed, &pending).await?;
+        stream_until_seen(mixed, per_tick, &api, &pending).await?;
         let _ = stop_tx.send(true);
         let consumed = planning.await?;
         task.abort();

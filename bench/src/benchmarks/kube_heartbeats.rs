@@ -8,7 +8,8 @@ use anyhow::{bail, ensure, Context, Result};
 
 use crate::procfs::cpu_ticks;
 use crate::report::{kv, ms};
-use crate::standin::{calico_path, wait_drained, ListBody, StandIn, CALICO, DAEMONSETS, NODES};
+use crate::fixtures::kube::{calico, daemonsets, nodes as node_type, standin, wait_drained, CALICO};
+use routewarden_standin::{EventType, ListBody};
 use crate::{Benchmark, Options, Outcome, Shared, Target};
 
 /// This benchmark's registry entry: its name and [`run`].
@@ -29,7 +30,7 @@ const DRAIN_QUIET: Duration = Duration::from_millis(300);
 const DRAIN_LIMIT: Duration = Duration::from_mins(2);
 
 /// The Kubernetes datastore under Node heartbeats, against the stand-in API server in this
-/// process ([`crate::standin`]: tower-test's mock service, no network): `compute.nodes` Nodes,
+/// process ([`routewarden_standin::ApiServer`] as a tower service, no network): `compute.nodes` Nodes,
 /// `compute.blocks` IPAM blocks and as many affinities, one IP pool; once synced, the Node
 /// watch delivers `HEARTBEATS_PER_S` heartbeats a second for the stream window (10 s; 1 s with
 /// `--tiny`), each a Node whose status conditions and resourceVersion changed and nothing the
@@ -74,25 +75,25 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
                        "spec": {"node": host, "cidr": cidr, "state": "confirmed", "deleted": "false"}})
             })
             .collect();
-        let mut standin = StandIn::new();
-        standin.list(&calico_path("ippools"), pools);
-        standin.list(&calico_path("ipamblocks"), list("IPAMBlock", CALICO, block_items));
-        standin.list(&calico_path("blockaffinities"), list("BlockAffinity", CALICO, affinity_items));
-        standin.list(&calico_path("felixconfigurations"), list("FelixConfiguration", CALICO, Vec::new()));
-        standin.list(&calico_path("bgpconfigurations"), list("BGPConfiguration", CALICO, Vec::new()));
-        standin.list(&calico_path("clusterinformations"), list("ClusterInformation", CALICO, Vec::new()));
-        standin.list(NODES, list("Node", "v1", (0..nodes).map(|i| node(i, 4, 0)).collect()));
-        standin.list(DAEMONSETS, list("DaemonSet", "apps/v1", Vec::new()));
-        // The heartbeats, encoded up front; the Node watch streams them, every other watch
-        // stays idle.
-        let events: Vec<Bytes> = (0..beats)
+        let api = standin(vec![
+            (calico("ippools"), pools),
+            (calico("ipamblocks"), list("IPAMBlock", CALICO, block_items)),
+            (calico("blockaffinities"), list("BlockAffinity", CALICO, affinity_items)),
+            (calico("felixconfigurations"), list("FelixConfiguration", CALICO, Vec::new())),
+            (calico("bgpconfigurations"), list("BGPConfiguration", CALICO, Vec::new())),
+            (calico("clusterinformations"), list("ClusterInformation", CALICO, Vec::new())),
+            (node_type(), list("Node", "v1", (0..nodes).map(|i| node(i, 4, 0)).collect())),
+            (daemonsets(), list("DaemonSet", "apps/v1", Vec::new())),
+        ])?;
+        // The heartbeats, encoded up front (node name, version, object); the Node watch
+        // streams them, every other watch stays idle.
+        let events: Vec<(String, u64, Bytes)> = (0..beats)
             .map(|k| {
                 let i = usize::try_from(k).unwrap_or(0) % nodes;
-                Bytes::from(format!("{}\n", json!({"type": "MODIFIED", "object": node(i, 100 + k, k + 1)})))
+                (format!("node-{i:05}"), 100 + k, Bytes::from(node(i, 100 + k, k + 1).to_string()))
             })
             .collect();
-        let beat_feed = standin.feed(NODES);
-        let client = standin.client();
+        let client = api.client();
         let (tx, mut rx) = tokio::sync::mpsc::channel(64);
         let started = Instant::now();
         // No list settle: it only delays the first `settled` snapshot, and this measures the
@@ -128,14 +129,16 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         for chunk in events.chunks(usize::try_from(per_tick).unwrap_or(100)) {
             tick.tick().await;
-            for e in chunk {
-                beat_feed.send(e.clone()).context("the Node watch")?;
+            for (name, rv, object) in chunk {
+                api.commit_encoded(&node_type(), EventType::Modified, None, name, *rv, object.clone()).context("the heartbeat")?;
                 sent += 1;
             }
+            // The API server's storage compacts its history; here after every tick.
+            api.compact();
         }
         // The CPU counter is read once the datastore has read every heartbeat and gone idle
         // (the last debounce window flushed): on a loaded machine it falls behind the stream.
-        let drained = wait_drained(&[&beat_feed], DRAIN_QUIET, DRAIN_LIMIT).await?;
+        let drained = wait_drained(&api, DRAIN_QUIET, DRAIN_LIMIT).await?;
         let ticks = cpu_ticks(pid)? - cpu0;
         task.abort();
         let snapshots = tokio::time::timeout(Duration::from_secs(10), counter).await.context("the datastore task did not end")??;

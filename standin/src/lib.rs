@@ -1,0 +1,715 @@
+//! A Kubernetes API server stand-in for routewarden's tests and benchmarks: one
+//! [`ApiServer`] that serves the same answers in-process (a tower service behind a real
+//! [`kube::Client`], [`ApiServer::client`]) and over TCP+TLS ([`tls::TlsServer`]: hyper per
+//! connection, rustls with ring, certificates made at run time).
+//!
+//! No real kube-apiserver can be run where these tests run, so the stand-in follows the
+//! documented API semantics. Each rule cites the Kubernetes API concepts page,
+//! <https://kubernetes.io/docs/reference/using-api/api-concepts/> ("concepts" below), or the
+//! API server's source where the page is silent:
+//!
+//! - **resourceVersion on lists** (concepts, "Semantics for get and list"): unset is *Most
+//!   Recent* (a consistent read at the current version); `0` with `NotOlderThan` or no match is
+//!   *Any*, served from the watch cache, whole, whatever `limit` says (API servers before 1.33
+//!   serve cached lists unpaged: k8s.io/apiserver `pkg/storage/cacher/cacher.go` `GetList`);
+//!   a version with `NotOlderThan` (or no match and no `limit`) is *Not older than*, served at
+//!   the current version; `Exact` (or no match with `limit`, the legacy rule of KEP-2523) is
+//!   the state at exactly that version. A version the store no longer keeps is `410 Gone`
+//!   (reason `Expired`, concepts "Unavailable resource versions"); one newer than the store's is `504`
+//!   (reason `Timeout`, cause `ResourceVersionTooLarge`: "Too large resource version", the same section),
+//!   answered at once where the API server first waits up to 3 s for its cache.
+//!   `resourceVersionMatch` without `resourceVersion`, with `continue`, or `Exact` with `0` is
+//!   `422 Invalid` (k8s.io/apimachinery `pkg/apis/meta/internalversion/validation`).
+//! - **Paged lists** (concepts, "Retrieving large results sets in chunks"): `limit` items and
+//!   a `continue` token while items remain (with `remainingItemCount` when there is no field
+//!   selector); the token holds the list's version, so every page is of the same consistent
+//!   state. Tokens expire when their version is compacted ("continue tokens expire after a
+//!   short amount of time (by default 5 minutes) and return a `410 Gone`": etcd compacts every
+//!   5 minutes; here [`ApiServer::compact`]); the 410 carries a fresh token for an inconsistent
+//!   continuation, as the API server's does.
+//! - **Watches** (concepts, "Efficient detection of changes", "Semantics for watch"): from a
+//!   version, every change after it; unset or `0`, synthetic `ADDED` events of the current
+//!   state first. A version no longer kept is an `ERROR` event with a `410 Expired` status
+//!   ("too old resource version"), on a `200` stream, as the API server's watch cache answers
+//!   (`cacher.go` `Watch`: `newErrWatcher`). `timeoutSeconds` ends the stream.
+//! - **Bookmarks** (concepts, "Watch bookmarks"): with `allowWatchBookmarks=true`, `BOOKMARK`
+//!   events carrying only the current `resourceVersion`, on [`ApiServer::bookmark`] (the TLS
+//!   server sends one to every watch each minute, the watch cache's `defaultBookmarkFrequency`).
+//! - **Streaming lists** (concepts, "Streaming lists"): `sendInitialEvents=true` (which needs
+//!   `resourceVersionMatch=NotOlderThan` and `allowWatchBookmarks=true`, else `422`) starts
+//!   with `ADDED` events of the current state, then a `BOOKMARK` annotated
+//!   `k8s.io/initial-events-end: "true"`, then changes.
+//! - **Field selectors** (concepts, "Field selectors" on the "Working with objects" pages):
+//!   `metadata.name` and `metadata.namespace` with `=`, `==`, `!=`; any other field is
+//!   `400 BadRequest` (`field label not supported`).
+//! - **Authentication and RBAC** ([`rbac`]): with tokens set ([`ApiServer::set_tokens`]),
+//!   a request without a known bearer token is `401 Unauthorized`; with RBAC set
+//!   ([`ApiServer::with_rbac`], the rendered manifests' roles and bindings), a request no rule
+//!   allows is `403 Forbidden` with the API server's message.
+//! - **Discovery**: `/api` (`APIVersions`), `/api/v1` and `/apis/<group>/<version>`
+//!   (`APIResourceList`), `/apis` (`APIGroupList`), `/apis/<group>` (`APIGroup`), `/version`.
+//!   Anything else is `404 NotFound`; the stand-in serves reads only (`405` for other methods).
+//!
+//! Every request is logged ([`RequestLog`]): method, path, the parameters that decide how it
+//! is served, the token it carried, the user, the status. Bodies go out in 64 KiB frames, as
+//! hyper hands them to a client. Objects are kept encoded and shared, not copied, when served
+//! ([`store`]), so a benchmark that loads its lists before its clock starts measures the
+//! client, not the stand-in.
+
+pub mod log;
+pub mod rbac;
+pub mod request;
+pub mod store;
+pub mod tls;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use futures::StreamExt as _;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+
+pub use log::{LoggedRequest, RequestKind, RequestLog};
+pub use rbac::{Rbac, User};
+pub use request::{FieldSelector, Query, RequestInfo};
+pub use store::{EventType, Key, ListBody, ResourceType, StoreError};
+
+use store::{Store, Watcher};
+
+/// The response body: frames of shared bytes.
+pub type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// Size of the frames a body is sent in (hyper reads a socket in chunks of this order).
+pub const FRAME: usize = 64 * 1024;
+
+/// The annotation of the bookmark that ends a watch's initial events (concepts, "Streaming lists").
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// The stand-in. Cheap to clone: every clone serves the same store and log.
+#[derive(Clone, Default)]
+pub struct ApiServer {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    store: Mutex<Store>,
+    log: RequestLog,
+    /// `None`: no authentication, every request is [`User::admin`].
+    tokens: Mutex<Option<HashMap<String, User>>>,
+    /// `None`: every authenticated request is allowed.
+    rbac: Mutex<Option<Rbac>>,
+    /// Frames the clients have read out of watch bodies.
+    handed_out: Arc<AtomicU64>,
+    /// Frames sent into watch bodies.
+    sent: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for ApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServer").field("resource_version", &self.resource_version()).finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl ApiServer {
+    /// A stand-in serving nothing but discovery, with no authentication and no RBAC.
+    pub fn new() -> ApiServer {
+        ApiServer::default()
+    }
+
+    /// Authorize every request by `rbac` (see [`rbac`]).
+    #[must_use]
+    pub fn with_rbac(self, rbac: Rbac) -> ApiServer {
+        *lock(&self.inner.rbac) = Some(rbac);
+        self
+    }
+
+    /// From now on, authenticate requests by their bearer token: each of `tokens` is the
+    /// user given; any other token, or none, is refused with 401. Replaces the tokens set
+    /// before (a rotated token replaces the old one, which is refused from then on).
+    pub fn set_tokens(&self, tokens: impl IntoIterator<Item = (String, User)>) {
+        *lock(&self.inner.tokens) = Some(tokens.into_iter().collect());
+    }
+
+    /// Serve resource type `rt` (empty until [`ApiServer::load`] or [`ApiServer::create`]).
+    pub fn register(&self, rt: &ResourceType) {
+        lock(&self.inner.store).register(rt.clone());
+    }
+
+    /// Serve `list` as collection `rt`'s objects (registering `rt`), with no history before
+    /// the list's version.
+    ///
+    /// Errors: an item without `metadata.name` (or `metadata.namespace` when namespaced).
+    pub fn load(&self, rt: &ResourceType, list: ListBody) -> Result<(), StoreError> {
+        let mut store = lock(&self.inner.store);
+        store.register(rt.clone());
+        store.load(rt, list)
+    }
+
+    /// The version of the last change.
+    pub fn resource_version(&self) -> u64 {
+        lock(&self.inner.store).rv
+    }
+
+    /// Create `object` (JSON) in `rt` at the next version, which is written into its
+    /// `metadata.resourceVersion` and returned; watches see `ADDED`.
+    ///
+    /// Errors: [`StoreError`] (unregistered type, no name, already exists).
+    pub fn create(&self, rt: &ResourceType, object: Value) -> Result<u64, StoreError> {
+        self.write(rt, EventType::Added, object)
+    }
+
+    /// Replace `object` (JSON) in `rt` at the next version; watches see `MODIFIED`.
+    ///
+    /// Errors: [`StoreError`] (unregistered type, no name, not found).
+    pub fn update(&self, rt: &ResourceType, object: Value) -> Result<u64, StoreError> {
+        self.write(rt, EventType::Modified, object)
+    }
+
+    /// Delete `namespace`/`name` of `rt` at the next version; watches see `DELETED` with the
+    /// object at the deletion's version.
+    ///
+    /// Errors: [`StoreError`] (unregistered type, not found).
+    pub fn delete(&self, rt: &ResourceType, namespace: Option<&str>, name: &str) -> Result<u64, StoreError> {
+        let mut store = lock(&self.inner.store);
+        let i = store.find(&rt.group, &rt.version, &rt.plural).ok_or_else(|| StoreError::UnknownResource(rt.path(None)))?;
+        let key = (namespace.unwrap_or_default().to_owned(), name.to_owned());
+        let old = store.collections[i].objects.get(&key).ok_or_else(|| StoreError::NotFound(key.clone()))?.body.clone();
+        let mut object: Value = serde_json::from_slice(&old).map_err(|_| StoreError::NoName)?;
+        let rv = store.rv + 1;
+        object["metadata"]["resourceVersion"] = json!(rv.to_string());
+        store.commit(rt, EventType::Deleted, key, rv, Bytes::from(object.to_string()))?;
+        Ok(rv)
+    }
+
+    fn write(&self, rt: &ResourceType, kind: EventType, mut object: Value) -> Result<u64, StoreError> {
+        let mut store = lock(&self.inner.store);
+        let name = object["metadata"]["name"].as_str().ok_or(StoreError::NoName)?.to_owned();
+        let ns = if rt.namespaced { object["metadata"]["namespace"].as_str().ok_or(StoreError::NoName)?.to_owned() } else { String::new() };
+        let rv = store.rv + 1;
+        object["metadata"]["resourceVersion"] = json!(rv.to_string());
+        object["apiVersion"] = json!(rt.api_version());
+        object["kind"] = json!(rt.kind);
+        store.commit(rt, kind, (ns, name), rv, Bytes::from(object.to_string()))?;
+        Ok(rv)
+    }
+
+    /// Commit a change whose object is already encoded, at version `rv` (which its
+    /// `metadata.resourceVersion` must say): for benchmarks that encode their changes before
+    /// the clock starts. The watch event shares `object`'s bytes.
+    ///
+    /// Errors: [`StoreError`] (unregistered type, `rv` not newer than the store's, the
+    /// object's existence contradicting `kind`).
+    pub fn commit_encoded(&self, rt: &ResourceType, kind: EventType, namespace: Option<&str>, name: &str, rv: u64, object: Bytes) -> Result<(), StoreError> {
+        lock(&self.inner.store).commit(rt, kind, (namespace.unwrap_or_default().to_owned(), name.to_owned()), rv, object)
+    }
+
+    /// Compact the history up to the current version (etcd's compaction): older versions
+    /// are no longer served (410), and continue tokens of older lists expire. Returns the
+    /// version compacted to.
+    pub fn compact(&self) -> u64 {
+        lock(&self.inner.store).compact()
+    }
+
+    /// Send a `BOOKMARK` at the current version to every watch that allows bookmarks.
+    pub fn bookmark(&self) {
+        let mut store = lock(&self.inner.store);
+        let rv = store.rv;
+        let frames: Vec<(usize, Bytes)> = (0..store.collections.len()).map(|i| (i, bookmark(&store.collections[i].rt, rv, false))).collect();
+        store.watchers.retain(|w| !w.bookmarks || w.send(std::slice::from_ref(&frames[w.collection].1)));
+    }
+
+    /// End every open watch, as the API server does when a watch's timeout passes (clients
+    /// start a new watch from the last version they saw).
+    pub fn close_watches(&self) {
+        lock(&self.inner.store).watchers.clear();
+    }
+
+    /// Open watches.
+    pub fn watches(&self) -> usize {
+        lock(&self.inner.store).watchers.len()
+    }
+
+    /// Watch frames sent but not yet read by their client (0: every watch is drained).
+    pub fn undelivered(&self) -> u64 {
+        self.inner.sent.load(Ordering::Relaxed).saturating_sub(self.inner.handed_out.load(Ordering::Relaxed))
+    }
+
+    /// The request log (shared: it fills while clients are served).
+    pub fn log(&self) -> RequestLog {
+        self.inner.log.clone()
+    }
+
+    /// The stand-in as a tower service (what [`ApiServer::client`] and the TLS server use).
+    pub fn service<B>(
+        &self,
+    ) -> impl tower::Service<
+        http::Request<B>,
+        Response = http::Response<Body>,
+        Error = Infallible,
+        Future = std::future::Ready<Result<http::Response<Body>, Infallible>>,
+    > + Clone
+           + Send
+           + 'static {
+        let api = self.clone();
+        tower::service_fn(move |req: http::Request<B>| std::future::ready(Ok(api.handle(req.method(), req.uri(), req.headers()))))
+    }
+
+    /// A kube client in namespace `default` whose every request this stand-in answers, in
+    /// this process (no network; must be used on a Tokio runtime). It sends no token: use it
+    /// without [`ApiServer::set_tokens`].
+    pub fn client(&self) -> kube::Client {
+        kube::Client::new(self.service::<kube::client::Body>(), "default")
+    }
+
+    /// Answer one request (logged).
+    pub fn handle(&self, method: &http::Method, uri: &http::Uri, headers: &http::HeaderMap) -> http::Response<Body> {
+        let query = Query::parse(uri.query());
+        let info = RequestInfo::parse(method, uri.path(), &query);
+        let token = headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).map(str::to_owned);
+        let mut entry = LoggedRequest::new(method, &info, &query, token.clone());
+        let response = self.answer(method, &info, &query, token.as_deref(), &mut entry);
+        entry.status = response.status().as_u16();
+        self.inner.log.push(entry);
+        response
+    }
+
+    fn answer(&self, method: &http::Method, info: &RequestInfo, query: &Query, token: Option<&str>, entry: &mut LoggedRequest) -> http::Response<Body> {
+        let user = match &*lock(&self.inner.tokens) {
+            None => User::admin(),
+            Some(tokens) => match token.and_then(|t| tokens.get(t)) {
+                Some(u) => u.clone(),
+                None => return status(401, "Unauthorized", "Unauthorized", None),
+            },
+        };
+        entry.user = Some(user.name.clone());
+        if let Some(rbac) = &*lock(&self.inner.rbac) {
+            if !rbac.allows(&user, info) {
+                let details =
+                    info.resource_request.then(|| json!({"name": info.name.clone().unwrap_or_default(), "group": info.api_group, "kind": info.resource}));
+                return status(403, "Forbidden", &Rbac::forbidden_message(&user, info), details);
+            }
+        }
+        if *method != http::Method::GET {
+            return status(405, "MethodNotAllowed", &format!("the stand-in serves reads only, not {method}"), None);
+        }
+        if !info.resource_request {
+            return match self.discovery(&info.path) {
+                Some(doc) => {
+                    entry.kind = RequestKind::Discovery;
+                    let b = Bytes::from(doc.to_string());
+                    entry.bytes = b.len();
+                    ok(full(b))
+                }
+                None => not_found(),
+            };
+        }
+        let mut store = lock(&self.inner.store);
+        let Some(i) = store.find(&info.api_group, &info.api_version, &info.resource) else { return not_found() };
+        let rt = store.collections[i].rt.clone();
+        if info.subresource.is_some() || (!rt.namespaced && info.namespace.is_some()) {
+            return not_found();
+        }
+        match info.verb.as_str() {
+            "get" => {
+                entry.kind = RequestKind::Get;
+                let name = info.name.clone().unwrap_or_default();
+                match store.collections[i].objects.get(&(info.namespace.clone().unwrap_or_default(), name.clone())) {
+                    Some(s) => {
+                        entry.bytes = s.body.len();
+                        ok(full(s.body.clone()))
+                    }
+                    None => status(
+                        404,
+                        "NotFound",
+                        &format!("{} \"{name}\" not found", info.resource_label()),
+                        Some(json!({"name": name, "group": rt.group, "kind": rt.plural})),
+                    ),
+                }
+            }
+            "list" => {
+                entry.kind = RequestKind::List;
+                let r = list(&mut store, i, info, query);
+                if r.status() == 200 {
+                    entry.bytes = usize::try_from(http_body::Body::size_hint(r.body()).exact().unwrap_or(0)).unwrap_or(usize::MAX);
+                }
+                r
+            }
+            "watch" => {
+                entry.kind = RequestKind::Watch;
+                self.watch(&mut store, i, info, query)
+            }
+            _ => status(405, "MethodNotAllowed", "the stand-in serves reads only", None),
+        }
+    }
+
+    /// The discovery document at `path`, from the registered resource types.
+    fn discovery(&self, path: &str) -> Option<Value> {
+        let store = lock(&self.inner.store);
+        let types: Vec<&ResourceType> = store.collections.iter().map(|c| &c.rt).collect();
+        let resources = |group: &str, version: &str| -> Vec<Value> {
+            types
+                .iter()
+                .filter(|t| t.group == group && t.version == version)
+                .map(|t| json!({"name": t.plural, "singularName": t.kind.to_lowercase(), "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "list", "watch"]}))
+                .collect()
+        };
+        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+        for t in types.iter().filter(|t| !t.group.is_empty()) {
+            match groups.iter_mut().find(|(g, _)| *g == t.group) {
+                Some((_, vs)) if !vs.contains(&t.version) => vs.push(t.version.clone()),
+                Some(_) => {}
+                None => groups.push((t.group.clone(), vec![t.version.clone()])),
+            }
+        }
+        let group_doc = |name: &str, versions: &[String]| {
+            let vs: Vec<Value> = versions.iter().map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v})).collect();
+            json!({"name": name, "versions": vs, "preferredVersion": vs[0]})
+        };
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        Some(match parts[..] {
+            ["version"] => json!({"major": "1", "minor": "35", "gitVersion": "v1.35.0", "platform": "linux/amd64"}),
+            ["api"] => {
+                json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "10.96.0.1:443"}]})
+            }
+            ["api", "v1"] => json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1", "resources": resources("", "v1")}),
+            ["apis"] => json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups.iter().map(|(g, vs)| group_doc(g, vs)).collect::<Vec<_>>()}),
+            ["apis", g] => {
+                let (name, vs) = groups.iter().find(|(n, _)| n == g)?;
+                let mut doc = group_doc(name, vs);
+                doc["kind"] = json!("APIGroup");
+                doc["apiVersion"] = json!("v1");
+                doc
+            }
+            ["apis", g, v] => {
+                groups.iter().find(|(n, vs)| n == g && vs.iter().any(|x| x == v))?;
+                json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{g}/{v}"), "resources": resources(g, v)})
+            }
+            _ => return None,
+        })
+    }
+
+    fn watch(&self, store: &mut Store, i: usize, info: &RequestInfo, query: &Query) -> http::Response<Body> {
+        let rv = query.get("resourceVersion");
+        let rvm = query.get("resourceVersionMatch");
+        let initial = query.flag("sendInitialEvents");
+        let bookmarks = query.flag("allowWatchBookmarks");
+        if initial {
+            if rvm != Some("NotOlderThan") {
+                return invalid("resourceVersionMatch", "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan");
+            }
+            if !bookmarks {
+                return invalid("allowWatchBookmarks", "allowWatchBookmarks must be true if sendInitialEvents = true");
+            }
+        } else if rvm.is_some() {
+            return invalid("resourceVersionMatch", "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided");
+        }
+        let selector = match FieldSelector::parse(query.get("fieldSelector").unwrap_or_default()) {
+            Ok(s) => s,
+            Err(e) => return status(400, "BadRequest", &e, None),
+        };
+        if query.get("labelSelector").is_some() {
+            return status(400, "BadRequest", "the stand-in serves no label selectors", None);
+        }
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let sent = self.inner.sent.clone();
+        let id = store.next_watch;
+        store.next_watch += 1;
+        let watcher = Watcher { id, collection: i, namespace: info.namespace.clone(), selector, bookmarks, tx, sent };
+        let rt = store.collections[i].rt.clone();
+        let start = match rv.map(str::parse::<u64>) {
+            None | Some(Ok(0)) => None,
+            Some(Ok(v)) => Some(v),
+            Some(Err(_)) => return invalid("resourceVersion", "resourceVersion must be a number"),
+        };
+        let mut frames = Vec::new();
+        let mut open = true;
+        if let (Some(v), false) = (start, initial) {
+            if v > store.rv {
+                frames.push(error_event(504, "Timeout", &format!("Too large resource version: {v}, current: {}", store.rv)));
+                open = false;
+            } else if let Some(changes) = store.changes_since(i, v, &watcher) {
+                frames = changes;
+            } else {
+                frames.push(error_event(410, "Expired", &format!("too old resource version: {v} ({})", store.compacted)));
+                open = false;
+            }
+        } else {
+            // Unset or 0 (concepts, "Semantics for watch"): the current state as ADDED events;
+            // sendInitialEvents with a version is NotOlderThan it: the current state too.
+            for (key, s) in &store.collections[i].objects {
+                if watcher.selects(key) {
+                    frames.extend([EventType::Added.prefix(), s.body.clone(), Bytes::from_static(b"}\n")]);
+                }
+            }
+            if initial {
+                frames.push(bookmark(&rt, store.rv, true));
+            }
+        }
+        watcher.send(&frames);
+        if open {
+            store.watchers.push(watcher);
+            // Ended by a task on the caller's runtime (none: the watch has no timeout).
+            let runtime = tokio::runtime::Handle::try_current().ok();
+            if let (Some(timeout), Some(runtime)) = (query.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()), runtime) {
+                let api = self.clone();
+                runtime.spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(timeout)).await;
+                    lock(&api.inner.store).watchers.retain(|w| w.id != id);
+                });
+            }
+        }
+        let handed_out = self.inner.handed_out.clone();
+        let body = rx.map(move |b| {
+            handed_out.fetch_add(1, Ordering::Relaxed);
+            Ok::<_, Infallible>(http_body::Frame::data(b))
+        });
+        let mut r = ok(BodyExt::boxed(http_body_util::StreamBody::new(body)));
+        r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+        r
+    }
+}
+
+/// The JSON of a `BOOKMARK` event of `rt` at `rv` (the object carries only its type and
+/// version), annotated as the end of the initial events when `end`.
+fn bookmark(rt: &ResourceType, rv: u64, end: bool) -> Bytes {
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if end {
+        metadata["annotations"] = json!({INITIAL_EVENTS_END: "true"});
+    }
+    let line = json!({"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": metadata}}).to_string();
+    Bytes::from(line + "\n")
+}
+
+fn error_event(code: u16, reason: &str, message: &str) -> Bytes {
+    let line = json!({"type": "ERROR", "object": status_json(code, reason, message, None)}).to_string();
+    Bytes::from(line + "\n")
+}
+
+/// A continue token: the list's version and the key after which the next page starts (the
+/// shape of the etcd3 storage's token: base64 of `{"v":"meta.k8s.io/v1","rv":..,"start":..}`).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Continue {
+    v: String,
+    rv: u64,
+    start: Key,
+}
+
+impl Continue {
+    fn encode(rv: u64, start: &Key) -> String {
+        let json = serde_json::to_vec(&Continue { v: "meta.k8s.io/v1".into(), rv, start: start.clone() }).unwrap_or_default();
+        base64::engine::general_purpose::URL_SAFE.encode(json)
+    }
+
+    fn decode(token: &str) -> Option<Continue> {
+        let bytes = base64::engine::general_purpose::URL_SAFE.decode(token).ok()?;
+        serde_json::from_slice::<Continue>(&bytes).ok().filter(|c| c.v == "meta.k8s.io/v1")
+    }
+}
+
+/// The list answer (concepts, "Semantics for get and list" and "Retrieving large results sets
+/// in chunks"; see the crate docs).
+fn list(store: &mut Store, i: usize, info: &RequestInfo, query: &Query) -> http::Response<Body> {
+    let rv = query.get("resourceVersion");
+    let rvm = query.get("resourceVersionMatch");
+    let cont = query.get("continue");
+    if query.flag("sendInitialEvents") {
+        return invalid("sendInitialEvents", "sendInitialEvents is forbidden for list");
+    }
+    match (rvm, rv, cont) {
+        (Some(_), None, _) => return invalid("resourceVersionMatch", "resourceVersionMatch is forbidden unless resourceVersion is provided"),
+        (Some(_), _, Some(_)) => return invalid("resourceVersionMatch", "resourceVersionMatch is forbidden when continue is provided"),
+        (Some("Exact"), Some("0"), _) => return invalid("resourceVersionMatch", "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""),
+        (Some(m), ..) if m != "Exact" && m != "NotOlderThan" => return invalid("resourceVersionMatch", &format!("Unsupported value: \"{m}\"")),
+        (None, Some(v), Some(_)) if v != "0" => return status(400, "BadRequest", "specifying resource version is not allowed when using continue", None),
+        _ => {}
+    }
+    let limit = match query.get("limit").map(str::parse::<usize>) {
+        None | Some(Ok(0)) => None,
+        Some(Ok(n)) => Some(n),
+        Some(Err(_)) => return invalid("limit", "limit must be a number"),
+    };
+    let selector = match FieldSelector::parse(query.get("fieldSelector").unwrap_or_default()) {
+        Ok(s) => s,
+        Err(e) => return status(400, "BadRequest", &e, None),
+    };
+    if query.get("labelSelector").is_some() {
+        return status(400, "BadRequest", "the stand-in serves no label selectors", None);
+    }
+    let rt = store.collections[i].rt.clone();
+    let current = store.rv;
+    let version = match rv.map(str::parse::<u64>) {
+        None => None,
+        Some(Ok(v)) => Some(v),
+        Some(Err(_)) => return invalid("resourceVersion", "resourceVersion must be a number"),
+    };
+    // Where the page starts and the version it is read at.
+    let (at, after) = if let Some(token) = cont {
+        let Some(c) = Continue::decode(token) else { return status(400, "BadRequest", "continue key is not valid", None) };
+        if c.rv < store.compacted {
+            // The 410 carries a token for an inconsistent continuation at the current version.
+            let mut body = status_json(410, "Expired", "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.", None);
+            body["metadata"] = json!({"continue": Continue::encode(current, &c.start)});
+            return respond(410, &body);
+        }
+        (c.rv, Some(c.start))
+    } else {
+        match (version, rvm) {
+            // Any: from the watch cache, whole, whatever `limit` says.
+            (Some(0), _) => {
+                if selector.is_empty() && info.namespace.is_none() {
+                    return ok(framed(&store.whole(i)));
+                }
+                return page(store, i, &rt, current, None, None, &selector, info.namespace.as_deref());
+            }
+            (Some(v), _) if v > current => {
+                let mut body = status_json(504, "Timeout", &format!("Too large resource version: {v}, current: {current}"), None);
+                body["details"] = json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1});
+                return respond(504, &body);
+            }
+            // Exact (or the legacy rule: a version with a limit and no match).
+            (Some(v), Some("Exact") | None) if rvm.is_some() || limit.is_some() => {
+                if v < store.compacted {
+                    return respond(410, &status_json(410, "Expired", "The resourceVersion for the provided list is too old.", None));
+                }
+                (v, None)
+            }
+            // Most Recent (no version), or Not older than a version: the current state is.
+            _ => (current, None),
+        }
+    };
+    if at == current && after.is_none() && limit.is_none() && selector.is_empty() && info.namespace.is_none() {
+        return ok(framed(&store.whole(i)));
+    }
+    page(store, i, &rt, at, after.as_ref(), limit, &selector, info.namespace.as_deref())
+}
+
+/// One page of collection `i` at version `at`: the objects after `after` that the selector
+/// and namespace select, at most `limit`, with a continue token when more remain.
+#[expect(clippy::too_many_arguments, reason = "the page's version, start, size and selection, each a request parameter")]
+fn page(
+    store: &Store,
+    i: usize,
+    rt: &ResourceType,
+    at: u64,
+    after: Option<&Key>,
+    limit: Option<usize>,
+    selector: &FieldSelector,
+    namespace: Option<&str>,
+) -> http::Response<Body> {
+    let Some(objects) = store.state_at(i, at) else {
+        return respond(410, &status_json(410, "Expired", "The resourceVersion for the provided list is too old.", None));
+    };
+    let selected: Vec<(&Key, &store::Stored)> = objects
+        .iter()
+        .filter(|(k, _)| after.is_none_or(|a| *k > a))
+        .filter(|(k, _)| namespace.is_none_or(|ns| ns == k.0) && selector.matches(&k.0, &k.1))
+        .collect();
+    let take = limit.unwrap_or(selected.len()).min(selected.len());
+    let more = take < selected.len();
+    let token = more.then(|| Continue::encode(at, selected[take - 1].0));
+    let remaining = (more && selector.is_empty()).then_some(selected.len() - take);
+    let mut frames = vec![Bytes::from(ListBody::header(&rt.api_version(), &rt.kind, &at.to_string(), token.as_deref().map(|t| (t, remaining))))];
+    for (n, (_, s)) in selected[..take].iter().enumerate() {
+        if n > 0 {
+            frames.push(Bytes::from_static(b","));
+        }
+        frames.push(s.body.clone());
+    }
+    frames.push(Bytes::from_static(b"]}"));
+    ok(stream_body(frames))
+}
+
+/// `list`'s body in frames of at most [`FRAME`] bytes (shared, not copied).
+fn framed(list: &ListBody) -> Body {
+    let body = &list.body;
+    stream_body((0..body.len()).step_by(FRAME).map(|start| body.slice(start..(start + FRAME).min(body.len()))).collect())
+}
+
+/// A body of `frames`, each one frame; its size hint is exact.
+fn stream_body(frames: Vec<Bytes>) -> Body {
+    struct Frames {
+        frames: std::collections::VecDeque<Bytes>,
+        left: u64,
+    }
+    impl http_body::Body for Frames {
+        type Data = Bytes;
+        type Error = Infallible;
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+            let next = self.frames.pop_front();
+            if let Some(b) = &next {
+                self.left -= b.len() as u64;
+            }
+            std::task::Poll::Ready(next.map(|b| Ok(http_body::Frame::data(b))))
+        }
+        fn is_end_stream(&self) -> bool {
+            self.frames.is_empty()
+        }
+        fn size_hint(&self) -> http_body::SizeHint {
+            http_body::SizeHint::with_exact(self.left)
+        }
+    }
+    let left = frames.iter().map(|b| b.len() as u64).sum();
+    BodyExt::boxed(Frames { frames: frames.into(), left })
+}
+
+fn full(b: Bytes) -> Body {
+    stream_body(vec![b])
+}
+
+fn ok(body: Body) -> http::Response<Body> {
+    let mut r = http::Response::new(body);
+    r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    r
+}
+
+fn status_json(code: u16, reason: &str, message: &str, details: Option<Value>) -> Value {
+    let mut v = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code});
+    if let Some(d) = details {
+        v["details"] = d;
+    }
+    v
+}
+
+fn respond(code: u16, body: &Value) -> http::Response<Body> {
+    let mut r = ok(full(Bytes::from(body.to_string())));
+    *r.status_mut() = http::StatusCode::from_u16(code).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    r
+}
+
+/// A `Status` answer.
+fn status(code: u16, reason: &str, message: &str, details: Option<Value>) -> http::Response<Body> {
+    respond(code, &status_json(code, reason, message, details))
+}
+
+fn not_found() -> http::Response<Body> {
+    status(404, "NotFound", "the server could not find the requested resource", None)
+}
+
+/// `422 Invalid` for a list or watch option, as the API server words it.
+fn invalid(field: &str, message: &str) -> http::Response<Body> {
+    let body = status_json(
+        422,
+        "Invalid",
+        &format!("ListOptions.meta.k8s.io \"\" is invalid: {field}: Forbidden: {message}"),
+        Some(
+            json!({"group": "meta.k8s.io", "kind": "ListOptions", "causes": [{"reason": "FieldValueForbidden", "message": format!("Forbidden: {message}"), "field": field}]}),
+        ),
+    );
+    respond(422, &body)
+}
