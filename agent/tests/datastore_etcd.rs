@@ -581,7 +581,7 @@ async fn keys_as_libcalico_go_writes_them_give_the_exact_routes() {
     // config are not inputs.
     assert_eq!(from_etcd.inputs, 35);
     // All three example files: with etcd, node-b and node-c are Calico Nodes too.
-    let file = FileDatastore::load(&examples()).unwrap();
+    let file = FileDatastore::load(examples()).unwrap();
     assert_eq!(file.object_errors, vec![]);
     assert_eq!(explain_text(&from_etcd), explain_text(&file));
     // Every class routewarden can route (never VXLAN, which is always Felix's).
