@@ -7,6 +7,7 @@ mod bench;
 mod build;
 mod image;
 mod lab_nodes;
+mod licences;
 mod qemu;
 mod run;
 mod setup;

@@ -46,7 +46,7 @@ pub struct TestArgs {
     pub cargo_test_args: Vec<String>,
 }
 
-/// The house rules (issue 15): the whole tree formatted (`rustfmt.toml`), and clippy with the
+/// The house rules: the supply chain ([`crate::licences`]: licences, sources, bans), the whole tree formatted (`rustfmt.toml`), and clippy with the
 /// workspace lints (pedantic, `Cargo.toml` `[workspace.lints]`) and `-D warnings` on every
 /// host crate and target, and on the BPF crate. Debian's BPF toolchain ships no clippy, so the
 /// BPF crate is linted for the host target with panic=abort (aya-ebpf builds there; the lints
@@ -55,6 +55,7 @@ pub struct TestArgs {
 /// # Errors
 /// The first rule broken, naming the command.
 pub fn lint(root: &std::path::Path) -> Result<()> {
+    crate::licences::check(root)?;
     run_cmd(Command::new("cargo").args(["fmt", "--all", "--", "--check"]).current_dir(root))?;
     run_cmd(Command::new("cargo").args(["clippy", "--all-targets", "--", "-D", "warnings"]).current_dir(root).env("CARGO_TARGET_DIR", root.join("target")))?;
     run_cmd(
