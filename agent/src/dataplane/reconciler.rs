@@ -159,11 +159,6 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         &self.nl
     }
 
-    /// Mutable access to the netlink collaborator.
-    pub fn netlink_mut(&mut self) -> &mut N {
-        &mut self.nl
-    }
-
     /// The current ownership policy.
     pub fn policy(&self) -> &OwnershipPolicy {
         &self.policy
@@ -443,11 +438,6 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             t = t.min(retry);
         }
         t
-    }
-
-    /// Routes of ours the reconciler believes are in the kernel, `ip route` form, sorted.
-    pub fn kernel_view(&self) -> Vec<String> {
-        self.kernel.values().map(|e| e.route.to_string()).collect()
     }
 
     /// Full resync: refresh links, dump the nexthop objects, dump our table (both families in

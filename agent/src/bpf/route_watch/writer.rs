@@ -117,11 +117,6 @@ pub fn find_socket_owners<S: BuildHasher>(proc_root: &Path, inodes: &HashSet<u64
     found
 }
 
-/// Find the process holding `socket:[inode]` under `proc_root` (normally `/proc`).
-pub fn find_socket_owner(proc_root: &Path, inode: u64) -> Option<ProcessInfo> {
-    find_socket_owners(proc_root, &HashSet::from([inode])).remove(&inode)
-}
-
 /// What the resolver did since it was created.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AttributionStats {

@@ -177,13 +177,6 @@ impl KubernetesDatastore {
         self
     }
 
-    /// Watcher settings (default [`cache_lists`]).
-    #[must_use]
-    pub fn with_watcher_config(mut self, config: watcher::Config) -> KubernetesDatastore {
-        self.watcher_config = config;
-        self
-    }
-
     /// One-shot load (for `explain` and `audit`): discovery, then one complete list of every
     /// resource. No watch is started.
     ///
