@@ -42,8 +42,6 @@ use nix::unistd::{gettid, Pid};
 use rtnetlink::packet_core::{ErrorBuffer, NetlinkBuffer, NLMSG_ERROR};
 use rtnetlink::sys::Socket;
 
-use super::netlink::{align, errno_of};
-
 /// Receive buffer for one datagram, bytes: an ack is 36 bytes, a failure with its extended-ack
 /// attributes well under 1 KiB (the socket has `NETLINK_CAP_ACK`: no copy of the request).
 const RECV_BUF_BYTES: usize = 64 * 1024;
@@ -310,6 +308,16 @@ fn others_than(allowed: &CpuSet, cpu: usize) -> Option<CpuSet> {
     others.unset(cpu).ok()?;
     let any = cpus(&others).next().is_some();
     any.then_some(others)
+}
+
+/// `len` bytes rounded up to the netlink message alignment (`NLMSG_ALIGN`, 4 bytes).
+pub(super) fn align(len: usize) -> usize {
+    len.next_multiple_of(usize::from(rtnetlink::packet_core::NLMSG_ALIGNTO))
+}
+
+/// The errno of a netlink error answer's `code` (a negative errno).
+pub(super) fn errno_of(code: i32) -> nix::errno::Errno {
+    nix::errno::Errno::from_raw(code.saturating_neg())
 }
 
 #[cfg(test)]

@@ -83,7 +83,7 @@ pub struct HandoverOutcome {
     /// How it ended.
     pub end: HandoverEnd,
     /// From the handover's start until ours was deleted (or released).
-    #[serde(with = "super::report::secs_f64")]
+    #[serde(with = "secs_f64")]
     pub waited: Duration,
 }
 
@@ -307,6 +307,14 @@ impl Handovers {
     /// The earliest grace deadline of a pending handover whose new owner is not seen yet.
     pub(super) fn next_deadline(&self) -> Option<Instant> {
         self.pending.values().filter(|h| !h.seen).map(|h| h.deadline).min()
+    }
+}
+
+/// Serialize a [`Duration`] as seconds (`f64`).
+pub(super) mod secs_f64 {
+    use std::time::Duration;
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
     }
 }
 

@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use futures::stream::StreamExt;
 use nix::sys::socket::{getsockopt, setsockopt, sockopt};
-use rtnetlink::packet_core::{NetlinkBuffer, NetlinkMessage, NetlinkPayload, NLMSG_ALIGNTO, NLM_F_ACK, NLM_F_DUMP_INTR, NLM_F_REQUEST};
+use rtnetlink::packet_core::{NetlinkBuffer, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP_INTR, NLM_F_REQUEST};
 use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags};
 use rtnetlink::packet_route::RouteNetlinkMessage;
 use rtnetlink::sys::protocols::NETLINK_ROUTE;
 use rtnetlink::sys::{AsyncSocket, Socket, SocketAddr};
 
-use super::batch_sender::{landed, Answers, Batch, BatchFailure, BatchSender, Landed};
+use super::batch_sender::{align, errno_of, landed, Answers, Batch, BatchFailure, BatchSender, Landed};
 use super::kernel_route::{
     all_tables_dump_request, delete_request, dump_request, dump_request_both_families, emit_write_request, parse_route, write_request, Family, KernelRoute,
     ObservedRoute, RouteKey,
@@ -774,16 +774,6 @@ fn serialize<T: BatchOp>(buf: &mut Vec<u8>, mut seq: u32, ops: &[T], limits: Bat
         last.set_flags(flags | NLM_F_ACK);
     }
     pending
-}
-
-/// `len` bytes rounded up to the netlink message alignment (`NLMSG_ALIGN`, 4 bytes).
-pub(super) fn align(len: usize) -> usize {
-    len.next_multiple_of(usize::from(NLMSG_ALIGNTO))
-}
-
-/// The errno of a netlink error answer's `code` (a negative errno).
-pub(super) fn errno_of(code: i32) -> nix::errno::Errno {
-    nix::errno::Errno::from_raw(code.saturating_neg())
 }
 
 /// Send one request and collect the inner messages of its answer.

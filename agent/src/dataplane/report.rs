@@ -177,18 +177,10 @@ pub struct ApplyReport {
     #[serde(with = "opt_secs")]
     pub resync_duration: Option<Duration>,
     /// Wall time of the whole apply.
-    #[serde(with = "secs_f64")]
+    #[serde(with = "super::handover::secs_f64")]
     pub duration: Duration,
     /// Human-readable error messages of this apply (at most 20; counts are in `errors`).
     pub error_messages: Vec<String>,
-}
-
-/// Serialize a [`Duration`] as seconds (`f64`).
-pub(super) mod secs_f64 {
-    use std::time::Duration;
-    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(d.as_secs_f64())
-    }
 }
 
 mod opt_secs {

@@ -26,10 +26,12 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use super::cluster::Cluster;
+use super::block::IpamBlock;
 use super::error::{FieldProblem, ModelError, Rejected};
 use super::kind::Kind;
 use super::names::MAX_FROZEN_PER_INPUT;
+use super::pool::IpPool;
+use super::shared_map::SharedMap;
 
 /// Most other blocks one block's error names; the rest are counted ("and 95 more").
 pub const MAX_NAMED_OVERLAPS: usize = 4;
@@ -112,12 +114,12 @@ impl Finding {
 /// O(n log n) in the number of blocks (one sort, one pass, a binary search per block among
 /// the pools): a median of 3.1 ms at 100,000 /26 blocks in a release build on this project's
 /// machine, loaded (`model::block_check::tests::blocks_100k_are_checked_in_n_log_n`).
-pub fn check_blocks(cluster: &mut Cluster) -> Vec<Rejected> {
-    let found = find(cluster);
+pub fn check_blocks(ip_pools: &BTreeMap<String, IpPool>, ipam_blocks: &mut SharedMap<Arc<str>, Arc<IpamBlock>>) -> Vec<Rejected> {
+    let found = find(ip_pools, ipam_blocks);
     let coarse = found.values().filter(|f| f.1.wrong_size.is_some() && f.1.overlaps == 0).count() > MAX_FROZEN_PER_INPUT;
     let mut out = Vec::with_capacity(found.len());
     for (name, (cidr, f, others, root)) in found {
-        if cluster.ipam_blocks.remove(name.as_ref()).is_none() {
+        if ipam_blocks.remove(name.as_ref()).is_none() {
             continue;
         }
         let mut problems = Vec::new();
@@ -160,14 +162,15 @@ pub fn is_invalid_block(error: &ModelError) -> bool {
 /// root CIDR.
 type Found = (IpNet, Finding, Vec<(Arc<str>, IpNet)>, IpNet);
 
-/// Every block of `cluster` that breaks a rule, by name.
-fn find(cluster: &Cluster) -> BTreeMap<Arc<str>, Found> {
+/// Every block of `ipam_blocks` that breaks a rule (among themselves, or against the valid
+/// `ip_pools`), by name.
+fn find(ip_pools: &BTreeMap<String, IpPool>, ipam_blocks: &SharedMap<Arc<str>, Arc<IpamBlock>>) -> BTreeMap<Arc<str>, Found> {
     // Valid pools do not overlap (check_pools ran), so sorted by first address their last
     // addresses are sorted too: the pools a block overlaps are found by binary search.
-    let mut pools: Vec<(Span, &super::IpPool)> = cluster.ip_pools.values().map(|p| (Span::of(p.cidr), p)).collect();
+    let mut pools: Vec<(Span, &IpPool)> = ip_pools.values().map(|p| (Span::of(p.cidr), p)).collect();
     pools.sort_unstable_by_key(|p| p.0);
 
-    let blocks: Vec<(&Arc<str>, IpNet)> = cluster.ipam_blocks.iter().map(|(n, b)| (n, b.cidr)).collect();
+    let blocks: Vec<(&Arc<str>, IpNet)> = ipam_blocks.iter().map(|(n, b)| (n, b.cidr)).collect();
     let sorted = sorted_spans(&blocks);
 
     // Keyed by place in `sorted`.
@@ -254,7 +257,12 @@ mod tests {
     use ipnet::IpNet;
 
     use super::*;
-    use crate::model::{Affinity, EncapMode, IpPool, IpamBlock};
+
+    /// [`check_blocks`] on a whole cluster's pools and blocks.
+    fn check(c: &mut Cluster) -> Vec<Rejected> {
+        check_blocks(&c.ip_pools, &mut c.ipam_blocks)
+    }
+    use crate::model::{Affinity, Cluster, EncapMode};
 
     /// An IPAM block document: name from the CIDR, affine to `node`.
     fn block(cidr: &str, node: &str) -> String {
@@ -454,7 +462,7 @@ mod tests {
         // Built in code: the IPv6 name of ::a00:0/122 is no DNS-1123 name.
         let mut c = Cluster::default();
         add_blocks(&mut c, ["10.0.0.0/26".parse().unwrap(), "::a00:0/122".parse().unwrap(), "::a00:0/120".parse().unwrap()]);
-        let r: Vec<(String, Vec<IpNet>)> = check_blocks(&mut c).into_iter().map(|r| (r.error.object().unwrap().1.to_owned(), r.cidrs)).collect();
+        let r: Vec<(String, Vec<IpNet>)> = check(&mut c).into_iter().map(|r| (r.error.object().unwrap().1.to_owned(), r.cidrs)).collect();
         let root: IpNet = "::a00:0/120".parse().unwrap();
         assert_eq!(r, [("--a00-0-120".to_owned(), vec![root]), ("--a00-0-122".to_owned(), vec![root])]);
         assert_eq!(c.ipam_blocks.keys().map(ToString::to_string).collect::<Vec<_>>(), ["10-0-0-0-26"]);
@@ -522,11 +530,11 @@ mod tests {
         let mut c = Cluster::default();
         c.ip_pools.insert("p".into(), v4_pool("p", "10.0.0.0/8", 26));
         add_blocks(&mut c, consecutive("10.0.0.0", 26, 100_000));
-        assert_eq!(check_blocks(&mut c.clone()), vec![]);
+        assert_eq!(check(&mut c.clone()), vec![]);
 
         let mut one = c.clone();
         add_blocks(&mut one, ["10.1.2.32/27".parse().unwrap()]);
-        let r = check_blocks(&mut one);
+        let r = check(&mut one);
         let got: Vec<(String, Vec<IpNet>)> = r.iter().map(|r| (r.error.object().unwrap().1.to_owned(), r.cidrs.clone())).collect();
         let root: IpNet = "10.1.2.0/26".parse().unwrap();
         assert_eq!(got, [("10-1-2-0-26".to_owned(), vec![root]), ("10-1-2-32-27".to_owned(), vec![root])]);
@@ -534,7 +542,7 @@ mod tests {
 
         let mut wide = c.clone();
         add_blocks(&mut wide, ["10.0.0.0/16".parse().unwrap()]);
-        let r = check_blocks(&mut wide);
+        let r = check(&mut wide);
         assert_eq!(r.len(), 1_025);
         assert!(r.iter().all(|r| r.cidrs == ["10.0.0.0/16".parse::<IpNet>().unwrap()]));
         let first = r[0].error.to_string();
@@ -554,7 +562,7 @@ mod tests {
             let mut c = Cluster::default();
             c.ip_pools.insert("p".into(), v4_pool("p", "10.244.0.0/16", 26));
             add_blocks(&mut c, consecutive("10.244.0.0", 27, n));
-            let r = check_blocks(&mut c);
+            let r = check(&mut c);
             assert_eq!(r.len(), n as usize);
             let own: Vec<IpNet> = consecutive("10.244.0.0", 27, n).collect();
             let mut got: Vec<IpNet> = r.iter().flat_map(|r| r.cidrs.iter().copied()).collect();
@@ -586,7 +594,7 @@ mod tests {
             .map(|_| {
                 let mut copy = c.clone();
                 let t = Instant::now();
-                let r = check_blocks(&mut copy);
+                let r = check(&mut copy);
                 let e = t.elapsed();
                 assert!(r.is_empty());
                 e

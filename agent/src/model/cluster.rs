@@ -198,8 +198,8 @@ impl ClusterBuilder {
                 rejected.push(Rejected::new(ModelError::Duplicate { kind, name }, cidrs));
             }
         }
-        rejected.extend(check_pools(&mut cluster));
-        rejected.extend(check_blocks(&mut cluster));
+        rejected.extend(check_pools(&mut cluster.ip_pools));
+        rejected.extend(check_blocks(&cluster.ip_pools, &mut cluster.ipam_blocks));
         (cluster, rejected)
     }
 }

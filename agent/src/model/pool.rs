@@ -6,10 +6,11 @@
 //! A pool written past those checks (`kubectl apply` of the CRD, a file) is an invalid object
 //! here: its CIDR becomes frozen ground, never routed, claimed or cleaned.
 
+use std::collections::BTreeMap;
+
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::cluster::Cluster;
 use super::error::{FieldProblem, ModelError, Rejected};
 use super::fields::{path_label, Fields};
 use super::kind::Kind;
@@ -168,14 +169,14 @@ pub(crate) fn overlaps(a: IpNet, b: IpNet) -> bool {
     a.contains(&b) || b.contains(&a)
 }
 
-/// Take every IP pool whose CIDR overlaps another pool's out of `cluster` and return one
+/// Take every IP pool whose CIDR overlaps another pool's out of `ip_pools` and return one
 /// rejection per such pool, naming the pools it overlaps. Calico's IP pool client refuses to
 /// create a pool that overlaps an existing one ("IPPool(a) CIDR overlaps with IPPool(b) CIDR
 /// 10.244.0.0/16", `libcalico-go/lib/clientv3/ippool.go` `validateAndSetDefaults`); which one
 /// came first is not known here, so every pool of an overlap is invalid and a prefix inside
 /// two pools is never routed as either's. Pure; O(n log n) in the number of pools.
-pub fn check_pools(cluster: &mut Cluster) -> Vec<Rejected> {
-    let mut pools: Vec<(&String, IpNet)> = cluster.ip_pools.iter().map(|(n, p)| (n, p.cidr)).collect();
+pub fn check_pools(ip_pools: &mut BTreeMap<String, IpPool>) -> Vec<Rejected> {
+    let mut pools: Vec<(&String, IpNet)> = ip_pools.iter().map(|(n, p)| (n, p.cidr)).collect();
     // Sorted by address then prefix length, a pool can only overlap later pools that start
     // inside it; each run of overlaps is found with one pass and a running maximum.
     pools.sort_by(|a, b| (a.1.network(), a.1.prefix_len(), a.0).cmp(&(b.1.network(), b.1.prefix_len(), b.0)));
@@ -197,7 +198,7 @@ pub fn check_pools(cluster: &mut Cluster) -> Vec<Rejected> {
     }
     let mut out = Vec::new();
     for (name, others) in overlapping {
-        let Some(pool) = cluster.ip_pools.remove(&name) else { continue };
+        let Some(pool) = ip_pools.remove(&name) else { continue };
         let list = others.iter().map(|(n, c)| format!("IPPool {n:?} ({c})")).collect::<Vec<_>>().join(", ");
         let error = ModelError::Field {
             kind: Kind::IpPool,

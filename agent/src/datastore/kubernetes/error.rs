@@ -2,11 +2,11 @@
 //! kube and watcher errors used in them, in logs and in `Unsynced` reasons.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use kube::runtime::watcher;
 
 use super::sources::CalicoGroup;
-use super::watch::WatchFailure;
 
 /// A kube error in one line: the API server's answer as `message (code reason)`, anything else
 /// with its causes once ([`crate::text::causes_once`]).
@@ -60,5 +60,36 @@ pub(crate) fn describe_watch_error(e: &watcher::Error) -> String {
         watcher::Error::WatchError(s) => format!("watch ended with an error: {}", status(s)),
         watcher::Error::WatchFailed(other) => format!("watch failed: {}", crate::text::causes_once(other)),
         watcher::Error::NoResourceVersion => e.to_string(),
+    }
+}
+
+/// Why one resource's list and watch ended ([`super::watch::list_watch`]).
+#[derive(Debug)]
+pub enum WatchFailure {
+    /// The list or the watch failed (kube-runtime's error kinds, so that they read the same
+    /// as kube's own watcher's).
+    Kube(watcher::Error),
+    /// The watch delivered neither an event nor a bookmark for `silent`, although the API
+    /// server had sent it bookmarks: the watch is hung (the server's watch cache stalled, a
+    /// proxy holding the stream) and the view may be missing changes.
+    Silent { silent: Duration },
+}
+
+impl From<watcher::Error> for WatchFailure {
+    fn from(e: watcher::Error) -> WatchFailure {
+        WatchFailure::Kube(e)
+    }
+}
+
+impl WatchFailure {
+    /// One line, each cause once: [`describe_watch_error`], or `stale: no event and no
+    /// bookmark for 90 s (…)`.
+    pub fn describe(&self) -> String {
+        match self {
+            WatchFailure::Kube(e) => describe_watch_error(e),
+            WatchFailure::Silent { silent } => {
+                format!("stale: no event and no bookmark for {} s although the API server sends a bookmark every 60 s; re-listing", silent.as_secs())
+            }
+        }
     }
 }

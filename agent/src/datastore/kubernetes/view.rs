@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 
 use kube::runtime::watcher::Event;
 
+use super::error::WatchFailure;
 use super::sources::{CalicoGroup, Watched, CALICO_NODE_SELECTOR, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE};
 use super::trimmed::TrimmedObject;
-use super::watch::{WatchFailure, WatchItem, WatchTarget};
+use super::watch::{WatchItem, WatchTarget};
 use crate::datastore::error::{LoadError, LoadErrorKind, ObjectError};
 use crate::datastore::event::{DatastoreEvent, Snapshot};
 use crate::model::{check_blocks, check_pools, Cluster, Kind, OptionalSource};
@@ -328,8 +329,8 @@ impl View {
             }
         }
         let mut cluster = self.cluster.clone();
-        let pools = check_pools(&mut cluster);
-        let blocks = check_blocks(&mut cluster);
+        let pools = check_pools(&mut cluster.ip_pools);
+        let blocks = check_blocks(&cluster.ip_pools, &mut cluster.ipam_blocks);
         for (resource, r) in pools.into_iter().map(|r| (&pool_resource, r)).chain(blocks.into_iter().map(|r| (&block_resource, r))) {
             let name = r.error.object().map(|(_, n)| n.to_owned()).unwrap_or_default();
             object_errors.push(ObjectError::from_rejected(PathBuf::from(format!("{resource}/{name}")), r));

@@ -1,7 +1,7 @@
 //! How one resource is watched: what a watcher reads ([`WatchTarget`]), the watcher settings
 //! ([`cache_lists`]), the list settle ([`DEFAULT_LIST_SETTLE`]), the retry delays
 //! ([`default_backoff`]), one list then watch that notices a silent watch ([`list_watch`],
-//! [`WatchFailure`]), the watcher that re-lists after every failure ([`relisting_watcher`]),
+//! [`WatchFailure`](super::error::WatchFailure)), the watcher that re-lists after every failure ([`relisting_watcher`]),
 //! and the watch of one target in its kind's trimmed shape ([`trimmed_watch`]).
 
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, Event, ListSemantic};
 use kube::ResourceExt;
 
-use super::error::describe_watch_error;
+use super::error::WatchFailure;
 
 use super::trimmed::{CalicoNodeContainers, CalicoSpec, NodeAddresses, RoutingMode, Shape, Trimmed, TrimmedObject};
 use crate::model::{Kind, OptionalSource};
@@ -85,37 +85,6 @@ pub type BackoffFactory = Arc<dyn Fn() -> Box<dyn Backoff> + Send + Sync>;
 /// the watch's timeout (k8s.io/apiserver `pkg/storage/cacher/cacher.go`,
 /// `defaultBookmarkFrequency`), so 90 s is one interval plus a 30 s margin.
 pub const DEFAULT_WATCH_SILENCE: Duration = Duration::from_secs(90);
-
-/// Why one resource's list and watch ended ([`list_watch`]).
-#[derive(Debug)]
-pub enum WatchFailure {
-    /// The list or the watch failed (kube-runtime's error kinds, so that they read the same
-    /// as kube's own watcher's).
-    Kube(watcher::Error),
-    /// The watch delivered neither an event nor a bookmark for `silent`, although the API
-    /// server had sent it bookmarks: the watch is hung (the server's watch cache stalled, a
-    /// proxy holding the stream) and the view may be missing changes.
-    Silent { silent: Duration },
-}
-
-impl From<watcher::Error> for WatchFailure {
-    fn from(e: watcher::Error) -> WatchFailure {
-        WatchFailure::Kube(e)
-    }
-}
-
-impl WatchFailure {
-    /// One line, each cause once: [`describe_watch_error`], or `stale: no event and no
-    /// bookmark for 90 s (…)`.
-    pub fn describe(&self) -> String {
-        match self {
-            WatchFailure::Kube(e) => describe_watch_error(e),
-            WatchFailure::Silent { silent } => {
-                format!("stale: no event and no bookmark for {} s although the API server sends a bookmark every 60 s; re-listing", silent.as_secs())
-            }
-        }
-    }
-}
 
 /// What one list then watch of a resource yields.
 pub(crate) type WatchItem<K> = Result<Event<K>, WatchFailure>;
