@@ -195,8 +195,9 @@ pub struct RunArgs {
     #[arg(long, env = "ROUTEWARDEN_HANDOVER_GRACE", default_value_t = 30)]
     pub handover_grace: u64,
     /// Settle period, seconds: how long the file datastore's tree must stay unchanged before a
-    /// vanished or unreadable file's objects are dropped, and how long a mass deletion must
-    /// stay wanted before it goes out.
+    /// vanished file's objects are dropped (an unreadable one keeps its last good content for
+    /// as long as it stays unreadable), and how long a mass deletion must stay wanted before it
+    /// goes out.
     #[arg(long, env = "ROUTEWARDEN_SETTLE_PERIOD", default_value_t = 30)]
     pub settle_period: u64,
     /// Mass-deletion breaker, percent: an apply that would delete more than this share of

@@ -16,8 +16,8 @@ use crate::datastore::error::{LoadError, LoadErrorKind, ObjectError};
 use crate::datastore::event::{DatastoreEvent, Snapshot};
 use crate::model::{cidrs_in_text, ClusterBuilder, Kind, ParsedObject, ParsedObjects, YamlLimits};
 
-/// Default settle period: how long the tree must stay unchanged before a vanished or
-/// unreadable file's objects are dropped (`--settle-period`).
+/// Default settle period: how long the tree must stay unchanged before a vanished file's
+/// objects are dropped (`--settle-period`); an unreadable file keeps its last good content.
 pub const DEFAULT_SETTLE: Duration = Duration::from_secs(30);
 /// Default size limit of one input file, bytes (`--datastore-max-file-size`): 16 MiB.
 pub const DEFAULT_MAX_FILE_SIZE: u64 = 16 * 1024 * 1024;
@@ -25,8 +25,8 @@ pub const DEFAULT_MAX_FILE_SIZE: u64 = 16 * 1024 * 1024;
 /// How the file datastore treats its inputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileOptions {
-    /// How long the tree must stay unchanged before a file that vanished (or became
-    /// unreadable) is taken as removed. Default 30 s.
+    /// How long the tree must stay unchanged before a file that vanished is taken as removed
+    /// (one that became unreadable keeps its last good content while it stays so). Default 30 s.
     pub settle: Duration,
     /// Largest file read, bytes; a larger one is refused unread. Default 16 MiB.
     pub max_file_size: u64,
