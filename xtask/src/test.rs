@@ -176,6 +176,11 @@ pub const HOST_ALLOWED_SKIPS: &[HostAllowedSkip] = &[
         reason: "no ipip tunl0 on this kernel",
         why: "the host kernel has no ipip module; the QEMU lane runs this binary",
     },
+    HostAllowedSkip {
+        binary: "agent_guest",
+        reason: "no ipip tunl0 on this kernel",
+        why: "the release agent on a stock kernel's fentry, kprobes and ipip tunl0; the QEMU lane runs this binary",
+    },
 ];
 
 /// With `--no-image` the tests of the image skip by request; nothing else may skip because of it.

@@ -193,7 +193,7 @@ impl Metrics {
         r.register("route_flushes", "Routes removed by the kernel without a writer (link down flush)", m.route_flushes.clone());
         r.register(
             "route_writes_unattributed",
-            "Route writes whose writing process was not known when counted (socket filter naming senders by netlink port); their writer class in routewarden_route_writes_total was inferred from the route protocol",
+            "Route writes whose writing process was not known when counted (the socket filter naming senders by netlink port): their writer class in routewarden_route_writes_total was inferred from the route protocol",
             m.route_writes_unattributed.clone(),
         );
         r.register("flapping_prefixes", "Prefixes in flap or conflict now", m.flapping_prefixes.clone());
