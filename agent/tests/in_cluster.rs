@@ -106,15 +106,10 @@ fn daemonset(docs: &[Value]) -> Value {
     ds[0].clone()
 }
 
-const CALICO: [(&str, &str); 6] = [
-    ("ippools", "IPPool"),
-    ("ipamblocks", "IPAMBlock"),
-    ("blockaffinities", "BlockAffinity"),
-    ("felixconfigurations", "FelixConfiguration"),
-    ("bgpconfigurations", "BGPConfiguration"),
-    ("clusterinformations", "ClusterInformation"),
-];
-
+/// The Calico resources the agent watches, as (plural, kind): the agent's own table.
+fn calico() -> impl Iterator<Item = (&'static str, &'static str)> {
+    routewarden::datastore::kubernetes::CALICO_RESOURCES.iter().map(|w| (w.plural, w.kind.as_str()))
+}
 fn nodes_type() -> ResourceType {
     ResourceType::new("v1", "Node", "nodes", false)
 }
@@ -129,7 +124,7 @@ fn daemonsets_type() -> ResourceType {
 /// calico-node's DaemonSet in kube-system (its env without FELIX_PROGRAMCLUSTERROUTES, so
 /// FelixConfiguration decides).
 fn serve_example(api: &ApiServer) {
-    for (plural, kind) in CALICO {
+    for (plural, kind) in calico() {
         api.register(&ResourceType::new("crd.projectcalico.org/v1", kind, plural, false));
     }
     api.register(&nodes_type());
@@ -164,7 +159,7 @@ fn serve_example(api: &ApiServer) {
                 json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}, "annotations": annotations}, "status": {"addresses": addresses}});
             api.create(&nodes_type(), node).unwrap();
         } else {
-            let (plural, kind) = CALICO.iter().find(|(_, k)| *k == kind).unwrap();
+            let (plural, kind) = calico().find(|(_, k)| *k == kind).unwrap();
             let rt = ResourceType::new("crd.projectcalico.org/v1", kind, plural, false);
             api.create(&rt, json!({"metadata": {"name": name}, "spec": item["spec"]})).unwrap();
         }
@@ -370,7 +365,7 @@ fn pki() -> Pki {
 /// its Installation is not read): the six Calico collections, Nodes, and calico-node in
 /// kube-system.
 fn watched() -> BTreeSet<String> {
-    let mut out: BTreeSet<String> = CALICO.iter().map(|(p, _)| (*p).to_owned()).collect();
+    let mut out: BTreeSet<String> = calico().map(|(p, _)| p.to_owned()).collect();
     out.insert("nodes".into());
     out.insert("daemonsets/kube-system".into());
     out

@@ -184,15 +184,6 @@ use crate::ownership::{decide, CalicoVersion, ClusterRoutes, ComponentDecision, 
 use crate::vocabulary::PoolClass;
 use crate::vocabulary::Writer as RouteWriter;
 
-const CALICO_PLURAL_KINDS: [(&str, &str); 6] = [
-    ("ippools", "IPPool"),
-    ("ipamblocks", "IPAMBlock"),
-    ("blockaffinities", "BlockAffinity"),
-    ("felixconfigurations", "FelixConfiguration"),
-    ("bgpconfigurations", "BGPConfiguration"),
-    ("clusterinformations", "ClusterInformation"),
-];
-
 /// The collection path of a resource: `/apis/<group>/<version>/<plural>`, `/api/v1/nodes`.
 fn path(group: CalicoGroup, plural: &str) -> String {
     if plural == "nodes" {
@@ -203,7 +194,7 @@ fn path(group: CalicoGroup, plural: &str) -> String {
 }
 
 fn kind_of(plural: &str) -> &'static str {
-    CALICO_PLURAL_KINDS.iter().find(|(p, _)| *p == plural).map_or("Node", |(_, k)| k)
+    super::sources::CALICO_RESOURCES.iter().find(|w| w.plural == plural).map_or("Node", |w| w.kind.as_str())
 }
 
 fn api_version_of(group: CalicoGroup, plural: &str) -> &'static str {
@@ -375,7 +366,7 @@ fn cluster_objects(yaml: &str, group: CalicoGroup) -> Objects {
             };
             out.entry("nodes").or_default().push(node(name, &rv, &ann, &addrs));
         } else {
-            let plural = CALICO_PLURAL_KINDS.iter().find(|(_, k)| *k == kind).map(|(p, _)| *p).unwrap();
+            let plural = super::sources::CALICO_RESOURCES.iter().find(|w| w.kind.as_str() == kind).map(|w| w.plural).unwrap();
             out.entry(plural).or_default().push(object(group, plural, name, &rv, &item["spec"]));
         }
     }
