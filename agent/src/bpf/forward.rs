@@ -44,14 +44,13 @@ pub mod entries;
 pub mod event;
 pub mod pools;
 mod reader;
+pub(crate) mod settings;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use aya::programs::tc::SchedClassifierLink;
 
-use crate::bpf::bpf_log::BpfLogLevel;
 use crate::bpf::loader::{classifier, BpfObject, LoadConfig, TakenMaps};
 use crate::bpf::watch::Watch;
 use crate::bpf::BpfError;
@@ -69,55 +68,7 @@ pub use destinations::DestinationsUpdate;
 pub use entries::{entries_from_routes, ForwardEntry};
 pub use event::{ForwardEvent, ForwardEventKind};
 pub use reader::log_event;
-
-/// What a watched device is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DeviceRole {
-    /// An IPIP tunnel device (`tunl0`): `tc_forward_tunnel`.
-    Tunnel,
-    /// A host NIC (`eth0`): `tc_forward_host`.
-    HostNic,
-}
-
-impl DeviceRole {
-    fn program(self) -> &'static str {
-        match self {
-            DeviceRole::Tunnel => PROG_TC_FORWARD_TUNNEL,
-            DeviceRole::HostNic => PROG_TC_FORWARD_HOST,
-        }
-    }
-
-    /// `tunnel` or `host-nic`.
-    pub fn label(self) -> &'static str {
-        match self {
-            DeviceRole::Tunnel => "tunnel",
-            DeviceRole::HostNic => "host-nic",
-        }
-    }
-}
-
-/// Settings of the watch.
-#[derive(Clone, Debug)]
-pub struct ForwardConfig {
-    /// Devices to watch and their role (egress).
-    pub devices: Vec<(String, DeviceRole)>,
-    /// Path changes of one block within `window` that make a forwarding flap (default 3).
-    pub flap_threshold: u32,
-    /// Flap window (default 30 s).
-    pub window: Duration,
-    /// Minimum interval between two wrong-path samples of one block (default 1 s).
-    pub sample_interval: Duration,
-    /// Kernel-side log level (`--bpf-log-level`, default off; [`crate::bpf::bpf_log`]).
-    pub log_level: BpfLogLevel,
-}
-
-impl ForwardConfig {
-    /// Watch `tunnels` as tunnel devices and `nics` as host NICs, with the default thresholds.
-    pub fn for_devices(tunnels: &[String], nics: &[String]) -> ForwardConfig {
-        let devices = tunnels.iter().map(|d| (d.clone(), DeviceRole::Tunnel)).chain(nics.iter().map(|d| (d.clone(), DeviceRole::HostNic))).collect();
-        ForwardConfig { devices, flap_threshold: 3, window: Duration::from_secs(30), sample_interval: Duration::from_secs(1), log_level: BpfLogLevel::Off }
-    }
-}
+pub use settings::{DeviceRole, ForwardConfig};
 
 fn map_err(map: &'static str, op: &'static str) -> impl Fn(aya::maps::MapError) -> BpfError {
     BpfError::map(map, op)

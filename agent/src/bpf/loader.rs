@@ -31,8 +31,9 @@ use aya::{Ebpf, EbpfLoader};
 use routewarden_common::route_watch::{KernelOffsets, TaskOffsets};
 
 use super::bpf_log::{BpfLogForwarder, BpfLogLevel};
-use super::forward::ForwardConfig;
-use super::route_watch::{btf, RouteWatchBackend, RouteWatchConfig};
+use super::forward::settings::ForwardConfig;
+use super::route_watch::btf;
+use super::route_watch::settings::{current_netns_inode, RouteWatchBackend, RouteWatchConfig};
 use super::BpfError;
 
 /// Everything the load fixes: the kernel-side log level and each watch's globals. The
@@ -239,7 +240,7 @@ fn load_with(bytes: &[u8], config: &LoadConfig, globals: &Globals<'_>, level: Bp
     let stream = u32::from(route.stream_writes);
     let self_tgid = route.self_pid.unwrap_or_else(std::process::id);
     // Read by the fentry/kprobe programs only (a socket filter sees its own namespace).
-    let netns = super::route_watch::current_netns_inode().unwrap_or(0);
+    let netns = current_netns_inode().unwrap_or(0);
     let forward = config.forward.clone().unwrap_or_else(|| ForwardConfig::for_devices(&[], &[]));
     let forward_window_ns = ns(forward.window);
     let sample_ns = ns(forward.sample_interval);
