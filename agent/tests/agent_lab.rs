@@ -669,3 +669,87 @@ fn missing_tunnel_device_is_named_in_readyz_until_it_appears() {
         ok.then_some(())
     });
 }
+
+/// A child killed (SIGKILL) and reaped when the test ends, however it ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// SIGTERM (15) in a `SigCgt` mask (bit `signal - 1`).
+const SIGTERM_BIT: u64 = 1 << (15 - 1);
+
+/// `/proc/<pid>/status`'s `SigCgt` mask: the signals the process has a handler for.
+fn caught_signals(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:"))?.trim();
+    u64::from_str_radix(mask, 16).ok()
+}
+
+/// In its container the agent is PID 1, for which the kernel drops a signal that has no
+/// handler: a SIGTERM during start-up would be lost and the pod killed after its grace period.
+/// So the agent takes SIGTERM before it does anything else. Shown deterministically: its stderr
+/// is a pipe the test has filled, so the agent stops at its first log line (before the BPF
+/// load, the datastore, the loop); there it must already catch SIGTERM, and a SIGTERM sent
+/// there must end it cleanly (exit 0, "SIGTERM" in its log) once the log drains.
+#[test]
+fn a_sigterm_during_start_up_stops_the_agent_cleanly() {
+    use std::io::{Read as _, Write as _};
+    use std::os::fd::AsRawFd as _;
+
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+
+    if skip_unless_root("a_sigterm_during_start_up_stops_the_agent_cleanly") {
+        return;
+    }
+    let lab = lab();
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    // Fill the pipe to the last byte (non-blocking, so the test sees where it is full), then
+    // make it blocking again: the flag belongs to the open file the agent inherits.
+    fcntl(write_end.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).unwrap();
+    let mut w = std::fs::File::from(write_end);
+    let mut filled = 0usize;
+    for chunk in [4096usize, 1] {
+        let bytes = vec![b'.'; chunk];
+        while w.write(&bytes).is_ok() {
+            filled += chunk;
+        }
+    }
+    assert!(filled >= 4096, "the pipe took {filled} bytes");
+    fcntl(w.as_raw_fd(), FcntlArg::F_SETFL(OFlag::empty())).unwrap();
+    let mut cmd = lab.command("node-a", env!("CARGO_BIN_EXE_routewarden"));
+    cmd.args(["run", "--node", "node-a", "--metrics-addr", &format!("127.0.0.1:{PORT}"), "--log-format", "text", "--datastore"])
+        .arg(format!("file:{}", example_dir().display()))
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(w);
+    let mut child = KillOnDrop(cmd.spawn().unwrap());
+    drop(cmd); // the test's copy of the write end goes, so the drain below ends with the agent
+    let pid = child.0.id();
+    wait_for("the agent to catch SIGTERM while held at its first log line", Duration::from_secs(10), || {
+        caught_signals(pid).filter(|m| m & SIGTERM_BIT != 0).map(|_| ())
+    });
+    assert_eq!(child.0.try_wait().unwrap(), None, "the agent is still starting (held at its log)");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let drain = std::thread::spawn(move || {
+        let mut log = Vec::new();
+        std::fs::File::from(read_end).read_to_end(&mut log).unwrap();
+        String::from_utf8_lossy(&log[filled.min(log.len())..]).into_owned()
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the agent did not stop within 30 s of a SIGTERM during its start-up");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let log = drain.join().unwrap();
+    assert_eq!(status.code(), Some(0), "a SIGTERM during start-up ends the agent cleanly: {status}\n{log}");
+    assert!(log.contains("SIGTERM"), "the agent says it stopped on SIGTERM:\n{log}");
+}
