@@ -110,7 +110,7 @@ pub fn compute_cluster(size: ComputeSize) -> Cluster {
                 bgp_ipv6_has_prefix: false,
                 as_number: None,
                 // Calico's IPIP tunnel address: the first IP of the node's first block (block
-                // i of the IPIP pool), so the tunnel-address rule (issue 21) runs per node.
+                // i of the IPIP pool), so the tunnel-address rule runs per node.
                 ipv4_ipip_tunnel_addr: (i < size.blocks.div_ceil(2)).then(|| IpAddr::V4(v4(u32::from(Ipv4Addr::new(10, 0, 0, 0)) + (i as u32) * 64))),
                 ipv4_vxlan_tunnel_addr: None,
                 ipv6_vxlan_tunnel_addr: None,

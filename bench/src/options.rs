@@ -55,7 +55,7 @@ pub struct ComputeSize {
 }
 
 impl Options {
-    /// The sizes issue 10 names.
+    /// The sizes the benchmarks' targets are set for.
     pub fn full() -> Options {
         Options {
             runs: 5,

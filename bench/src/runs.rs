@@ -19,7 +19,7 @@ use crate::{median, Options, Shared};
 
 /// How routewarden programs cluster routes: classic routes (gateway, device and onlink flag
 /// in each route; the default) or through one nexthop object per (remote node, IP pool)
-/// (`DataplaneConfig::nexthop_objects`, `--nexthop-objects`, issue 18).
+/// (`DataplaneConfig::nexthop_objects`, `--nexthop-objects`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// Classic routes (the agent's default).

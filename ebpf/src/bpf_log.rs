@@ -1,4 +1,4 @@
-//! Kernel-side logging of rare events through `aya-log-ebpf` (issue 14): a full map, a full
+//! Kernel-side logging of rare events through `aya-log-ebpf`: a full map, a full
 //! ring buffer, kernel struct offsets that do not match the running kernel, a packet or message
 //! that cannot be parsed. Never on the per-packet or per-write hot path: every call site is an
 //! error branch, and [`allowed`] lets each kind through at most once per second per CPU, so a

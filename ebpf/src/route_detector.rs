@@ -7,7 +7,7 @@
 //! `ROUTE_WATCH_EVENTS` only when a prefix crosses into conflict or flap (at most one of each
 //! per prefix per window), plus one record per write when `ROUTE_WATCH_STREAM_WRITES` is set.
 //!
-//! Definitions (issue 5; window `ROUTE_WATCH_WINDOW_NS`, default 30 s; threshold
+//! Definitions (window `ROUTE_WATCH_WINDOW_NS`, default 30 s; threshold
 //! `ROUTE_WATCH_FLAP_THRESHOLD`, default 3):
 //! - conflict: a write by a writer different from the prefix's last writer (different route
 //!   protocol, or same protocol from another process / netlink port), within the window of

@@ -1,4 +1,4 @@
-//! The TC forwarding watch (issue 6): which path cluster traffic really takes, and when a
+//! The TC forwarding watch: which path cluster traffic really takes, and when a
 //! destination block's path flips.
 //!
 //! Two classifiers, attached to egress (TCX where the kernel has it, clsact otherwise):
@@ -20,7 +20,7 @@
 //! and always return `TC_ACT_UNSPEC` (-1), which is `TCX_NEXT` for TCX and "continue with the
 //! next filter" for clsact, so Calico's and Cilium's programs on the same hook still run.
 //!
-//! Lookup (issue 15): the destination is first tested against the pool ranges of the live
+//! Lookup: the destination is first tested against the pool ranges of the live
 //! [`PoolFilter`] (a few disjoint prefixes covering every cluster destination); a
 //! non-cluster destination exits there, after one header load and a few compares. Inside a
 //! range, one hash lookup per prefix length of the destinations there, longest first (borrowed

@@ -1,4 +1,4 @@
-//! `all-nodes-5k` (issue 19 part 4): `routewarden explain --all-nodes` on 5,000 nodes and
+//! `all-nodes-5k`: `routewarden explain --all-nodes` on 5,000 nodes and
 //! 100,000 IPAM blocks in files, against its 2 s budget. Target: at most 1. Pure: no routes,
 //! links or namespaces.
 
@@ -13,8 +13,7 @@ use crate::{median, Benchmark, Options, Outcome, Shared, Target};
 /// This benchmark's registry entry: its name and [`run`].
 pub const BENCHMARK: Benchmark = Benchmark { name: "all-nodes-5k", run };
 
-/// The budget of `routewarden explain --all-nodes` on 5,000 nodes and 100,000 blocks (issue 19
-/// part 4).
+/// The budget of `routewarden explain --all-nodes` on 5,000 nodes and 100,000 blocks.
 const ALL_NODES_BUDGET: Duration = Duration::from_secs(2);
 
 /// `routewarden explain --all-nodes` on `opts.compute.nodes` nodes and `opts.compute.blocks`

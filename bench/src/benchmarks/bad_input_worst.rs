@@ -1,4 +1,4 @@
-//! `bad-input-worst` (issue 22): the agent against the worst inputs up to the size limit, for
+//! `bad-input-worst`: the agent against the worst inputs up to the size limit, for
 //! its peak RSS, its parse time and the linearity of parsing. Target: at most 1. Needs
 //! `--agent-bin`.
 
@@ -17,7 +17,8 @@ use crate::{Benchmark, Options, Outcome, Shared, Target};
 /// This benchmark's registry entry: its name and [`run`].
 pub const BENCHMARK: Benchmark = Benchmark { name: "bad-input-worst", run };
 
-/// Files of one object each written at once (issue 48: 5,000 took 252 s to first sync).
+/// Files of one object each written at once (re-reading each after its own pause made 5,000
+/// of them take minutes to a first sync).
 const MANY_FILES: usize = 5_000;
 /// Their target: synced within this many seconds.
 const MANY_FILES_S: f64 = 5.0;
@@ -89,7 +90,7 @@ pub fn worst_inputs(bytes: usize) -> Vec<(&'static str, String)> {
             ),
         ),
         ("deep-nesting", filled("", "[", "", bytes)),
-        // Issue 48: an alias fanned out 40,000 times over a 10,000-element anchor (180 KB; it
+        // An alias fanned out 40,000 times over a 10,000-element anchor (180 KB; it
         // cost 21 s when every alias was cloned before the budget check), padded.
         ("alias-fanout", filled(&alias_fanout(), "# padding to the size limit ...........................................\n", "", bytes)),
         // A List of scalars: one rejection, not a value per item (2.55 GB at 16 MiB before).
@@ -112,7 +113,7 @@ pub fn worst_inputs(bytes: usize) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// Issue 22's target: agent RSS <= 200 MB and parse <= 2 s for any input up to the size limit,
+/// The target: agent RSS <= 200 MB and parse <= 2 s for any input up to the size limit,
 /// with parse time linear in the input. The agent (release, in a one-node lab on the example
 /// cluster) is given each worst shape in turn as a new file; the time from the write to the
 /// agent reporting it on /metrics bounds its parse (debounce and half-write re-read included);
@@ -202,7 +203,7 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
             // Removing a file holds its content for the settle period: wait it out.
             wait("the file's removal", Duration::from_secs(90), &|| invalid() == Some(0.0))?;
         }
-        // Issue 48: 5,000 one-object files (each re-read after its own 50-ms pause took 252 s
+        // 5,000 one-object files (each re-read after its own 50-ms pause took 252 s
         // to sync): the time from the first write to the agent reporting all 5,000.
         let t = Instant::now();
         for i in 0..many {

@@ -1,7 +1,7 @@
 //! `cold-program-10k` (benchmark 1): routewarden's cold programming of 10,000 cluster routes
 //! into an empty table, against `ip -batch` adding the same routes. Target: at most 1.5.
 //!
-//! Also measured in the same runs (issue 18 part 3): the same programming in nexthop-object
+//! Also measured in the same runs: the same programming in nexthop-object
 //! mode (`rw_nh_ms`, every route checked to go through an object afterwards) and its ratio
 //! against the same `ip -batch` (`ratio_nh`; the line's `ratio` and `met` stay classic mode's).
 

@@ -2,7 +2,7 @@
 //! static protocol are in the kernel, against routewarden's cold programming of the same routes
 //! (benchmark 1's median). Target: at least 2.
 //!
-//! Also against routewarden in nexthop-object mode (issue 18 part 3; benchmark 1's `rw_nh_ms`):
+//! Also against routewarden in nexthop-object mode (benchmark 1's `rw_nh_ms`):
 //! `ratio_nh` = BIRD ÷ nexthop mode, with the same target, reported as `met_nh`; the line's
 //! `ratio` and `met` stay classic mode's.
 

@@ -1,6 +1,6 @@
-//! `cold-program-vs-floor` (issue 18 part 1): routewarden's cold programming of 10,000 cluster
+//! `cold-program-vs-floor`: routewarden's cold programming of 10,000 cluster
 //! routes (benchmark 1's routewarden side) against the cheapest writer of the same routes this
-//! harness can build, the *floor*. Target: at most 1.15 (issue 18).
+//! harness can build, the *floor*. Target: at most 1.15.
 //!
 //! The floor writes exactly routewarden's `RTM_NEWROUTE` messages (routewarden's own
 //! [`to_kernel_route`] and [`write_request`]: create-exclusive, protocol 80, metric 1024,
@@ -16,7 +16,7 @@
 //! Two more writers of the same pre-built messages split the gap: `rw_shape_ms`, routewarden's
 //! batch shape (1,024 messages or 160 KiB a send, one ack a send, all from one thread: its use
 //! of netlink without its own work), and `every_ack_ms`, every message acked in sends of 256
-//! (as routewarden wrote before issue 18).
+//! (as routewarden once wrote).
 
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -45,7 +45,7 @@ pub const BENCHMARK: Benchmark = Benchmark { name: "cold-program-vs-floor", run 
 /// Which messages ask for an ack (`NLM_F_ACK`); failures are answered whatever the flags.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Acks {
-    /// Every message, each send's acks read before the next send (routewarden before issue 18).
+    /// Every message, each send's acks read before the next send (as routewarden once wrote).
     EveryMessage,
     /// The last message of each send, its answers read before the next send (routewarden's
     /// batch socket).
@@ -73,7 +73,7 @@ pub const FLOOR: Shape = Shape { max_messages: usize::MAX, max_bytes: 4 * 1024 *
 /// costs without any of its own work.
 pub const RW_SHAPE: Shape = Shape { max_messages: DEFAULT_WINDOW, max_bytes: MAX_BATCH_BYTES, acks: Acks::EverySend };
 
-/// Every message acked, 256 messages or 64 KiB a send: routewarden's writes before issue 18.
+/// Every message acked, 256 messages or 64 KiB a send: routewarden's writes before batching.
 pub const EVERY_ACK: Shape = Shape { max_messages: 256, max_bytes: 64 * 1024, acks: Acks::EveryMessage };
 
 /// The messages for `routes`, in one buffer, sequence numbers 1..=n in order, with `NLM_F_ACK`

@@ -1,11 +1,11 @@
-//! `kube-100k` (issue 23): the Kubernetes datastore and the plan at fleet scale, against the
+//! `kube-100k`: the Kubernetes datastore and the plan at fleet scale, against the
 //! stand-in API server in this process ([`routewarden_standin::ApiServer`], in-process): 5,000 Nodes, 100,000 IPAM blocks,
 //! 100,000 affinities, two IP pools and the configuration ([`crate::fixtures::kube`]), then
 //! 1,000 IPAM block changes a second for 10 s (`--tiny`: 50 nodes, 1,000 blocks, 100 a second
 //! for 1 s). What the agent does per snapshot is run on each one: `routewarden::plan::plan`
 //! for `node-00000` in Felix's role, as `app` does.
 //!
-//! Measured (issue 23's targets in brackets):
+//! Measured (targets in brackets):
 //!
 //! - `first_plan_ms`: from starting the datastore to the first plan computed, the "first
 //!   apply" without the netlink writes (cold-program-10k times those) [≤ 5 s];

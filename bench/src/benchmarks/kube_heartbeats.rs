@@ -1,4 +1,4 @@
-//! `kube-heartbeats` (issue 23): the Kubernetes datastore's CPU under 1,000 Node heartbeats a
+//! `kube-heartbeats`: the Kubernetes datastore's CPU under 1,000 Node heartbeats a
 //! second from a stand-in API server in the process, against 5 % of one core. Target: at most
 //! 1, with no snapshot sent for a heartbeat.
 

@@ -1,4 +1,4 @@
-//! `node-move` (issue 18 part 3): one remote node's address changes, so every route to it needs
+//! `node-move`: one remote node's address changes, so every route to it needs
 //! a new gateway. node-b has 20 /26 blocks and a borrowed /32 (21 routes via 10.0.0.12 on
 //! `eth0`); node-c (2 blocks via 10.0.1.13 on `tunl0`) and node-d (2 blocks via 10.0.0.14 on
 //! `eth0`) stay where they are. After the cold programming, node-b moves to 10.0.0.22 and one
@@ -6,7 +6,7 @@
 //! writes; cross-checked against the ops the netlink wrapper saw), classic and in
 //! nexthop-object mode, each in a fresh namespace, runs alternating.
 //!
-//! Target (issue 18): nexthop mode does it in 1 write (the ratio: its writes ÷ 1, at most 1).
+//! Target: nexthop mode does it in 1 write (the ratio: its writes ÷ 1, at most 1).
 //! Classic mode's 21 route writes are the reference (`classic_writes`, required for `met`).
 //! After each move the kernel must hold exactly node-b's 21 routes via 10.0.0.22 (in nexthop
 //! mode, all of them through a nexthop object), node-c's and node-d's untouched.

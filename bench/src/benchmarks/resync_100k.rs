@@ -2,7 +2,7 @@
 //! table of 100,000, against `ip route show proto 80` of the same table. Target: at most 2, with
 //! zero writes.
 //!
-//! Also in nexthop-object mode (issue 18 part 3), in a namespace of its own: the same 10,000
+//! Also in nexthop-object mode, in a namespace of its own: the same 10,000
 //! routes through two nexthop objects (`nhid`), the same no-change resync; `_nh` keys, with
 //! the issue's target of at most 1.5 route dumps per resync in `met_nh` (the resync also dumps
 //! the nexthop objects once: `nexthop_dumps_per_resync_nh`). The line's `ratio` and `met`

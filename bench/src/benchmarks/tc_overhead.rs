@@ -125,7 +125,7 @@ fn test_run_ns(id: u32, frame: &[u8]) -> Option<f64> {
 /// forwarding watch attached to node-a's `eth0` and `tunl0` (destinations loaded), divided by
 /// without it; runs alternate. Side figures: the host-NIC program's per-packet cost from
 /// `BPF_PROG_TEST_RUN` on the frames of [`tc_cost_frames`] (median over the runs, each the
-/// average of [`TEST_RUN_REPEAT`] repetitions), with targets of their own (issue 15: at most
+/// average of [`TEST_RUN_REPEAT`] repetitions), with targets of their own (at most
 /// 50 ns for a cluster destination, 20 ns for a non-cluster one). The kernel's run-time
 /// statistics (`run_time_ns / run_cnt`) need the global `kernel.bpf_stats_enabled`, which is
 /// not touched on the host: that figure comes from the QEMU lane (`agent/tests/forward_ipip.rs`).
@@ -197,7 +197,7 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
         v[v.len() / 2]
     };
     let cost: Vec<Option<f64>> = cost.into_iter().map(|v| (!v.is_empty()).then(|| median_f(v))).collect();
-    // Issue 15's per-packet targets (ns), in the order of `tc_cost_frames`; `None`: no target.
+    // The per-packet targets (ns), in the order of `tc_cost_frames`; `None`: no target.
     let cost_targets = [Some(50.0), Some(20.0), None];
     let costs_met = cost.iter().zip(cost_targets).all(|(c, t)| match (c, t) {
         (Some(c), Some(t)) => *c <= t,
