@@ -1,4 +1,4 @@
-//! routewarden's benchmarks (issue 10): the library behind the `bench` binary that
+//! routewarden's benchmarks: the library behind the `bench` binary that
 //! `cargo xtask bench` builds in release mode and runs, and that `agent/tests/bench_smoke.rs`
 //! runs a tiny instance of ([`Options::tiny`]), so the harness cannot rot.
 //!
@@ -14,6 +14,7 @@
 //! - [`benchmarks`]: one file per benchmark, named after it, and the registry ([`BENCHMARKS`]).
 //! - [`options`]: the sizes and knobs of a run, and figures one benchmark leaves for later ones.
 //! - [`report`]: the result line ([`Outcome`], [`Target`]) and the number formats in it.
+//! - [`results`]: the recorded last result of each benchmark and the table BENCHMARKS.md opens with.
 //! - [`netns`]: the node namespace the routing benchmarks run in, and `ip`.
 //! - [`fixtures`]: the cluster routes and clusters the benchmarks are fed.
 //! - [`runs`]: routewarden's cold programming (the side most benchmarks time) and the churn watch.
@@ -51,6 +52,7 @@ pub mod netns;
 pub mod options;
 pub mod procfs;
 pub mod report;
+pub mod results;
 pub mod runs;
 
 use anyhow::Result;

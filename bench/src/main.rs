@@ -5,8 +5,12 @@
 //! (it cannot rot), and `agent/tests/bench_smoke.rs` runs a tiny instance of it.
 //!
 //! ```text
-//! bench [NAME...] [--agent-bin PATH] [--quick] [--runs N] [--tiny]
+//! bench [NAME...] [--agent-bin PATH] [--quick] [--runs N] [--tiny] [--record ROOT]
 //! ```
+//!
+//! `--record ROOT` (what `cargo xtask bench` passes): after the run, record each line in
+//! `ROOT/bench/current-results.txt` and regenerate the current-results table at the top of
+//! `ROOT/BENCHMARKS.md` ([`routewarden_bench::results`]).
 //!
 //! Each benchmark runs in network namespaces it creates (never the machine's own) and prints
 //! exactly one line on stdout: `bench <name> ratio=<value> target=<value> <details>`.
@@ -27,9 +31,10 @@ static ALLOCATOR: routewarden::app::memory::Allocator = routewarden::app::memory
 /// The `--help` text, with the name of every benchmark.
 fn usage() -> String {
     format!(
-        "usage: bench [NAME...] [--agent-bin PATH] [--quick] [--runs N] [--tiny]\n  names: {}\n  \
+        "usage: bench [NAME...] [--agent-bin PATH] [--quick] [--runs N] [--tiny] [--record ROOT]\n  names: {}\n  \
          --quick: 10 s idle window for agent-footprint instead of 60 s\n  \
-         --tiny: 100 routes, one run (checks the harness, not the figures)\n",
+         --tiny: 100 routes, one run (checks the harness, not the figures)\n  \
+         --record ROOT: record the results in ROOT/bench/current-results.txt and the table of ROOT/BENCHMARKS.md\n",
         ALL.join(", ")
     )
 }
@@ -51,12 +56,20 @@ fn main() -> ExitCode {
     let mut opts = if args.iter().any(|a| a == "--tiny") { Options::tiny() } else { Options::full() };
     opts.child_exe = std::env::current_exe().ok();
     let mut names = Vec::new();
+    let mut record_root: Option<PathBuf> = None;
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--agent-bin" => opts.agent_bin = it.next().map(PathBuf::from),
             "--quick" => opts.idle = Duration::from_secs(10),
             "--tiny" => {}
+            "--record" => match it.next() {
+                Some(root) => record_root = Some(PathBuf::from(root)),
+                None => {
+                    eprint!("--record needs the repository root\n{}", usage());
+                    return ExitCode::from(2);
+                }
+            },
             "--runs" => match it.next().and_then(|v| v.parse().ok()) {
                 Some(n) if n > 0 => opts.runs = n,
                 _ => {
@@ -85,6 +98,7 @@ fn main() -> ExitCode {
     }
     let mut shared = Shared::default();
     let mut failed = false;
+    let mut lines = Vec::new();
     for name in &names {
         eprintln!("bench: running {name} ...");
         let t = Instant::now();
@@ -92,6 +106,16 @@ fn main() -> ExitCode {
         eprintln!("bench: {name} took {:.1} s", t.elapsed().as_secs_f64());
         failed |= matches!(out, Outcome::Failed { .. });
         println!("{out}");
+        lines.push(out.to_string());
+    }
+    if let Some(root) = record_root {
+        // A tiny run checks the harness; its figures are not results.
+        if opts.routes < Options::full().routes {
+            eprintln!("bench: --record ignored for a --tiny run");
+        } else if let Err(e) = routewarden_bench::results::record(&root, &lines, &ALL) {
+            eprintln!("bench: recording the results failed: {e:#}");
+            failed = true;
+        }
     }
     if failed {
         ExitCode::FAILURE

@@ -1,4 +1,4 @@
-//! `cargo xtask bench [NAME...]`: the benchmarks of issue 10, as ratios against references
+//! `cargo xtask bench [NAME...]`: the benchmarks, as ratios against references
 //! measured in the same run.
 //!
 //! 1. Build the BPF object and the release agent (as `cargo xtask build`, into `target/`).
@@ -9,7 +9,9 @@
 //!    `bench <name> ratio=<value> target=<value> <details>`; progress goes to stderr.
 //!
 //! Not part of `cargo xtask test` (too slow and noisy for CI); `agent/tests/bench_smoke.rs`
-//! runs a tiny instance there so the harness cannot rot. Results: BENCHMARKS.md.
+//! runs a tiny instance there so the harness cannot rot. Each run records its lines in
+//! `bench/current-results.txt` and regenerates the table BENCHMARKS.md opens with
+//! (`routewarden_bench::results`); the sections below it are written by hand.
 
 use std::process::Command;
 
@@ -56,7 +58,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     eprintln!("bench: machine: {cores} cores, kernel {uname}; {} run(s) per measurement, median reported", args.runs);
     let mut cmd = Command::new(&harness);
-    cmd.args(&args.names).arg("--agent-bin").arg(&agent).args(["--runs", &args.runs.to_string()]);
+    cmd.args(&args.names).arg("--agent-bin").arg(&agent).args(["--runs", &args.runs.to_string()]).arg("--record").arg(&root);
     if args.quick {
         cmd.arg("--quick");
     }
