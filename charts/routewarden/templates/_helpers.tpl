@@ -48,11 +48,21 @@ The subjects of every binding: the agent's ServiceAccount.
 {{- end -}}
 
 {{/*
-A ClusterRoleBinding of ClusterRole `name` to the agent's ServiceAccount. Called with
-(dict "root" $ "name" <role name>). Every ClusterRole of the chart is bound through this, so
-a further role (a user-facing status role, an events writer) is a template with its rules, a
-values toggle and one call here.
+RBAC: every ClusterRole of the chart starts with "routewarden.clusterRoleMeta" and every one
+the agent itself holds is bound with "routewarden.clusterRoleBinding", both called with
+(dict "root" $ "name" <name>). A further role (a user-facing status role reading the agents'
+pods, an events writer for the agent) is then one template with its rules behind an
+`rbac.<role>.create` toggle, and a binding only where the agent holds it.
 */}}
+{{- define "routewarden.clusterRoleMeta" -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ .name }}
+  labels:
+    {{- include "routewarden.labels" .root | nindent 4 }}
+{{- end -}}
+
 {{- define "routewarden.clusterRoleBinding" -}}
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
