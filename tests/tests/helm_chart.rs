@@ -402,7 +402,10 @@ fn contradictory_or_missing_values_fail_the_rendering() {
     for (name, values, says) in [
         ("both-monitors", "serviceMonitor: {enabled: true}\n", "choose one"),
         ("etcd-without-endpoints", "datastore: {type: etcd}\n", "datastore.etcd.endpoints"),
-        ("unknown-datastore", "datastore: {type: consul}\n", "datastore.type must be"),
+        // values.schema.json: enums, and closed keys so that a misspelt toggle is no silent no-op.
+        ("unknown-datastore", "datastore: {type: consul}\n", "value must be one of 'kubernetes', 'etcd'"),
+        ("unknown-mode", "mode: programm\n", "value must be one of 'audit', 'program'"),
+        ("misspelt-toggle", "legacykernel: true\n", "additional properties 'legacykernel' not allowed"),
     ] {
         let f = dir.join(format!("{name}.yaml"));
         std::fs::write(&f, values).expect("write values");
