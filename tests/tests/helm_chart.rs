@@ -39,22 +39,27 @@ const NEW_KINDS: &[&str] = &["FlowSchema", "PriorityLevelConfiguration"];
 /// -n routewarden`, which gives deploy/'s names and namespace.
 const RELEASE: &str = "routewarden";
 
-/// The Python side: lint or render with `helm_python` (release and namespace [`RELEASE`]),
-/// print JSON. Values files are parsed by Helm's own values reader.
+/// The Python side: `lint`, `render`, or `render-packaged` (`helm package`, then render the
+/// archive) with `helm_python`, as release `argv[2]` in namespace `argv[3]`; prints JSON.
+/// Values files are parsed by Helm's own values reader.
 const HELPER: &str = r#"
-import json, sys
+import json, sys, tempfile
 import helm_python as helm
 helm.disable_logging()
-what, release, chart, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+what, release, namespace, chart, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 values = {}
 for f in files:
     with open(f) as fh:
         values.update(helm.values_from_yaml(fh.read()))
 if what == "lint":
-    out = helm.lint(chart, values, strict=True, namespace=release)
+    out = helm.lint(chart, values, strict=True, namespace=namespace)
+elif what == "render-packaged":
+    with tempfile.TemporaryDirectory() as d:
+        with helm.Chart.load(helm.package(chart, destination=d)) as c:
+            out = c.render(values, name=release, namespace=namespace, is_install=True)
 else:
     with helm.Chart.load(chart) as c:
-        out = c.render(values, name=release, namespace=release, is_install=True)
+        out = c.render(values, name=release, namespace=namespace, is_install=True)
 print(json.dumps(out, sort_keys=True))
 "#;
 
@@ -107,10 +112,15 @@ fn run(cmd: &mut Command) -> String {
     stdout
 }
 
-/// Run the Python helper: `what` is `lint` or `render`; returns its JSON, or the error text
-/// when it fails.
+/// Run the Python helper ([`HELPER`]) as release [`RELEASE`] in namespace [`RELEASE`].
 fn helm(python: &Path, what: &str, values: &[PathBuf]) -> Result<serde_json::Value, String> {
-    let out = Command::new(python).arg("-c").arg(HELPER).args([what, RELEASE]).arg(chart()).args(values).output().expect("spawn python");
+    helm_as(python, what, (RELEASE, RELEASE), values)
+}
+
+/// Run the Python helper ([`HELPER`]) as `release` in `namespace`; returns its JSON, or the
+/// error text when it fails.
+fn helm_as(python: &Path, what: &str, (release, namespace): (&str, &str), values: &[PathBuf]) -> Result<serde_json::Value, String> {
+    let out = Command::new(python).arg("-c").arg(HELPER).args([what, release, namespace]).arg(chart()).args(values).output().expect("spawn python");
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
@@ -135,10 +145,15 @@ fn yaml_docs(text: &str, what: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The chart's objects with these values files, in template order; the manifests (not
+/// The chart's objects with these values files, in template order: the manifests (not
 /// NOTES.txt) of `helm template`.
 fn render(python: &Path, values: &[PathBuf]) -> Vec<Value> {
-    let out = helm(python, "render", values).unwrap_or_else(|e| panic!("helm template with {values:?} failed:\n{e}"));
+    render_as(python, "render", (RELEASE, RELEASE), values)
+}
+
+/// [`render`] with the helper's `what`, release and namespace.
+fn render_as(python: &Path, what: &str, release: (&str, &str), values: &[PathBuf]) -> Vec<Value> {
+    let out = helm_as(python, what, release, values).unwrap_or_else(|e| panic!("helm template ({what}) with {values:?} failed:\n{e}"));
     let manifests = out.as_object().expect("template name -> manifest");
     let mut docs = Vec::new();
     for (name, text) in manifests {
@@ -147,6 +162,16 @@ fn render(python: &Path, values: &[PathBuf]) -> Vec<Value> {
         }
     }
     docs
+}
+
+/// Every values set the tests render: the defaults, then each `ci/*-values.yaml`.
+fn value_sets() -> Vec<Vec<PathBuf>> {
+    let mut sets: Vec<Vec<PathBuf>> = vec![vec![]];
+    for entry in std::fs::read_dir(chart().join("ci")).expect("charts/routewarden/ci") {
+        sets.push(vec![entry.expect("entry").path()]);
+    }
+    sets.sort();
+    sets
 }
 
 /// `kubectl kustomize` of an overlay of deploy/ whose kustomization is `resources: [deploy/]`
@@ -309,12 +334,7 @@ const NAMESPACE: &str = "Namespace /routewarden";
 #[test]
 fn chart_lints_clean_in_strict_mode() {
     let Some((python, _)) = tools("chart_lints_clean_in_strict_mode") else { return };
-    let mut sets: Vec<Vec<PathBuf>> = vec![vec![]];
-    for entry in std::fs::read_dir(chart().join("ci")).expect("charts/routewarden/ci") {
-        sets.push(vec![entry.expect("entry").path()]);
-    }
-    sets.sort();
-    for values in sets {
+    for values in value_sets() {
         let report = helm(&python, "lint", &values).unwrap_or_else(|e| panic!("helm lint with {values:?} failed:\n{e}"));
         eprintln!("helm lint --strict {values:?}: {report}");
         assert_eq!(report["total_charts_linted"], 1, "{values:?}: {report}");
@@ -425,13 +445,8 @@ fn every_rendered_object_validates_against_kubernetes_schemas() {
     let dir = std::env::temp_dir().join(format!("routewarden-helm-validate-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
-    let mut sets: Vec<Vec<PathBuf>> = vec![vec![]];
-    for entry in std::fs::read_dir(chart().join("ci")).expect("charts/routewarden/ci") {
-        sets.push(vec![entry.expect("entry").path()]);
-    }
-    sets.sort();
     let (mut old, mut new) = (Vec::new(), Vec::new());
-    for values in &sets {
+    for values in &value_sets() {
         for (i, d) in render(&python, values).into_iter().enumerate() {
             let kind = s(&d, "kind");
             if CRD_KINDS.contains(&kind) {
@@ -451,4 +466,62 @@ fn every_rendered_object_validates_against_kubernetes_schemas() {
     run(Command::new(&kv).args(["--strict", "--kubernetes-version", "1.37.0"]).args(&new));
     eprintln!("kubernetes-validate: {} objects on 1.25.0, {} on 1.37.0", old.len(), new.len());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The rules and dashboard are deploy/'s files, linked from the chart's `files/`: `helm
+/// package` must carry their content, so a packaged chart renders the same objects.
+#[test]
+fn packaged_chart_renders_the_same_objects() {
+    let Some((python, _)) = tools("packaged_chart_renders_the_same_objects") else { return };
+    for link in ["files/prometheusrule.yaml", "files/grafana-dashboard.json"] {
+        let target = std::fs::read_link(chart().join(link)).unwrap_or_else(|e| panic!("{link} is a link into deploy/: {e}"));
+        assert!(target.starts_with("../../../deploy"), "{link} -> {}", target.display());
+    }
+    let packaged = render_as(&python, "render-packaged", (RELEASE, RELEASE), &[]);
+    assert_eq!(packaged, render(&python, &[]), "the packaged chart renders other objects than its directory");
+    assert!(packaged.iter().any(|d| s(d, "kind") == "PrometheusRule" && d["spec"]["groups"].as_sequence().is_some_and(|g| !g.is_empty())));
+}
+
+/// Another release name and namespace: every name the objects refer to (role bindings'
+/// roles, subjects, the priority level, the endpoints' ConfigMap, the service account) is
+/// the one the chart renders, in the release namespace.
+#[test]
+fn references_follow_the_release_name_and_namespace() {
+    let Some((python, _)) = tools("references_follow_the_release_name_and_namespace") else { return };
+    let (release, namespace) = ("edge", "net-agents");
+    for values in value_sets() {
+        let docs = render_as(&python, "render", (release, namespace), &values);
+        let names: std::collections::BTreeSet<String> = docs.iter().map(key).collect();
+        let sa = format!("{release}-routewarden");
+        assert!(names.contains(&format!("ServiceAccount {namespace}/{sa}")), "{values:?}: {names:?}");
+        for d in &docs {
+            let kind = s(d, "kind");
+            let ns = d["metadata"].get("namespace").and_then(Value::as_str).unwrap_or("");
+            assert!(s(&d["metadata"], "name").starts_with(&sa), "{values:?}: {} not named after the release", key(d));
+            if !["ClusterRole", "ClusterRoleBinding", "FlowSchema", "PriorityLevelConfiguration", "Role", "RoleBinding"].contains(&kind) {
+                assert_eq!(ns, namespace, "{values:?}: {} not in the release namespace", key(d));
+            }
+            if kind.ends_with("Binding") {
+                let role_ns = if kind == "RoleBinding" { ns } else { "" };
+                let role = format!("{} {role_ns}/{}", s(&d["roleRef"], "kind"), s(&d["roleRef"], "name"));
+                assert!(names.contains(&role), "{values:?}: {} binds missing {role}", key(d));
+                let subject = &d["subjects"][0];
+                assert_eq!((s(subject, "name"), s(subject, "namespace")), (sa.as_str(), namespace), "{values:?}: {}", key(d));
+            }
+            if kind == "FlowSchema" {
+                assert!(names.contains(&format!("PriorityLevelConfiguration /{}", s(&d["spec"]["priorityLevelConfiguration"], "name"))));
+                let subject = &d["spec"]["rules"][0]["subjects"][0]["serviceAccount"];
+                assert_eq!((s(subject, "name"), s(subject, "namespace")), (sa.as_str(), namespace));
+            }
+            if kind == "DaemonSet" {
+                let pod = &d["spec"]["template"]["spec"];
+                assert_eq!(s(pod, "serviceAccountName"), sa);
+                for env in pod["containers"][0]["env"].as_sequence().expect("env") {
+                    if let Some(cm) = env.get("valueFrom").and_then(|v| v.get("configMapKeyRef")) {
+                        assert!(names.contains(&format!("ConfigMap {namespace}/{}", s(cm, "name"))), "{values:?}: env reads a ConfigMap not rendered: {cm:?}");
+                    }
+                }
+            }
+        }
+    }
 }
