@@ -46,9 +46,9 @@ pub const TEST_APT_PACKAGES: &[&str] = &["prometheus", "bird2", "procps", "etcd-
 /// PyPI packages only the test suite needs, installed into [`venv_dir`] with the venv's own
 /// pip: never into the system Python (Debian 12's is externally managed, PEP 668).
 /// `kubernetes-validate`: offline Kubernetes schema validation. `helm-python-sdk` (import
-/// `helm_python`): Helm's Go SDK as a library in a manylinux wheel, so `helm lint` and
-/// `helm template` of `charts/routewarden` run offline without a `helm` binary, which neither
-/// Debian 12 nor PyPI ships (`tests/tests/helm_chart.rs`).
+/// `helm_python`): Helm's own Go SDK as a library in a manylinux wheel, so `helm lint` and
+/// `helm template` of `charts/routewarden` run offline from a registry package, with no `helm`
+/// binary to download (the `helm_chart` test of `routewarden-lab`).
 pub const TEST_PIP_PACKAGES: &[&str] = &["kubernetes-validate==1.37.0", "helm-python-sdk==0.2.2"];
 
 /// Python statement that succeeds only when every [`TEST_PIP_PACKAGES`] entry is importable
