@@ -43,10 +43,17 @@ pub const APT_PACKAGES: &[&str] = &[
 /// 5 is not among them: see [`check_kubectl`].
 pub const TEST_APT_PACKAGES: &[&str] = &["prometheus", "bird2", "procps", "etcd-server", "etcd-client", "python3-venv"];
 
-/// PyPI packages only the test suite needs (offline Kubernetes schema validation), installed
-/// into [`venv_dir`] with the venv's own pip: never into the system Python (Debian 12's is
-/// externally managed, PEP 668).
-pub const TEST_PIP_PACKAGES: &[&str] = &["kubernetes-validate==1.37.0"];
+/// PyPI packages only the test suite needs, installed into [`venv_dir`] with the venv's own
+/// pip: never into the system Python (Debian 12's is externally managed, PEP 668).
+/// `kubernetes-validate`: offline Kubernetes schema validation. `helm-python-sdk` (import
+/// `helm_python`): Helm's own Go SDK as a library in a manylinux wheel, so `helm lint` and
+/// `helm template` of `charts/routewarden` run offline from a registry package, with no `helm`
+/// binary to download (the `helm_chart` test of `routewarden-lab`).
+pub const TEST_PIP_PACKAGES: &[&str] = &["kubernetes-validate==1.37.0", "helm-python-sdk==0.2.2"];
+
+/// Python statement that succeeds only when every [`TEST_PIP_PACKAGES`] entry is importable
+/// in the venv (a venv made before a package was added gets it on the next run).
+const TEST_PIP_IMPORTS: &str = "import kubernetes_validate, helm_python";
 
 /// The Python virtual environment of the test tools (`<repo>/target/tools/venv`, inside the
 /// repo like every other tool).
@@ -106,7 +113,7 @@ fn kustomize_major(text: &str) -> Option<u32> {
 pub fn ensure_test_tools() -> Result<()> {
     let missing: Vec<&str> = TEST_APT_PACKAGES.iter().copied().filter(|p| !dpkg_installed(p)).collect();
     let venv_python = venv_dir().join("bin/python3");
-    let pip_missing = !Command::new(venv_dir().join("bin/kubernetes-validate")).arg("--version").output().is_ok_and(|o| o.status.success());
+    let pip_missing = !Command::new(&venv_python).args(["-c", TEST_PIP_IMPORTS]).output().is_ok_and(|o| o.status.success());
     if missing.is_empty() && !pip_missing {
         return Ok(());
     }
