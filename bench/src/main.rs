@@ -63,13 +63,13 @@ fn main() -> ExitCode {
             "--agent-bin" => opts.agent_bin = it.next().map(PathBuf::from),
             "--quick" => opts.idle = Duration::from_secs(10),
             "--tiny" => {}
-            "--record" => match it.next() {
-                Some(root) => record_root = Some(PathBuf::from(root)),
-                None => {
+            "--record" => {
+                let Some(root) = it.next() else {
                     eprint!("--record needs the repository root\n{}", usage());
                     return ExitCode::from(2);
-                }
-            },
+                };
+                record_root = Some(PathBuf::from(root));
+            }
             "--runs" => match it.next().and_then(|v| v.parse().ok()) {
                 Some(n) if n > 0 => opts.runs = n,
                 _ => {
@@ -96,6 +96,7 @@ fn main() -> ExitCode {
         eprintln!("bench: needs root (it creates network namespaces)");
         return ExitCode::from(2);
     }
+    let run = record_root.as_deref().map(routewarden_bench::results::this_run);
     let mut shared = Shared::default();
     let mut failed = false;
     let mut lines = Vec::new();
@@ -108,11 +109,11 @@ fn main() -> ExitCode {
         println!("{out}");
         lines.push(out.to_string());
     }
-    if let Some(root) = record_root {
+    if let (Some(root), Some(run)) = (record_root, run) {
         // A tiny run checks the harness; its figures are not results.
         if opts.routes < Options::full().routes {
             eprintln!("bench: --record ignored for a --tiny run");
-        } else if let Err(e) = routewarden_bench::results::record(&root, &lines, &ALL) {
+        } else if let Err(e) = routewarden_bench::results::record(&root, &run, &lines, &ALL) {
             eprintln!("bench: recording the results failed: {e:#}");
             failed = true;
         }

@@ -100,7 +100,8 @@ pub fn merge(mut records: Vec<Record>, lines: &[String], run: &RunInfo) -> Vec<R
 
 /// `key=value` pairs of a harness line after the name (quoted values kept whole).
 fn pairs(line: &str) -> Vec<(String, String)> {
-    let rest = line.split_whitespace().skip(2).collect::<Vec<_>>().join(" ");
+    // After `bench <name>`: a status word without `=` (`skipped`, `failed`), then the pairs.
+    let rest = line.split_whitespace().skip(2).skip_while(|w| !w.contains('=')).collect::<Vec<_>>().join(" ");
     let mut out = Vec::new();
     let mut chars = rest.chars().peekable();
     while chars.peek().is_some() {
@@ -143,10 +144,11 @@ pub fn render_table(records: &[Record], registry: &[&str]) -> String {
             Some(reason) => format!("reason: {reason}"),
             None => figures.join(" "),
         };
+        let target = if target == "–" { target.to_string() } else { format!("`{target}`") };
         let run = &r.run;
         let _ = writeln!(
             out,
-            "| `{name}` | {ratio} | `{target}` | {met} | {} {} ({} cores, {}) | {} |",
+            "| `{name}` | {ratio} | {target} | {met} | {} {} ({} cores, {}) | {} |",
             run.commit,
             run.date,
             run.cores,
@@ -180,16 +182,16 @@ pub fn current_table(document: &str) -> Result<&str> {
     Ok(document[start..end].strip_prefix('\n').unwrap_or(&document[start..end]))
 }
 
-/// Record `lines` (this run's harness lines) in `<root>/`[`RECORDS_FILE`] and rewrite the
-/// table in `<root>/BENCHMARKS.md`.
-pub fn record(root: &Path, lines: &[String], registry: &[&str]) -> Result<()> {
+/// Record `lines` (the harness lines of a run described by `run`, see [`this_run`]) in
+/// `<root>/`[`RECORDS_FILE`] and rewrite the table in `<root>/BENCHMARKS.md`.
+pub fn record(root: &Path, run: &RunInfo, lines: &[String], registry: &[&str]) -> Result<()> {
     let records_path = root.join(RECORDS_FILE);
     let old = match std::fs::read_to_string(&records_path) {
         Ok(text) => parse_records(&text).with_context(|| format!("{}", records_path.display()))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(e).with_context(|| format!("read {}", records_path.display())),
     };
-    let records = merge(old, lines, &this_run(root));
+    let records = merge(old, lines, run);
     let mut text = String::from("# The last result of each benchmark (see bench/src/results.rs); written by `cargo xtask bench`.\n");
     for r in &records {
         let _ = writeln!(text, "{r}");
@@ -206,9 +208,11 @@ fn output(cmd: &mut std::process::Command) -> String {
     cmd.output().ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default()
 }
 
-/// The commit (with `-dirty` when files other than the two this module writes changed), the
-/// UTC date and the machine of this run.
-fn this_run(root: &Path) -> RunInfo {
+/// The commit of `root` (with `-dirty` when files other than the two [`record`] writes are
+/// changed or untracked), the UTC date and this machine: taken when a run starts, so that a
+/// commit made while it runs is not credited with its figures.
+#[must_use]
+pub fn this_run(root: &Path) -> RunInfo {
     let git = || {
         let mut c = std::process::Command::new("git");
         c.arg("-C").arg(root);
@@ -251,7 +255,8 @@ mod tests {
             Record { run: run("old"), line: "bench a ratio=1 target=<=2 met=yes".into() },
             Record { run: run("old"), line: "bench b ratio=1 target=<=2 met=yes".into() },
         ];
-        let lines = vec!["bench a ratio=3 target=<=2 met=no".to_string(), "bench b failed reason=\"boom\"".to_string(), "bench c skipped reason=\"no tc\"".to_string()];
+        let lines =
+            vec!["bench a ratio=3 target=<=2 met=no".to_string(), "bench b failed reason=\"boom\"".to_string(), "bench c skipped reason=\"no tc\"".to_string()];
         let merged = merge(old, &lines, &run("new"));
         let got: Vec<(String, String)> = merged.iter().map(|r| (r.run.commit.clone(), r.line.clone())).collect();
         assert_eq!(

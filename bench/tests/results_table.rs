@@ -17,7 +17,11 @@ fn benchmarks_md_opens_with_the_table_the_records_render() {
     let records = parse_records(&records).expect("parse bench/current-results.txt");
     let doc = std::fs::read_to_string(root().join("BENCHMARKS.md")).expect("read BENCHMARKS.md");
     let table = current_table(&doc).expect("BENCHMARKS.md has the generated table");
-    assert_eq!(table, render_table(&records, &ALL), "BENCHMARKS.md's table differs from bench/current-results.txt: run `cargo xtask bench`, never edit the table");
+    assert_eq!(
+        table,
+        render_table(&records, &ALL),
+        "BENCHMARKS.md's table differs from bench/current-results.txt: run `cargo xtask bench`, never edit the table"
+    );
     let first_section = doc.lines().find(|l| l.starts_with("## ")).expect("BENCHMARKS.md has sections");
     assert_eq!(first_section, "## Current results", "BENCHMARKS.md opens with the current results");
     for name in ALL {
