@@ -20,7 +20,6 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use crate::model::{Cluster, Node};
 use crate::ownership::{KernelFilter, OwnershipDecision, PoolOwnership, Role};
 use crate::text::escape;
 use crate::vocabulary::{PoolClass, PoolKind, Writer, RTPROT_FELIX};
@@ -54,34 +53,10 @@ pub struct BirdFilterOptions {
     pub unclassified: Vec<(IpNet, String)>,
     /// WireGuard peers, both families: `(node name, BGP address)` of every remote node that
     /// has a WireGuard interface address of the family, when this node has one too
-    /// ([`wireguard_peers`]). Their routes are Felix's WireGuard routing, so the kernel filter
-    /// of that family rejects routes whose BGP next hop is the peer's address.
+    /// ([`wireguard_peers`](crate::ownership::wireguard_peers)). Their routes are Felix's
+    /// WireGuard routing, so the kernel filter of that family rejects routes whose BGP next hop
+    /// is the peer's address.
     pub wireguard_peers: Vec<(String, IpAddr)>,
-}
-
-/// The WireGuard peers of `node`, both families, as confd finds them
-/// (`processWireguardPeerFilter`, `confd/pkg/backends/calico/bgp_processor.go` ~L1013; keys
-/// `/calico/bgp/v1/host/<host>/{ip_addr_v4,wireguard_addr_v4}` and the v6 pair): nothing for a
-/// family in which this node has no WireGuard address (`spec.wireguard.interfaceIPv4Address` /
-/// `interfaceIPv6Address` or the node annotation); otherwise every other node that has a
-/// WireGuard address and a BGP address of that family, as `(name, BGP address)`. A node
-/// without a BGP address has no route BIRD could learn through it and is left out, as in
-/// confd. Sorted by name, IPv4 first.
-pub fn wireguard_peers(cluster: &Cluster, node: &str) -> Vec<(String, IpAddr)> {
-    let Some(local) = cluster.nodes.get(node) else { return Vec::new() };
-    let mut out = Vec::new();
-    for v6 in [false, true] {
-        let wg = |n: &Node| if v6 { n.wireguard_ipv6 } else { n.wireguard_ipv4 };
-        if wg(local).is_none() {
-            continue;
-        }
-        for (name, peer) in cluster.nodes.iter().filter(|(name, _)| &***name != node) {
-            if let (Some(_), Some(bgp)) = (wg(peer), peer.bgp_address(v6)) {
-                out.push((name.to_string(), bgp.addr()));
-            }
-        }
-    }
-    out
 }
 
 impl Default for BirdFilterOptions {
@@ -371,7 +346,8 @@ mod tests {
 
     use super::*;
     use crate::datastore::FileDatastore;
-    use crate::ownership::{decide, CalicoVersion, ClusterRoutes, OwnershipConfig};
+    use crate::model::Cluster;
+    use crate::ownership::{decide, wireguard_peers, CalicoVersion, ClusterRoutes, OwnershipConfig};
 
     const SCENARIOS: [&str; 5] =
         ["cluster_routes/default", "cluster_routes/enabled", "cluster_routes/ipip-only", "cluster_routes/noencap-only", "felix_cluster_routing"];

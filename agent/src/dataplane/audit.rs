@@ -34,20 +34,10 @@ use serde::Serialize;
 use super::kernel_route::{Family, KernelRoute, RouteKind, RT_SCOPE_UNIVERSE};
 use super::netlink::{NetlinkError, RouteNetlink};
 use super::nexthop::ObservedNexthop;
+pub use crate::plan::{AuditScope, ExpectedRoute, WireguardRoute};
 use crate::routes::{ClusterRoute, RouteDevices};
 use crate::vocabulary::{RoutePath, Writer};
 use crate::vocabulary::{RTPROT_BIRD, RTPROT_FELIX, RTPROT_KERNEL, RT_TABLE_MAIN};
-
-/// What one owner should have programmed for one prefix.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct ExpectedRoute {
-    /// The route.
-    pub route: ClusterRoute,
-    /// Who should program it.
-    pub owner: Writer,
-    /// The protocol that owner writes (Felix 80, BIRD 12, routewarden's configured one).
-    pub protocol: u8,
-}
 
 /// Stable finding codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -130,17 +120,6 @@ pub struct AuditReport {
     pub wireguard: Vec<WireguardRoute>,
 }
 
-/// A cluster prefix routed over WireGuard, not by BIRD's kernel protocol.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct WireguardRoute {
-    /// The prefix (an IPAM block or a borrowed IP of the peer).
-    pub prefix: IpNet,
-    /// The peer node's name.
-    pub peer: String,
-    /// The peer's BGP address of the prefix's family: what confd's reject line names.
-    pub bgp_address: IpAddr,
-}
-
 impl AuditReport {
     /// Whether nothing was found.
     pub fn is_clean(&self) -> bool {
@@ -155,24 +134,6 @@ impl AuditReport {
         }
         m
     }
-}
-
-/// What the audit needs besides routes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AuditScope {
-    /// The table to audit (254 main).
-    pub table: u32,
-    /// Pool CIDRs of the audited classes: a route inside one with no expectation is stale or
-    /// foreign.
-    pub cluster_cidrs: Vec<IpNet>,
-    /// Device names, for expected routes without a device.
-    pub devices: RouteDevices,
-    /// routewarden's protocol (a known writer).
-    pub our_protocol: u8,
-    /// Cluster prefixes of classes nobody programs, each with the ownership finding's reason.
-    pub unowned: Vec<(IpNet, String)>,
-    /// Prefixes BIRD would own that lead to a WireGuard peer (reported, not expected).
-    pub wireguard: Vec<WireguardRoute>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::error::DataplaneError;
 use super::kernel_route::RouteSettings;
-use super::policy::OwnershipPolicy;
+use crate::ownership::OwnershipPolicy;
 use crate::routes::RouteDevices;
 use crate::vocabulary::{RTPROT_FELIX, RT_TABLE_MAIN};
 
@@ -85,13 +85,7 @@ impl DataplaneConfig {
     /// A policy with our protocol, table and devices, no owned pools and no claims (nothing
     /// is ours until the first plan names the pools).
     pub fn base_policy(&self) -> OwnershipPolicy {
-        OwnershipPolicy {
-            protocol: self.protocol,
-            table: self.table,
-            tunnel_dev: self.devices.tunnel.clone(),
-            host_nic: self.devices.host_nic.clone(),
-            ..OwnershipPolicy::default()
-        }
+        OwnershipPolicy::base(self.protocol, self.table, &self.devices)
     }
 
     /// [`base_policy`](Self::base_policy) owning `pools`: routes with our protocol inside them

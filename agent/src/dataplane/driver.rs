@@ -8,9 +8,9 @@ use tokio::sync::mpsc;
 use super::events::DataplaneEvent;
 use super::handover::Handover;
 use super::netlink::{Clock, RouteNetlink};
-use super::policy::OwnershipPolicy;
 use super::reconciler::Reconciler;
 use super::report::ApplyReport;
+use crate::ownership::OwnershipPolicy;
 use crate::routes::ClusterRoute;
 
 /// Instructions for [`run`].

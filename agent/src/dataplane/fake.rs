@@ -1,4 +1,10 @@
-//! Test doubles: a fake kernel FIB behind [`RouteNetlink`] and a manual [`Clock`].
+//! Test doubles: a fake kernel FIB behind [`RouteNetlink`] and a manual [`Clock`], so the
+//! reconciler and what drives it are tested without root or a network namespace.
+//!
+//! Built for this crate's unit tests, and for other crates' tests with the agent's
+//! `test-support` feature. The fake keeps routes, links and nexthop objects in a
+//! [`FakeState`] shared by every clone (a "restarted" reconciler sees the same kernel), logs
+//! every change as text, and injects the faults its fields name.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -16,11 +22,19 @@ use super::nexthop::{NexthopOp, ObservedNexthop};
 pub struct FakeClock(Arc<Mutex<Instant>>);
 
 impl FakeClock {
+    /// A clock at the current instant.
     pub fn new() -> Self {
         FakeClock(Arc::new(Mutex::new(Instant::now())))
     }
+    /// Move the clock (and every clone) forward by `d`.
     pub fn advance(&self, d: Duration) {
         *self.0.lock().unwrap() += d;
+    }
+}
+
+impl Default for FakeClock {
+    fn default() -> Self {
+        FakeClock::new()
     }
 }
 
@@ -33,10 +47,13 @@ impl Clock for FakeClock {
 /// The fake kernel state; shared between clones so a "restarted" reconciler sees it.
 #[derive(Debug, Default)]
 pub struct FakeState {
+    /// The routes in the fake kernel, by key.
     pub routes: BTreeMap<RouteKey, ObservedRoute>,
+    /// Links by ifindex.
     pub links: BTreeMap<u32, LinkInfo>,
     /// Every successful change, in order: `replace <key>`, `create <key>`, `delete <key>`.
     pub log: Vec<String>,
+    /// Route dumps answered.
     pub dumps: usize,
     /// Fail the next writes to these destinations with this errno (count down).
     pub fail_writes: HashMap<IpNet, (Errno, usize)>,
@@ -94,10 +111,12 @@ pub fn observed(dst: &str, metric: u32, protocol: u8, gateway: Option<&str>, oif
     }
 }
 
+/// The fake kernel behind [`RouteNetlink`]; clones share one [`FakeState`].
 #[derive(Clone, Debug, Default)]
 pub struct FakeNetlink(pub Arc<Mutex<FakeState>>);
 
 impl FakeNetlink {
+    /// A fake kernel with these links `(ifindex, name)`, all up, and no routes.
     pub fn with_links(links: &[(u32, &str)]) -> Self {
         let f = FakeNetlink::default();
         {
@@ -108,6 +127,7 @@ impl FakeNetlink {
         }
         f
     }
+    /// The shared state, locked.
     pub fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
         self.0.lock().unwrap()
     }
@@ -115,6 +135,7 @@ impl FakeNetlink {
     pub fn insert(&self, r: ObservedRoute) {
         self.state().routes.insert(r.key, r);
     }
+    /// Every change logged since the last call, in order.
     pub fn take_log(&self) -> Vec<String> {
         std::mem::take(&mut self.state().log)
     }

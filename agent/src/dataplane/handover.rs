@@ -1,5 +1,5 @@
 //! Ownership handover: when routewarden stops programming a class, its routes go to the new
-//! writer without a gap. [`Handover`] names the new writer (from the plan), `Handovers` is the
+//! writer without a gap. [`Handover`] names the new writer (the plan's), `Handovers` is the
 //! reconciler's state machine for each prefix being handed over, and [`HandoverOutcome`] says
 //! how each ended.
 //!
@@ -28,32 +28,19 @@ use serde::Serialize;
 
 use super::kernel_route::{Family, RouteKey};
 use super::retry::later;
+pub use crate::plan::Handover;
+use crate::vocabulary::Writer;
 use crate::vocabulary::RTPROT_BIRD;
-use crate::vocabulary::{PoolClass, Writer};
 
-/// A new owner for a class routewarden stops programming: its routes are kept until the new
-/// owner's route for the same prefix (`protocol` in `table`) is seen, at most the grace period.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Handover {
-    /// The class being handed over.
-    pub class: PoolClass,
-    /// Who programs it from now on.
-    pub to: Writer,
-    /// The protocol the new owner's routes carry (Felix 80, BIRD 12).
-    pub protocol: u8,
-    /// The table the new owner writes (254 for Felix and BIRD).
-    pub table: u32,
-    /// The metric of the new owner's routes, when known. A hand-over to BIRD in our route's
-    /// table steps aside (ours moves to metric+1 before BIRD's add) unless this is known to
-    /// differ from our route's metric; `None` (unknown, e.g. set by confd's `bird.cfg`) steps
-    /// aside, which costs two writes and is safe at any BIRD metric.
-    pub metric: Option<u32>,
-}
-
-impl Handover {
+/// The dataplane's question about a [`Handover`] (the plan's type knows no kernel keys).
+trait StepAside {
     /// Whether the new owner needs our route's key free: BIRD adds with
     /// `NLM_F_CREATE|NLM_F_EXCL` and fails with `EEXIST` while our route holds the key
     /// (Felix replaces; a writer at another metric coexists).
+    fn needs_step_aside(&self, key: &RouteKey) -> bool;
+}
+
+impl StepAside for Handover {
     fn needs_step_aside(&self, key: &RouteKey) -> bool {
         self.to == Writer::Bird && self.table == key.table && self.metric.is_none_or(|m| m == key.metric)
     }
@@ -69,7 +56,7 @@ pub enum HandoverEnd {
     GraceExpired,
     /// The new owner uses our protocol and table: the route was left in place for it to adopt
     /// (the app must drop the class's pools from
-    /// [`OwnershipPolicy::owned`](super::policy::OwnershipPolicy::owned)).
+    /// [`OwnershipPolicy::owned`](crate::ownership::OwnershipPolicy::owned)).
     Released,
 }
 
@@ -321,6 +308,7 @@ pub(super) mod secs_f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vocabulary::PoolClass;
 
     const GRACE: Duration = Duration::from_secs(30);
 

@@ -23,6 +23,7 @@ use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
 use serde::Serialize;
 
 use super::nexthop::NexthopKey;
+use crate::ownership::{PolicyRoute, PolicyRouteType};
 use crate::routes::{ClusterRoute, RouteDevices};
 use crate::vocabulary::{PoolClass, RoutePath, RTPROT_FELIX, RT_TABLE_MAIN};
 
@@ -202,6 +203,29 @@ pub struct KernelRoute {
     pub key: RouteKey,
     /// What the route does.
     pub target: RouteTarget,
+}
+
+/// The policy reads a kernel route through this view (monomorphized: no copy, no call).
+impl PolicyRoute for KernelRoute {
+    fn table(&self) -> u32 {
+        self.key.table
+    }
+    fn dst(&self) -> IpNet {
+        self.key.dst
+    }
+    fn route_type(&self) -> PolicyRouteType {
+        match self.target.kind {
+            RouteKind::Unicast => PolicyRouteType::Unicast,
+            RouteKind::Blackhole => PolicyRouteType::Blackhole,
+            RouteKind::Other(_) => PolicyRouteType::Other,
+        }
+    }
+    fn device(&self) -> Option<&str> {
+        self.target.device.as_deref()
+    }
+    fn protocol(&self) -> u8 {
+        self.target.protocol
+    }
 }
 
 impl fmt::Display for KernelRoute {

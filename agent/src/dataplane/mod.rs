@@ -53,7 +53,6 @@ pub mod kernel_route;
 mod links;
 pub mod netlink;
 pub mod nexthop;
-pub mod policy;
 pub mod reconciler;
 pub mod report;
 mod retry;
@@ -65,6 +64,7 @@ mod fault_matrix_tests;
 #[cfg(test)]
 mod reconciler_tests;
 
+pub use crate::ownership::{OwnershipPolicy, Verdict};
 pub use audit::{audit, audit_kernel, AuditFinding, AuditReport, AuditScope, ExpectedRoute, FindingCode, WireguardRoute};
 pub use config::DataplaneConfig;
 pub use driver::{run, DataplaneCommand, DEFAULT_DEBOUNCE};
@@ -74,6 +74,5 @@ pub use handover::{Handover, HandoverEnd, HandoverOutcome};
 pub use kernel_route::{Family, KernelRoute, RouteKey, RouteKind, RouteSettings, RouteTarget};
 pub use netlink::{ChunkPlace, Clock, Executed, LinkInfo, NetlinkError, RouteNetlink, RouteOp, RtNetlink, SystemClock};
 pub use nexthop::{NexthopKey, NexthopOp, ObservedNexthop, NEXTHOP_IDS};
-pub use policy::{OwnershipPolicy, Verdict};
 pub use reconciler::Reconciler;
 pub use report::{ApplyReport, ErrorKind};

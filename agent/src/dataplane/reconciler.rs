@@ -54,9 +54,9 @@ use super::kernel_route::{to_kernel_route, ConversionError, DesiredRoute, Kernel
 use super::links::Links;
 use super::netlink::{Clock, NetlinkError, RouteNetlink};
 use super::nexthop::NexthopKey;
-use super::policy::{OwnershipPolicy, Verdict};
 use super::report::{ApplyReport, ErrorKind};
 use super::retry::{ResyncTimer, Retries};
+use crate::ownership::{OwnershipPolicy, Verdict};
 use crate::routes::ClusterRoute;
 use crate::vocabulary::PoolClass;
 use dirty::DirtyKeys;

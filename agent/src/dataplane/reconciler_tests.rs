@@ -10,9 +10,9 @@ use super::events::DataplaneEvent;
 use super::fake::{FakeClock, FakeNetlink};
 use super::handover::{Handover, HandoverEnd};
 use super::kernel_route::{Family, ObservedRoute, RouteKey, RouteKind};
-use super::policy::OwnershipPolicy;
 use super::reconciler::Reconciler;
 use super::report::ErrorKind;
+use crate::ownership::OwnershipPolicy;
 use crate::routes::{ClusterRoute, RouteOrigin};
 use crate::vocabulary::{PoolClass, RoutePath, Writer};
 

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::handover::HandoverOutcome;
 use super::kernel_route::{Family, RouteKey};
 use super::netlink::NetlinkError;
-use super::policy::Verdict;
+use crate::ownership::Verdict;
 use crate::vocabulary::{PoolClass, RoutePath};
 
 /// Error kinds counted in [`ApplyReport::errors`]: fixed, label-safe values.

@@ -16,9 +16,9 @@ use crate::dataplane::handover::DeleteGate;
 use crate::dataplane::kernel_route::{Family, KernelRoute, RouteKey, RouteKind};
 use crate::dataplane::netlink::{ChunkPlace, Clock, NetlinkError, RouteNetlink, RouteOp};
 use crate::dataplane::nexthop::NexthopOp;
-use crate::dataplane::policy::Verdict;
 use crate::dataplane::report::{ApplyReport, ClassCount, Conflict, ErrorKind, Overwrite};
 use crate::dataplane::retry::backoff;
+use crate::ownership::Verdict;
 use crate::vocabulary::{PoolClass, RoutePath};
 
 /// Writes in the first chunk of a write pass ([`Reconciler::write_pass`]); later chunks double
