@@ -52,7 +52,7 @@ pub(super) struct ClusterHandler {
     pub(super) host_nic: Option<HostNicAuto>,
 }
 
-/// State of `--host-device auto` ([`crate::dataplane::host_nic`]).
+/// State of `--host-device auto` ([`crate::dataplane::tasks::host_nic`]).
 pub(super) struct HostNicAuto {
     /// A socket for the link and address dumps.
     pub(super) nl: RtNetlink,
@@ -71,7 +71,7 @@ impl ClusterHandler {
     async fn resolve_host_nic(&mut self, snap: &Snapshot) -> bool {
         let Some(auto) = self.host_nic.as_mut() else { return true };
         let node = self.config.node.clone();
-        match crate::dataplane::host_nic::find_host_nic(&mut auto.nl, &node, snap.cluster.nodes.get(node.as_str()).map(AsRef::as_ref)).await {
+        match crate::dataplane::tasks::host_nic::find_host_nic(&mut auto.nl, &node, snap.cluster.nodes.get(node.as_str()).map(AsRef::as_ref)).await {
             Ok(name) => {
                 if name != self.config.devices.host_nic {
                     info!(host_device = %name, previous = %self.config.devices.host_nic, "host NIC found: the link holding this node's Calico address");

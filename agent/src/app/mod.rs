@@ -141,7 +141,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
     devices.validate()?;
     // `auto`: found from the first snapshot (this node's Calico address) and looked up again
     // as links change; until then nothing is planned and the watches leave the NIC alone.
-    let host_auto = devices.host_nic == crate::dataplane::host_nic::AUTO;
+    let host_auto = devices.host_nic == crate::dataplane::tasks::host_nic::AUTO;
     if host_auto {
         devices.host_nic.clear();
     }

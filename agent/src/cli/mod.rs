@@ -65,7 +65,7 @@ fn devices(c: &ClusterArgs) -> RouteDevices {
 /// node), `eth0`, said on stderr, so the route lines stay readable. Without a node nothing is
 /// routed, and `eth0` stands in silently.
 async fn devices_for(c: &ClusterArgs, cluster: &Cluster, node: Option<&str>) -> RouteDevices {
-    use routewarden::dataplane::host_nic;
+    use routewarden::dataplane::tasks::host_nic;
     let mut d = devices(c);
     if d.host_nic != host_nic::AUTO {
         return d;

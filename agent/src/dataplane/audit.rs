@@ -31,9 +31,9 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::kernel_route::{Family, KernelRoute, RouteKind, RT_SCOPE_UNIVERSE};
-use super::netlink::{NetlinkError, RouteNetlink};
-use super::nexthop::ObservedNexthop;
+use crate::dataplane::kernel::netlink::{NetlinkError, RouteNetlink};
+use crate::dataplane::kernel::nexthop::ObservedNexthop;
+use crate::dataplane::kernel::route::{Family, KernelRoute, RouteKind, RT_SCOPE_UNIVERSE};
 pub use crate::plan::{AuditScope, ExpectedRoute, WireguardRoute};
 use crate::routes::{ClusterRoute, RouteDevices};
 use crate::vocabulary::{RoutePath, Writer};
@@ -342,7 +342,7 @@ pub async fn audit_kernel<N: RouteNetlink>(nl: &mut N, expected: &[ExpectedRoute
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::kernel_route::{RouteKey, RouteTarget};
+    use crate::dataplane::kernel::route::{RouteKey, RouteTarget};
     use crate::routes::RouteOrigin;
     use crate::vocabulary::PoolClass;
 

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use ipnet::IpNet;
 use nix::errno::Errno;
 
-use super::kernel_route::{Family, ObservedRoute, RouteKey};
-use super::netlink::{nexthop_target, ChunkPlace, Clock, Executed, LinkInfo, NetlinkError, NetlinkOp, RouteNetlink, RouteOp};
-use super::nexthop::{NexthopOp, ObservedNexthop};
+use crate::dataplane::kernel::netlink::{nexthop_target, ChunkPlace, Clock, Executed, LinkInfo, NetlinkError, NetlinkOp, RouteNetlink, RouteOp};
+use crate::dataplane::kernel::nexthop::{NexthopOp, ObservedNexthop};
+use crate::dataplane::kernel::route::{Family, ObservedRoute, RouteKey};
 
 /// A manually advanced clock; clones share the time.
 #[derive(Clone, Debug)]
@@ -90,13 +90,20 @@ pub struct FakeState {
 }
 
 /// The fake's chunk of a write pass: small, so that every reconciler test runs its passes
-/// pipelined over several chunks as [`RtNetlink`](super::netlink::RtNetlink) does with 10,000
+/// pipelined over several chunks as [`RtNetlink`](crate::dataplane::kernel::netlink::RtNetlink) does with 10,000
 /// routes.
 pub const FAKE_WRITE_CHUNK: usize = 2;
 
 /// A route as another writer (or the kernel) would have it in the fake kernel: `gateway`
 /// routes are onlink, table main, TOS 0.
-pub fn observed(dst: &str, metric: u32, protocol: u8, gateway: Option<&str>, oif: Option<u32>, kind: super::kernel_route::RouteKind) -> ObservedRoute {
+pub fn observed(
+    dst: &str,
+    metric: u32,
+    protocol: u8,
+    gateway: Option<&str>,
+    oif: Option<u32>,
+    kind: crate::dataplane::kernel::route::RouteKind,
+) -> ObservedRoute {
     ObservedRoute {
         key: RouteKey::new(254, dst.parse().unwrap(), 0, metric),
         kind,
@@ -146,7 +153,7 @@ impl RouteNetlink for FakeNetlink {
         self.state().write_chunk.unwrap_or(FAKE_WRITE_CHUNK)
     }
 
-    /// Pipelined as [`RtNetlink`](super::netlink::RtNetlink) is: the chunk's ops are applied
+    /// Pipelined as [`RtNetlink`](crate::dataplane::kernel::netlink::RtNetlink) is: the chunk's ops are applied
     /// at once (the kernel has them) and the chunk comes back from the next call, or from this
     /// one if it is the pass's last.
     async fn execute_chunk(&mut self, ops: Vec<RouteOp>, place: ChunkPlace) -> Vec<Executed> {

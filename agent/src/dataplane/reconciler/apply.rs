@@ -12,12 +12,12 @@ use itertools::{EitherOrBoth, Itertools};
 use nix::errno::Errno;
 
 use super::{KernelEntry, Reconciler};
-use crate::dataplane::handover::DeleteGate;
-use crate::dataplane::kernel_route::{Family, KernelRoute, RouteKey, RouteKind};
-use crate::dataplane::netlink::{ChunkPlace, Clock, NetlinkError, RouteNetlink, RouteOp};
-use crate::dataplane::nexthop::NexthopOp;
-use crate::dataplane::report::{ApplyReport, ClassCount, Conflict, ErrorKind, Overwrite};
-use crate::dataplane::retry::backoff;
+use crate::dataplane::kernel::netlink::{ChunkPlace, Clock, NetlinkError, RouteNetlink, RouteOp};
+use crate::dataplane::kernel::nexthop::NexthopOp;
+use crate::dataplane::kernel::route::{Family, KernelRoute, RouteKey, RouteKind};
+use crate::dataplane::reconciler::handover::DeleteGate;
+use crate::dataplane::reconciler::report::{ApplyReport, ClassCount, Conflict, ErrorKind, Overwrite};
+use crate::dataplane::reconciler::retry::backoff;
 use crate::ownership::Verdict;
 use crate::vocabulary::{PoolClass, RoutePath};
 

@@ -4,7 +4,7 @@
 //! route (a cold start of 10,000 routes: issue 18 part 1). Each route's key is the one in it
 //! (`route.key`), not stored again beside it: 112 bytes a route instead of 144.
 
-use crate::dataplane::kernel_route::{DesiredRoute, RouteKey};
+use crate::dataplane::kernel::route::{DesiredRoute, RouteKey};
 
 /// Desired routes in ascending key (`route.key`) order, one per key.
 #[derive(Debug, Default)]
@@ -80,7 +80,7 @@ impl DesiredRoutes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::kernel_route::{to_kernel_route, RouteSettings};
+    use crate::dataplane::kernel::route::{to_kernel_route, RouteSettings};
     use crate::routes::{ClusterRoute, RouteOrigin};
     use crate::vocabulary::{PoolClass, RoutePath};
 

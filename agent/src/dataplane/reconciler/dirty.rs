@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use itertools::{Either, EitherOrBoth, Itertools};
 
-use crate::dataplane::kernel_route::RouteKey;
+use crate::dataplane::kernel::route::RouteKey;
 
 /// Fewer keys than this leave the tree one removal at a time in
 /// [`remove_all`](DirtyKeys::remove_all) (a search each); more are taken out in one ordered

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use super::error::DataplaneError;
-use super::kernel_route::RouteSettings;
+use crate::dataplane::error::DataplaneError;
+use crate::dataplane::kernel::route::RouteSettings;
 use crate::ownership::OwnershipPolicy;
 use crate::routes::RouteDevices;
 use crate::vocabulary::{RTPROT_FELIX, RT_TABLE_MAIN};

@@ -1,17 +1,20 @@
-//! Reconciler logic against the fake kernel (no root needed).
+//! Reconciler logic against the fake kernel (no root needed); the fault matrix in
+//! `tests/fault_matrix.rs`.
+
+mod fault_matrix;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use nix::errno::Errno;
 
-use super::config::DataplaneConfig;
-use super::events::DataplaneEvent;
-use super::fake::{FakeClock, FakeNetlink};
-use super::handover::{Handover, HandoverEnd};
-use super::kernel_route::{Family, ObservedRoute, RouteKey, RouteKind};
-use super::reconciler::Reconciler;
-use super::report::ErrorKind;
+use crate::dataplane::fake::{FakeClock, FakeNetlink};
+use crate::dataplane::kernel::route::{Family, ObservedRoute, RouteKey, RouteKind};
+use crate::dataplane::kernel::watcher::DataplaneEvent;
+use crate::dataplane::reconciler::handover::{Handover, HandoverEnd};
+use crate::dataplane::reconciler::report::ErrorKind;
+use crate::dataplane::reconciler::Reconciler;
+use crate::dataplane::settings::DataplaneConfig;
 use crate::ownership::OwnershipPolicy;
 use crate::routes::{ClusterRoute, RouteOrigin};
 use crate::vocabulary::{PoolClass, RoutePath, Writer};
@@ -194,7 +197,7 @@ async fn the_report_counts_each_class_and_path_exactly_when_they_interleave() {
     r.set_desired(&routes);
     let rep = r.apply().await;
     assert_eq!(rep.writes, 7, "{rep:?}");
-    let counts = |rep: &super::report::ApplyReport| -> BTreeMap<(Family, PoolClass, RoutePath), (usize, usize, usize)> {
+    let counts = |rep: &crate::dataplane::reconciler::report::ApplyReport| -> BTreeMap<(Family, PoolClass, RoutePath), (usize, usize, usize)> {
         rep.by_class.iter().map(|(k, c)| (*k, (c.desired, c.programmed, c.held))).collect()
     };
     let want = BTreeMap::from([
@@ -313,7 +316,7 @@ async fn missing_tunnel_device_reported_and_retried() {
     assert_eq!(rep.waiting_for_device["tunl0"], 2);
     assert_eq!(rep.errors[&ErrorKind::NoDevice], 2);
     assert_eq!(rep.writes, 4);
-    nl.state().links.insert(9, super::netlink::LinkInfo { index: 9, name: "tunl0".into(), up: true });
+    nl.state().links.insert(9, crate::dataplane::kernel::netlink::LinkInfo { index: 9, name: "tunl0".into(), up: true });
     clock.advance(Duration::from_secs(1));
     let rep = r.apply().await;
     assert_eq!(rep.writes, 2, "{rep:?}");
@@ -375,7 +378,7 @@ async fn handover_keeps_route_until_new_owner_seen() {
     assert_eq!(rep.handovers[0].end, HandoverEnd::Seen);
     assert_eq!(rep.handovers[0].waited, Duration::from_secs(2));
     // The others expire after the grace period.
-    assert!(r.next_wakeup() <= super::netlink::Clock::now(&clock) + Duration::from_secs(28));
+    assert!(r.next_wakeup() <= crate::dataplane::kernel::netlink::Clock::now(&clock) + Duration::from_secs(28));
     clock.advance(Duration::from_secs(29));
     let rep = r.apply().await;
     assert_eq!(rep.deletes, 3);
@@ -749,7 +752,7 @@ async fn mass_deletion_is_held_for_the_settle_period() {
     let rep = r.apply().await;
     assert_eq!((rep.deletes, rep.deletes_held_mass, rep.mass_deletion), (0, 6, Some((6, 6))), "{rep:?}");
     assert!(nl.take_log().is_empty());
-    assert_eq!(r.next_wakeup(), super::netlink::Clock::now(&clock) + Duration::from_secs(30));
+    assert_eq!(r.next_wakeup(), crate::dataplane::kernel::netlink::Clock::now(&clock) + Duration::from_secs(30));
     // Restored before the settle period ends: nothing was ever deleted, the hold clears.
     clock.advance(Duration::from_secs(20));
     r.set_desired(&cluster());
@@ -781,7 +784,7 @@ async fn a_mass_deletion_hold_is_paused_not_restarted_while_unsynced() {
     r.set_desired(&[]);
     let rep = r.apply().await;
     assert_eq!((rep.deletes, rep.deletes_held_mass, rep.mass_deletion), (0, 6, Some((6, 6))), "{rep:?}");
-    let first_wanted = super::netlink::Clock::now(&clock);
+    let first_wanted = crate::dataplane::kernel::netlink::Clock::now(&clock);
     clock.advance(Duration::from_secs(10));
     r.set_datastore_synced(false);
     let rep = r.apply().await;
@@ -982,7 +985,7 @@ fn node_n() -> Vec<ClusterRoute> {
 /// meanwhile, and after the backoff they go through the next free id.
 #[tokio::test]
 async fn a_nexthop_id_taken_after_the_dump_is_never_overwritten_and_the_routes_go_in_classic() {
-    use super::nexthop::{ObservedNexthop, NEXTHOP_IDS};
+    use crate::dataplane::kernel::nexthop::{ObservedNexthop, NEXTHOP_IDS};
     let (mut r, nl, clock) = nexthop_setup();
     r.set_desired(&[]);
     r.apply().await;

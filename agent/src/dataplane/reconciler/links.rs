@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::kernel_route::{KernelRoute, ObservedRoute};
-use super::netlink::LinkInfo;
-use super::report::ErrorKind;
+use crate::dataplane::kernel::netlink::LinkInfo;
+use crate::dataplane::kernel::route::{KernelRoute, ObservedRoute};
+use crate::dataplane::reconciler::report::ErrorKind;
 
 /// The link cache, indexed both ways. Ordered maps: a host has a handful of links, and every
 /// route of an apply resolves its device here (twice on a cold start), where a few string

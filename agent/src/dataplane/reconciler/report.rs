@@ -8,9 +8,9 @@ use std::time::Duration;
 use nix::errno::Errno;
 use serde::Serialize;
 
-use super::handover::HandoverOutcome;
-use super::kernel_route::{Family, RouteKey};
-use super::netlink::NetlinkError;
+use crate::dataplane::kernel::netlink::NetlinkError;
+use crate::dataplane::kernel::route::{Family, RouteKey};
+use crate::dataplane::reconciler::handover::HandoverOutcome;
 use crate::ownership::Verdict;
 use crate::vocabulary::{PoolClass, RoutePath};
 
@@ -107,7 +107,7 @@ pub struct ClassCount {
     pub held: usize,
 }
 
-/// What one [`Reconciler::apply`](super::reconciler::Reconciler::apply) did. Plain data: the app
+/// What one [`Reconciler::apply`](crate::dataplane::reconciler::Reconciler::apply) did. Plain data: the app
 /// turns it into metrics and logs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ApplyReport {
@@ -131,7 +131,7 @@ pub struct ApplyReport {
     pub deletes_already_gone: u64,
     /// Failed writes, deletes and dumps by kind.
     pub errors: BTreeMap<ErrorKind, u64>,
-    /// How many `SetDesired` commands the driver ([`run`](super::driver::run)) had folded in
+    /// How many `SetDesired` commands the driver ([`run`](crate::dataplane::tasks::driver::run)) had folded in
     /// before this apply (0: the apply ran on the kernel view alone, before any desired set
     /// arrived).
     pub desired_sets: u64,
@@ -177,7 +177,7 @@ pub struct ApplyReport {
     #[serde(with = "opt_secs")]
     pub resync_duration: Option<Duration>,
     /// Wall time of the whole apply.
-    #[serde(with = "super::handover::secs_f64")]
+    #[serde(with = "crate::dataplane::reconciler::handover::secs_f64")]
     pub duration: Duration,
     /// Human-readable error messages of this apply (at most 20; counts are in `errors`).
     pub error_messages: Vec<String>,

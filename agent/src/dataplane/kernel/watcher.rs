@@ -21,10 +21,11 @@ use rtnetlink::sys::AsyncSocket;
 use rtnetlink::MulticastGroup;
 use tokio::sync::mpsc;
 
-use super::error::DataplaneError;
-use super::kernel_route::{parse_route, ObservedRoute};
-use super::netlink::link_info;
-use super::nexthop::{parse_nexthop, NexthopMessage, ObservedNexthop, RTM_DELNEXTHOP, RTM_NEWNEXTHOP};
+use crate::dataplane::error::DataplaneError;
+use crate::dataplane::kernel::netlink::link_info;
+use crate::dataplane::kernel::nexthop::{parse_nexthop, NexthopMessage, ObservedNexthop, RTM_DELNEXTHOP, RTM_NEWNEXTHOP};
+use crate::dataplane::kernel::route::ObservedRoute;
+use crate::dataplane::kernel::route_wire::parse_route;
 
 /// `RTNLGRP_NEXTHOP` (`include/uapi/linux/rtnetlink.h`).
 const RTNLGRP_NEXTHOP: u32 = 32;

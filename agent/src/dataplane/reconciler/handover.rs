@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::kernel_route::{Family, RouteKey};
-use super::retry::later;
+use crate::dataplane::kernel::route::{Family, RouteKey};
+use crate::dataplane::reconciler::retry::later;
 pub use crate::plan::Handover;
 use crate::vocabulary::Writer;
 use crate::vocabulary::RTPROT_BIRD;

@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 
-use super::config::DataplaneConfig;
-use super::events::DataplaneEvent;
-use super::fake::{observed, FakeClock, FakeNetlink};
-use super::kernel_route::{ObservedRoute, RouteKey, RouteKind};
-use super::reconciler::Reconciler;
-use super::reconciler_tests::cr;
+use crate::dataplane::fake::{observed, FakeClock, FakeNetlink};
+use crate::dataplane::kernel::route::{ObservedRoute, RouteKey, RouteKind};
+use crate::dataplane::kernel::watcher::DataplaneEvent;
+use crate::dataplane::reconciler::tests::cr;
+use crate::dataplane::reconciler::Reconciler;
+use crate::dataplane::settings::DataplaneConfig;
 use crate::routes::ClusterRoute;
 use crate::vocabulary::RoutePath;
 

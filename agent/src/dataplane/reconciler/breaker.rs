@@ -11,8 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use super::kernel_route::RouteKey;
-use super::retry::later;
+use crate::dataplane::kernel::route::RouteKey;
+use crate::dataplane::reconciler::retry::later;
 
 /// The breaker's state: the deletes it holds, each with the time it was first wanted.
 #[derive(Debug)]

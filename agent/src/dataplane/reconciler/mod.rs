@@ -46,25 +46,33 @@ use std::time::Instant;
 use ipnet::IpNet;
 use itertools::{EitherOrBoth, Itertools};
 
-use super::breaker::MassDeletionBreaker;
-use super::config::DataplaneConfig;
-use super::events::DataplaneEvent;
-use super::handover::{Handover, Handovers};
-use super::kernel_route::{to_kernel_route, ConversionError, DesiredRoute, KernelRoute, RouteKey, RouteKind, RouteSettings};
-use super::links::Links;
-use super::netlink::{Clock, NetlinkError, RouteNetlink};
-use super::nexthop::NexthopKey;
-use super::report::{ApplyReport, ErrorKind};
-use super::retry::{ResyncTimer, Retries};
+use crate::dataplane::kernel::netlink::{Clock, NetlinkError, RouteNetlink};
+use crate::dataplane::kernel::nexthop::NexthopKey;
+use crate::dataplane::kernel::route::{to_kernel_route, ConversionError, DesiredRoute, KernelRoute, RouteKey, RouteKind, RouteSettings};
+use crate::dataplane::kernel::watcher::DataplaneEvent;
+use crate::dataplane::reconciler::breaker::MassDeletionBreaker;
+use crate::dataplane::reconciler::handover::{Handover, Handovers};
+use crate::dataplane::reconciler::links::Links;
+use crate::dataplane::reconciler::report::{ApplyReport, ErrorKind};
+use crate::dataplane::reconciler::retry::{ResyncTimer, Retries};
+use crate::dataplane::settings::DataplaneConfig;
 use crate::ownership::{OwnershipPolicy, Verdict};
 use crate::routes::ClusterRoute;
 use crate::vocabulary::PoolClass;
 use dirty::DirtyKeys;
 
 mod apply;
+pub(super) mod breaker;
 mod desired;
 mod dirty;
+pub mod handover;
+pub(super) mod links;
 mod nexthops;
+pub mod report;
+pub(super) mod retry;
+
+#[cfg(test)]
+mod tests;
 
 use desired::DesiredRoutes;
 use nexthops::Nexthops;

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::kernel_route::RouteKey;
+use crate::dataplane::kernel::route::RouteKey;
 
 /// First retry delay after a failed write or resync; doubles per failure.
 const BACKOFF_BASE: Duration = Duration::from_millis(200);

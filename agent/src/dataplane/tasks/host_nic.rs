@@ -10,7 +10,8 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::dataplane::netlink::{NetlinkError, RouteNetlink, RtNetlink};
+use crate::dataplane::kernel::netlink::{NetlinkError, RouteNetlink};
+use crate::dataplane::kernel::rt_netlink::RtNetlink;
 use crate::model::Node;
 
 /// The setting that asks for autodetection.

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::events::DataplaneEvent;
-use super::handover::Handover;
-use super::netlink::{Clock, RouteNetlink};
-use super::reconciler::Reconciler;
-use super::report::ApplyReport;
+use crate::dataplane::kernel::netlink::{Clock, RouteNetlink};
+use crate::dataplane::kernel::watcher::DataplaneEvent;
+use crate::dataplane::reconciler::handover::Handover;
+use crate::dataplane::reconciler::report::ApplyReport;
+use crate::dataplane::reconciler::Reconciler;
 use crate::ownership::OwnershipPolicy;
 use crate::routes::ClusterRoute;
 

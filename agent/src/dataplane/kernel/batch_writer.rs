@@ -1,311 +1,23 @@
-//! The side-effect edge of the dataplane: the [`RouteNetlink`] trait (dump routes, dump links,
-//! execute a batch of route writes and deletes) and [`Clock`], with their real
-//! implementations over rtnetlink ([`RtNetlink`]) and the system clock.
-//!
-//! Behind traits so the reconciler's logic is tested without root (Felix `routetable` keeps
-//! its netlink handle and clock behind interfaces for the same reason).
+//! The batching writer: route and nexthop ops serialized into batches of up to
+//! [`DEFAULT_WINDOW`] messages ([`MAX_BATCH_BYTES`]), handed to the [`BatchSender`] thread,
+//! and each op's result read back from the batch's answers (only the last message asks for an
+//! ack; the kernel answers every failure).
 
 use std::collections::VecDeque;
-use std::future::Future;
 use std::os::fd::AsFd;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::stream::StreamExt;
 use nix::sys::socket::{getsockopt, setsockopt, sockopt};
-use rtnetlink::packet_core::{NetlinkBuffer, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP_INTR, NLM_F_REQUEST};
-use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags};
+use rtnetlink::packet_core::{NetlinkBuffer, NetlinkMessage, NLM_F_ACK, NLM_F_REQUEST};
 use rtnetlink::packet_route::RouteNetlinkMessage;
 use rtnetlink::sys::protocols::NETLINK_ROUTE;
-use rtnetlink::sys::{AsyncSocket, Socket, SocketAddr};
+use rtnetlink::sys::{Socket, SocketAddr};
 
-use super::batch_sender::{align, errno_of, landed, Answers, Batch, BatchFailure, BatchSender, Landed};
-use super::kernel_route::{
-    all_tables_dump_request, delete_request, dump_request, dump_request_both_families, emit_write_request, parse_route, write_request, Family, KernelRoute,
-    ObservedRoute, RouteKey,
-};
-use super::nexthop::{group_members, nexthop_dump_request, nexthop_request, parse_nexthop, NexthopMessage, NexthopOp, ObservedNexthop};
-
-/// Wall-clock source for timers (resync interval, retry backoff, handover grace).
-pub trait Clock: Send {
-    /// The current instant.
-    fn now(&self) -> Instant;
-}
-
-/// [`Clock`] backed by [`Instant::now`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Instant {
-        Instant::now()
-    }
-}
-
-/// A network interface as the reconciler needs it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LinkInfo {
-    /// ifindex.
-    pub index: u32,
-    /// Name (`IFLA_IFNAME`).
-    pub name: String,
-    /// Administratively up (`IFF_UP`). IPv4 flushes routes of a device that goes down
-    /// (`fib_sync_down_dev`) without sending `RTM_DELROUTE`.
-    pub up: bool,
-}
-
-/// Where a chunk of a write pass stands in it ([`RouteNetlink::execute_chunk`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChunkPlace {
-    /// The pass's first chunk: nothing handed in before belongs to the pass.
-    pub first: bool,
-    /// The pass's last chunk: every chunk still out comes back with it.
-    pub last: bool,
-}
-
-/// A chunk of ops that ran: the ops and one result per op, in order.
-#[derive(Debug)]
-pub struct Executed {
-    /// The ops, as handed in.
-    pub ops: Vec<RouteOp>,
-    /// One result per op.
-    pub results: Vec<Result<(), NetlinkError>>,
-}
-
-/// One route change to send.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RouteOp {
-    /// Write `route` with its device at ifindex `oif`, or through nexthop object `nexthop`.
-    /// `exclusive`: create only (`NLM_F_EXCL`, fails with `EEXIST` if any route holds the
-    /// key); otherwise replace.
-    Write {
-        /// The route to write.
-        route: KernelRoute,
-        /// Resolved ifindex of `route.target.device`.
-        oif: Option<u32>,
-        /// The nexthop object the route goes through (`RTA_NH_ID`, instead of gateway, device
-        /// and onlink flag).
-        nexthop: Option<u32>,
-        /// Create-only instead of replace.
-        exclusive: bool,
-    },
-    /// Delete the route at `key` if it still carries `protocol`.
-    Delete {
-        /// Key of the route.
-        key: RouteKey,
-        /// Protocol the route must carry to be deleted.
-        protocol: u8,
-    },
-}
-
-impl RouteOp {
-    /// The key the op acts on.
-    pub fn key(&self) -> &RouteKey {
-        match self {
-            RouteOp::Write { route, .. } => &route.key,
-            RouteOp::Delete { key, .. } => key,
-        }
-    }
-}
-
-/// Which netlink operation failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NetlinkOp {
-    /// Route dump.
-    DumpRoutes,
-    /// Link dump.
-    DumpLinks,
-    /// Address dump.
-    DumpAddresses,
-    /// `RTM_NEWROUTE` (replace or create).
-    WriteRoute,
-    /// `RTM_DELROUTE`.
-    DeleteRoute,
-    /// Nexthop object dump.
-    DumpNexthops,
-    /// `RTM_NEWNEXTHOP` (replace or create).
-    WriteNexthop,
-    /// `RTM_DELNEXTHOP`.
-    DeleteNexthop,
-    /// Opening the rtnetlink socket.
-    Connect,
-}
-
-impl std::fmt::Display for NetlinkOp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            NetlinkOp::DumpRoutes => "dump routes",
-            NetlinkOp::DumpLinks => "dump links",
-            NetlinkOp::DumpAddresses => "dump addresses",
-            NetlinkOp::WriteRoute => "write route",
-            NetlinkOp::DeleteRoute => "delete route",
-            NetlinkOp::DumpNexthops => "dump nexthops",
-            NetlinkOp::WriteNexthop => "write nexthop",
-            NetlinkOp::DeleteNexthop => "delete nexthop",
-            NetlinkOp::Connect => "connect",
-        })
-    }
-}
-
-/// A failed netlink operation, with what it was about.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NetlinkError {
-    /// The kernel answered with an errno.
-    #[error("netlink {op} {target}: {errno}")]
-    Kernel {
-        /// The operation.
-        op: NetlinkOp,
-        /// What it was about (route key, table, ...).
-        target: String,
-        /// The kernel's error.
-        errno: nix::errno::Errno,
-    },
-    /// The kernel marked a dump `NLM_F_DUMP_INTR`: the table changed during the dump (the
-    /// condition Felix and vishvananda/netlink report as `EINTR`).
-    #[error("netlink {op} {target}: dump interrupted by a concurrent change")]
-    DumpInterrupted {
-        /// The operation.
-        op: NetlinkOp,
-        /// What it was about.
-        target: String,
-    },
-    /// No answer within the timeout (a lost ack, e.g. after `ENOBUFS`).
-    #[error("netlink {op} {target}: no answer within {timeout:?}")]
-    Timeout {
-        /// The operation.
-        op: NetlinkOp,
-        /// What it was about.
-        target: String,
-        /// The timeout.
-        timeout: Duration,
-    },
-    /// The connection is gone or a request could not be queued.
-    #[error("netlink {op}: connection failed: {reason}")]
-    Connection {
-        /// The operation.
-        op: NetlinkOp,
-        /// What went wrong.
-        reason: String,
-    },
-}
-
-impl NetlinkError {
-    /// The errno, if the kernel sent one.
-    pub fn errno(&self) -> Option<nix::errno::Errno> {
-        match self {
-            NetlinkError::Kernel { errno, .. } => Some(*errno),
-            _ => None,
-        }
-    }
-}
-
-/// Route and link access over netlink. Implemented by [`RtNetlink`] and by the unit tests'
-/// fake kernel.
-pub trait RouteNetlink: Send {
-    /// Dump the routes of `family` in `table` with `protocol` (0 = any). A table that does not
-    /// exist is empty.
-    fn dump_routes(&mut self, family: Family, table: u32, protocol: u8) -> impl Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send;
-
-    /// Dump the routes of both families in `table` with `protocol` (0 = any): IPv4 then IPv6
-    /// by default; one request for both where the collaborator can (a full resync is then one
-    /// dump per protocol).
-    fn dump_routes_both_families(&mut self, table: u32, protocol: u8) -> impl Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send {
-        async move {
-            let mut routes = self.dump_routes(Family::V4, table, protocol).await?;
-            routes.extend(self.dump_routes(Family::V6, table, protocol).await?);
-            Ok(routes)
-        }
-    }
-
-    /// Dump all links.
-    fn dump_links(&mut self) -> impl Future<Output = Result<Vec<LinkInfo>, NetlinkError>> + Send;
-
-    /// Execute `ops`, concurrently where possible; one result per op, in order.
-    fn execute(&mut self, ops: &[RouteOp]) -> impl Future<Output = Vec<Result<(), NetlinkError>>> + Send;
-
-    /// Ops per chunk of a write pass ([`execute_chunk`](Self::execute_chunk)): the
-    /// collaborator's batch size. The default, `usize::MAX`, makes every pass one chunk.
-    fn write_chunk(&self) -> usize {
-        usize::MAX
-    }
-
-    /// Execute one chunk of a write pass, in order after the chunks of the pass before it.
-    /// Returns the chunks whose results are in, each with its ops and one result per op, in
-    /// the order they were handed in; each chunk is returned exactly once, and the call for
-    /// the pass's last chunk (`place.last`) returns every chunk still out.
-    ///
-    /// A collaborator may pipeline: return a chunk only from the call after the one that
-    /// handed it in, so that its caller records one chunk and plans the next while the kernel
-    /// handles this one (issue 18). A chunk still out when a pass was dropped before its last
-    /// chunk is not returned to the next pass (`place.first`). The default executes the chunk
-    /// at once and returns it.
-    fn execute_chunk(&mut self, ops: Vec<RouteOp>, place: ChunkPlace) -> impl Future<Output = Vec<Executed>> + Send {
-        let _ = place;
-        async move {
-            if ops.is_empty() {
-                return Vec::new();
-            }
-            let results = self.execute(&ops).await;
-            vec![Executed { ops, results }]
-        }
-    }
-
-    /// Dump every nexthop object (all families). The default knows none (a collaborator
-    /// without nexthop objects).
-    fn dump_nexthops(&mut self) -> impl Future<Output = Result<Vec<ObservedNexthop>, NetlinkError>> + Send {
-        async { Ok(Vec::new()) }
-    }
-
-    /// Execute nexthop object writes and deletes in order; one result per op. The default
-    /// refuses each with `EOPNOTSUPP` (routes then stay classic).
-    fn execute_nexthops(&mut self, ops: &[NexthopOp]) -> impl Future<Output = Vec<Result<(), NetlinkError>>> + Send {
-        let refused = ops
-            .iter()
-            .map(|op| Err(NetlinkError::Kernel { op: NetlinkOp::WriteNexthop, target: nexthop_target(op.id()), errno: nix::errno::Errno::EOPNOTSUPP }))
-            .collect();
-        async { refused }
-    }
-
-    /// Which of nexthop objects `ids` any route, of any table, writer and family, goes
-    /// through. The default says all of them (so nothing is deleted on its word).
-    fn nexthops_in_use(&mut self, ids: &[u32]) -> impl Future<Output = Result<std::collections::BTreeSet<u32>, NetlinkError>> + Send {
-        let all = ids.iter().copied().collect();
-        async { Ok(all) }
-    }
-}
-
-/// How an error names nexthop object `id`.
-pub fn nexthop_target(id: u32) -> String {
-    format!("nexthop id {id}")
-}
-
-/// [`RouteNetlink`] over rtnetlink with strict checking (`NETLINK_GET_STRICT_CHK`, so dumps
-/// are filtered in the kernel).
-///
-/// Dumps go through an rtnetlink connection. Writes and deletes are batched on a second,
-/// plain `NETLINK_ROUTE` socket: up to `window` route messages (and at most
-/// [`MAX_BATCH_BYTES`]) are packed into one `sendmsg`, each with its own sequence number, and
-/// only the last with `NLM_F_ACK`. The kernel processes the messages of one buffer in order
-/// inside `sendmsg`, carrying on after a failed one, and answers every failed message with
-/// its errno whatever its flags (`netlink_rcv_skb` acks when `NLM_F_ACK` is set *or* the
-/// handler failed), so once the last message's answer is read every failure of the batch has
-/// been read before it, and each message without one succeeded: one `sendmsg` and one `recv`
-/// per batch (plus one per failure) replace a round trip per route, and the kernel builds no
-/// ack for a message that worked.
-/// Both sockets live in the network namespace of the thread that called
-/// [`RtNetlink::connect`]. Clones share both sockets; batches from clones are serialized.
-#[derive(Clone, Debug)]
-pub struct RtNetlink {
-    handle: rtnetlink::Handle,
-    /// A connection typed [`NexthopMessage`] for the nexthop dump (rtnetlink's cannot decode
-    /// nexthop messages).
-    nexthop_handle: rtnetlink::proto::ConnectionHandle<NexthopMessage>,
-    batcher: Arc<tokio::sync::Mutex<Batcher>>,
-    window: usize,
-    /// Messages one batch may hold on the batch socket ([`BatchLimits`]).
-    batch_messages: usize,
-    timeout: Duration,
-}
+use super::batch_sender::{align, landed, Answers, Batch, BatchFailure, BatchSender, Landed};
+use super::netlink::{nexthop_target, ChunkPlace, Executed, NetlinkError, NetlinkOp, RouteOp};
+use super::nexthop::{nexthop_request, NexthopMessage, NexthopOp};
+use super::route::RouteKey;
+use super::route_wire::{delete_request, emit_write_request, write_request};
 
 /// Route messages per `sendmsg` (the batch size), at most: fewer when the batch socket's
 /// receive buffer could not hold an answer to each of them ([`ANSWER_BYTES`]). Each answer (a
@@ -323,11 +35,9 @@ pub const MAX_BATCH_BYTES: usize = 160 * 1024;
 /// Room one answer of the batch socket takes in its receive buffer, bytes (an error answer's
 /// skb `truesize`: about 1.25 KiB with the extended-ack message, rounded up).
 const ANSWER_BYTES: usize = 1536;
-/// Per-request (dumps) and per-batch (writes) timeout (Felix `NetlinkTimeoutSecs` default 10 s).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Socket receive buffer asked for, bytes (forced on the batch socket where the agent may,
 /// else `SO_RCVBUF`, capped by `net.core.rmem_max`).
-const SOCKET_RCVBUF_BYTES: usize = 4 * 1024 * 1024;
+pub(super) const SOCKET_RCVBUF_BYTES: usize = 4 * 1024 * 1024;
 /// Batch socket send buffer asked for, bytes: one batch of [`MAX_BATCH_BYTES`] and the 32
 /// bytes `netlink_sendmsg` keeps back, with room to spare.
 const SOCKET_SNDBUF_BYTES: usize = 2 * MAX_BATCH_BYTES;
@@ -353,59 +63,11 @@ impl BatchLimits {
     }
 }
 
-impl RtNetlink {
-    /// Open a strict-checking rtnetlink connection (spawning its driver on the current tokio
-    /// runtime) and the batch socket with its thread. Both sockets live in the network
-    /// namespace of the calling thread.
-    ///
-    /// # Errors
-    /// [`NetlinkError::Connection`] if a socket cannot be opened or configured, or the batch
-    /// socket's thread cannot be started.
-    pub fn connect() -> Result<Self, NetlinkError> {
-        let conn_err = |e: std::io::Error| NetlinkError::Connection { op: NetlinkOp::Connect, reason: e.to_string() };
-        let (mut conn, handle, _unsolicited) = rtnetlink::new_connection_with_strict_check().map_err(conn_err)?;
-        // A larger receive buffer keeps big dumps from hitting ENOBUFS.
-        let _ = conn.socket_mut().socket_mut().set_rx_buf_sz(SOCKET_RCVBUF_BYTES);
-        conn.socket_mut().socket_mut().set_ext_ack(true).map_err(conn_err)?;
-        // Bound now (not at the first send), so the route watch, started after this, finds
-        // the port among this process's and labels our writes `self` from the first one.
-        conn.socket_mut().socket_mut().bind_auto().map_err(conn_err)?;
-        let (mut nh_conn, nexthop_handle, _unsolicited) = rtnetlink::proto::new_connection::<NexthopMessage>(NETLINK_ROUTE).map_err(conn_err)?;
-        nh_conn.socket_mut().socket_mut().set_netlink_get_strict_chk(true).map_err(conn_err)?;
-        nh_conn.socket_mut().socket_mut().set_ext_ack(true).map_err(conn_err)?;
-        let batcher = Batcher::open().map_err(conn_err)?;
-        let batch_messages = batcher.limits.messages;
-        tokio::spawn(conn);
-        tokio::spawn(nh_conn);
-        Ok(RtNetlink {
-            handle,
-            nexthop_handle,
-            batcher: Arc::new(tokio::sync::Mutex::new(batcher)),
-            window: DEFAULT_WINDOW,
-            batch_messages,
-            timeout: DEFAULT_TIMEOUT,
-        })
-    }
-
-    /// Set how many route messages go into one `sendmsg` (at least 1; 1 = one round trip per
-    /// route).
-    #[must_use]
-    pub fn with_window(mut self, window: usize) -> Self {
-        self.window = window.max(1);
-        self
-    }
-
-    /// The underlying rtnetlink handle (for link queries in tests and the app).
-    pub fn handle(&self) -> &rtnetlink::Handle {
-        &self.handle
-    }
-}
-
 /// The batch socket's task side: the next sequence number, the batch being serialized, and
 /// the batches handed to the socket's thread ([`BatchSender`], which owns the socket: a plain
 /// `NETLINK_ROUTE` socket bound to an automatic port and connected to the kernel) whose
 /// answers are not taken yet.
-struct Batcher {
+pub(super) struct Batcher {
     /// The thread that sends each batch and reads its answers. It owns the socket: a batch
     /// handed over is sent and answered even if the call that handed it over is dropped
     /// meanwhile (a cancelled apply; its answers are landed by the next call); batches still
@@ -442,7 +104,7 @@ impl std::fmt::Debug for Batcher {
 }
 
 /// One serialized op of a batch: what its error reports (formatted only for an error).
-struct Pending {
+pub(super) struct Pending {
     op: NetlinkOp,
     target: OpTarget,
 }
@@ -464,7 +126,7 @@ impl std::fmt::Display for OpTarget {
 }
 
 /// A request of a batch, framed with the message type it carries.
-enum Framed {
+pub(super) enum Framed {
     Route(NetlinkMessage<RouteNetlinkMessage>),
     Nexthop(NetlinkMessage<NexthopMessage>),
 }
@@ -496,7 +158,7 @@ impl Framed {
 }
 
 /// An op the batch socket sends: its request and what its result reports.
-trait BatchOp {
+pub(super) trait BatchOp {
     fn request(&self) -> (Framed, Pending);
 
     /// Append the op's message to `buf` with sequence number `seq`, framed for a batch
@@ -553,12 +215,17 @@ impl BatchOp for NexthopOp {
 }
 
 impl Batcher {
+    /// Messages one batch may hold on this socket (from the buffers the kernel granted).
+    pub(super) fn batch_messages(&self) -> usize {
+        self.limits.messages
+    }
+
     /// Open, bind and connect the socket (strict checking, extended acks, large receive
     /// buffer) in the calling thread's network namespace, and start its thread.
     ///
     /// # Errors
     /// The socket could not be opened or configured, or its thread not started.
-    fn open() -> std::io::Result<Self> {
+    pub(super) fn open() -> std::io::Result<Self> {
         let mut sock = Socket::new(NETLINK_ROUTE)?;
         sock.bind_auto()?;
         sock.connect(&SocketAddr::new(0, 0))?;
@@ -591,7 +258,7 @@ impl Batcher {
     /// so the thread goes on to it as soon as batch n is answered: building a batch and taking
     /// the answers back overlap the kernel's insert instead of following it (issue 18). Only
     /// one batch is in the kernel at a time, so the ops still run in order.
-    async fn execute<T: BatchOp>(&mut self, ops: &[T], window: usize, timeout: Duration) -> Vec<Result<(), NetlinkError>> {
+    pub(super) async fn execute<T: BatchOp>(&mut self, ops: &[T], window: usize, timeout: Duration) -> Vec<Result<(), NetlinkError>> {
         // A pipelined chunk's batch still in the kernel is answered first; the chunk stays
         // for its pass's next call.
         self.settle(timeout).await;
@@ -604,7 +271,7 @@ impl Batcher {
     /// go out as in [`execute`](Self::execute), but the last stays in the kernel when the call
     /// returns (unless `place.last`), and the chunk comes back from the next call, whose
     /// caller has meanwhile recorded the chunk before and planned this one.
-    async fn execute_chunk(&mut self, ops: Vec<RouteOp>, place: ChunkPlace, window: usize, timeout: Duration) -> Vec<Executed> {
+    pub(super) async fn execute_chunk(&mut self, ops: Vec<RouteOp>, place: ChunkPlace, window: usize, timeout: Duration) -> Vec<Executed> {
         if place.first {
             // Left by a pass that was dropped before its last chunk: its answers are read
             // (none is taken for a later batch's), its results go nowhere (the ops stayed
@@ -776,212 +443,10 @@ fn serialize<T: BatchOp>(buf: &mut Vec<u8>, mut seq: u32, ops: &[T], limits: Bat
     pending
 }
 
-/// Send one request and collect the inner messages of its answer.
-async fn request(
-    handle: &rtnetlink::Handle,
-    req: NetlinkMessage<RouteNetlinkMessage>,
-    op: NetlinkOp,
-    target: String,
-    timeout: Duration,
-) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
-    let mut handle = handle.clone();
-    let responses = handle.request(req).map_err(|e| NetlinkError::Connection { op, reason: e.to_string() })?;
-    collect_answer(responses, op, target, timeout).await
-}
-
-/// The inner messages of one request's answer (`responses`), up to its end: the kernel's
-/// errno, an overrun, a dump marked interrupted (`NLM_F_DUMP_INTR`) or no end within
-/// `timeout` is an error about `op` on `target`.
-async fn collect_answer<I>(
-    responses: impl futures::Stream<Item = NetlinkMessage<I>>,
-    op: NetlinkOp,
-    target: String,
-    timeout: Duration,
-) -> Result<Vec<I>, NetlinkError> {
-    let collect = async {
-        let mut responses = std::pin::pin!(responses);
-        let mut out = Vec::new();
-        let mut interrupted = false;
-        while let Some(msg) = responses.next().await {
-            if msg.header.flags & NLM_F_DUMP_INTR != 0 {
-                interrupted = true;
-            }
-            match msg.payload {
-                NetlinkPayload::Error(e) => {
-                    if let Some(code) = e.code {
-                        return Err(NetlinkError::Kernel { op, target: target.clone(), errno: errno_of(code.get()) });
-                    }
-                }
-                NetlinkPayload::Done(d) if d.code < 0 => {
-                    return Err(NetlinkError::Kernel { op, target: target.clone(), errno: errno_of(d.code) });
-                }
-                NetlinkPayload::InnerMessage(m) => out.push(m),
-                NetlinkPayload::Overrun(_) => {
-                    return Err(NetlinkError::Kernel { op, target: target.clone(), errno: nix::errno::Errno::ENOBUFS });
-                }
-                _ => {}
-            }
-        }
-        if interrupted {
-            return Err(NetlinkError::DumpInterrupted { op, target: target.clone() });
-        }
-        Ok(out)
-    };
-    tokio::time::timeout(timeout, collect).await.map_err(|_| NetlinkError::Timeout { op, target, timeout })?
-}
-
-/// Every nexthop object of every family as the kernel reports it (groups with their members):
-/// one `RTM_GETNEXTHOP` dump on `handle`.
-///
-/// # Errors
-/// [`NetlinkError`] as [`collect_answer`] gives it (`EOPNOTSUPP` before Linux 5.3).
-async fn nexthop_messages(handle: &rtnetlink::proto::ConnectionHandle<NexthopMessage>, timeout: Duration) -> Result<Vec<NexthopMessage>, NetlinkError> {
-    let op = NetlinkOp::DumpNexthops;
-    let responses = handle.request(nexthop_dump_request(), SocketAddr::new(0, 0)).map_err(|e| NetlinkError::Connection { op, reason: e.to_string() })?;
-    collect_answer(responses, op, "all".into(), timeout).await
-}
-
-/// Run route dump `req` (about `target`) and parse the routes in its answer. A table that does
-/// not exist yet answers `ENOENT`: it is empty (Felix does the same).
-async fn dump_routes_with(
-    handle: rtnetlink::Handle,
-    req: NetlinkMessage<RouteNetlinkMessage>,
-    target: String,
-    timeout: Duration,
-) -> Result<Vec<ObservedRoute>, NetlinkError> {
-    match request(&handle, req, NetlinkOp::DumpRoutes, target, timeout).await {
-        Ok(msgs) => Ok(msgs
-            .iter()
-            .filter_map(|m| match m {
-                RouteNetlinkMessage::NewRoute(r) => parse_route(r),
-                _ => None,
-            })
-            .collect()),
-        Err(NetlinkError::Kernel { errno: nix::errno::Errno::ENOENT, .. }) => Ok(Vec::new()),
-        Err(e) => Err(e),
-    }
-}
-
-impl RouteNetlink for RtNetlink {
-    fn dump_routes(&mut self, family: Family, table: u32, protocol: u8) -> impl Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send {
-        let target = format!("{} table {table} proto {protocol}", family.label());
-        dump_routes_with(self.handle.clone(), dump_request(family, table, protocol), target, self.timeout)
-    }
-
-    fn dump_routes_both_families(&mut self, table: u32, protocol: u8) -> impl Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send {
-        let target = format!("table {table} proto {protocol}");
-        dump_routes_with(self.handle.clone(), dump_request_both_families(table, protocol), target, self.timeout)
-    }
-
-    fn dump_links(&mut self) -> impl Future<Output = Result<Vec<LinkInfo>, NetlinkError>> + Send {
-        let handle = self.handle.clone();
-        let timeout = self.timeout;
-        async move {
-            let mut msg = rtnetlink::packet_route::link::LinkMessage::default();
-            msg.header.interface_family = rtnetlink::packet_route::AddressFamily::Unspec;
-            let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetLink(msg));
-            req.header.flags = rtnetlink::packet_core::NLM_F_REQUEST | rtnetlink::packet_core::NLM_F_DUMP;
-            let msgs = request(&handle, req, NetlinkOp::DumpLinks, "all".to_string(), timeout).await?;
-            Ok(msgs
-                .iter()
-                .filter_map(|m| match m {
-                    RouteNetlinkMessage::NewLink(l) => link_info(l),
-                    _ => None,
-                })
-                .collect())
-        }
-    }
-
-    fn execute(&mut self, ops: &[RouteOp]) -> impl Future<Output = Vec<Result<(), NetlinkError>>> + Send {
-        let batcher = Arc::clone(&self.batcher);
-        let timeout = self.timeout;
-        let window = self.window;
-        // Borrowed, not copied: the future lives no longer than `ops` (a trait method's
-        // `impl Future` captures the argument's lifetime).
-        async move { batcher.lock().await.execute(ops, window, timeout).await }
-    }
-
-    fn write_chunk(&self) -> usize {
-        self.window.min(self.batch_messages)
-    }
-
-    fn execute_chunk(&mut self, ops: Vec<RouteOp>, place: ChunkPlace) -> impl Future<Output = Vec<Executed>> + Send {
-        let batcher = Arc::clone(&self.batcher);
-        let timeout = self.timeout;
-        let window = self.window;
-        async move { batcher.lock().await.execute_chunk(ops, place, window, timeout).await }
-    }
-
-    fn dump_nexthops(&mut self) -> impl Future<Output = Result<Vec<ObservedNexthop>, NetlinkError>> + Send {
-        let handle = self.nexthop_handle.clone();
-        let timeout = self.timeout;
-        async move { Ok(nexthop_messages(&handle, timeout).await?.iter().filter_map(parse_nexthop).collect()) }
-    }
-
-    fn execute_nexthops(&mut self, ops: &[NexthopOp]) -> impl Future<Output = Vec<Result<(), NetlinkError>>> + Send {
-        let batcher = Arc::clone(&self.batcher);
-        let timeout = self.timeout;
-        let window = self.window;
-        async move { batcher.lock().await.execute(ops, window, timeout).await }
-    }
-
-    fn nexthops_in_use(&mut self, ids: &[u32]) -> impl Future<Output = Result<std::collections::BTreeSet<u32>, NetlinkError>> + Send {
-        let (handle, nexthop_handle) = (self.handle.clone(), self.nexthop_handle.clone());
-        let timeout = self.timeout;
-        let wanted: std::collections::BTreeSet<u32> = ids.iter().copied().collect();
-        async move {
-            // A group of another writer that holds one of them uses it too: the kernel
-            // deletes a group whose last member goes, and the routes through the group.
-            let groups = nexthop_messages(&nexthop_handle, timeout).await?;
-            let mut used: std::collections::BTreeSet<u32> = groups.iter().flat_map(group_members).filter(|id| wanted.contains(id)).collect();
-            let routes = dump_routes_with(handle, all_tables_dump_request(), "all tables".into(), timeout).await?;
-            used.extend(routes.iter().filter_map(|r| r.nexthop).filter(|id| wanted.contains(id)));
-            Ok(used)
-        }
-    }
-}
-
-impl RtNetlink {
-    /// Every address of every link in this network namespace, as `(ifindex, address)`, both
-    /// families (`RTM_GETADDR` dump; the local address, `IFA_LOCAL`, where the kernel gives
-    /// one, else `IFA_ADDRESS`).
-    ///
-    /// # Errors
-    /// [`NetlinkError`] when the dump fails or times out.
-    pub async fn dump_addresses(&self) -> Result<Vec<(u32, std::net::IpAddr)>, NetlinkError> {
-        use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
-        let mut msg = AddressMessage::default();
-        msg.header.family = rtnetlink::packet_route::AddressFamily::Unspec;
-        let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetAddress(msg));
-        req.header.flags = rtnetlink::packet_core::NLM_F_REQUEST | rtnetlink::packet_core::NLM_F_DUMP;
-        let msgs = request(&self.handle, req, NetlinkOp::DumpAddresses, "all".to_string(), self.timeout).await?;
-        Ok(msgs
-            .iter()
-            .filter_map(|m| match m {
-                RouteNetlinkMessage::NewAddress(a) => {
-                    let local = a.attributes.iter().find_map(|x| if let AddressAttribute::Local(ip) = x { Some(*ip) } else { None });
-                    let addr = a.attributes.iter().find_map(|x| if let AddressAttribute::Address(ip) = x { Some(*ip) } else { None });
-                    local.or(addr).map(|ip| (a.header.index, ip))
-                }
-                _ => None,
-            })
-            .collect())
-    }
-}
-
-/// Extract [`LinkInfo`] from a link message; `None` without a name.
-pub fn link_info(l: &rtnetlink::packet_route::link::LinkMessage) -> Option<LinkInfo> {
-    let name = l.attributes.iter().find_map(|a| match a {
-        LinkAttribute::IfName(n) => Some(n.clone()),
-        _ => None,
-    })?;
-    Some(LinkInfo { index: l.header.index, name, up: l.header.flags.contains(LinkFlags::Up) })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::kernel_route::{RouteKind, RouteTarget};
+    use crate::dataplane::kernel::route::{KernelRoute, RouteKind, RouteTarget};
 
     fn key(dst: &str) -> RouteKey {
         RouteKey::new(254, dst.parse().unwrap(), 0, 1024)
