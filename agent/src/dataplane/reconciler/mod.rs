@@ -27,8 +27,9 @@
 //! writer holds; the rest are parts with their own rules: the handover and step-aside state
 //! (`Handovers`, `handover.rs`), the link cache (`Links`, `links.rs`), per-key retries and the
 //! resync schedule (`Retries`, `ResyncTimer`, `retry.rs`) and the mass-deletion breaker
-//! (`MassDeletionBreaker`, `breaker.rs`). The write and delete passes of one apply are in
-//! `reconciler/apply.rs`; what an apply did is an [`ApplyReport`] (`report.rs`).
+//! (`MassDeletionBreaker`, `breaker.rs`), each a file in this folder. The write and delete
+//! passes of one apply are in `apply.rs`; what an apply did is an [`ApplyReport`]
+//! (`report.rs`). Its unit tests are in `tests.rs` and `tests/`.
 //!
 //! Change tracking is not a generic delta tracker like Felix's `felix/deltatracker` (desired
 //! and dataplane maps whose pending updates and deletions follow from comparing the two
@@ -74,7 +75,7 @@ pub(super) mod retry;
 #[cfg(test)]
 mod tests;
 
-use desired::DesiredRoutes;
+use desired::DesiredSet;
 use nexthops::Nexthops;
 
 /// Attempts of a dump that the kernel marked interrupted (Felix `routeListFilterAttempts`).
@@ -107,7 +108,7 @@ pub struct Reconciler<N, C> {
     nl: N,
     clock: C,
     /// What we want in the kernel (the last desired set).
-    desired: DesiredRoutes,
+    desired: DesiredSet,
     /// What we believe is in the kernel: routes the policy calls ours only.
     kernel: BTreeMap<RouteKey, KernelEntry>,
     /// Keys the next apply looks at (desired and kernel state may differ there).
@@ -145,7 +146,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             policy,
             nl,
             clock,
-            desired: DesiredRoutes::default(),
+            desired: DesiredSet::default(),
             kernel: BTreeMap::new(),
             dirty: DirtyKeys::default(),
             retries: Retries::default(),
@@ -231,7 +232,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             }
             converted.dedup_by(|later, first| later.route.key == first.route.key);
         }
-        let next = DesiredRoutes::from_sorted(converted);
+        let next = DesiredSet::from_sorted(converted);
         if nexthops {
             self.nexthops.set_wanted(next.values());
         }

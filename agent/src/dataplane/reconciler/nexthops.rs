@@ -161,7 +161,7 @@ impl Nexthops {
     /// and has a carrier, its id (kept, taken back from its first route after a restart, or a
     /// free one) and a write if the kernel's object differs. Nothing while ids are unknown or
     /// a retry waits. Objects waiting for a carrier are counted per device in `report`.
-    pub(super) fn plan(&mut self, links: &Links, kernel: &BTreeMap<RouteKey, KernelEntry>, now: Instant, report: &mut ApplyReport) -> Vec<NexthopOp> {
+    pub(super) fn pending_ops(&mut self, links: &Links, kernel: &BTreeMap<RouteKey, KernelEntry>, now: Instant, report: &mut ApplyReport) -> Vec<NexthopOp> {
         if !self.enabled || !self.known || self.retry_at.is_some_and(|at| now < at) {
             return Vec::new();
         }
