@@ -74,8 +74,8 @@ async fn devices_for(c: &ClusterArgs, cluster: &Cluster, node: Option<&str>) -> 
         d.host_nic = "eth0".into();
         return d;
     };
-    let found = match routewarden::dataplane::RtNetlink::connect() {
-        Ok(mut nl) => host_nic::find_host_nic(&mut nl, name, cluster.nodes.get(name).map(AsRef::as_ref)).await.map_err(|e| e.to_string()),
+    let found = match routewarden::dataplane::KernelDump::connect() {
+        Ok(nl) => host_nic::find_host_nic(&nl, name, cluster.nodes.get(name).map(AsRef::as_ref)).await.map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
     d.host_nic = found.unwrap_or_else(|why| {

@@ -31,7 +31,8 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use crate::dataplane::kernel::netlink::{NetlinkError, RouteNetlink};
+use crate::dataplane::kernel::dump::ReadKernel;
+use crate::dataplane::kernel::netlink::NetlinkError;
 use crate::dataplane::kernel::nexthop::ObservedNexthop;
 use crate::dataplane::kernel::route::{Family, KernelRoute, RouteKind, RT_SCOPE_UNIVERSE};
 pub use crate::plan::{AuditScope, ExpectedRoute, WireguardRoute};
@@ -322,17 +323,17 @@ pub fn audit_tables(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &
 ///
 /// # Errors
 /// A failed dump ([`NetlinkError`]).
-pub async fn audit_kernel<N: RouteNetlink>(nl: &mut N, expected: &[ExpectedRoute], scope: &AuditScope) -> Result<AuditReport, NetlinkError> {
-    let links = nl.dump_links().await?;
+pub async fn audit_kernel<N: ReadKernel>(nl: &mut N, expected: &[ExpectedRoute], scope: &AuditScope) -> Result<AuditReport, NetlinkError> {
+    let links = nl.read_links().await?;
     let names: BTreeMap<u32, std::sync::Arc<str>> = links.into_iter().map(|l| (l.index, l.name.into())).collect();
     // A route through a nexthop object is judged by the object's gateway and device (with
     // `nexthop_compat_mode` off the kernel reports only the id). No nexthop objects (a kernel
     // before 5.3): nothing to resolve.
-    let nexthops: BTreeMap<u32, ObservedNexthop> = nl.dump_nexthops().await.unwrap_or_default().into_iter().map(|n| (n.id, n)).collect();
+    let nexthops: BTreeMap<u32, ObservedNexthop> = nl.read_nexthops().await.unwrap_or_default().into_iter().map(|n| (n.id, n)).collect();
     let mut routes = Vec::new();
     for table in BTreeSet::from([scope.table, RT_TABLE_MAIN]) {
         for family in [Family::V4, Family::V6] {
-            let observed = nl.dump_routes(family, table, 0).await?;
+            let observed = nl.read_routes(family, table, 0).await?;
             routes.extend(observed.into_iter().filter(|r| !r.cloned).map(|r| r.through(&nexthops).named(|i| names.get(&i).cloned())));
         }
     }

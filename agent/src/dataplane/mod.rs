@@ -50,7 +50,7 @@ pub use error::DataplaneError;
 pub use kernel::nexthop::{NexthopKey, NexthopOp, ObservedNexthop, NEXTHOP_IDS};
 pub use kernel::route::{Family, KernelRoute, RouteKey, RouteKind, RouteSettings, RouteTarget};
 pub use kernel::watcher::{spawn_watcher, DataplaneEvent, EventDecoder};
-pub use kernel::{ChunkPlace, Clock, Executed, LinkInfo, NetlinkError, RouteNetlink, RouteOp, RtNetlink, SystemClock};
+pub use kernel::{ChunkPlace, Clock, Executed, KernelDump, LinkInfo, NetlinkError, ReadKernel, RouteNetlink, RouteOp, RtNetlink, SystemClock};
 pub use reconciler::handover::{HandoverEnd, HandoverOutcome};
 pub use reconciler::report::{ApplyReport, ErrorKind};
 pub use reconciler::Reconciler;

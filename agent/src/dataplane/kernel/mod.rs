@@ -5,7 +5,8 @@
 //!   rtnetlink messages and the parse of the kernel's.
 //! - [`nexthop`]: nexthop objects (`--nexthop-objects`): keys, ownership ids, wire encoding.
 //! - [`netlink`]: the [`RouteNetlink`] and [`Clock`] traits the reconciler is written against,
-//!   the ops and errors that cross them; [`rt_netlink`]: [`RtNetlink`], the real one.
+//!   the ops and errors that cross them; [`rt_netlink`]: [`RtNetlink`], the real one;
+//!   [`dump`]: [`KernelDump`], a read-only handle (one socket, no send thread) for readers.
 //! - `batch_writer`, `batch_sender`: the batching writer (ops → batches → per-op results) and
 //!   the thread that sends each batch and reads its answers, off the reconciler task's CPU.
 //! - [`watcher`]: the route watcher (route, link, address and nexthop groups →
@@ -13,6 +14,7 @@
 
 mod batch_sender;
 mod batch_writer;
+pub mod dump;
 pub mod netlink;
 pub mod nexthop;
 pub mod route;
@@ -21,5 +23,6 @@ pub mod rt_netlink;
 pub mod watcher;
 
 pub use batch_writer::{DEFAULT_WINDOW, MAX_BATCH_BYTES};
+pub use dump::{KernelDump, ReadKernel, DEFAULT_TIMEOUT};
 pub use netlink::{link_info, nexthop_target, ChunkPlace, Clock, Executed, LinkInfo, NetlinkError, NetlinkOp, RouteNetlink, RouteOp, SystemClock};
-pub use rt_netlink::{RtNetlink, DEFAULT_TIMEOUT};
+pub use rt_netlink::RtNetlink;

@@ -6,18 +6,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::stream::StreamExt;
-use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_DUMP_INTR};
-use rtnetlink::packet_route::RouteNetlinkMessage;
 use rtnetlink::sys::protocols::NETLINK_ROUTE;
-use rtnetlink::sys::{AsyncSocket, SocketAddr};
+use rtnetlink::sys::AsyncSocket;
 
-use super::batch_sender::errno_of;
 use super::batch_writer::{Batcher, DEFAULT_WINDOW, SOCKET_RCVBUF_BYTES};
-use super::netlink::{link_info, ChunkPlace, Executed, LinkInfo, NetlinkError, NetlinkOp, RouteNetlink, RouteOp};
-use super::nexthop::{group_members, nexthop_dump_request, parse_nexthop, NexthopMessage, NexthopOp, ObservedNexthop};
+use super::dump::{dump_addresses_with, dump_links_with, dump_routes_with, nexthop_messages, KernelDump, ReadKernel, DEFAULT_TIMEOUT};
+use super::netlink::{ChunkPlace, Executed, LinkInfo, NetlinkError, NetlinkOp, RouteNetlink, RouteOp};
+use super::nexthop::{group_members, parse_nexthop, NexthopMessage, NexthopOp, ObservedNexthop};
 use super::route::{Family, ObservedRoute};
-use super::route_wire::{all_tables_dump_request, dump_request, dump_request_both_families, parse_route};
+use super::route_wire::{all_tables_dump_request, dump_request, dump_request_both_families};
 
 /// [`RouteNetlink`] over rtnetlink with strict checking (`NETLINK_GET_STRICT_CHK`, so dumps
 /// are filtered in the kernel).
@@ -46,9 +43,6 @@ pub struct RtNetlink {
     batch_messages: usize,
     timeout: Duration,
 }
-
-/// Per-request (dumps) and per-batch (writes) timeout (Felix `NetlinkTimeoutSecs` default 10 s).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl RtNetlink {
     /// Open a strict-checking rtnetlink connection (spawning its driver on the current tokio
@@ -98,92 +92,6 @@ impl RtNetlink {
     }
 }
 
-/// Send one request and collect the inner messages of its answer.
-async fn request(
-    handle: &rtnetlink::Handle,
-    req: NetlinkMessage<RouteNetlinkMessage>,
-    op: NetlinkOp,
-    target: String,
-    timeout: Duration,
-) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
-    let mut handle = handle.clone();
-    let responses = handle.request(req).map_err(|e| NetlinkError::Connection { op, reason: e.to_string() })?;
-    collect_answer(responses, op, target, timeout).await
-}
-
-/// The inner messages of one request's answer (`responses`), up to its end: the kernel's
-/// errno, an overrun, a dump marked interrupted (`NLM_F_DUMP_INTR`) or no end within
-/// `timeout` is an error about `op` on `target`.
-async fn collect_answer<I>(
-    responses: impl futures::Stream<Item = NetlinkMessage<I>>,
-    op: NetlinkOp,
-    target: String,
-    timeout: Duration,
-) -> Result<Vec<I>, NetlinkError> {
-    let collect = async {
-        let mut responses = std::pin::pin!(responses);
-        let mut out = Vec::new();
-        let mut interrupted = false;
-        while let Some(msg) = responses.next().await {
-            if msg.header.flags & NLM_F_DUMP_INTR != 0 {
-                interrupted = true;
-            }
-            match msg.payload {
-                NetlinkPayload::Error(e) => {
-                    if let Some(code) = e.code {
-                        return Err(NetlinkError::Kernel { op, target: target.clone(), errno: errno_of(code.get()) });
-                    }
-                }
-                NetlinkPayload::Done(d) if d.code < 0 => {
-                    return Err(NetlinkError::Kernel { op, target: target.clone(), errno: errno_of(d.code) });
-                }
-                NetlinkPayload::InnerMessage(m) => out.push(m),
-                NetlinkPayload::Overrun(_) => {
-                    return Err(NetlinkError::Kernel { op, target: target.clone(), errno: nix::errno::Errno::ENOBUFS });
-                }
-                _ => {}
-            }
-        }
-        if interrupted {
-            return Err(NetlinkError::DumpInterrupted { op, target: target.clone() });
-        }
-        Ok(out)
-    };
-    tokio::time::timeout(timeout, collect).await.map_err(|_| NetlinkError::Timeout { op, target, timeout })?
-}
-
-/// Every nexthop object of every family as the kernel reports it (groups with their members):
-/// one `RTM_GETNEXTHOP` dump on `handle`.
-///
-/// # Errors
-/// [`NetlinkError`] as [`collect_answer`] gives it (`EOPNOTSUPP` before Linux 5.3).
-async fn nexthop_messages(handle: &rtnetlink::proto::ConnectionHandle<NexthopMessage>, timeout: Duration) -> Result<Vec<NexthopMessage>, NetlinkError> {
-    let op = NetlinkOp::DumpNexthops;
-    let responses = handle.request(nexthop_dump_request(), SocketAddr::new(0, 0)).map_err(|e| NetlinkError::Connection { op, reason: e.to_string() })?;
-    collect_answer(responses, op, "all".into(), timeout).await
-}
-
-/// Run route dump `req` (about `target`) and parse the routes in its answer. A table that does
-/// not exist yet answers `ENOENT`: it is empty (Felix does the same).
-async fn dump_routes_with(
-    handle: rtnetlink::Handle,
-    req: NetlinkMessage<RouteNetlinkMessage>,
-    target: String,
-    timeout: Duration,
-) -> Result<Vec<ObservedRoute>, NetlinkError> {
-    match request(&handle, req, NetlinkOp::DumpRoutes, target, timeout).await {
-        Ok(msgs) => Ok(msgs
-            .iter()
-            .filter_map(|m| match m {
-                RouteNetlinkMessage::NewRoute(r) => parse_route(r),
-                _ => None,
-            })
-            .collect()),
-        Err(NetlinkError::Kernel { errno: nix::errno::Errno::ENOENT, .. }) => Ok(Vec::new()),
-        Err(e) => Err(e),
-    }
-}
-
 impl RouteNetlink for RtNetlink {
     fn dump_routes(&mut self, family: Family, table: u32, protocol: u8) -> impl Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send {
         let target = format!("{} table {table} proto {protocol}", family.label());
@@ -196,22 +104,7 @@ impl RouteNetlink for RtNetlink {
     }
 
     fn dump_links(&mut self) -> impl Future<Output = Result<Vec<LinkInfo>, NetlinkError>> + Send {
-        let handle = self.handle.clone();
-        let timeout = self.timeout;
-        async move {
-            let mut msg = rtnetlink::packet_route::link::LinkMessage::default();
-            msg.header.interface_family = rtnetlink::packet_route::AddressFamily::Unspec;
-            let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetLink(msg));
-            req.header.flags = rtnetlink::packet_core::NLM_F_REQUEST | rtnetlink::packet_core::NLM_F_DUMP;
-            let msgs = request(&handle, req, NetlinkOp::DumpLinks, "all".to_string(), timeout).await?;
-            Ok(msgs
-                .iter()
-                .filter_map(|m| match m {
-                    RouteNetlinkMessage::NewLink(l) => link_info(l),
-                    _ => None,
-                })
-                .collect())
-        }
+        dump_links_with(self.handle.clone(), self.timeout)
     }
 
     fn execute(&mut self, ops: &[RouteOp]) -> impl Future<Output = Vec<Result<(), NetlinkError>>> + Send {
@@ -265,28 +158,30 @@ impl RouteNetlink for RtNetlink {
 
 impl RtNetlink {
     /// Every address of every link in this network namespace, as `(ifindex, address)`, both
-    /// families (`RTM_GETADDR` dump; the local address, `IFA_LOCAL`, where the kernel gives
-    /// one, else `IFA_ADDRESS`).
+    /// families ([`KernelDump::addresses`]).
     ///
     /// # Errors
     /// [`NetlinkError`] when the dump fails or times out.
     pub async fn dump_addresses(&self) -> Result<Vec<(u32, std::net::IpAddr)>, NetlinkError> {
-        use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
-        let mut msg = AddressMessage::default();
-        msg.header.family = rtnetlink::packet_route::AddressFamily::Unspec;
-        let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetAddress(msg));
-        req.header.flags = rtnetlink::packet_core::NLM_F_REQUEST | rtnetlink::packet_core::NLM_F_DUMP;
-        let msgs = request(&self.handle, req, NetlinkOp::DumpAddresses, "all".to_string(), self.timeout).await?;
-        Ok(msgs
-            .iter()
-            .filter_map(|m| match m {
-                RouteNetlinkMessage::NewAddress(a) => {
-                    let local = a.attributes.iter().find_map(|x| if let AddressAttribute::Local(ip) = x { Some(*ip) } else { None });
-                    let addr = a.attributes.iter().find_map(|x| if let AddressAttribute::Address(ip) = x { Some(*ip) } else { None });
-                    local.or(addr).map(|ip| (a.header.index, ip))
-                }
-                _ => None,
-            })
-            .collect())
+        dump_addresses_with(&self.handle, self.timeout).await
+    }
+
+    /// The read-only side of this connection: its dump socket, without the batch socket.
+    pub fn reader(&self) -> KernelDump {
+        KernelDump::from_handle(self.handle.clone(), self.timeout)
+    }
+}
+
+impl ReadKernel for RtNetlink {
+    fn read_links(&mut self) -> impl Future<Output = Result<Vec<LinkInfo>, NetlinkError>> + Send {
+        RouteNetlink::dump_links(self)
+    }
+
+    fn read_routes(&mut self, family: Family, table: u32, protocol: u8) -> impl Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send {
+        RouteNetlink::dump_routes(self, family, table, protocol)
+    }
+
+    fn read_nexthops(&mut self) -> impl Future<Output = Result<Vec<ObservedNexthop>, NetlinkError>> + Send {
+        RouteNetlink::dump_nexthops(self)
     }
 }

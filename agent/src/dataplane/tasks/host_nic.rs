@@ -10,8 +10,8 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::dataplane::kernel::netlink::{NetlinkError, RouteNetlink};
-use crate::dataplane::kernel::rt_netlink::RtNetlink;
+use crate::dataplane::kernel::dump::KernelDump;
+use crate::dataplane::kernel::netlink::NetlinkError;
 use crate::model::Node;
 
 /// The setting that asks for autodetection.
@@ -93,9 +93,9 @@ pub fn pick_host_nic(node: &str, wanted: &[IpAddr], links: &[LinkAddresses]) -> 
 ///
 /// # Errors
 /// [`NetlinkError`] when a dump fails.
-pub async fn link_addresses(nl: &mut RtNetlink) -> Result<Vec<LinkAddresses>, NetlinkError> {
-    let links = nl.dump_links().await?;
-    let addresses = nl.dump_addresses().await?;
+pub async fn link_addresses(nl: &KernelDump) -> Result<Vec<LinkAddresses>, NetlinkError> {
+    let links = nl.links().await?;
+    let addresses = nl.addresses().await?;
     let mut out: Vec<LinkAddresses> = links
         .iter()
         .map(|l| LinkAddresses { name: l.name.clone(), addresses: addresses.iter().filter(|(i, _)| *i == l.index).map(|(_, a)| *a).collect() })
@@ -108,7 +108,7 @@ pub async fn link_addresses(nl: &mut RtNetlink) -> Result<Vec<LinkAddresses>, Ne
 ///
 /// # Errors
 /// As [`pick_host_nic`], and [`HostNicError::Netlink`] when the kernel cannot be asked.
-pub async fn find_host_nic(nl: &mut RtNetlink, name: &str, node: Option<&Node>) -> Result<String, HostNicError> {
+pub async fn find_host_nic(nl: &KernelDump, name: &str, node: Option<&Node>) -> Result<String, HostNicError> {
     let wanted = node.map(node_addresses).unwrap_or_default();
     if wanted.is_empty() {
         return Err(HostNicError::NoAddress { node: name.to_owned() });
