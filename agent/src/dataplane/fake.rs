@@ -27,6 +27,9 @@ impl FakeClock {
         FakeClock(Arc::new(Mutex::new(Instant::now())))
     }
     /// Move the clock (and every clone) forward by `d`.
+    ///
+    /// # Panics
+    /// If a test panicked while holding the fake's lock (it is poisoned).
     pub fn advance(&self, d: Duration) {
         *self.0.lock().unwrap() += d;
     }
@@ -96,6 +99,9 @@ pub const FAKE_WRITE_CHUNK: usize = 2;
 
 /// A route as another writer (or the kernel) would have it in the fake kernel: `gateway`
 /// routes are onlink, table main, TOS 0.
+///
+/// # Panics
+/// If `dst` or `gateway` is not a prefix or address.
 pub fn observed(
     dst: &str,
     metric: u32,
@@ -124,6 +130,9 @@ pub struct FakeNetlink(pub Arc<Mutex<FakeState>>);
 
 impl FakeNetlink {
     /// A fake kernel with these links `(ifindex, name)`, all up, and no routes.
+    ///
+    /// # Panics
+    /// If a test panicked while holding the fake's lock (it is poisoned).
     pub fn with_links(links: &[(u32, &str)]) -> Self {
         let f = FakeNetlink::default();
         {
@@ -135,6 +144,9 @@ impl FakeNetlink {
         f
     }
     /// The shared state, locked.
+    ///
+    /// # Panics
+    /// If a test panicked while holding the fake's lock (it is poisoned).
     pub fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
         self.0.lock().unwrap()
     }

@@ -148,6 +148,9 @@ fn built(role: Role, felix: &str, bgp: &str, felix_protocol: u8, frozen: &[&str]
     OwnershipPolicy::from_decision(&decision, &inputs)
 }
 
+/// One row of [`built_policy_claims_by_protocol_table_and_pool`].
+type Row = (Role, &'static str, &'static str, u8, &'static [&'static str], Route, Verdict);
+
 /// Who claims what, by protocol, table, pool and device, under the decisions a plan meets.
 /// Each row: (role, Felix's value, BIRD's value, Felix's protocol, frozen ground, the route,
 /// the verdict).
@@ -156,7 +159,7 @@ fn built_policy_claims_by_protocol_table_and_pool() {
     let tunl = Some("tunl0");
     let nic = Some("eth0");
     #[rustfmt::skip]
-    let rows: &[(Role, &str, &str, u8, &[&str], Route, Verdict)] = &[
+    let rows: &[Row] = &[
         // Claim by protocol + table + pool: ours in the IPIP and no-encap pools we program.
         (Role::Felix, "Enabled", "Disabled", 80, &[], route("10.244.1.0/26", U, tunl, 80, 254), Verdict::OursByProtocol),
         (Role::Felix, "Enabled", "Disabled", 80, &[], route("10.245.1.0/26", U, nic, 80, 254), Verdict::OursByProtocol),
