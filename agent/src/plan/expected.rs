@@ -39,7 +39,7 @@ pub(super) fn pool_cidrs(decision: &OwnershipDecision, class: PoolClass) -> Vec<
 }
 /// The WireGuard peer `route` leads to, if any: the peer's BGP address of the route's family
 /// when this node and the peer both have a WireGuard interface address of that family
-/// ([`crate::bird_filter::wireguard_peers`], confd `processWireguardPeerFilter`).
+/// ([`crate::ownership::wireguard_peers`], confd `processWireguardPeerFilter`).
 pub(super) fn wireguard_peer_of(route: &ClusterRoute, peers: &[(String, std::net::IpAddr)]) -> Option<WireguardRoute> {
     let node = route.origin.node()?;
     let v6 = route.dst.addr().is_ipv6();
