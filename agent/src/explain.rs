@@ -121,7 +121,7 @@ struct Report<'a> {
     /// the ground they cover is frozen. Any makes the explanation an error.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     invalid_blocks: Vec<String>,
-    /// WireGuard peers of `node` (`bird_filter::wireguard_peers`): their routes are Felix's
+    /// WireGuard peers of `node` (`ownership::wireguard_peers`): their routes are Felix's
     /// WireGuard routing, which BIRD's filter rejects; empty without `--node` or WireGuard.
     wireguard_peers: Vec<WireguardPeer>,
     has_errors: bool,
@@ -177,7 +177,7 @@ pub fn explain(cluster: &Cluster, object_errors: &[ObjectError], config: &Owners
         wireguard_peers: opts
             .node
             .as_deref()
-            .map(|n| crate::bird_filter::wireguard_peers(cluster, n))
+            .map(|n| crate::ownership::wireguard_peers(cluster, n))
             .unwrap_or_default()
             .into_iter()
             .map(|(node, bgp_address)| WireguardPeer { node, bgp_address })

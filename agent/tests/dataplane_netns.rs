@@ -656,7 +656,7 @@ fn batched_ops_keep_per_op_results_and_order() {
             key: key(dst),
             target: RouteTarget { kind: RouteKind::Unicast, gateway: Some(gw.parse().unwrap()), device: Some("eth0".into()), onlink, protocol: 80, scope: 0 },
         };
-        for window in [dataplane::netlink::DEFAULT_WINDOW, 2, 1] {
+        for window in [dataplane::kernel::DEFAULT_WINDOW, 2, 1] {
             let mut nl = RtNetlink::connect().unwrap().with_window(window);
             let links = nl.dump_links().await.unwrap();
             let eth0 = links.iter().find(|l| l.name == "eth0").unwrap().index;

@@ -4,14 +4,14 @@
 
 use tracing::{info, warn};
 
-use crate::dataplane::RtNetlink;
+use crate::dataplane::KernelDump;
 use crate::observe::{Health, Metrics};
 use crate::plan::Plan;
 
 /// The audit handler (`--mode audit`): compares the kernel with what each owner should have
 /// programmed, on every plan change and every resync interval; programs nothing.
 pub(super) struct AuditHandler {
-    pub(super) nl: RtNetlink,
+    pub(super) nl: KernelDump,
     pub(super) last_findings: Vec<crate::dataplane::AuditFinding>,
 }
 

@@ -15,7 +15,7 @@ use proptest::prelude::*;
 
 use super::view::ViewState;
 use crate::dataplane::fake::{FakeClock, FakeNetlink};
-use crate::dataplane::kernel_route::{to_kernel_route, ObservedRoute, RouteKey};
+use crate::dataplane::kernel::route::{to_kernel_route, ObservedRoute, RouteKey};
 use crate::dataplane::{Clock, DataplaneConfig, Reconciler};
 use crate::datastore::file_loader_for_tests as loader_for;
 use crate::ownership::{CalicoVersion, OwnershipConfig, Role};

@@ -10,7 +10,7 @@ use tracing::{error, info, warn};
 
 use super::config::Mode;
 use super::view;
-use crate::dataplane::{DataplaneCommand, RtNetlink};
+use crate::dataplane::{DataplaneCommand, KernelDump};
 use crate::datastore::{DatastoreEvent, Snapshot};
 use crate::observe::{Health, Metrics};
 use crate::plan::{self, Plan, PlanConfig};
@@ -52,10 +52,10 @@ pub(super) struct ClusterHandler {
     pub(super) host_nic: Option<HostNicAuto>,
 }
 
-/// State of `--host-device auto` ([`crate::dataplane::host_nic`]).
+/// State of `--host-device auto` ([`crate::dataplane::tasks::host_nic`]).
 pub(super) struct HostNicAuto {
-    /// A socket for the link and address dumps.
-    pub(super) nl: RtNetlink,
+    /// A read-only socket for the link and address dumps.
+    pub(super) nl: KernelDump,
     /// Why the last lookup failed (logged once per distinct reason); `None` after a success.
     pub(super) error: Option<String>,
     /// The last snapshot, to plan again when the NIC changes between snapshots.
@@ -71,7 +71,7 @@ impl ClusterHandler {
     async fn resolve_host_nic(&mut self, snap: &Snapshot) -> bool {
         let Some(auto) = self.host_nic.as_mut() else { return true };
         let node = self.config.node.clone();
-        match crate::dataplane::host_nic::find_host_nic(&mut auto.nl, &node, snap.cluster.nodes.get(node.as_str()).map(AsRef::as_ref)).await {
+        match crate::dataplane::tasks::host_nic::find_host_nic(&auto.nl, &node, snap.cluster.nodes.get(node.as_str()).map(AsRef::as_ref)).await {
             Ok(name) => {
                 if name != self.config.devices.host_nic {
                     info!(host_device = %name, previous = %self.config.devices.host_nic, "host NIC found: the link holding this node's Calico address");

@@ -40,7 +40,7 @@ use crate::bpf::loader::{BpfObject, LoadConfig};
 use crate::bpf::route_watch::RouteWatch;
 use crate::bpf::tc_count::{Direction, TcCounter};
 use crate::bpf::watch::WatchHandler;
-use crate::dataplane::{self, ApplyReport, DataplaneConfig, Reconciler, RtNetlink, SystemClock};
+use crate::dataplane::{self, ApplyReport, DataplaneConfig, KernelDump, Reconciler, RtNetlink, SystemClock};
 use crate::datastore::{Datastore, DatastoreEvent, FileDatastore, KubernetesDatastore};
 use crate::observe::http::HttpServer;
 use crate::observe::{Health, Metrics};
@@ -141,7 +141,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
     devices.validate()?;
     // `auto`: found from the first snapshot (this node's Calico address) and looked up again
     // as links change; until then nothing is planned and the watches leave the NIC alone.
-    let host_auto = devices.host_nic == crate::dataplane::host_nic::AUTO;
+    let host_auto = devices.host_nic == crate::dataplane::tasks::host_nic::AUTO;
     if host_auto {
         devices.host_nic.clear();
     }
@@ -226,7 +226,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         None
     };
     let mut auditor = if args.mode == Mode::Audit {
-        Some(AuditHandler { nl: RtNetlink::connect().context("open the rtnetlink socket")?, last_findings: Vec::new() })
+        Some(AuditHandler { nl: KernelDump::connect().context("open the rtnetlink socket")?, last_findings: Vec::new() })
     } else {
         None
     };
@@ -291,7 +291,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         plan_memo: crate::plan::PlanMemo::default(),
         commands,
         host_nic: if host_auto {
-            Some(HostNicAuto { nl: RtNetlink::connect().context("open the rtnetlink socket")?, error: None, snapshot: None, changed: false })
+            Some(HostNicAuto { nl: KernelDump::connect().context("open the rtnetlink socket")?, error: None, snapshot: None, changed: false })
         } else {
             None
         },

@@ -24,7 +24,7 @@ use proptest::prelude::*;
 
 use super::bad_input_tests::Agent;
 use crate::dataplane::fake::{observed as route, FakeClock, FakeNetlink};
-use crate::dataplane::kernel_route::{ObservedRoute, RouteKey, RouteKind};
+use crate::dataplane::kernel::route::{ObservedRoute, RouteKey, RouteKind};
 use crate::ownership::VersionChoice;
 use crate::vocabulary::RTPROT_BIRD;
 

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use routewarden::app::config::{ClusterArgs, LogFormat, Mode};
 use routewarden::app::{self};
-use routewarden::dataplane::{audit_kernel, AuditReport, RtNetlink};
+use routewarden::dataplane::{audit_kernel, AuditReport, KernelDump};
 use routewarden::text::escape;
 
 use super::{devices_for, load, plan_once, runtime, Output};
@@ -60,7 +60,7 @@ async fn audit_async(args: &AuditArgs) -> Result<ExitCode> {
     let ownership = app::ownership_config(&role, &args.cluster.calico_version, mode, &node)?;
     let devices = devices_for(&args.cluster, &snap.cluster, Some(&node)).await;
     let p = plan_once(&snap, &args.cluster, node, ownership, devices);
-    let mut nl = RtNetlink::connect().context("open the rtnetlink socket")?;
+    let mut nl = KernelDump::connect().context("open the rtnetlink socket")?;
     let report = audit_kernel(&mut nl, &p.expected, &p.audit_scope).await.context("dump the kernel's routes")?;
     // What the audit could not look at: objects left out (their routes are not expected, so
     // a route for them may show as stale or missing) and the inputs that did not load.

@@ -7,8 +7,9 @@ use anyhow::Result;
 use clap::Args;
 use routewarden::app::config::{ClusterArgs, LogFormat, Mode};
 use routewarden::app::{self};
-use routewarden::bird_filter::{render, wireguard_peers, BirdFilterOptions};
+use routewarden::bird_filter::{render, BirdFilterOptions};
 use routewarden::model::Kind;
+use routewarden::ownership::wireguard_peers;
 use routewarden::text::escape;
 
 use super::{devices, load_blocking};

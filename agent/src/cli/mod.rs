@@ -65,7 +65,7 @@ fn devices(c: &ClusterArgs) -> RouteDevices {
 /// node), `eth0`, said on stderr, so the route lines stay readable. Without a node nothing is
 /// routed, and `eth0` stands in silently.
 async fn devices_for(c: &ClusterArgs, cluster: &Cluster, node: Option<&str>) -> RouteDevices {
-    use routewarden::dataplane::host_nic;
+    use routewarden::dataplane::tasks::host_nic;
     let mut d = devices(c);
     if d.host_nic != host_nic::AUTO {
         return d;
@@ -74,8 +74,8 @@ async fn devices_for(c: &ClusterArgs, cluster: &Cluster, node: Option<&str>) -> 
         d.host_nic = "eth0".into();
         return d;
     };
-    let found = match routewarden::dataplane::RtNetlink::connect() {
-        Ok(mut nl) => host_nic::find_host_nic(&mut nl, name, cluster.nodes.get(name).map(AsRef::as_ref)).await.map_err(|e| e.to_string()),
+    let found = match routewarden::dataplane::KernelDump::connect() {
+        Ok(nl) => host_nic::find_host_nic(&nl, name, cluster.nodes.get(name).map(AsRef::as_ref)).await.map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
     d.host_nic = found.unwrap_or_else(|why| {

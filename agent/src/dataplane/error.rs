@@ -1,10 +1,10 @@
 //! [`DataplaneError`]: the errors of the dataplane's setup (per-route failures are not errors:
-//! they are counted in [`ApplyReport`](super::report::ApplyReport) and retried).
+//! they are counted in [`ApplyReport`](crate::dataplane::reconciler::report::ApplyReport) and retried).
 
-use super::netlink::NetlinkError;
+use crate::dataplane::kernel::netlink::NetlinkError;
 
 /// Errors of the dataplane's setup (per-route failures are counted in
-/// [`ApplyReport`](super::report::ApplyReport)).
+/// [`ApplyReport`](crate::dataplane::reconciler::report::ApplyReport)).
 #[derive(Debug, thiserror::Error)]
 pub enum DataplaneError {
     /// Subscribing to rtnetlink multicast groups failed.

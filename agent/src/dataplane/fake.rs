@@ -1,4 +1,10 @@
-//! Test doubles: a fake kernel FIB behind [`RouteNetlink`] and a manual [`Clock`].
+//! Test doubles: a fake kernel FIB behind [`RouteNetlink`] and a manual [`Clock`], so the
+//! reconciler and what drives it are tested without root or a network namespace.
+//!
+//! Built for this crate's unit tests, and for other crates' tests with the agent's
+//! `test-support` feature. The fake keeps routes, links and nexthop objects in a
+//! [`FakeState`] shared by every clone (a "restarted" reconciler sees the same kernel), logs
+//! every change as text, and injects the faults its fields name.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -7,20 +13,31 @@ use std::time::{Duration, Instant};
 use ipnet::IpNet;
 use nix::errno::Errno;
 
-use super::kernel_route::{Family, ObservedRoute, RouteKey};
-use super::netlink::{nexthop_target, ChunkPlace, Clock, Executed, LinkInfo, NetlinkError, NetlinkOp, RouteNetlink, RouteOp};
-use super::nexthop::{NexthopOp, ObservedNexthop};
+use crate::dataplane::kernel::netlink::{nexthop_target, ChunkPlace, Clock, Executed, LinkInfo, NetlinkError, NetlinkOp, RouteNetlink, RouteOp};
+use crate::dataplane::kernel::nexthop::{NexthopOp, ObservedNexthop};
+use crate::dataplane::kernel::route::{Family, ObservedRoute, RouteKey};
 
 /// A manually advanced clock; clones share the time.
 #[derive(Clone, Debug)]
 pub struct FakeClock(Arc<Mutex<Instant>>);
 
 impl FakeClock {
+    /// A clock at the current instant.
     pub fn new() -> Self {
         FakeClock(Arc::new(Mutex::new(Instant::now())))
     }
+    /// Move the clock (and every clone) forward by `d`.
+    ///
+    /// # Panics
+    /// If a test panicked while holding the fake's lock (it is poisoned).
     pub fn advance(&self, d: Duration) {
         *self.0.lock().unwrap() += d;
+    }
+}
+
+impl Default for FakeClock {
+    fn default() -> Self {
+        FakeClock::new()
     }
 }
 
@@ -33,10 +50,13 @@ impl Clock for FakeClock {
 /// The fake kernel state; shared between clones so a "restarted" reconciler sees it.
 #[derive(Debug, Default)]
 pub struct FakeState {
+    /// The routes in the fake kernel, by key.
     pub routes: BTreeMap<RouteKey, ObservedRoute>,
+    /// Links by ifindex.
     pub links: BTreeMap<u32, LinkInfo>,
     /// Every successful change, in order: `replace <key>`, `create <key>`, `delete <key>`.
     pub log: Vec<String>,
+    /// Route dumps answered.
     pub dumps: usize,
     /// Fail the next writes to these destinations with this errno (count down).
     pub fail_writes: HashMap<IpNet, (Errno, usize)>,
@@ -73,13 +93,23 @@ pub struct FakeState {
 }
 
 /// The fake's chunk of a write pass: small, so that every reconciler test runs its passes
-/// pipelined over several chunks as [`RtNetlink`](super::netlink::RtNetlink) does with 10,000
+/// pipelined over several chunks as [`RtNetlink`](crate::dataplane::kernel::netlink::RtNetlink) does with 10,000
 /// routes.
 pub const FAKE_WRITE_CHUNK: usize = 2;
 
 /// A route as another writer (or the kernel) would have it in the fake kernel: `gateway`
 /// routes are onlink, table main, TOS 0.
-pub fn observed(dst: &str, metric: u32, protocol: u8, gateway: Option<&str>, oif: Option<u32>, kind: super::kernel_route::RouteKind) -> ObservedRoute {
+///
+/// # Panics
+/// If `dst` or `gateway` is not a prefix or address.
+pub fn observed(
+    dst: &str,
+    metric: u32,
+    protocol: u8,
+    gateway: Option<&str>,
+    oif: Option<u32>,
+    kind: crate::dataplane::kernel::route::RouteKind,
+) -> ObservedRoute {
     ObservedRoute {
         key: RouteKey::new(254, dst.parse().unwrap(), 0, metric),
         kind,
@@ -94,10 +124,15 @@ pub fn observed(dst: &str, metric: u32, protocol: u8, gateway: Option<&str>, oif
     }
 }
 
+/// The fake kernel behind [`RouteNetlink`]; clones share one [`FakeState`].
 #[derive(Clone, Debug, Default)]
 pub struct FakeNetlink(pub Arc<Mutex<FakeState>>);
 
 impl FakeNetlink {
+    /// A fake kernel with these links `(ifindex, name)`, all up, and no routes.
+    ///
+    /// # Panics
+    /// If a test panicked while holding the fake's lock (it is poisoned).
     pub fn with_links(links: &[(u32, &str)]) -> Self {
         let f = FakeNetlink::default();
         {
@@ -108,6 +143,10 @@ impl FakeNetlink {
         }
         f
     }
+    /// The shared state, locked.
+    ///
+    /// # Panics
+    /// If a test panicked while holding the fake's lock (it is poisoned).
     pub fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
         self.0.lock().unwrap()
     }
@@ -115,6 +154,7 @@ impl FakeNetlink {
     pub fn insert(&self, r: ObservedRoute) {
         self.state().routes.insert(r.key, r);
     }
+    /// Every change logged since the last call, in order.
     pub fn take_log(&self) -> Vec<String> {
         std::mem::take(&mut self.state().log)
     }
@@ -125,7 +165,7 @@ impl RouteNetlink for FakeNetlink {
         self.state().write_chunk.unwrap_or(FAKE_WRITE_CHUNK)
     }
 
-    /// Pipelined as [`RtNetlink`](super::netlink::RtNetlink) is: the chunk's ops are applied
+    /// Pipelined as [`RtNetlink`](crate::dataplane::kernel::netlink::RtNetlink) is: the chunk's ops are applied
     /// at once (the kernel has them) and the chunk comes back from the next call, or from this
     /// one if it is the pass's last.
     async fn execute_chunk(&mut self, ops: Vec<RouteOp>, place: ChunkPlace) -> Vec<Executed> {

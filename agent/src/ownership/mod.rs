@@ -12,6 +12,11 @@
 //! programs, every writer of every class, findings with stable codes, and a per-pool table.
 //! Every decision records its [`DecisionSource`] (field value, default or fallback) for
 //! `routewarden explain`. Pure: no I/O.
+//!
+//! Also here, because they follow from the decision and nothing else: the
+//! [`OwnershipPolicy`] (which kernel routes are ours, built once per plan, evaluated by the
+//! dataplane) and the WireGuard routing rule ([`wireguard_peers`], used by the plan, the BIRD
+//! filter and `explain`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,21 +27,25 @@ use crate::vocabulary::{PoolClass, PoolKind, Writer};
 mod tests;
 
 mod decision;
+mod field_sources;
 mod findings;
 mod frozen;
 mod operator;
-mod sources;
+mod policy;
 mod version;
+mod wireguard;
 
 pub use decision::{ClusterRoutes, ComponentDecision, DecisionSource, KernelFilter, OwnershipConfig, OwnershipDecision, OwnershipError, PoolOwnership, Role};
 pub use findings::{Finding, FindingKind, Severity};
 pub use frozen::{frozen_classes, FrozenClass};
 pub use operator::operator_fields;
+pub use policy::{OwnershipPolicy, PolicyInputs, PolicyRoute, PolicyRouteType, Verdict};
 pub use version::{resolve_version, CalicoVersion, ResolvedVersion, Rules, VersionChoice, VersionSource};
+pub use wireguard::wireguard_peers;
 
+use field_sources::{bird_value, felix_value};
 use findings::{class_finding, deprecated_finding, version_findings};
 use operator::operator_findings;
-use sources::{bird_value, felix_value};
 
 /// Decide ownership for `cluster` under `config`.
 pub fn decide(cluster: &Cluster, config: &OwnershipConfig) -> OwnershipDecision {

@@ -53,7 +53,7 @@ impl RouteOrigin {
     }
 
     /// [`node`](Self::node) as the model shares the name: cloning it copies no string (a
-    /// nexthop object's key is built per route, `dataplane::nexthop::NexthopKey`).
+    /// nexthop object's key is built per route, `dataplane::kernel::nexthop::NexthopKey`).
     pub fn node_shared(&self) -> Option<&Arc<str>> {
         match self {
             RouteOrigin::RemoteBlock { node, .. } | RouteOrigin::BorrowedIp { node, .. } | RouteOrigin::TunnelAddress { node, .. } => Some(node),

@@ -27,8 +27,9 @@ use rtnetlink::packet_core::{NetlinkBuffer, NetlinkMessage, NetlinkPayload, NLMS
 use rtnetlink::packet_route::RouteNetlinkMessage;
 use rtnetlink::sys::protocols::NETLINK_ROUTE;
 use rtnetlink::sys::{Socket, SocketAddr};
-use routewarden::dataplane::kernel_route::{to_kernel_route, write_request};
-use routewarden::dataplane::netlink::{DEFAULT_WINDOW, MAX_BATCH_BYTES};
+use routewarden::dataplane::kernel::route::to_kernel_route;
+use routewarden::dataplane::kernel::route_wire::write_request;
+use routewarden::dataplane::kernel::{DEFAULT_WINDOW, MAX_BATCH_BYTES};
 use routewarden::dataplane::DataplaneConfig;
 use routewarden::routes::ClusterRoute;
 

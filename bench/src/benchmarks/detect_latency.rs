@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
 use routewarden::bpf::route_watch::RouteWatchEvent;
-use routewarden::dataplane::kernel_route::to_kernel_route;
+use routewarden::dataplane::kernel::route::to_kernel_route;
 use routewarden::dataplane::{DataplaneConfig, RouteNetlink, RouteOp, RtNetlink};
 
 use crate::fixtures::cluster_routes;

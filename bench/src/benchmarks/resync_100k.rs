@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
-use routewarden::dataplane::kernel_route::ObservedRoute;
+use routewarden::dataplane::kernel::route::ObservedRoute;
 use routewarden::dataplane::{ChunkPlace, Executed, Family, LinkInfo, NetlinkError, NexthopOp, ObservedNexthop, Reconciler, RouteNetlink, RouteOp, RtNetlink, SystemClock};
 use routewarden::routes::ClusterRoute;
 

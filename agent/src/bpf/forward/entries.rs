@@ -2,17 +2,17 @@
 //! and borrowed IP, with its pool, class and the path it should take from this node. Pure; no
 //! I/O.
 //!
-//! Source per class (issue 6): routewarden's desired routes for the classes it programs, the
-//! ownership matrix's expectation (the routes Felix/BIRD should have) for the others, so the
-//! watch works the same in audit mode. The app passes them in from its plan
-//! (`app::forward_entries`); nothing here knows the plan.
+//! Source per class: routewarden's desired routes for the classes it programs, the ownership
+//! matrix's expectation (the plan's [`ExpectedRoute`]s: the routes Felix/BIRD should have) for
+//! the others, so the watch works the same in audit mode. The app passes both in from its plan
+//! (`app::forward_entries`); this file reads the plan's route types, not the plan itself.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::IpNet;
 use routewarden_common::forward::{ForwardPath, V4_MAPPED_PREFIX_LEN};
 
-use crate::dataplane::ExpectedRoute;
+use crate::plan::ExpectedRoute;
 use crate::routes::ClusterRoute;
 use crate::vocabulary::{PoolClass, RoutePath};
 

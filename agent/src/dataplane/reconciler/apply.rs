@@ -12,13 +12,13 @@ use itertools::{EitherOrBoth, Itertools};
 use nix::errno::Errno;
 
 use super::{KernelEntry, Reconciler};
-use crate::dataplane::handover::DeleteGate;
-use crate::dataplane::kernel_route::{Family, KernelRoute, RouteKey, RouteKind};
-use crate::dataplane::netlink::{ChunkPlace, Clock, NetlinkError, RouteNetlink, RouteOp};
-use crate::dataplane::nexthop::NexthopOp;
-use crate::dataplane::policy::Verdict;
-use crate::dataplane::report::{ApplyReport, ClassCount, Conflict, ErrorKind, Overwrite};
-use crate::dataplane::retry::backoff;
+use crate::dataplane::kernel::netlink::{ChunkPlace, Clock, NetlinkError, RouteNetlink, RouteOp};
+use crate::dataplane::kernel::nexthop::NexthopOp;
+use crate::dataplane::kernel::route::{Family, KernelRoute, RouteKey, RouteKind};
+use crate::dataplane::reconciler::handover::DeleteGate;
+use crate::dataplane::reconciler::report::{ApplyReport, ClassCount, Conflict, ErrorKind, Overwrite};
+use crate::dataplane::reconciler::retry::backoff;
+use crate::ownership::Verdict;
 use crate::vocabulary::{PoolClass, RoutePath};
 
 /// Writes in the first chunk of a write pass ([`Reconciler::write_pass`]); later chunks double
@@ -111,7 +111,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// place when gateway, device or onlink flag changed); the routes through a written object
     /// are looked at again by this apply's write pass.
     async fn write_nexthops(&mut self, now: Instant, report: &mut ApplyReport) {
-        let ops = self.nexthops.plan(&self.links, &self.kernel, now, report);
+        let ops = self.nexthops.pending_ops(&self.links, &self.kernel, now, report);
         if ops.is_empty() {
             return;
         }
@@ -187,7 +187,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             // kernel's last insert (recording the last chunk) is small, and each chunk before
             // is recorded while the kernel inserts the next, half its size.
             let tail = (dirty.len() - at).div_ceil(2).max(FIRST_CHUNK);
-            let mut writes = self.plan(&dirty, (&mut at, &mut cursor), chunk.min(tail), &mut candidates, now, report);
+            let mut writes = self.pending_writes(&dirty, (&mut at, &mut cursor), chunk.min(tail), &mut candidates, now, report);
             chunk = chunk.saturating_mul(2).min(full);
             let last = at == dirty.len();
             if last {
@@ -218,8 +218,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// Sort the dirty keys of `dirty[*at..]` into writes (desired, not in sync) and delete
     /// candidates (ours, not desired, appended to `candidates`), until `max` writes; drop keys
     /// that need nothing. `at` moves past the keys looked at; `cursor` is where the desired
-    /// set was left ([`DesiredRoutes::get_ascending`](super::desired::DesiredRoutes::get_ascending)).
-    fn plan(
+    /// set was left ([`DesiredSet::get_ascending`](super::desired::DesiredSet::get_ascending)).
+    fn pending_writes(
         &mut self,
         dirty: &[RouteKey],
         (at, cursor): (&mut usize, &mut usize),

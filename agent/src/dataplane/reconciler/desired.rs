@@ -4,20 +4,20 @@
 //! route (a cold start of 10,000 routes: issue 18 part 1). Each route's key is the one in it
 //! (`route.key`), not stored again beside it: 112 bytes a route instead of 144.
 
-use crate::dataplane::kernel_route::{DesiredRoute, RouteKey};
+use crate::dataplane::kernel::route::{DesiredRoute, RouteKey};
 
 /// Desired routes in ascending key (`route.key`) order, one per key.
 #[derive(Debug, Default)]
-pub(super) struct DesiredRoutes {
+pub(super) struct DesiredSet {
     routes: Vec<DesiredRoute>,
 }
 
-impl DesiredRoutes {
+impl DesiredSet {
     /// The set of `routes`, which must be in ascending key order with no key twice (checked
     /// in debug builds).
     pub(super) fn from_sorted(routes: Vec<DesiredRoute>) -> Self {
         debug_assert!(routes.is_sorted_by(|a, b| a.route.key < b.route.key), "desired routes not in strict key order");
-        DesiredRoutes { routes }
+        DesiredSet { routes }
     }
 
     /// How many routes are desired.
@@ -80,7 +80,7 @@ impl DesiredRoutes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::kernel_route::{to_kernel_route, RouteSettings};
+    use crate::dataplane::kernel::route::{to_kernel_route, RouteSettings};
     use crate::routes::{ClusterRoute, RouteOrigin};
     use crate::vocabulary::{PoolClass, RoutePath};
 
@@ -101,7 +101,7 @@ mod tests {
     fn finds_every_key_and_only_those() {
         let routes: Vec<_> = ["10.0.0.0/26", "10.0.0.64/26", "10.0.1.0/26", "fd00::/122"].into_iter().map(desired).collect();
         let keys: Vec<RouteKey> = routes.iter().map(|d| d.route.key).collect();
-        let set = DesiredRoutes::from_sorted(routes);
+        let set = DesiredSet::from_sorted(routes);
         for k in &keys {
             assert_eq!(set.get(k).map(|d| d.route.key), Some(*k));
         }
@@ -110,7 +110,7 @@ mod tests {
         for absent in ["10.0.0.0/25", "10.0.0.128/26", "9.0.0.0/26", "fd00::40/122"] {
             assert!(!set.contains_key(&desired(absent).route.key), "{absent}");
         }
-        assert!(!DesiredRoutes::default().contains_key(&keys[0]));
+        assert!(!DesiredSet::default().contains_key(&keys[0]));
         // Ascending lookups: every key, every other key, absent keys in between, past the end.
         for step in [1, 2] {
             let mut from = 0;
@@ -123,6 +123,6 @@ mod tests {
         let found: Vec<bool> = probes.iter().map(|p| set.get_ascending(&desired(p).route.key, &mut from).is_some()).collect();
         assert_eq!(found, [false, true, false, false, true, true, false]);
         assert_eq!(from, 4);
-        assert!(DesiredRoutes::default().get_ascending(&keys[0], &mut 0).is_none());
+        assert!(DesiredSet::default().get_ascending(&keys[0], &mut 0).is_none());
     }
 }

@@ -2,7 +2,7 @@
 //! pool) goes through, which objects in the kernel are ours, the writes that make them match
 //! the desired routes, and which of ours may be deleted.
 //!
-//! Rules (module docs of [`crate::dataplane::nexthop`]):
+//! Rules (module docs of [`crate::dataplane::kernel::nexthop`]):
 //! - Ids come from [`NEXTHOP_IDS`], never one the last dump showed held, and are written
 //!   create-exclusive, so an object of another writer is never overwritten. An object of ours
 //!   whose gateway, device or onlink flag differs from its routes' is replaced in place: the
@@ -22,12 +22,12 @@ use std::time::Instant;
 use nix::errno::Errno;
 
 use super::KernelEntry;
-use crate::dataplane::kernel_route::{DesiredRoute, ObservedRoute, RouteKey, RouteKind};
-use crate::dataplane::links::Links;
-use crate::dataplane::netlink::NetlinkError;
-use crate::dataplane::nexthop::{NexthopKey, NexthopOp, ObservedNexthop, NEXTHOP_IDS};
-use crate::dataplane::report::{ApplyReport, ErrorKind};
-use crate::dataplane::retry::backoff;
+use crate::dataplane::kernel::netlink::NetlinkError;
+use crate::dataplane::kernel::nexthop::{NexthopKey, NexthopOp, ObservedNexthop, NEXTHOP_IDS};
+use crate::dataplane::kernel::route::{DesiredRoute, ObservedRoute, RouteKey, RouteKind};
+use crate::dataplane::reconciler::links::Links;
+use crate::dataplane::reconciler::report::{ApplyReport, ErrorKind};
+use crate::dataplane::reconciler::retry::backoff;
 
 /// What one (node, pool)'s object should be: its routes' gateway, device and onlink flag, and
 /// the first of its routes (whose nexthop id in the kernel is taken back after a restart).
@@ -161,7 +161,7 @@ impl Nexthops {
     /// and has a carrier, its id (kept, taken back from its first route after a restart, or a
     /// free one) and a write if the kernel's object differs. Nothing while ids are unknown or
     /// a retry waits. Objects waiting for a carrier are counted per device in `report`.
-    pub(super) fn plan(&mut self, links: &Links, kernel: &BTreeMap<RouteKey, KernelEntry>, now: Instant, report: &mut ApplyReport) -> Vec<NexthopOp> {
+    pub(super) fn pending_ops(&mut self, links: &Links, kernel: &BTreeMap<RouteKey, KernelEntry>, now: Instant, report: &mut ApplyReport) -> Vec<NexthopOp> {
         if !self.enabled || !self.known || self.retry_at.is_some_and(|at| now < at) {
             return Vec::new();
         }

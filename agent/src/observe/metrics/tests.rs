@@ -10,7 +10,7 @@ use routewarden_common::forward::ForwardPath;
 use routewarden_common::route_watch::{RouteWatchCounters, WriterClass};
 
 use super::*;
-use crate::dataplane::report::ClassCount;
+use crate::dataplane::reconciler::report::ClassCount;
 use crate::dataplane::{ApplyReport, ErrorKind, Family};
 use crate::datastore::{FileDatastore, LoadError, LoadErrorKind, Snapshot};
 use crate::ownership::{CalicoVersion, OwnershipConfig, ResolvedVersion, Role, Rules, VersionSource};

@@ -150,7 +150,7 @@ async fn api_server_away_keeps_the_view_and_recovery_syncs_again() {
 /// datastore, the view, the plan and the reconciler over a fake kernel — deletes none of
 /// node-a's seven routes: the mass-deletion breaker holds them; the list restored within the
 /// settle period costs no route and no write. (That a deletion wanted for the whole settle
-/// period goes through is `dataplane::reconciler_tests::mass_deletion_is_held_for_the_settle_period`.)
+/// period goes through is `dataplane::reconciler::tests::deletions::mass_deletion_is_held_for_the_settle_period`.)
 #[tokio::test]
 async fn empty_relist_is_held_by_the_breaker_and_a_restored_list_costs_nothing() {
     use crate::app::view::ViewState;
