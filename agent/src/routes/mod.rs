@@ -14,11 +14,16 @@ use ipnet::IpNet;
 use crate::model::TunnelAddressKind;
 use crate::vocabulary::{PoolClass, RoutePath};
 
+mod block_index;
 pub mod compute;
 mod memo;
+mod pass_context;
+mod problem;
+mod tunnel_address;
 
-pub use compute::{classed_routes, desired_routes, routable_classes, ClassedRoutes, DesiredRoutes, RouteProblem};
+pub use compute::{classed_routes, desired_routes, routable_classes, ClassedRoutes, NodeRoutes};
 pub use memo::RouteMemo;
+pub use problem::RouteProblem;
 
 /// Why a cluster route exists.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
@@ -143,7 +148,7 @@ mod tests {
     use super::*;
 
     /// A device name goes into routes and into `bird-filter`'s `ifname = "..."`: only real
-    /// interface names pass (issue 22: nothing reaches BIRD config unchecked).
+    /// interface names pass (nothing reaches BIRD config unchecked).
     #[test]
     fn device_names_are_interface_names() {
         let ok = RouteDevices { tunnel: "tunl0".into(), host_nic: "bond0.100".into() };
