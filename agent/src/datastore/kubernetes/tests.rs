@@ -194,7 +194,7 @@ fn path(group: CalicoGroup, plural: &str) -> String {
 }
 
 fn kind_of(plural: &str) -> &'static str {
-    super::sources::CALICO_RESOURCES.iter().find(|w| w.plural == plural).map_or("Node", |w| w.kind.as_str())
+    super::resources::CALICO_RESOURCES.iter().find(|w| w.plural == plural).map_or("Node", |w| w.kind.as_str())
 }
 
 fn api_version_of(group: CalicoGroup, plural: &str) -> &'static str {
@@ -366,7 +366,7 @@ fn cluster_objects(yaml: &str, group: CalicoGroup) -> Objects {
             };
             out.entry("nodes").or_default().push(node(name, &rv, &ann, &addrs));
         } else {
-            let plural = super::sources::CALICO_RESOURCES.iter().find(|w| w.kind.as_str() == kind).map(|w| w.plural).unwrap();
+            let plural = super::resources::CALICO_RESOURCES.iter().find(|w| w.kind.as_str() == kind).map(|w| w.plural).unwrap();
             out.entry(plural).or_default().push(object(group, plural, name, &rv, &item["spec"]));
         }
     }

@@ -275,8 +275,8 @@ async fn v1_cluster_not_synced_until_every_resource_listed_then_exact_requests()
 #[tokio::test]
 async fn v3_cluster_loads_and_bgp_decision_matches_the_calicoctl_input() {
     let group = CalicoGroup::V3;
-    // `../shared` beside the repository, as the other oracle tests find it (issue 49: this one
-    // read a path of one machine first).
+    // `../shared` beside the repository, as the other oracle tests find it (not a path of
+    // one machine).
     let input = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/calico-testdata/confd/cluster_routes/enabled/input.yaml"))
         .expect("confd test input in ../shared/calico-testdata beside the repository");
     let objects = cluster_objects(&input, group);
@@ -592,7 +592,7 @@ async fn an_object_that_does_not_decode_fails_its_list_and_loses_nothing() {
     assert_eq!(api.take_log(), vec![list_url(group, "ipamblocks"), list_url(group, "ipamblocks"), watch_url(group, "ipamblocks", "201")]);
 }
 
-/// The debounce (issue 23): a change that finds the datastore quiet is sent after
+/// The debounce: a change that finds the datastore quiet is sent after
 /// [`QUIET_COALESCE`], not a whole window later; a change right after a snapshot waits for
 /// the window to end (one snapshot per window under churn); changes sent together are one
 /// snapshot. Virtual time from the first sync on.
