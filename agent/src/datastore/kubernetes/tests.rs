@@ -20,6 +20,7 @@ use crate::datastore::{Datastore, DatastoreError, DatastoreEvent, LoadError, Loa
 
 mod discovery;
 mod failures;
+mod live_changes;
 mod optional;
 mod rbac;
 mod sync;
