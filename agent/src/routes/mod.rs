@@ -5,6 +5,11 @@
 //! Rules mirror Felix: `felix/calc/l3_route_resolver.go` (blocks, borrowed IPs, next hop
 //! selection, same-subnet test) and `felix/dataplane/linux/route_mgr.go` (route shapes,
 //! blackholes for own blocks). See `../shared/reference/calico-cluster-routes.md` §2.
+//!
+//! The parts: `compute.rs` the pass (its rules in its header), `pass_context.rs` the route to
+//! one node (path, gateway, device), `tunnel_address.rs` the tunnel-address rule,
+//! `block_index.rs` the blocks by CIDR and affinity conflicts, `problem.rs` what a pass
+//! reports, `memo.rs` the pass kept between snapshots.
 
 use std::net::IpAddr;
 use std::sync::Arc;
