@@ -1,6 +1,6 @@
 //! The `routewarden` command. One file per subcommand in `cli/`; each parses its flags
 //! (the shared cluster flags are one flattened
-//! [`ClusterArgs`](routewarden::app::config::ClusterArgs)) and calls the library, where
+//! [`ClusterArgs`](routewarden::app::flags::ClusterArgs)) and calls the library, where
 //! the logic lives.
 //!
 //! | command       | file                 | calls                                                   |
@@ -16,7 +16,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use routewarden::app::config::RunArgs;
+use routewarden::app::flags::RunArgs;
 
 mod cli;
 

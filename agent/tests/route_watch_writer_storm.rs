@@ -25,7 +25,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use route_watch_common::{config, start_or_skip, ChildGuard, IpBatch};
-use routewarden::bpf::route_watch::writer::{ATTRIBUTION_THREAD, ROUND_INTERVAL};
+use routewarden::bpf::route_watch::attribution::{ATTRIBUTION_THREAD, ROUND_INTERVAL};
 use routewarden::bpf::route_watch::{RouteWatchBackend, RouteWatchConfig, RouteWatchEvent, WriterInfo};
 use routewarden_lab::NetNsGuard;
 use tokio::sync::mpsc;

@@ -1,4 +1,4 @@
-//! Types of the TC forwarding watch (issue 6), shared by the kernel-side classifiers
+//! Types of the TC forwarding watch, shared by the kernel-side classifiers
 //! (`ebpf/src/tc_forward.rs`) and the agent (`agent/src/bpf/forward.rs`).
 //!
 //! Data flow:
@@ -370,15 +370,24 @@ pub struct ForwardRecord {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY (all four): `#[repr(C)]`, `Copy`, integer fields and byte arrays laid out without
-    // padding (checked by the size assertions below), so any bit pattern is a valid value.
+    // `aya::Pod` asks that every bit pattern of the type's size be a valid value, since a map
+    // read fills it from kernel bytes. Each type here is `#[repr(C)]` and `Copy`, made only of
+    // integers and byte arrays, with its padding spelled out as fields.
+    // SAFETY: `ForwardTarget` is `#[repr(C)]` integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::ForwardTarget {}
+    // SAFETY: `BlockKey` is `#[repr(C)]` integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::BlockKey {}
+    // SAFETY: `BlockState` is `#[repr(C)]` integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::BlockState {}
+    // SAFETY: `ForwardCounters` is `#[repr(C)]` integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::ForwardCounters {}
+    // SAFETY: `ForwardStats` is `#[repr(C)]` integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::ForwardStats {}
+    // SAFETY: `PoolFilter` is `#[repr(C)]` integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::PoolFilter {}
+    // SAFETY: `TargetKeyV4` is `#[repr(C)]` integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::TargetKeyV4 {}
+    // SAFETY: `TargetKeyV6` is `#[repr(C)]` integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::TargetKeyV6 {}
 }
 

@@ -1,4 +1,4 @@
-//! Types of the route-churn watch (issue 5), shared by the kernel-side hooks
+//! Types of the route-churn watch, shared by the kernel-side hooks
 //! (`ebpf/src/route_watch_*.rs`), the in-kernel detector (`ebpf/src/route_detector.rs`) and the
 //! agent (`agent/src/bpf/route_watch.rs`).
 //!
@@ -8,6 +8,10 @@
 //! counts every write in [`RouteWatchCounters`] (per CPU) and pushes a [`RouteWatchRecord`] to a
 //! ring buffer only when a prefix crosses into conflict or flap (at most once per prefix per
 //! window), on a link going down, and for every write when write streaming is on.
+
+mod offsets;
+
+pub use offsets::{KernelOffsets, TaskOffsets};
 
 /// `AF_INET`.
 pub const AF_INET: u8 = 2;
@@ -429,129 +433,6 @@ impl Default for RouteWatchCounters {
     }
 }
 
-/// Kernel struct member offsets (bytes) the fentry/kprobe hooks read, resolved from the
-/// running kernel's BTF at load time and passed in as the global `ROUTE_WATCH_OFFSETS`.
-/// Names are `<struct>_<member>`; nested members are summed (e.g. `net_ns_inum` is
-/// `offsetof(struct net, ns) + offsetof(struct ns_common, inum)`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KernelOffsets {
-    /// `struct net`: `ns.inum` (u32).
-    pub net_ns_inum: u32,
-    /// `struct fib_config`: `fc_dst_len` (u8).
-    pub fc_dst_len: u32,
-    /// `struct fib_config`: `fc_protocol` (u8).
-    pub fc_protocol: u32,
-    /// `struct fib_config`: `fc_table` (u32).
-    pub fc_table: u32,
-    /// `struct fib_config`: `fc_dst` (__be32).
-    pub fc_dst: u32,
-    /// `struct fib_config`: `fc_priority` (u32).
-    pub fc_priority: u32,
-    /// `struct fib_config`: `fc_oif` (int).
-    pub fc_oif: u32,
-    /// `struct fib_config`: `fc_gw4` (__be32, in the gateway union).
-    pub fc_gw4: u32,
-    /// `struct fib_config`: `fc_nlflags` (u16).
-    pub fc_nlflags: u32,
-    /// `struct fib_config`: `fc_nlinfo.portid` (u32).
-    pub fc_portid: u32,
-    /// `struct fib6_info`: `fib6_table` (pointer).
-    pub f6i_table: u32,
-    /// `struct fib6_table`: `tb6_id` (u32).
-    pub tb6_id: u32,
-    /// `struct fib6_info`: `fib6_dst.addr` (in6_addr).
-    pub f6i_dst_addr: u32,
-    /// `struct fib6_info`: `fib6_dst.plen` (int).
-    pub f6i_dst_plen: u32,
-    /// `struct fib6_info`: `fib6_metric` (u32).
-    pub f6i_metric: u32,
-    /// `struct fib6_info`: `fib6_protocol` (u8).
-    pub f6i_protocol: u32,
-    /// `struct fib6_info`: `fib6_nh[0].nh_common.nhc_gw.ipv6` (in6_addr).
-    pub f6i_nh_gw: u32,
-    /// `struct fib6_info`: `fib6_nh[0].nh_common.nhc_dev` (pointer to net_device).
-    pub f6i_nh_dev: u32,
-    /// `struct net_device`: `ifindex` (int).
-    pub dev_ifindex: u32,
-    /// `struct nl_info`: `nlh` (pointer to nlmsghdr, NULL for kernel-made changes).
-    pub nli_nlh: u32,
-    /// `struct nl_info`: `portid` (u32).
-    pub nli_portid: u32,
-    /// `struct nl_info`: `nl_net` (pointer to net).
-    pub nli_net: u32,
-    /// `struct fib6_info`: `nh` (pointer to the nexthop object the route goes through, NULL
-    /// for a route with a next hop of its own); [`KernelOffsets::ABSENT`] on a kernel without
-    /// nexthop objects (before 5.3).
-    pub f6i_nh: u32,
-    /// `struct fib_config`: `fc_nh_id` (u32, 0 without an object); [`KernelOffsets::ABSENT`]
-    /// before 5.3.
-    pub fc_nh_id: u32,
-    /// `struct nexthop`: `id` (u32); [`KernelOffsets::ABSENT`] before 5.3.
-    pub nh_id: u32,
-    /// Set to 1 by userspace once every offset above is resolved.
-    pub valid: u32,
-}
-
-impl KernelOffsets {
-    /// An offset of a member this kernel does not have (only where the hooks can do without).
-    pub const ABSENT: u32 = u32::MAX;
-
-    /// All zero, `valid == 0`: the hooks count a decode error and ignore the write.
-    pub const UNRESOLVED: KernelOffsets = KernelOffsets {
-        net_ns_inum: 0,
-        fc_dst_len: 0,
-        fc_protocol: 0,
-        fc_table: 0,
-        fc_dst: 0,
-        fc_priority: 0,
-        fc_oif: 0,
-        fc_gw4: 0,
-        fc_nlflags: 0,
-        fc_portid: 0,
-        f6i_table: 0,
-        tb6_id: 0,
-        f6i_dst_addr: 0,
-        f6i_dst_plen: 0,
-        f6i_metric: 0,
-        f6i_protocol: 0,
-        f6i_nh_gw: 0,
-        f6i_nh_dev: 0,
-        dev_ifindex: 0,
-        nli_nlh: 0,
-        nli_portid: 0,
-        nli_net: 0,
-        f6i_nh: 0,
-        fc_nh_id: 0,
-        nh_id: 0,
-        valid: 0,
-    };
-}
-
-/// Offsets in `struct task_struct` (bytes) at which the route-watch programs read the process
-/// that wrote (`bpf_get_current_task` + `bpf_probe_read_kernel`): the current task's thread
-/// group leader, its tgid and its `comm` (the process's name, as `/proc/<pid>/comm` shows it;
-/// a thread's own `comm` may differ: a tokio worker is `tokio-runtime-w`). Resolved from the
-/// running kernel's BTF and passed in as the global `ROUTE_WATCH_TASK_OFFSETS`. 16 bytes.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TaskOffsets {
-    /// `struct task_struct`: `tgid` (`pid_t`).
-    pub tgid: u32,
-    /// `struct task_struct`: `comm` (`char[16]`).
-    pub comm: u32,
-    /// `struct task_struct`: `group_leader` (pointer to `task_struct`).
-    pub group_leader: u32,
-    /// 1 once all three are resolved; 0: the socket filter names senders by netlink port only
-    /// and fentry/kprobe take the current thread's `comm`.
-    pub valid: u32,
-}
-
-impl TaskOffsets {
-    /// All zero, `valid == 0`: senders stay netlink ports.
-    pub const UNRESOLVED: TaskOffsets = TaskOffsets { tgid: 0, comm: 0, group_leader: 0, valid: 0 };
-}
-
 /// Ring buffer of [`RouteWatchRecord`]s.
 pub const ROUTE_WATCH_EVENTS_MAP: &str = "ROUTE_WATCH_EVENTS";
 /// Per-CPU array holding one [`RouteWatchCounters`] at index 0.
@@ -609,12 +490,18 @@ pub const HOOKED_FUNCTIONS: [&str; 4] = ["fib_table_insert", "fib_table_delete",
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY (all five): `#[repr(C)]`, `Copy`, made of integers and byte arrays with explicit
-    // padding fields, so every bit pattern of their size is a valid value.
+    // `aya::Pod` asks that every bit pattern of the type's size be a valid value, since a map
+    // read fills it from kernel bytes. Each type here is `#[repr(C)]` and `Copy`, made only of
+    // integers and byte arrays, with its padding spelled out as fields.
+    // SAFETY: `RouteWatchCounters` is `#[repr(C)]` integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::RouteWatchCounters {}
+    // SAFETY: `PrefixKey` is `#[repr(C)]` integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::PrefixKey {}
+    // SAFETY: `PrefixState` is `#[repr(C)]` integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::PrefixState {}
+    // SAFETY: `KernelOffsets` is `#[repr(C)]` integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::KernelOffsets {}
+    // SAFETY: `TaskOffsets` is `#[repr(C)]` integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::TaskOffsets {}
 }
 
@@ -628,75 +515,4 @@ const _: () = assert!(core::mem::size_of::<RouteWatchRecord>() == 120);
 const _: () = assert!(core::mem::size_of::<TaskOffsets>() == 16);
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn comm(name: &[u8]) -> [u8; 16] {
-        let mut c = [0u8; 16];
-        c[..name.len()].copy_from_slice(name);
-        c
-    }
-
-    fn process(protocol: u8, name: &[u8]) -> WriteOrigin {
-        WriteOrigin { id: 4242, id_kind: WriterIdKind::Process as u8, protocol, class: 0, flags: 0, comm: comm(name) }
-    }
-
-    fn port(id: u32, protocol: u8) -> WriteOrigin {
-        WriteOrigin { id, id_kind: WriterIdKind::NetlinkPort as u8, protocol, class: 0, flags: 0, comm: [0; 16] }
-    }
-
-    #[test]
-    fn a_known_process_is_classed_by_its_name_not_the_route() {
-        let cases: [(&[u8], u8, WriterClass); 10] = [
-            (b"calico-node", 80, WriterClass::Felix),
-            (b"calico-node", 12, WriterClass::Felix),
-            (b"bird", 12, WriterClass::Bird),
-            (b"bird6", 12, WriterClass::Bird),
-            (b"bird", 80, WriterClass::Bird),
-            // A program deleting Felix's route is not Felix.
-            (b"ip", 80, WriterClass::Other),
-            (b"ip", 12, WriterClass::Other),
-            (b"birdc", 12, WriterClass::Other),
-            (b"calico-node-x", 80, WriterClass::Other),
-            (b"", 80, WriterClass::Other),
-        ];
-        for (name, protocol, want) in cases {
-            assert_eq!(WriterClass::of_writer(&process(protocol, name), false), (want, false), "{:?} proto {protocol}", core::str::from_utf8(name));
-        }
-        // The name ends at the first NUL; a longer name (16 bytes, no NUL) is none of them.
-        assert_eq!(WriterClass::of_comm(b"bird\0\0\0\0\0\0\0\0\0\0\0x"), WriterClass::Bird);
-        assert_eq!(WriterClass::of_comm(b"calico-node-abcd"), WriterClass::Other);
-    }
-
-    #[test]
-    fn the_agent_is_self_whatever_it_writes() {
-        assert_eq!(WriterClass::of_writer(&process(12, b"routewarden"), true), (WriterClass::SelfAgent, false));
-        assert_eq!(WriterClass::of_writer(&process(80, b"calico-node"), true), (WriterClass::SelfAgent, false));
-        assert_eq!(WriterClass::of_writer(&port(977, 80), true), (WriterClass::SelfAgent, false));
-        assert_eq!(WriterClass::of_writer(&process(80, b"routewarden"), false), (WriterClass::Other, false));
-    }
-
-    #[test]
-    fn an_unknown_process_is_inferred_from_the_protocol_and_the_kernel_is_kernel() {
-        let inferred = [
-            (80, WriterClass::Felix),
-            (12, WriterClass::Bird),
-            (2, WriterClass::Kernel),
-            (3, WriterClass::Boot),
-            (4, WriterClass::Static),
-            (9, WriterClass::Other),
-        ];
-        for (protocol, want) in inferred {
-            assert_eq!(WriterClass::of_writer(&port(30625, protocol), false), (want, true), "proto {protocol}");
-        }
-        for protocol in [2, 80, 12] {
-            assert_eq!(WriterClass::of_writer(&port(0, protocol), false), (WriterClass::Kernel, false), "kernel-made, proto {protocol}");
-        }
-    }
-
-    #[test]
-    fn protocol_inference_keeps_the_self_protocol() {
-        assert_eq!(WriterClass::classify(80, 80), WriterClass::SelfAgent);
-        assert_eq!(WriterClass::classify(80, 0), WriterClass::Felix);
-    }
-}
+mod tests;

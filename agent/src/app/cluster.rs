@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
-use super::config::Mode;
+use super::flags::Mode;
 use super::view;
 use crate::dataplane::{DataplaneCommand, KernelDump};
 use crate::datastore::{DatastoreEvent, Snapshot};
@@ -189,8 +189,8 @@ impl ClusterHandler {
             return false;
         };
         if self.last.as_ref().is_none_or(|l| l.frozen != plan.frozen) {
-            // At most LOGGED_ERRORS lines, whatever the frozen ground's size (issue 48: 200
-            // broken pools once wrote 200,221 lines in one apply).
+            // At most LOGGED_ERRORS lines, whatever the frozen ground's size (a few hundred
+            // broken pools would otherwise write a line per frozen prefix in every apply).
             for f in plan.frozen.iter().take(LOGGED_ERRORS) {
                 warn!(prefix = %f.cidr, reason = %crate::text::one_line(&truncated(&f.reason)), "frozen ground: no route here is deleted or claimed until the input is fixed");
             }

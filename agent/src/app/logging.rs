@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-use super::config::LogFormat;
+use super::flags::LogFormat;
 
 /// Install the global subscriber. Logs go to stderr.
 pub fn init(format: LogFormat) {

@@ -17,15 +17,10 @@
 mod apply;
 mod audit;
 mod cluster;
-pub mod config;
+pub mod flags;
 pub mod logging;
 pub mod memory;
 pub mod view;
-
-#[cfg(test)]
-mod bad_input_tests;
-#[cfg(test)]
-mod restart_tests;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -50,7 +45,7 @@ use crate::routes::RouteDevices;
 use apply::{record_report, ReportLog};
 use audit::AuditHandler;
 use cluster::{ClusterHandler, HostNicAuto};
-use config::{DatastoreSpec, Mode, RunArgs};
+use flags::{DatastoreSpec, Mode, RunArgs};
 
 /// How often the BPF watches' counters are read into metrics.
 const COUNTER_POLL: Duration = Duration::from_secs(1);
@@ -64,7 +59,7 @@ pub fn forward_entries(plan: &Plan) -> Vec<crate::bpf::forward::ForwardEntry> {
 }
 
 /// Where the route watch judges conflicts and flaps under `plan`: inside the cluster's valid
-/// IP pools (every class), and routewarden's own protocol in its table (issue 48 case 7).
+/// IP pools (every class), and routewarden's own protocol in its table .
 pub fn episode_scope(plan: &Plan) -> crate::bpf::route_watch::EpisodeScope {
     let mut pools: Vec<ipnet::IpNet> = plan.decision.pools.iter().map(|p| p.cidr).collect();
     pools.sort();
@@ -75,7 +70,7 @@ pub fn episode_scope(plan: &Plan) -> crate::bpf::route_watch::EpisodeScope {
 /// The datastore events to handle now, starting with `first`: when `first` is a snapshot and
 /// newer snapshots already wait right behind it, only the newest of that run (each is the
 /// whole view, so the older ones would be planned only to be replaced; at 100,000 blocks a
-/// plan takes most of a second and queued snapshots would add up, issue 23). Any other
+/// plan takes most of a second and queued snapshots would add up). Any other
 /// event ends the run and is returned after it, in order: a snapshot is never moved past a
 /// `Synced`, `Unsynced` or `LoadFailed`, so the view in force when deletions are allowed or
 /// held is the one it was. Never waits.
@@ -252,7 +247,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         c.log_level = args.bpf_log_level;
         c
     };
-    // Route-churn watch (issue 5, `bpf::route_watch`): every route write in this namespace.
+    // Route-churn watch (`bpf::route_watch`): every route write in this namespace.
     let route_watch_config = crate::bpf::route_watch::RouteWatchConfig {
         backend: args.route_watch_backend,
         window: Duration::from_secs(args.route_watch_window),
@@ -273,7 +268,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
     // The route watch first: its socket-filter fallback without kernel logs loads the object
     // again, which only works before another watch holds maps of it.
     let mut route_watch = WatchHandler::start(from_object(&object).and_then(|o| RouteWatch::start_in(&o)), &metrics, &health);
-    // Forwarding watch (issue 6, `bpf::forward`): TC egress on the tunnel device and host NIC.
+    // Forwarding watch (`bpf::forward`): TC egress on the tunnel device and host NIC.
     let start_forward = |nic: &str| from_object(&object).and_then(|o| ForwardWatch::start_in(&o, &forward_config_for(nic)));
     let mut forward = WatchHandler::start(start_forward(&devices.host_nic), &metrics, &health);
     // The build-chain demo probe, only with --tc-count.
@@ -422,68 +417,4 @@ fn datastore_stopped(joined: Result<Result<(), crate::datastore::DatastoreError>
 }
 
 #[cfg(test)]
-mod coalesce_tests {
-    use std::sync::Arc;
-
-    use tokio::sync::mpsc;
-
-    use super::newest_adjacent;
-    use crate::datastore::{DatastoreEvent, Snapshot};
-
-    fn snap(inputs: usize) -> DatastoreEvent {
-        DatastoreEvent::Snapshot(Snapshot { cluster: Arc::default(), object_errors: Vec::new(), load_errors: Vec::new(), inputs, settled: true })
-    }
-
-    fn label(ev: &DatastoreEvent) -> String {
-        match ev {
-            DatastoreEvent::Snapshot(s) => format!("snapshot {}", s.inputs),
-            DatastoreEvent::Synced => "synced".into(),
-            DatastoreEvent::Unsynced { reason } => format!("unsynced {reason}"),
-            DatastoreEvent::LoadFailed(_) => "load-failed".into(),
-        }
-    }
-
-    /// Adjacent snapshots collapse to the newest; a snapshot never moves past `Synced` or
-    /// `Unsynced`; nothing is lost or reordered otherwise.
-    #[test]
-    fn only_the_newest_of_adjacent_snapshots_is_handled_and_order_is_kept() {
-        let (tx, mut rx) = mpsc::channel(16);
-        for ev in [snap(2), snap(3), DatastoreEvent::Synced, snap(4), DatastoreEvent::Unsynced { reason: "x".into() }, snap(5), snap(6)] {
-            tx.try_send(ev).unwrap();
-        }
-        let mut handled = Vec::new();
-        let mut first = Some(snap(1));
-        while let Some(ev) = first.take().or_else(|| rx.try_recv().ok()) {
-            handled.push(newest_adjacent(ev, &mut rx).iter().map(label).collect::<Vec<_>>());
-        }
-        assert_eq!(handled, vec![vec!["snapshot 3", "synced"], vec!["snapshot 4", "unsynced x"], vec!["snapshot 6"]],);
-        // A non-snapshot first is handled alone, whatever waits behind it.
-        tx.try_send(snap(7)).unwrap();
-        assert_eq!(newest_adjacent(DatastoreEvent::Synced, &mut rx).iter().map(label).collect::<Vec<_>>(), vec!["synced"]);
-        assert_eq!(rx.try_recv().map(|e| label(&e)).ok(), Some("snapshot 7".to_owned()));
-    }
-}
-
-#[cfg(test)]
-mod datastore_stop_tests {
-    use super::datastore_stopped;
-    use crate::datastore::DatastoreError;
-
-    /// A datastore task that ended by itself is an error to exit on, with its own reason: the
-    /// agent once broke out of its loop and exited 0 with the reason lost (a build without the
-    /// `etcd` feature given `--datastore etcd`).
-    #[tokio::test]
-    async fn a_datastore_that_stops_by_itself_is_an_error_with_its_reason() {
-        let failed = tokio::spawn(async { Err::<(), _>(DatastoreError::Etcd("this routewarden was built without the `etcd` feature".to_owned())) });
-        assert_eq!(
-            format!("{:#}", datastore_stopped(failed.await)),
-            "the datastore stopped: datastore etcd: this routewarden was built without the `etcd` feature"
-        );
-        let ended = tokio::spawn(async { Ok::<(), DatastoreError>(()) });
-        assert_eq!(format!("{:#}", datastore_stopped(ended.await)), "the datastore stopped without an error");
-        let panicked = tokio::spawn(async { panic!("boom") });
-        let panicked: Result<Result<(), DatastoreError>, _> = panicked.await;
-        let text = format!("{:#}", datastore_stopped(panicked));
-        assert!(text.starts_with("the datastore task failed: task ") && text.ends_with(" panicked with message \"boom\""), "{text}");
-    }
-}
+mod tests;

@@ -69,7 +69,7 @@ impl ViewState {
         if !self.synced {
             match &self.unsynced_reason {
                 Some(r) => notes.push(format!("not synced: {}", one_line(r))),
-                // Issue 48: a first sync of thousands of files said "not synced" and nothing else.
+                // A first sync of thousands of files takes a while: say what it waits for.
                 None => notes.push(
                     "not synced: waiting for the datastore's first complete view (reading and settling its inputs, or listing every resource)".to_owned(),
                 ),

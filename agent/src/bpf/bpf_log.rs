@@ -1,5 +1,5 @@
 //! Kernel-side log lines (`aya-log-ebpf` in `ebpf/src/bpf_log.rs`) forwarded into `tracing`
-//! under the target `bpf` (issue 14).
+//! under the target `bpf`.
 //!
 //! The programs log only rare events a person debugging them needs — a full ring buffer, a
 //! map insert that failed, kernel struct offsets that do not match the running kernel, a

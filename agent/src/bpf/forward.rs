@@ -1,4 +1,4 @@
-//! The TC forwarding watch (issue 6): loads `tc_forward_tunnel` / `tc_forward_host` (see
+//! The TC forwarding watch: loads `tc_forward_tunnel` / `tc_forward_host` (see
 //! `ebpf/src/tc_forward.rs`) onto egress of the tunnel devices and host NICs, keeps the
 //! destination maps (`FORWARD_TARGETS_V4`/`_V6`, hash maps by prefix length and masked
 //! address) and the pool filter in front of them (`FORWARD_POOLS`, [`pools`]) in step with the
@@ -18,18 +18,9 @@
 //! IPIP observation only when no tunnel device is watched ([`ForwardMetrics`]).
 //!
 //! The programs and maps come from the process's one load ([`BpfObject`]); the app runs the
-//! watch in a [`crate::bpf::watch::WatchHandler`] (it implements [`Watch`]), which wraps the
-//! steps below:
-//! ```ignore
-//! let mut watch = ForwardWatch::start_in(&object, &ForwardConfig::for_devices(&tunnels, &nics))?;
-//! let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
-//! watch.spawn_reader(tx)?;
-//! // on every plan:          watch.update_destinations(&entries, &metrics);
-//! //                         (entries: `entries_from_routes` of the plan's routes)
-//! // every second:           Watch::poll (attach devices that appeared, counters → metrics)
-//! // host NIC changed:       watch.set_devices(&config.devices)?;
-//! // for each event from rx: log_event(&ev);
-//! ```
+//! watch in a [`crate::bpf::watch::WatchHandler`] (it implements [`Watch`]): on every plan
+//! [`ForwardWatch::update_destinations`], every second [`Watch::poll`] (attach devices that
+//! appeared, counters into metrics), on a host NIC change [`ForwardWatch::set_devices`].
 //!
 //! Files: this one has the watch, its devices and its [`Watch`] shape; `attach` the attach
 //! and detach of devices; `destinations` the destination maps and pool filter in step with

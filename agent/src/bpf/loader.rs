@@ -1,4 +1,4 @@
-//! The one load of the embedded BPF object (issue 15).
+//! The one load of the embedded BPF object.
 //!
 //! The object holds every program and map of every watch (route watch, forwarding watch,
 //! `tc_count`). Loading it creates all of its maps — the preallocated LRU maps of the route

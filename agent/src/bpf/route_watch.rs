@@ -1,112 +1,63 @@
-//! The in-kernel route-churn watch (issue 5): loads one of three backends feeding the same
-//! in-kernel detector (`ebpf/src/route_detector.rs`), reads its per-CPU counters and turns its
+//! The in-kernel route-churn watch: loads one of three backends feeding the same in-kernel
+//! detector (`ebpf/src/route_detector.rs`), reads its per-CPU counters and turns its
 //! ring-buffer records into [`RouteWatchEvent`]s.
 //!
-//! Backends, best first ([`RouteWatchBackend`]):
+//! Backends, best first ([`RouteWatchBackend`], loaded in [`backends`]):
 //! 1. `fentry` on `fib_table_insert`/`fib_table_delete`/`fib6_add`/`fib6_del` (BPF
 //!    trampolines; writer = current task, pid and comm);
 //! 2. `kprobe` on the same functions (kernels without trampolines);
 //! 3. `socket-filter` on a NETLINK_ROUTE socket joined to the link, route and nexthop groups
 //!    (every kernel; the nexthop group only to know which route notifications a nexthop
-//!    replace re-sent, which are not writes). Writer = the task that sent the request, read in
-//!    the filter ([`Senders::Task`]; the notification is sent in the sender's own call); where
-//!    the kernel refuses that (lockdown withholding `bpf_probe_read_kernel`, no BTF), the
-//!    netlink port id, resolved to a
-//!    process through `/proc` on a thread of its own, in rate-limited rounds ([`writer`],
-//!    [`Senders::Port`]).
+//!    replace re-sent, which are not writes). Writer = the task that sent the request
+//!    ([`Senders::Task`]); where the kernel refuses that (lockdown withholding
+//!    `bpf_probe_read_kernel`, no BTF), the netlink port id, resolved to a process through
+//!    `/proc` on a thread of its own ([`attribution`], [`Senders::Port`]).
 //!
 //! fentry/kprobe need struct offsets: resolved from `/sys/kernel/btf/vmlinux` after checking
 //! the hooked prototypes ([`btf`]), passed as the global `ROUTE_WATCH_OFFSETS`, with the
 //! watched network namespace's inode in `ROUTE_WATCH_NETNS_INUM`.
 //!
-//! Namespace: the watch covers the network namespace of the thread that loaded the object
+//! The watch covers the network namespace of the thread that loaded the object
 //! ([`BpfObject::load`]). Nothing here panics on kernel data; when no backend loads the caller
-//! gets [`BpfError::NoBackend`] with every attempt's reason and keeps programming routes.
-//!
-//! The backends are tried in turn on the process's one load: a backend that fails has its
-//! programs unloaded again, and the maps are taken only by the backend that runs, so they
-//! exist once whatever was tried.
-//!
-//! Use (the app runs it in a [`crate::bpf::watch::WatchHandler`]; it implements [`Watch`]):
-//! ```ignore
-//! let object = BpfObject::load(bytes, LoadConfig::for_route_watch(&RouteWatchConfig::default()))?;
-//! let mut watch = RouteWatch::start_in(&object)?;
-//! let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
-//! watch.spawn_reader(tx)?;
-//! let mut state = RouteWatchMetrics::new(watch.window());
-//! state.set_backend(&metrics, Some(watch.backend()));
-//! // every few seconds:       state.apply_counters(&metrics, &watch.counters()?);
-//! // for each event from rx:  state.apply_event(&metrics, &event, Instant::now());
-//! // every few seconds:       state.tick(&metrics, Instant::now());
-//! ```
+//! gets [`BpfError::NoBackend`] with every attempt's reason and keeps programming routes. The
+//! backends are tried in turn on the process's one load, and the maps are taken only by the
+//! backend that runs, so they exist once whatever was tried. The app runs the watch in a
+//! [`crate::bpf::watch::WatchHandler`] ([`Watch`]): [`RouteWatch::start_in`], then
+//! [`RouteWatch::spawn_reader`], with [`RouteWatchMetrics`] folding counters and events into
+//! the metrics.
 
+pub mod attribution;
+mod backends;
 pub mod btf;
 pub mod event;
 pub mod events_stream;
 pub mod metrics_apply;
 pub(crate) mod settings;
-pub mod writer;
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::collections::HashSet;
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use std::collections::HashSet;
-
 use aya::maps::{MapData, PerCpuArray, RingBuf};
-use aya::programs::fentry::FEntryLink;
-use aya::programs::kprobe::KProbeLink;
-use aya::programs::{FEntry, KProbe, SocketFilter};
-use aya::Ebpf;
 
 use crate::bpf::bpf_log::BpfLogLevel;
 use crate::bpf::loader::{BpfObject, LoadConfig, TakenMaps};
 use crate::bpf::watch::Watch;
 use crate::bpf::BpfError;
 use crate::observe::Metrics;
-use routewarden_common::route_watch::{
-    RouteWatchCounters, HOOKED_FUNCTIONS, PROGS_FENTRY, PROGS_KPROBE, PROG_SOCKET_FILTER, PROG_SOCKET_FILTER_PORT, ROUTE_WATCH_COUNTERS_MAP,
-    ROUTE_WATCH_EVENTS_MAP, ROUTE_WATCH_SELF_PORTS_MAP, SELF_PORTS_MAX,
-};
+use routewarden_common::route_watch::{RouteWatchCounters, ROUTE_WATCH_COUNTERS_MAP, ROUTE_WATCH_EVENTS_MAP, ROUTE_WATCH_SELF_PORTS_MAP, SELF_PORTS_MAX};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
+use backends::BackendLink;
+pub use backends::Senders;
 pub use event::{RouteChange, RouteWatchEvent, WriterInfo};
 pub use metrics_apply::{EpisodeScope, RouteWatchMetrics};
 pub use settings::{current_netns_inode, RouteWatchBackend, RouteWatchConfig, UnknownBackend};
 
-/// How the running backend names the process behind a route write.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Senders {
-    /// In the kernel, from the task that made the write (fentry/kprobe: the hooked call's
-    /// task; socket filter: the task whose request the notification answers). Every write by
-    /// a process is attributed, however short-lived the process.
-    Task,
-    /// Socket filter by netlink port id, resolved to a process in user space afterwards (best
-    /// effort: a writer gone before its round stays unattributed); the string says why the
-    /// task is not read.
-    Port(String),
-}
-
-impl std::fmt::Display for Senders {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Senders::Task => f.write_str("writers named by process in the kernel"),
-            Senders::Port(why) => {
-                write!(f, "writers named by netlink port, resolved through /proc (best effort; short-lived writers stay unattributed): {why}")
-            }
-        }
-    }
-}
-
 /// The maps the watch reads and writes (the detector's state map stays kernel-only).
 const MAPS: [&str; 3] = [ROUTE_WATCH_EVENTS_MAP, ROUTE_WATCH_COUNTERS_MAP, ROUTE_WATCH_SELF_PORTS_MAP];
-
-/// An owned link of one backend's program; dropping it detaches the program.
-enum BackendLink {
-    Fentry(#[expect(dead_code, reason = "held for its Drop (detach)")] FEntryLink),
-    Kprobe(#[expect(dead_code, reason = "held for its Drop (detach)")] KProbeLink),
-}
 
 /// A running route watch. Dropping it detaches every program.
 pub struct RouteWatch {
@@ -124,7 +75,7 @@ pub struct RouteWatch {
     /// How writers are named.
     senders: Senders,
     /// What the attribution thread did (zero until the reader starts).
-    attribution: Arc<Mutex<writer::AttributionStats>>,
+    attribution: Arc<Mutex<attribution::AttributionStats>>,
     /// The process whose writes are `self`.
     self_pid: u32,
     /// The metrics' view of the counters and events.
@@ -164,7 +115,7 @@ impl RouteWatch {
         };
         let mut attempts = Vec::new();
         for backend in order {
-            match Self::start_backend(object, backend).and_then(|(links, socket, senders)| Ok((links, socket, senders, object.take_maps(&MAPS)?))) {
+            match backends::start_backend(object, backend).and_then(|(links, socket, senders)| Ok((links, socket, senders, object.take_maps(&MAPS)?))) {
                 Ok((links, socket, senders, maps)) => {
                     tracing::info!(backend = backend.label(), fallbacks = ?attempts, senders = %senders, "route watch running");
                     let mut watch = RouteWatch {
@@ -195,146 +146,6 @@ impl RouteWatch {
         Err(BpfError::NoBackend { attempts })
     }
 
-    /// Load and attach one backend's programs; on failure the ones it loaded are unloaded.
-    fn start_backend(object: &BpfObject, backend: RouteWatchBackend) -> Result<(Vec<BackendLink>, Option<OwnedFd>, Senders), BpfError> {
-        match backend {
-            RouteWatchBackend::SocketFilter => {
-                // The filter that reads the sending task first (it needs `task_struct` offsets,
-                // and its helpers, which lockdown's confidentiality mode withholds): then the
-                // one naming senders by port.
-                let task_senders = object.config().route_watch.as_ref().is_none_or(|c| c.task_senders);
-                let first = match object.task_offsets() {
-                    Ok(_) if task_senders => Self::start_socket_filter(object, PROG_SOCKET_FILTER).map(|s| (s, Senders::Task)).map_err(|e| e.to_string()),
-                    Ok(_) => Err("configured to name writers by netlink port".to_owned()),
-                    Err(why) => Err(format!("kernel BTF: {why}")),
-                };
-                let (socket, senders) = match first {
-                    Ok(found) => found,
-                    Err(why) => {
-                        // The verifier's whole log is for the debug level; `/readyz` gets the
-                        // error itself.
-                        tracing::debug!(error = %why, "route watch: the socket filter reading the sending task did not load");
-                        let why = why.split(". Verifier output").next().unwrap_or_default().to_owned();
-                        tracing::info!(error = %why, "route watch: the socket filter cannot read the sending task; naming writers by netlink port");
-                        (Self::start_socket_filter(object, PROG_SOCKET_FILTER_PORT)?, Senders::Port(why))
-                    }
-                };
-                Ok((Vec::new(), Some(socket), senders))
-            }
-            RouteWatchBackend::Fentry => Self::start_fentry(object).map(|(l, s)| (l, s, Senders::Task)),
-            RouteWatchBackend::Kprobe => Self::start_kprobe(object).map(|(l, s)| (l, s, Senders::Task)),
-        }
-    }
-
-    /// Load the socket filter `program` and attach it to a new route socket (closing the
-    /// socket detaches it).
-    fn start_socket_filter(object: &BpfObject, program: &'static str) -> Result<OwnedFd, BpfError> {
-        let prog_err = BpfError::program;
-        // A socket filter is charged to the socket's option memory: a program larger
-        // than `net.core.optmem_max` (20 KiB before Linux 6.9) fails SO_ATTACH_BPF
-        // with ENOMEM (net/core/filter.c, sk_filter_charge). The logging code doubles
-        // the program, so a watch asked to log retries without it rather than going
-        // without a route watch. The log level is one global of the whole object:
-        // the object is loaded again without logs, for every watch of the process.
-        let attach = || -> Result<(OwnedFd, Option<u32>), BpfError> {
-            let socket = route_socket()?;
-            object.with(|ebpf| {
-                let prog: &mut SocketFilter = ebpf.program_mut(program).ok_or(BpfError::Missing(program))?.try_into().map_err(prog_err("type", program))?;
-                match prog.load() {
-                    Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => {}
-                    Err(e) => return Err(prog_err("load", program)(e)),
-                }
-                let size = prog.info().ok().and_then(|i| i.size_translated());
-                match prog.attach(socket.as_fd()) {
-                    Ok(()) => Ok((socket, size)),
-                    Err(e) => {
-                        let _ = prog.unload();
-                        Err(prog_err("attach", program)(e))
-                    }
-                }
-            })
-        };
-        let requested = object.log_level();
-        match attach() {
-            Ok((socket, _)) => Ok(socket),
-            Err(e) if requested != BpfLogLevel::Off && e.is_out_of_memory() => {
-                object.reload_without_logs()?;
-                let (socket, size) = attach()?;
-                // Global before 6.9 and then not visible from other namespaces.
-                let optmem = std::fs::read_to_string("/proc/sys/net/core/optmem_max").map_or_else(|_| "unknown".to_owned(), |s| s.trim().to_owned());
-                tracing::warn!(
-                    requested = ?requested,
-                    optmem_max = %optmem,
-                    bytes_without_logs = size.unwrap_or(0),
-                    error = %e,
-                    applies_to = "every BPF program of this process",
-                    "route watch: the socket-filter program with kernel logs is larger than this kernel lets a socket hold (net.core.optmem_max); running it without kernel logs"
-                );
-                Ok(socket)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Load and attach the fentry programs; on failure the ones loaded are unloaded.
-    fn start_fentry(object: &BpfObject) -> Result<(Vec<BackendLink>, Option<OwnedFd>), BpfError> {
-        let prog_err = BpfError::program;
-        object.kernel_offsets()?;
-        let kbtf = aya::Btf::from_sys_fs().map_err(|e| BpfError::Btf(format!("reading {}: {e}", btf::VMLINUX_BTF)))?;
-        object.with(|ebpf| {
-            let mut links = Vec::new();
-            for (name, func) in PROGS_FENTRY.into_iter().zip(HOOKED_FUNCTIONS) {
-                let attached = (|| {
-                    let prog: &mut FEntry = ebpf.program_mut(name).ok_or(BpfError::Missing(name))?.try_into().map_err(prog_err("type", name))?;
-                    match prog.load(func, &kbtf) {
-                        Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => {}
-                        Err(e) => return Err(prog_err("load", name)(e)),
-                    }
-                    let id = prog.attach().map_err(prog_err("attach", name))?;
-                    prog.take_link(id).map_err(prog_err("attach", name))
-                })();
-                match attached {
-                    Ok(link) => links.push(BackendLink::Fentry(link)),
-                    Err(e) => {
-                        drop(links);
-                        unload_all(ebpf, &PROGS_FENTRY);
-                        return Err(e);
-                    }
-                }
-            }
-            Ok((links, None))
-        })
-    }
-
-    /// Load and attach the kprobe programs; on failure the ones loaded are unloaded.
-    fn start_kprobe(object: &BpfObject) -> Result<(Vec<BackendLink>, Option<OwnedFd>), BpfError> {
-        let prog_err = BpfError::program;
-        object.kernel_offsets()?;
-        object.with(|ebpf| {
-            let mut links = Vec::new();
-            for (name, func) in PROGS_KPROBE.into_iter().zip(HOOKED_FUNCTIONS) {
-                let attached = (|| {
-                    let prog: &mut KProbe = ebpf.program_mut(name).ok_or(BpfError::Missing(name))?.try_into().map_err(prog_err("type", name))?;
-                    match prog.load() {
-                        Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => {}
-                        Err(e) => return Err(prog_err("load", name)(e)),
-                    }
-                    let id = prog.attach(func, 0).map_err(prog_err("attach", name))?;
-                    prog.take_link(id).map_err(prog_err("attach", name))
-                })();
-                match attached {
-                    Ok(link) => links.push(BackendLink::Kprobe(link)),
-                    Err(e) => {
-                        drop(links);
-                        unload_all(ebpf, &PROGS_KPROBE);
-                        return Err(e);
-                    }
-                }
-            }
-            Ok((links, None))
-        })
-    }
-
     /// The kernel-side log level in effect: the configured one, or [`BpfLogLevel::Off`] when
     /// the socket-filter program with logging was too large for this kernel's
     /// `net.core.optmem_max` and the object was loaded again without it (a warning says so at
@@ -360,9 +171,9 @@ impl RouteWatch {
             .into_iter()
             .flatten()
             .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-            .filter_map(|l| writer::socket_inode(l.as_os_str()))
+            .filter_map(|l| attribution::socket_inode(l.as_os_str()))
             .collect();
-        let mut want: Vec<u32> = writer::parse_proc_net_netlink(&table).into_iter().filter(|(_, i)| inodes.contains(i)).map(|(p, _)| p).collect();
+        let mut want: Vec<u32> = attribution::parse_proc_net_netlink(&table).into_iter().filter(|(_, i)| inodes.contains(i)).map(|(p, _)| p).collect();
         want.sort_unstable();
         want.truncate(SELF_PORTS_MAX as usize);
         let map_err = BpfError::map(ROUTE_WATCH_SELF_PORTS_MAP, "update");
@@ -378,13 +189,13 @@ impl RouteWatch {
         Ok(want.len())
     }
 
-    /// The backend that is running.
     /// Judge conflicts and flaps only inside `scope` from now on
     /// ([`metrics_apply::EpisodeScope`]): the cluster's IP pools and routewarden's own keys.
     pub fn set_episode_scope(&mut self, scope: metrics_apply::EpisodeScope) {
         self.metrics_state.set_scope(scope);
     }
 
+    /// The backend that is running.
     pub fn backend(&self) -> RouteWatchBackend {
         self.backend
     }
@@ -417,10 +228,10 @@ impl RouteWatch {
     }
 
     /// Start the ring-buffer reader on the current tokio runtime: decodes each record and
-    /// hands the events to the writer-attribution thread ([`writer::spawn_attribution`]),
+    /// hands the events to the writer-attribution thread ([`attribution::spawn_attribution`]),
     /// which resolves netlink port ids to processes (best effort, in the network namespace of
     /// the calling thread) and sends the events, in order, to `tx`. An event whose writer is
-    /// not cached waits at most [`writer::ROUND_INTERVAL`] (200 ms) plus one `/proc` round.
+    /// not cached waits at most [`attribution::ROUND_INTERVAL`] (200 ms) plus one `/proc` round.
     /// Undecodable records are logged and skipped. Once `tx` is closed, the thread ends at its
     /// next event and the task after it; aborting the task ends the thread once it has sent
     /// what it held.
@@ -434,27 +245,14 @@ impl RouteWatch {
         // the AsyncFd owns the RingBuf.
         let fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }.map_err(|e| BpfError::Poll(e.into()))?;
         let (batch_tx, batch_rx) = mpsc::channel(ATTRIBUTION_BATCHES);
-        writer::spawn_attribution(batch_rx, tx, Arc::clone(&self.attribution)).map_err(BpfError::Thread)?;
+        attribution::spawn_attribution(batch_rx, tx, Arc::clone(&self.attribution)).map_err(BpfError::Thread)?;
         Ok(tokio::spawn(read_ring(fd, batch_tx)))
     }
 
     /// What the writer-attribution thread did so far: rounds, `/proc` walks, ports resolved
     /// and not (all zero before [`RouteWatch::spawn_reader`]).
-    pub fn attribution_stats(&self) -> writer::AttributionStats {
+    pub fn attribution_stats(&self) -> attribution::AttributionStats {
         *self.attribution.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// Unload the programs `names` (a backend that did not attach; its links are gone already).
-fn unload_all(ebpf: &mut Ebpf, names: &[&str]) {
-    for name in names {
-        if let Some(p) = ebpf.program_mut(name) {
-            let _ = match p {
-                aya::programs::Program::FEntry(p) => p.unload(),
-                aya::programs::Program::KProbe(p) => p.unload(),
-                _ => Ok(()),
-            };
-        }
     }
 }
 
@@ -564,32 +362,6 @@ pub fn sum_counters(a: &RouteWatchCounters, b: &RouteWatchCounters) -> RouteWatc
     out.decode_errors += b.decode_errors;
     out.other_netns += b.other_netns;
     out
-}
-
-/// A NETLINK_ROUTE socket in the calling thread's namespace, joined to
-/// `RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE` and `RTNLGRP_NEXTHOP` (so the filter
-/// knows which route notifications a nexthop replace re-sent, see
-/// `routewarden_common::route_watch::NexthopNotice`). Non-blocking; nothing reads it (the
-/// filter returns 0, so no message is ever queued).
-fn route_socket() -> Result<OwnedFd, BpfError> {
-    use rtnetlink::sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
-    use std::os::fd::{FromRawFd, IntoRawFd};
-    const RTMGRP_LINK: u32 = 0x1;
-    const RTMGRP_IPV4_ROUTE: u32 = 0x40;
-    const RTMGRP_IPV6_ROUTE: u32 = 0x400;
-    /// `RTNLGRP_NEXTHOP` (`include/uapi/linux/rtnetlink.h`; above 31, so joined, not bound).
-    const RTNLGRP_NEXTHOP: u32 = 32;
-    let mut sock = Socket::new(NETLINK_ROUTE).map_err(|e| BpfError::Socket { op: "socket(AF_NETLINK, NETLINK_ROUTE)", source: e })?;
-    sock.bind(&SocketAddr::new(0, RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE))
-        .map_err(|e| BpfError::Socket { op: "bind to route groups", source: e })?;
-    match sock.add_membership(RTNLGRP_NEXTHOP) {
-        // Before 5.3 the group does not exist, and neither do nexthop objects.
-        Err(e) if e.raw_os_error() == Some(nix::libc::EINVAL) => {}
-        other => other.map_err(|e| BpfError::Socket { op: "join the nexthop group", source: e })?,
-    }
-    sock.set_non_blocking(true).map_err(|e| BpfError::Socket { op: "set non-blocking", source: e })?;
-    // SAFETY: the descriptor comes from `into_raw_fd`, which gives up its ownership.
-    Ok(unsafe { OwnedFd::from_raw_fd(sock.into_raw_fd()) })
 }
 
 #[cfg(test)]

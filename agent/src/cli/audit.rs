@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use routewarden::app::config::{ClusterArgs, LogFormat, Mode};
+use routewarden::app::flags::{ClusterArgs, LogFormat, Mode};
 use routewarden::app::{self};
 use routewarden::dataplane::{audit_kernel, AuditReport, KernelDump};
 use routewarden::text::escape;

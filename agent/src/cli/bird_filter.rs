@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Args;
-use routewarden::app::config::{ClusterArgs, LogFormat, Mode};
+use routewarden::app::flags::{ClusterArgs, LogFormat, Mode};
 use routewarden::app::{self};
 use routewarden::bird_filter::{render, BirdFilterOptions};
 use routewarden::model::Kind;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use routewarden::app::config::{ClusterArgs, LogFormat, Mode};
+use routewarden::app::flags::{ClusterArgs, LogFormat, Mode};
 use routewarden::app::{self};
 use routewarden::bpf::bpf_log::BpfLogLevel;
 use routewarden::bpf::forward::ForwardConfig;

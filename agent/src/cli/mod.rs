@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use anyhow::{Context, Result};
 use clap::ValueEnum;
-use routewarden::app::config::{ClusterArgs, DatastoreSpec};
+use routewarden::app::flags::{ClusterArgs, DatastoreSpec};
 use routewarden::datastore::{Datastore, FileDatastore, KubernetesDatastore, Snapshot};
 use routewarden::model::Cluster;
 use routewarden::ownership::OwnershipConfig;

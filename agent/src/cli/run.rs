@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use routewarden::app::{self, config::RunArgs};
+use routewarden::app::{self, flags::RunArgs};
 
 /// Run the agent until SIGTERM/SIGINT.
 ///

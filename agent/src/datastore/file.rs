@@ -4,7 +4,7 @@
 //! `kubectl get -o yaml` print them. Reloaded on filesystem notifications (debounced) and on a
 //! periodic rescan as a safety net.
 //!
-//! Deletions need positive evidence (issue 22), so ordinary mistakes lose nothing:
+//! Deletions need positive evidence, so ordinary mistakes lose nothing:
 //!
 //! | what the tree shows | what the datastore does |
 //! |---|---|

@@ -35,7 +35,7 @@ pub use kubernetes::{ApiGroupChoice, CalicoGroup, KubernetesDatastore, Kubernete
 
 /// The retry delays of the datastores that read an API server (Kubernetes, etcd): 500 ms
 /// doubling to 5 s, each with up to 100 % random jitter added (backon's `with_jitter`), so every
-/// delay is under 10 s and agents that failed together retry apart; endless (issue 23). One
+/// delay is under 10 s and agents that failed together retry apart; endless. One
 /// policy, so that "recovery follows the server within one backoff step" holds for both.
 pub fn retry_delays() -> backon::ExponentialBuilder {
     backon::ExponentialBuilder::default()

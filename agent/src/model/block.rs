@@ -47,12 +47,12 @@ impl Affinity {
 /// (`ActiveOwnerAttrs["node"]`, what Felix routes by) and its `type` (`ipipTunnelAddress`,
 /// `vxlanTunnelAddress`, `wireguardTunnelAddress` for tunnel addresses; `libcalico-go/lib/ipam`
 /// `AttributeType`). The rest (`namespace`, `pod`, `timestamp`) is not read by any rule and is
-/// dropped at parse: at 100,000 blocks it would be most of the model's memory (issue 23).
+/// dropped at parse: at 100,000 blocks it would be most of the model's memory.
 pub const KEPT_SECONDARY_KEYS: [&str; 2] = ["node", "type"];
 
 /// One `spec.attributes[]` entry of an IPAM block. Its `handle_id` (`k8s-pod-network.<id>`,
 /// `ipip-tunnel-addr-<node>`) is not read by any rule and is not kept: at 100,000 blocks of
-/// one pod each it was 10 MB of the agent's memory (issue 23).
+/// one pod each it was 10 MB of the agent's memory.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct AllocationAttributes {
     /// `secondary`: of the active owner's attributes, the [`KEPT_SECONDARY_KEYS`] present, in
@@ -88,7 +88,7 @@ pub struct IpamBlock {
     pub affinity: Option<Affinity>,
     /// `spec.allocations`, sparse: `(ordinal, attribute index)` of every allocated IP, in
     /// ordinal order; free ordinals (`null`) are not stored (a /26 with one pod is one entry,
-    /// not 64; issue 23). Validated at parse: every index is in range and the array had at
+    /// not 64). Validated at parse: every index is in range and the array had at
     /// most as many entries as the block has IPs. [`IpamBlock::dense_allocations`] builds it
     /// from Calico's dense form.
     pub allocations: Vec<(u32, u32)>,
@@ -140,7 +140,7 @@ impl IpamBlock {
     /// `model/block.go` ~L234).
     pub fn non_affine_allocations(&self) -> impl Iterator<Item = Allocation<'_>> + '_ {
         // The node is compared before the IP is computed: a block of 64 pods on its own node
-        // (most blocks) costs 64 compares, not 64 addresses built and dropped (issue 23).
+        // (most blocks) costs 64 compares, not 64 addresses built and dropped.
         let host = self.host();
         self.allocations.iter().filter_map(move |&(ordinal, idx)| {
             let attributes = self.attributes.get(idx as usize).filter(|a| a.node() != host)?;

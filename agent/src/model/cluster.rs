@@ -12,14 +12,14 @@ use serde_yaml_ng::Value;
 
 use super::block::{BlockAffinity, IpamBlock};
 use super::block_check::check_blocks;
-use super::config::{BgpConfiguration, FelixConfiguration};
+use super::configurations::{BgpConfiguration, FelixConfiguration};
 use super::error::{ModelError, Rejected};
 use super::kind::Kind;
 use super::node::Node;
 use super::objects::{ParsedObject, ParsedObjects};
+use super::ownership_inputs::{CalicoNodeDaemonSet, ClusterInformation, Installation, OptionalSource, CALICO_NODE_NAMESPACES};
 use super::pool::{check_pools, IpPool};
 use super::shared_map::SharedMap;
-use super::sources::{CalicoNodeDaemonSet, ClusterInformation, Installation, OptionalSource, CALICO_NODE_NAMESPACES};
 use super::yaml::{YamlError, YamlLimits};
 
 /// The cluster as routewarden sees it. Maps are keyed by object name (deterministic order).
@@ -29,7 +29,7 @@ pub struct Cluster {
     /// The three kinds a large cluster has by the hundred thousand are shared (`Arc`), names
     /// too, in maps whose copies share every chunk that did not change ([`SharedMap`]): a
     /// snapshot at 100,000 blocks copies ~3,200 chunk pointers, not 205,000 entries, dropping
-    /// one frees only what changed, and comparing two compares pointers first (issue 23).
+    /// one frees only what changed, and comparing two compares pointers first.
     pub ipam_blocks: SharedMap<Arc<str>, Arc<IpamBlock>>,
     pub block_affinities: SharedMap<Arc<str>, Arc<BlockAffinity>>,
     pub nodes: SharedMap<Arc<str>, Arc<Node>>,

@@ -20,39 +20,39 @@
 //!
 //! The parts: `kind.rs` the kinds read, `error.rs` why an object is left out, `objects.rs`
 //! documents to typed objects, `cluster.rs` the cluster and its builder, one file per object
-//! family (`pool.rs`, `block.rs`, `node.rs`, `config.rs`, `sources.rs`) with its fields,
+//! family (`pool.rs`, `block.rs`, `node.rs`, `configurations.rs`, `ownership_inputs.rs`) with its fields,
 //! `block_check.rs` the blocks against each other and their pools,
 //! `fields.rs` and `names.rs` the shared field and name rules, and `yaml/` the loader.
 
 mod block;
 mod block_check;
 mod cluster;
-mod config;
+mod configurations;
 mod error;
 mod fields;
 mod kind;
 mod names;
 mod node;
 mod objects;
+mod ownership_inputs;
 mod pool;
 mod shared_map;
-mod sources;
 pub mod yaml;
 
 pub use block::{nth_ip, Affinity, AffinityState, Allocation, AllocationAttributes, BlockAffinity, IpamBlock, KEPT_SECONDARY_KEYS};
 pub use block_check::{check_blocks, is_invalid_block, MAX_NAMED_OVERLAPS};
 pub use cluster::{Cluster, ClusterBuilder};
-pub use config::{parse_go_duration, BgpConfiguration, FelixConfiguration, FelixScope};
+pub use configurations::{parse_go_duration, BgpConfiguration, FelixConfiguration, FelixScope};
 pub use error::{FieldProblem, ModelError, Rejected};
 pub use kind::Kind;
 pub use names::{block_name, cidrs_in_text, is_dns1123_subdomain, mentioned_cidrs, MAX_FROZEN_PER_INPUT};
 pub use node::{Node, NodeAddress, NodeAddressSource, NodeAddressType, NodeForm, TunnelAddressKind};
 pub use objects::{ParsedObject, ParsedObjects, MAX_REJECTED_PER_INPUT};
-pub use pool::{check_pools, AllowedUse, EncapMode, IpPool};
-pub use shared_map::SharedMap;
-pub use sources::{
+pub use ownership_inputs::{
     CalicoNodeDaemonSet, ClusterInformation, EnvSetting, EnvValue, Installation, OptionalSource, CALICO_NODE, CALICO_NODE_NAMESPACES, FELIX_ENV,
 };
+pub use pool::{check_pools, AllowedUse, EncapMode, IpPool};
+pub use shared_map::SharedMap;
 pub use yaml::{parse_yaml_documents, YamlError, YamlLimits};
 
 #[cfg(test)]

@@ -7,14 +7,14 @@ use ipnet::IpNet;
 use serde_yaml_ng::Value;
 
 use super::block::{BlockAffinity, IpamBlock};
-use super::config::{BgpConfiguration, FelixConfiguration};
+use super::configurations::{BgpConfiguration, FelixConfiguration};
 use super::error::{FieldProblem, ModelError, Rejected};
 use super::fields::{self, type_name, Fields};
 use super::kind::Kind;
 use super::names::{is_dns1123_subdomain, mentioned_cidrs};
 use super::node::Node;
+use super::ownership_inputs::{CalicoNodeDaemonSet, ClusterInformation, Installation, CALICO_NODE};
 use super::pool::IpPool;
-use super::sources::{CalicoNodeDaemonSet, ClusterInformation, Installation, CALICO_NODE};
 use super::yaml::{self, YamlError, YamlLimits};
 
 /// Most invalid objects one input may hold: past it the input is refused as a whole (its

@@ -2,7 +2,7 @@
 //!
 //! [`router`] is the service; [`HttpServer`] serves it over hyper's HTTP/1 with the limits of
 //! [`HttpLimits`], so that slow, idle or too many clients cannot take the endpoints down
-//! (issue 22): every connection phase has a timeout, the number of connections is capped (a new
+//!: every connection phase has a timeout, the number of connections is capped (a new
 //! client evicts the oldest one instead of waiting), and accept errors (out of file descriptors)
 //! are logged (rate-limited) and retried after a pause. The per-connection part is in
 //! `http/conn.rs`.

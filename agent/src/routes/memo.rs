@@ -1,10 +1,10 @@
 //! The route pass kept between snapshots: [`RouteMemo`] answers what
 //! [`classed_routes`](super::classed_routes) answers, from the previous answer and the IPAM
 //! blocks and BlockAffinities that changed since, so that a snapshot in which one block of
-//! 100,000 changed costs a walk over the block map (pointer comparisons), the work of that
-//! block and a copy of the routes, not a pass that computes every route again (issue 23: the
-//! full pass was 60 % of the agent's CPU at 1,000 block changes a second, and the event →
-//! plan latency twice its length).
+//! many changed costs a walk over the block map (pointer comparisons), the work of that
+//! block and a copy of the routes, not a pass that computes every route again (at a high
+//! rate of block changes the full pass would dominate the agent's CPU and the event → plan
+//! latency).
 //!
 //! What is kept, all derived from the cluster of the previous call:
 //! - every block by (CIDR, name), the order in which the full pass visits them, with the
@@ -32,7 +32,11 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use super::compute::{affinity_conflict, block_routes, tunnel_address_routes, BlocksByCidr, Ctx, Problems, TunnelOverlay};
+use super::block_index::{affinity_conflict, BlocksByCidr};
+use super::compute::block_routes;
+use super::pass_context::Ctx;
+use super::problem::Problems;
+use super::tunnel_address::{tunnel_address_routes, TunnelOverlay};
 use super::{ClassedRoutes, ClusterRoute, RouteDevices, RouteProblem};
 use crate::model::{BlockAffinity, Cluster, IpamBlock};
 use crate::vocabulary::PoolClass;
@@ -60,8 +64,7 @@ impl RouteMemo {
     /// the answer. Returns `false` when the answer is certainly the one of the previous
     /// update: no block's routes or problems, no affinity conflict, no tunnel-address route or
     /// problem and none of the context differ (an IP allocated to a pod of the block's own
-    /// node changes no cluster route, and at 1,000 such changes a second the plan need not
-    /// run; issue 23). `true` when it may differ (always after the memo started over).
+    /// node changes no cluster route, and the plan need not run for it). `true` when it may differ (always after the memo started over).
     pub fn update(&mut self, cluster: &Arc<Cluster>, node: &str, classes: &BTreeSet<PoolClass>, devices: &RouteDevices) -> bool {
         let reusable = self.state.as_ref().is_some_and(|s| s.node == node && s.classes == *classes && s.devices == *devices && s.context_equals(cluster));
         if !reusable {
@@ -152,8 +155,8 @@ impl State {
         let ctx = Ctx::new(cluster, &node, &devices);
         let mut touched: BTreeSet<IpNet> = BTreeSet::new();
         let (mut routes, mut problems) = (Vec::new(), Vec::new());
-        // A first fill is built in one piece from sorted entries (full tree nodes: at 100,000
-        // blocks a third less memory than inserting one by one in name order).
+        // A first fill is built in one piece from sorted entries (full tree nodes: less memory
+        // than inserting one by one in name order).
         let (mut new_blocks, mut new_affinities) = (Vec::new(), Vec::new());
         let (fresh_blocks, fresh_affinities) = (self.blocks.is_empty(), self.affinities.is_empty());
         old.ipam_blocks.diff(&cluster.ipam_blocks, |_, before, after| {

@@ -5,6 +5,11 @@
 //! Rules mirror Felix: `felix/calc/l3_route_resolver.go` (blocks, borrowed IPs, next hop
 //! selection, same-subnet test) and `felix/dataplane/linux/route_mgr.go` (route shapes,
 //! blackholes for own blocks). See `../shared/reference/calico-cluster-routes.md` §2.
+//!
+//! The parts: `compute.rs` the pass (its rules in its header), `pass_context.rs` the route to
+//! one node (path, gateway, device), `tunnel_address.rs` the tunnel-address rule,
+//! `block_index.rs` the blocks by CIDR and affinity conflicts, `problem.rs` what a pass
+//! reports, `memo.rs` the pass kept between snapshots.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -14,11 +19,16 @@ use ipnet::IpNet;
 use crate::model::TunnelAddressKind;
 use crate::vocabulary::{PoolClass, RoutePath};
 
+mod block_index;
 pub mod compute;
 mod memo;
+mod pass_context;
+mod problem;
+mod tunnel_address;
 
-pub use compute::{classed_routes, desired_routes, routable_classes, ClassedRoutes, DesiredRoutes, RouteProblem};
+pub use compute::{classed_routes, desired_routes, routable_classes, ClassedRoutes, NodeRoutes};
 pub use memo::RouteMemo;
+pub use problem::RouteProblem;
 
 /// Why a cluster route exists.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
@@ -143,7 +153,7 @@ mod tests {
     use super::*;
 
     /// A device name goes into routes and into `bird-filter`'s `ifname = "..."`: only real
-    /// interface names pass (issue 22: nothing reaches BIRD config unchecked).
+    /// interface names pass (nothing reaches BIRD config unchecked).
     #[test]
     fn device_names_are_interface_names() {
         let ok = RouteDevices { tunnel: "tunl0".into(), host_nic: "bond0.100".into() };

@@ -27,7 +27,7 @@ impl ForwardWatch {
 
     /// Move every attached device whose live ifindex is not the one its classifier was
     /// attached to (deleted, or deleted and created again under its name: its classifier went
-    /// with the old device, issue 48 case 8) back to the missing list, dropping the dead link,
+    /// with the old device) back to the missing list, dropping the dead link,
     /// so that [`ForwardWatch::attach_missing`] attaches to the device now under the name.
     /// Returns the names moved. One `if_nametoindex` per attached device.
     pub fn reattach_recreated(&mut self) -> Vec<String> {

@@ -140,7 +140,9 @@ mod tests {
     use crate::bpf::forward::entries::trie_key;
 
     fn bytes(r: &ForwardRecord) -> Vec<u8> {
-        // SAFETY: reading the bytes of a padding-free repr(C) value.
+        // SAFETY: `r` is a live reference, so its `size_of::<ForwardRecord>()` bytes are
+        // readable for the borrow; the record is `#[repr(C)]` without implicit padding (its
+        // size is asserted in `routewarden_common`), so all of them are initialized `u8`s.
         unsafe { std::slice::from_raw_parts(std::ptr::from_ref(r).cast::<u8>(), std::mem::size_of::<ForwardRecord>()) }.to_vec()
     }
 

@@ -70,7 +70,7 @@ pub struct EventsOptions {
 
 /// `ev`, or the write it carries when it is a conflict or flap outside `scope`
 /// ([`EpisodeScope::judges`]): another program's churn outside the pools is not an episode
-/// (issue 48), in the stream as in the agent's metrics.
+///, in the stream as in the agent's metrics.
 pub fn in_scope(ev: RouteWatchEvent, scope: Option<&EpisodeScope>) -> RouteWatchEvent {
     match (scope, ev) {
         (Some(s), RouteWatchEvent::Conflict { route, previous, .. } | RouteWatchEvent::Flap { route, previous, .. }) if !s.judges(&route, &previous) => {
@@ -247,7 +247,7 @@ pub async fn stream_events_with(object: &'static [u8], opts: &EventsOptions, mut
 }
 
 #[cfg(test)]
-mod scope_tests {
+mod tests {
     use super::{in_scope, EpisodeScope, RouteWatchEvent};
     use crate::bpf::route_watch::{RouteChange, WriterInfo};
 
@@ -271,7 +271,7 @@ mod scope_tests {
         RouteWatchEvent::Conflict { route, previous: writer("static", 4), writes_in_window: 2 }
     }
 
-    /// Issue 48 case 7 in `routewarden events --datastore`: a conflict outside the pools is
+    /// In `routewarden events --datastore`: a conflict outside the pools is
     /// shown as the write it is (writer and process kept, no verdict); inside, unchanged;
     /// without a datastore (no scope), every verdict of the kernel as before.
     #[test]

@@ -33,9 +33,8 @@ pub(super) type FileRead = (PathBuf, Result<String, ReadError>);
 /// after the listing). A file whose content differs from its `seen` hash was probably just
 /// written: every such file is read again after `settle`, all of them after one pause, until
 /// two reads of each agree (at most 10 rounds), so a file caught mid-write is not used. One
-/// pause a round for the whole tree, not one a file: 5,000 new files took 5,000 pauses of
-/// 50 ms to read at start (252 s, issue 48). Returns the reads in `paths`' order and the
-/// number of pauses.
+/// pause a round for the whole tree, not one a file (5,000 new files would otherwise take
+/// 5,000 pauses at start). Returns the reads in `paths`' order and the number of pauses.
 pub(super) fn read_settled_all(paths: Vec<(PathBuf, Option<u64>)>, settle: Duration, max: u64) -> (Vec<FileRead>, usize) {
     let mut out: Vec<FileRead> = Vec::with_capacity(paths.len());
     // Indexes into `out` of the reads that still have to agree with a second one.
@@ -145,9 +144,9 @@ mod tests {
 
     use super::{hash, read_settled_all};
 
-    /// Issue 48 case 6: 5,000 new one-block files took 252 s to first sync, one 50-ms pause
-    /// each. They are settled together: one pause for all of them, and none for files whose
-    /// content is the one seen before.
+    /// 5,000 new one-block files must not take one 50-ms pause each to first sync: they are
+    /// settled together, one pause for all of them, and none for files whose content is the
+    /// one seen before.
     #[test]
     fn five_thousand_new_files_settle_after_one_pause() {
         let dir = tempfile::tempdir().unwrap();

@@ -234,7 +234,7 @@ fn overlapping_pools_are_object_errors_of_their_file() {
     assert_eq!(files, [(dir.0.join("a.yaml"), "10.244.0.0/16".to_string()), (b, "10.0.0.0/8".to_string())]);
 }
 
-/// Issue 48 case 4: node b's /27 written into a file of its own, inside node a's /26 of
+/// Node b's /27 written into a file of its own, inside node a's /26 of
 /// another file. Both blocks are refused, each an object error of the file that defines it
 /// (through the first-definition map, `Loader::snapshot`), each naming the other block, both
 /// freezing node a's /26; node c's block in node a's file stays.
@@ -339,8 +339,8 @@ fn object_errors_name_the_file() {
     assert!(snap.cluster.ip_pools.contains_key("p1"));
 }
 
-/// Issue 48 case 3: the same object in two files. The first definition won, so a new file
-/// that sorts first rewrote routes through its bogus values, and the error blamed the
+/// The same object in two files. Were the first definition to win, a new file
+/// that sorts first would rewrite routes through its bogus values, and the error blamed the
 /// established file. Every definition is refused, each error naming its own file and the CIDRs
 /// it routes or claims (frozen ground, so nothing is rewritten or deleted there).
 #[test]
@@ -417,8 +417,8 @@ fn snapshots_settle_once_the_tree_is_stable() {
 
 /// A file that is not UTF-8 (a binary dropped into the directory, a wrong encoding) is an
 /// input that cannot be read: last good content kept, nothing guessed — and kept past the
-/// settle period (issue 48: the file is there, so nothing says its objects are gone; it was
-/// dropped after 30 s, deleting their routes). The datastore stays synced; the plan holds every
+/// settle period (the file is there, so nothing says its objects are gone; dropping it after
+/// 30 s would delete their routes). The datastore stays synced; the plan holds every
 /// deletion while it is unreadable (`plan::tests`).
 #[test]
 fn a_file_that_is_not_utf8_keeps_its_last_good_content() {
@@ -441,7 +441,7 @@ fn a_file_that_is_not_utf8_keeps_its_last_good_content() {
     assert_eq!((pools(&s), s.settled), (vec!["p1 10.244.0.0/16".to_owned()], true));
 }
 
-/// Issue 48 case 2: a file that is there but cannot be opened (the shipped DaemonSet drops
+/// A file that is there but cannot be opened (the shipped DaemonSet drops
 /// every capability, so a mode its user may not read is EACCES; here a symlink loop, ELOOP,
 /// since root reads any mode) kept its last good content only for the settle period, then its
 /// objects were "removed" and their routes deleted. It is kept for as long as it stays

@@ -9,7 +9,7 @@ use std::str::FromStr;
 use kube::Client;
 
 use super::error::KubernetesError;
-use super::sources::{CalicoGroup, CALICO_RESOURCES, INSTALLATION_RESOURCE, OPERATOR_API_VERSION, VERBS};
+use super::resources::{CalicoGroup, CALICO_RESOURCES, INSTALLATION_RESOURCE, OPERATOR_API_VERSION, VERBS};
 
 /// `--calico-api-group`: discover the group, or force one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use kube::runtime::watcher;
 
-use super::sources::CalicoGroup;
+use super::resources::CalicoGroup;
 
 /// A kube error in one line: the API server's answer as `message (code reason)`, anything else
 /// with its causes once ([`crate::text::causes_once`]).

@@ -2,7 +2,7 @@
 //! namespaced calico-node reads ([`NAMESPACED_RBAC`]). Tests compare both with the manifests
 //! under `deploy/`, so the code and the grants cannot drift.
 
-use super::sources::{CalicoGroup, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE, VERBS};
+use super::resources::{CalicoGroup, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE, VERBS};
 
 /// The plurals of the six Calico resources, in [`CALICO_RESOURCES`] order.
 pub(super) const CALICO_PLURALS: [&str; 6] = [

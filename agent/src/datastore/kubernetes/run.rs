@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use super::discovery::{discover, discover_operator, ApiGroupChoice};
 use super::error::KubernetesError;
 use super::probe::{spawn_probe, Probe, DEFAULT_PROBE, PROBE_MISSES_BEFORE_RELIST};
-use super::sources::{optional_sources, CalicoGroup};
+use super::resources::{optional_sources, CalicoGroup};
 use super::trimmed::TrimmedObject;
 use super::view::View;
 use super::watch::{cache_lists, default_backoff, trimmed_watch, BackoffFactory, WatchItem, DEFAULT_LIST_SETTLE, DEFAULT_WATCH_SILENCE};
@@ -35,7 +35,7 @@ pub fn user_agent() -> (http::HeaderName, http::HeaderValue) {
 /// snapshot (an initial list of 10,000 IPAM blocks is one snapshot, not 10,000); a change after
 /// a quiet window is sent after [`QUIET_COALESCE`] (`flush_at`).
 /// 50 ms: a snapshot and a plan that changes no route cost ~1 ms at 100,000 IPAM blocks, so
-/// the window bounds how late a change is under churn (kube-100k's p99, issue 23), while a
+/// the window bounds how late a change is under churn (kube-100k's p99), while a
 /// plan that is longer than the window only makes the app skip to the newest snapshot.
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(50);
 
@@ -47,7 +47,7 @@ pub const QUIET_COALESCE: Duration = Duration::from_millis(5);
 /// and the debounce `window`: never sooner than `window` after the last flush (under churn one
 /// snapshot per window, as before), but a change that finds the datastore quiet (the last
 /// flush a window or more ago) goes after [`QUIET_COALESCE`] instead of waiting a whole window
-/// (a lone block change reached the plan ≥ 100 ms late; issue 23).
+/// (a lone block change reached the plan ≥ 100 ms late).
 pub(crate) fn flush_at(now: Instant, last_flush: Option<Instant>, window: Duration) -> Instant {
     let quiet = now + QUIET_COALESCE.min(window);
     match last_flush {

@@ -20,6 +20,7 @@ use crate::datastore::{Datastore, DatastoreError, DatastoreEvent, LoadError, Loa
 
 mod discovery;
 mod failures;
+mod live_changes;
 mod optional;
 mod rbac;
 mod sync;
@@ -194,7 +195,7 @@ fn path(group: CalicoGroup, plural: &str) -> String {
 }
 
 fn kind_of(plural: &str) -> &'static str {
-    super::sources::CALICO_RESOURCES.iter().find(|w| w.plural == plural).map_or("Node", |w| w.kind.as_str())
+    super::resources::CALICO_RESOURCES.iter().find(|w| w.plural == plural).map_or("Node", |w| w.kind.as_str())
 }
 
 fn api_version_of(group: CalicoGroup, plural: &str) -> &'static str {
@@ -366,7 +367,7 @@ fn cluster_objects(yaml: &str, group: CalicoGroup) -> Objects {
             };
             out.entry("nodes").or_default().push(node(name, &rv, &ann, &addrs));
         } else {
-            let plural = super::sources::CALICO_RESOURCES.iter().find(|w| w.kind.as_str() == kind).map(|w| w.plural).unwrap();
+            let plural = super::resources::CALICO_RESOURCES.iter().find(|w| w.kind.as_str() == kind).map(|w| w.plural).unwrap();
             out.entry(plural).or_default().push(object(group, plural, name, &rv, &item["spec"]));
         }
     }

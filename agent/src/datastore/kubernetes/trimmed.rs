@@ -7,7 +7,7 @@
 //! everything else never reaches it):
 //!
 //! - every kind: `metadata.name`, `metadata.namespace`, `metadata.resourceVersion`;
-//! - Calico kinds ([`CalicoSpec`]): `spec`, whole (decoded by [`ExactValue`]: every sequence
+//! - Calico kinds ([`CalicoSpec`]): `spec`, whole (decoded by [`PresizedValue`]: every sequence
 //!   and mapping allocated once at its length);
 //! - core Nodes ([`NodeAddresses`]): `metadata.annotations` whose key starts with
 //!   `projectcalico.org/` (what calico-node writes, `libcalico-go/lib/backend/k8s/resources/node.go`)
@@ -40,7 +40,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
 
-use super::exact_value::ExactValue;
+use super::presized_value::PresizedValue;
 
 /// Annotation prefix the model reads on core Nodes (`libcalico-go/lib/backend/k8s/resources/node.go`).
 pub(crate) const NODE_ANNOTATION_PREFIX: &str = "projectcalico.org/";
@@ -136,7 +136,7 @@ impl Shape for CalicoSpec {
     const CALICO_ANNOTATIONS: bool = false;
     fn field<'de, A: MapAccess<'de>>(field: Top, map: &mut A, body: &mut Mapping) -> Result<(), A::Error> {
         match field {
-            Top::Spec => drop(body.insert("spec".into(), map.next_value_seed(ExactValue)?)),
+            Top::Spec => drop(body.insert("spec".into(), map.next_value_seed(PresizedValue)?)),
             _ => drop(map.next_value::<IgnoredAny>()?),
         }
         Ok(())

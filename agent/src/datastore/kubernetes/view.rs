@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use kube::runtime::watcher::Event;
 
 use super::error::WatchFailure;
-use super::sources::{CalicoGroup, Watched, CALICO_NODE_SELECTOR, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE};
+use super::resources::{CalicoGroup, Watched, CALICO_NODE_SELECTOR, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE};
 use super::trimmed::TrimmedObject;
 use super::watch::{WatchItem, WatchTarget};
 use crate::datastore::error::{LoadError, LoadErrorKind, ObjectError};

@@ -53,7 +53,7 @@ impl WatchTarget {
 
 /// The watcher settings: lists from the API server's watch cache
 /// (`resourceVersion=0&resourceVersionMatch=NotOlderThan`), not quorum reads from etcd, since
-/// every node lists at once when the DaemonSet rolls (issue 23). Without a page size: kube
+/// every node lists at once when the DaemonSet rolls. Without a page size: kube
 /// drops `resourceVersion=0` from a request with `limit` (kube-core `ListParams::populate_qp`),
 /// and API servers before 1.33 serve cached lists whole anyway. Bookmarks on, 290 s watches.
 pub fn cache_lists() -> watcher::Config {
@@ -64,7 +64,7 @@ pub fn cache_lists() -> watcher::Config {
 
 /// Deletions are held this long after every completed list: a list served from the watch
 /// cache may lag etcd by a moment, and an object it lacks is evidence of a deletion only once
-/// the watch from the list's resourceVersion has delivered what happened since (issue 23).
+/// the watch from the list's resourceVersion has delivered what happened since.
 pub const DEFAULT_LIST_SETTLE: Duration = Duration::from_secs(10);
 
 /// The retry delays of discovery and of a failed watcher: [`crate::datastore::retry_delays`]

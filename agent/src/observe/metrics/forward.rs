@@ -1,4 +1,4 @@
-//! The forwarding watch's metrics (issue 6, `bpf::forward`): packets and bytes to cluster
+//! The forwarding watch's metrics (`bpf::forward`): packets and bytes to cluster
 //! destinations by IP pool and path taken, wrong-path packets, forwarding flaps, ring-buffer
 //! records lost.
 //!
@@ -14,7 +14,7 @@ use routewarden_common::forward::ForwardPath;
 
 use super::Metrics;
 
-/// Labels `{pool, path}` of `routewarden_forwarded_packets_total` / `_bytes_total` (issue 6).
+/// Labels `{pool, path}` of `routewarden_forwarded_packets_total` / `_bytes_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ForwardPathLabels {
     /// IP pool name: bounded by the cluster's pools (a fixed set from the datastore), never a
@@ -24,7 +24,7 @@ pub struct ForwardPathLabels {
     pub path: &'static str,
 }
 
-/// Labels `{pool, expected, actual}` of `routewarden_wrong_path_packets_total` (issue 6).
+/// Labels `{pool, expected, actual}` of `routewarden_wrong_path_packets_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WrongPathLabels {
     /// IP pool name.
@@ -35,7 +35,7 @@ pub struct WrongPathLabels {
     pub actual: &'static str,
 }
 
-/// Labels `{pool}` of `routewarden_forwarding_flaps_total` (issue 6).
+/// Labels `{pool}` of `routewarden_forwarding_flaps_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabels {
     /// IP pool name.

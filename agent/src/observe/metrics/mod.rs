@@ -115,7 +115,7 @@ pub struct Metrics {
     /// `routewarden_route_watch_events_lost_total`: ring-buffer records dropped (buffer full).
     pub route_watch_events_lost: Counter,
     /// `routewarden_forwarded_packets_total{pool,path}`: packets to cluster destinations by
-    /// path taken, each packet once (issue 6, `bpf::forward`).
+    /// path taken, each packet once (`bpf::forward`).
     pub forwarded_packets: Family<ForwardPathLabels, Counter>,
     /// `routewarden_forwarded_bytes_total{pool,path}`: bytes (`skb->len` at the hook), likewise.
     pub forwarded_bytes: Family<ForwardPathLabels, Counter>,

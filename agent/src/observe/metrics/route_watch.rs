@@ -1,4 +1,4 @@
-//! The route watch's metrics (issue 5, `bpf::route_watch`): kernel route writes by family,
+//! The route watch's metrics (`bpf::route_watch`): kernel route writes by family,
 //! operation and writer class, conflict and flap episodes, flushes, the prefixes in flap or
 //! conflict now, the backend in use and the ring-buffer records lost.
 //!

@@ -101,7 +101,7 @@ async fn connect_builds_a_tls_client_from_a_kubeconfig_without_requests() {
     assert!(err.to_string().starts_with(&format!("kubeconfig {}:", dir.path().join("nope").display())), "{err}");
 }
 
-/// Every request carries `User-Agent: routewarden/<version>` (issue 23): a kubeconfig pointing
+/// Every request carries `User-Agent: routewarden/<version>`: a kubeconfig pointing
 /// at a one-shot HTTP server on loopback, which records the request line and headers.
 #[tokio::test]
 async fn requests_carry_the_routewarden_user_agent() {

@@ -38,7 +38,7 @@ async fn gone_410_during_watch_relists_and_applies_deletions_only_then() {
     assert_eq!(api.take_log(), vec![list_url(group, "ipamblocks"), watch_url(group, "ipamblocks", "200")]);
 }
 
-/// A hung watch (issue 23): the API server answers, but one resource's watch stops delivering.
+/// A hung watch: the API server answers, but one resource's watch stops delivering.
 /// Once the watch has had a bookmark, events keep it alive; silence past
 /// `--kube-watch-silence` (90 s) makes the datastore unsynced with a `stale` reason, counts it
 /// (`LoadFailed` with code `stale`), and re-lists that resource only; every snapshot before
@@ -145,7 +145,7 @@ async fn api_server_away_keeps_the_view_and_recovery_syncs_again() {
     ds.quiet(100).await;
 }
 
-/// Issue 22, row 17: the API server answers a re-list with an empty IPAMBlock list (CRDs
+/// Bad input row 17: the API server answers a re-list with an empty IPAMBlock list (CRDs
 /// reinstalled, a restored backup, a broken aggregation layer). The agent's pipeline — this
 /// datastore, the view, the plan and the reconciler over a fake kernel — deletes none of
 /// node-a's seven routes: the mass-deletion breaker holds them; the list restored within the
@@ -243,7 +243,7 @@ async fn empty_relist_is_held_by_the_breaker_and_a_restored_list_costs_nothing()
     assert!(nl.take_log().is_empty(), "the outage cost no route operation");
 }
 
-/// Lists come from the watch cache (issue 23): each completed list, the first and a re-list
+/// Lists come from the watch cache: each completed list, the first and a re-list
 /// after 410, holds deletions for the settle period (`settled: false`), and a snapshot with
 /// `settled: true` follows when it ends, without any new event.
 #[tokio::test]
@@ -277,7 +277,7 @@ async fn cache_lists_hold_deletions_for_the_settle_period_after_every_list() {
     assert!(lists[0].contains("resourceVersion=0&resourceVersionMatch=NotOlderThan"));
 }
 
-/// Retry delays (issue 23): every delay of [`default_backoff`] is its step (500 ms doubling to
+/// Retry delays: every delay of [`default_backoff`] is its step (500 ms doubling to
 /// 5 s) plus up to 100 % jitter, so under 10 s; and agents that fail together do not retry
 /// together (1,000 agents' first retries spread over the step).
 #[test]
@@ -301,7 +301,7 @@ fn backoff_is_capped_and_jittered_across_agents() {
     assert!(b.next().unwrap() < Duration::from_secs(1));
 }
 
-/// A 20 s API outage during which a block was deleted (issue 23): with the capped backoff the
+/// A 20 s API outage during which a block was deleted: with the capped backoff the
 /// datastore is synced again, with the deletion, within 30 s of the outage's start; and it
 /// never claims to be synced while the list fails. Virtual time (tokio's paused clock) from
 /// the first sync on.
@@ -362,7 +362,7 @@ async fn a_20_s_outage_is_followed_within_one_backoff_step() {
     task.abort();
 }
 
-/// A hung API server (issue 23): the connection is up but `GET /version` gets no answer. After
+/// A hung API server: the connection is up but `GET /version` gets no answer. After
 /// one probe interval plus its timeout the datastore says Unsynced (so `/readyz` stops saying
 /// synced and nothing is deleted); an answer to the next probe makes it synced again without
 /// any re-list; a second silent probe in a row restarts every watch, and it is synced again

@@ -1,4 +1,4 @@
-//! Optional sources: the calico-node env and the operator's Installation (issue 19 part 2).
+//! Optional sources: the calico-node env and the operator's Installation.
 
 use super::*;
 

@@ -1,5 +1,6 @@
-//! Listing and watching a healthy cluster: the exact model and requests, paging, the one-shot load, live config changes,
-//! unparseable objects and an object that does not decode.
+//! Listing and watching a healthy cluster: the exact model and requests, paging, the one-shot
+//! load, unparseable objects, an object that does not decode, and the debounce (live changes
+//! are `live_changes.rs`).
 
 use super::*;
 
@@ -205,10 +206,6 @@ fn writers(ipip: &[RouteWriter], noencap: &[RouteWriter], vxlan: &[RouteWriter])
     [(PoolClass::Ipip, ipip), (PoolClass::NoEncap, noencap), (PoolClass::Vxlan, vxlan)].into_iter().map(|(c, w)| (c, w.iter().copied().collect())).collect()
 }
 
-fn programmed(cluster: &Cluster, config: &OwnershipConfig) -> Vec<PoolClass> {
-    decide(cluster, config).programmed.into_iter().collect()
-}
-
 #[tokio::test]
 async fn v1_cluster_not_synced_until_every_resource_listed_then_exact_requests() {
     let group = CalicoGroup::CrdV1;
@@ -275,8 +272,8 @@ async fn v1_cluster_not_synced_until_every_resource_listed_then_exact_requests()
 #[tokio::test]
 async fn v3_cluster_loads_and_bgp_decision_matches_the_calicoctl_input() {
     let group = CalicoGroup::V3;
-    // `../shared` beside the repository, as the other oracle tests find it (issue 49: this one
-    // read a path of one machine first).
+    // `../shared` beside the repository, as the other oracle tests find it (not a path of
+    // one machine).
     let input = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/calico-testdata/confd/cluster_routes/enabled/input.yaml"))
         .expect("confd test input in ../shared/calico-testdata beside the repository");
     let objects = cluster_objects(&input, group);
@@ -374,123 +371,6 @@ async fn unparseable_object_is_skipped_and_its_last_good_version_kept() {
     assert_eq!(s.cluster.ip_pools.keys().collect::<Vec<_>>(), vec!["pool-a", "pool-b"]);
     // Never unsynced by bad objects.
     ds.quiet(100).await;
-}
-
-fn felix_config(rv: &str, value: &str) -> Json {
-    object(CalicoGroup::CrdV1, "felixconfigurations", "default", rv, &json!({"programClusterRoutes": value, "ipipEnabled": true}))
-}
-
-fn bgp_config(rv: &str, value: &str) -> Json {
-    object(CalicoGroup::CrdV1, "bgpconfigurations", "default", rv, &json!({"programClusterRoutes": value}))
-}
-
-#[tokio::test]
-async fn program_cluster_routes_changes_take_effect_live() {
-    let group = CalicoGroup::CrdV1;
-    let api = StdArc::new(FakeApi::default());
-    script_discovery(&api, group);
-    let mut objects = Objects::new();
-    objects.insert(
-        "ippools",
-        vec![
-            pool("ipip", "1", "10.244.0.0/16"),
-            object(group, "ippools", "flat", "2", &json!({"cidr": "10.246.0.0/16", "ipipMode": "Never", "vxlanMode": "Never"})),
-        ],
-    );
-    objects.insert("felixconfigurations", vec![felix_config("3", "EnabledIPIPOnly")]);
-    objects.insert("bgpconfigurations", vec![bgp_config("4", "EnabledNoEncapOnly")]);
-    let watches = script_lists(&api, group, &objects, "10");
-    let mut ds = Running::start(&api, ApiGroupChoice::Auto);
-    let s = ds.snapshot().await;
-    assert_eq!(ds.next().await, DatastoreEvent::Synced);
-    let bird = OwnershipConfig { role: Role::Bird, ..felix("n") };
-    assert_eq!(programmed(&s.cluster, &felix("n")), vec![PoolClass::Ipip]);
-    assert_eq!(programmed(&s.cluster, &bird), vec![PoolClass::NoEncap]);
-
-    // FelixConfiguration default → Enabled: Felix's side now has both classes.
-    watches["felixconfigurations"].unbounded_send(event("MODIFIED", &felix_config("11", "Enabled"))).unwrap();
-    let s = ds.snapshot().await;
-    assert_eq!(s.cluster.felix_default().unwrap().program_cluster_routes.as_deref(), Some("Enabled"));
-    assert_eq!(programmed(&s.cluster, &felix("n")), vec![PoolClass::Ipip, PoolClass::NoEncap]);
-
-    // BGPConfiguration default → Enabled: BIRD's side too.
-    watches["bgpconfigurations"].unbounded_send(event("MODIFIED", &bgp_config("12", "Enabled"))).unwrap();
-    let s = ds.snapshot().await;
-    assert_eq!(programmed(&s.cluster, &bird), vec![PoolClass::Ipip, PoolClass::NoEncap]);
-
-    // Same content, new resourceVersion (e.g. a status-only update): nothing sent.
-    watches["bgpconfigurations"].unbounded_send(event("MODIFIED", &bgp_config("13", "Enabled"))).unwrap();
-    ds.quiet(150).await;
-}
-
-fn cluster_info(group: CalicoGroup, rv: &str, version: &str) -> Json {
-    object(group, "clusterinformations", "default", rv, &json!({"calicoVersion": version, "clusterType": "k8s,bgp,kdd", "datastoreReady": true}))
-}
-
-/// `--calico-version auto` follows `ClusterInformation default` live, in both groups: a
-/// cluster on 3.30 (no fields: BIRD has IPIP and no-encap) upgraded to 3.33 hands IPIP to
-/// Felix's side; without the object 3.33 is assumed and said so.
-#[tokio::test]
-async fn calico_upgrade_in_cluster_information_changes_the_decision_live() {
-    for group in [CalicoGroup::CrdV1, CalicoGroup::V3] {
-        let api = StdArc::new(FakeApi::default());
-        script_discovery(&api, group);
-        let mut objects = Objects::new();
-        objects.insert("ippools", vec![object(group, "ippools", "ipip", "1", &json!({"cidr": "10.244.0.0/16", "ipipMode": "Always"}))]);
-        objects.insert("felixconfigurations", vec![object(group, "felixconfigurations", "default", "3", &json!({"programClusterRoutes": "EnabledIPIPOnly"}))]);
-        objects.insert("clusterinformations", vec![cluster_info(group, "5", "v3.30.2")]);
-        let watches = script_lists(&api, group, &objects, "10");
-        let mut ds = Running::start(&api, ApiGroupChoice::Auto);
-        let s = ds.snapshot().await;
-        assert_eq!(ds.next().await, DatastoreEvent::Synced);
-        let auto = OwnershipConfig { role: Role::Felix, version: VersionChoice::Auto, node: Some("n".into()) };
-        let bird = OwnershipConfig { role: Role::Bird, ..auto.clone() };
-        let d = decide(&s.cluster, &auto);
-        assert_eq!(d.version.to_string(), "3.30 (ClusterInformation default: v3.30.2)", "{group}");
-        assert_eq!(programmed(&s.cluster, &auto), vec![], "{group}");
-        assert_eq!(programmed(&s.cluster, &bird), vec![PoolClass::Ipip, PoolClass::NoEncap], "{group}");
-        assert_eq!(
-            d.findings.iter().filter(|f| f.code() == "ignored-by-release").map(|f| f.message.as_str()).collect::<Vec<_>>(),
-            vec!["FelixConfiguration default: \"EnabledIPIPOnly\" is set but ignored by this release: Felix 3.30 does not read it, and Felix programs only VXLAN cluster routes"],
-            "{group}"
-        );
-
-        watches["clusterinformations"].unbounded_send(event("MODIFIED", &cluster_info(group, "11", "v3.33.1"))).unwrap();
-        let s = ds.snapshot().await;
-        assert_eq!(decide(&s.cluster, &auto).version.to_string(), "3.33 (ClusterInformation default: v3.33.1)", "{group}");
-        assert_eq!(programmed(&s.cluster, &auto), vec![PoolClass::Ipip], "{group}");
-        assert_eq!(programmed(&s.cluster, &bird), vec![PoolClass::NoEncap], "{group}");
-
-        watches["clusterinformations"].unbounded_send(event("DELETED", &cluster_info(group, "12", "v3.33.1"))).unwrap();
-        let s = ds.snapshot().await;
-        assert_eq!(decide(&s.cluster, &auto).version.to_string(), "3.33 (assumed: no ClusterInformation default)", "{group}");
-        drop(watches);
-    }
-}
-
-#[tokio::test]
-async fn node_heartbeats_change_nothing_and_annotations_do() {
-    let group = CalicoGroup::CrdV1;
-    let api = StdArc::new(FakeApi::default());
-    script_discovery(&api, group);
-    let addrs = json!([{"type": "InternalIP", "address": "10.0.0.1"}, {"type": "Hostname", "address": "a"}]);
-    let mut objects = Objects::new();
-    objects.insert("nodes", vec![node("a", "5", &json!({"projectcalico.org/IPv4Address": "10.0.0.1/24"}), &addrs)]);
-    let watches = script_lists(&api, group, &objects, "100");
-    let mut ds = Running::start(&api, ApiGroupChoice::Auto);
-    let s = ds.snapshot().await;
-    assert_eq!(ds.next().await, DatastoreEvent::Synced);
-    assert_eq!(s.cluster.nodes["a"].bgp_ipv4.unwrap().to_string(), "10.0.0.1/24");
-
-    let mut beat = node("a", "6", &json!({"projectcalico.org/IPv4Address": "10.0.0.1/24", "other/annotation": "x"}), &addrs);
-    beat["status"]["conditions"][0]["lastHeartbeatTime"] = json!("2026-01-01T00:05:00Z");
-    watches["nodes"].unbounded_send(event("MODIFIED", &beat)).unwrap();
-    ds.quiet(150).await;
-
-    let moved = node("a", "7", &json!({"projectcalico.org/IPv4Address": "10.0.1.1/24"}), &addrs);
-    watches["nodes"].unbounded_send(event("MODIFIED", &moved)).unwrap();
-    let s = ds.snapshot().await;
-    assert_eq!(s.cluster.nodes["a"].bgp_ipv4.unwrap().to_string(), "10.0.1.1/24");
 }
 
 #[tokio::test]
@@ -592,7 +472,7 @@ async fn an_object_that_does_not_decode_fails_its_list_and_loses_nothing() {
     assert_eq!(api.take_log(), vec![list_url(group, "ipamblocks"), list_url(group, "ipamblocks"), watch_url(group, "ipamblocks", "201")]);
 }
 
-/// The debounce (issue 23): a change that finds the datastore quiet is sent after
+/// The debounce: a change that finds the datastore quiet is sent after
 /// [`QUIET_COALESCE`], not a whole window later; a change right after a snapshot waits for
 /// the window to end (one snapshot per window under churn); changes sent together are one
 /// snapshot. Virtual time from the first sync on.

@@ -6,7 +6,7 @@ use kube::api::{ApiResource, DynamicObject, TypeMeta};
 use serde_json::{json, Value as Json};
 use serde_yaml_ng::Value;
 
-use super::super::sources::{api_resource, CalicoGroup, Watched, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE};
+use super::super::resources::{api_resource, CalicoGroup, Watched, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE};
 use super::super::trimmed::{CalicoNodeContainers, CalicoSpec, NodeAddresses, RoutingMode, Trimmed, TrimmedObject, NODE_ANNOTATION_PREFIX};
 use crate::model::{Cluster, ClusterBuilder, Kind};
 

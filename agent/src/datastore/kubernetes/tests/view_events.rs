@@ -4,7 +4,7 @@
 use kube::runtime::watcher::{self, Event};
 use serde_json::{json, Value as Json};
 
-use super::super::sources::CalicoGroup;
+use super::super::resources::CalicoGroup;
 use super::super::view::View;
 use super::trimmed_decode::decode;
 use super::{block, node, pool};
@@ -183,7 +183,7 @@ fn a_relist_replaces_the_last_list_only_at_init_done() {
     assert_eq!((fed.view.parses, fed.view.parse_failures), (6, 0));
 }
 
-/// Issue 48 case 4 in the Kubernetes view: a /27 IPAM block of node b inside node a's /26
+/// In the Kubernetes view: a /27 IPAM block of node b inside node a's /26
 /// arrives by watch. Both leave the snapshot's cluster (the view keeps them: the next change
 /// can fix it), each an object error named `<resource>/<name>` naming the other and freezing
 /// the /26; node c's block stays. Deleting the /27 brings node a's block back.

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use kube::api::ApiResource;
 use kube::runtime::watcher::Event;
 
-use crate::datastore::kubernetes::sources::{api_resource, CalicoGroup, Watched};
+use crate::datastore::kubernetes::resources::{api_resource, CalicoGroup, Watched};
 use crate::datastore::kubernetes::trimmed::TrimmedObject;
 use crate::model::{CalicoNodeDaemonSet, Cluster, ClusterBuilder, Kind, ModelError, OptionalSource, Rejected};
 

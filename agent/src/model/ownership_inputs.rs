@@ -1,5 +1,5 @@
 //! The objects besides FelixConfiguration and BGPConfiguration that change how a cluster
-//! decides cluster-route ownership (issue 19, reference §1.3, §1.4, §1.9):
+//! decides cluster-route ownership (reference §1.3, §1.4, §1.9):
 //!
 //! - [`ClusterInformation`] `default`: the Calico release the cluster runs
 //!   (`spec.calicoVersion`, e.g. `v3.30.2`), which decides which fields exist and their

@@ -1,10 +1,10 @@
-//! [`ExactValue`]: decode any JSON value into a `serde_yaml_ng` [`Value`] whose sequences and
+//! [`PresizedValue`]: decode any JSON value into a `serde_yaml_ng` [`Value`] whose sequences and
 //! mappings are allocated once, at their final length.
 //!
 //! `Value`'s own `Deserialize` pushes each element into a growing `Vec` (and each entry into a
 //! growing `Mapping`): JSON gives no length up front, so a 64-entry `allocations` array of an
-//! IPAM block is reallocated and copied six times. Over kube-100k's 100,000 blocks that growth
-//! was about a third of decoding the lists (BENCHMARKS.md, "kube-100k and the plan pass").
+//! IPAM block is reallocated and copied six times, and over a list of many blocks that growth
+//! is a large part of decoding it (BENCHMARKS.md, "kube-100k and the plan pass").
 //! Here the elements are gathered in a scratch buffer kept per thread and per nesting depth,
 //! then moved into a collection of exactly their count.
 //!
@@ -20,7 +20,7 @@ use serde_yaml_ng::{Mapping, Value};
 
 /// Seed for [`Value`] with collections sized exactly (see the module docs).
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct ExactValue;
+pub(crate) struct PresizedValue;
 
 thread_local! {
     /// Scratch buffers for sequences, one per nesting depth in use (their capacity is kept).
@@ -51,7 +51,7 @@ fn duplicate_key(key: &Value) -> String {
     }
 }
 
-impl<'de> DeserializeSeed<'de> for ExactValue {
+impl<'de> DeserializeSeed<'de> for PresizedValue {
     type Value = Value;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
@@ -59,7 +59,7 @@ impl<'de> DeserializeSeed<'de> for ExactValue {
     }
 }
 
-impl<'de> Visitor<'de> for ExactValue {
+impl<'de> Visitor<'de> for PresizedValue {
     type Value = Value;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -105,7 +105,7 @@ impl<'de> Visitor<'de> for ExactValue {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut buf = take(&SEQUENCES);
         // On an error the buffer is dropped, not given back: the pool only ever holds empties.
-        while let Some(v) = seq.next_element_seed(ExactValue)? {
+        while let Some(v) = seq.next_element_seed(PresizedValue)? {
             buf.push(v);
         }
         let mut out = Vec::with_capacity(buf.len());
@@ -116,8 +116,8 @@ impl<'de> Visitor<'de> for ExactValue {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut buf = take(&ENTRIES);
-        while let Some(k) = map.next_key_seed(ExactValue)? {
-            let v = map.next_value_seed(ExactValue)?;
+        while let Some(k) = map.next_key_seed(PresizedValue)? {
+            let v = map.next_value_seed(PresizedValue)?;
             buf.push((k, v));
         }
         let mut out = Mapping::with_capacity(buf.len());
@@ -138,7 +138,7 @@ mod tests {
 
     fn exact(json: &str) -> Result<Value, String> {
         let mut d = serde_json::Deserializer::from_str(json);
-        ExactValue.deserialize(&mut d).map_err(|e| e.to_string())
+        PresizedValue.deserialize(&mut d).map_err(|e| e.to_string())
     }
 
     fn stock(json: &str) -> Result<Value, String> {

@@ -1,4 +1,4 @@
-//! Issue 48's property across restarts: any sequence of broken inputs — every kind of
+//! The bad-input property across restarts: any sequence of broken inputs — every kind of
 //! `docs/bad-input.md` that is not evidence of a deletion (a broken or unparsable object, a
 //! value routewarden cannot interpret, a duplicate, an empty, garbled or unreadable file) —
 //! interleaved with agent restarts at any point (a node reboot, a DaemonSet roll: the new
@@ -12,7 +12,7 @@
 //! - *3.30, BIRD programs IPIP and no-encap* (its routes in the kernel): 3.33 assumed would
 //!   claim them.
 //!
-//! The pipeline is the agent's own, as in `bad_input_tests.rs`: the file datastore's loader at
+//! The pipeline is the agent's own, as in `bad_input.rs`: the file datastore's loader at
 //! explicit times, [`ViewState`], [`plan`] and the [`Reconciler`] on a fake kernel. A restart
 //! drops all of it but the kernel.
 
@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::bad_input_tests::Agent;
+use super::bad_input::Agent;
 use crate::dataplane::fake::{observed as route, FakeClock, FakeNetlink};
 use crate::dataplane::kernel::route::{ObservedRoute, RouteKey, RouteKind};
 use crate::ownership::VersionChoice;
@@ -72,8 +72,8 @@ enum Break {
     DuplicateNode,
     /// ipip-always defined again, in a new file, with another CIDR.
     DuplicatePool,
-    /// An IPAM block of node-c inside node-b's 10.244.20.0/26, in a new file (issue 48 case
-    /// 4): both refused, the /26 frozen.
+    /// An IPAM block of node-c inside node-b's 10.244.20.0/26, in a new file: both
+    /// refused, the /26 frozen.
     OverlappingBlock,
     /// A /24 IPAM block of node-b in ipip-always, a pool of /26 blocks, in a new file: refused
     /// (it was routed).

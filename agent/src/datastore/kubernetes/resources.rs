@@ -22,7 +22,7 @@ pub struct Watched {
 
 /// The six Calico resources, in the order they are added to the model. The same plurals exist
 /// in both Calico groups (`../shared/calico-testdata/crds/`). `clusterinformations` is read for
-/// the release line (`ClusterInformation default` `spec.calicoVersion`, issue 19).
+/// the release line (`ClusterInformation default` `spec.calicoVersion`).
 pub const CALICO_RESOURCES: [Watched; 6] = [
     Watched { kind: Kind::IpPool, plural: "ippools" },
     Watched { kind: Kind::IpamBlock, plural: "ipamblocks" },
@@ -49,7 +49,7 @@ pub const DAEMONSET_RESOURCE: Watched = Watched { kind: Kind::DaemonSet, plural:
 /// The field selector of the calico-node DaemonSet watches.
 pub const CALICO_NODE_SELECTOR: &str = "metadata.name=calico-node";
 
-/// The optional sources to read, given what discovery found (issue 19 part 2).
+/// The optional sources to read, given what discovery found.
 ///
 /// - `kube-system/calico-node` always (manifest installs put calico-node there, and the
 ///   operator migrates it from there);

@@ -1,4 +1,4 @@
-//! Issue 22's property over the file datastore: any sequence of writes, truncations, partial
+//! The bad-input property over the file datastore: any sequence of writes, truncations, partial
 //! writes, renames, deletions, symlink changes and directory swaps made within one settle
 //! period, ending in a stable valid tree, converges to exactly that tree's routes, and at no
 //! point deletes a route the final tree still wants.
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::view::ViewState;
+use crate::app::view::ViewState;
 use crate::dataplane::fake::{FakeClock, FakeNetlink};
 use crate::dataplane::kernel::route::{to_kernel_route, ObservedRoute, RouteKey};
 use crate::dataplane::{Clock, DataplaneConfig, Reconciler};
@@ -179,7 +179,7 @@ impl Tree {
     }
 }
 
-/// The agent's pipeline on a fake kernel (also `restart_tests.rs`'s).
+/// The agent's pipeline on a fake kernel (also `restart.rs`'s).
 pub(super) struct Agent {
     loader: crate::datastore::TestLoader,
     view: ViewState,

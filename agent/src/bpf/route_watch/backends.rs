@@ -1,0 +1,227 @@
+//! The three backends of the route watch, loaded and attached on the process's one load:
+//! fentry and kprobe programs on the hooked FIB functions, or a socket filter on a
+//! `NETLINK_ROUTE` socket of its own. A backend that fails leaves nothing loaded behind it, so
+//! the next one can be tried on the same object.
+
+use std::os::fd::{AsFd, OwnedFd};
+
+use aya::programs::fentry::FEntryLink;
+use aya::programs::kprobe::KProbeLink;
+use aya::programs::{FEntry, KProbe, SocketFilter};
+use aya::Ebpf;
+use routewarden_common::route_watch::{HOOKED_FUNCTIONS, PROGS_FENTRY, PROGS_KPROBE, PROG_SOCKET_FILTER, PROG_SOCKET_FILTER_PORT};
+
+use super::btf;
+use super::settings::RouteWatchBackend;
+use crate::bpf::bpf_log::BpfLogLevel;
+use crate::bpf::loader::BpfObject;
+use crate::bpf::BpfError;
+
+/// How the running backend names the process behind a route write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Senders {
+    /// In the kernel, from the task that made the write (fentry/kprobe: the hooked call's
+    /// task; socket filter: the task whose request the notification answers). Every write by
+    /// a process is attributed, however short-lived the process.
+    Task,
+    /// Socket filter by netlink port id, resolved to a process in user space afterwards (best
+    /// effort: a writer gone before its round stays unattributed); the string says why the
+    /// task is not read.
+    Port(String),
+}
+
+impl std::fmt::Display for Senders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Senders::Task => f.write_str("writers named by process in the kernel"),
+            Senders::Port(why) => {
+                write!(f, "writers named by netlink port, resolved through /proc (best effort; short-lived writers stay unattributed): {why}")
+            }
+        }
+    }
+}
+
+/// An owned link of one backend's program; dropping it detaches the program.
+pub(super) enum BackendLink {
+    Fentry(#[expect(dead_code, reason = "held for its Drop (detach)")] FEntryLink),
+    Kprobe(#[expect(dead_code, reason = "held for its Drop (detach)")] KProbeLink),
+}
+
+/// Load and attach one backend's programs; on failure the ones it loaded are unloaded.
+pub(super) fn start_backend(object: &BpfObject, backend: RouteWatchBackend) -> Result<(Vec<BackendLink>, Option<OwnedFd>, Senders), BpfError> {
+    match backend {
+        RouteWatchBackend::SocketFilter => {
+            // The filter that reads the sending task first (it needs `task_struct` offsets,
+            // and its helpers, which lockdown's confidentiality mode withholds): then the
+            // one naming senders by port.
+            let task_senders = object.config().route_watch.as_ref().is_none_or(|c| c.task_senders);
+            let first = match object.task_offsets() {
+                Ok(_) if task_senders => start_socket_filter(object, PROG_SOCKET_FILTER).map(|s| (s, Senders::Task)).map_err(|e| e.to_string()),
+                Ok(_) => Err("configured to name writers by netlink port".to_owned()),
+                Err(why) => Err(format!("kernel BTF: {why}")),
+            };
+            let (socket, senders) = match first {
+                Ok(found) => found,
+                Err(why) => {
+                    // The verifier's whole log is for the debug level; `/readyz` gets the
+                    // error itself.
+                    tracing::debug!(error = %why, "route watch: the socket filter reading the sending task did not load");
+                    let why = why.split(". Verifier output").next().unwrap_or_default().to_owned();
+                    tracing::info!(error = %why, "route watch: the socket filter cannot read the sending task; naming writers by netlink port");
+                    (start_socket_filter(object, PROG_SOCKET_FILTER_PORT)?, Senders::Port(why))
+                }
+            };
+            Ok((Vec::new(), Some(socket), senders))
+        }
+        RouteWatchBackend::Fentry => start_fentry(object).map(|(l, s)| (l, s, Senders::Task)),
+        RouteWatchBackend::Kprobe => start_kprobe(object).map(|(l, s)| (l, s, Senders::Task)),
+    }
+}
+
+/// Load the socket filter `program` and attach it to a new route socket (closing the
+/// socket detaches it).
+fn start_socket_filter(object: &BpfObject, program: &'static str) -> Result<OwnedFd, BpfError> {
+    let prog_err = BpfError::program;
+    // A socket filter is charged to the socket's option memory: a program larger
+    // than `net.core.optmem_max` (20 KiB before Linux 6.9) fails SO_ATTACH_BPF
+    // with ENOMEM (net/core/filter.c, sk_filter_charge). The logging code doubles
+    // the program, so a watch asked to log retries without it rather than going
+    // without a route watch. The log level is one global of the whole object:
+    // the object is loaded again without logs, for every watch of the process.
+    let attach = || -> Result<(OwnedFd, Option<u32>), BpfError> {
+        let socket = route_socket()?;
+        object.with(|ebpf| {
+            let prog: &mut SocketFilter = ebpf.program_mut(program).ok_or(BpfError::Missing(program))?.try_into().map_err(prog_err("type", program))?;
+            match prog.load() {
+                Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => {}
+                Err(e) => return Err(prog_err("load", program)(e)),
+            }
+            let size = prog.info().ok().and_then(|i| i.size_translated());
+            match prog.attach(socket.as_fd()) {
+                Ok(()) => Ok((socket, size)),
+                Err(e) => {
+                    let _ = prog.unload();
+                    Err(prog_err("attach", program)(e))
+                }
+            }
+        })
+    };
+    let requested = object.log_level();
+    match attach() {
+        Ok((socket, _)) => Ok(socket),
+        Err(e) if requested != BpfLogLevel::Off && e.is_out_of_memory() => {
+            object.reload_without_logs()?;
+            let (socket, size) = attach()?;
+            // Global before 6.9 and then not visible from other namespaces.
+            let optmem = std::fs::read_to_string("/proc/sys/net/core/optmem_max").map_or_else(|_| "unknown".to_owned(), |s| s.trim().to_owned());
+            tracing::warn!(
+                requested = ?requested,
+                optmem_max = %optmem,
+                bytes_without_logs = size.unwrap_or(0),
+                error = %e,
+                applies_to = "every BPF program of this process",
+                "route watch: the socket-filter program with kernel logs is larger than this kernel lets a socket hold (net.core.optmem_max); running it without kernel logs"
+            );
+            Ok(socket)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Load and attach the fentry programs; on failure the ones loaded are unloaded.
+fn start_fentry(object: &BpfObject) -> Result<(Vec<BackendLink>, Option<OwnedFd>), BpfError> {
+    let prog_err = BpfError::program;
+    object.kernel_offsets()?;
+    let kbtf = aya::Btf::from_sys_fs().map_err(|e| BpfError::Btf(format!("reading {}: {e}", btf::VMLINUX_BTF)))?;
+    object.with(|ebpf| {
+        let mut links = Vec::new();
+        for (name, func) in PROGS_FENTRY.into_iter().zip(HOOKED_FUNCTIONS) {
+            let attached = (|| {
+                let prog: &mut FEntry = ebpf.program_mut(name).ok_or(BpfError::Missing(name))?.try_into().map_err(prog_err("type", name))?;
+                match prog.load(func, &kbtf) {
+                    Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => {}
+                    Err(e) => return Err(prog_err("load", name)(e)),
+                }
+                let id = prog.attach().map_err(prog_err("attach", name))?;
+                prog.take_link(id).map_err(prog_err("attach", name))
+            })();
+            match attached {
+                Ok(link) => links.push(BackendLink::Fentry(link)),
+                Err(e) => {
+                    drop(links);
+                    unload_all(ebpf, &PROGS_FENTRY);
+                    return Err(e);
+                }
+            }
+        }
+        Ok((links, None))
+    })
+}
+
+/// Load and attach the kprobe programs; on failure the ones loaded are unloaded.
+fn start_kprobe(object: &BpfObject) -> Result<(Vec<BackendLink>, Option<OwnedFd>), BpfError> {
+    let prog_err = BpfError::program;
+    object.kernel_offsets()?;
+    object.with(|ebpf| {
+        let mut links = Vec::new();
+        for (name, func) in PROGS_KPROBE.into_iter().zip(HOOKED_FUNCTIONS) {
+            let attached = (|| {
+                let prog: &mut KProbe = ebpf.program_mut(name).ok_or(BpfError::Missing(name))?.try_into().map_err(prog_err("type", name))?;
+                match prog.load() {
+                    Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => {}
+                    Err(e) => return Err(prog_err("load", name)(e)),
+                }
+                let id = prog.attach(func, 0).map_err(prog_err("attach", name))?;
+                prog.take_link(id).map_err(prog_err("attach", name))
+            })();
+            match attached {
+                Ok(link) => links.push(BackendLink::Kprobe(link)),
+                Err(e) => {
+                    drop(links);
+                    unload_all(ebpf, &PROGS_KPROBE);
+                    return Err(e);
+                }
+            }
+        }
+        Ok((links, None))
+    })
+}
+
+/// Unload the programs `names` (a backend that did not attach; its links are gone already).
+fn unload_all(ebpf: &mut Ebpf, names: &[&str]) {
+    for name in names {
+        if let Some(p) = ebpf.program_mut(name) {
+            let _ = match p {
+                aya::programs::Program::FEntry(p) => p.unload(),
+                aya::programs::Program::KProbe(p) => p.unload(),
+                _ => Ok(()),
+            };
+        }
+    }
+}
+
+/// A NETLINK_ROUTE socket in the calling thread's namespace, joined to
+/// `RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE` and `RTNLGRP_NEXTHOP` (so the filter
+/// knows which route notifications a nexthop replace re-sent, see
+/// `routewarden_common::route_watch::NexthopNotice`). Non-blocking; nothing reads it (the
+/// filter returns 0, so no message is ever queued).
+fn route_socket() -> Result<OwnedFd, BpfError> {
+    use rtnetlink::sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    const RTMGRP_LINK: u32 = 0x1;
+    const RTMGRP_IPV4_ROUTE: u32 = 0x40;
+    const RTMGRP_IPV6_ROUTE: u32 = 0x400;
+    /// `RTNLGRP_NEXTHOP` (`include/uapi/linux/rtnetlink.h`; above 31, so joined, not bound).
+    const RTNLGRP_NEXTHOP: u32 = 32;
+    let mut sock = Socket::new(NETLINK_ROUTE).map_err(|e| BpfError::Socket { op: "socket(AF_NETLINK, NETLINK_ROUTE)", source: e })?;
+    sock.bind(&SocketAddr::new(0, RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE))
+        .map_err(|e| BpfError::Socket { op: "bind to route groups", source: e })?;
+    match sock.add_membership(RTNLGRP_NEXTHOP) {
+        // Before 5.3 the group does not exist, and neither do nexthop objects.
+        Err(e) if e.raw_os_error() == Some(nix::libc::EINVAL) => {}
+        other => other.map_err(|e| BpfError::Socket { op: "join the nexthop group", source: e })?,
+    }
+    sock.set_non_blocking(true).map_err(|e| BpfError::Socket { op: "set non-blocking", source: e })?;
+    // SAFETY: the descriptor comes from `into_raw_fd`, which gives up its ownership.
+    Ok(unsafe { OwnedFd::from_raw_fd(sock.into_raw_fd()) })
+}
