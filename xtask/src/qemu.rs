@@ -222,7 +222,7 @@ fn kernel() -> Result<(PathBuf, PathBuf)> {
 fn build_tests(object: &Path) -> Result<Vec<(String, PathBuf)>> {
     let root = workspace_root();
     let mut cmd = Command::new("cargo");
-    cmd.args(["test", "--no-run", "--message-format=json", "-p", "routewarden"])
+    cmd.args(["test", "--no-run", "--message-format=json", "-p", "routewarden", "--features", crate::test::PRIVILEGED_TESTS_FEATURE])
         .current_dir(&root)
         .env("CARGO_TARGET_DIR", root.join("target"))
         .env("ROUTEWARDEN_BPF_OBJECT", object)
