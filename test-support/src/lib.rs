@@ -117,6 +117,9 @@ pub fn program_named(program: &str, name: &str) -> std::path::PathBuf {
 }
 
 /// The workspace root (this crate's parent folder), where `examples/`, `deploy/` and `docs/` are.
+///
+/// # Panics
+/// Never: the crate's folder is compiled in and always has a parent.
 pub fn repo_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the crate sits in the workspace").to_path_buf()
 }
