@@ -1,5 +1,5 @@
 //! routewarden's benchmarks: the library behind the `bench` binary that
-//! `cargo xtask bench` builds in release mode and runs, and that `agent/tests/bench_smoke.rs`
+//! `cargo xtask bench` builds in release mode and runs, and that `agent/tests/privileged/bench_smoke.rs`
 //! runs a tiny instance of ([`Options::tiny`]), so the harness cannot rot.
 //!
 //! Every measurement runs in a fresh network namespace ([`netns::in_node_netns`]) or in a
@@ -42,7 +42,7 @@
 //! The command line (`bench <name>`, `--help`), `cargo xtask bench <name>` and the smoke test
 //! pick it up from there. Also list it in `cargo xtask bench --help` (`xtask/src/bench.rs`) and
 //! BENCHMARKS.md; if it cannot run in the smoke test's context, add it to `DOCUMENTED_SKIPS` in
-//! `agent/tests/bench_smoke.rs` with the reason it prints.
+//! `agent/tests/privileged/bench_smoke.rs` with the reason it prints.
 
 #![allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "figures are printed with a few significant digits")]
 

@@ -2,7 +2,7 @@
 //! the benchmarks are the library of this crate).
 //!
 //! Kept out of the shipped CLI on purpose: it is a crate of its own, so `cargo test` compiles it
-//! (it cannot rot), and `agent/tests/bench_smoke.rs` runs a tiny instance of it.
+//! (it cannot rot), and `agent/tests/privileged/bench_smoke.rs` runs a tiny instance of it.
 //!
 //! ```text
 //! bench [NAME...] [--agent-bin PATH] [--quick] [--runs N] [--tiny] [--record ROOT]

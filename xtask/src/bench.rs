@@ -8,7 +8,7 @@
 //!    machine's own namespace. Each prints one line on stdout,
 //!    `bench <name> ratio=<value> target=<value> <details>`; progress goes to stderr.
 //!
-//! Not part of `cargo xtask test` (too slow and noisy for CI); `agent/tests/bench_smoke.rs`
+//! Not part of `cargo xtask test` (too slow and noisy for CI); `agent/tests/privileged/bench_smoke.rs`
 //! runs a tiny instance there so the harness cannot rot. Each run records its lines in
 //! `bench/current-results.txt` and regenerates the table BENCHMARKS.md opens with
 //! (`routewarden_bench::results`); the sections below it are written by hand.

@@ -11,7 +11,7 @@
 //! 4. `podman save` it as an OCI archive, `target/image/routewarden-<version>.oci.tar`.
 //!
 //! `cargo xtask test` builds the image the same way and hands its id to
-//! `agent/tests/image.rs`. No registry is reachable or needed: nothing is pulled.
+//! `agent/tests/privileged/image.rs`. No registry is reachable or needed: nothing is pulled.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,7 +29,7 @@ pub const IMAGE_APT_PACKAGES: &[&str] = &["podman", "ca-certificates"];
 pub const IMAGE_TEST_APT_PACKAGES: &[&str] = &["runc"];
 
 /// The image's repository name; the tag is the crate version. deploy/kustomization.yaml's
-/// `images:` entry of the same name carries the same version (tests/tests/deploy_manifests.rs).
+/// `images:` entry of the same name carries the same version (test-support/tests/deploy_manifests.rs).
 pub const IMAGE_NAME: &str = "routewarden";
 
 /// The crate version: the agent's (workspace version), checked against its `--version`.

@@ -31,7 +31,7 @@ pub const APT_PACKAGES: &[&str] = &[
     // libprotobuf-dev, only a Recommends of protobuf-compiler (not installed here).
     "protobuf-compiler",
     "libprotobuf-dev",
-    // The QEMU lane (xtask/src/qemu.rs): emulator, static busybox for the initramfs.
+    // The QEMU lane (xtask/src/qemu/mod.rs): emulator, static busybox for the initramfs.
     "qemu-system-x86",
     "busybox-static",
 ];

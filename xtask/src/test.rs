@@ -1,10 +1,12 @@
 //! `cargo xtask test`: the whole suite.
 //!
 //! 1. Build the BPF object (so the agent under test embeds it and the BPF tests run).
-//! 2. `cargo test --workspace`: unit tests, property tests, and the privileged network-namespace
-//!    integration tests (each in namespaces it creates; root needed, as in CI).
+//! 2. `cargo test --workspace --features routewarden/privileged-tests`: unit tests, property
+//!    tests, the integration tests that need no root (`agent/tests/*.rs`), and, built only with
+//!    that feature, the privileged ones (`agent/tests/privileged/`: each in namespaces it
+//!    creates; root needed, as in CI). `docs/testing.md` says which runs where.
 //! 3. Before that, the image ([`crate::image`], as `cargo xtask image`): its id and archive go to
-//!    `agent/tests/image.rs` and `agent/tests/in_cluster.rs` (the rendered DaemonSet against the
+//!    `agent/tests/privileged/image.rs` and `agent/tests/privileged/in_cluster.rs` (the rendered DaemonSet against the
 //!    API-server stand-in; it also needs `kubectl` for kustomize) as `ROUTEWARDEN_IMAGE` /
 //!    `ROUTEWARDEN_IMAGE_ARCHIVE`. Skip with `--no-image` (those tests then print SKIPPED).
 //! 4. The QEMU lane ([`crate::qemu`]): the privileged tests that need fentry, kprobes or a real
@@ -23,6 +25,12 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use crate::{build::build_bpf, run_cmd, workspace_root};
+
+/// The cargo feature that builds the agent's privileged integration tests (the `[[test]]`
+/// targets under `agent/tests/privileged/`, `agent/Cargo.toml`); without it `cargo test` builds
+/// only the tests that need no root. Every cargo command here that builds or lints the tests
+/// passes it, so that they all build the agent with one set of features.
+pub const PRIVILEGED_TESTS_FEATURE: &str = "routewarden/privileged-tests";
 
 /// Options of `cargo xtask test`.
 #[derive(Args)]
@@ -57,7 +65,12 @@ pub struct TestArgs {
 pub fn lint(root: &std::path::Path) -> Result<()> {
     crate::licences::check(root)?;
     run_cmd(Command::new("cargo").args(["fmt", "--all", "--", "--check"]).current_dir(root))?;
-    run_cmd(Command::new("cargo").args(["clippy", "--all-targets", "--", "-D", "warnings"]).current_dir(root).env("CARGO_TARGET_DIR", root.join("target")))?;
+    run_cmd(
+        Command::new("cargo")
+            .args(["clippy", "--all-targets", "--features", PRIVILEGED_TESTS_FEATURE, "--", "-D", "warnings"])
+            .current_dir(root)
+            .env("CARGO_TARGET_DIR", root.join("target")),
+    )?;
     run_cmd(
         Command::new("cargo")
             .args(["clippy", "-p", "routewarden-ebpf", "--config", "profile.dev.panic=\"abort\"", "--", "-D", "warnings"])
@@ -85,7 +98,7 @@ pub fn test(args: &TestArgs) -> Result<()> {
     let image = if args.no_image { Ok(None) } else { crate::image::ensure_tools(true).and_then(|()| crate::image::build()).map(Some) };
     let cargo_test = || {
         let mut cmd = Command::new("cargo");
-        cmd.args(["test", "--workspace"])
+        cmd.args(["test", "--workspace", "--features", PRIVILEGED_TESTS_FEATURE])
             .current_dir(&root)
             .env("CARGO_TARGET_DIR", root.join("target"))
             .env("ROUTEWARDEN_BPF_OBJECT", &object)

@@ -1,5 +1,5 @@
 //! `kube-100k`: the Kubernetes datastore and the plan at fleet scale, against the
-//! stand-in API server in this process ([`routewarden_standin::ApiServer`], in-process): 5,000 Nodes, 100,000 IPAM blocks,
+//! stand-in API server in this process ([`routewarden_lab::standin::ApiServer`], in-process): 5,000 Nodes, 100,000 IPAM blocks,
 //! 100,000 affinities, two IP pools and the configuration ([`crate::fixtures::kube`]), then
 //! 1,000 IPAM block changes a second for 10 s (`--tiny`: 50 nodes, 1,000 blocks, 100 a second
 //! for 1 s). What the agent does per snapshot is run on each one: `routewarden::plan::plan`
@@ -196,7 +196,7 @@ fn mb(kib: u64) -> String {
 /// Send `changes` into the IPAM block watch from a thread of its own (the API server is not
 /// the agent: its pace does not depend on the agent's runtime), `per_tick` every 10 ms, each
 /// stamped in `pending` just before it is sent. Returns when the last was sent.
-fn stream(changes: Vec<(BlockChange, Stream)>, per_tick: usize, api: routewarden_standin::ApiServer, pending: Pending) -> std::thread::JoinHandle<Result<Instant>> {
+fn stream(changes: Vec<(BlockChange, Stream)>, per_tick: usize, api: routewarden_lab::standin::ApiServer, pending: Pending) -> std::thread::JoinHandle<Result<Instant>> {
     std::thread::spawn(move || {
         let tick = Duration::from_millis(10);
         let t0 = Instant::now();
@@ -218,7 +218,7 @@ fn stream(changes: Vec<(BlockChange, Stream)>, per_tick: usize, api: routewarden
 
 /// [`stream`] `changes`, then wait until every change is in a plan (or [`LIMIT`]); the time
 /// from the last change sent until then.
-async fn stream_until_seen(changes: Vec<(BlockChange, Stream)>, per_tick: usize, api: &routewarden_standin::ApiServer, pending: &Pending) -> Result<Duration> {
+async fn stream_until_seen(changes: Vec<(BlockChange, Stream)>, per_tick: usize, api: &routewarden_lab::standin::ApiServer, pending: &Pending) -> Result<Duration> {
     let sender = stream(changes, per_tick, api.clone(), pending.clone());
     while !sender.is_finished() {
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -9,7 +9,7 @@ use anyhow::{bail, ensure, Context, Result};
 use crate::procfs::cpu_ticks;
 use crate::report::{kv, ms};
 use crate::fixtures::kube::{calico, daemonsets, nodes as node_type, standin, wait_drained, CALICO};
-use routewarden_standin::{EventType, ListBody};
+use routewarden_lab::standin::{EventType, ListBody};
 use crate::{Benchmark, Options, Outcome, Shared, Target};
 
 /// This benchmark's registry entry: its name and [`run`].
@@ -30,7 +30,7 @@ const DRAIN_QUIET: Duration = Duration::from_millis(300);
 const DRAIN_LIMIT: Duration = Duration::from_mins(2);
 
 /// The Kubernetes datastore under Node heartbeats, against the stand-in API server in this
-/// process ([`routewarden_standin::ApiServer`] as a tower service, no network): `compute.nodes` Nodes,
+/// process ([`routewarden_lab::standin::ApiServer`] as a tower service, no network): `compute.nodes` Nodes,
 /// `compute.blocks` IPAM blocks and as many affinities, one IP pool; once synced, the Node
 /// watch delivers `HEARTBEATS_PER_S` heartbeats a second for the stream window (10 s; 1 s with
 /// `--tiny`), each a Node whose status conditions and resourceVersion changed and nothing the

@@ -22,7 +22,7 @@ use crate::{Benchmark, Options, Outcome, Shared, Target};
 /// This benchmark's registry entry: its name and [`run`].
 pub const BENCHMARK: Benchmark = Benchmark { name: "tc-overhead", run };
 
-/// The forwarding watch's destinations for benchmark 6: the load of `agent/tests/forward_cost.rs`
+/// The forwarding watch's destinations for benchmark 6: the load of `agent/tests/privileged/forward_cost.rs`
 /// (6,000 /26 blocks, 2,000 borrowed /32s) plus node-b's address as a no-encap /32, so every
 /// packet of the stream is looked up and classified (right path), not a trie miss.
 fn tc_entries() -> Vec<ForwardEntry> {
@@ -128,7 +128,7 @@ fn test_run_ns(id: u32, frame: &[u8]) -> Option<f64> {
 /// average of [`TEST_RUN_REPEAT`] repetitions), with targets of their own (at most
 /// 50 ns for a cluster destination, 20 ns for a non-cluster one). The kernel's run-time
 /// statistics (`run_time_ns / run_cnt`) need the global `kernel.bpf_stats_enabled`, which is
-/// not touched on the host: that figure comes from the QEMU lane (`agent/tests/forward_ipip.rs`).
+/// not touched on the host: that figure comes from the QEMU lane (`agent/tests/privileged/forward_ipip.rs`).
 pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
     // Packets per second with and without the watch, and each frame's test-run costs (ns).
     type Runs = (Vec<f64>, Vec<f64>, Vec<Vec<f64>>);

@@ -46,7 +46,7 @@ use routewarden::datastore::FileDatastore;
 use routewarden_lab::{skip_unless_root, Lab, LabNodeSpec, LabSpec, NetNsGuard};
 use serde_json::Value;
 
-/// Set by the QEMU lane: the release agent in the guest (`xtask/src/qemu.rs` `AGENT_ENV`).
+/// Set by the QEMU lane: the release agent in the guest (`xtask/src/qemu/mod.rs` `AGENT_ENV`).
 const AGENT_ENV: &str = "ROUTEWARDEN_AGENT_BINARY";
 /// Set by the QEMU lane: the example cluster in the guest (`EXAMPLE_CLUSTER_ENV`).
 const EXAMPLE_CLUSTER_ENV: &str = "ROUTEWARDEN_EXAMPLE_CLUSTER";

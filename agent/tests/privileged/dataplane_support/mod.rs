@@ -7,9 +7,9 @@ use std::time::Duration;
 use routewarden::dataplane::{
     self, spawn_watcher, ApplyReport, DataplaneCommand, DataplaneConfig, DataplaneEvent, OwnershipPolicy, Reconciler, RtNetlink, SystemClock,
 };
-use routewarden::routes::{ClusterRoute, RouteOrigin};
+use routewarden::routes::ClusterRoute;
 use routewarden::vocabulary::{PoolClass, RoutePath};
-use routewarden_lab::NetNsGuard;
+use routewarden_lab::{cluster_routes, NetNsGuard};
 use tokio::sync::mpsc;
 
 /// A fresh network namespace with `lo`, an `eth0` stand-in (10.0.0.11/24, fd00::11/64) and a
@@ -68,22 +68,15 @@ pub fn with_proto(table: u32, proto: &str) -> Vec<String> {
 }
 
 pub fn route(dst: &str, path: RoutePath, gw: Option<&str>) -> ClusterRoute {
-    route_class(dst, path, gw, if path == RoutePath::HostNic { PoolClass::NoEncap } else { PoolClass::Ipip })
+    route_class(dst, path, gw, cluster_routes::class_of(path))
 }
 
 pub fn route_class(dst: &str, path: RoutePath, gw: Option<&str>, class: PoolClass) -> ClusterRoute {
-    ClusterRoute {
-        dst: dst.parse().unwrap(),
-        path,
-        gateway: gw.map(|g| g.parse().unwrap()),
-        device: None,
-        class,
-        pool: "default-ipv4-ippool".into(),
-        origin: match path {
-            RoutePath::Blackhole => RouteOrigin::OwnBlock { block: dst.into() },
-            _ => RouteOrigin::RemoteBlock { block: dst.into(), node: "node-x".into() },
-        },
-    }
+    let origin = match path {
+        RoutePath::Blackhole => cluster_routes::own_block(dst),
+        _ => cluster_routes::remote_block(dst, "node-x"),
+    };
+    cluster_routes::route(dst, path, gw, class, "default-ipv4-ippool", origin)
 }
 
 /// The example node-a view: own block blackholed, node-b (same subnet) via eth0, node-c

@@ -1,4 +1,5 @@
-//! Test harness shared by routewarden's privileged integration tests and `cargo xtask run`:
+//! Test support shared by routewarden's tests, benchmarks and `cargo xtask run` (the library of
+//! the `routewarden-test-support` package, named `routewarden_lab`):
 //!
 //! - [`NetNsGuard`]: move the current thread into a fresh network namespace (with `lo` up) for
 //!   the life of the guard, and back on drop (the habit of aya's integration tests).
@@ -7,6 +8,13 @@
 //!   address on its host NIC and a tunnel device; optionally a router namespace between
 //!   subnets, a tunnel overlay and workload namespaces.
 //! - [`bird::Bird`]: a real BIRD 2 run in a lab namespace; [`traffic`]: UDP echo and probes.
+//! - [`skip`], [`skip_unless_root`]: the one way a test says it cannot run here.
+//! - Feature `standin`: `standin`, the Kubernetes API-server stand-in (kube, hyper, rustls).
+//! - Feature `agent` (implies `standin`), built on the agent crate's types: `cluster_routes`
+//!   (`ClusterRoute` builders), `example` (the example cluster as a Kubernetes datastore serves
+//!   it), `podman` (the rendered DaemonSet run as a kubelet would).
+//!
+//! Without features this is the lab alone (anyhow, nix): `cargo xtask` depends on it.
 //!
 //! SAFETY RULE: everything here changes links, routes and BPF state only inside namespaces it
 //! created itself. Nothing touches the namespace the process started in.
@@ -15,6 +23,15 @@ pub mod bird;
 pub mod lab;
 pub mod netns;
 pub mod traffic;
+
+#[cfg(feature = "agent")]
+pub mod cluster_routes;
+#[cfg(feature = "agent")]
+pub mod example;
+#[cfg(feature = "agent")]
+pub mod podman;
+#[cfg(feature = "standin")]
+pub mod standin;
 
 pub use lab::{Lab, LabNodeSpec, LabSpec};
 pub use netns::NetNsGuard;
@@ -48,7 +65,7 @@ pub const SKIP_LOG_ENV: &str = "ROUTEWARDEN_SKIP_LOG";
 /// name without cargo's hash suffix; tabs and newlines in `reason` become spaces).
 ///
 /// Every test that returns early without checking anything calls this; a repository scan
-/// (`tests/tests/skips.rs`) keeps any other way of printing `SKIPPED` out.
+/// (`test-support/tests/skips.rs`) keeps any other way of printing `SKIPPED` out.
 ///
 /// # Panics
 /// When the skip log is named but cannot be appended to: a skip nobody can count would be the
@@ -97,4 +114,27 @@ pub fn program_named(program: &str, name: &str) -> std::path::PathBuf {
     std::fs::copy(&source, &part).unwrap_or_else(|e| panic!("copy {} to {}: {e}", source.display(), part.display()));
     std::fs::rename(&part, &path).unwrap_or_else(|e| panic!("rename {}: {e}", part.display()));
     path
+}
+
+/// The workspace root (this crate's parent folder), where `examples/`, `deploy/` and `docs/` are.
+///
+/// # Panics
+/// Never: the crate's folder is compiled in and always has a parent.
+pub fn repo_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the crate sits in the workspace").to_path_buf()
+}
+
+/// The bundled example cluster (`examples/cluster`: Calico resources, IPAM, Nodes), the
+/// datastore most tests read.
+pub fn example_cluster_dir() -> std::path::PathBuf {
+    repo_root().join("examples/cluster")
+}
+
+/// The shipped manifests (`deploy/`, a kustomize base), canonical: kustomize wants relative
+/// paths computed from real ones.
+///
+/// # Panics
+/// When `deploy/` is missing.
+pub fn deploy_dir() -> std::path::PathBuf {
+    repo_root().join("deploy").canonicalize().expect("deploy/ exists")
 }

@@ -16,7 +16,7 @@
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject};
 
-use crate::request::RequestInfo;
+use super::request::RequestInfo;
 
 /// An authenticated user: name and groups.
 #[derive(Clone, Debug, PartialEq, Eq)]

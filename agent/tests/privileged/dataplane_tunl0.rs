@@ -123,21 +123,14 @@ fn real_tunl0_exact_routes_zero_write_resync_and_link_flap() {
 /// kernel resolves every block through the tunnel, then through eth0.
 #[test]
 fn real_tunl0_nexthop_objects_node_move_and_crosssubnet_switch() {
-    use routewarden::routes::{ClusterRoute, RouteOrigin};
+    use routewarden::routes::ClusterRoute;
     use routewarden::vocabulary::{PoolClass, RoutePath};
+    use routewarden_lab::cluster_routes;
     let Some(ns) = netns_with_real_tunl0("real_tunl0_nexthop_objects_node_move_and_crosssubnet_switch") else { return };
     let to_c = |gw: &str, path: RoutePath| -> Vec<ClusterRoute> {
         ["10.244.30.0/26", "10.244.30.64/26", "10.244.10.9/32"]
             .iter()
-            .map(|dst| ClusterRoute {
-                dst: dst.parse().unwrap(),
-                path,
-                gateway: Some(gw.parse().unwrap()),
-                device: None,
-                class: PoolClass::Ipip,
-                pool: "default-ipv4-ippool".into(),
-                origin: RouteOrigin::RemoteBlock { block: (*dst).into(), node: "node-c".into() },
-            })
+            .map(|dst| cluster_routes::route(dst, path, Some(gw), PoolClass::Ipip, "default-ipv4-ippool", cluster_routes::remote_block(dst, "node-c")))
             .collect()
     };
     let via = |dst: &str| {

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use crate::request::{Query, RequestInfo};
+use super::request::{Query, RequestInfo};
 
 /// What a logged request was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -56,8 +56,10 @@
 //! ([`store`]), so a benchmark that loads its lists before its clock starts measures the
 //! client, not the stand-in.
 
+mod list;
 pub mod log;
 pub mod rbac;
+mod reply;
 pub mod request;
 pub mod store;
 pub mod tls;
@@ -71,7 +73,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use base64::Engine as _;
 use bytes::Bytes;
 use futures::StreamExt as _;
 use http_body_util::BodyExt;
@@ -82,6 +83,8 @@ pub use rbac::{Rbac, User};
 pub use request::{FieldSelector, Query, RequestInfo};
 pub use store::{EventType, Key, ListBody, ResourceType, StoreError};
 
+use list::list;
+use reply::{bookmark, error_event, full, invalid, not_found, ok, status};
 use store::{Store, Watcher};
 
 /// The response body: frames of shared bytes.
@@ -480,236 +483,4 @@ impl ApiServer {
         r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
         r
     }
-}
-
-/// The JSON of a `BOOKMARK` event of `rt` at `rv` (the object carries only its type and
-/// version), annotated as the end of the initial events when `end`.
-fn bookmark(rt: &ResourceType, rv: u64, end: bool) -> Bytes {
-    let mut metadata = json!({"resourceVersion": rv.to_string()});
-    if end {
-        metadata["annotations"] = json!({INITIAL_EVENTS_END: "true"});
-    }
-    let line = json!({"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": metadata}}).to_string();
-    Bytes::from(line + "\n")
-}
-
-fn error_event(code: u16, reason: &str, message: &str) -> Bytes {
-    let line = json!({"type": "ERROR", "object": status_json(code, reason, message, None)}).to_string();
-    Bytes::from(line + "\n")
-}
-
-/// A continue token: the list's version and the key after which the next page starts (the
-/// shape of the etcd3 storage's token: base64 of `{"v":"meta.k8s.io/v1","rv":..,"start":..}`).
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Continue {
-    v: String,
-    rv: u64,
-    start: Key,
-}
-
-impl Continue {
-    fn encode(rv: u64, start: &Key) -> String {
-        let json = serde_json::to_vec(&Continue { v: "meta.k8s.io/v1".into(), rv, start: start.clone() }).unwrap_or_default();
-        base64::engine::general_purpose::URL_SAFE.encode(json)
-    }
-
-    fn decode(token: &str) -> Option<Continue> {
-        let bytes = base64::engine::general_purpose::URL_SAFE.decode(token).ok()?;
-        serde_json::from_slice::<Continue>(&bytes).ok().filter(|c| c.v == "meta.k8s.io/v1")
-    }
-}
-
-/// The list answer (concepts, "Semantics for get and list" and "Retrieving large results sets
-/// in chunks"; see the crate docs).
-fn list(store: &mut Store, i: usize, info: &RequestInfo, query: &Query) -> http::Response<Body> {
-    let rv = query.get("resourceVersion");
-    let rvm = query.get("resourceVersionMatch");
-    let cont = query.get("continue");
-    if query.flag("sendInitialEvents") {
-        return invalid("sendInitialEvents", "sendInitialEvents is forbidden for list");
-    }
-    match (rvm, rv, cont) {
-        (Some(_), None, _) => return invalid("resourceVersionMatch", "resourceVersionMatch is forbidden unless resourceVersion is provided"),
-        (Some(_), _, Some(_)) => return invalid("resourceVersionMatch", "resourceVersionMatch is forbidden when continue is provided"),
-        (Some("Exact"), Some("0"), _) => return invalid("resourceVersionMatch", "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""),
-        (Some(m), ..) if m != "Exact" && m != "NotOlderThan" => return invalid("resourceVersionMatch", &format!("Unsupported value: \"{m}\"")),
-        (None, Some(v), Some(_)) if v != "0" => return status(400, "BadRequest", "specifying resource version is not allowed when using continue", None),
-        _ => {}
-    }
-    let limit = match query.get("limit").map(str::parse::<usize>) {
-        None | Some(Ok(0)) => None,
-        Some(Ok(n)) => Some(n),
-        Some(Err(_)) => return invalid("limit", "limit must be a number"),
-    };
-    let selector = match FieldSelector::parse(query.get("fieldSelector").unwrap_or_default()) {
-        Ok(s) => s,
-        Err(e) => return status(400, "BadRequest", &e, None),
-    };
-    if query.get("labelSelector").is_some() {
-        return status(400, "BadRequest", "the stand-in serves no label selectors", None);
-    }
-    let rt = store.collections[i].rt.clone();
-    let current = store.rv;
-    let version = match rv.map(str::parse::<u64>) {
-        None => None,
-        Some(Ok(v)) => Some(v),
-        Some(Err(_)) => return invalid("resourceVersion", "resourceVersion must be a number"),
-    };
-    // Where the page starts and the version it is read at.
-    let (at, after) = if let Some(token) = cont {
-        let Some(c) = Continue::decode(token) else { return status(400, "BadRequest", "continue key is not valid", None) };
-        if c.rv < store.compacted {
-            // The 410 carries a token for an inconsistent continuation at the current version.
-            let mut body = status_json(410, "Expired", "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.", None);
-            body["metadata"] = json!({"continue": Continue::encode(current, &c.start)});
-            return respond(410, &body);
-        }
-        (c.rv, Some(c.start))
-    } else {
-        match (version, rvm) {
-            // Any: from the watch cache, whole, whatever `limit` says.
-            (Some(0), _) => {
-                if selector.is_empty() && info.namespace.is_none() {
-                    return ok(framed(&store.whole(i)));
-                }
-                return page(store, i, &rt, current, None, None, &selector, info.namespace.as_deref());
-            }
-            (Some(v), _) if v > current => {
-                let mut body = status_json(504, "Timeout", &format!("Too large resource version: {v}, current: {current}"), None);
-                body["details"] = json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1});
-                return respond(504, &body);
-            }
-            // Exact (or the legacy rule: a version with a limit and no match).
-            (Some(v), Some("Exact") | None) if rvm.is_some() || limit.is_some() => {
-                if v < store.compacted {
-                    return respond(410, &status_json(410, "Expired", "The resourceVersion for the provided list is too old.", None));
-                }
-                (v, None)
-            }
-            // Most Recent (no version), or Not older than a version: the current state is.
-            _ => (current, None),
-        }
-    };
-    if at == current && after.is_none() && limit.is_none() && selector.is_empty() && info.namespace.is_none() {
-        return ok(framed(&store.whole(i)));
-    }
-    page(store, i, &rt, at, after.as_ref(), limit, &selector, info.namespace.as_deref())
-}
-
-/// One page of collection `i` at version `at`: the objects after `after` that the selector
-/// and namespace select, at most `limit`, with a continue token when more remain.
-#[expect(clippy::too_many_arguments, reason = "the page's version, start, size and selection, each a request parameter")]
-fn page(
-    store: &Store,
-    i: usize,
-    rt: &ResourceType,
-    at: u64,
-    after: Option<&Key>,
-    limit: Option<usize>,
-    selector: &FieldSelector,
-    namespace: Option<&str>,
-) -> http::Response<Body> {
-    let Some(objects) = store.state_at(i, at) else {
-        return respond(410, &status_json(410, "Expired", "The resourceVersion for the provided list is too old.", None));
-    };
-    let selected: Vec<(&Key, &store::Stored)> = objects
-        .iter()
-        .filter(|(k, _)| after.is_none_or(|a| *k > a))
-        .filter(|(k, _)| namespace.is_none_or(|ns| ns == k.0) && selector.matches(&k.0, &k.1))
-        .collect();
-    let take = limit.unwrap_or(selected.len()).min(selected.len());
-    let more = take < selected.len();
-    let token = more.then(|| Continue::encode(at, selected[take - 1].0));
-    let remaining = (more && selector.is_empty()).then_some(selected.len() - take);
-    let mut frames = vec![Bytes::from(ListBody::header(&rt.api_version(), &rt.kind, &at.to_string(), token.as_deref().map(|t| (t, remaining))))];
-    for (n, (_, s)) in selected[..take].iter().enumerate() {
-        if n > 0 {
-            frames.push(Bytes::from_static(b","));
-        }
-        frames.push(s.body.clone());
-    }
-    frames.push(Bytes::from_static(b"]}"));
-    ok(stream_body(frames))
-}
-
-/// `list`'s body in frames of at most [`FRAME`] bytes (shared, not copied).
-fn framed(list: &ListBody) -> Body {
-    let body = &list.body;
-    stream_body((0..body.len()).step_by(FRAME).map(|start| body.slice(start..(start + FRAME).min(body.len()))).collect())
-}
-
-/// A body of `frames`, each one frame; its size hint is exact.
-fn stream_body(frames: Vec<Bytes>) -> Body {
-    struct Frames {
-        frames: std::collections::VecDeque<Bytes>,
-        left: u64,
-    }
-    impl http_body::Body for Frames {
-        type Data = Bytes;
-        type Error = Infallible;
-        fn poll_frame(
-            mut self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
-            let next = self.frames.pop_front();
-            if let Some(b) = &next {
-                self.left -= b.len() as u64;
-            }
-            std::task::Poll::Ready(next.map(|b| Ok(http_body::Frame::data(b))))
-        }
-        fn is_end_stream(&self) -> bool {
-            self.frames.is_empty()
-        }
-        fn size_hint(&self) -> http_body::SizeHint {
-            http_body::SizeHint::with_exact(self.left)
-        }
-    }
-    let left = frames.iter().map(|b| b.len() as u64).sum();
-    BodyExt::boxed(Frames { frames: frames.into(), left })
-}
-
-fn full(b: Bytes) -> Body {
-    stream_body(vec![b])
-}
-
-fn ok(body: Body) -> http::Response<Body> {
-    let mut r = http::Response::new(body);
-    r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
-    r
-}
-
-fn status_json(code: u16, reason: &str, message: &str, details: Option<Value>) -> Value {
-    let mut v = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code});
-    if let Some(d) = details {
-        v["details"] = d;
-    }
-    v
-}
-
-fn respond(code: u16, body: &Value) -> http::Response<Body> {
-    let mut r = ok(full(Bytes::from(body.to_string())));
-    *r.status_mut() = http::StatusCode::from_u16(code).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
-    r
-}
-
-/// A `Status` answer.
-fn status(code: u16, reason: &str, message: &str, details: Option<Value>) -> http::Response<Body> {
-    respond(code, &status_json(code, reason, message, details))
-}
-
-fn not_found() -> http::Response<Body> {
-    status(404, "NotFound", "the server could not find the requested resource", None)
-}
-
-/// `422 Invalid` for a list or watch option, as the API server words it.
-fn invalid(field: &str, message: &str) -> http::Response<Body> {
-    let body = status_json(
-        422,
-        "Invalid",
-        &format!("ListOptions.meta.k8s.io \"\" is invalid: {field}: Forbidden: {message}"),
-        Some(
-            json!({"group": "meta.k8s.io", "kind": "ListOptions", "causes": [{"reason": "FieldValueForbidden", "message": format!("Forbidden: {message}"), "field": field}]}),
-        ),
-    );
-    respond(422, &body)
 }

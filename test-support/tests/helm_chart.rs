@@ -64,7 +64,7 @@ print(json.dumps(out, sort_keys=True))
 "#;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("test-support/ has a parent").to_path_buf()
 }
 
 fn chart() -> PathBuf {

@@ -12,7 +12,7 @@ use anyhow::{Context as _, Result};
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use tokio_rustls::rustls;
 
-use crate::ApiServer;
+use super::ApiServer;
 
 /// A cluster CA, the API server's serving certificate signed by it, and a second CA that
 /// signed nothing (the wrong `ca.crt` a misconfigured pod would trust). PEM text.

@@ -3,7 +3,7 @@
 //! env, securityContext, mounts) plus what a kubelet gives every pod (the service-account
 //! token, `ca.crt` and `namespace` under `/var/run/secrets/kubernetes.io/serviceaccount`, and
 //! `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT`), against the API-server stand-in
-//! (`routewarden-standin`) over TLS in the lab node's network namespace, which the container
+//! (`routewarden_lab::standin`) over TLS in the lab node's network namespace, which the container
 //! joins as `hostNetwork` joins the node's.
 //!
 //! The stand-in serves the bundled example cluster (`examples/cluster`) as a
@@ -23,14 +23,16 @@ mod lab_support;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lab_support::{example_dir, lab, metrics, routes, wait_for, NODE_A_IPIP, PORT};
-use routewarden_lab::{skip_unless_root, Lab};
-use routewarden_standin::tls::{Pki, TlsServer};
-use routewarden_standin::{ApiServer, Rbac, RequestKind, ResourceType, User};
-use serde_json::{json, Value};
+use routewarden_lab::example::{calico, documents, serve_example};
+use routewarden_lab::podman::{daemonset_podman_run, Container, DaemonSetRun};
+use routewarden_lab::standin::tls::{Pki, TlsServer};
+use routewarden_lab::standin::{ApiServer, Rbac, RequestKind, User};
+use routewarden_lab::{deploy_dir, skip_unless_root, Lab};
+use serde_json::Value;
 
 /// The API server's Service address a kubelet puts in `KUBERNETES_SERVICE_HOST` (the first
 /// address of kubeadm's default service CIDR 10.96.0.0/12), and its port.
@@ -68,10 +70,6 @@ fn image(test: &str) -> Option<String> {
     Some(id)
 }
 
-fn deploy_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").canonicalize().unwrap()
-}
-
 /// `kubectl kustomize <dir>`: the manifests a user would apply.
 fn render(dir: &Path) -> String {
     let out = Command::new("kubectl").arg("kustomize").arg(dir).output().unwrap();
@@ -93,81 +91,11 @@ fn program_overlay(dir: &Path) -> PathBuf {
     dir.to_path_buf()
 }
 
-/// Every document of a rendered stream, as JSON.
-fn documents(yaml: &str) -> Vec<Value> {
-    use serde::Deserialize as _;
-    serde_yaml_ng::Deserializer::from_str(yaml).map(|d| Value::deserialize(d).unwrap()).collect()
-}
-
 /// The rendered DaemonSet of the agent.
 fn daemonset(docs: &[Value]) -> Value {
     let ds: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "DaemonSet" && d["metadata"]["name"] == "routewarden").collect();
     assert_eq!(ds.len(), 1, "one routewarden DaemonSet in the rendered manifests");
     ds[0].clone()
-}
-
-/// The Calico resources the agent watches, as (plural, kind): the agent's own table.
-fn calico() -> impl Iterator<Item = (&'static str, &'static str)> {
-    routewarden::datastore::kubernetes::CALICO_RESOURCES.iter().map(|w| (w.plural, w.kind.as_str()))
-}
-fn nodes_type() -> ResourceType {
-    ResourceType::new("v1", "Node", "nodes", false)
-}
-
-fn daemonsets_type() -> ResourceType {
-    ResourceType::new("apps/v1", "DaemonSet", "daemonsets", true)
-}
-
-/// The example cluster as a Kubernetes-datastore cluster serves it: Calico kinds in
-/// `crd.projectcalico.org/v1`, Calico Nodes as core Nodes with the `projectcalico.org/*`
-/// annotations calico-node writes (libcalico-go `lib/backend/k8s/resources/node.go`), and
-/// calico-node's DaemonSet in kube-system (its env without FELIX_PROGRAMCLUSTERROUTES, so
-/// FelixConfiguration decides).
-fn serve_example(api: &ApiServer) {
-    for (plural, kind) in calico() {
-        api.register(&ResourceType::new("crd.projectcalico.org/v1", kind, plural, false));
-    }
-    api.register(&nodes_type());
-    api.register(&daemonsets_type());
-    let mut items = Vec::new();
-    for f in ["calico.yaml", "ipam.yaml", "nodes.yaml"] {
-        for doc in documents(&std::fs::read_to_string(example_dir().join(f)).unwrap()) {
-            match doc.get("items") {
-                Some(Value::Array(list)) => items.extend(list.iter().cloned()),
-                _ => items.push(doc),
-            }
-        }
-    }
-    for item in items {
-        let kind = item["kind"].as_str().unwrap();
-        let name = item["metadata"]["name"].as_str().unwrap();
-        if kind == "Node" {
-            let (annotations, addresses) = if item["apiVersion"] == "v1" {
-                (item["metadata"]["annotations"].clone(), item["status"]["addresses"].clone())
-            } else {
-                let bgp = &item["spec"]["bgp"];
-                let mut ann = json!({});
-                for (field, key) in [("ipv4Address", "IPv4Address"), ("ipv6Address", "IPv6Address"), ("ipv4IPIPTunnelAddr", "IPv4IPIPTunnelAddr")] {
-                    if let Some(v) = bgp.get(field) {
-                        ann[format!("projectcalico.org/{key}")] = v.clone();
-                    }
-                }
-                let addrs: Vec<Value> = item["spec"]["addresses"].as_array().unwrap().iter().filter(|a| a["type"] == "InternalIP").cloned().collect();
-                (ann, Value::Array(addrs))
-            };
-            let node =
-                json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}, "annotations": annotations}, "status": {"addresses": addresses}});
-            api.create(&nodes_type(), node).unwrap();
-        } else {
-            let (plural, kind) = calico().find(|(_, k)| *k == kind).unwrap();
-            let rt = ResourceType::new("crd.projectcalico.org/v1", kind, plural, false);
-            api.create(&rt, json!({"metadata": {"name": name}, "spec": item["spec"]})).unwrap();
-        }
-    }
-    let env = json!([{"name": "DATASTORE_TYPE", "value": "kubernetes"}, {"name": "CALICO_NETWORKING_BACKEND", "value": "bird"}, {"name": "CALICO_IPV4POOL_IPIP", "value": "CrossSubnet"}]);
-    let ds = json!({"metadata": {"name": "calico-node", "namespace": "kube-system", "labels": {"k8s-app": "calico-node"}},
-        "spec": {"selector": {"matchLabels": {"k8s-app": "calico-node"}}, "template": {"spec": {"containers": [{"name": "calico-node", "image": "docker.io/calico/node:v3.33.0", "env": env}]}}}});
-    api.create(&daemonsets_type(), ds).unwrap();
 }
 
 /// A service-account volume as the kubelet writes it (its AtomicWriter): the files in a
@@ -216,39 +144,10 @@ impl ServiceAccountDir {
     }
 }
 
-/// A `podman run` container removed on drop, its output in `log`.
-struct Container {
-    name: String,
-    run: Option<std::process::Child>,
-    log: PathBuf,
-}
-
-impl Container {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn running(&mut self) -> bool {
-        self.run.as_mut().unwrap().try_wait().unwrap().is_none()
-    }
-
-    /// SIGTERM, as the kubelet stops a pod; the agent exits 0.
-    fn stop(mut self) {
-        let out = Command::new("podman").args(["stop", "-t", "10", &self.name]).output().unwrap();
-        assert!(out.status.success(), "podman stop: {}", String::from_utf8_lossy(&out.stderr));
-        let status = self.run.take().unwrap().wait().unwrap();
-        assert!(status.success(), "podman run exited {status}:\n{}", self.log());
-    }
-}
-
-impl Drop for Container {
-    fn drop(&mut self) {
-        let _ = Command::new("podman").args(["rm", "-f", "-t", "0", &self.name]).output();
-        if let Some(mut c) = self.run.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// SIGTERM, as the kubelet stops a pod; the agent exits 0.
+fn stop(mut c: Container) {
+    let status = c.stop();
+    assert!(status.success(), "podman run exited {status}:\n{}", c.log());
 }
 
 fn s<'a>(v: &'a Value, key: &str) -> &'a str {
@@ -268,61 +167,28 @@ fn run_daemonset(ds: &Value, lab: &Lab, image: &str, sa: &Path, name: &str, log_
     assert_eq!(pod["automountServiceAccountToken"], true, "the agent reads the API server with its service account");
     assert!(c.get("command").is_none(), "the DaemonSet uses the image's entrypoint");
     let sc = &c["securityContext"];
-    // As image.rs: runc (crun 1.8 refuses this machine's cgroups) and rlimits this process
-    // can grant (see `daemonset_podman_run` there).
-    let nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap().1;
-    let nproc = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NPROC).unwrap().1.min(32_768);
-    let mut cmd = Command::new("podman");
-    cmd.args(["--runtime", "runc", "run", "--rm", "--name", name, "--pull", "never"])
-        .arg(format!("--network=ns:/run/netns/{}", lab.node_ns("node-a")))
-        .arg(format!("--ulimit=nofile={nofile}:{nofile}"))
-        .arg(format!("--ulimit=nproc={nproc}:{nproc}"));
     assert_eq!(sc["privileged"], false);
     assert_eq!(sc["readOnlyRootFilesystem"], true);
-    cmd.args(["--read-only", "--read-only-tmpfs=false"]);
     assert_eq!(sc["allowPrivilegeEscalation"], false);
-    cmd.args(["--security-opt", "no-new-privileges"]);
     assert_eq!(s(&sc["seccompProfile"], "type"), "RuntimeDefault", "podman's default profile is the runtime default");
-    cmd.arg(format!("--user={}", sc["runAsUser"].as_u64().unwrap()));
-    for cap in sc["capabilities"]["drop"].as_array().unwrap() {
-        cmd.arg(format!("--cap-drop={}", cap.as_str().unwrap()));
-    }
-    for cap in sc["capabilities"]["add"].as_array().unwrap() {
-        cmd.arg(format!("--cap-add={}", cap.as_str().unwrap()));
-    }
-    for m in c["volumeMounts"].as_array().unwrap() {
-        let vol = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == m["name"]).unwrap();
-        let ro = if m["readOnly"] == true { ":ro" } else { "" };
-        cmd.arg(format!("--volume={}:{}{ro}", s(&vol["hostPath"], "path"), s(m, "mountPath")));
-    }
     // The kubelet's service-account volume (read-only) and the Service env vars it sets.
-    cmd.arg(format!("--volume={}:{SA_DIR}:ro", sa.display()));
+    let mut extra_args = vec![format!("--volume={}:{SA_DIR}:ro", sa.display())];
     for (k, v) in [
         ("KUBERNETES_SERVICE_HOST", SERVICE_HOST.to_owned()),
         ("KUBERNETES_SERVICE_PORT", SERVICE_PORT.to_string()),
         ("KUBERNETES_SERVICE_PORT_HTTPS", SERVICE_PORT.to_string()),
         ("KUBERNETES_PORT", format!("tcp://{SERVICE_HOST}:{SERVICE_PORT}")),
     ] {
-        cmd.arg(format!("--env={k}={v}"));
+        extra_args.push(format!("--env={k}={v}"));
     }
-    for e in c["env"].as_array().unwrap() {
-        let value = if let Some(v) = e.get("value") {
-            v.as_str().unwrap().to_owned()
-        } else {
-            assert_eq!(e["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName", "the only env var a kubelet fills: {e}");
-            "node-a".to_owned()
-        };
-        cmd.arg(format!("--env={}={value}", s(e, "name")));
-    }
-    cmd.arg(image);
-    for a in c["args"].as_array().unwrap() {
-        cmd.arg(a.as_str().unwrap());
-    }
+    let netns = lab.node_ns("node-a");
+    let mut cmd =
+        daemonset_podman_run(&DaemonSetRun { daemonset: ds, name, netns: &netns, image, node: "node-a", env_overrides: &[], security_opts: &[], extra_args });
     let log = log_dir.join(format!("{name}.log"));
     let file = std::fs::File::create(&log).unwrap();
-    cmd.stdin(Stdio::null()).stdout(file.try_clone().unwrap()).stderr(file);
+    cmd.stdout(file.try_clone().unwrap()).stderr(file);
     eprintln!("in-cluster: {cmd:?}");
-    Container { name: name.to_owned(), run: Some(cmd.spawn().unwrap()), log }
+    Container::spawn(name, &mut cmd, Some(log))
 }
 
 /// The rendered metrics port (the container's `metrics` port) must be the one read here.
@@ -349,7 +215,7 @@ fn standin(lab: &Lab, docs: &[Value], rendered: &str, pki: &Pki, token: &str) ->
     let account = s(&ds["spec"]["template"]["spec"], "serviceAccountName").to_owned();
     let api = ApiServer::new().with_rbac(Rbac::from_manifests(rendered).unwrap());
     api.set_tokens([(token.to_owned(), User::service_account(&namespace, &account))]);
-    serve_example(&api);
+    serve_example(&api, &example_dir());
     lab.ip("node-a", &["addr", "add", &format!("{SERVICE_HOST}/32"), "dev", "lo"]).unwrap();
     let listener = lab.in_netns("node-a", || std::net::TcpListener::bind((SERVICE_HOST, SERVICE_PORT))).unwrap().unwrap();
     // Bookmarks each minute, as the API server's watch cache sends them.
@@ -410,9 +276,9 @@ fn shipped_daemonset_audits_in_cluster_with_rbac_and_token_rotation() {
     assert_no_refusal(&api);
     assert!(api.log().tls_failures().is_empty(), "{:?}", api.log().tls_failures());
     // Every resource listed once from the watch cache, then watched from the list's version.
-    let listed: BTreeSet<String> = log.iter().filter(|r| r.kind == RequestKind::List).map(routewarden_standin::LoggedRequest::target).collect();
+    let listed: BTreeSet<String> = log.iter().filter(|r| r.kind == RequestKind::List).map(routewarden_lab::standin::LoggedRequest::target).collect();
     assert_eq!(listed, watched());
-    assert!(log.iter().filter(|r| r.kind == RequestKind::List).all(routewarden_standin::LoggedRequest::from_cache), "{log:#?}");
+    assert!(log.iter().filter(|r| r.kind == RequestKind::List).all(routewarden_lab::standin::LoggedRequest::from_cache), "{log:#?}");
     // calico-node's DaemonSet is read by its name (the field selector that lets the Role's
     // resourceNames apply).
     assert!(log.iter().filter(|r| r.resource == "daemonsets").all(|r| r.name.as_deref() == Some("calico-node")));
@@ -456,7 +322,7 @@ fn shipped_daemonset_audits_in_cluster_with_rbac_and_token_rotation() {
         let again: BTreeSet<String> = api.log().entries()[first_new..]
             .iter()
             .filter(|r| r.kind == RequestKind::Watch && r.status == 200 && r.token.as_deref() == Some(new_token))
-            .map(routewarden_standin::LoggedRequest::target)
+            .map(routewarden_lab::standin::LoggedRequest::target)
             .collect();
         (again == watched()).then_some(())
     });
@@ -476,7 +342,7 @@ fn shipped_daemonset_audits_in_cluster_with_rbac_and_token_rotation() {
     assert_eq!(m.value(r#"routewarden_audit_findings{code="missing"}"#), 11, "{m}");
     assert_eq!(m.value("routewarden_datastore_synced"), 1, "{m}");
     eprintln!("in-cluster: token rotated; first request with the new token {} ms after the swap (kube-client re-reads within {} s + the 30 s probe); {} requests with the old token in between, each GET /version answered 401", reloaded.as_millis(), TOKEN_RELOAD.as_secs(), stale.len());
-    c.stop();
+    stop(c);
     assert_eq!(after.iter().filter(|r| r.status == 401).count(), stale.len());
     eprintln!("IN-CLUSTER-REQUESTS audit: {}", api.log().summary());
 
@@ -496,7 +362,7 @@ fn shipped_daemonset_audits_in_cluster_with_rbac_and_token_rotation() {
     assert_eq!(api.log().entries().len(), served, "no request got through TLS");
     assert!(!api.log().tls_failures().is_empty());
     assert!(matches!(lab.http_get("node-a", PORT, "/readyz"), Ok((503, _))));
-    c.stop();
+    stop(c);
     eprintln!("in-cluster: with a wrong ca.crt the agent logs {error:?}; TLS failures seen by the stand-in: {:?}", api.log().tls_failures());
     eprintln!("in-cluster: audit run, rotation and wrong CA took {} ms", started.elapsed().as_millis());
 }
@@ -531,7 +397,7 @@ fn program_overlay_programs_node_a_in_cluster() {
     // does not serve (the agent then reads no Installation).
     let not_ok: Vec<(u16, &str)> = log.iter().filter(|r| r.status != 200).map(|r| (r.status, r.path.as_str())).collect();
     assert_eq!(not_ok, [(404, "/apis/operator.tigera.io/v1")]);
-    c.stop();
+    stop(c);
     assert_eq!(routes(&lab, "node-a", "80"), NODE_A_IPIP, "routes after SIGTERM");
     eprintln!("IN-CLUSTER-REQUESTS program: {}", api.log().summary());
     eprintln!("in-cluster: program overlay took {} ms", started.elapsed().as_millis());

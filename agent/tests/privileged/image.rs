@@ -25,8 +25,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use lab_support::{example_dir, lab, metrics, routes, wait_for, wait_ready, Agent, NODE_A_IPIP, PORT};
+use routewarden_lab::podman::{self, Container, DaemonSetRun};
 use routewarden_lab::skip_unless_root;
-use serde_yaml_ng::Value;
 
 /// Where the image puts the agent (the Containerfile's ENTRYPOINT).
 const AGENT: &str = "/usr/local/bin/routewarden";
@@ -283,26 +283,6 @@ fn image_agent_programs_a_lab_node_from_its_rootfs() {
     eprintln!("image: run chrooted into the image's rootfs in {ns} programmed node-a's {} routes; /readyz:\n{ready}", NODE_A_IPIP.len());
 }
 
-fn yaml_str<'a>(v: &'a Value, key: &str) -> &'a str {
-    v.get(key).and_then(Value::as_str).unwrap_or_else(|| panic!("no string {key:?} in {v:?}"))
-}
-
-/// A `podman run` container removed on drop (`podman rm -f`).
-struct Container {
-    name: String,
-    run: Option<std::process::Child>,
-}
-
-impl Drop for Container {
-    fn drop(&mut self) {
-        let _ = Command::new("podman").args(["rm", "-f", "-t", "0", &self.name]).output();
-        if let Some(mut c) = self.run.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 /// `podman run` arguments for the DaemonSet's container (deploy/daemonset.yaml): its args,
 /// environment, securityContext and volume mounts, as a kubelet hands them to the runtime,
 /// with the container in the lab node namespace `netns` (the DaemonSet's `hostNetwork`).
@@ -310,71 +290,38 @@ impl Drop for Container {
 /// for the API server, which the lab has not; program mode (the shipped audit mode programs
 /// nothing) shows the routes written from the container; node-a is the node.
 fn daemonset_podman_run(name: &str, netns: &str, image: &str, security_opts: &[String]) -> Command {
-    let ds: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/daemonset.yaml")).unwrap()).unwrap();
+    let ds: serde_json::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/daemonset.yaml")).unwrap()).unwrap();
     let pod = &ds["spec"]["template"]["spec"];
     let c = &pod["containers"][0];
     assert_eq!(pod["hostNetwork"].as_bool(), Some(true), "the lab node namespace stands in for the host network");
     assert!(c.get("command").is_none(), "the DaemonSet uses the image's entrypoint");
     let sc = &c["securityContext"];
-    // podman's default runtime here, crun 1.8, refuses this machine's hybrid cgroups; runc
-    // runs it. The default rlimits fail too (EPERM): RLIMIT_NOFILE 1048576 is above this
-    // process's hard limit and this machine's root lacks CAP_SYS_RESOURCE to raise it, and
-    // podman runs with RLIMIT_NPROC 32768 (measured in its /proc/<pid>/limits) but asks for
-    // more for the container. Pass limits that hold: ours for files, 32768 processes.
-    let nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap().1;
-    let nproc = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NPROC).unwrap().1.min(32_768);
-    let mut cmd = Command::new("podman");
-    cmd.args(["--runtime", "runc", "run", "--rm", "--name", name, "--pull", "never"])
-        .arg(format!("--network=ns:/run/netns/{netns}"))
-        .arg(format!("--ulimit=nofile={nofile}:{nofile}"))
-        .arg(format!("--ulimit=nproc={nproc}:{nproc}"));
     assert_eq!(sc["privileged"].as_bool(), Some(false));
-    if sc["readOnlyRootFilesystem"].as_bool() == Some(true) {
-        // Kubernetes adds no tmpfs to a read-only root; podman would.
-        cmd.args(["--read-only", "--read-only-tmpfs=false"]);
-    }
-    if sc["allowPrivilegeEscalation"].as_bool() == Some(false) {
-        cmd.args(["--security-opt", "no-new-privileges"]);
-    }
-    // RuntimeDefault: the runtime's own profile, unless the caller passes one.
-    assert_eq!(yaml_str(&sc["seccompProfile"], "type"), "RuntimeDefault");
-    for opt in security_opts {
-        cmd.args(["--security-opt", opt]);
-    }
-    cmd.arg(format!("--user={}", sc["runAsUser"].as_u64().unwrap()));
-    for cap in sc["capabilities"]["drop"].as_sequence().unwrap() {
-        cmd.arg(format!("--cap-drop={}", cap.as_str().unwrap()));
-    }
-    for cap in sc["capabilities"]["add"].as_sequence().unwrap() {
-        cmd.arg(format!("--cap-add={}", cap.as_str().unwrap()));
-    }
-    for m in c["volumeMounts"].as_sequence().unwrap() {
-        let vol = pod["volumes"].as_sequence().unwrap().iter().find(|v| yaml_str(v, "name") == yaml_str(m, "name")).unwrap();
-        let ro = if m["readOnly"].as_bool() == Some(true) { ":ro" } else { "" };
-        cmd.arg(format!("--volume={}:{}{ro}", yaml_str(&vol["hostPath"], "path"), yaml_str(m, "mountPath")));
-    }
-    let overrides = [("ROUTEWARDEN_DATASTORE", "file:/cluster"), ("ROUTEWARDEN_MODE", "program"), ("ROUTEWARDEN_NODE", "node-a")];
-    for e in c["env"].as_sequence().unwrap() {
-        let key = yaml_str(e, "name");
-        let value = overrides.iter().find(|(k, _)| *k == key).map_or_else(|| yaml_str(e, "value"), |(_, v)| v);
-        cmd.arg(format!("--env={key}={value}"));
-    }
-    // tc_count is off by default (issue 15); these tests still check that the image's object
-    // attaches it, so turn it on.
-    cmd.arg("--env=ROUTEWARDEN_TC_COUNT=true");
-    cmd.arg(format!("--volume={}:/cluster:ro", example_dir().canonicalize().unwrap().display())).arg(image);
-    for a in c["args"].as_sequence().unwrap() {
-        cmd.arg(a.as_str().unwrap());
-    }
-    cmd.stdin(Stdio::null());
-    cmd
+    assert_eq!(sc["seccompProfile"]["type"].as_str(), Some("RuntimeDefault"));
+    let extra_args = vec![
+        // tc_count is off by default; these tests still check that the image's object
+        // attaches it, so turn it on.
+        "--env=ROUTEWARDEN_TC_COUNT=true".to_owned(),
+        format!("--volume={}:/cluster:ro", example_dir().canonicalize().unwrap().display()),
+    ];
+    podman::daemonset_podman_run(&DaemonSetRun {
+        daemonset: &ds,
+        name,
+        netns,
+        image,
+        node: "node-a",
+        env_overrides: &[("ROUTEWARDEN_DATASTORE", "file:/cluster"), ("ROUTEWARDEN_MODE", "program"), ("ROUTEWARDEN_NODE", "node-a")],
+        security_opts,
+        extra_args,
+    })
 }
 
 /// Start `cmd` (a [`daemonset_podman_run`]), wait for its agent's `/readyz` 200 in node-a,
 /// and check the routes it programmed; returns the container and the `/readyz` body.
 fn start_container(lab: &routewarden_lab::Lab, name: &str, mut cmd: Command) -> (Container, String) {
     eprintln!("image: {cmd:?}");
-    let mut container = Container { name: name.to_owned(), run: Some(cmd.spawn().unwrap()) };
+    let mut container = Container::spawn(name, &mut cmd, None);
     let ready = wait_for("/readyz 200 from the container", Duration::from_mins(1), || {
         if let Some(status) = container.run.as_mut().unwrap().try_wait().unwrap() {
             panic!("podman run exited {status} before the agent was ready");
@@ -391,8 +338,7 @@ fn start_container(lab: &routewarden_lab::Lab, name: &str, mut cmd: Command) -> 
 
 /// SIGTERM, as the kubelet stops a pod (`podman stop`): the agent exits 0, its routes stay.
 fn stop_container(lab: &routewarden_lab::Lab, mut container: Container) {
-    ok(Command::new("podman").args(["stop", "-t", "10", &container.name]));
-    let status = container.run.take().unwrap().wait().unwrap();
+    let status = container.stop();
     assert!(status.success(), "podman run exited {status}");
     assert_eq!(routes(lab, "node-a", "80"), NODE_A_IPIP, "routes after SIGTERM");
 }

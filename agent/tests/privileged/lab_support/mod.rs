@@ -30,7 +30,7 @@ pub const NODE_A_IPIP: [&str; 7] = [
 ];
 
 pub fn example_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster")
+    routewarden_lab::example_cluster_dir()
 }
 
 /// A copy of the example cluster in a temp dir the test can edit.

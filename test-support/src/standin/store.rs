@@ -15,7 +15,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::json;
 
-use crate::request::FieldSelector;
+use super::request::FieldSelector;
 
 /// A resource type the stand-in serves.
 #[derive(Clone, Debug, PartialEq, Eq)]

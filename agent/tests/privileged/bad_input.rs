@@ -837,7 +837,7 @@ fn bad_input_doc_names_tests_that_exist() {
         assert!(src.contains(&format!("fn {func}(")), "{file} has no fn {func}");
         listed.insert(func.to_owned());
     }
-    let this = std::fs::read_to_string(root.join("agent/tests/bad_input.rs")).unwrap();
+    let this = std::fs::read_to_string(root.join("agent/tests/privileged/bad_input.rs")).unwrap();
     for func in this.lines().filter_map(|l| l.strip_prefix("fn row")).filter_map(|l| l.split('(').next()) {
         assert!(listed.contains(&format!("row{func}")), "docs/bad-input.md does not list row{func}");
     }

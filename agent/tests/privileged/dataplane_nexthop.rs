@@ -6,13 +6,13 @@
 mod dataplane_support;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use dataplane_support::{ip, reconciler, routes, Driver, Monitor, Netns};
 use routewarden::dataplane::{audit_kernel, AuditScope, DataplaneConfig, ExpectedRoute, Handover, RtNetlink, NEXTHOP_IDS};
-use routewarden::routes::{ClusterRoute, RouteDevices, RouteOrigin};
+use routewarden::routes::{ClusterRoute, RouteDevices};
 use routewarden::vocabulary::{PoolClass, RoutePath, Writer};
+use routewarden_lab::cluster_routes::{blackhole, to_node};
 use routewarden_lab::skip_unless_root;
 
 const SETTLE: Duration = Duration::from_millis(300);
@@ -21,38 +21,6 @@ const POOL_V6: &str = "default-ipv6-ippool";
 
 fn nh_config() -> DataplaneConfig {
     DataplaneConfig { nexthop_objects: true, ..DataplaneConfig::default() }
-}
-
-/// A route to `dst` via `node` at `gw`, in `pool`; a borrowed IP when `dst` is a /32 or /128.
-fn to_node(dst: &str, path: RoutePath, gw: &str, node: &str, pool: &str) -> ClusterRoute {
-    let net: ipnet::IpNet = dst.parse().unwrap();
-    let node: Arc<str> = node.into();
-    let origin = if net.prefix_len() == net.max_prefix_len() {
-        RouteOrigin::BorrowedIp { block: dst.into(), node }
-    } else {
-        RouteOrigin::RemoteBlock { block: dst.into(), node }
-    };
-    ClusterRoute {
-        dst: net,
-        path,
-        gateway: Some(gw.parse().unwrap()),
-        device: None,
-        class: if path == RoutePath::HostNic { PoolClass::NoEncap } else { PoolClass::Ipip },
-        pool: pool.into(),
-        origin,
-    }
-}
-
-fn blackhole(dst: &str, pool: &str) -> ClusterRoute {
-    ClusterRoute {
-        dst: dst.parse().unwrap(),
-        path: RoutePath::Blackhole,
-        gateway: None,
-        device: None,
-        class: PoolClass::Ipip,
-        pool: pool.into(),
-        origin: RouteOrigin::OwnBlock { block: dst.into() },
-    }
 }
 
 /// node-a's view: its own blocks blackholed; node-b (same subnet, 10.0.0.12) with three
