@@ -17,6 +17,9 @@
 //! The pure core ([`model`], [`vocabulary`], [`ownership`], [`routes`], [`plan`]) does no
 //! I/O. The binary's commands live in `cli/` (one file each).
 
+// Every `unsafe` block says why it is sound (BPF map and ring-buffer reads, the allocator).
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 pub mod app;
 pub mod bird_filter;
 pub mod bpf;

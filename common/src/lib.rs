@@ -9,6 +9,7 @@
 // out their padding as `_pad` fields so both sides agree on every byte.
 #![allow(clippy::inline_always, reason = "BPF programs call these per packet; they must be inlined")]
 #![allow(clippy::pub_underscore_fields, reason = "explicit `_pad` fields of #[repr(C)] structs shared with the kernel")]
+#![warn(clippy::undocumented_unsafe_blocks, reason = "every unsafe block and impl says why it is sound")]
 
 /// Per-CPU packet and byte counters kept by the `tc_count` TC classifier.
 ///
