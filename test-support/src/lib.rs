@@ -12,7 +12,8 @@
 //! - Feature `standin`: `standin`, the Kubernetes API-server stand-in (kube, hyper, rustls).
 //! - Feature `agent` (implies `standin`), built on the agent crate's types: `cluster_routes`
 //!   (`ClusterRoute` builders), `example` (the example cluster as a Kubernetes datastore serves
-//!   it), `podman` (the rendered DaemonSet run as a kubelet would).
+//!   it), `podman` (the rendered DaemonSet run as a kubelet would), `fake` (the agent's fake
+//!   netlink and clock).
 //!
 //! Without features this is the lab alone (anyhow, nix): `cargo xtask` depends on it.
 //!
@@ -30,6 +31,11 @@ pub mod cluster_routes;
 pub mod example;
 #[cfg(feature = "agent")]
 pub mod podman;
+
+/// The agent's fake kernel behind `RouteNetlink` and its manual `Clock`
+/// (`routewarden::dataplane::fake`), for tests that drive a reconciler without root.
+#[cfg(feature = "agent")]
+pub use routewarden::dataplane::fake;
 #[cfg(feature = "standin")]
 pub mod standin;
 
