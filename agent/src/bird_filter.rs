@@ -1,5 +1,5 @@
 //! `routewarden bird-filter`: the BIRD 2 side of the ownership contract, for users who run
-//! upstream BIRD 2 next to routewarden without confd (issue 9, scenario S07).
+//! upstream BIRD 2 next to routewarden without confd (scenario S07).
 //!
 //! [`render`] turns an [`OwnershipDecision`] into a `bird.conf` fragment with:
 //! - `filter routewarden_kernel_programming_v4` and `..._v6`: BIRD's kernel export filter,

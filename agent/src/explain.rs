@@ -141,7 +141,7 @@ pub fn explain(cluster: &Cluster, object_errors: &[ObjectError], config: &Owners
     let config = OwnershipConfig { node: opts.node.clone(), ..config.clone() };
     let decision = decide(cluster, &config);
     let audit = config.role == Role::Audit;
-    // What the agent would hold as it is (issue 48): a class whose deciding object cannot be
+    // What the agent would hold as it is: a class whose deciding object cannot be
     // read or interpreted gets nothing new programmed, so its routes are not listed as ours.
     let frozen = crate::ownership::frozen_classes(&decision, cluster, &config, object_errors.iter().filter(|e| !e.last_good).map(|e| &e.error));
     let programs: std::collections::BTreeSet<PoolClass> = decision.programmed.iter().filter(|c| !frozen.iter().any(|f| f.class == **c)).copied().collect();

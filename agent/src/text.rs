@@ -1,7 +1,7 @@
 //! Text from the datastore on its way to a terminal, a log line, `/readyz` or a BIRD
 //! configuration: object names, field values and error messages are escaped, so a name with a
 //! newline cannot add a line to `bird-filter`'s output (a live `accept`) and a terminal escape
-//! cannot repaint `explain`'s table (issue 22, row 9). Names are validated at parse as well
+//! cannot repaint `explain`'s table (docs/bad-input.md row 9). Names are validated at parse as well
 //! (`model::is_dns1123_subdomain`); this is the second line of defence for every other string.
 
 use std::borrow::Cow;

@@ -24,7 +24,7 @@ fn bird_parses(name: &str, role: Role, route_protocol: u8) {
     let opts = BirdFilterOptions {
         route_protocol,
         include_path: snippet.display().to_string(),
-        // WireGuard peer rejects in both families (issue 19), so BIRD parses them too.
+        // WireGuard peer rejects in both families, so BIRD parses them too.
         wireguard_peers: vec![("node-b".into(), "10.0.0.12".parse().unwrap()), ("node-b".into(), "fd00::12".parse().unwrap())],
         ..BirdFilterOptions::default()
     };
@@ -87,7 +87,7 @@ fn bird_accepts_filter_explicit_with_felix_protocol_too() {
     bird_parses("bird_accepts_filter_explicit_with_felix_protocol_too", Role::Explicit(ClusterRoutes::Disabled), 90);
 }
 
-/// Issue 19 part 6, end to end: `routewarden bird-filter --node node-a` on the example cluster
+/// End to end: `routewarden bird-filter --node node-a` on the example cluster
 /// with WireGuard addresses on node-a (both families) and node-b (IPv4 only, its annotation
 /// form) rejects routes via node-b's BGP IPv4 address in the IPv4 filter and nothing in the
 /// IPv6 one; node-c and node-d (no WireGuard) get no line.
@@ -139,7 +139,7 @@ fn bird_filter_command_rejects_routes_via_wireguard_peers() {
     assert!(v4.contains("bgp_next_hop = 10.0.0.12"), "in the IPv4 filter");
 }
 
-/// Issue 19 part 6: `explain --node node-a` names node-b as a WireGuard peer, with the BGP
+/// `explain --node node-a` names node-b as a WireGuard peer, with the BGP
 /// address whose routes BIRD is told to reject, in the table and in JSON.
 #[test]
 fn explain_shows_wireguard_peers() {

@@ -1,5 +1,5 @@
-//! The embedded BPF object's maps are exactly the ones `routewarden_common::MAP_NAMES` lists
-//! (issue 15 part 3). The kernel side names each map by its static's identifier and checks it
+//! The embedded BPF object's maps are exactly the ones `routewarden_common::MAP_NAMES` lists.
+//! The kernel side names each map by its static's identifier and checks it
 //! against the shared constant at compile time (`assert_bpf_name!`); this test closes the
 //! other direction: a map declared in `ebpf/` with no shared constant, or a constant whose map
 //! is gone, fails here. It parses the object only (aya-obj): no root, nothing loaded.

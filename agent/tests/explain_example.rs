@@ -381,7 +381,7 @@ fn calico_node_env_and_operator_from_a_dump() {
     );
 }
 
-/// Issue 48 case 4: node-c's /27 written inside node-b's 10.244.20.0/26. `explain --node
+/// node-c's /27 written inside node-b's 10.244.20.0/26. `explain --node
 /// node-a` and `explain --all-nodes` exit 1 with one `invalid-block` finding per block, each
 /// naming the other; node-a's routes leave out the /26 (and node-c's borrowed IP in it).
 #[test]

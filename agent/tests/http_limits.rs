@@ -1,4 +1,4 @@
-//! The metrics server under hostile clients (issue 22, "HTTP server"): a flood of slowloris and
+//! The metrics server under hostile clients ("HTTP server"): a flood of slowloris and
 //! idle connections, the header and idle timeouts, the connection cap with eviction, the
 //! request timeout, and `accept` running out of file descriptors (in a child process with a
 //! low `RLIMIT_NOFILE`). Loopback only; no privileges, no network namespaces.

@@ -155,7 +155,7 @@ fn scenario_routes_for_node_a_all_classes() {
 }
 
 /// The plan computes every routable class in one pass and selects the programmed classes
-/// from it (issue 23): for every node of the scenario and every set of classes, the selection
+/// from it: for every node of the scenario and every set of classes, the selection
 /// (routes and problems) is exactly what a pass for those classes alone computes.
 #[test]
 fn one_pass_for_all_classes_splits_into_the_per_class_passes() {
@@ -618,7 +618,7 @@ fn memo_steps(mut spec: MemoSpec, edits: &[MemoEdit], share: bool) -> Vec<(Optio
         let text = memo_yaml(&spec);
         let (mut cluster, errors) = Cluster::from_yaml_str(&text).unwrap();
         // The model refuses the /32 blocks inside /28 blocks (overlapping, and not of their
-        // pool's blockSize: `check_blocks`, issue 48), so no datastore hands them to the route
+        // pool's blockSize: `check_blocks`), so no datastore hands them to the route
         // pass any more; the pass must still be right for any cluster, so they are put back.
         assert!(
             errors.iter().all(|e| matches!(e, ModelError::Field { kind: Kind::IpamBlock, field, .. } if field == "spec.cidr")),

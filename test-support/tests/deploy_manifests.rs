@@ -23,7 +23,7 @@ use serde_yaml_ng::Value;
 /// test prints a STALE line for it: remove it from here, so a later rename is caught.
 const PLANNED_METRICS: &[(&str, &str)] = &[];
 
-/// The alerts issue 8 asks for (plus the datastore one); each needs a runbook section and
+/// The shipped alerts; each needs a runbook section and
 /// promtool cases.
 const ALERTS: &[&str] = &[
     "RouteFlapping",

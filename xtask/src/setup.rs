@@ -48,7 +48,7 @@ pub const TEST_APT_PACKAGES: &[&str] = &["prometheus", "bird2", "procps", "etcd-
 /// `kubernetes-validate`: offline Kubernetes schema validation. `helm-python-sdk` (import
 /// `helm_python`): Helm's own Go SDK as a library in a manylinux wheel, so `helm lint` and
 /// `helm template` of `charts/routewarden` run offline from a registry package, with no `helm`
-/// binary to download (the `helm_chart` test of `routewarden-lab`).
+/// binary to download (the `helm_chart` test of `routewarden-test-support`).
 pub const TEST_PIP_PACKAGES: &[&str] = &["kubernetes-validate==1.37.0", "helm-python-sdk==0.2.2"];
 
 /// Python statement that succeeds only when every [`TEST_PIP_PACKAGES`] entry is importable

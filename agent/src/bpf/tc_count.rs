@@ -1,6 +1,6 @@
 //! Loads `tc_count` (see `ebpf/src/tc_count.rs`) onto devices and reads its counters: the
 //! smallest program that proves the chain build → embed → load → attach → read
-//! (`agent/tests/bpf_tc_count.rs`). The agent runs it only with `--tc-count` (off by default:
+//! (`agent/tests/privileged/bpf_tc_count.rs`). The agent runs it only with `--tc-count` (off by default:
 //! every packet on the host NIC and the tunnel would pay a second classifier).
 //!
 //! Attach: TCX links on kernels >= 6.6 (multi-program, ordered), clsact + netlink filter

@@ -190,7 +190,7 @@ pub(super) fn skew_finding(
 }
 
 /// Most pool names a finding's message lists; the rest are counted. A cluster of 10,000
-/// pools made one 80 KB log line per finding (issue 48 case 6); `explain` lists every pool in
+/// pools made one 80 KB log line per finding; `explain` lists every pool in
 /// its table.
 const LISTED_POOLS: usize = 10;
 

@@ -1,5 +1,5 @@
 //! Classes whose owner cannot be known now: the object that decides it exists but cannot be
-//! read, or holds a value routewarden cannot interpret (issue 48). Calico's own fallback for
+//! read, or holds a value routewarden cannot interpret. Calico's own fallback for
 //! such a value still decides what `explain` and `audit` expect Felix and BIRD to do (the
 //! [`OwnershipDecision`]); routewarden itself programs nothing new in such a class, deletes
 //! nothing there and claims nothing there until the object is readable again, before a restart

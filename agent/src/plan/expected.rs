@@ -65,7 +65,7 @@ pub(super) fn audit_expectations(
     let me = cluster.nodes.get(config.node.as_str());
     // The plan's one pass over the blocks for every routable class, split by class: a
     // destination is in one pool (overlapping pools are rejected), so each class's routes are
-    // those `desired_routes` computes for that class alone (issue 23). The routes are moved
+    // those `desired_routes` computes for that class alone. The routes are moved
     // into the expectations of a class's last writer and copied for the others: at 100,000
     // blocks a copy of a route is a few cache misses (its shared names' counts).
     let mut by_class: std::collections::BTreeMap<PoolClass, Vec<ClusterRoute>> = std::collections::BTreeMap::new();
@@ -117,7 +117,7 @@ pub(super) fn audit_expectations(
                     }
                     // Its next hop is the peer's BGP address, bare or not (confd renders mesh
                     // peers from `spec.bgp.ipv4Address` without its prefix), where Felix's
-                    // tunnel routes use `extractNodeAddress` (issue 21).
+                    // tunnel routes use `extractNodeAddress`.
                     let v6 = route.dst.addr().is_ipv6();
                     let bgp = match &route.origin {
                         RouteOrigin::RemoteBlock { node, .. } | RouteOrigin::BorrowedIp { node, .. } | RouteOrigin::TunnelAddress { node, .. } => {

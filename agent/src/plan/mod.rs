@@ -197,7 +197,7 @@ pub fn plan_with(memo: &mut PlanMemo, snapshot: &Snapshot, config: &PlanConfig, 
 fn plan_from(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolClass>, previous_owned: &[IpNet], every_class: ClassedRoutes) -> Plan {
     let cluster = &snapshot.cluster;
     let decision = decide(cluster, &config.ownership);
-    // Classes whose owner cannot be known (issue 48): neither taken up nor handed over, nothing
+    // Classes whose owner cannot be known: neither taken up nor handed over, nothing
     // new programmed there; their pools join the frozen ground below.
     let frozen_classes = frozen_classes(&decision, cluster, &config.ownership, snapshot.object_errors.iter().filter(|e| !e.last_good).map(|e| &e.error));
     let is_frozen = |c: &PoolClass| frozen_classes.iter().any(|f| f.class == *c);

@@ -1,4 +1,4 @@
-//! The shipped agent on a stock kernel (issue 49): the release `routewarden` binary, with the
+//! The shipped agent on a stock kernel: the release `routewarden` binary, with the
 //! BPF object embedded, run on node-a of the example cluster (file datastore) in a node
 //! namespace whose `tunl0` is the kernel's own ipip device. Every kernel with BTF makes the
 //! agent pick the fentry route-watch backend, which this host's kernel refuses; so the test runs

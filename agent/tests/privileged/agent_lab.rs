@@ -92,7 +92,7 @@ fn broken_input_keeps_routes_and_freezes_what_it_names_until_fixed() {
     assert_ne!(released, ipam_good);
     std::fs::write(&ipam, &released).unwrap();
     // One broken input does not unready the agent: its last good content is used and the
-    // CIDRs its text names (every pool's) are frozen ground (issue 22).
+    // CIDRs its text names (every pool's) are frozen ground.
     wait_for("one invalid input", Duration::from_secs(20), || (metrics(&lab, "node-a").value("routewarden_datastore_invalid_inputs") == 1).then_some(()));
     let m = metrics(&lab, "node-a");
     assert_eq!(m.value("routewarden_datastore_synced"), 1, "{m}");
@@ -295,7 +295,7 @@ fn the_agent_attaches_its_tc_probe_in_the_lab_and_counts() {
         return;
     }
     let lab = lab();
-    // The probe is off by default (issue 15): --tc-count turns it on.
+    // The probe is off by default: --tc-count turns it on.
     let _agent = Agent::start(&lab, "node-a", &example_dir(), &["--tc-count", "--tc-devices", "eth0"]);
     let ready = wait_ready(&lab, "node-a");
     assert!(ready.contains("bpf tc_count: ready\n"), "{ready}");
@@ -374,7 +374,7 @@ fn fight(lab: &routewarden_lab::Lab) {
     }
 }
 
-/// Issue 48 case 7: another program's 4,000 adds and deletes of `proto static` /32s outside
+/// Another program's 4,000 adds and deletes of `proto static` /32s outside
 /// every IP pool (a VPN client, say) were 2,001 conflicts (`static+static`), 2,001 flapping
 /// prefixes and as many WARN lines: a routing watch that pages on them gets switched off.
 /// They are counted as writes and raise no episode; a fight over a cluster route right after
@@ -439,7 +439,7 @@ fn foreign_writes_outside_the_pools_raise_no_episode() {
     assert!(!m.has(r#"routewarden_route_conflicts_total{family="ipv4",writers="other+other"}"#), "{m}");
 }
 
-/// Issue 48 case 8: eth0's address removed and put back. Removing a link's last IPv4 address
+/// `eth0`'s address removed and put back. Removing a link's last IPv4 address
 /// makes the kernel flush the routes through it (`fib_disable_ip`) without a notification, and
 /// they came back only at the next periodic resync (~80 s) with `/readyz` 200 meanwhile.
 /// Address events now start a resync: the three routes via eth0 are written again within a
@@ -582,7 +582,7 @@ fn every_example_node_gets_exactly_its_routes() {
     drop(agents);
 }
 
-/// Issue 19 part 3: with `--host-device auto` (the default) the host NIC is the link holding
+/// With `--host-device auto` (the default) the host NIC is the link holding
 /// node-a's Calico address, whatever it is called: node-a's NIC renamed `ens5` carries the
 /// same-subnet routes. When no link holds the address, the agent names the address and the
 /// links it saw in `/readyz`, programs nothing and stays unready; fixing the address lets it
@@ -641,7 +641,7 @@ fn host_device_auto_is_the_link_holding_the_node_address() {
 /// A tunnel device that does not exist (a cluster that renamed tunl0, or a typo in
 /// `--tunnel-device`) while routewarden owns IPIP: `/readyz` names it with the number of
 /// routes waiting, nothing else is programmed through it; once the device appears the routes
-/// go in and the line goes away (issue 19 part 3).
+/// go in and the line goes away.
 #[test]
 fn missing_tunnel_device_is_named_in_readyz_until_it_appears() {
     if skip_unless_root("missing_tunnel_device_is_named_in_readyz_until_it_appears") {

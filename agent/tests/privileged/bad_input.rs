@@ -1,4 +1,4 @@
-//! Issue 22: no edit, bad object or neighbour makes routewarden delete a route it should keep.
+//! No edit, bad object or neighbour makes routewarden delete a route it should keep.
 //! Each test is one row of the issue's table, run against the agent binary in the
 //! network-namespace lab (`routewarden run --datastore file:<a copy of examples/cluster>
 //! --node node-a`, seven proto-80 routes when healthy), asserting the kernel's routes before
@@ -658,7 +658,7 @@ fn edit(dir: &Path, name: &str, edit: impl Fn(String) -> String) {
     std::fs::write(path, new).unwrap();
 }
 
-/// Row 17 (issue 48 case 1): a Node whose address does not parse, across a restart. Only its
+/// Row 17: a Node whose address does not parse, across a restart. Only its
 /// own addresses were frozen, so node-a's routes to node-b's blocks were deleted by the
 /// restarted agent. Its blocks are frozen ground: not one route operation after the restart.
 #[test]
@@ -678,7 +678,7 @@ fn row17_restart_with_a_rejected_node_keeps_its_blocks_routes() {
     assert_eq!(metrics(&lab, "node-a").value("routewarden_deletions_held{reason=\"frozen\"}"), 2);
 }
 
-/// Row 18 (issue 48 case 1): a FelixConfiguration whose programClusterRoutes is a list, across
+/// Row 18: a FelixConfiguration whose programClusterRoutes is a list, across
 /// a restart. Felix's default (EnabledIPIPOnly) decided in its place, so the no-encap routes
 /// the agent programmed under `Enabled` were deleted with /readyz 200. Both classes are frozen:
 /// every route stays, nothing is written, and /readyz and the metric name the classes.
@@ -716,7 +716,7 @@ fn row18_restart_with_an_unparsable_felix_configuration_keeps_both_classes() {
     assert_eq!(ops(&lab), (0, 0));
 }
 
-/// Row 19 (issue 48 case 1): a ClusterInformation whose calicoVersion is a list, across a
+/// Row 19: a ClusterInformation whose calicoVersion is a list, across a
 /// restart, on a 3.30 cluster whose BIRD programs the IPIP and no-encap routes. 3.33 was
 /// assumed and BIRD's routes were claimed and replaced by routewarden's. Nothing of BIRD's is
 /// touched and nothing is programmed.
@@ -756,7 +756,7 @@ fn row19_restart_with_an_unreadable_release_line_takes_no_bird_route() {
     assert!(body.lines().any(|l| l.starts_with("frozen class ipip: ClusterInformation \"default\": spec.calicoVersion:")), "{body}");
 }
 
-/// Row 20 (issue 48 case 2): an unreadable file (mode 000) under the shipped DaemonSet's
+/// Row 20: an unreadable file (mode 000) under the shipped DaemonSet's
 /// capabilities, which have no CAP_DAC_OVERRIDE. After the settle period its objects were
 /// "removed" and node-a's routes deleted. Its last good content is kept while it stays
 /// unreadable, every deletion is held (named on /readyz), and a restart with the file still
@@ -792,7 +792,7 @@ fn row20_an_unreadable_file_under_the_daemonsets_capabilities_deletes_nothing() 
     drop(agent);
 }
 
-/// Row 21 (issue 48 case 3): a duplicate Node in a new file that sorts first, with a bogus
+/// Row 21: a duplicate Node in a new file that sorts first, with a bogus
 /// address. It won, node-a's routes to node-b were rewritten through 10.0.0.99, and the error
 /// blamed nodes.yaml. Both definitions are refused and named with their files; node-b's blocks
 /// are frozen: not one route operation, while running or after a restart.

@@ -1,4 +1,4 @@
-//! Issue 9: the whole product on routing we did not write: four nodes (node-d behind a
+//! The whole product on routing we did not write: four nodes (node-d behind a
 //! router, in another subnet), workloads holding IPs from their nodes' blocks, a real BIRD 2
 //! iBGP full mesh using the filters `routewarden bird-filter` prints, and routewarden on every
 //! node in program mode on one shared file datastore. Scenarios run one at a time (each builds
@@ -671,7 +671,7 @@ fn s08_stale_affinity_follows_the_block() {
     assert_eq!(on_a, ["10.244.40.0/26 via 10.0.1.14 dev tunl0 proto 80 metric 1024 onlink"]);
     assert_eq!(cl.echo("10.244.10.5", "10.244.40.5", 2), 2);
     let m = cl.metrics("node-a");
-    // The block is named in the log and in explain; the metric counts by code (issue 22).
+    // The block is named in the log and in explain; the metric counts by code.
     assert_eq!(m.value(r#"routewarden_route_problems{code="affinity-conflict"}"#), 1, "{m}");
 }
 

@@ -402,7 +402,7 @@ fn bird_leftovers_claimed_only_when_policy_says_so() {
 }
 
 /// A missing tunnel device is reported and retried; once it exists the routes go in.
-/// Issue 19 part 5: BIRD's blackhole for this node's own block, left in the kernel after a
+/// BIRD's blackhole for this node's own block, left in the kernel after a
 /// BIRD -> routewarden handover (BIRD's kernel protocol persists its routes), is held and
 /// untouched while BIRD owns the class; once routewarden programs the class and BIRD does not,
 /// it is replaced in place by ours (no delete), and it goes when the block is released. A BIRD

@@ -1,5 +1,5 @@
-//! `--nexthop-objects` in a real kernel, each test in its own network namespace (issue 18
-//! part 4): the same reachability as classic routes, a node move as one nexthop write, zero
+//! `--nexthop-objects` in a real kernel, each test in its own network namespace: the
+//! same reachability as classic routes, a node move as one nexthop write, zero
 //! writes on resync and restart, switching the mode both ways in place, and nexthop objects
 //! of other writers never reused or deleted.
 

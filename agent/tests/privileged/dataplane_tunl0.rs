@@ -1,4 +1,4 @@
-//! Route programming onto a REAL IPIP `tunl0` (issue 4), in a network namespace the test
+//! Route programming onto a REAL IPIP `tunl0`, in a network namespace the test
 //! creates. With the `ipip` module loaded every new network namespace gets its own fallback
 //! `tunl0` (type ipip); this host's kernel has no ipip, so the test runs in the QEMU lane of
 //! `cargo xtask test` and prints `SKIPPED` here. `dataplane_netns.rs` covers the same
@@ -117,7 +117,7 @@ fn real_tunl0_exact_routes_zero_write_resync_and_link_flap() {
     });
 }
 
-/// `--nexthop-objects` on the real ipip `tunl0` (issue 18): node-c's blocks go through one
+/// `--nexthop-objects` on the real ipip `tunl0`: node-c's blocks go through one
 /// nexthop object `via 10.0.1.13 dev tunl0 onlink`; node-c's address change and then its move
 /// into this node's subnet (CrossSubnet: the host NIC) are one nexthop replace each, and the
 /// kernel resolves every block through the tunnel, then through eth0.

@@ -160,7 +160,7 @@ fn openstack_shape_non_affine_blocks_give_a_32_per_workload() {
     ];
     wait_for("node-a's OpenStack /32s", Duration::from_secs(10), || (routes(&lab, "node-a", "80") == want).then_some(()));
     // A VM on node-c goes away (its IP released in the block): its /32 goes, the rest stay,
-    // in the kernel within 1 s of etcd acknowledging the put (issue 17).
+    // in the kernel within 1 s of etcd acknowledging the put.
     put(&lab, "node-a", vec![(block_key("10.245.200.0/26".parse().unwrap()), Some(open_block("10.245.200.0/26", &["node-b"])))]);
     wait_for("node-c's /32 removed", Duration::from_secs(1), || (routes(&lab, "node-a", "80") == want[..3]).then_some(()));
     // The block deleted: its last /32 goes too, within 1 s as well.

@@ -1,4 +1,4 @@
-//! Issue 21: two Felix route rules, as tables whose expectations are written by hand from the
+//! Two Felix route rules, as tables whose expectations are written by hand from the
 //! Felix code paths (projectcalico/calico master 87c15906f20c), never from `routes::compute`.
 //!
 //! Rule 1, tunnel addresses in another node's block: `felix/calc/l3_route_resolver.go`
@@ -335,7 +335,7 @@ fn rule_1_tunnel_addresses_inside_another_nodes_block() {
         Row {
             // A /32 block affine to node-c: its IPAM entry names node-c, the reference node-b.
             // In a pool of /32 blocks: a /32 block in a pool of /26 blocks is not one Calico's
-            // IPAM writes, and is refused (issue 48).
+            // IPAM writes, and is refused.
             name: "the whole /32 block of another node",
             extra: concat!(
                 node_b!("{bgp: {ipv4Address: 10.0.0.12/24, ipv4IPIPTunnelAddr: 10.248.0.1}}"),
@@ -585,7 +585,7 @@ fn both_rules_reach_the_kernel_in_a_netns() {
     assert!(!m.has(r#"routewarden_route_problems{code="next-hop-sources-disagree"}"#), "the problem is gone");
 }
 
-/// WireGuard peers (issue 19 part 6): node-a and node-b have WireGuard addresses, node-c has
+/// WireGuard peers: node-a and node-b have WireGuard addresses, node-c has
 /// none. BIRD's kernel filter rejects routes via node-b (confd `processWireguardPeerFilter`),
 /// so the audit expects none from BIRD and lists them as WireGuard routing; Felix's route
 /// managers program their main-table routes to node-b anyway (`route_mgr.go` `updateRoutes`

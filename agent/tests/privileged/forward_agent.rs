@@ -58,7 +58,7 @@ fn the_agent_counts_cluster_traffic_per_pool_and_path() {
     assert_eq!(m.value(r#"routewarden_forwarding_flaps_total{pool="ipip-always"}"#), 0, "{m}");
 }
 
-/// Issue 48 case 8: `tunl0` deleted and created again. The routes came back in 0.26 s, but the
+/// `tunl0` deleted and created again. The routes came back in 0.26 s, but the
 /// classifier stayed on the dead ifindex while `/readyz` and the attached gauge said attached,
 /// so nothing through the new `tunl0` was counted. The watch follows the live ifindex (checked
 /// every second) and attaches to the new device: its datagrams are counted.

@@ -1,4 +1,4 @@
-//! The TC forwarding watch (issue 6) against REAL IPIP encapsulation through `tunl0`. Needs the
+//! The TC forwarding watch against REAL IPIP encapsulation through `tunl0`. Needs the
 //! `ipip` module (every new network namespace then has its own fallback `tunl0`): this host's
 //! kernel has none, so the test runs in the QEMU lane of `cargo xtask test` and prints
 //! `SKIPPED` here. `forward_watch.rs` covers the rest with veth stand-ins.

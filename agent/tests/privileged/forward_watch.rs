@@ -1,4 +1,4 @@
-//! The TC forwarding watch (issue 6) against real packets, each test in its own network
+//! The TC forwarding watch against real packets, each test in its own network
 //! namespaces (never the machine's own):
 //!
 //! ```text
@@ -375,7 +375,7 @@ fn send_short_ipv4_frame(dev: &str) {
     }
 }
 
-/// Issue 14 (aya-log): a packet the watch cannot parse is logged with `--bpf-log-level warn`,
+/// aya-log: a packet the watch cannot parse is logged with `--bpf-log-level warn`,
 /// as the kernel's exact line, once per second per CPU at most (three frames, one line), and
 /// not at all with the level off; the watch still counts the well-formed packets after it.
 #[test]

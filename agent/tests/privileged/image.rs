@@ -45,7 +45,7 @@ const FILES: [&str; 6] = [
 /// component, although [`FILES`] already pins the whole content).
 const FORBIDDEN: &[&str] = &["sh", "bash", "dash", "ash", "zsh", "busybox", "toybox", "apt", "apt-get", "dpkg", "rpm", "yum", "dnf", "microdnf", "apk", "pip"];
 
-/// The image's upper bound, in bytes. Issue 14 aimed at 30 MB; the etcd datastore's gRPC
+/// The image's upper bound, in bytes. The first budget was 30 MB; the etcd datastore's gRPC
 /// client (etcd-client: tonic, prost, h2) took the image from 25.9 to 31.6 MB, so the bound is
 /// 35 MB until that client is trimmed (its unused features) or made a build feature.
 const MAX_SIZE: u64 = 35_000_000;
@@ -262,7 +262,7 @@ fn image_agent_programs_a_lab_node_from_its_rootfs() {
     let scratch = tempfile::tempdir().unwrap();
     let ns = lab.node_ns("node-a");
     let metrics_addr = format!("127.0.0.1:{PORT}");
-    // --tc-count: off by default (issue 15); the probe's attach is part of what is checked.
+    // --tc-count: off by default; the probe's attach is part of what is checked.
     let args = ["run", "--datastore", "file:/cluster", "--node", "node-a", "--metrics-addr", &metrics_addr, "--log-format", "text", "--tc-count"];
     let mut cmd = in_image_root(&mounted, scratch.path(), Some(&ns), AGENT, &args);
     // `ip netns exec`, `sh` and `chroot` each exec the next: the child is the agent itself.

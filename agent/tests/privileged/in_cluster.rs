@@ -1,4 +1,4 @@
-//! The DaemonSet as shipped, in a cluster (issue 49, part 3): `deploy/` rendered by kustomize
+//! The DaemonSet as shipped, in a cluster: `deploy/` rendered by kustomize
 //! as a user applies it, the image run under podman with exactly the rendered container (args,
 //! env, securityContext, mounts) plus what a kubelet gives every pod (the service-account
 //! token, `ca.crt` and `namespace` under `/var/run/secrets/kubernetes.io/serviceaccount`, and

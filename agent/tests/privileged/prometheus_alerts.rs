@@ -1,4 +1,4 @@
-//! The shipped alerts end to end (issues 8 and 20): a real Prometheus server (Debian package
+//! The shipped alerts end to end: a real Prometheus server (Debian package
 //! `prometheus`) scrapes a routewarden agent on each of the lab's four nodes and evaluates the
 //! rules of deploy/prometheusrule.yaml. The test causes the real condition behind every rule
 //! (17 rules, 12 alert names), and asserts through Prometheus's HTTP API that each alert goes

@@ -34,7 +34,7 @@ const STORM: u32 = 1000;
 const LONG_LIVED: u32 = 100;
 /// Attribution CPU budget for the whole storm.
 const CPU_BUDGET: Duration = Duration::from_millis(500);
-/// The rate limit issue 22 asks for: at most one `/proc` round per 200 ms. (Without it, this
+/// The rate limit that keeps a storm of writers cheap: at most one `/proc` round per 200 ms. (Without it, this
 /// storm costs ~1,000 rounds and ~0.4 s of CPU in a debug build: under the budget, so the
 /// budget alone would not notice.)
 const MIN_ROUND_GAP: Duration = Duration::from_millis(200);

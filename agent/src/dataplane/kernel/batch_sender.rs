@@ -1,6 +1,6 @@
 //! The thread that owns the batch socket: it sends each batch, reads the batch's answers and
 //! goes straight on to the next batch queued, while the reconciler's task plans, serializes
-//! and records batches (issue 18 part 1).
+//! and records batches.
 //!
 //! The kernel inserts a batch's routes inside `sendmsg`, on the sending thread, and queues
 //! every answer (a failure, or the ack of the batch's last message) before `sendmsg` returns,

@@ -25,7 +25,7 @@ use super::route_wire::{delete_request, emit_write_request, write_request};
 /// handles the whole buffer inside `sendmsg`), so a batch in which every message fails, 1,024
 /// answers, needs about 1.5 MiB; the buffer is forced to 4 MiB where the agent may
 /// (`CAP_NET_ADMIN`), else raised up to `net.core.rmem_max` (208 KiB by default, doubled: a
-/// window of 277). 1,024 rather than 256: a quarter of the sends (issue 18).
+/// window of 277). 1,024 rather than 256: a quarter of the sends.
 pub const DEFAULT_WINDOW: usize = 1024;
 /// Upper bound on the bytes of one batch (`sendmsg` payload); a batch closes at `window`
 /// messages or at this size, whichever comes first (1,024 route messages of 72 to 100 bytes
@@ -256,7 +256,7 @@ impl Batcher {
     /// Every batch goes to the [`BatchSender`] thread, which sends it and reads its answers;
     /// while the kernel handles batch n, this task serializes batch n+1 and queues it behind,
     /// so the thread goes on to it as soon as batch n is answered: building a batch and taking
-    /// the answers back overlap the kernel's insert instead of following it (issue 18). Only
+    /// the answers back overlap the kernel's insert instead of following it. Only
     /// one batch is in the kernel at a time, so the ops still run in order.
     pub(super) async fn execute<T: BatchOp>(&mut self, ops: &[T], window: usize, timeout: Duration) -> Vec<Result<(), NetlinkError>> {
         // A pipelined chunk's batch still in the kernel is answered first; the chunk stays

@@ -224,7 +224,7 @@ pub trait RouteNetlink: Send {
     ///
     /// A collaborator may pipeline: return a chunk only from the call after the one that
     /// handed it in, so that its caller records one chunk and plans the next while the kernel
-    /// handles this one (issue 18). A chunk still out when a pass was dropped before its last
+    /// handles this one. A chunk still out when a pass was dropped before its last
     /// chunk is not returned to the next pass (`place.first`). The default executes the chunk
     /// at once and returns it.
     fn execute_chunk(&mut self, ops: Vec<RouteOp>, place: ChunkPlace) -> impl Future<Output = Vec<Executed>> + Send {

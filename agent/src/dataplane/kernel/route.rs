@@ -103,7 +103,7 @@ impl Ord for RouteKey {
     /// The order `#[derive(Ord)]` gives: table, family, `dst` as `IpNet` orders it (IPv4
     /// before IPv6, then address, then prefix length), TOS, metric. Written out so that it
     /// inlines: ipnet's derived comparison is a call into another crate, made about 14 times
-    /// per binary search and once per step of every merged walk (issue 18).
+    /// per binary search and once per step of every merged walk.
     #[inline]
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         #[inline]

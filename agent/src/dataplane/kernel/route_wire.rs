@@ -153,7 +153,7 @@ pub fn write_request(route: &KernelRoute, oif: Option<u32>, nexthop: Option<u32>
 /// no `Vec` of attributes to allocate and drop and each attribute's length computed once: a
 /// framed `NetlinkMessage` computes every attribute's length about ten times between
 /// `finalize` and `serialize` (250 ns of a cold start's route, where the kernel's insert takes
-/// 0.5–1 µs; issue 18). The bytes equal the library's serialization of `write_request`'s
+/// 0.5–1 µs). The bytes equal the library's serialization of `write_request`'s
 /// framed message (a property test over every route shape).
 pub fn emit_write_request(buf: &mut Vec<u8>, route: &KernelRoute, oif: Option<u32>, nexthop: Option<u32>, exclusive: bool, seq: u32) -> usize {
     let (header, attributes) = write_parts(route, oif, nexthop);

@@ -106,7 +106,7 @@ pub enum DataplaneEvent {
     /// An address was added to or removed from a link (`RTM_NEWADDR`, `RTM_DELADDR`). Removing
     /// a link's IPv4 address makes the kernel flush the routes that depended on it without an
     /// `RTM_DELROUTE` (`fib_del_ifaddr`), and they cannot come back before an address does: the
-    /// receiver resyncs on both (issue 48 case 8).
+    /// receiver resyncs on both.
     AddressChanged {
         /// ifindex of the link.
         index: u32,

@@ -29,7 +29,7 @@ const FIRST_CHUNK: usize = 128;
 /// order a stretch at a time ([`Reconciler::tally`]): the write pass tallies the routes behind
 /// its recorded chunks while the kernel inserts the next, and the report what is left once the
 /// last answer is in, so a cold start's walk over every route is not on its clock after the
-/// kernel's last insert (issue 18).
+/// kernel's last insert.
 #[derive(Debug, Default)]
 struct ClassTally {
     /// Each class and path once, in the order first met (a few between all routes).
@@ -161,7 +161,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// before the next is planned; the step-aside copies for the delete candidates go with the
     /// last chunk. A collaborator that pipelines hands a chunk's results back with the next
     /// call, so recording one chunk and planning the next run while the kernel inserts this
-    /// one (issue 18). No write, no call. Returns the (table, dst) pairs whose write failed,
+    /// one. No write, no call. Returns the (table, dst) pairs whose write failed,
     /// the delete candidates, and the report's counts of the desired routes this pass is done
     /// with (tallied between chunks; nothing after the pass changes what they count: the
     /// delete pass and the nexthop objects it frees touch no desired key).
@@ -229,7 +229,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         report: &mut ApplyReport,
     ) -> Vec<RouteOp> {
         // Sized once: grown a doubling at a time, a cold start's 10,000 writes (1 MB) were
-        // copied and page-faulted in again at each step (issue 18).
+        // copied and page-faulted in again at each step.
         let mut writes: Vec<RouteOp> = Vec::with_capacity(max.min(dirty.len() - *at));
         // A key above the kernel view's last is not in it (every key of a cold start's chunks
         // after the first, whose routes were just recorded below them): one comparison
@@ -421,7 +421,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     if held {
                         // Another writer's route holds the key: its removal (an event) frees
                         // it at once; otherwise look again at the resync interval, not
-                        // every backoff step (issue 19).
+                        // every backoff step.
                         self.retries.fail_until(key, now + self.config.resync_interval.max(backoff(1)));
                     } else {
                         self.fail(key);

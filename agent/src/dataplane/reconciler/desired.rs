@@ -1,7 +1,7 @@
 //! The desired route set as one sorted vector: replaced whole by every `set_desired`, looked
 //! up by key (binary search) and walked in key order, never edited in place; so it needs no
 //! tree, and building it from the converted routes (already sorted) costs no allocation per
-//! route (a cold start of 10,000 routes: issue 18 part 1). Each route's key is the one in it
+//! route (a cold start of 10,000 routes). Each route's key is the one in it
 //! (`route.key`), not stored again beside it: 112 bytes a route instead of 144.
 
 use crate::dataplane::kernel::route::{DesiredRoute, RouteKey};

@@ -5,7 +5,7 @@
 //! and go (events, failures, retries) until it is empty again. A cold start so never builds a tree
 //! of 10,000 keys before its first write: that build (`BTreeSet::from_iter` sorts, then allocates a
 //! node per 11 keys) was a third of `set_desired`, on the clock before the kernel gets its first
-//! batch (issue 18 part 1). The vector is shared with the write pass's snapshot of the keys, and
+//! batch. The vector is shared with the write pass's snapshot of the keys, and
 //! the written keys it takes off the front only move an offset, so a cold start copies its keys
 //! neither before its first write nor while the kernel inserts its first batches. Both forms are
 //! ascending and hold each key once; every operation answers exactly as a `BTreeSet` would
@@ -94,7 +94,7 @@ impl DirtyKeys {
     /// Every dirty key now, ascending, unchanged by later changes to the set. The vector form
     /// is shared, not copied: a cold start's 10,000 keys (280 KB of fresh memory to fault in)
     /// are taken by the write pass before its first write, and its written keys leave the
-    /// front of the vector without a copy (issue 18).
+    /// front of the vector without a copy.
     pub(super) fn snapshot(&self) -> DirtySnapshot {
         if self.tree.is_empty() {
             DirtySnapshot { keys: Arc::clone(&self.sorted), start: self.start }

@@ -12,7 +12,7 @@ use crate::dataplane::reconciler::report::ErrorKind;
 
 /// The link cache, indexed both ways. Ordered maps: a host has a handful of links, and every
 /// route of an apply resolves its device here (twice on a cold start), where a few string
-/// compares cost less than hashing the name (issue 18).
+/// compares cost less than hashing the name.
 #[derive(Debug, Default)]
 pub(super) struct Links {
     by_index: BTreeMap<u32, Link>,
@@ -128,7 +128,7 @@ impl Links {
 /// kept: the routes of a walk name two or three devices between them (in any order: with
 /// CrossSubnet, tunnel and host NIC alternate from one block to the next), so each costs a
 /// few string compares instead of two map lookups (a cold start of 10,000 routes resolves
-/// every device once more for its report, after the kernel's last answer: issue 18). Errors
+/// every device once more for its report, after the kernel's last answer). Errors
 /// are not kept: each is answered by [`Links::resolve`] again, as without the memo.
 pub(super) struct ResolveMemo<'l, 'd> {
     links: &'l Links,

@@ -494,7 +494,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // Mark and sweep: everything desired or found is re-examined by the apply. The three
         // key sets and the dirty set are each in order: one merged walk finds the keys not yet
         // dirty, added in one pass. Two-way merges, not a k-way merge of boxed iterators: this
-        // walk runs before a cold start's first write (issue 18). Both kernel sets empty: the
+        // walk runs before a cold start's first write. Both kernel sets empty: the
         // desired keys alone (already unique), and no walk at all while every one of them is
         // known to be dirty (a cold start: set_desired marked them and none has left since).
         let marked = if !(fresh.is_empty() && self.kernel.is_empty()) {

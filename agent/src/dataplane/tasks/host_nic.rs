@@ -1,4 +1,4 @@
-//! `--host-device auto` (issue 19): the host NIC is the link that holds this node's Calico
+//! `--host-device auto`: the host NIC is the link that holds this node's Calico
 //! address, found over netlink rather than configured per node.
 //!
 //! Calico's node address is `Node.spec.bgp.ipv4Address` / `ipv6Address` (or the

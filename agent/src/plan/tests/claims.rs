@@ -24,7 +24,7 @@ fn claims(role: Role, edit: impl Fn(String) -> String) -> (Vec<String>, Vec<Stri
     (show(&p.policy.claim_bird_blackholes), show(&p.policy.claim_bird_on_tunnel))
 }
 
-/// Issue 19 part 5: BIRD's own-block blackholes are claimed exactly in the pools of the
+/// BIRD's own-block blackholes are claimed exactly in the pools of the
 /// classes routewarden programs and BIRD does not, the guard of the tunnel claim.
 #[test]
 fn bird_blackholes_are_claimed_only_where_bird_does_not_program_the_class() {

@@ -1,4 +1,4 @@
-//! The multi-node lab of issue 9: the example cluster's four nodes in namespaces (node-d
+//! The multi-node lab: the example cluster's four nodes in namespaces (node-d
 //! behind a router, in another subnet), workloads holding IPs from their nodes' IPAM blocks,
 //! a real BIRD 2 per node in an iBGP full mesh whose kernel export filter and iBGP export
 //! reject come from `routewarden bird-filter`, and routewarden per node in program mode on a

@@ -783,7 +783,7 @@ fn optmem_max_is_per_netns() -> bool {
     (major, minor) >= (6, 9)
 }
 
-/// Scenario (issue 14, aya-log): the ring overflow of [`ring_overflow`] with
+/// Scenario (aya-log): the ring overflow of [`ring_overflow`] with
 /// `--bpf-log-level warn` reaches the log as the kernel's exact line, once per second per CPU
 /// at most however many records are lost; with the level `off` (the default) the same
 /// overflow writes no line at all.

@@ -2,7 +2,7 @@
 
 use super::*;
 
-/// Issue 22: an input emptied or truncated (or an API server answering a re-list with
+/// An input emptied or truncated (or an API server answering a re-list with
 /// nothing) must cost no route. More than half of our routes wanted gone at once: each delete
 /// waits until it has been wanted for the settle period; the input restored meanwhile, nothing
 /// is deleted; a deliberate change still converges.

@@ -1,4 +1,4 @@
-//! Issue 48's fault matrix, as Felix's route-table tests re-run every behaviour under one-shot
+//! The fault matrix, as Felix's route-table tests re-run every behaviour under one-shot
 //! netlink faults (`felix/routetable/route_table_test.go`, its `failureScenarios`): each
 //! reconciler scenario below runs once per injected fault, and after every apply the
 //! invariants hold — no foreign route is touched, no route that stays desired and was in the

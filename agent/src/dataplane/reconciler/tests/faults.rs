@@ -113,7 +113,7 @@ async fn a_failed_route_that_changes_is_written_without_waiting_for_its_backoff(
     assert!(!nl.state().routes.contains_key(&RouteKey::new(254, block("10.244.10.7/32"), 0, 1024)), "the unchanged one waits");
 }
 
-/// Issue 19: a key held by another writer is looked at again at the resync interval (90 s),
+/// A key held by another writer is looked at again at the resync interval (90 s),
 /// not at every backoff step, and reported once per hold.
 #[tokio::test]
 async fn held_key_is_retried_at_the_resync_interval_not_every_backoff_step() {

@@ -220,7 +220,7 @@ async fn bad_desired_route_is_reported() {
     assert_eq!(rep.writes, 6);
 }
 
-/// Our protocol is not enough (issue 22, row 7): a workload route Felix writes with protocol
+/// Our protocol is not enough (docs/bad-input.md row 7): a workload route Felix writes with protocol
 /// 80 on a `cali*` device, and a route outside every pool, are never ours, through any number
 /// of resyncs.
 #[tokio::test]
@@ -244,7 +244,7 @@ async fn our_protocol_outside_owned_pools_or_on_a_workload_device_is_never_touch
     assert_eq!(nl.state().routes[&outside.key], outside);
 }
 
-/// Issue 19: BIRD's blackhole for this node's own block, left after a BIRD -> routewarden
+/// BIRD's blackhole for this node's own block, left after a BIRD -> routewarden
 /// handover, is claimed (replaced in place by ours) when routewarden programs the class and
 /// BIRD does not, and goes with the block; without the claim it is held, never touched.
 #[tokio::test]
