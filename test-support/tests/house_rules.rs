@@ -1,11 +1,18 @@
+//! House rules a reviewer should not have to check by hand.
+//!
 //! DESIGN.md's behaviour → test index names tests that exist: every invariant has a row, and
 //! every test a row names is `<file>::<fn>` with that function in that file (or a file that
 //! exists), the way `docs/bad-input.md` is kept true by `agent/tests/bad_input.rs`.
 //!
 //! Also: no comment or doc in the Rust code refers to a tracker issue by number ("issue 18"):
-//! a reader outside this tracker cannot follow it; a comment says why instead.
+//! a reader outside this tracker cannot follow it; a comment says why instead. And no source
+//! file outside tests is longer than [`MAX_LINES`]: past that a file holds more than one
+//! concern (split it by concern; tests go to `foo/tests.rs`).
 
 use std::path::{Path, PathBuf};
+
+/// The longest a source file outside tests may be.
+const MAX_LINES: usize = 600;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("crate has a parent").to_path_buf()
@@ -73,7 +80,8 @@ fn every_path_design_md_names_exists() {
     let mut missing = Vec::new();
     for item in items(&design) {
         let path = item.split("::").next().unwrap_or(item);
-        let looks_like_path = path.ends_with(".rs") || path.ends_with(".md") || (path.ends_with('/') && !path.contains(' '));
+        let extension = Path::new(path).extension().and_then(|e| e.to_str());
+        let looks_like_path = matches!(extension, Some("rs" | "md")) || (path.ends_with('/') && !path.contains(' '));
         // Globs, placeholders (`foo/tests.rs`, `<topic>`), etcd keys and the shared references
         // outside the repository are not paths of the tree.
         let placeholder = path.contains('*') || path.contains('<') || path.starts_with("foo/") || path.starts_with('/') || path.starts_with("../");
@@ -156,4 +164,27 @@ fn an_issue_reference_is_a_word_and_a_number() {
     assert!(!issue_reference("// an issue with 3 pools"));
     assert!(!issue_reference("fn tissue1()"));
     assert!(!issue_reference("// issues"));
+}
+
+/// A test file: under a `tests/` folder, or a `tests.rs`.
+fn is_test_file(rel: &Path) -> bool {
+    rel.components().any(|c| c.as_os_str() == "tests") || rel.file_name().is_some_and(|n| n == "tests.rs")
+}
+
+#[test]
+fn no_source_file_outside_tests_is_over_600_lines() {
+    let root = root();
+    let mut long = Vec::new();
+    for dir in ["agent/src", "common/src", "ebpf/src", "test-support/src", "bench/src", "xtask/src"] {
+        let mut files = Vec::new();
+        rust_files(&root.join(dir), &mut files);
+        for path in files.iter().filter(|p| p.extension().is_some_and(|e| e == "rs")) {
+            let rel = path.strip_prefix(&root).unwrap_or(path);
+            let lines = std::fs::read_to_string(path).unwrap_or_default().lines().count();
+            if lines > MAX_LINES && !is_test_file(rel) {
+                long.push(format!("{} ({lines} lines)", rel.display()));
+            }
+        }
+    }
+    assert!(long.is_empty(), "source files over {MAX_LINES} lines (split them by concern): {long:?}");
 }
