@@ -5,12 +5,14 @@
 //! (it cannot rot), and `agent/tests/privileged/bench_smoke.rs` runs a tiny instance of it.
 //!
 //! ```text
-//! bench [NAME...] [--agent-bin PATH] [--quick] [--runs N] [--tiny] [--record ROOT]
+//! bench [NAME...] [--agent-bin PATH] [--quick] [--runs N] [--tiny] [--record ROOT] [--check]
 //! ```
 //!
 //! `--record ROOT` (what `cargo xtask bench` passes): after the run, record each line in
 //! `ROOT/bench/current-results.txt` and regenerate the current-results table at the top of
-//! `ROOT/BENCHMARKS.md` ([`routewarden_bench::results`]).
+//! `ROOT/BENCHMARKS.md` ([`routewarden_bench::results`]). `--check`: exit 3 when a benchmark
+//! of the run missed its target, was skipped or failed (each named on stderr); without it a
+//! missed target is a figure, not a failure of the harness.
 //!
 //! Each benchmark runs in network namespaces it creates (never the machine's own) and prints
 //! exactly one line on stdout: `bench <name> ratio=<value> target=<value> <details>`.
@@ -31,10 +33,11 @@ static ALLOCATOR: routewarden::app::memory::Allocator = routewarden::app::memory
 /// The `--help` text, with the name of every benchmark.
 fn usage() -> String {
     format!(
-        "usage: bench [NAME...] [--agent-bin PATH] [--quick] [--runs N] [--tiny] [--record ROOT]\n  names: {}\n  \
+        "usage: bench [NAME...] [--agent-bin PATH] [--quick] [--runs N] [--tiny] [--record ROOT] [--check]\n  names: {}\n  \
          --quick: 10 s idle window for agent-footprint instead of 60 s\n  \
          --tiny: 100 routes, one run (checks the harness, not the figures)\n  \
-         --record ROOT: record the results in ROOT/bench/current-results.txt and the table of ROOT/BENCHMARKS.md\n",
+         --record ROOT: record the results in ROOT/bench/current-results.txt and the table of ROOT/BENCHMARKS.md\n  \
+         --check: exit 3 if a benchmark missed its target, was skipped or failed\n",
         ALL.join(", ")
     )
 }
@@ -57,12 +60,14 @@ fn main() -> ExitCode {
     opts.child_exe = std::env::current_exe().ok();
     let mut names = Vec::new();
     let mut record_root: Option<PathBuf> = None;
+    let mut check = false;
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--agent-bin" => opts.agent_bin = it.next().map(PathBuf::from),
             "--quick" => opts.idle = Duration::from_secs(10),
             "--tiny" => {}
+            "--check" => check = true,
             "--record" => {
                 let Some(root) = it.next() else {
                     eprint!("--record needs the repository root\n{}", usage());
@@ -100,6 +105,7 @@ fn main() -> ExitCode {
     let mut shared = Shared::default();
     let mut failed = false;
     let mut lines = Vec::new();
+    let mut missed = Vec::new();
     for name in &names {
         eprintln!("bench: running {name} ...");
         let t = Instant::now();
@@ -107,6 +113,9 @@ fn main() -> ExitCode {
         eprintln!("bench: {name} took {:.1} s", t.elapsed().as_secs_f64());
         failed |= matches!(out, Outcome::Failed { .. });
         println!("{out}");
+        if !out.met() {
+            missed.push(out.name().to_string());
+        }
         lines.push(out.to_string());
     }
     if let (Some(root), Some(run)) = (record_root, run) {
@@ -120,6 +129,9 @@ fn main() -> ExitCode {
     }
     if failed {
         ExitCode::FAILURE
+    } else if check && !missed.is_empty() {
+        eprintln!("bench: --check: not met (missed, skipped or failed): {}", missed.join(", "));
+        ExitCode::from(3)
     } else {
         ExitCode::SUCCESS
     }

@@ -65,14 +65,33 @@ pub enum Outcome {
     },
 }
 
+impl Outcome {
+    /// Whether the benchmark met its target (and its side conditions): `false` for a skipped
+    /// or failed one, which has no figure to meet it with.
+    #[must_use]
+    pub fn met(&self) -> bool {
+        match self {
+            Outcome::Measured { ratio, target, ok, .. } => *ok && target.met(*ratio),
+            Outcome::Skipped { .. } | Outcome::Failed { .. } => false,
+        }
+    }
+
+    /// The benchmark's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        match self {
+            Outcome::Measured { name, .. } | Outcome::Skipped { name, .. } | Outcome::Failed { name, .. } => name,
+        }
+    }
+}
+
 impl fmt::Display for Outcome {
     /// The one line a benchmark prints: `bench <name> ratio=<value> target=<value> <details>`
     /// (or `bench <name> skipped reason="..."` / `bench <name> failed reason="..."`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Outcome::Measured { name, ratio, target, ok, details } => {
-                let met = *ok && target.met(*ratio);
-                write!(f, "bench {name} ratio={} target={target} met={}", fmt_ratio(*ratio), if met { "yes" } else { "no" })?;
+            Outcome::Measured { name, ratio, target, details, .. } => {
+                write!(f, "bench {name} ratio={} target={target} met={}", fmt_ratio(*ratio), if self.met() { "yes" } else { "no" })?;
                 for (k, v) in details {
                     write!(f, " {k}={v}")?;
                 }
@@ -111,4 +130,21 @@ pub fn kv(k: &str, v: impl fmt::Display) -> (String, String) {
 pub fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn met_needs_the_ratio_the_side_conditions_and_a_figure() {
+        let measured = |ratio, ok| Outcome::Measured { name: "x".into(), ratio, target: Target::AtMost(1.0), ok, details: vec![] };
+        assert!(measured(0.9, true).met());
+        assert!(!measured(1.1, true).met());
+        assert!(!measured(0.9, false).met());
+        assert_eq!(measured(0.9, false).to_string(), "bench x ratio=0.9000 target=<=1 met=no");
+        assert!(!Outcome::Skipped { name: "y".into(), reason: "r".into() }.met());
+        assert!(!Outcome::Failed { name: "z".into(), reason: "r".into() }.met());
+        assert_eq!(Outcome::Failed { name: "z".into(), reason: "r".into() }.name(), "z");
+    }
 }

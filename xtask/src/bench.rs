@@ -31,6 +31,10 @@ pub struct BenchArgs {
     /// Short idle window for agent-footprint (10 s instead of 60 s).
     #[arg(long)]
     pub quick: bool,
+    /// Fail when a benchmark of the run misses its target, is skipped or fails (without it a
+    /// missed target is reported in the table, not an error).
+    #[arg(long)]
+    pub check: bool,
     /// Repetitions of each measurement (the median is reported).
     #[arg(long, default_value_t = 5)]
     pub runs: u32,
@@ -61,6 +65,9 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     cmd.args(&args.names).arg("--agent-bin").arg(&agent).args(["--runs", &args.runs.to_string()]).arg("--record").arg(&root);
     if args.quick {
         cmd.arg("--quick");
+    }
+    if args.check {
+        cmd.arg("--check");
     }
     run_cmd(&mut cmd)
 }
