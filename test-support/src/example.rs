@@ -1,8 +1,9 @@
 //! The example cluster (`examples/cluster`) as a Kubernetes-datastore cluster serves it, loaded
 //! into the API-server stand-in.
 //!
-//! A copy of the Node conversion lives in the agent's own unit tests
-//! (`agent/src/datastore/kubernetes/tests.rs`), which cannot depend on this crate.
+//! The Calico Node → core Node conversion is the agent's own
+//! (`routewarden::datastore::kubernetes::calico_node`, feature `test-support`), which its unit
+//! tests use too.
 
 use std::path::Path;
 
@@ -61,19 +62,7 @@ pub fn serve_example(api: &ApiServer, dir: &Path) {
         let kind = item["kind"].as_str().unwrap();
         let name = item["metadata"]["name"].as_str().unwrap();
         if kind == "Node" {
-            let (annotations, addresses) = if item["apiVersion"] == "v1" {
-                (item["metadata"]["annotations"].clone(), item["status"]["addresses"].clone())
-            } else {
-                let bgp = &item["spec"]["bgp"];
-                let mut ann = json!({});
-                for (field, key) in [("ipv4Address", "IPv4Address"), ("ipv6Address", "IPv6Address"), ("ipv4IPIPTunnelAddr", "IPv4IPIPTunnelAddr")] {
-                    if let Some(v) = bgp.get(field) {
-                        ann[format!("projectcalico.org/{key}")] = v.clone();
-                    }
-                }
-                let addrs: Vec<Value> = item["spec"]["addresses"].as_array().unwrap().iter().filter(|a| a["type"] == "InternalIP").cloned().collect();
-                (ann, Value::Array(addrs))
-            };
+            let (annotations, addresses) = routewarden::datastore::kubernetes::calico_node::core_node_fields(&item);
             let node =
                 json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}, "annotations": annotations}, "status": {"addresses": addresses}});
             api.create(&nodes_type(), node).unwrap();

@@ -41,6 +41,9 @@
 //! [`Cluster::unread`]: crate::model::Cluster::unread
 //! [`Cluster`]: crate::model::Cluster
 
+/// Calico Nodes as the core Nodes a Kubernetes-datastore cluster serves: for tests only.
+#[cfg(any(test, feature = "test-support"))]
+pub mod calico_node;
 mod discovery;
 mod error;
 mod presized_value;

@@ -351,20 +351,7 @@ fn cluster_objects(yaml: &str, group: CalicoGroup) -> Objects {
         let name = item["metadata"]["name"].as_str().unwrap();
         let rv = format!("{}", 10 + i);
         if kind == "Node" {
-            let (ann, addrs) = if item["apiVersion"] == "v1" {
-                (item["metadata"]["annotations"].clone(), item["status"]["addresses"].clone())
-            } else {
-                let bgp = &item["spec"]["bgp"];
-                let mut ann = json!({});
-                for (field, key) in [("ipv4Address", "IPv4Address"), ("ipv6Address", "IPv6Address"), ("ipv4IPIPTunnelAddr", "IPv4IPIPTunnelAddr")] {
-                    if let Some(v) = bgp.get(field) {
-                        ann[format!("projectcalico.org/{key}")] = v.clone();
-                    }
-                }
-                let addrs: Vec<Json> =
-                    item["spec"]["addresses"].as_array().map(|a| a.iter().filter(|x| x["type"] == "InternalIP").cloned().collect()).unwrap_or_default();
-                (ann, Json::Array(addrs))
-            };
+            let (ann, addrs) = super::calico_node::core_node_fields(item);
             out.entry("nodes").or_default().push(node(name, &rv, &ann, &addrs));
         } else {
             let plural = super::resources::CALICO_RESOURCES.iter().find(|w| w.kind.as_str() == kind).map(|w| w.plural).unwrap();
