@@ -165,21 +165,25 @@ pub fn render_table(records: &[Record], registry: &[&str]) -> String {
     out
 }
 
-/// `document` with the text between [`TABLE_BEGIN`] and [`TABLE_END`] replaced by `table`.
+/// The byte range of the table between [`TABLE_BEGIN`] and [`TABLE_END`] in `document`.
 /// Errors when the markers are missing or out of order.
-pub fn replace_table(document: &str, table: &str) -> Result<String> {
+fn table_span(document: &str) -> Result<std::ops::Range<usize>> {
     let begin = document.find(TABLE_BEGIN).context("BENCHMARKS.md has no current-results begin marker")?;
     let start = begin + TABLE_BEGIN.len();
     let end = document[start..].find(TABLE_END).context("BENCHMARKS.md has no current-results end marker after the begin marker")? + start;
-    Ok(format!("{}\n{}{}", &document[..start], table, &document[end..]))
+    Ok(start..end)
+}
+
+/// `document` with the text between [`TABLE_BEGIN`] and [`TABLE_END`] replaced by `table`.
+pub fn replace_table(document: &str, table: &str) -> Result<String> {
+    let span = table_span(document)?;
+    Ok(format!("{}\n{}{}", &document[..span.start], table, &document[span.end..]))
 }
 
 /// The table currently between the markers of `document`.
 pub fn current_table(document: &str) -> Result<&str> {
-    let begin = document.find(TABLE_BEGIN).context("BENCHMARKS.md has no current-results begin marker")?;
-    let start = begin + TABLE_BEGIN.len();
-    let end = document[start..].find(TABLE_END).context("BENCHMARKS.md has no current-results end marker")? + start;
-    Ok(document[start..end].strip_prefix('\n').unwrap_or(&document[start..end]))
+    let text = &document[table_span(document)?];
+    Ok(text.strip_prefix('\n').unwrap_or(text))
 }
 
 /// Record `lines` (the harness lines of a run described by `run`, see [`this_run`]) in

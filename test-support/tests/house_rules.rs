@@ -111,16 +111,11 @@ fn tree(dir: &Path, root: &Path, out: &mut Vec<String>) {
     }
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display())) {
-        let path = entry.expect("dir entry").path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if path.is_dir() && name != "target" && !name.starts_with('.') {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs" || e == "toml") {
-            out.push(path);
-        }
-    }
+/// The `.rs` and `.toml` files under `dir` (no `target/`, no hidden folders).
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut all = Vec::new();
+    tree(dir, dir, &mut all);
+    all.into_iter().map(|rel| dir.join(rel)).filter(|p| p.extension().is_some_and(|e| e == "rs" || e == "toml")).collect()
 }
 
 /// `issue 18`, `Issue 23's`, `issues 5 and 6`: a word "issue(s)" followed by a number.
@@ -137,8 +132,7 @@ fn issue_reference(line: &str) -> bool {
 #[test]
 fn code_refers_to_no_tracker_issue_by_number() {
     let root = root();
-    let mut files = Vec::new();
-    rust_files(&root, &mut files);
+    let files = rust_files(&root);
     let this = file!().rsplit('/').next().unwrap_or_default().to_owned();
     let mut found = Vec::new();
     for path in &files {
@@ -176,9 +170,7 @@ fn no_source_file_outside_tests_is_over_600_lines() {
     let root = root();
     let mut long = Vec::new();
     for dir in ["agent/src", "common/src", "ebpf/src", "test-support/src", "bench/src", "xtask/src"] {
-        let mut files = Vec::new();
-        rust_files(&root.join(dir), &mut files);
-        for path in files.iter().filter(|p| p.extension().is_some_and(|e| e == "rs")) {
+        for path in rust_files(&root.join(dir)).iter().filter(|p| p.extension().is_some_and(|e| e == "rs")) {
             let rel = path.strip_prefix(&root).unwrap_or(path);
             let lines = std::fs::read_to_string(path).unwrap_or_default().lines().count();
             if lines > MAX_LINES && !is_test_file(rel) {
