@@ -50,7 +50,7 @@ fn test_router() -> Router {
     health.progress();
     health.set_view(true, Vec::new());
     health.set_first_apply_done();
-    router(registry, health)
+    router(registry, health, Arc::new(routewarden::observe::StatusBoard::new("node-a", "program", "felix")))
 }
 
 /// A server on 127.0.0.1, on its own two-thread runtime, stopped (all connections closed) on drop.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::dataplane::ApplyReport;
-use crate::observe::{Health, Metrics};
+use crate::observe::{Health, Metrics, StatusBoard};
 
 /// What the report handler remembers between applies (to log transitions, not every apply).
 #[derive(Default)]
@@ -16,8 +16,17 @@ pub(super) struct ReportLog {
     mass_held: bool,
 }
 
-pub(super) fn record_report(metrics: &Metrics, health: &Health, report: &ApplyReport, log: &mut ReportLog, percent: u8, settle: Duration) {
+pub(super) fn record_report(
+    metrics: &Metrics,
+    health: &Health,
+    status: &StatusBoard,
+    report: &ApplyReport,
+    log: &mut ReportLog,
+    percent: u8,
+    settle: Duration,
+) {
     metrics.record_apply(report);
+    status.set_routes(report);
     match report.mass_deletion {
         Some((wanted, ours)) if !log.mass_held => {
             warn!(

@@ -5,7 +5,7 @@
 use tracing::{info, warn};
 
 use crate::dataplane::KernelDump;
-use crate::observe::{Health, Metrics};
+use crate::observe::{Health, Metrics, StatusBoard};
 use crate::plan::Plan;
 
 /// The audit handler (`--mode audit`): compares the kernel with what each owner should have
@@ -16,10 +16,11 @@ pub(super) struct AuditHandler {
 }
 
 impl AuditHandler {
-    pub(super) async fn audit(&mut self, plan: &Plan, metrics: &Metrics, health: &Health) {
+    pub(super) async fn audit(&mut self, plan: &Plan, metrics: &Metrics, health: &Health, status: &StatusBoard) {
         match crate::dataplane::audit_kernel(&mut self.nl, &plan.expected, &plan.audit_scope).await {
             Ok(report) => {
                 metrics.record_audit(&report);
+                status.set_audit(&report, crate::observe::status::unix_now());
                 if report.findings != self.last_findings {
                     if report.is_clean() {
                         info!(expected = report.expected, kernel_routes = report.kernel_routes, "audit clean");

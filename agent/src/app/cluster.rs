@@ -12,7 +12,7 @@ use super::flags::Mode;
 use super::view;
 use crate::dataplane::{DataplaneCommand, KernelDump};
 use crate::datastore::{DatastoreEvent, Snapshot};
-use crate::observe::{Health, Metrics};
+use crate::observe::{Health, Metrics, StatusBoard};
 use crate::plan::{self, Plan, PlanConfig};
 use crate::vocabulary::PoolClass;
 
@@ -41,6 +41,8 @@ pub(super) struct ClusterHandler {
     pub(super) mode: Mode,
     pub(super) metrics: Arc<Metrics>,
     pub(super) health: Arc<Health>,
+    /// The status document's state: each new plan's ownership decision.
+    pub(super) status: Arc<StatusBoard>,
     pub(super) programmed: BTreeSet<PoolClass>,
     pub(super) view: view::ViewState,
     pub(super) last: Option<Plan>,
@@ -264,5 +266,6 @@ impl ClusterHandler {
             }
         }
         self.metrics.record_plan(plan);
+        self.status.set_decision(d);
     }
 }

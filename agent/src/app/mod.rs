@@ -38,7 +38,7 @@ use crate::bpf::watch::WatchHandler;
 use crate::dataplane::{self, ApplyReport, DataplaneConfig, KernelDump, Reconciler, RtNetlink, SystemClock};
 use crate::datastore::{Datastore, DatastoreEvent, FileDatastore, KubernetesDatastore};
 use crate::observe::http::HttpServer;
-use crate::observe::{Health, Metrics};
+use crate::observe::{Health, Metrics, StatusBoard};
 use crate::ownership::{OwnershipConfig, Role, VersionChoice};
 use crate::plan::{Plan, PlanConfig};
 use crate::routes::RouteDevices;
@@ -169,16 +169,22 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let (registry, metrics) = Metrics::new_registry();
     let health = Arc::new(Health::default());
     health.progress();
+    let mode_label = match args.mode {
+        Mode::Program => "program",
+        Mode::Audit => "audit",
+    };
+    let status = Arc::new(StatusBoard::new(&node, mode_label, &ownership.role.to_string()));
     let http_limits = args.http_limits();
-    let http_server =
-        HttpServer::bind(args.metrics_addr, crate::observe::http::router(registry, health.clone()), http_limits).await.context("--metrics-addr")?;
+    let http_server = HttpServer::bind(args.metrics_addr, crate::observe::http::router(registry, health.clone(), status.clone()), http_limits)
+        .await
+        .context("--metrics-addr")?;
     info!(
         addr = %args.metrics_addr,
         header_timeout_s = http_limits.header_read_timeout.as_secs(),
         idle_timeout_s = http_limits.idle_timeout.as_secs(),
         max_connections = http_limits.max_connections,
         request_timeout_s = http_limits.request_timeout.as_secs(),
-        "serving /metrics, /healthz, /readyz"
+        "serving /metrics, /healthz, /readyz, /status/v1"
     );
     let http = tokio::spawn(http_server.run());
 
@@ -280,6 +286,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         mode: args.mode,
         metrics: metrics.clone(),
         health: health.clone(),
+        status: status.clone(),
         programmed: BTreeSet::new(),
         view: view::ViewState::default(),
         last: None,
@@ -323,7 +330,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                         }
                         if replanned || !snapshot {
                             if let (Some(a), Some(plan)) = (auditor.as_mut(), cluster.last.as_ref()) {
-                                a.audit(plan, &metrics, &health).await;
+                                a.audit(plan, &metrics, &health, &status).await;
                             }
                         }
                     }
@@ -332,11 +339,11 @@ pub async fn run(args: RunArgs) -> Result<()> {
             },
             _ = audit_tick.tick(), if auditor.is_some() => {
                 if let (Some(a), Some(plan)) = (auditor.as_mut(), cluster.last.as_ref()) {
-                    a.audit(plan, &metrics, &health).await;
+                    a.audit(plan, &metrics, &health, &status).await;
                 }
             }
             Some(report) = report_rx.recv() => {
-                record_report(&metrics, &health, &report, &mut report_log, dp_config.mass_deletion_percent, dp_config.settle);
+                record_report(&metrics, &health, &status, &report, &mut report_log, dp_config.mass_deletion_percent, dp_config.settle);
                 trim_pending = true;
             }
             _ = counters.tick() => {
@@ -356,7 +363,10 @@ pub async fn run(args: RunArgs) -> Result<()> {
                     t.poll(&metrics, &health);
                 }
             }
-            Some(ev) = route_watch.next_event() => route_watch.on_event(&metrics, &ev),
+            Some(ev) = route_watch.next_event() => {
+                route_watch.on_event(&metrics, &ev);
+                status.record_route_watch(&ev, crate::observe::status::unix_now());
+            }
             Some(ev) = forward.next_event() => forward.on_event(&metrics, &ev),
             _ = heartbeat.tick() => {
                 // `--host-device auto`: links and addresses change (a NIC renamed, an address

@@ -1,4 +1,5 @@
-//! The HTTP server: `/metrics` (OpenMetrics text), `/healthz`, `/readyz`.
+//! The HTTP server: `/metrics` (OpenMetrics text), `/healthz`, `/readyz`, and the status
+//! document at [`STATUS_PATH`] (JSON, [`StatusDocument`](super::status::StatusDocument)).
 //!
 //! [`router`] is the service; [`HttpServer`] serves it over hyper's HTTP/1 with the limits of
 //! [`HttpLimits`], so that slow, idle or too many clients cannot take the endpoints down
@@ -23,7 +24,8 @@ use axum::routing::get;
 use axum::Router;
 use prometheus_client::registry::Registry;
 
-use super::Health;
+use super::status::{unix_now, STATUS_PATH};
+use super::{Health, StatusBoard};
 
 /// `/healthz` fails when the main loop has not made progress for this long.
 pub const LIVENESS_MAX_AGE: Duration = Duration::from_mins(1);
@@ -31,21 +33,31 @@ pub const LIVENESS_MAX_AGE: Duration = Duration::from_mins(1);
 struct Shared {
     registry: Registry,
     health: Arc<Health>,
+    status: Arc<StatusBoard>,
 }
 
 /// Build the router (exposed for tests).
-pub fn router(registry: Registry, health: Arc<Health>) -> Router {
+pub fn router(registry: Registry, health: Arc<Health>, status: Arc<StatusBoard>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(Arc::new(Shared { registry, health }))
+        .route(STATUS_PATH, get(status_document))
+        .with_state(Arc::new(Shared { registry, health, status }))
 }
 
 async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
     let mut body = String::new();
     match prometheus_client::encoding::text::encode(&mut body, &s.registry) {
         Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], e.to_string()),
+    }
+}
+
+async fn status_document(State(s): State<Arc<Shared>>) -> impl IntoResponse {
+    let doc = s.status.document(&s.health, unix_now());
+    match serde_json::to_string(&doc) {
+        Ok(body) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], e.to_string()),
     }
 }
