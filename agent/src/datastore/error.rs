@@ -57,6 +57,19 @@ pub enum LoadErrorKind {
 }
 
 impl LoadErrorKind {
+    /// Every kind, in the enum's order (with `object`, the `reason` label values of
+    /// `routewarden_datastore_load_errors_total`, declared at 0 from the start).
+    pub const ALL: [LoadErrorKind; 8] = [
+        LoadErrorKind::Io,
+        LoadErrorKind::Syntax,
+        LoadErrorKind::Empty,
+        LoadErrorKind::TooLarge,
+        LoadErrorKind::NotRegularFile,
+        LoadErrorKind::Vanished,
+        LoadErrorKind::Watch,
+        LoadErrorKind::Stale,
+    ];
+
     /// `io`, `syntax`, `empty`, `too-large`, `not-regular-file`, `vanished`, `watch`, `stale`.
     pub fn code(self) -> &'static str {
         match self {

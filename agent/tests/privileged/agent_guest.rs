@@ -459,8 +459,8 @@ impl Scenario {
             (r#"routewarden_route_conflicts_total{family="ipv4",writers="self+bird"}"#.to_string(), 1),
             (format!(r#"routewarden_route_conflicts_total{{family="ipv4",writers="self+{deleter_class}"}}"#), 1),
         ];
-        assert_eq!(m.family("routewarden_route_conflicts_total"), sorted(&conflicts), "{m}");
-        assert_eq!(m.family("routewarden_route_flaps_total"), [(r#"routewarden_route_flaps_total{family="ipv4"}"#, 1)], "{m}");
+        assert_eq!(m.counted("routewarden_route_conflicts_total"), sorted(&conflicts), "{m}");
+        assert_eq!(m.counted("routewarden_route_flaps_total"), [(r#"routewarden_route_flaps_total{family="ipv4"}"#, 1)], "{m}");
         assert_eq!(m.value("routewarden_flapping_prefixes"), 2, "{m}");
         // Every write the kernel counted: the agent's seven adds, bird's replaces and the
         // agent's repairs, the delete and the agent's add back.
@@ -474,7 +474,7 @@ impl Scenario {
             (r#"routewarden_route_writes_total{family="ipv4",op="replace",writer="bird"}"#.to_string(), ROUNDS),
             (r#"routewarden_route_writes_total{family="ipv4",op="replace",writer="self"}"#.to_string(), ROUNDS),
         ];
-        assert_eq!(m.family("routewarden_route_writes_total"), sorted(&writes), "{m}");
+        assert_eq!(m.counted("routewarden_route_writes_total"), sorted(&writes), "{m}");
         let log = std::fs::read_to_string(&self.log).unwrap();
         let conflicts: Vec<&str> = log.lines().filter(|l| l.contains("route conflict: two writers")).collect();
         let flaps: Vec<&str> = log.lines().filter(|l| l.contains("route flap") && !l.contains("conflicts and flaps")).collect();

@@ -41,6 +41,21 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind, in the enum's order (the `kind` label values of
+    /// `routewarden_netlink_errors_total`, declared at 0 from the start).
+    pub const ALL: [ErrorKind; 10] = [
+        ErrorKind::DumpInterrupted,
+        ErrorKind::ForeignRouteAtKey,
+        ErrorKind::NoDevice,
+        ErrorKind::DeviceDown,
+        ErrorKind::NetUnreachable,
+        ErrorKind::Timeout,
+        ErrorKind::Permission,
+        ErrorKind::Invalid,
+        ErrorKind::BadDesiredRoute,
+        ErrorKind::Other,
+    ];
+
     /// Stable label value.
     pub fn label(self) -> &'static str {
         match self {

@@ -24,6 +24,7 @@
 pub mod bpf;
 pub mod datastore;
 pub mod forward;
+mod known_series;
 pub mod route_watch;
 pub mod routes;
 
@@ -205,6 +206,7 @@ impl Metrics {
         r.register("forwarding_flaps", "Blocks whose egress path changed at least threshold times within the window", m.forwarding_flaps.clone());
         r.register("forwarding_events_lost", "Forwarding-watch ring-buffer records lost because the buffer was full", m.forwarding_events_lost.clone());
         m.declare_deletions_held();
+        m.declare_known_series();
         (r, m)
     }
 }

@@ -47,9 +47,9 @@ pub struct BackendLabels {
 }
 
 /// The `family` label values by the kernel counters' family index.
-const FAMILY_LABELS: [&str; FAMILIES] = ["ipv4", "ipv6"];
+pub(super) const FAMILY_LABELS: [&str; FAMILIES] = ["ipv4", "ipv6"];
 /// The operations by the kernel counters' operation index.
-const OP_LABELS: [WriteOp; OPS] = [WriteOp::Add, WriteOp::Replace, WriteOp::Delete];
+pub(super) const OP_LABELS: [WriteOp; OPS] = [WriteOp::Add, WriteOp::Replace, WriteOp::Delete];
 /// The `backend` label values (`RouteWatchBackend::label`, and `none`), every one declared.
 const BACKENDS: [&str; 4] = ["fentry", "kprobe", "socket-filter", "none"];
 

@@ -228,3 +228,32 @@ fn writers_label_is_ordered() {
     assert_eq!(writers_label(WriterClass::Bird, WriterClass::SelfAgent), "self+bird");
     assert_eq!(writers_label(WriterClass::Bird, WriterClass::Bird), "bird+bird");
 }
+
+/// A fresh registry already has every series of the counters with fixed label sets, at 0:
+/// 42 route-write series (2 families × 3 ops × 7 writer classes), 56 conflict series (2 × the
+/// 28 writer pairs), 2 each of flaps, flushes and unattributed writes, 8 route operations,
+/// 11 netlink errors, 9 datastore load errors; and no pool-labelled forwarding series.
+#[test]
+fn counters_with_known_labels_start_at_zero() {
+    let (registry, _m) = Metrics::new_registry();
+    let text = render(&registry);
+    let count = |prefix: &str| text.lines().filter(|l| l.starts_with(prefix) && l.ends_with(" 0")).count();
+    assert_eq!(count("routewarden_route_writes_total{"), 42);
+    assert_eq!(count("routewarden_route_conflicts_total{"), 56);
+    assert_eq!(count("routewarden_route_flaps_total{"), 2);
+    assert_eq!(count("routewarden_route_flushes_total{"), 2);
+    assert_eq!(count("routewarden_route_writes_unattributed_total{"), 2);
+    assert_eq!(count("routewarden_route_operations_total{"), 8);
+    assert_eq!(count("routewarden_netlink_errors_total{"), 11);
+    assert_eq!(count("routewarden_datastore_load_errors_total{"), 9);
+    assert_eq!(count("routewarden_forwarding_flaps_total{"), 0);
+    for line in [
+        "routewarden_route_flaps_total{family=\"ipv6\"} 0",
+        "routewarden_route_writes_total{family=\"ipv4\",op=\"replace\",writer=\"bird\"} 0",
+        "routewarden_route_conflicts_total{family=\"ipv4\",writers=\"felix+bird\"} 0",
+        "routewarden_netlink_errors_total{op=\"dump\",kind=\"other\"} 0",
+        "routewarden_datastore_load_errors_total{reason=\"object\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
+    }
+}

@@ -193,6 +193,12 @@ impl Metrics {
         out
     }
 
+    /// The series of the metric `name` that counted something (value above 0), with their
+    /// values, sorted: for counters whose every label set is exported at 0 from the start.
+    pub fn counted(&self, name: &str) -> Vec<(&str, u64)> {
+        self.family(name).into_iter().filter(|(_, v)| *v > 0).collect()
+    }
+
     /// Every series exported (the text before each value).
     pub fn series(&self) -> impl Iterator<Item = &str> + '_ {
         self.raw().map(|(s, _)| s)
