@@ -172,8 +172,8 @@ impl Metrics {
 
     /// The sum over every label set of the metric `name` (`routewarden_route_writes_total`
     /// sums `routewarden_route_writes_total{...}`). Panics unless the agent declares the
-    /// metric (its `# TYPE` line): a labelled counter that never counted has no series, but it
-    /// is declared, so its sum is a real 0.
+    /// metric (its `# TYPE` line): a counter labelled by the cluster (an IP pool) that never
+    /// counted has no series, but it is declared, so its sum is a real 0.
     pub fn sum(&self, name: &str) -> u64 {
         self.family(name).iter().map(|(_, v)| v).sum()
     }
