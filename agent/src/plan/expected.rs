@@ -50,6 +50,25 @@ pub(super) fn wireguard_peer_of(route: &ClusterRoute, peers: &[(String, std::net
     })
 }
 
+/// Whether Felix programs `route`, which routewarden computed: false exactly where
+/// routewarden routes on purpose where Felix does not (DESIGN.md "Where routewarden differs
+/// from Felix"). One place today: a tunnel route to a node whose BGP address has no prefix
+/// length and that has no InternalIP or ExternalIP has no gateway in Felix's per-host address
+/// message, so Felix's IPIP manager programs none (`felix/dataplane/linux/ipip_mgr.go`
+/// `route`: no address, no route); routewarden routes via the bare BGP address and reports
+/// `next-hop-sources-disagree`.
+fn felix_programs(route: &ClusterRoute, cluster: &Cluster, gateway_of: &mut std::collections::HashMap<Arc<str>, bool>) -> bool {
+    if route.path != RoutePath::Tunnel {
+        return true;
+    }
+    match &route.origin {
+        RouteOrigin::RemoteBlock { node, .. } | RouteOrigin::BorrowedIp { node, .. } | RouteOrigin::TunnelAddress { node, .. } => {
+            *gateway_of.entry(node.clone()).or_insert_with(|| cluster.nodes.get(node).is_some_and(|n| n.tunnel_gateway().is_some()))
+        }
+        RouteOrigin::OwnBlock { .. } => true,
+    }
+}
+
 /// The audit's expectations: per routable class, every writer's routes (BIRD's as BIRD learns
 /// them; none to WireGuard peers from whoever stands in BIRD's place, those are returned
 /// apart); for a class nobody programs, its prefixes with the ownership finding's reason.
@@ -77,6 +96,8 @@ pub(super) fn audit_expectations(
     let mut expected = Vec::with_capacity(by_class.iter().map(|(c, routes)| routes.len() * decision.writers_of(*c).len()).sum());
     // BIRD's next hop per node (its BGP address of the family), looked up once per node.
     let mut bgp_of: std::collections::HashMap<(Arc<str>, bool), Option<std::net::IpAddr>> = std::collections::HashMap::new();
+    // Whether Felix has an IPIP tunnel gateway for a node, looked up once per node.
+    let mut felix_gateway_of: std::collections::HashMap<Arc<str>, bool> = std::collections::HashMap::new();
     for class in routable_classes() {
         let routes = by_class.remove(&class).unwrap_or_default();
         let writers = decision.writers_of(class);
@@ -105,6 +126,9 @@ pub(super) fn audit_expectations(
                     }
                 }
                 if !speaks(&route) {
+                    continue;
+                }
+                if w == Writer::Felix && !felix_programs(&route, cluster, &mut felix_gateway_of) {
                     continue;
                 }
                 if w == Writer::Bird {

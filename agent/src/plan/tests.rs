@@ -4,4 +4,5 @@
 mod block_overlap;
 mod bounds;
 mod claims;
+mod felix_expectations;
 mod restart;
