@@ -210,7 +210,7 @@ pub struct RunArgs {
     /// `ip route` users expect classic routes); turning it off replaces the routes in place.
     #[arg(long, env = "ROUTEWARDEN_NEXTHOP_OBJECTS")]
     pub nexthop_objects: bool,
-    /// Address of the HTTP server (/metrics, /healthz, /readyz).
+    /// Address of the HTTP server (/metrics, /healthz, /readyz, /status/v1).
     #[arg(long, env = "ROUTEWARDEN_METRICS_ADDR", default_value = "0.0.0.0:9695")]
     pub metrics_addr: SocketAddr,
     /// Seconds a client of the HTTP server has to send a whole request head, from connecting
@@ -224,7 +224,7 @@ pub struct RunArgs {
     /// (slow or idle) connection instead of waiting.
     #[arg(long, env = "ROUTEWARDEN_HTTP_MAX_CONNECTIONS", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65_536))]
     pub http_max_connections: u64,
-    /// Seconds a /metrics, /healthz or /readyz handler may take before the request is
+    /// Seconds a /metrics, /healthz, /readyz or /status/v1 handler may take before the request is
     /// answered 503.
     #[arg(long, env = "ROUTEWARDEN_HTTP_REQUEST_TIMEOUT", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub http_request_timeout: u64,
