@@ -34,7 +34,7 @@ static ALLOCATOR: routewarden::app::memory::Allocator = routewarden::app::memory
 fn usage() -> String {
     format!(
         "usage: bench [NAME...] [--agent-bin PATH] [--quick] [--runs N] [--tiny] [--record ROOT] [--check]\n  names: {}\n  \
-         --quick: 10 s idle window for agent-footprint instead of 60 s\n  \
+         --quick: 10 s idle window and 5 s churn for agent-footprint instead of 185 s and 30 s\n  \
          --tiny: 100 routes, one run (checks the harness, not the figures)\n  \
          --record ROOT: record the results in ROOT/bench/current-results.txt and the table of ROOT/BENCHMARKS.md\n  \
          --check: exit 3 if a benchmark missed its target, was skipped or failed\n",
@@ -66,7 +66,10 @@ fn main() -> ExitCode {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--agent-bin" => opts.agent_bin = it.next().map(PathBuf::from),
-            "--quick" => opts.idle = Duration::from_secs(10),
+            "--quick" => {
+                opts.idle = Duration::from_secs(10);
+                opts.churn = Duration::from_secs(5);
+            }
             "--tiny" => {}
             "--check" => check = true,
             "--record" => {

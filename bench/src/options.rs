@@ -22,8 +22,11 @@ pub struct Options {
     pub kube_churn: KubeChurn,
     /// Nodes of the cluster of benchmark 8 (its node gets `routes` routes).
     pub footprint_nodes: usize,
-    /// Idle window of benchmark 8 (60 s; 10 s with `--quick`).
+    /// Idle window of benchmark 8 (185 s: two of the agent's default 90-s resyncs; 10 s with
+    /// `--quick`).
     pub idle: Duration,
+    /// Churn phase of benchmark 8, one datastore change a second (30 s; 5 s with `--quick`).
+    pub churn: Duration,
     /// Length of each UDP stream of benchmark 6 (2 s).
     pub stream: Duration,
     /// The release agent binary for benchmark 8 (`target/release/routewarden`).
@@ -65,7 +68,8 @@ impl Options {
             conflicts: 1_000,
             kube_churn: KubeChurn { per_s: 1_000, window: Duration::from_secs(10) },
             footprint_nodes: 500,
-            idle: Duration::from_mins(1),
+            idle: crate::benchmarks::agent_footprint::IDLE_TWO_RESYNCS,
+            churn: Duration::from_secs(30),
             stream: Duration::from_secs(2),
             agent_bin: None,
             child_exe: None,
@@ -83,6 +87,7 @@ impl Options {
             kube_churn: KubeChurn { per_s: 100, window: Duration::from_secs(1) },
             footprint_nodes: 10,
             idle: Duration::from_secs(1),
+            churn: Duration::from_secs(2),
             stream: Duration::from_millis(200),
             agent_bin: None,
             child_exe: None,
