@@ -190,9 +190,9 @@ fn read_answers(sock: &Socket, rx: &mut Vec<u8>, until: u32, mut acked: u32) -> 
 }
 
 /// A writer of `shape` writes `routes` into the empty main table of a fresh namespace, the
-/// messages built first. Returns the time of [`write_messages`] (socket to last ack) and its
-/// number of sends.
-fn floor_once(routes: Arc<Vec<ClusterRoute>>, shape: Shape) -> Result<(Duration, Duration, usize)> {
+/// messages built first. Returns the time of [`write_messages`] (socket to last ack), the
+/// process CPU time it took, and its number of sends.
+pub(crate) fn floor_once(routes: Arc<Vec<ClusterRoute>>, shape: Shape) -> Result<(Duration, Duration, usize)> {
     in_node_netns(move |_| {
         let (mut buf, starts) = build_messages(&routes, shape)?;
         let (t, cpu) = (Instant::now(), process_cpu()?);
