@@ -47,8 +47,7 @@ impl NodeEventTriggers {
     /// A new plan: its scope and pools from now on, and one `RouteOwnershipInconsistent` per
     /// error finding (code, class) the previous plan did not have.
     pub fn on_plan(&mut self, plan: &Plan, scope: EpisodeScope) -> Vec<NodeEvent> {
-        self.scope = Some(scope);
-        self.pools = plan.decision.pools.iter().map(|p| (p.cidr, p.class)).collect();
+        self.set_scope(scope, plan.decision.pools.iter().map(|p| (p.cidr, p.class)).collect());
         let errors: Vec<_> = plan.decision.findings.iter().filter(|f| f.is_error()).collect();
         let now: BTreeSet<(&'static str, &'static str)> = errors.iter().map(|f| (f.code(), f.class_label())).collect();
         let out = errors
@@ -62,6 +61,13 @@ impl NodeEventTriggers {
             .collect();
         self.ownership_errors = now;
         out
+    }
+
+    /// Judge route episodes inside `scope` from now on, naming a prefix's class from `pools`
+    /// (each valid IP pool's CIDR and class; what [`NodeEventTriggers::on_plan`] sets).
+    pub fn set_scope(&mut self, scope: EpisodeScope, pools: Vec<(IpNet, Option<PoolClass>)>) {
+        self.scope = Some(scope);
+        self.pools = pools;
     }
 
     /// A `RouteConflict` or `RouteFlap` for a conflict or flap episode inside the scope; `None`

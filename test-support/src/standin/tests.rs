@@ -30,7 +30,7 @@ fn request(api: &ApiServer, uri: &str, token: Option<&str>) -> http::Response<Bo
     if let Some(t) = token {
         headers.insert(http::header::AUTHORIZATION, http::HeaderValue::from_str(&format!("Bearer {t}")).unwrap());
     }
-    api.handle(&http::Method::GET, &uri.parse().unwrap(), &headers)
+    api.handle(&http::Method::GET, &uri.parse().unwrap(), &headers, &[])
 }
 
 /// Status and JSON body of a request that is not a watch.
