@@ -301,7 +301,13 @@ impl RecorderTask {
     async fn publish(&mut self, report: Report) {
         let key = (report.reason, report.subject);
         let recorder = self.recorders.entry(key.clone()).or_insert_with(|| Recorder::new(self.client.clone(), self.reporter.clone()));
-        let event = Event { type_: EventType::Warning, reason: key.0.label().into(), note: Some(cut_note(&report.note)), action: key.0.action().into(), secondary: None };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: key.0.label().into(),
+            note: Some(cut_note(&report.note)),
+            action: key.0.action().into(),
+            secondary: None,
+        };
         let error = match tokio::time::timeout(CALL_TIMEOUT, recorder.publish(&event, &self.node)).await {
             Ok(Ok(())) => {
                 self.metrics.record_node_event(key.0.label());

@@ -72,7 +72,8 @@ impl ApiServer {
             "patch" if info.name.is_some() => true,
             _ => return None,
         };
-        if !(info.resource_request && info.api_group == "events.k8s.io" && info.api_version == "v1" && info.resource == "events" && info.subresource.is_none()) {
+        if !(info.resource_request && info.api_group == "events.k8s.io" && info.api_version == "v1" && info.resource == "events" && info.subresource.is_none())
+        {
             return None;
         }
         entry.bytes = body.len();
@@ -87,7 +88,11 @@ impl ApiServer {
         if !lock(&self.inner.store).collections.iter().any(|c| c.rt == rt) {
             self.register(&rt);
         }
-        Some(if is_patch { self.patch_event(&rt, &namespace, info.name.as_deref().unwrap_or_default(), headers, &object) } else { self.create_event(&rt, &namespace, object) })
+        Some(if is_patch {
+            self.patch_event(&rt, &namespace, info.name.as_deref().unwrap_or_default(), headers, &object)
+        } else {
+            self.create_event(&rt, &namespace, object)
+        })
     }
 
     fn create_event(&self, rt: &ResourceType, namespace: &str, mut object: Value) -> http::Response<Body> {
@@ -95,7 +100,12 @@ impl ApiServer {
             None => object["metadata"]["namespace"] = json!(namespace),
             Some(ns) if ns == namespace => {}
             Some(ns) => {
-                return status(400, "BadRequest", &format!("the namespace of the provided object ({ns}) does not match the namespace sent on the request ({namespace})"), None)
+                return status(
+                    400,
+                    "BadRequest",
+                    &format!("the namespace of the provided object ({ns}) does not match the namespace sent on the request ({namespace})"),
+                    None,
+                )
             }
         }
         let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
@@ -111,9 +121,12 @@ impl ApiServer {
                 *r.status_mut() = http::StatusCode::CREATED;
                 r
             }
-            Err(super::StoreError::AlreadyExists(_)) => {
-                status(409, "AlreadyExists", &format!("events.events.k8s.io \"{name}\" already exists"), Some(json!({"name": name, "group": "events.k8s.io", "kind": "events"})))
-            }
+            Err(super::StoreError::AlreadyExists(_)) => status(
+                409,
+                "AlreadyExists",
+                &format!("events.events.k8s.io \"{name}\" already exists"),
+                Some(json!({"name": name, "group": "events.k8s.io", "kind": "events"})),
+            ),
             Err(e) => status(400, "BadRequest", &e.to_string(), None),
         }
     }
@@ -124,7 +137,12 @@ impl ApiServer {
             return status(415, "UnsupportedMediaType", &format!("the body of the request was in an unknown format - accepted media types include: application/merge-patch+json, application/strategic-merge-patch+json (got {content_type:?})"), None);
         }
         let Some(mut object) = self.events().into_iter().find(|e| e["metadata"]["namespace"] == namespace && e["metadata"]["name"] == name) else {
-            return status(404, "NotFound", &format!("events.events.k8s.io \"{name}\" not found"), Some(json!({"name": name, "group": "events.k8s.io", "kind": "events"})));
+            return status(
+                404,
+                "NotFound",
+                &format!("events.events.k8s.io \"{name}\" not found"),
+                Some(json!({"name": name, "group": "events.k8s.io", "kind": "events"})),
+            );
         };
         let (uid, created) = (object["metadata"]["uid"].clone(), object["metadata"]["creationTimestamp"].clone());
         json_patch::merge(&mut object, patch);
@@ -180,7 +198,10 @@ fn invalid_event(event: &Value) -> Option<(String, String)> {
     let regarding_ns = event["regarding"]["namespace"].as_str().unwrap_or_default();
     let ns = event["metadata"]["namespace"].as_str().unwrap_or_default();
     if regarding_ns.is_empty() && ns != "default" {
-        return Some(("metadata.namespace".into(), "Invalid value: does not match regarding's namespace: an Event about a cluster-scoped object lives in \"default\"".into()));
+        return Some((
+            "metadata.namespace".into(),
+            "Invalid value: does not match regarding's namespace: an Event about a cluster-scoped object lives in \"default\"".into(),
+        ));
     }
     if !regarding_ns.is_empty() && regarding_ns != ns {
         return Some(("metadata.namespace".into(), "Invalid value: does not match regarding's namespace".into()));

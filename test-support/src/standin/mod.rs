@@ -306,7 +306,14 @@ impl ApiServer {
         response
     }
 
-    fn answer(&self, method: &http::Method, info: &RequestInfo, query: &Query, request: (Option<&str>, &http::HeaderMap, &[u8]), entry: &mut LoggedRequest) -> http::Response<Body> {
+    fn answer(
+        &self,
+        method: &http::Method,
+        info: &RequestInfo,
+        query: &Query,
+        request: (Option<&str>, &http::HeaderMap, &[u8]),
+        entry: &mut LoggedRequest,
+    ) -> http::Response<Body> {
         let (token, headers, body) = request;
         let user = match &*lock(&self.inner.tokens) {
             None => User::admin(),

@@ -84,7 +84,8 @@ fn run(events: &[(u64, RouteWatchEvent)], until: u64) -> Vec<(u64, Report)> {
 }
 
 const CONFLICT_NOTE: &str = "10.244.1.0/26 in table 254 (pool class ipip): other(proto 4, ip[4343]) overwrote or deleted the route of bird(proto 12, bird[4242]): two writers program this prefix";
-const FLAP_NOTE: &str = "10.244.1.0/26 in table 254 (pool class ipip): 3 changes within the 30 s window, the last by other(proto 4, ip[4343]) after bird(proto 12, bird[4242])";
+const FLAP_NOTE: &str =
+    "10.244.1.0/26 in table 254 (pool class ipip): 3 changes within the 30 s window, the last by other(proto 4, ip[4343]) after bird(proto 12, bird[4242])";
 
 fn expected(conflict_later: u32, flap_later: u32) -> Vec<(u64, Report)> {
     let r = |reason, note: &str, occurrences| Report { reason, subject: format!("{PREFIX} table 254"), note: note.into(), occurrences };
@@ -146,4 +147,33 @@ fn mass_deletion_is_reported_when_the_breaker_engages() {
     assert_eq!(t.on_report(&held, 50, Duration::from_secs(30)), None);
     assert_eq!(t.on_report(&ApplyReport::default(), 50, Duration::from_secs(30)), None);
     assert_eq!(t.on_report(&held, 50, Duration::from_secs(30)), Some(want));
+}
+
+/// `examples/cluster` planned for node-a in `role`.
+fn example_plan(role: &str) -> Plan {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster");
+    let snap = crate::datastore::FileDatastore::load(&dir).unwrap();
+    let ownership = crate::ownership::OwnershipConfig { role: role.parse().unwrap(), version: "auto".parse().unwrap(), node: Some("node-a".into()) };
+    let config = crate::plan::PlanConfig { node: "node-a".into(), ownership, devices: crate::routes::RouteDevices::default(), protocol: 80, table: 254 };
+    crate::plan::plan(&snap, &config, &std::collections::BTreeSet::new(), &[])
+}
+
+/// An error finding is one occurrence when it appears, none while it stays, one again when it
+/// comes back; a consistent decision gives none.
+#[test]
+fn ownership_errors_are_reported_when_they_appear() {
+    let (consistent, double) = (example_plan("felix"), example_plan("explicit:Enabled"));
+    assert!(!consistent.decision.has_errors());
+    let mut t = NodeEventTriggers::new(Duration::from_secs(30));
+    let scope = EpisodeScope::default;
+    assert_eq!(t.on_plan(&consistent, scope()), []);
+    let inconsistent = |class: &str, note: &str| NodeEvent { reason: NodeEventReason::RouteOwnershipInconsistent, subject: class.into(), note: note.into() };
+    let want = [
+        inconsistent("ipip", "pool class ipip: double-programmed: felix and routewarden all program the IPIP cluster routes of pools default-ipv4-ippool, ipip-always and fight over them: Felix field EnabledIPIPOnly (field), BIRD field EnabledNoEncapOnly (field), routewarden Enabled"),
+        inconsistent("noencap", "pool class noencap: double-programmed: bird and routewarden all program the no-encap cluster routes of pools flat, flat-ipv6 and fight over them: Felix field EnabledIPIPOnly (field), BIRD field EnabledNoEncapOnly (field), routewarden Enabled"),
+    ];
+    assert_eq!(t.on_plan(&double, scope()), want);
+    assert_eq!(t.on_plan(&double, scope()), []);
+    assert_eq!(t.on_plan(&consistent, scope()), []);
+    assert_eq!(t.on_plan(&double, scope()), want);
 }
