@@ -72,7 +72,7 @@ fn writer(class: &'static str, protocol: u8, pid: u32, comm: &str) -> WriterInfo
 /// An episode at second `s` of a fight between BIRD (even seconds) and `ip` (odd ones).
 fn episode(flap: bool, dst: &str, s: u64) -> RouteWatchEvent {
     let (bird, ip) = (writer("bird", 12, 4242, "bird"), writer("other", 4, 4343, "ip"));
-    let (w, previous) = if s % 2 == 0 { (bird, ip) } else { (ip, bird) };
+    let (w, previous) = if s.is_multiple_of(2) { (bird, ip) } else { (ip, bird) };
     let route = RouteChange {
         at_ns: s * 1_000_000_000,
         family: "ipv4",

@@ -31,7 +31,7 @@ use tokio::sync::mpsc;
 use crate::observe::Metrics;
 
 /// At most one API call per (reason, subject) in this period.
-pub const PERIOD: Duration = Duration::from_secs(60);
+pub const PERIOD: Duration = Duration::from_mins(1);
 
 /// Most (reason, subject) pairs tracked at once; an occurrence of a new pair beyond them is
 /// dropped and counted. A fight over thousands of prefixes has them all in the metrics and the
@@ -40,7 +40,7 @@ pub const MAX_SUBJECTS: usize = 256;
 
 /// A pair with nothing pending is forgotten this long after its last report: kube's recorder
 /// forgets its Event after 6 minutes (`CACHE_TTL` in kube-runtime `events.rs`).
-pub const FORGET_AFTER: Duration = Duration::from_secs(6 * 60);
+pub const FORGET_AFTER: Duration = Duration::from_mins(6);
 
 /// Events queued between the app loop and the recorder task.
 pub const QUEUE: usize = 256;

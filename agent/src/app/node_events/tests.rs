@@ -36,7 +36,7 @@ fn change(dst: &str, writer: WriterInfo) -> RouteChange {
 
 /// Writer of second `s` of the fight: BIRD on even seconds, `ip` on odd ones.
 fn writers_at(s: u64) -> (WriterInfo, WriterInfo) {
-    if s % 2 == 0 {
+    if s.is_multiple_of(2) {
         (bird(), ip())
     } else {
         (ip(), bird())

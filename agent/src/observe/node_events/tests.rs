@@ -16,7 +16,7 @@ fn report(reason: NodeEventReason, subject: &str, note: &str, occurrences: u32) 
 fn first_occurrence_at_once_then_one_report_per_period() {
     let t0 = Instant::now();
     let at = |s: u64| t0 + Duration::from_secs(s);
-    let mut a = Aggregator::new(Duration::from_secs(60), 8);
+    let mut a = Aggregator::new(Duration::from_mins(1), 8);
     let c = NodeEventReason::RouteConflict;
     assert_eq!(a.observe(ev(c, "p", "n1"), at(0)), Ok(Some(report(c, "p", "n1", 1))));
     assert_eq!(a.next_due(), None);
