@@ -363,10 +363,10 @@ fn the_tls_server_serves_clients_that_trust_its_ca_only() {
 }
 
 /// Answer a write of `body` with `content_type`: status and JSON body.
-fn write(api: &ApiServer, method: http::Method, uri: &str, content_type: &str, body: &Value) -> (u16, Value) {
+fn write(api: &ApiServer, method: &http::Method, uri: &str, content_type: &str, body: &Value) -> (u16, Value) {
     let mut headers = http::HeaderMap::new();
     headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_str(content_type).unwrap());
-    let r = api.handle(&method, &uri.parse().unwrap(), &headers, body.to_string().as_bytes());
+    let r = api.handle(method, &uri.parse().unwrap(), &headers, body.to_string().as_bytes());
     let status = r.status().as_u16();
     let bytes = futures::executor::block_on(r.into_body().collect()).unwrap().to_bytes();
     (status, serde_json::from_slice(&bytes).unwrap())
@@ -383,18 +383,18 @@ fn event_creates_and_merge_patches_are_served_and_checked() {
         "action": "WatchRoutes", "reason": "RouteConflict", "note": "x", "type": "Warning", "regarding": {"kind": "Node", "name": "n", "uid": "n"}});
     let mut no_time = event.clone();
     no_time.as_object_mut().unwrap().remove("eventTime");
-    let (code, body) = write(&api, http::Method::POST, events, "application/json", &no_time);
+    let (code, body) = write(&api, &http::Method::POST, events, "application/json", &no_time);
     assert_eq!((code, body["message"].as_str()), (422, Some("Event.events.k8s.io \"n.1\" is invalid: eventTime: Required value")));
-    let (code, body) = write(&api, http::Method::POST, events, "application/json", &event);
+    let (code, body) = write(&api, &http::Method::POST, events, "application/json", &event);
     assert_eq!((code, body["metadata"]["namespace"].as_str(), body["metadata"]["resourceVersion"].as_str()), (201, Some("default"), Some("1")));
-    assert_eq!(write(&api, http::Method::POST, events, "application/json", &event).0, 409);
+    assert_eq!(write(&api, &http::Method::POST, events, "application/json", &event).0, 409);
     let series = json!({"series": {"count": 2, "lastObservedTime": "2026-01-01T00:01:00.000000Z"}, "note": "y"});
-    let (code, body) = write(&api, http::Method::PATCH, &format!("{events}/n.1"), "application/merge-patch+json", &series);
+    let (code, body) = write(&api, &http::Method::PATCH, &format!("{events}/n.1"), "application/merge-patch+json", &series);
     assert_eq!((code, &body["series"]["count"], &body["note"], &body["reason"]), (200, &json!(2), &json!("y"), &json!("RouteConflict")));
-    assert_eq!(write(&api, http::Method::PATCH, &format!("{events}/n.1"), "application/json-patch+json", &json!([])).0, 415);
-    assert_eq!(write(&api, http::Method::PATCH, &format!("{events}/n.2"), "application/merge-patch+json", &series).0, 404);
+    assert_eq!(write(&api, &http::Method::PATCH, &format!("{events}/n.1"), "application/json-patch+json", &json!([])).0, 415);
+    assert_eq!(write(&api, &http::Method::PATCH, &format!("{events}/n.2"), "application/merge-patch+json", &series).0, 404);
     assert_eq!(api.events().len(), 1);
     api.fail_event_writes(Some(500));
-    assert_eq!(write(&api, http::Method::PATCH, &format!("{events}/n.1"), "application/merge-patch+json", &series).0, 500);
-    assert_eq!(write(&api, http::Method::POST, "/api/v1/namespaces/default/events", "application/json", &event).0, 405);
+    assert_eq!(write(&api, &http::Method::PATCH, &format!("{events}/n.1"), "application/merge-patch+json", &series).0, 500);
+    assert_eq!(write(&api, &http::Method::POST, "/api/v1/namespaces/default/events", "application/json", &event).0, 405);
 }
