@@ -153,6 +153,9 @@ impl Aggregator {
     /// `Err(event)` when `event` is of a new (reason, subject) and `max_subjects` are tracked.
     pub fn observe(&mut self, event: NodeEvent, now: Instant) -> Result<Option<Report>, NodeEvent> {
         let key = (event.reason, event.subject);
+        if self.subjects.len() >= self.max_subjects {
+            self.forget(now);
+        }
         let full = self.subjects.len() >= self.max_subjects;
         match self.subjects.get_mut(&key) {
             Some(s) => {
@@ -185,9 +188,14 @@ impl Aggregator {
                 out.push(Report { reason: key.0, subject: key.1.clone(), note: s.note.clone(), occurrences });
             }
         }
-        self.subjects.retain(|_, s| s.pending > 0 || now.saturating_duration_since(s.last_call) < FORGET_AFTER);
+        self.forget(now);
         out.sort_by(|a, b| (a.reason, &a.subject).cmp(&(b.reason, &b.subject)));
         out
+    }
+
+    /// Forget the pairs with nothing pending [`FORGET_AFTER`] after their last report.
+    fn forget(&mut self, now: Instant) {
+        self.subjects.retain(|_, s| s.pending > 0 || now.saturating_duration_since(s.last_call) < FORGET_AFTER);
     }
 
     /// When the next pending report falls due, if one is pending.
@@ -273,7 +281,9 @@ struct RecorderTask {
 impl RecorderTask {
     async fn run(mut self, mut rx: mpsc::Receiver<NodeEvent>) {
         loop {
-            let wake = self.aggregator.next_due().map(tokio::time::Instant::from_std);
+            // With nothing pending, still once a period: forgotten pairs' recorders are dropped.
+            let wake =
+                tokio::time::Instant::from_std(self.aggregator.next_due().unwrap_or_else(|| tokio::time::Instant::now().into_std() + self.aggregator.period));
             tokio::select! {
                 ev = rx.recv() => {
                     let Some(ev) = ev else { return };
@@ -286,7 +296,7 @@ impl RecorderTask {
                         }
                     }
                 }
-                () = sleep_until(wake), if wake.is_some() => {
+                () = tokio::time::sleep_until(wake) => {
                     for report in self.aggregator.due(tokio::time::Instant::now().into_std()) {
                         self.publish(report).await;
                     }
@@ -320,13 +330,6 @@ impl RecorderTask {
         };
         self.metrics.record_node_event_failed(key.0.label(), error.0);
         tracing::warn!(reason = key.0.label(), subject = %key.1, error = %error.1, "could not record a Kubernetes Event on the Node; carrying on");
-    }
-}
-
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

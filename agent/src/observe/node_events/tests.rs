@@ -59,6 +59,9 @@ fn subjects_beyond_the_bound_are_refused() {
     assert_eq!(a.observe(ev(c, "c", "n"), t0), Err(ev(c, "c", "n")));
     assert_eq!(a.observe(ev(c, "a", "n"), t0), Ok(None));
     assert_eq!(a.due(t0 + PERIOD), [report(c, "a", "n", 1)]);
+    // Once a pair is forgotten, a new one takes its place.
+    assert_eq!(a.observe(ev(c, "c", "n"), t0 + FORGET_AFTER), Ok(Some(report(c, "c", "n", 1))));
+    assert!(!a.tracks(c, "b") && a.tracks(c, "a"));
 }
 
 #[test]
