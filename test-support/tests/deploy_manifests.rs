@@ -9,7 +9,8 @@
 //! register (and that no open issue plans), a planned metric that has since been registered
 //! (remove it from the allow-list), an env var the agent does not read, an alert without a
 //! runbook section or without a firing and a quiet promtool case, a manifest left out of the
-//! kustomization, RBAC wider than the list/watch the Kubernetes datastore uses, a leftover
+//! kustomization, RBAC wider than the list/watch the Kubernetes datastore uses and the Node
+//! Events' create/patch, a leftover
 //! file-datastore ConfigMap.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -96,6 +97,13 @@ fn resources() -> Vec<(String, Value)> {
             (name, v)
         })
         .collect()
+}
+
+/// The one `kind` named `name` in the kustomization.
+fn resource_named(kind: &str, name: &str) -> Value {
+    let mut found: Vec<Value> = resources().into_iter().map(|(_, v)| v).filter(|v| s(v, "kind") == kind && s(&v["metadata"], "name") == name).collect();
+    assert_eq!(found.len(), 1, "expected exactly one {kind} {name} in the kustomization");
+    found.remove(0)
 }
 
 fn resource(kind: &str) -> Value {
@@ -264,8 +272,10 @@ fn kustomization_builds() {
     for d in &docs {
         let kind = s(d, "kind");
         if ["Role", "RoleBinding"].contains(&kind) {
-            // The calico-node env read lives next to what it reads (manifest installs).
-            assert_eq!(s(d.get("metadata").expect("metadata"), "namespace"), "kube-system", "{kind} not in kube-system");
+            // The calico-node env read lives next to what it reads (manifest installs); the
+            // Node Events where Events about cluster-scoped objects live.
+            let want = if s(d.get("metadata").expect("metadata"), "name") == "routewarden-node-events" { "default" } else { "kube-system" };
+            assert_eq!(s(d.get("metadata").expect("metadata"), "namespace"), want, "{kind} not in {want}");
         } else if !["Namespace", "ClusterRole", "ClusterRoleBinding"].contains(&kind) {
             assert_eq!(s(d.get("metadata").expect("metadata"), "namespace"), "routewarden", "{kind} not in namespace routewarden");
         }
@@ -306,7 +316,7 @@ fn kustomization_builds() {
     let out = build_overlay(tool, "operator", "components: [{rel}/operator]\n");
     let roles: BTreeSet<String> = yaml_docs(&out, "operator overlay")
         .iter()
-        .filter(|d| ["Role", "RoleBinding"].contains(&s(d, "kind")))
+        .filter(|d| ["Role", "RoleBinding"].contains(&s(d, "kind")) && s(&d["metadata"], "name") == "routewarden-calico-node-env")
         .map(|d| format!("{} {}/{}", s(d, "kind"), s(&d["metadata"], "namespace"), s(&d["metadata"], "name")))
         .collect();
     let want: BTreeSet<String> = ["Role calico-system", "RoleBinding calico-system", "Role kube-system", "RoleBinding kube-system"]
@@ -679,7 +689,7 @@ fn clusterrole_is_read_only_on_exactly_the_watched_resources() {
     ]);
     assert_eq!(got, want, "ClusterRole resources per API group");
     // The namespaced read: one Role, list/watch on the calico-node DaemonSet only.
-    let role = resource("Role");
+    let role = resource_named("Role", "routewarden-calico-node-env");
     let rules = seq(&role, "rules");
     assert_eq!(rules.len(), 1);
     assert_eq!(strings(&rules[0]["verbs"]), read_only);
@@ -687,6 +697,21 @@ fn clusterrole_is_read_only_on_exactly_the_watched_resources() {
         (strings(&rules[0]["apiGroups"]), strings(&rules[0]["resources"]), strings(&rules[0]["resourceNames"])),
         (["apps".to_string()].into(), ["daemonsets".to_string()].into(), ["calico-node".to_string()].into())
     );
+
+    // The one write: create and patch of events.k8s.io Events in `default` (the Node's).
+    let role = resource_named("Role", "routewarden-node-events");
+    assert_eq!(s(&role["metadata"], "namespace"), "default");
+    let rules = seq(&role, "rules");
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        (strings(&rules[0]["apiGroups"]), strings(&rules[0]["resources"]), strings(&rules[0]["verbs"])),
+        (["events.k8s.io".to_string()].into(), ["events".to_string()].into(), ["create".to_string(), "patch".to_string()].into())
+    );
+    assert!(rules[0].get("resourceNames").is_none());
+    let binding = resource_named("RoleBinding", "routewarden-node-events");
+    assert_eq!((s(&binding["metadata"], "namespace"), s(&binding["roleRef"], "name")), ("default", "routewarden-node-events"));
+    let subject = &seq(&binding, "subjects")[0];
+    assert_eq!((s(subject, "kind"), s(subject, "name"), s(subject, "namespace")), ("ServiceAccount", "routewarden", "routewarden"));
 
     let binding = resource("ClusterRoleBinding");
     assert_eq!(s(&binding["roleRef"], "name"), "routewarden");

@@ -353,7 +353,7 @@ fn default_values_render_what_kustomize_builds() {
     assert_eq!(first, render(&python, &[]), "two renderings of the chart differ");
     let base = yaml_docs(&run(Command::new(&kubectl).arg("kustomize").arg(deploy())), "kubectl kustomize deploy/");
     let n = assert_same("default", first, base, &[NAMESPACE]);
-    assert_eq!(n, 9, "objects of the default rendering");
+    assert_eq!(n, 11, "objects of the default rendering");
 }
 
 /// The etcd overlay of deploy/README.md, with the endpoints' ConfigMap under a fixed name (the
@@ -363,15 +363,20 @@ const ETCD_OVERLAY: &str = "components: [{rel}/etcd]\nconfigMapGenerator:\n  - n
 /// `$patch: delete` of the three monitoring objects: deploy/'s kustomization without them.
 const MONITORING_OFF_OVERLAY: &str = "patches:\n  - patch: |-\n      {apiVersion: monitoring.coreos.com/v1, kind: PodMonitor, metadata: {name: routewarden, namespace: routewarden}, $patch: delete}\n  - patch: |-\n      {apiVersion: monitoring.coreos.com/v1, kind: PrometheusRule, metadata: {name: routewarden, namespace: routewarden}, $patch: delete}\n  - patch: |-\n      {apiVersion: v1, kind: ConfigMap, metadata: {name: routewarden-grafana-dashboard, namespace: routewarden}, $patch: delete}\n";
 
+/// deploy/'s kustomization without the Node Events' Role and RoleBinding, and the agent told
+/// not to record them (`nodeEvents.enabled: false`).
+const NODE_EVENTS_OFF_OVERLAY: &str = "patches:\n  - patch: |-\n      {apiVersion: rbac.authorization.k8s.io/v1, kind: Role, metadata: {name: routewarden-node-events, namespace: default}, $patch: delete}\n  - patch: |-\n      {apiVersion: rbac.authorization.k8s.io/v1, kind: RoleBinding, metadata: {name: routewarden-node-events, namespace: default}, $patch: delete}\n  - patch: |-\n      {apiVersion: apps/v1, kind: DaemonSet, metadata: {name: routewarden, namespace: routewarden}, spec: {template: {spec: {containers: [{name: routewarden, env: [{name: ROUTEWARDEN_NODE_EVENTS, value: \"off\"}]}]}}}}\n";
+
 #[test]
 fn each_variant_renders_what_its_kustomize_component_adds() {
     let Some((python, kubectl)) = tools("each_variant_renders_what_its_kustomize_component_adds") else { return };
-    let variants: [(&str, &str, usize); 5] = [
-        ("etcd", ETCD_OVERLAY, 10),
-        ("large-cluster", "components: [{rel}/large-cluster]\n", 11),
-        ("legacy-kernel", "components: [{rel}/legacy-kernel]\n", 9),
-        ("operator", "components: [{rel}/operator]\n", 11),
-        ("monitoring-off", MONITORING_OFF_OVERLAY, 6),
+    let variants: [(&str, &str, usize); 6] = [
+        ("etcd", ETCD_OVERLAY, 12),
+        ("large-cluster", "components: [{rel}/large-cluster]\n", 13),
+        ("legacy-kernel", "components: [{rel}/legacy-kernel]\n", 11),
+        ("operator", "components: [{rel}/operator]\n", 13),
+        ("monitoring-off", MONITORING_OFF_OVERLAY, 8),
+        ("node-events-off", NODE_EVENTS_OFF_OVERLAY, 9),
     ];
     for (name, overlay, count) in variants {
         let chart = render(&python, &[ci_values(name)]);
@@ -454,7 +459,9 @@ fn every_rendered_object_validates_against_kubernetes_schemas() {
             }
             let stem = values.first().and_then(|p| p.file_stem()).map_or_else(|| "default".into(), |n| n.to_string_lossy().into_owned());
             let f = dir.join(format!("{stem}-{i}-{kind}.yaml"));
-            std::fs::write(&f, serde_yaml_ng::to_string(&d).expect("yaml")).expect("write object");
+            // As JSON (which is YAML): the validator reads YAML 1.1, where an unquoted `off`
+            // (ROUTEWARDEN_NODE_EVENTS) would be a boolean.
+            std::fs::write(&f, serde_json::to_string(&d).expect("json")).expect("write object");
             if !NEW_KINDS.contains(&kind) {
                 old.push(f.clone());
             }

@@ -60,6 +60,18 @@ pub enum LogFormat {
     Json,
 }
 
+/// Whether `run` records Kubernetes Events on its Node (`--node-events`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum NodeEventsMode {
+    /// On when a Kubernetes client is available: `--datastore kubernetes`, or the in-cluster
+    /// service account when the agent runs in a pod.
+    Auto,
+    /// Always; the agent does not start without a Kubernetes client.
+    On,
+    /// Never.
+    Off,
+}
+
 /// Inputs shared by every command (`run`, `explain`, `audit`, `events`, `bird-filter`).
 #[derive(Args, Clone, Debug)]
 pub struct ClusterArgs {
@@ -267,6 +279,14 @@ pub struct RunArgs {
     /// Changes of one prefix within the window that make a route flap.
     #[arg(long, env = "ROUTEWARDEN_ROUTE_WATCH_FLAP_THRESHOLD", default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..))]
     pub route_watch_flap_threshold: u32,
+    /// Record a Kubernetes Event on this node's Node when a route conflict or flap episode
+    /// starts, the ownership decision becomes inconsistent, or the mass-deletion breaker
+    /// engages (`RouteConflict`, `RouteFlap`, `RouteOwnershipInconsistent`,
+    /// `RouteMassDeletionHeld`; at most one API call per reason and prefix a minute): `auto`
+    /// (when a Kubernetes client is available), `on`, `off`. Needs `create` and `patch` on
+    /// `events.k8s.io` `events` in namespace `default`.
+    #[arg(long, env = "ROUTEWARDEN_NODE_EVENTS", value_enum, default_value = "auto")]
+    pub node_events: NodeEventsMode,
     /// Log format.
     #[arg(long, env = "ROUTEWARDEN_LOG_FORMAT", value_enum, default_value = "auto")]
     pub log_format: LogFormat,

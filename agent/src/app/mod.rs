@@ -20,6 +20,7 @@ mod cluster;
 pub mod flags;
 pub mod logging;
 pub mod memory;
+pub mod node_events;
 pub mod view;
 
 use std::collections::BTreeSet;
@@ -190,6 +191,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
 
     // Watchers.
     let (ds_tx, mut ds_rx) = mpsc::channel(16);
+    let mut kube_client = None;
     let datastore = match args.cluster.required_datastore_spec()? {
         DatastoreSpec::File(path) => FileDatastore::new(path)
             .with_options(crate::datastore::FileOptions {
@@ -201,6 +203,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         DatastoreSpec::Kubernetes(opts) => {
             let ds = KubernetesDatastore::connect(&opts).await.context("--datastore kubernetes")?;
             info!(datastore = %ds.describe(), "reading the cluster from the API server");
+            kube_client = Some(ds.client());
             ds.spawn(ds_tx)
         }
         DatastoreSpec::Etcd(opts) => {
@@ -211,6 +214,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
             ds.spawn(ds_tx)
         }
     };
+    let mut node_events = node_events::start(args.node_events, kube_client, &node, Duration::from_secs(args.route_watch_window), &metrics)?;
 
     // The dataplane handler (program mode) owns the route table.
     let (report_tx, mut report_rx) = mpsc::channel::<ApplyReport>(64);
@@ -327,6 +331,9 @@ pub async fn run(args: RunArgs) -> Result<()> {
                             if let (Some(plan), Some(w)) = (cluster.last.as_ref(), route_watch.watch_mut()) {
                                 w.set_episode_scope(episode_scope(plan));
                             }
+                            if let Some(plan) = cluster.last.as_ref() {
+                                node_events.on_plan(plan);
+                            }
                         }
                         if replanned || !snapshot {
                             if let (Some(a), Some(plan)) = (auditor.as_mut(), cluster.last.as_ref()) {
@@ -344,6 +351,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
             }
             Some(report) = report_rx.recv() => {
                 record_report(&metrics, &health, &status, &report, &mut report_log, dp_config.mass_deletion_percent, dp_config.settle);
+                node_events.on_report(&report, dp_config.mass_deletion_percent, dp_config.settle);
                 trim_pending = true;
             }
             _ = counters.tick() => {
@@ -366,6 +374,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
             Some(ev) = route_watch.next_event() => {
                 route_watch.on_event(&metrics, &ev);
                 status.record_route_watch(&ev, crate::observe::status::unix_now());
+                node_events.on_route_watch(&ev);
             }
             Some(ev) = forward.next_event() => forward.on_event(&metrics, &ev),
             _ = heartbeat.tick() => {

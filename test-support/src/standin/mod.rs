@@ -48,7 +48,8 @@
 //!   allows is `403 Forbidden` with the API server's message.
 //! - **Discovery**: `/api` (`APIVersions`), `/api/v1` and `/apis/<group>/<version>`
 //!   (`APIResourceList`), `/apis` (`APIGroupList`), `/apis/<group>` (`APIGroup`), `/version`.
-//!   Anything else is `404 NotFound`; the stand-in serves reads only (`405` for other methods).
+//!   Anything else is `404 NotFound`; the stand-in serves reads only (`405` for other methods),
+//!   but for Event writes ([`events`]).
 //!
 //! Every request is logged ([`RequestLog`]): method, path, the parameters that decide how it
 //! is served, the token it carried, the user, the status. Bodies go out in 64 KiB frames, as
@@ -56,6 +57,7 @@
 //! ([`store`]), so a benchmark that loads its lists before its clock starts measures the
 //! client, not the stand-in.
 
+mod events;
 mod list;
 pub mod log;
 pub mod rbac;
@@ -114,6 +116,7 @@ struct Inner {
     handed_out: Arc<AtomicU64>,
     /// Frames sent into watch bodies.
     sent: Arc<AtomicU64>,
+    event_writes: events::EventWrites,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -255,19 +258,33 @@ impl ApiServer {
         self.inner.log.clone()
     }
 
-    /// The stand-in as a tower service (what [`ApiServer::client`] and the TLS server use).
+    /// The stand-in as a tower service (what [`ApiServer::client`] and the TLS server use); a
+    /// request's body is read whole ([`events::MAX_BODY`] at most) before it is answered.
     pub fn service<B>(
         &self,
     ) -> impl tower::Service<
         http::Request<B>,
         Response = http::Response<Body>,
         Error = Infallible,
-        Future = std::future::Ready<Result<http::Response<Body>, Infallible>>,
+        Future = futures::future::BoxFuture<'static, Result<http::Response<Body>, Infallible>>,
     > + Clone
            + Send
-           + 'static {
+           + 'static
+    where
+        B: http_body::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let api = self.clone();
-        tower::service_fn(move |req: http::Request<B>| std::future::ready(Ok(api.handle(req.method(), req.uri(), req.headers()))))
+        tower::service_fn(move |req: http::Request<B>| {
+            let api = api.clone();
+            let fut: futures::future::BoxFuture<'static, _> = Box::pin(async move {
+                let (parts, body) = req.into_parts();
+                let body = events::read_body(body).await;
+                Ok(api.handle(&parts.method, &parts.uri, &parts.headers, &body))
+            });
+            fut
+        })
     }
 
     /// A kube client in namespace `default` whose every request this stand-in answers, in
@@ -278,18 +295,26 @@ impl ApiServer {
     }
 
     /// Answer one request (logged).
-    pub fn handle(&self, method: &http::Method, uri: &http::Uri, headers: &http::HeaderMap) -> http::Response<Body> {
+    pub fn handle(&self, method: &http::Method, uri: &http::Uri, headers: &http::HeaderMap, body: &[u8]) -> http::Response<Body> {
         let query = Query::parse(uri.query());
         let info = RequestInfo::parse(method, uri.path(), &query);
         let token = headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).map(str::to_owned);
         let mut entry = LoggedRequest::new(method, &info, &query, token.clone());
-        let response = self.answer(method, &info, &query, token.as_deref(), &mut entry);
+        let response = self.answer(method, &info, &query, (token.as_deref(), headers, body), &mut entry);
         entry.status = response.status().as_u16();
         self.inner.log.push(entry);
         response
     }
 
-    fn answer(&self, method: &http::Method, info: &RequestInfo, query: &Query, token: Option<&str>, entry: &mut LoggedRequest) -> http::Response<Body> {
+    fn answer(
+        &self,
+        method: &http::Method,
+        info: &RequestInfo,
+        query: &Query,
+        request: (Option<&str>, &http::HeaderMap, &[u8]),
+        entry: &mut LoggedRequest,
+    ) -> http::Response<Body> {
+        let (token, headers, body) = request;
         let user = match &*lock(&self.inner.tokens) {
             None => User::admin(),
             Some(tokens) => match token.and_then(|t| tokens.get(t)) {
@@ -304,6 +329,9 @@ impl ApiServer {
                     info.resource_request.then(|| json!({"name": info.name.clone().unwrap_or_default(), "group": info.api_group, "kind": info.resource}));
                 return status(403, "Forbidden", &Rbac::forbidden_message(&user, info), details);
             }
+        }
+        if let Some(r) = self.write_event(info, headers, body, entry) {
+            return r;
         }
         if *method != http::Method::GET {
             return status(405, "MethodNotAllowed", &format!("the stand-in serves reads only, not {method}"), None);

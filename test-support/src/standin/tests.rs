@@ -1,6 +1,6 @@
 //! The stand-in's semantics, each with exact values: list resourceVersion semantics, paging and
 //! expiring continue tokens, watches (from a version, 410, bookmarks, initial events), field
-//! selectors, authentication and RBAC, discovery, the in-process client.
+//! selectors, authentication and RBAC, discovery, the in-process client, Event writes.
 
 use http_body_util::BodyExt as _;
 use serde_json::{json, Value};
@@ -30,7 +30,7 @@ fn request(api: &ApiServer, uri: &str, token: Option<&str>) -> http::Response<Bo
     if let Some(t) = token {
         headers.insert(http::header::AUTHORIZATION, http::HeaderValue::from_str(&format!("Bearer {t}")).unwrap());
     }
-    api.handle(&http::Method::GET, &uri.parse().unwrap(), &headers)
+    api.handle(&http::Method::GET, &uri.parse().unwrap(), &headers, &[])
 }
 
 /// Status and JSON body of a request that is not a watch.
@@ -360,4 +360,41 @@ fn the_tls_server_serves_clients_that_trust_its_ca_only() {
     let failures = api.log().tls_failures();
     assert_eq!(failures.len(), 1);
     assert!(failures[0].ends_with("received fatal alert: UnknownCA"), "{failures:?}");
+}
+
+/// Answer a write of `body` with `content_type`: status and JSON body.
+fn write(api: &ApiServer, method: &http::Method, uri: &str, content_type: &str, body: &Value) -> (u16, Value) {
+    let mut headers = http::HeaderMap::new();
+    headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_str(content_type).unwrap());
+    let r = api.handle(method, &uri.parse().unwrap(), &headers, body.to_string().as_bytes());
+    let status = r.status().as_u16();
+    let bytes = futures::executor::block_on(r.into_body().collect()).unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap())
+}
+
+/// Event writes: a create (checked as `ValidateEventCreate` checks it), a merge patch of its
+/// series, a patch type the API server does not take for it, a forced failure; other writes
+/// stay refused.
+#[test]
+fn event_creates_and_merge_patches_are_served_and_checked() {
+    let api = ApiServer::new();
+    let events = "/apis/events.k8s.io/v1/namespaces/default/events";
+    let event = json!({"metadata": {"name": "n.1"}, "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "rw", "reportingInstance": "rw-n",
+        "action": "WatchRoutes", "reason": "RouteConflict", "note": "x", "type": "Warning", "regarding": {"kind": "Node", "name": "n", "uid": "n"}});
+    let mut no_time = event.clone();
+    no_time.as_object_mut().unwrap().remove("eventTime");
+    let (code, body) = write(&api, &http::Method::POST, events, "application/json", &no_time);
+    assert_eq!((code, body["message"].as_str()), (422, Some("Event.events.k8s.io \"n.1\" is invalid: eventTime: Required value")));
+    let (code, body) = write(&api, &http::Method::POST, events, "application/json", &event);
+    assert_eq!((code, body["metadata"]["namespace"].as_str(), body["metadata"]["resourceVersion"].as_str()), (201, Some("default"), Some("1")));
+    assert_eq!(write(&api, &http::Method::POST, events, "application/json", &event).0, 409);
+    let series = json!({"series": {"count": 2, "lastObservedTime": "2026-01-01T00:01:00.000000Z"}, "note": "y"});
+    let (code, body) = write(&api, &http::Method::PATCH, &format!("{events}/n.1"), "application/merge-patch+json", &series);
+    assert_eq!((code, &body["series"]["count"], &body["note"], &body["reason"]), (200, &json!(2), &json!("y"), &json!("RouteConflict")));
+    assert_eq!(write(&api, &http::Method::PATCH, &format!("{events}/n.1"), "application/json-patch+json", &json!([])).0, 415);
+    assert_eq!(write(&api, &http::Method::PATCH, &format!("{events}/n.2"), "application/merge-patch+json", &series).0, 404);
+    assert_eq!(api.events().len(), 1);
+    api.fail_event_writes(Some(500));
+    assert_eq!(write(&api, &http::Method::PATCH, &format!("{events}/n.1"), "application/merge-patch+json", &series).0, 500);
+    assert_eq!(write(&api, &http::Method::POST, "/api/v1/namespaces/default/events", "application/json", &event).0, 405);
 }

@@ -110,7 +110,12 @@ impl TlsServer {
                                 Err(e) => return api.log().tls_failure(format!("{peer}: {e}")),
                             };
                             let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                                std::future::ready(Ok::<_, std::convert::Infallible>(api.handle(req.method(), req.uri(), req.headers())))
+                                let api = api.clone();
+                                async move {
+                                    let (parts, body) = req.into_parts();
+                                    let body = super::events::read_body(body).await;
+                                    Ok::<_, std::convert::Infallible>(api.handle(&parts.method, &parts.uri, &parts.headers, &body))
+                                }
                             });
                             let _ = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(tls), service).await;
                         });

@@ -140,6 +140,11 @@ impl KubernetesDatastore {
         Ok(ds)
     }
 
+    /// The client it reads with (shared: the agent's Node Events use it too).
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
     /// Debounce window (default [`DEFAULT_DEBOUNCE`], 50 ms).
     #[must_use]
     pub fn with_debounce(mut self, debounce: Duration) -> KubernetesDatastore {

@@ -9,6 +9,7 @@
 //! | [`routes`] | [`Metrics::record_plan`], [`Metrics::record_apply`], [`Metrics::record_mass_deletion_hold`], [`Metrics::record_audit`], [`Metrics::record_audit_failed`] | `calico_version_info`, `frozen_prefixes`, `frozen_classes`, `ownership_findings`, `route_problems`, `routes`, `deletions_held`, `mass_deletion_holds`, `route_operations`, `netlink_errors`, `reconcile_duration_seconds`, `audit_findings` |
 //! | [`bpf`] | [`Metrics::set_program_attached`], [`Metrics::record_tc_count`] | `bpf_program_attached`, `tc_count_*` |
 //! | [`route_watch`] | [`Metrics::set_route_watch_backend`], [`Metrics::record_route_watch`], [`Metrics::set_flapping_prefixes`] | `route_writes`, `route_writes_unattributed`, `route_conflicts`, `route_flaps`, `route_flushes`, `flapping_prefixes`, `route_watch_backend_info`, `route_watch_events_lost` |
+//! | [`node_events`] | [`Metrics::declare_node_events`], [`Metrics::record_node_event`], [`Metrics::record_node_event_failed`] | `node_events_*` |
 //! | [`forward`] | [`Metrics::declare_forward_destination`], [`Metrics::forget_forward_pool`], [`Metrics::record_forwarded`], [`Metrics::record_forwarding_flaps`], [`Metrics::record_forwarding_events_lost`] | `forwarded_*`, `wrong_path_packets`, `forwarding_*` |
 //!
 //! Every label value comes from a fixed set (`&'static str` produced by the `label()` methods
@@ -25,6 +26,7 @@ pub mod bpf;
 pub mod datastore;
 pub mod forward;
 mod known_series;
+pub mod node_events;
 pub mod route_watch;
 pub mod routes;
 
@@ -41,6 +43,7 @@ use prometheus_client::registry::Registry;
 pub use bpf::ProgramLabels;
 pub use datastore::LoadErrorLabels;
 pub use forward::{ForwardPathLabels, PoolLabels, WrongPathLabels};
+pub use node_events::{NodeEventFailureLabels, NodeEventLabels};
 pub use route_watch::{writers_label, BackendLabels, FamilyLabels, RouteConflictLabels, RouteWriteLabels};
 pub use routes::{AuditLabels, CalicoVersionLabels, FindingLabels, HoldLabels, NetlinkErrorLabels, OperationLabels, ProblemLabels, RouteLabels};
 
@@ -127,6 +130,14 @@ pub struct Metrics {
     pub forwarding_flaps: Family<PoolLabels, Counter>,
     /// `routewarden_forwarding_events_lost_total`: forwarding-watch ring-buffer records lost.
     pub forwarding_events_lost: Counter,
+    /// `routewarden_node_events_enabled`: 1 when the agent records Kubernetes Events on its
+    /// Node (`--node-events`), else 0.
+    pub node_events_enabled: Gauge,
+    /// `routewarden_node_events_recorded_total{reason}`: API calls that created or updated an
+    /// Event on the Node.
+    pub node_events_recorded: Family<NodeEventLabels, Counter>,
+    /// `routewarden_node_events_failed_total{reason,error}`: Events not recorded.
+    pub node_events_failed: Family<NodeEventFailureLabels, Counter>,
 }
 
 /// Histogram wrapper with the reconcile buckets (1 ms .. ~16 s).
@@ -205,8 +216,20 @@ impl Metrics {
         r.register("wrong_path_packets", "Packets to a cluster destination that left on a different path than expected", m.wrong_path_packets.clone());
         r.register("forwarding_flaps", "Blocks whose egress path changed at least threshold times within the window", m.forwarding_flaps.clone());
         r.register("forwarding_events_lost", "Forwarding-watch ring-buffer records lost because the buffer was full", m.forwarding_events_lost.clone());
+        r.register("node_events_enabled", "1 when the agent records Kubernetes Events on its Node (--node-events), else 0", m.node_events_enabled.clone());
+        r.register(
+            "node_events_recorded",
+            "API calls that created or updated a Kubernetes Event on this node's Node, by Event reason",
+            m.node_events_recorded.clone(),
+        );
+        r.register(
+            "node_events_failed",
+            "Kubernetes Events on this node's Node not recorded, by Event reason and error: api (refused by the API server), unreachable, dropped (queue full or too many subjects)",
+            m.node_events_failed.clone(),
+        );
         m.declare_deletions_held();
         m.declare_known_series();
+        m.declare_node_events(false);
         (r, m)
     }
 }

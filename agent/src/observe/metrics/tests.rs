@@ -166,6 +166,11 @@ fn exposition_of_one_write_of_each_kind_is_unchanged() {
     m.record_forwarding_flaps("flat", 0);
     m.record_forwarding_events_lost(3);
 
+    // Node Events: on; one recorded, one refused.
+    m.declare_node_events(true);
+    m.record_node_event("RouteConflict");
+    m.record_node_event_failed("RouteFlap", "api");
+
     let want = include_str!("one_of_each.prom").replace("@VERSION@", env!("CARGO_PKG_VERSION"));
     assert_eq!(normalized(&render(&registry)), normalized(&want));
 }
