@@ -56,6 +56,7 @@
 //! ([`store`]), so a benchmark that loads its lists before its clock starts measures the
 //! client, not the stand-in.
 
+mod groups;
 mod list;
 pub mod log;
 pub mod rbac;
@@ -361,7 +362,7 @@ impl ApiServer {
     /// The discovery document at `path`, from the registered resource types.
     fn discovery(&self, path: &str) -> Option<Value> {
         let store = lock(&self.inner.store);
-        let types: Vec<&ResourceType> = store.collections.iter().map(|c| &c.rt).collect();
+        let types: Vec<&ResourceType> = store.served_types().collect();
         let resources = |group: &str, version: &str| -> Vec<Value> {
             types
                 .iter()
