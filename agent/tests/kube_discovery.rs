@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use routewarden::datastore::{ApiGroupChoice, Datastore as _, DatastoreEvent, KubernetesDatastore, Snapshot};
+use routewarden::datastore::{ApiGroupChoice, DatastoreEvent, KubernetesDatastore, Snapshot};
 use routewarden::ownership::{CalicoVersion, OwnershipConfig, Role};
 use routewarden::plan::{plan, PlanConfig};
 use routewarden::routes::{ClusterRoute, RouteDevices};

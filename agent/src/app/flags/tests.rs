@@ -53,7 +53,7 @@ fn kubernetes_flags_fill_the_datastore_spec() {
     // 0: discovery runs again only when a watch answers 404; the default is every 300 s.
     let c = Cli::try_parse_from(["x", "--datastore", "kubernetes", "--discovery-interval", "0"]).unwrap();
     assert_eq!(c.cluster.datastore_spec(), Some(DatastoreSpec::Kubernetes(KubernetesOptions { discovery_interval: None, ..KubernetesOptions::default() })));
-    assert_eq!(KubernetesOptions::default().discovery_interval, Some(Duration::from_secs(300)));
+    assert_eq!(KubernetesOptions::default().discovery_interval, Some(Duration::from_mins(5)));
     let err = Cli::try_parse_from(["x", "--datastore", "kubernetes", "--discovery-interval", "5m"]).err().unwrap().to_string();
     assert!(err.contains("invalid value '5m' for '--discovery-interval <SECONDS>'"), "{err}");
     let c = Cli::try_parse_from(["x", "--datastore", "kubernetes"]).unwrap();

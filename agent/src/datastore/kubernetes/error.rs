@@ -86,8 +86,9 @@ impl WatchFailure {
     /// served (its CRD or its API group went away), which calls for discovery again.
     pub fn is_not_found(&self) -> bool {
         match self {
-            WatchFailure::Kube(watcher::Error::InitialListFailed(kube::Error::Api(s)) | watcher::Error::WatchStartFailed(kube::Error::Api(s))) => s.code == 404,
-            WatchFailure::Kube(watcher::Error::WatchError(s)) => s.code == 404,
+            WatchFailure::Kube(
+                watcher::Error::InitialListFailed(kube::Error::Api(s)) | watcher::Error::WatchStartFailed(kube::Error::Api(s)) | watcher::Error::WatchError(s),
+            ) => s.code == 404,
             _ => false,
         }
     }

@@ -318,11 +318,10 @@ impl KubernetesDatastore {
             let read = view.group();
             let change = (now != read).then(|| CalicoGroupChange { read: read.api_version(), discovered: now.api_version() });
             if view.set_calico_group_change(change) {
-                match change {
-                    Some(_) => {
-                        tracing::warn!(%read, discovered = %now, "kubernetes datastore: API discovery now chooses another Calico group; still reading the one chosen at start (finding api-group-changed): restart to switch")
-                    }
-                    None => tracing::info!(%read, "kubernetes datastore: API discovery chooses the Calico group read again"),
+                if change.is_some() {
+                    tracing::warn!(%read, discovered = %now, "kubernetes datastore: API discovery now chooses another Calico group; still reading the one chosen at start (finding api-group-changed): restart to switch");
+                } else {
+                    tracing::info!(%read, "kubernetes datastore: API discovery chooses the Calico group read again");
                 }
             }
         }
@@ -344,6 +343,68 @@ impl KubernetesDatastore {
                 watches.stop(index);
             }
         }
+    }
+    /// Resource `index` answered 404 (`e`): discovery runs now, or again after the run in
+    /// flight. An optional source's error waits for it ([`Again`]); a required one's is
+    /// applied at once. Returns what to send.
+    fn not_found(&self, again: &mut Again, view: &mut View, index: usize, e: WatchFailure) -> Vec<DatastoreEvent> {
+        tracing::info!(resource = %view.resource_label(index), error = %e.describe(), "kubernetes datastore: a resource is not served; running API discovery again");
+        if again.running.is_some() {
+            again.rerun = true;
+        } else {
+            again.running = Some(self.rediscovery(view, true));
+        }
+        if view.optional_at(index).is_some() {
+            again.held.insert(index, e);
+            Vec::new()
+        } else {
+            view.apply(index, Err(e))
+        }
+    }
+
+    /// A discovery run ended with `found`: follow it; then run again when a 404 asked for it
+    /// meanwhile, else give the held errors to the sources still read. Returns what to send.
+    fn discovered(&self, again: &mut Again, found: Result<Rediscovered, String>, view: &mut View, watches: &mut Watches) -> Vec<DatastoreEvent> {
+        match found {
+            Ok(found) => self.follow_discovery(found, view, watches),
+            Err(reason) => tracing::warn!(%reason, "kubernetes datastore: API discovery failed; the view is kept as it is, trying again later"),
+        }
+        if std::mem::take(&mut again.rerun) {
+            again.running = Some(self.rediscovery(view, true));
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for (index, e) in std::mem::take(&mut again.held) {
+            if view.is_read(index) {
+                out.extend(view.apply(index, Err(e)));
+            }
+        }
+        out
+    }
+}
+
+/// API discovery again while the datastore runs: when the timer is due next, the run in flight
+/// (one at a time; a 404 during a run asks for another), and the 404s of optional sources held
+/// until a run says whether their group is still served: gone, they are withdrawn; still
+/// there, the error is theirs (`source-unreadable`), so no finding flickers while discovery
+/// runs.
+#[derive(Default)]
+struct Again {
+    next: Option<Instant>,
+    running: Option<BoxFuture<'static, Result<Rediscovered, String>>>,
+    rerun: bool,
+    held: BTreeMap<usize, WatchFailure>,
+}
+
+impl Again {
+    /// The end of the run in flight (pending while there is none).
+    async fn finished(&mut self) -> Result<Rediscovered, String> {
+        let found = match self.running.as_mut() {
+            Some(run) => run.await,
+            None => std::future::pending().await,
+        };
+        self.running = None;
+        found
     }
 }
 
@@ -383,15 +444,7 @@ impl Datastore for KubernetesDatastore {
         tracing::info!(group = %group, optional = ?optional.iter().map(|s| s.label()).collect::<Vec<_>>(), "kubernetes datastore: watching Calico objects and Nodes");
         let mut view = View::new(group, &optional).with_list_settle(self.list_settle);
         let mut watches = self.watch_all(&view);
-        // API discovery again: on the timer, and when a watch answers 404 (one run at a time;
-        // a 404 during a run asks for another).
-        let mut next_discovery = self.discovery_interval.map(|every| Instant::now() + every);
-        let mut rediscovery: Option<BoxFuture<'static, Result<Rediscovered, String>>> = None;
-        let mut rerun = false;
-        // The 404s of optional sources, held until discovery says whether their group is
-        // still served: gone, they are withdrawn; still there, the error is theirs
-        // (`source-unreadable`). Never a finding that flickers while discovery runs.
-        let mut held: BTreeMap<usize, WatchFailure> = BTreeMap::new();
+        let mut again = Again { next: self.discovery_interval.map(|every| Instant::now() + every), ..Again::default() };
         let mut probes = spawn_probe(self.client.clone(), self.probe);
         // Probes in a row without an answer.
         let mut misses = 0u32;
@@ -407,48 +460,18 @@ impl Datastore for KubernetesDatastore {
                 next = watches.streams.next() => {
                     let Some((index, item)) = next else { return Ok(()) };
                     match item {
-                        Err(e) if e.is_not_found() && view.is_read(index) && !view.failed_with(index, &e.describe()) => {
-                            tracing::info!(resource = %view.resource_label(index), error = %e.describe(), "kubernetes datastore: a resource is not served; running API discovery again");
-                            match rediscovery {
-                                Some(_) => rerun = true,
-                                None => rediscovery = Some(self.rediscovery(&view, true)),
-                            }
-                            if view.optional_at(index).is_some() {
-                                held.insert(index, e);
-                                Vec::new()
-                            } else {
-                                view.apply(index, Err(e))
-                            }
-                        }
+                        Err(e) if e.is_not_found() && view.is_read(index) && !view.failed_with(index, &e.describe()) => self.not_found(&mut again, &mut view, index, e),
                         item => view.apply(index, item),
                     }
                 }
-                found = async { rediscovery.as_mut().expect("polled only while a run is in flight").await }, if rediscovery.is_some() => {
-                    rediscovery = None;
-                    match found {
-                        Ok(found) => self.follow_discovery(found, &mut view, &mut watches),
-                        Err(reason) => tracing::warn!(%reason, "kubernetes datastore: API discovery failed; the view is kept as it is, trying again later"),
-                    }
-                    if std::mem::take(&mut rerun) {
-                        rediscovery = Some(self.rediscovery(&view, true));
-                        Vec::new()
-                    } else {
-                        let mut out = Vec::new();
-                        for (index, e) in std::mem::take(&mut held) {
-                            if view.is_read(index) {
-                                out.extend(view.apply(index, Err(e)));
-                            }
-                        }
-                        out
-                    }
-                }
-                () = tokio::time::sleep_until(next_discovery.unwrap_or_else(Instant::now)), if next_discovery.is_some() => {
-                    next_discovery = self.discovery_interval.map(|every| Instant::now() + every);
-                    if rediscovery.is_none() {
-                        rediscovery = Some(self.rediscovery(&view, !held.is_empty()));
+                () = tokio::time::sleep_until(again.next.unwrap_or_else(Instant::now)), if again.next.is_some() => {
+                    again.next = self.discovery_interval.map(|every| Instant::now() + every);
+                    if again.running.is_none() {
+                        again.running = Some(self.rediscovery(&view, !again.held.is_empty()));
                     }
                     Vec::new()
                 }
+                found = again.finished(), if again.running.is_some() => self.discovered(&mut again, found, &mut view, &mut watches),
                 Some(answered) = probes.recv() => match answered {
                     Ok(()) => {
                         if misses > 0 {

@@ -160,16 +160,11 @@ impl View {
         if self.reads(source) {
             return None;
         }
-        let index = match self.resources.iter().position(|r| r.optional == Some(source)) {
-            Some(i) => {
-                self.resources[i] = optional_resource(self.group, source);
-                i
-            }
-            None => {
-                self.resources.push(optional_resource(self.group, source));
-                self.resources.len() - 1
-            }
-        };
+        let index = self.resources.iter().position(|r| r.optional == Some(source)).unwrap_or_else(|| {
+            self.resources.push(optional_resource(self.group, source));
+            self.resources.len() - 1
+        });
+        self.resources[index] = optional_resource(self.group, source);
         if self.cluster.api_changes.withdrawn.remove(&source).is_some() {
             self.model_changed = true;
         }
