@@ -15,7 +15,8 @@ use super::resources::{CalicoGroup, CALICO_RESOURCES, INSTALLATION_RESOURCE, OPE
 /// `--calico-api-group`: discover the group, or force one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ApiGroupChoice {
-    /// Discover at start (see the module docs for the rule).
+    /// Discover at start ([`discover`]). Discovery while running never switches: another group
+    /// it would choose is the `api-group-changed` finding.
     #[default]
     Auto,
     /// Use this group without looking at `/apis`.
