@@ -93,6 +93,12 @@ pub struct ClusterArgs {
     /// server sends a bookmark every 60 s; 0 turns the check off.
     #[arg(long, env = "ROUTEWARDEN_KUBE_WATCH_SILENCE", default_value_t = 90, value_name = "SECONDS")]
     pub kube_watch_silence: u64,
+    /// With `--datastore kubernetes`: seconds between runs of API discovery while the agent
+    /// runs (one `GET /apis` when nothing changed), so that an API group installed later (the
+    /// operator's) is read and one removed is dropped with a finding, without a restart. A
+    /// watch answering 404 runs it at once; 0: only then.
+    #[arg(long, env = "ROUTEWARDEN_DISCOVERY_INTERVAL", default_value_t = 300, value_name = "SECONDS")]
+    pub discovery_interval: u64,
     /// This node's name (the Calico Node name). Defaults to the host name.
     #[arg(long, env = "ROUTEWARDEN_NODE")]
     pub node: Option<String>,
@@ -162,6 +168,7 @@ impl ClusterArgs {
                 kubeconfig: self.kubeconfig.clone(),
                 api_group: self.calico_api_group,
                 watch_silence: (self.kube_watch_silence > 0).then(|| Duration::from_secs(self.kube_watch_silence)),
+                discovery_interval: (self.discovery_interval > 0).then(|| Duration::from_secs(self.discovery_interval)),
             }),
             DatastoreSpec::Etcd(_) => DatastoreSpec::Etcd(self.etcd_options(env_nonempty)),
         })

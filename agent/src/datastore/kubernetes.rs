@@ -66,5 +66,5 @@ pub use resources::{
     optional_sources, CalicoGroup, Watched, CALICO_NODE_SELECTOR, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE,
     OPERATOR_API_VERSION, VERBS,
 };
-pub use run::{user_agent, KubernetesDatastore, KubernetesOptions, DEFAULT_DEBOUNCE, QUIET_COALESCE};
+pub use run::{user_agent, KubernetesDatastore, KubernetesOptions, DEFAULT_DEBOUNCE, DEFAULT_DISCOVERY_INTERVAL, QUIET_COALESCE};
 pub use watch::{cache_lists, default_backoff, BackoffFactory, DEFAULT_LIST_SETTLE};

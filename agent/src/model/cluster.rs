@@ -17,7 +17,7 @@ use super::error::{ModelError, Rejected};
 use super::kind::Kind;
 use super::node::Node;
 use super::objects::{ParsedObject, ParsedObjects};
-use super::ownership_inputs::{CalicoNodeDaemonSet, ClusterInformation, Installation, OptionalSource, CALICO_NODE_NAMESPACES};
+use super::ownership_inputs::{ApiChanges, CalicoNodeDaemonSet, ClusterInformation, Installation, OptionalSource, CALICO_NODE_NAMESPACES};
 use super::pool::{check_pools, IpPool};
 use super::shared_map::SharedMap;
 use super::yaml::{YamlError, YamlLimits};
@@ -44,6 +44,9 @@ pub struct Cluster {
     /// the file datastore, which reads what the files hold.
     #[serde(skip_serializing_if = "BTreeMap::is_empty", serialize_with = "serialize_unread")]
     pub unread: BTreeMap<OptionalSource, String>,
+    /// What API discovery found changed while the datastore ran ([`ApiChanges`]).
+    #[serde(skip_serializing_if = "ApiChanges::is_empty")]
+    pub api_changes: ApiChanges,
 }
 
 /// `unread` as `{"calico-node env (kube-system/calico-node)": "forbidden (403)"}`: JSON map

@@ -49,7 +49,8 @@ pub use names::{block_name, cidrs_in_text, is_dns1123_subdomain, mentioned_cidrs
 pub use node::{Node, NodeAddress, NodeAddressSource, NodeAddressType, NodeForm, TunnelAddressKind};
 pub use objects::{ParsedObject, ParsedObjects, MAX_REJECTED_PER_INPUT};
 pub use ownership_inputs::{
-    CalicoNodeDaemonSet, ClusterInformation, EnvSetting, EnvValue, Installation, OptionalSource, CALICO_NODE, CALICO_NODE_NAMESPACES, FELIX_ENV,
+    ApiChanges, CalicoGroupChange, CalicoNodeDaemonSet, ClusterInformation, EnvSetting, EnvValue, Installation, OptionalSource, CALICO_NODE,
+    CALICO_NODE_NAMESPACES, FELIX_ENV,
 };
 pub use pool::{check_pools, AllowedUse, EncapMode, IpPool};
 pub use shared_map::SharedMap;

@@ -13,6 +13,8 @@
 //! Only the fields that matter are read; everything else in these (large) objects is ignored.
 //! Pure: no I/O.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 use serde_yaml_ng::Value;
 
@@ -51,6 +53,44 @@ impl OptionalSource {
             OptionalSource::Installation => "Installation default".to_owned(),
         }
     }
+}
+
+/// What API discovery, run again while the Kubernetes datastore runs, found changed since it
+/// started: the findings `source-withdrawn` and `api-group-changed`. Empty from the other
+/// datastores and until something changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ApiChanges {
+    /// Optional sources that were read and whose API group is no longer served, each with that
+    /// `group/version` (`operator.tigera.io/v1`): what they said is no longer in the cluster.
+    /// A source read again when its group comes back leaves this map.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", serialize_with = "serialize_withdrawn")]
+    pub withdrawn: BTreeMap<OptionalSource, &'static str>,
+    /// `--calico-api-group auto` would now choose another Calico group than the one read:
+    /// routewarden keeps reading the one it chose at start until a restart (as Calico's own
+    /// components, which discover the group once, `libcalico-go/lib/backend/k8s/discovery.go`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calico_group: Option<CalicoGroupChange>,
+}
+
+/// The Calico group read, and the one discovery would choose now (`apiVersion` form).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct CalicoGroupChange {
+    /// `crd.projectcalico.org/v1`.
+    pub read: &'static str,
+    /// `projectcalico.org/v3`.
+    pub discovered: &'static str,
+}
+
+impl ApiChanges {
+    /// Nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.withdrawn.is_empty() && self.calico_group.is_none()
+    }
+}
+
+/// `withdrawn` as `{"Installation default": "operator.tigera.io/v1"}`: JSON map keys are strings.
+fn serialize_withdrawn<S: serde::Serializer>(withdrawn: &BTreeMap<OptionalSource, &'static str>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(withdrawn.iter().map(|(k, v)| (k.label(), v)))
 }
 
 /// `ClusterInformation` (`api/pkg/apis/projectcalico/v3/clusterinfo.go`), as calico-node writes

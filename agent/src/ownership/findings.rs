@@ -53,6 +53,13 @@ pub enum FindingKind {
     /// An optional source (calico-node env, the operator's Installation) exists but could not
     /// be read (`forbidden (403)`): what it says is unknown; the decision follows the rest.
     SourceUnreadable { source: String, reason: String },
+    /// An optional source that was read is gone with its API group (`operator.tigera.io/v1`
+    /// no longer served: the operator uninstalled): what it said is dropped, and nothing else
+    /// changes (the Installation only ever yields findings).
+    SourceWithdrawn { source: String, api_version: String },
+    /// `--calico-api-group auto` would now choose another Calico group than the one read at
+    /// start: routewarden keeps reading that one until a restart.
+    ApiGroupChanged { read: String, discovered: String },
 }
 
 /// One finding. `code()` and `class_label()` are stable metric label values.
@@ -70,7 +77,8 @@ pub struct Finding {
 impl Finding {
     /// `consistent`, `double-programmed`, `unowned`, `deprecated`, `version-skew`,
     /// `ignored-by-release`, `version-assumed`, `version-newer`, `version-older`,
-    /// `env-unresolved`, `env-differs`, `operator-mismatch` or `source-unreadable`.
+    /// `env-unresolved`, `env-differs`, `operator-mismatch`, `source-unreadable`,
+    /// `source-withdrawn` or `api-group-changed`.
     pub fn code(&self) -> &'static str {
         match self.kind {
             FindingKind::Consistent { .. } => "consistent",
@@ -86,6 +94,8 @@ impl Finding {
             FindingKind::EnvDiffers { .. } => "env-differs",
             FindingKind::OperatorMismatch { .. } => "operator-mismatch",
             FindingKind::SourceUnreadable { .. } => "source-unreadable",
+            FindingKind::SourceWithdrawn { .. } => "source-withdrawn",
+            FindingKind::ApiGroupChanged { .. } => "api-group-changed",
         }
     }
 
@@ -109,6 +119,36 @@ pub(super) fn unreadable_finding(source: OptionalSource, reason: &str, consequen
         class: None,
         severity: Severity::Warning,
         message: format!("could not read {label}: {reason}; {consequence}"),
+    }
+}
+
+/// What API discovery found changed while the datastore ran ([`ApiChanges`](crate::model::ApiChanges)),
+/// as warnings: each optional source withdrawn with its API group (`source-withdrawn`), and a
+/// Calico group that `auto` would now choose instead of the one read (`api-group-changed`).
+pub(super) fn api_change_findings(cluster: &Cluster, findings: &mut Vec<Finding>) {
+    for (source, api_version) in &cluster.api_changes.withdrawn {
+        let label = source.label();
+        let consequence = match source {
+            OptionalSource::Installation => "the operator's clusterRoutingMode is no longer compared with the fields it writes",
+            OptionalSource::CalicoNodeEnv(_) => "a FELIX_PROGRAMCLUSTERROUTES there is no longer known",
+        };
+        findings.push(Finding {
+            kind: FindingKind::SourceWithdrawn { source: label.clone(), api_version: (*api_version).to_owned() },
+            class: None,
+            severity: Severity::Warning,
+            message: format!("{api_version} is no longer served: {label}, read until then, is dropped; {consequence}"),
+        });
+    }
+    if let Some(change) = cluster.api_changes.calico_group {
+        let (read, discovered) = (change.read, change.discovered);
+        findings.push(Finding {
+            kind: FindingKind::ApiGroupChanged { read: read.to_owned(), discovered: discovered.to_owned() },
+            class: None,
+            severity: Severity::Warning,
+            message: format!(
+                "API discovery now chooses {discovered} for the Calico objects, but routewarden reads {read}, chosen at start; restart routewarden to read {discovered}"
+            ),
+        });
     }
 }
 

@@ -44,7 +44,7 @@ pub use version::{resolve_version, CalicoVersion, ResolvedVersion, Rules, Versio
 pub use wireguard::wireguard_peers;
 
 use field_sources::{bird_value, felix_value};
-use findings::{class_finding, deprecated_finding, version_findings};
+use findings::{api_change_findings, class_finding, deprecated_finding, version_findings};
 use operator::operator_findings;
 
 /// Decide ownership for `cluster` under `config`.
@@ -55,6 +55,7 @@ pub fn decide(cluster: &Cluster, config: &OwnershipConfig) -> OwnershipDecision 
     let felix = felix_value(cluster, config.node.as_deref(), &version, &mut sources);
     let bird = bird_value(cluster, &version, &mut sources);
     operator_findings(cluster, &version, &mut sources);
+    api_change_findings(cluster, &mut sources);
     let explicit = match config.role {
         Role::Explicit(v) => Some(ComponentDecision { field_of: Writer::Routewarden, value: v, source: DecisionSource::Role { value: v.as_str().to_owned() } }),
         _ => None,

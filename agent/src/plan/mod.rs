@@ -151,6 +151,7 @@ impl PlanInputs {
             installations,
             calico_node_daemonsets,
             unread,
+            api_changes,
         } = &*snapshot.cluster;
         let was = &*self.cluster;
         *ip_pools == was.ip_pools
@@ -161,6 +162,7 @@ impl PlanInputs {
             && *installations == was.installations
             && *calico_node_daemonsets == was.calico_node_daemonsets
             && *unread == was.unread
+            && *api_changes == was.api_changes
             && snapshot.object_errors == self.object_errors
             && snapshot.load_errors == self.load_errors
             && *config == self.config

@@ -58,6 +58,7 @@
 //! client, not the stand-in.
 
 mod events;
+mod groups;
 mod list;
 pub mod log;
 pub mod rbac;
@@ -389,7 +390,7 @@ impl ApiServer {
     /// The discovery document at `path`, from the registered resource types.
     fn discovery(&self, path: &str) -> Option<Value> {
         let store = lock(&self.inner.store);
-        let types: Vec<&ResourceType> = store.collections.iter().map(|c| &c.rt).collect();
+        let types: Vec<&ResourceType> = store.served_types().collect();
         let resources = |group: &str, version: &str| -> Vec<Value> {
             types
                 .iter()

@@ -163,6 +163,9 @@ pub(crate) struct Collection {
     pub(crate) rt: ResourceType,
     pub(crate) objects: BTreeMap<Key, Stored>,
     whole: Option<(u64, ListBody)>,
+    /// Served: in discovery and answering requests. A removed type is not (404); its place
+    /// stays, so that the history and the watches keep their collection indexes.
+    pub(crate) served: bool,
 }
 
 /// A registered watch: what it selects and where its events go.
@@ -242,12 +245,36 @@ impl Store {
         if let Some(i) = self.find(&rt.group, &rt.version, &rt.plural) {
             return i;
         }
-        self.collections.push(Collection { rt, objects: BTreeMap::new(), whole: None });
+        self.collections.push(Collection { rt, objects: BTreeMap::new(), whole: None, served: true });
         self.collections.len() - 1
     }
 
     pub(crate) fn find(&self, group: &str, version: &str, plural: &str) -> Option<usize> {
-        self.collections.iter().position(|c| c.rt.group == group && c.rt.version == version && c.rt.plural == plural)
+        self.collections.iter().position(|c| c.served && c.rt.group == group && c.rt.version == version && c.rt.plural == plural)
+    }
+
+    /// The resource types served (what discovery lists).
+    pub(crate) fn served_types(&self) -> impl Iterator<Item = &ResourceType> {
+        self.collections.iter().filter(|c| c.served).map(|c| &c.rt)
+    }
+
+    /// Stop serving collection `i`, as deleting its CRD does: every object is deleted first
+    /// (a `DELETED` event each, at a new version), then its watches end and it is no longer
+    /// found (404). Returns the versions of the deletions.
+    pub(crate) fn unserve(&mut self, i: usize) -> Result<Vec<u64>, StoreError> {
+        let rt = self.collections[i].rt.clone();
+        let mut versions = Vec::new();
+        for (key, stored) in self.collections[i].objects.clone() {
+            let mut object: serde_json::Value = serde_json::from_slice(&stored.body).map_err(|_| StoreError::NoName)?;
+            let rv = self.rv + 1;
+            object["metadata"]["resourceVersion"] = json!(rv.to_string());
+            self.commit(&rt, EventType::Deleted, key, rv, Bytes::from(object.to_string()))?;
+            versions.push(rv);
+        }
+        self.watchers.retain(|w| w.collection != i);
+        self.collections[i].served = false;
+        self.collections[i].whole = None;
+        Ok(versions)
     }
 
     fn index(&self, rt: &ResourceType) -> Result<usize, StoreError> {

@@ -33,6 +33,8 @@ fn kubernetes_flags_fill_the_datastore_spec() {
         "projectcalico.org/v3",
         "--kube-watch-silence",
         "120",
+        "--discovery-interval",
+        "60",
     ])
     .unwrap();
     assert_eq!(
@@ -41,12 +43,19 @@ fn kubernetes_flags_fill_the_datastore_spec() {
             kubeconfig: Some("/k".into()),
             api_group: ApiGroupChoice::Forced(CalicoGroup::V3),
             watch_silence: Some(Duration::from_mins(2)),
+            discovery_interval: Some(Duration::from_mins(1)),
         }))
     );
     // 0 turns the silence check off; the default is 90 s.
     let c = Cli::try_parse_from(["x", "--datastore", "kubernetes", "--kube-watch-silence", "0"]).unwrap();
     assert_eq!(c.cluster.datastore_spec(), Some(DatastoreSpec::Kubernetes(KubernetesOptions { watch_silence: None, ..KubernetesOptions::default() })));
     assert_eq!(KubernetesOptions::default().watch_silence, Some(Duration::from_secs(90)));
+    // 0: discovery runs again only when a watch answers 404; the default is every 300 s.
+    let c = Cli::try_parse_from(["x", "--datastore", "kubernetes", "--discovery-interval", "0"]).unwrap();
+    assert_eq!(c.cluster.datastore_spec(), Some(DatastoreSpec::Kubernetes(KubernetesOptions { discovery_interval: None, ..KubernetesOptions::default() })));
+    assert_eq!(KubernetesOptions::default().discovery_interval, Some(Duration::from_mins(5)));
+    let err = Cli::try_parse_from(["x", "--datastore", "kubernetes", "--discovery-interval", "5m"]).err().unwrap().to_string();
+    assert!(err.contains("invalid value '5m' for '--discovery-interval <SECONDS>'"), "{err}");
     let c = Cli::try_parse_from(["x", "--datastore", "kubernetes"]).unwrap();
     assert_eq!(c.cluster.datastore_spec(), Some(DatastoreSpec::Kubernetes(KubernetesOptions::default())));
     let c = Cli::try_parse_from(["x", "--datastore", "kubernetes", "--calico-api-group", "crd.projectcalico.org/v1"]).unwrap();

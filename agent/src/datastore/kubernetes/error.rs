@@ -82,6 +82,17 @@ impl From<watcher::Error> for WatchFailure {
 }
 
 impl WatchFailure {
+    /// The API server answered `404 Not Found` to the list or the watch: the resource is not
+    /// served (its CRD or its API group went away), which calls for discovery again.
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            WatchFailure::Kube(
+                watcher::Error::InitialListFailed(kube::Error::Api(s)) | watcher::Error::WatchStartFailed(kube::Error::Api(s)) | watcher::Error::WatchError(s),
+            ) => s.code == 404,
+            _ => false,
+        }
+    }
+
     /// One line, each cause once: [`describe_watch_error`], or `stale: no event and no
     /// bookmark for 90 s (…)`.
     pub fn describe(&self) -> String {

@@ -8,22 +8,26 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::stream::{BoxStream, SelectAll};
-use futures::StreamExt;
+use std::collections::{BTreeMap, HashMap};
+
+use futures::future::BoxFuture;
+use futures::stream::{AbortHandle, BoxStream, SelectAll};
+use futures::{FutureExt, StreamExt};
 use kube::runtime::watcher::{self, Event};
 use kube::Client;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::discovery::{discover, discover_operator, ApiGroupChoice};
-use super::error::KubernetesError;
+use super::discovery::{discover, discover_operator, rediscover, ApiGroupChoice, Rediscovered};
+use super::error::{KubernetesError, WatchFailure};
 use super::probe::{spawn_probe, Probe, DEFAULT_PROBE, PROBE_MISSES_BEFORE_RELIST};
-use super::resources::{optional_sources, CalicoGroup};
+use super::resources::{optional_sources, CalicoGroup, OPERATOR_API_VERSION};
 use super::trimmed::TrimmedObject;
 use super::view::View;
-use super::watch::{cache_lists, default_backoff, trimmed_watch, BackoffFactory, WatchItem, DEFAULT_LIST_SETTLE, DEFAULT_WATCH_SILENCE};
+use super::watch::{cache_lists, default_backoff, trimmed_watch, BackoffFactory, WatchItem, WatchTarget, DEFAULT_LIST_SETTLE, DEFAULT_WATCH_SILENCE};
 use crate::datastore::error::DatastoreError;
 use crate::datastore::event::{Datastore, DatastoreEvent, Snapshot};
+use crate::model::{CalicoGroupChange, OptionalSource};
 
 /// `User-Agent: routewarden/<version>` on every request (kube sends none), so API server audit
 /// logs and API Priority and Fairness can tell the agents apart (`deploy/flowschema.yaml`).
@@ -56,6 +60,15 @@ pub(crate) fn flush_at(now: Instant, last_flush: Option<Instant>, window: Durati
     }
 }
 
+/// Default `--discovery-interval`: API discovery runs again every 5 minutes, so an API group
+/// installed after the agent (the operator's `operator.tigera.io/v1`) is read without a
+/// restart. Each run is one `GET /apis` when nothing changed ([`rediscover`]).
+pub const DEFAULT_DISCOVERY_INTERVAL: Duration = Duration::from_mins(5);
+
+/// How long one discovery run while the datastore runs may take before it is given up (as
+/// the probe's limit); the next timer tick or 404 tries again.
+const REDISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How to reach the API server and which Calico group to read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KubernetesOptions {
@@ -67,11 +80,19 @@ pub struct KubernetesOptions {
     /// `--kube-watch-silence`: a watch that has had bookmarks and then neither an event nor a
     /// bookmark for this long is stale and re-listed; `None` never ([`DEFAULT_WATCH_SILENCE`]).
     pub watch_silence: Option<Duration>,
+    /// `--discovery-interval`: API discovery runs again this often (besides when a watch
+    /// answers 404); `None`: only on a 404 ([`DEFAULT_DISCOVERY_INTERVAL`]).
+    pub discovery_interval: Option<Duration>,
 }
 
 impl Default for KubernetesOptions {
     fn default() -> KubernetesOptions {
-        KubernetesOptions { kubeconfig: None, api_group: ApiGroupChoice::default(), watch_silence: Some(DEFAULT_WATCH_SILENCE) }
+        KubernetesOptions {
+            kubeconfig: None,
+            api_group: ApiGroupChoice::default(),
+            watch_silence: Some(DEFAULT_WATCH_SILENCE),
+            discovery_interval: Some(DEFAULT_DISCOVERY_INTERVAL),
+        }
     }
 }
 
@@ -86,6 +107,7 @@ pub struct KubernetesDatastore {
     watcher_config: watcher::Config,
     list_settle: Duration,
     watch_silence: Option<Duration>,
+    discovery_interval: Option<Duration>,
     probe: Probe,
     description: String,
 }
@@ -111,6 +133,7 @@ impl KubernetesDatastore {
             watcher_config: cache_lists(),
             list_settle: DEFAULT_LIST_SETTLE,
             watch_silence: Some(DEFAULT_WATCH_SILENCE),
+            discovery_interval: Some(DEFAULT_DISCOVERY_INTERVAL),
             probe: DEFAULT_PROBE,
             description: format!("kubernetes (calico api group: {api_group})"),
         }
@@ -135,7 +158,8 @@ impl KubernetesDatastore {
         let mut config = config;
         config.headers.push(user_agent());
         let client = Client::try_from(config).map_err(|source| KubernetesError::Client { source })?;
-        let mut ds = KubernetesDatastore::new(client, options.api_group).with_watch_silence(options.watch_silence);
+        let mut ds =
+            KubernetesDatastore::new(client, options.api_group).with_watch_silence(options.watch_silence).with_discovery_interval(options.discovery_interval);
         ds.description = format!("kubernetes:{url} (calico api group: {})", options.api_group);
         Ok(ds)
     }
@@ -172,6 +196,14 @@ impl KubernetesDatastore {
     #[must_use]
     pub fn with_watch_silence(mut self, silence: Option<Duration>) -> KubernetesDatastore {
         self.watch_silence = silence;
+        self
+    }
+
+    /// How often API discovery runs again (default [`DEFAULT_DISCOVERY_INTERVAL`]; `None`:
+    /// only when a watch answers 404).
+    #[must_use]
+    pub fn with_discovery_interval(mut self, interval: Option<Duration>) -> KubernetesDatastore {
+        self.discovery_interval = interval;
         self
     }
 
@@ -252,6 +284,158 @@ impl KubernetesDatastore {
             }
         }
     }
+
+    /// The watch of `target` (a relisting watcher with this datastore's settings).
+    fn watch(&self, target: &WatchTarget) -> BoxStream<'static, WatchItem<TrimmedObject>> {
+        trimmed_watch(target, &self.client, target.config(&self.watcher_config), self.watch_silence, Some((self.backoff)()))
+    }
+
+    /// A watch of every resource `view` reads (a withdrawn source is not).
+    fn watch_all(&self, view: &View) -> Watches {
+        let mut watches = Watches::default();
+        for (index, target) in view.targets().iter().enumerate().filter(|(i, _)| view.is_read(*i)) {
+            watches.start(index, self.watch(target));
+        }
+        watches
+    }
+
+    /// One discovery run ([`rediscover`]) for `view`, given up after [`REDISCOVERY_TIMEOUT`].
+    /// Errors: the failure in one line.
+    fn rediscovery(&self, view: &View, confirm: bool) -> BoxFuture<'static, Result<Rediscovered, String>> {
+        let (client, choice, read, reading) = (self.client.clone(), self.api_group, view.group(), view.reads(OptionalSource::Installation));
+        async move {
+            match tokio::time::timeout(REDISCOVERY_TIMEOUT, rediscover(&client, choice, read, reading, confirm)).await {
+                Ok(found) => found.map_err(|e| e.to_string()),
+                Err(_) => Err(format!("API discovery took longer than {} s", REDISCOVERY_TIMEOUT.as_secs())),
+            }
+        }
+        .boxed()
+    }
+
+    /// Follow what discovery found: the operator's group served now starts its sources'
+    /// watches (each lists, then is in the snapshots); gone, it stops the Installation's and
+    /// withdraws it (`source-withdrawn`). The calico-node DaemonSet watches stay: they read
+    /// `apps/v1`, which does not go with the operator. A Calico group `auto` would choose now
+    /// instead of the one read is the `api-group-changed` finding; the group read stays (see
+    /// DESIGN.md, "Datastores"). No other watch is touched.
+    fn follow_discovery(&self, found: Rediscovered, view: &mut View, watches: &mut Watches) {
+        if let Some(now) = found.calico {
+            let read = view.group();
+            let change = (now != read).then(|| CalicoGroupChange { read: read.api_version(), discovered: now.api_version() });
+            if view.set_calico_group_change(change) {
+                if change.is_some() {
+                    tracing::warn!(%read, discovered = %now, "kubernetes datastore: API discovery now chooses another Calico group; still reading the one chosen at start (finding api-group-changed): restart to switch");
+                } else {
+                    tracing::info!(%read, "kubernetes datastore: API discovery chooses the Calico group read again");
+                }
+            }
+        }
+        let reading = view.reads(OptionalSource::Installation);
+        if found.operator && !reading {
+            tracing::info!(api_version = OPERATOR_API_VERSION, "kubernetes datastore: the operator's API group is served now; reading its sources");
+            for source in optional_sources(true) {
+                if let Some(index) = view.add_source(source) {
+                    tracing::info!(source = %source.label(), "kubernetes datastore: reading an optional source");
+                    watches.start(index, self.watch(&view.targets()[index]));
+                }
+            }
+        } else if !found.operator && reading {
+            tracing::warn!(
+                api_version = OPERATOR_API_VERSION,
+                "kubernetes datastore: the operator's API group is no longer served; Installation default dropped (finding source-withdrawn)"
+            );
+            if let Some(index) = view.withdraw_source(OptionalSource::Installation, OPERATOR_API_VERSION) {
+                watches.stop(index);
+            }
+        }
+    }
+    /// Resource `index` answered 404 (`e`): discovery runs now, or again after the run in
+    /// flight. An optional source's error waits for it ([`Again`]); a required one's is
+    /// applied at once. Returns what to send.
+    fn not_found(&self, again: &mut Again, view: &mut View, index: usize, e: WatchFailure) -> Vec<DatastoreEvent> {
+        tracing::info!(resource = %view.resource_label(index), error = %e.describe(), "kubernetes datastore: a resource is not served; running API discovery again");
+        if again.running.is_some() {
+            again.rerun = true;
+        } else {
+            again.running = Some(self.rediscovery(view, true));
+        }
+        if view.optional_at(index).is_some() {
+            again.held.insert(index, e);
+            Vec::new()
+        } else {
+            view.apply(index, Err(e))
+        }
+    }
+
+    /// A discovery run ended with `found`: follow it; then run again when a 404 asked for it
+    /// meanwhile, else give the held errors to the sources still read. Returns what to send.
+    fn discovered(&self, again: &mut Again, found: Result<Rediscovered, String>, view: &mut View, watches: &mut Watches) -> Vec<DatastoreEvent> {
+        match found {
+            Ok(found) => self.follow_discovery(found, view, watches),
+            Err(reason) => tracing::warn!(%reason, "kubernetes datastore: API discovery failed; the view is kept as it is, trying again later"),
+        }
+        if std::mem::take(&mut again.rerun) {
+            again.running = Some(self.rediscovery(view, true));
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for (index, e) in std::mem::take(&mut again.held) {
+            if view.is_read(index) {
+                out.extend(view.apply(index, Err(e)));
+            }
+        }
+        out
+    }
+}
+
+/// API discovery again while the datastore runs: when the timer is due next, the run in flight
+/// (one at a time; a 404 during a run asks for another), and the 404s of optional sources held
+/// until a run says whether their group is still served: gone, they are withdrawn; still
+/// there, the error is theirs (`source-unreadable`), so no finding flickers while discovery
+/// runs.
+#[derive(Default)]
+struct Again {
+    next: Option<Instant>,
+    running: Option<BoxFuture<'static, Result<Rediscovered, String>>>,
+    rerun: bool,
+    held: BTreeMap<usize, WatchFailure>,
+}
+
+impl Again {
+    /// The end of the run in flight (pending while there is none).
+    async fn finished(&mut self) -> Result<Rediscovered, String> {
+        let found = match self.running.as_mut() {
+            Some(run) => run.await,
+            None => std::future::pending().await,
+        };
+        self.running = None;
+        found
+    }
+}
+
+/// The running watches, one per resource read, each stoppable alone (a withdrawn source's)
+/// without touching the others.
+#[derive(Default)]
+struct Watches {
+    streams: SelectAll<BoxStream<'static, (usize, WatchItem<TrimmedObject>)>>,
+    stops: HashMap<usize, AbortHandle>,
+}
+
+impl Watches {
+    /// Run `stream` as resource `index`'s watch (stopping the one it had).
+    fn start(&mut self, index: usize, stream: BoxStream<'static, WatchItem<TrimmedObject>>) {
+        self.stop(index);
+        let (stream, stop) = futures::stream::abortable(stream);
+        self.stops.insert(index, stop);
+        self.streams.push(stream.map(move |item| (index, item)).boxed());
+    }
+
+    /// Stop resource `index`'s watch: it yields nothing more.
+    fn stop(&mut self, index: usize) {
+        if let Some(stop) = self.stops.remove(&index) {
+            stop.abort();
+        }
+    }
 }
 
 impl Datastore for KubernetesDatastore {
@@ -264,15 +448,8 @@ impl Datastore for KubernetesDatastore {
         let optional = optional_sources(operator);
         tracing::info!(group = %group, optional = ?optional.iter().map(|s| s.label()).collect::<Vec<_>>(), "kubernetes datastore: watching Calico objects and Nodes");
         let mut view = View::new(group, &optional).with_list_settle(self.list_settle);
-        let start_watches = |view: &View| {
-            let mut streams: SelectAll<BoxStream<'static, (usize, WatchItem<TrimmedObject>)>> = SelectAll::new();
-            for (index, target) in view.targets().into_iter().enumerate() {
-                let config = target.config(&self.watcher_config);
-                streams.push(trimmed_watch(&target, &self.client, config, self.watch_silence, Some((self.backoff)())).map(move |item| (index, item)).boxed());
-            }
-            streams
-        };
-        let mut streams = start_watches(&view);
+        let mut watches = self.watch_all(&view);
+        let mut again = Again { next: self.discovery_interval.map(|every| Instant::now() + every), ..Again::default() };
         let mut probes = spawn_probe(self.client.clone(), self.probe);
         // Probes in a row without an answer.
         let mut misses = 0u32;
@@ -285,10 +462,21 @@ impl Datastore for KubernetesDatastore {
             // Every branch yields what to send; then one send and one debounce rule.
             let events = tokio::select! {
                 () = tx.closed() => return Ok(()),
-                next = streams.next() => {
+                next = watches.streams.next() => {
                     let Some((index, item)) = next else { return Ok(()) };
-                    view.apply(index, item)
+                    match item {
+                        Err(e) if e.is_not_found() && view.is_read(index) && !view.failed_with(index, &e.describe()) => self.not_found(&mut again, &mut view, index, e),
+                        item => view.apply(index, item),
+                    }
                 }
+                () = tokio::time::sleep_until(again.next.unwrap_or_else(Instant::now)), if again.next.is_some() => {
+                    again.next = self.discovery_interval.map(|every| Instant::now() + every);
+                    if again.running.is_none() {
+                        again.running = Some(self.rediscovery(&view, !again.held.is_empty()));
+                    }
+                    Vec::new()
+                }
+                found = again.finished(), if again.running.is_some() => self.discovered(&mut again, found, &mut view, &mut watches),
                 Some(answered) = probes.recv() => match answered {
                     Ok(()) => {
                         if misses > 0 {
@@ -310,7 +498,7 @@ impl Datastore for KubernetesDatastore {
                             // silent until its own timeout); each re-lists, and the view is
                             // synced again only when every list completes.
                             tracing::warn!(%reason, misses, "kubernetes datastore: the API server is still silent; re-listing every resource");
-                            streams = start_watches(&view);
+                            watches = self.watch_all(&view);
                             view.restart_all(&reason)
                         } else {
                             Vec::new()

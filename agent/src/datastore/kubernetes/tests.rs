@@ -3,6 +3,7 @@
 //! the topics share; the tests are in `tests/`: `rbac.rs` (the RBAC table against the
 //! manifest), `discovery.rs`, `sync.rs` (lists, paging, parsing, live changes), `failures.rs`
 //! (410, silent watches, outages, backoff), `optional.rs` (calico-node env, Installation),
+//! `rediscovery.rs` (API groups that appear and vanish while the datastore runs),
 //! `trimmed_decode.rs` and `view_events.rs`.
 
 use std::collections::BTreeSet;
@@ -23,6 +24,7 @@ mod failures;
 mod live_changes;
 mod optional;
 mod rbac;
+mod rediscovery;
 mod sync;
 mod trimmed_decode;
 mod view_events;
@@ -395,12 +397,18 @@ impl Running {
         Running::start_settling(api, choice, Duration::ZERO)
     }
 
-    /// With deletions held for `settle` after each list.
+    /// With deletions held for `settle` after each list (no discovery on a timer).
     fn start_settling(api: &StdArc<FakeApi>, choice: ApiGroupChoice, settle: Duration) -> Running {
+        Running::start_with(api, choice, settle, None)
+    }
+
+    /// With deletions held for `settle` after each list and discovery again every `discovery`.
+    fn start_with(api: &StdArc<FakeApi>, choice: ApiGroupChoice, settle: Duration, discovery: Option<Duration>) -> Running {
         let (tx, rx) = mpsc::channel(64);
         let ds = KubernetesDatastore::new(api.client(), choice)
             .with_debounce(Duration::from_millis(30))
             .with_list_settle(settle)
+            .with_discovery_interval(discovery)
             .with_backoff(Arc::new(|| Box::new(Quick)));
         let task = ds.spawn(tx);
         Running { rx, task }

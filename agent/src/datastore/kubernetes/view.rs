@@ -20,17 +20,19 @@ use std::time::{Duration, Instant};
 use kube::runtime::watcher::Event;
 
 use super::error::WatchFailure;
-use super::resources::{CalicoGroup, Watched, CALICO_NODE_SELECTOR, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE};
+use super::resources::{CalicoGroup, CALICO_NODE_SELECTOR, CALICO_RESOURCES, DAEMONSET_RESOURCE, INSTALLATION_RESOURCE, NODE_RESOURCE};
 use super::trimmed::TrimmedObject;
 use super::watch::{WatchItem, WatchTarget};
 use crate::datastore::error::{LoadError, LoadErrorKind, ObjectError};
 use crate::datastore::event::{DatastoreEvent, Snapshot};
-use crate::model::{check_blocks, check_pools, Cluster, Kind, OptionalSource};
+use crate::model::{check_blocks, check_pools, CalicoGroupChange, Cluster, Kind, OptionalSource};
 use store::{Resource, Status};
 
 /// See the module docs.
 #[expect(clippy::struct_excessive_bools, reason = "independent flags of one state machine, each documented")]
 pub(crate) struct View {
+    /// The Calico group read.
+    group: CalicoGroup,
     resources: Vec<Resource>,
     /// The last good version of every object, updated in place (a snapshot is a clone, never
     /// a re-parse of every object).
@@ -66,17 +68,14 @@ impl View {
     /// A view of the six Calico resources in `group`, the core Nodes and the `optional`
     /// sources (in that order), nothing listed yet.
     pub(crate) fn new(group: CalicoGroup, optional: &[OptionalSource]) -> View {
-        let new = |w: Watched, namespace: Option<&'static str>, optional: Option<OptionalSource>| Resource::new(group, w, namespace, optional);
         let resources = CALICO_RESOURCES
             .iter()
             .chain(std::iter::once(&NODE_RESOURCE))
-            .map(|w| new(*w, None, None))
-            .chain(optional.iter().map(|source| match *source {
-                OptionalSource::Installation => new(INSTALLATION_RESOURCE, None, Some(*source)),
-                OptionalSource::CalicoNodeEnv(ns) => new(DAEMONSET_RESOURCE, Some(ns), Some(*source)),
-            }))
+            .map(|w| Resource::new(group, *w, None, None))
+            .chain(optional.iter().map(|source| optional_resource(group, *source)))
             .collect();
         View {
+            group,
             resources,
             cluster: Cluster::default(),
             dirty: false,
@@ -121,6 +120,90 @@ impl View {
             .collect()
     }
 
+    /// The Calico group read.
+    pub(crate) fn group(&self) -> CalicoGroup {
+        self.group
+    }
+
+    /// Whether resource `index` is read (a withdrawn source is not: no watch for it).
+    pub(crate) fn is_read(&self, index: usize) -> bool {
+        self.resources.get(index).is_some_and(|r| r.status != Status::Withdrawn)
+    }
+
+    /// The optional source resource `index` reads, if it is one.
+    pub(crate) fn optional_at(&self, index: usize) -> Option<OptionalSource> {
+        self.resources.get(index).and_then(|r| r.optional)
+    }
+
+    /// Whether resource `index` has failed with `description` ([`WatchFailure::describe`]) and
+    /// not listed since.
+    pub(crate) fn failed_with(&self, index: usize, description: &str) -> bool {
+        let Some(r) = self.resources.get(index) else { return false };
+        match &r.status {
+            Status::Failed(f) if r.optional.is_some() => f == description,
+            Status::Failed(f) => *f == format!("{}: {description}", self.resource_label(index)),
+            _ => false,
+        }
+    }
+
+    /// Whether optional `source` is read now (added, and not withdrawn since).
+    pub(crate) fn reads(&self, source: OptionalSource) -> bool {
+        self.resources.iter().any(|r| r.optional == Some(source) && r.status != Status::Withdrawn)
+    }
+
+    /// Start reading optional `source` (its API group is served now): a resource that lists
+    /// from scratch, appended or the withdrawn one again; its `source-withdrawn` finding goes.
+    /// Returns its index (the run loop starts its watch), or `None` when it is read already.
+    /// The view stays synced meanwhile: an optional source never unsyncs it, and `Synced` is
+    /// not sent again (the snapshot gains the source's objects when its list completes).
+    pub(crate) fn add_source(&mut self, source: OptionalSource) -> Option<usize> {
+        if self.reads(source) {
+            return None;
+        }
+        let index = self.resources.iter().position(|r| r.optional == Some(source)).unwrap_or_else(|| {
+            self.resources.push(optional_resource(self.group, source));
+            self.resources.len() - 1
+        });
+        self.resources[index] = optional_resource(self.group, source);
+        if self.cluster.api_changes.withdrawn.remove(&source).is_some() {
+            self.model_changed = true;
+        }
+        self.status_changed = true;
+        self.dirty = true;
+        Some(index)
+    }
+
+    /// Stop reading optional `source`: its API group `api_version` is no longer served. Its
+    /// objects leave the cluster (they only ever yield findings or an env Felix reads, never
+    /// a route by themselves), its `source-unreadable` finding goes, and `source-withdrawn`
+    /// names the group. Returns its index (the run loop stops its watch), or `None` when it
+    /// was not read. Never unsyncs: the Calico resources and their watches are untouched.
+    pub(crate) fn withdraw_source(&mut self, source: OptionalSource, api_version: &'static str) -> Option<usize> {
+        let index = self.resources.iter().position(|r| r.optional == Some(source) && r.status != Status::Withdrawn)?;
+        let r = &mut self.resources[index];
+        r.drop_all(&mut self.cluster);
+        r.status = Status::Withdrawn;
+        self.cluster.unread.remove(&source);
+        self.cluster.api_changes.withdrawn.insert(source, api_version);
+        self.model_changed = true;
+        self.status_changed = true;
+        self.dirty = true;
+        Some(index)
+    }
+
+    /// The Calico group `auto` would choose now, when it is not the one read (`None`: it is,
+    /// or the group is forced): the `api-group-changed` finding.
+    /// True when it changed.
+    pub(crate) fn set_calico_group_change(&mut self, change: Option<CalicoGroupChange>) -> bool {
+        if self.cluster.api_changes.calico_group == change {
+            return false;
+        }
+        self.cluster.api_changes.calico_group = change;
+        self.model_changed = true;
+        self.dirty = true;
+        true
+    }
+
     /// `ipamblocks.crd.projectcalico.org` (kubectl's resource.group form); `nodes` for Nodes;
     /// `daemonsets.apps/kube-system` for a namespaced read.
     pub(crate) fn resource_label(&self, index: usize) -> String {
@@ -150,6 +233,10 @@ impl View {
     pub(crate) fn apply(&mut self, index: usize, item: WatchItem<TrimmedObject>) -> Vec<DatastoreEvent> {
         let label = self.resource_label(index);
         let r = &mut self.resources[index];
+        if r.status == Status::Withdrawn {
+            // An item its watch had in flight when it was stopped.
+            return Vec::new();
+        }
         match item {
             Ok(event) => {
                 let done = matches!(event, Event::InitDone);
@@ -210,7 +297,7 @@ impl View {
     /// again (required ones count as failed with `reason` until then, so no `Synced` and no
     /// deletion before every list is complete). Returns the `Unsynced` to send.
     pub(crate) fn restart_all(&mut self, reason: &str) -> Vec<DatastoreEvent> {
-        for r in &mut self.resources {
+        for r in self.resources.iter_mut().filter(|r| r.status != Status::Withdrawn) {
             r.status = if r.optional.is_some() { Status::Listing } else { Status::Failed(reason.to_owned()) };
         }
         self.dirty = true;
@@ -340,6 +427,14 @@ impl View {
         // watch from that version has had time to deliver what happened since.
         let settled = self.settling_until.is_none_or(|t| Instant::now() >= t);
         Snapshot { cluster: Arc::new(cluster), object_errors, load_errors, inputs, settled }
+    }
+}
+
+/// The resource that reads optional `source`, nothing listed yet.
+fn optional_resource(group: CalicoGroup, source: OptionalSource) -> Resource {
+    match source {
+        OptionalSource::Installation => Resource::new(group, INSTALLATION_RESOURCE, None, Some(source)),
+        OptionalSource::CalicoNodeEnv(ns) => Resource::new(group, DAEMONSET_RESOURCE, Some(ns), Some(source)),
     }
 }
 

@@ -3,17 +3,17 @@
 use super::*;
 
 /// `/apis/operator.tigera.io/v1` of an operator install.
-fn operator_resources() -> Json {
+pub(super) fn operator_resources() -> Json {
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "operator.tigera.io/v1", "resources": [
         {"name": "installations", "singularName": "installation", "namespaced": false, "kind": "Installation", "verbs": ["get", "list", "watch", "update"]},
         {"name": "installations/status", "singularName": "", "namespaced": false, "kind": "Installation", "verbs": ["get"]}
     ]})
 }
 
-const CALICO_SYSTEM_DS: &str = "/apis/apps/v1/namespaces/calico-system/daemonsets";
-const INSTALLATIONS: &str = "/apis/operator.tigera.io/v1/installations";
+pub(super) const CALICO_SYSTEM_DS: &str = "/apis/apps/v1/namespaces/calico-system/daemonsets";
+pub(super) const INSTALLATIONS: &str = "/apis/operator.tigera.io/v1/installations";
 
-fn installation(rv: &str, mode: &str) -> Json {
+pub(super) fn installation(rv: &str, mode: &str) -> Json {
     json!({"apiVersion": "operator.tigera.io/v1", "kind": "Installation",
            "metadata": {"name": "default", "resourceVersion": rv, "uid": "i1"},
            "spec": {"variant": "Calico", "calicoNetwork": {"clusterRoutingMode": mode, "ipPools": [{"cidr": "10.244.0.0/16"}]}},

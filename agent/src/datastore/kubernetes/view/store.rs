@@ -23,6 +23,8 @@ pub(super) enum Status {
     Ready,
     /// The watch failed; the last view is kept until a re-list completes.
     Failed(String),
+    /// An optional source whose API group is no longer served: not watched, nothing kept.
+    Withdrawn,
 }
 
 /// What is known about one object (about 50 bytes besides its name: 100,000 IPAM blocks
@@ -180,6 +182,19 @@ impl Resource {
             }
         }
         out
+    }
+
+    /// Forget every object of this resource and take each out of `cluster` (its source is
+    /// withdrawn). True when the cluster changed.
+    pub(super) fn drop_all(&mut self, cluster: &mut Cluster) -> bool {
+        let kind = self.watched.kind;
+        let changed = !self.entries.is_empty();
+        for name in std::mem::take(&mut self.entries).keys() {
+            remove(cluster, kind, &self.key(name));
+        }
+        self.errored.clear();
+        self.listing = None;
+        changed
     }
 
     /// `InitDone`: the list gathered since `Init` becomes the view. True when the view changed.
