@@ -20,6 +20,7 @@ mod cluster;
 pub mod flags;
 pub mod logging;
 pub mod memory;
+mod table_rule;
 pub mod view;
 
 use std::collections::BTreeSet;
@@ -232,6 +233,18 @@ pub async fn run(args: RunArgs) -> Result<()> {
         None
     };
 
+    // `--route-table` other than main: the policy rules that select it (and ours, if asked).
+    let mut table_rules = if args.mode == Mode::Program {
+        table_rule::TableRuleHandler::new(
+            KernelDump::connect().context("open the rtnetlink socket")?,
+            dp_config.table,
+            args.route_table_rule_priority,
+            dp_config.protocol,
+        )
+    } else {
+        None
+    };
+
     // The TC watches' devices for a host NIC (empty: not known yet, `--host-device auto`).
     let tunnel_dev = devices.tunnel.clone();
     let tc_devices_for = |host_nic: &str| -> Vec<String> {
@@ -327,6 +340,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                             if let (Some(plan), Some(w)) = (cluster.last.as_ref(), route_watch.watch_mut()) {
                                 w.set_episode_scope(episode_scope(plan));
                             }
+                            table_rule::recheck(table_rules.as_mut(), cluster.last.as_ref(), &metrics, &health).await;
                         }
                         if replanned || !snapshot {
                             if let (Some(a), Some(plan)) = (auditor.as_mut(), cluster.last.as_ref()) {
@@ -337,10 +351,11 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 }
                 None => break DATASTORE_ENDED,
             },
-            _ = audit_tick.tick(), if auditor.is_some() => {
+            _ = audit_tick.tick(), if auditor.is_some() || table_rules.is_some() => {
                 if let (Some(a), Some(plan)) = (auditor.as_mut(), cluster.last.as_ref()) {
                     a.audit(plan, &metrics, &health, &status).await;
                 }
+                table_rule::recheck(table_rules.as_mut(), cluster.last.as_ref(), &metrics, &health).await;
             }
             Some(report) = report_rx.recv() => {
                 record_report(&metrics, &health, &status, &report, &mut report_log, dp_config.mass_deletion_percent, dp_config.settle);
@@ -366,6 +381,9 @@ pub async fn run(args: RunArgs) -> Result<()> {
             Some(ev) = route_watch.next_event() => {
                 route_watch.on_event(&metrics, &ev);
                 status.record_route_watch(&ev, crate::observe::status::unix_now());
+                if matches!(ev, crate::bpf::route_watch::RouteWatchEvent::RuleChange { .. }) {
+                    table_rule::recheck(table_rules.as_mut(), cluster.last.as_ref(), &metrics, &health).await;
+                }
             }
             Some(ev) = forward.next_event() => forward.on_event(&metrics, &ev),
             _ = heartbeat.tick() => {

@@ -9,6 +9,7 @@
 //! | [`routes`] | [`Metrics::record_plan`], [`Metrics::record_apply`], [`Metrics::record_mass_deletion_hold`], [`Metrics::record_audit`], [`Metrics::record_audit_failed`] | `calico_version_info`, `frozen_prefixes`, `frozen_classes`, `ownership_findings`, `route_problems`, `routes`, `deletions_held`, `mass_deletion_holds`, `route_operations`, `netlink_errors`, `reconcile_duration_seconds`, `audit_findings` |
 //! | [`bpf`] | [`Metrics::set_program_attached`], [`Metrics::record_tc_count`] | `bpf_program_attached`, `tc_count_*` |
 //! | [`route_watch`] | [`Metrics::set_route_watch_backend`], [`Metrics::record_route_watch`], [`Metrics::set_flapping_prefixes`] | `route_writes`, `route_writes_unattributed`, `route_conflicts`, `route_flaps`, `route_flushes`, `flapping_prefixes`, `route_watch_backend_info`, `route_watch_events_lost` |
+//! | [`table_rule`] | [`Metrics::record_table_rules`], [`Metrics::record_route_watch`] (rule counters) | `route_table_rule`, `rule_writes` |
 //! | [`forward`] | [`Metrics::declare_forward_destination`], [`Metrics::forget_forward_pool`], [`Metrics::record_forwarded`], [`Metrics::record_forwarding_flaps`], [`Metrics::record_forwarding_events_lost`] | `forwarded_*`, `wrong_path_packets`, `forwarding_*` |
 //!
 //! Every label value comes from a fixed set (`&'static str` produced by the `label()` methods
@@ -27,6 +28,7 @@ pub mod forward;
 mod known_series;
 pub mod route_watch;
 pub mod routes;
+pub mod table_rule;
 
 #[cfg(test)]
 mod tests;
@@ -43,6 +45,7 @@ pub use datastore::LoadErrorLabels;
 pub use forward::{ForwardPathLabels, PoolLabels, WrongPathLabels};
 pub use route_watch::{writers_label, BackendLabels, FamilyLabels, RouteConflictLabels, RouteWriteLabels};
 pub use routes::{AuditLabels, CalicoVersionLabels, FindingLabels, HoldLabels, NetlinkErrorLabels, OperationLabels, ProblemLabels, RouteLabels};
+pub use table_rule::{RuleWriteLabels, TableRuleLabels};
 
 /// All metric handles. Cheap to share (`Arc<Metrics>`); updating a handle is lock-free.
 ///
@@ -127,6 +130,14 @@ pub struct Metrics {
     pub forwarding_flaps: Family<PoolLabels, Counter>,
     /// `routewarden_forwarding_events_lost_total`: forwarding-watch ring-buffer records lost.
     pub forwarding_events_lost: Counter,
+    /// `routewarden_route_table_rule{family,table}`: 1 when an ip rule sends traffic of the
+    /// family to routewarden's table (other than main), 0 when none does.
+    pub route_table_rule: Family<TableRuleLabels, Gauge>,
+    /// The series of `route_table_rule` now set (removed when no longer checked).
+    table_rule_series: std::sync::Mutex<Vec<TableRuleLabels>>,
+    /// `routewarden_rule_writes_total{family,op,writer}`: policy rule writes seen by the
+    /// route watch.
+    pub rule_writes: Family<RuleWriteLabels, Counter>,
 }
 
 /// Histogram wrapper with the reconcile buckets (1 ms .. ~16 s).
@@ -205,6 +216,16 @@ impl Metrics {
         r.register("wrong_path_packets", "Packets to a cluster destination that left on a different path than expected", m.wrong_path_packets.clone());
         r.register("forwarding_flaps", "Blocks whose egress path changed at least threshold times within the window", m.forwarding_flaps.clone());
         r.register("forwarding_events_lost", "Forwarding-watch ring-buffer records lost because the buffer was full", m.forwarding_events_lost.clone());
+        r.register(
+            "route_table_rule",
+            "1 when an ip rule sends traffic of the family to routewarden's table (other than main), 0 when none does and its routes there carry no traffic",
+            m.route_table_rule.clone(),
+        );
+        r.register(
+            "rule_writes",
+            "Policy rule writes (ip rule add and delete) seen by the route watch, by family, operation and writer class",
+            m.rule_writes.clone(),
+        );
         m.declare_deletions_held();
         m.declare_known_series();
         (r, m)
