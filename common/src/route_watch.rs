@@ -22,6 +22,9 @@ pub const AF_INET6: u8 = 10;
 pub const FAMILIES: usize = 2;
 /// Number of write operations counted (see [`WriteOp`]).
 pub const OPS: usize = 3;
+/// Number of policy rule operations counted: add (index 0) and delete (1); rules have no
+/// replace (`fib_nl_newrule` ignores `NLM_F_REPLACE`).
+pub const RULE_OPS: usize = 2;
 /// Number of writer classes counted (see [`WriterClass`]).
 pub const WRITER_CLASSES: usize = 7;
 
@@ -362,6 +365,12 @@ pub enum RecordKind {
     /// A link went administratively down (`write.oif` is its ifindex); IPv4 flushes the
     /// link's routes without any route notification.
     LinkDown = 4,
+    /// A policy rule was added or deleted (`RTM_NEWRULE`/`RTM_DELRULE`): `write.family`,
+    /// `write.op` ([`WriteOp::Add`] or [`WriteOp::Delete`]), `write.table` (the rule's full
+    /// table id, `FRA_TABLE`), `write.metric` (its priority, `FRA_PRIORITY`), `write.writer`
+    /// (its protocol is the rule's `FRA_PROTOCOL`); `dst` and `gateway` zeros. Every rule
+    /// write is reported (rules change rarely).
+    Rule = 5,
 }
 
 impl RecordKind {
@@ -373,6 +382,7 @@ impl RecordKind {
             2 => Some(RecordKind::Flap),
             3 => Some(RecordKind::Flush),
             4 => Some(RecordKind::LinkDown),
+            5 => Some(RecordKind::Rule),
             _ => None,
         }
     }
@@ -416,6 +426,8 @@ pub struct RouteWatchCounters {
     /// the current task), by family: their class was inferred from the protocol
     /// ([`ORIGIN_CLASS_INFERRED`]). Kernel-made changes are not counted here.
     pub unattributed: [u64; FAMILIES],
+    /// Policy rule writes by `[family_index][add 0, delete 1][WriterClass]` (socket filter).
+    pub rule_writes: [[[u64; WRITER_CLASSES]; RULE_OPS]; FAMILIES],
 }
 
 impl Default for RouteWatchCounters {
@@ -429,6 +441,7 @@ impl Default for RouteWatchCounters {
             decode_errors: 0,
             other_netns: 0,
             unattributed: [0; FAMILIES],
+            rule_writes: [[[0; WRITER_CLASSES]; RULE_OPS]; FAMILIES],
         }
     }
 }

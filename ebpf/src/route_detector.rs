@@ -158,6 +158,31 @@ pub fn link_down(write: &RouteWrite) {
     emit(RecordKind::LinkDown, 0, write, &WriteOrigin::default());
 }
 
+/// Count one policy rule write (`w.op` add or delete, `w.metric` its priority) by family,
+/// operation and writer class, and report it ([`RecordKind::Rule`]: every rule write, as
+/// rules change rarely). The writer's class is decided as for routes.
+#[inline(always)]
+pub fn observe_rule(w: &mut RouteWrite) {
+    let oi: usize = match WriteOp::from_u8(w.op) {
+        Some(WriteOp::Add) => 0,
+        Some(WriteOp::Delete) => 1,
+        _ => {
+            count_decode_error();
+            return;
+        }
+    };
+    let (class, inferred) = WriterClass::of_writer(&w.writer, is_self(&w.writer));
+    w.writer.class = class as u8;
+    w.writer.flags = if inferred { ORIGIN_CLASS_INFERRED } else { 0 };
+    let fi = family_index(w.family);
+    if let Some(c) = counters() {
+        if let Some(slot) = c.rule_writes.get_mut(fi).and_then(|f| f.get_mut(opaque_index(oi))).and_then(|o| o.get_mut(class as usize)) {
+            *slot += 1;
+        }
+    }
+    emit(RecordKind::Rule, 0, w, &WriteOrigin::default());
+}
+
 /// FNV-1a over 32-bit words of the attributes that make a route different: protocol,
 /// metric, and where it goes: the nexthop object's id for a route through one, its own oif
 /// and gateway otherwise. A route through an object is the object's whatever its gateway and

@@ -1,6 +1,8 @@
 //! `route_watch_netlink`: socket filter on a NETLINK_ROUTE socket joined to
-//! `RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE` and `RTNLGRP_NEXTHOP`. The backend
-//! that works on every kernel (this host refuses fentry and has no kprobes).
+//! `RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE`, the rule groups
+//! (`RTNLGRP_IPV4_RULE`, `RTNLGRP_IPV6_RULE`) and `RTNLGRP_NEXTHOP`. The backend that works on
+//! every kernel (this host refuses fentry and has no kprobes), and the only one that sees
+//! policy rule writes.
 //!
 //! The kernel runs it once per notification of the socket's network namespace; the skb starts
 //! at the `nlmsghdr` (facts measured in `../shared/reference/toolchain.md`):
@@ -12,7 +14,13 @@
 //! 16 ifinfomsg { u8 family, pad; u16 type; i32 index; u32 flags; u32 change }  (RTM_NEWLINK)
 //! 16 nhmsg { u8 family, scope, protocol, resvd; u32 flags }  (RTM_NEWNEXTHOP)
 //! 24 rtattr NHA_ID (first, `nh_fill_node`) + u32 id
+//! 16 fib_rule_hdr { u8 family, dst_len, src_len, tos, table, res1, res2, action; u32 flags }
+//!    (RTM_NEWRULE/RTM_DELRULE); attributes from 28: FRA_TABLE, FRA_PRIORITY, FRA_PROTOCOL
 //! ```
+//!
+//! Rule changes (`fib_nl_newrule`/`fib_nl_delrule` → `notify_rule_change`, `net/core/
+//! fib_rules.c`) are sent the same way as route changes, in the requester's `sendmsg` with
+//! its port, so their writer is named the same way ([`rule_message`]).
 //!
 //! A nexthop replace re-sends every route through the object (compat mode) right after the
 //! object's own notification, with the replacing request's port and sequence number: those
@@ -47,12 +55,17 @@ use routewarden_common::route_watch::{NexthopNotice, RouteWrite, WriteOp, WriteO
 use crate::bpf_log::{allowed, LogKind};
 
 use crate::helpers::{opaque_index, zero_words};
-use crate::route_detector::{count_decode_error, current_process, link_down, now_ns, observe};
+use crate::route_detector::{count_decode_error, current_process, link_down, now_ns, observe, observe_rule};
 
 const RTM_NEWLINK: u16 = 16;
 const RTM_NEWROUTE: u16 = 24;
 const RTM_DELROUTE: u16 = 25;
 const RTM_NEWNEXTHOP: u16 = 104;
+const RTM_NEWRULE: u16 = 32;
+const RTM_DELRULE: u16 = 33;
+const FRA_PRIORITY: u16 = 6;
+const FRA_TABLE: u16 = 15;
+const FRA_PROTOCOL: u16 = 21;
 const NHA_ID: u16 = 1;
 const NLM_F_REPLACE: u16 = 0x100;
 const IFF_UP: u32 = 1;
@@ -147,6 +160,10 @@ fn try_route_watch_netlink<const TASK: bool>(ctx: &SkBuffContext) -> Result<(), 
     match msg_type {
         RTM_NEWROUTE | RTM_DELROUTE => {
             route_message::<TASK>(msg, words, msg_type, &mut scratch.write);
+            Ok(())
+        }
+        RTM_NEWRULE | RTM_DELRULE => {
+            rule_message::<TASK>(msg, words, msg_type, &mut scratch.write);
             Ok(())
         }
         RTM_NEWLINK => link_message(msg, words),
@@ -313,6 +330,55 @@ fn route_message<const TASK: bool>(msg: &[u32; MSG_WORDS + MSG_SLACK_WORDS], wor
         return;
     }
     observe(w);
+}
+
+/// A rule change: family, op, table (`FRA_TABLE` over the header's byte), priority (into
+/// `metric`), the rule's protocol and the writer, named as for routes.
+#[inline(always)]
+fn rule_message<const TASK: bool>(msg: &[u32; MSG_WORDS + MSG_SLACK_WORDS], words: usize, msg_type: u16, w: &mut RouteWrite) {
+    let port = msg[3];
+    // fib_rule_hdr: family, dst_len, src_len, tos (word 4); table, res1, res2, action (5).
+    let [family, _, _, _] = msg[4].to_ne_bytes();
+    let [table, _, _, _] = msg[5].to_ne_bytes();
+    if family != AF_INET && family != AF_INET6 {
+        return;
+    }
+    // SAFETY: a RouteWrite is integers and byte arrays.
+    unsafe { zero_words(w) };
+    w.ts_ns = now_ns();
+    w.table = u32::from(table);
+    w.family = family;
+    w.op = if msg_type == RTM_DELRULE { WriteOp::Delete as u8 } else { WriteOp::Add as u8 };
+    w.writer.id = port;
+    w.writer.id_kind = WriterIdKind::NetlinkPort as u8;
+    if TASK && port != 0 {
+        if let Some((tgid, comm)) = current_process() {
+            w.writer.id = tgid;
+            w.writer.id_kind = WriterIdKind::Process as u8;
+            w.writer.comm = comm;
+        }
+    }
+    let mut i: usize = 7;
+    for _ in 0..MAX_ATTRS {
+        if i >= words {
+            break;
+        }
+        let hdr = word(msg, i);
+        let len = (hdr & 0xffff) as usize;
+        let next = i + len.div_ceil(4);
+        if len < 4 || next > words {
+            break;
+        }
+        let p = i + 1;
+        match (hdr >> 16) as u16 {
+            FRA_PRIORITY => w.metric = word(msg, p),
+            FRA_TABLE => w.table = word(msg, p),
+            FRA_PROTOCOL => w.writer.protocol = (word(msg, p) & 0xff) as u8,
+            _ => {}
+        }
+        i = next;
+    }
+    observe_rule(w);
 }
 
 /// The address at word `i`: 16 bytes for IPv6, 4 then zeros for IPv4.

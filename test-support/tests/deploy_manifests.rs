@@ -39,6 +39,7 @@ const ALERTS: &[&str] = &[
     "RoutewardenDown",
     "RouteMassDeletionHeld",
     "RoutewardenInvalidInput",
+    "RouteTableNotSelected",
 ];
 
 /// Kinds served by the Prometheus Operator's CRDs: the Kubernetes schemas do not cover them,

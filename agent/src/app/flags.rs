@@ -229,6 +229,13 @@ pub struct RunArgs {
     /// `ip route` users expect classic routes); turning it off replaces the routes in place.
     #[arg(long, env = "ROUTEWARDEN_NEXTHOP_OBJECTS")]
     pub nexthop_objects: bool,
+    /// With `--route-table` other than main: keep the policy rule `from all lookup <table>
+    /// priority <this>` in each family routewarden programs routes of, made with its route
+    /// protocol when missing, never replaced or deleted (another writer's rule is left alone).
+    /// Absent: no rule is made; `audit`, `/readyz` and `routewarden_route_table_rule` say
+    /// whether one selects the table.
+    #[arg(long, env = "ROUTEWARDEN_ROUTE_TABLE_RULE_PRIORITY", value_parser = clap::value_parser!(u32).range(1..=32765))]
+    pub route_table_rule_priority: Option<u32>,
     /// Address of the HTTP server (/metrics, /healthz, /readyz, /status/v1).
     #[arg(long, env = "ROUTEWARDEN_METRICS_ADDR", default_value = "0.0.0.0:9695")]
     pub metrics_addr: SocketAddr,

@@ -21,6 +21,7 @@ pub mod flags;
 pub mod logging;
 pub mod memory;
 pub mod node_events;
+mod table_rule;
 pub mod view;
 
 use std::collections::BTreeSet;
@@ -236,6 +237,18 @@ pub async fn run(args: RunArgs) -> Result<()> {
         None
     };
 
+    // `--route-table` other than main: the policy rules that select it (and ours, if asked).
+    let mut table_rules = if args.mode == Mode::Program {
+        table_rule::TableRuleHandler::new(
+            KernelDump::connect().context("open the rtnetlink socket")?,
+            dp_config.table,
+            args.route_table_rule_priority,
+            dp_config.protocol,
+        )
+    } else {
+        None
+    };
+
     // The TC watches' devices for a host NIC (empty: not known yet, `--host-device auto`).
     let tunnel_dev = devices.tunnel.clone();
     let tc_devices_for = |host_nic: &str| -> Vec<String> {
@@ -334,6 +347,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                             if let Some(plan) = cluster.last.as_ref() {
                                 node_events.on_plan(plan);
                             }
+                            table_rule::recheck(table_rules.as_mut(), cluster.last.as_ref(), &metrics, &health).await;
                         }
                         if replanned || !snapshot {
                             if let (Some(a), Some(plan)) = (auditor.as_mut(), cluster.last.as_ref()) {
@@ -344,10 +358,11 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 }
                 None => break DATASTORE_ENDED,
             },
-            _ = audit_tick.tick(), if auditor.is_some() => {
+            _ = audit_tick.tick(), if auditor.is_some() || table_rules.is_some() => {
                 if let (Some(a), Some(plan)) = (auditor.as_mut(), cluster.last.as_ref()) {
                     a.audit(plan, &metrics, &health, &status).await;
                 }
+                table_rule::recheck(table_rules.as_mut(), cluster.last.as_ref(), &metrics, &health).await;
             }
             Some(report) = report_rx.recv() => {
                 record_report(&metrics, &health, &status, &report, &mut report_log, dp_config.mass_deletion_percent, dp_config.settle);
@@ -375,6 +390,9 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 route_watch.on_event(&metrics, &ev);
                 status.record_route_watch(&ev, crate::observe::status::unix_now());
                 node_events.on_route_watch(&ev);
+                if matches!(ev, crate::bpf::route_watch::RouteWatchEvent::RuleChange { .. }) {
+                    table_rule::recheck(table_rules.as_mut(), cluster.last.as_ref(), &metrics, &health).await;
+                }
             }
             Some(ev) = forward.next_event() => forward.on_event(&metrics, &ev),
             _ = heartbeat.tick() => {

@@ -11,7 +11,10 @@
 //!    replace re-sent, which are not writes). Writer = the task that sent the request
 //!    ([`Senders::Task`]); where the kernel refuses that (lockdown withholding
 //!    `bpf_probe_read_kernel`, no BTF), the netlink port id, resolved to a process through
-//!    `/proc` on a thread of its own ([`attribution`], [`Senders::Port`]).
+//!    `/proc` on a thread of its own ([`attribution`], [`Senders::Port`]). Joined to the rule
+//!    groups too, it alone sees policy rule writes (`RuleChange` events,
+//!    `routewarden_rule_writes_total`); on fentry/kprobe the `/readyz` note says rule writes
+//!    are not watched.
 //!
 //! fentry/kprobe need struct offsets: resolved from `/sys/kernel/btf/vmlinux` after checking
 //! the hooked prototypes ([`btf`]), passed as the global `ROUTE_WATCH_OFFSETS`, with the
@@ -52,7 +55,7 @@ use tokio::sync::mpsc;
 
 use backends::BackendLink;
 pub use backends::Senders;
-pub use event::{RouteChange, RouteWatchEvent, WriterInfo};
+pub use event::{RouteChange, RouteWatchEvent, RuleChange, WriterInfo};
 pub use metrics_apply::{EpisodeScope, RouteWatchMetrics};
 pub use settings::{current_netns_inode, RouteWatchBackend, RouteWatchConfig, UnknownBackend};
 
@@ -266,9 +269,10 @@ impl Watch for RouteWatch {
     }
 
     /// `<backend>: <how writers are named>`, e.g. `socket-filter: writers named by process in
-    /// the kernel`.
+    /// the kernel`; a backend that does not see policy rule writes says so.
     fn note(&self) -> Option<String> {
-        Some(format!("{}: {}", self.backend, self.senders))
+        let rules = if self.backend.watches_rules() { "" } else { "; policy rule writes not watched by this backend (the socket filter watches them)" };
+        Some(format!("{}: {}{rules}", self.backend, self.senders))
     }
 
     fn on_started(&mut self, metrics: &Metrics) {
@@ -353,6 +357,13 @@ pub fn sum_counters(a: &RouteWatchCounters, b: &RouteWatchCounters) -> RouteWatc
             }
         }
     }
+    for (f, fb) in out.rule_writes.iter_mut().zip(b.rule_writes.iter()) {
+        for (o, ob) in f.iter_mut().zip(fb.iter()) {
+            for (c, cb) in o.iter_mut().zip(ob.iter()) {
+                *c += cb;
+            }
+        }
+    }
     for i in 0..out.flaps.len() {
         out.flaps[i] += b.flaps[i];
         out.flushes[i] += b.flushes[i];
@@ -375,6 +386,20 @@ mod tests {
         }
         assert_eq!("netlink".parse::<RouteWatchBackend>().unwrap(), RouteWatchBackend::SocketFilter);
         assert!("ebpf".parse::<RouteWatchBackend>().unwrap_err().to_string().contains("fentry, kprobe or socket-filter"));
+    }
+
+    #[test]
+    fn per_cpu_counters_sum_every_field() {
+        let mut a = RouteWatchCounters::default();
+        a.writes[0][1][2] = 1;
+        a.rule_writes[1][1][6] = 2;
+        a.flaps[1] = 3;
+        let mut b = a;
+        b.conflicts[0][3][4] = 5;
+        b.rule_writes[1][1][6] = 7;
+        b.records_lost = 8;
+        let sum = sum_counters(&a, &b);
+        assert_eq!((sum.writes[0][1][2], sum.rule_writes[1][1][6], sum.flaps[1], sum.conflicts[0][3][4], sum.records_lost), (2, 9, 6, 5, 8));
     }
 
     #[test]

@@ -42,7 +42,9 @@ struct AuditOutput<'a> {
     skipped: &'a [SkippedObject],
 }
 
-/// Audit this node's kernel table; exit 1 on findings or on objects left out.
+/// Audit this node's kernel table (and, with `--route-table` other than main, the policy rules
+/// that select it); exit 1 on findings, on a family of routewarden's routes no rule selects,
+/// or on objects left out.
 ///
 /// # Errors
 /// The datastore did not load, the role or Calico version is invalid, or the kernel's routes
@@ -86,6 +88,10 @@ fn print_table(report: &AuditReport, skipped: &[SkippedObject]) {
     }
     for f in &report.findings {
         println!("{:<16} {:<20} {}", f.code.as_str(), f.prefix.to_string(), f.detail);
+    }
+    // routewarden's table other than main: whether an ip rule sends traffic to it.
+    for line in report.table_rules.iter().filter_map(routewarden::dataplane::table_rule::TableRuleCheck::line) {
+        println!("{line}");
     }
     if !report.wireguard.is_empty() {
         println!("over WireGuard (Felix routes these in its own table; BIRD's filter rejects them, so no main-table route is expected from BIRD):");

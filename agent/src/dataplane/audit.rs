@@ -23,6 +23,11 @@
 //! - `stale`: a route from a known cluster-route writer (Felix, BIRD, routewarden) for a prefix
 //!   that writer should not have (not expected at all, or expected from another owner).
 //! - `foreign-writer`: a route of any other protocol on a cluster prefix (scenario S05).
+//!
+//! With routewarden in a table other than main, [`audit_kernel`] also checks the policy
+//! rules (`crate::dataplane::table_rule`): per family of routewarden's expected routes there,
+//! `no-rule-for-table` when no `ip rule` looks the table up (a finding: the report is not
+//! clean), `rule-selects-some-traffic` when only selective rules do (a note).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -35,6 +40,7 @@ use crate::dataplane::kernel::dump::ReadKernel;
 use crate::dataplane::kernel::netlink::NetlinkError;
 use crate::dataplane::kernel::nexthop::ObservedNexthop;
 use crate::dataplane::kernel::route::{Family, KernelRoute, RouteKind, RT_SCOPE_UNIVERSE};
+use crate::dataplane::table_rule::{check_table, TableRuleCheck};
 pub use crate::plan::{AuditScope, ExpectedRoute, WireguardRoute};
 use crate::routes::{ClusterRoute, RouteDevices};
 use crate::vocabulary::{RoutePath, Writer};
@@ -119,12 +125,16 @@ pub struct AuditReport {
     /// `processWireguardPeerFilter`): Felix routes them over WireGuard in its own table. Not
     /// findings; listed so that they do not read as missing routes.
     pub wireguard: Vec<WireguardRoute>,
+    /// With routewarden's table other than main: whether a policy rule sends traffic to it,
+    /// per family routewarden has routes of there ([`check_table`]); empty otherwise.
+    pub table_rules: Vec<TableRuleCheck>,
 }
 
 impl AuditReport {
-    /// Whether nothing was found.
+    /// Whether nothing was found: no finding, and a rule selects routewarden's table for
+    /// every family it has routes of there.
     pub fn is_clean(&self) -> bool {
-        self.findings.is_empty()
+        self.findings.is_empty() && self.table_rules.iter().all(TableRuleCheck::selected)
     }
 
     /// Finding counts by code.
@@ -283,7 +293,14 @@ pub fn audit(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &AuditSc
         }
     }
     findings.sort();
-    AuditReport { table: scope.table, expected: expected.len(), kernel_routes: considered, findings, wireguard: scope.wireguard.clone() }
+    AuditReport {
+        table: scope.table,
+        expected: expected.len(),
+        kernel_routes: considered,
+        findings,
+        wireguard: scope.wireguard.clone(),
+        table_rules: Vec::new(),
+    }
 }
 
 fn opt_ip(ip: Option<IpAddr>) -> String {
@@ -319,7 +336,8 @@ pub fn audit_tables(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &
 }
 
 /// Dump every route of `scope.table` and of main (both families, all protocols) and every
-/// link, then [`audit_tables`].
+/// link, then [`audit_tables`]; with `scope.table` other than main and routewarden expected
+/// to have routes there, dump the policy rules too and [`check_table`].
 ///
 /// # Errors
 /// A failed dump ([`NetlinkError`]).
@@ -337,7 +355,14 @@ pub async fn audit_kernel<N: ReadKernel>(nl: &mut N, expected: &[ExpectedRoute],
             routes.extend(observed.into_iter().filter(|r| !r.cloned).map(|r| r.through(&nexthops).named(|i| names.get(&i).cloned())));
         }
     }
-    Ok(audit_tables(&routes, expected, scope))
+    let mut report = audit_tables(&routes, expected, scope);
+    let ours: Vec<IpNet> = expected.iter().filter(|e| e.owner == Writer::Routewarden).map(|e| e.route.dst).collect();
+    if scope.table != RT_TABLE_MAIN && !ours.is_empty() {
+        let mut rules = nl.read_rules(Family::V4).await?;
+        rules.extend(nl.read_rules(Family::V6).await?);
+        report.table_rules = check_table(&rules, scope.table, &ours);
+    }
+    Ok(report)
 }
 
 #[cfg(test)]

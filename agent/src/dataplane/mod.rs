@@ -22,6 +22,7 @@
 //!   plan; what it hands over is the plan's [`Handover`].
 //! - `kernel/`: speaks netlink; decides nothing about ownership.
 //! - Beside them: [`audit`](mod@audit) (a dump compared with the plan's expectations),
+//!   [`table_rule`] (whether a policy rule sends traffic to a table other than main),
 //!   [`settings`] ([`DataplaneConfig`], from flags), [`error`] ([`DataplaneError`]).
 //!
 //! Invariants: a route is deleted only if the policy calls it ours, it is not desired, the
@@ -36,6 +37,7 @@ pub mod error;
 pub mod kernel;
 pub mod reconciler;
 pub mod settings;
+pub mod table_rule;
 pub mod tasks;
 
 /// Test doubles (a fake kernel behind [`RouteNetlink`], a manual [`Clock`]): this crate's unit

@@ -33,6 +33,9 @@ pub struct Health {
     /// Devices the last apply found missing or down, with how many desired routes wait for
     /// each (`tunl0` renamed or not created, the host NIC gone).
     waiting_devices: Mutex<BTreeMap<String, usize>>,
+    /// Lines about the policy rules of routewarden's table (`dataplane::table_rule`): a family
+    /// no rule selects, rules that select only some traffic, a rule that could not be made.
+    table_rule_lines: Mutex<Vec<String>>,
 }
 
 /// The datastore half of `/readyz`: written together by [`Health::set_view`].
@@ -64,6 +67,15 @@ impl Health {
     pub fn set_waiting_devices(&self, waiting: &BTreeMap<String, usize>) {
         if let Ok(mut w) = self.waiting_devices.lock() {
             w.clone_from(waiting);
+        }
+    }
+
+    /// Set the lines about the policy rules of routewarden's table (empty: none to show). They
+    /// never make the agent unready: the routes are programmed as asked, and a rollout that
+    /// adds the rule after the agent is ready would otherwise wait on itself.
+    pub fn set_table_rule_lines(&self, lines: Vec<String>) {
+        if let Ok(mut l) = self.table_rule_lines.lock() {
+            *l = lines;
         }
     }
 
@@ -113,6 +125,11 @@ impl Health {
         if let Ok(w) = self.waiting_devices.lock() {
             for (dev, n) in w.iter() {
                 let _ = writeln!(body, "device {}: missing or down; {n} cluster route(s) wait for it", crate::text::escape(dev));
+            }
+        }
+        if let Ok(l) = self.table_rule_lines.lock() {
+            for line in l.iter() {
+                let _ = writeln!(body, "{line}");
             }
         }
         if let (Ok(w), Ok(notes)) = (self.watchers.lock(), self.watcher_notes.lock()) {

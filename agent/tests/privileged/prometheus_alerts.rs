@@ -1,7 +1,7 @@
 //! The shipped alerts end to end: a real Prometheus server (Debian package
 //! `prometheus`) scrapes a routewarden agent on each of the lab's four nodes and evaluates the
 //! rules of deploy/prometheusrule.yaml. The test causes the real condition behind every rule
-//! (17 rules, 12 alert names), and asserts through Prometheus's HTTP API that each alert goes
+//! (18 rules, 13 alert names), and asserts through Prometheus's HTTP API that each alert goes
 //! to `firing` exactly once, with its exact labels, value and summary, and resolves after its
 //! cause is removed, and that no other alert fires at all.
 //!
@@ -37,6 +37,7 @@
 //! | node-d | BGPConfiguration `programClusterRoutes: Disabled`: nobody programs no-encap | RouteOwnershipConflict (unowned, noencap) |
 //! | node-d | a route storm: 6,000 prefixes rewritten three times by two route protocols, in four rounds 1.5 s apart (more conflict and flap records at once than the 256 KiB ring buffer holds) | RouteWatchDegraded (events-lost), RouteFlapping |
 //! | node-d | the agent restarted with `--route-watch-backend fentry`, which this kernel cannot load, then without | RouteWatchDegraded (no-backend; program-detached for `route_watch`) |
+//! | node-d | then restarted with `--route-table 48` and no `ip rule` selecting it, until the rule is added | RouteTableNotSelected (ipv4, table 48) |
 //! | node-d | then its pod "evicted": the agent stopped and its target gone from service discovery, until phase 2 ends | RoutewardenDown (node-without-agent) |
 //! | all | then (phase 2) every other agent stopped, their targets kept (pods that cannot be scraped), then all back | RoutewardenDown (scrape-failing x3, no-agent-reporting) |
 //!
@@ -220,8 +221,8 @@ fn rule_identities(spec: &Value) -> Vec<(String, Labels)> {
 fn scaled_rules_differ_from_the_shipped_ones_only_in_durations() {
     let (shipped, scaled) = (shipped_rules(), lab_rules());
     let names: BTreeSet<String> = rule_identities(&shipped).into_iter().map(|(a, _)| a).collect();
-    assert_eq!(rule_identities(&shipped).len(), 17, "rules in deploy/prometheusrule.yaml: update the lab test's causes");
-    assert_eq!(names.len(), 12);
+    assert_eq!(rule_identities(&shipped).len(), 18, "rules in deploy/prometheusrule.yaml: update the lab test's causes");
+    assert_eq!(names.len(), 13);
     let (sg, lg) = (shipped["groups"].as_sequence().unwrap(), scaled["groups"].as_sequence().unwrap());
     assert_eq!(sg.len(), lg.len());
     let mut windows_seen = 0;
@@ -881,6 +882,16 @@ fn node_d(lab: &Lab, alerts: &Alerts, n: &Node, targets: &Path) {
     n.start(lab, &[]);
     alerts.wait_resolved(&degraded, WAIT);
 
+    // Restarted in table 48 with no ip rule selecting it: its routes carry no traffic. The
+    // rule the rollout would add removes the cause.
+    let unselected = [node_alert("RouteTableNotSelected", "node-d", &[("severity", "critical"), ("family", "ipv4"), ("table", "48")])];
+    n.stop();
+    n.start(lab, &["--route-table", "48"]);
+    alerts.wait_firing(&unselected, WAIT);
+    alerts.cause_removed(&unselected);
+    lab.ip("node-d", &["-4", "rule", "add", "from", "all", "lookup", "48", "priority", "100"]).unwrap();
+    alerts.wait_resolved(&unselected, WAIT);
+
     // Its pod evicted: no agent, and no target for it any more (kube-state-metrics still lists
     // the node). Phase 2 waits for its alert, with the others of every agent gone.
     write_targets(targets, &["node-a", "node-b", "node-c"]);
@@ -910,6 +921,7 @@ fn expected_summary(k: &Labels) -> String {
         "RouteDrift" => format!("{} {} cluster routes on {node} differ from what they should be.", l("class"), l("family")),
         "RoutesHeldByOtherWriter" => format!("1 {} {} cluster routes on {node} are held by another writer.", l("family"), l("class")),
         "RouteMassDeletionHeld" => format!("routewarden on {node} held a mass deletion of its routes."),
+        "RouteTableNotSelected" => format!("No ip rule selects routing table {} for {} on {node}.", l("table"), l("family")),
         "RoutewardenInvalidInput" => format!("routewarden on {node} reads 1 invalid datastore inputs or objects."),
         "WrongPathForwarding" => format!("Pod traffic for pool {} leaves {node} on the wrong path.", l("pool")),
         "ForwardingFlap" => format!("Pod traffic for pool {} on {node} keeps flipping between paths.", l("pool")),
@@ -1094,7 +1106,7 @@ fn every_alert_fires_and_resolves_through_prometheus() {
             resolved_at - removed_at
         );
     }
-    assert_eq!(fired.len(), 21);
+    assert_eq!(fired.len(), 22);
     drop(prom);
     eprintln!("{TEST}: {:?}", started.elapsed());
 }

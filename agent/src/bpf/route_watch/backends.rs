@@ -201,7 +201,8 @@ fn unload_all(ebpf: &mut Ebpf, names: &[&str]) {
 }
 
 /// A NETLINK_ROUTE socket in the calling thread's namespace, joined to
-/// `RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE` and `RTNLGRP_NEXTHOP` (so the filter
+/// `RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE`, the rule groups
+/// (`RTNLGRP_IPV4_RULE` 8, `RTNLGRP_IPV6_RULE` 19: policy rule writes) and `RTNLGRP_NEXTHOP` (so the filter
 /// knows which route notifications a nexthop replace re-sent, see
 /// `routewarden_common::route_watch::NexthopNotice`). Non-blocking; nothing reads it (the
 /// filter returns 0, so no message is ever queued).
@@ -211,10 +212,14 @@ fn route_socket() -> Result<OwnedFd, BpfError> {
     const RTMGRP_LINK: u32 = 0x1;
     const RTMGRP_IPV4_ROUTE: u32 = 0x40;
     const RTMGRP_IPV6_ROUTE: u32 = 0x400;
+    /// `RTNLGRP_IPV4_RULE` (8) as a bind mask bit.
+    const RTMGRP_IPV4_RULE: u32 = 1 << (8 - 1);
+    /// `RTNLGRP_IPV6_RULE` (19) as a bind mask bit.
+    const RTMGRP_IPV6_RULE: u32 = 1 << (19 - 1);
     /// `RTNLGRP_NEXTHOP` (`include/uapi/linux/rtnetlink.h`; above 31, so joined, not bound).
     const RTNLGRP_NEXTHOP: u32 = 32;
     let mut sock = Socket::new(NETLINK_ROUTE).map_err(|e| BpfError::Socket { op: "socket(AF_NETLINK, NETLINK_ROUTE)", source: e })?;
-    sock.bind(&SocketAddr::new(0, RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE))
+    sock.bind(&SocketAddr::new(0, RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE | RTMGRP_IPV4_RULE | RTMGRP_IPV6_RULE))
         .map_err(|e| BpfError::Socket { op: "bind to route groups", source: e })?;
     match sock.add_membership(RTNLGRP_NEXTHOP) {
         // Before 5.3 the group does not exist, and neither do nexthop objects.

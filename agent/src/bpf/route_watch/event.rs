@@ -149,6 +149,29 @@ pub struct RouteChange {
     pub writer: WriterInfo,
 }
 
+/// One policy rule change (`ip rule add`/`del`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RuleChange {
+    /// Kernel time of the write, ns since boot (CLOCK_MONOTONIC).
+    pub at_ns: u64,
+    /// `ipv4` or `ipv6`.
+    pub family: &'static str,
+    /// `add` or `delete` (rules have no replace).
+    pub op: &'static str,
+    /// The table the rule looks up (full id, `FRA_TABLE`; 0 for a rule without a lookup).
+    pub table: u32,
+    /// The rule's priority (`FRA_PRIORITY`).
+    pub priority: u32,
+    /// Who wrote; `protocol` is the rule's (`FRA_PROTOCOL`).
+    pub writer: WriterInfo,
+}
+
+impl fmt::Display for RuleChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} rule priority {} lookup {} by {}", self.op, self.family, self.priority, self.table, self.writer)
+    }
+}
+
 /// An event of the route watch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
@@ -188,6 +211,11 @@ pub enum RouteWatchEvent {
         /// Interface index.
         ifindex: u32,
     },
+    /// A policy rule was added or deleted (every one; socket-filter backend).
+    RuleChange {
+        /// The change.
+        rule: RuleChange,
+    },
 }
 
 impl RouteWatchEvent {
@@ -198,7 +226,7 @@ impl RouteWatchEvent {
             | RouteWatchEvent::Conflict { route, .. }
             | RouteWatchEvent::Flap { route, .. }
             | RouteWatchEvent::Flush { route } => Some(route),
-            RouteWatchEvent::LinkDown { .. } => None,
+            RouteWatchEvent::LinkDown { .. } | RouteWatchEvent::RuleChange { .. } => None,
         }
     }
 
@@ -209,6 +237,7 @@ impl RouteWatchEvent {
             RouteWatchEvent::Conflict { route, previous, .. } | RouteWatchEvent::Flap { route, previous, .. } => {
                 vec![&mut route.writer, previous]
             }
+            RouteWatchEvent::RuleChange { rule } => vec![&mut rule.writer],
             RouteWatchEvent::LinkDown { .. } => Vec::new(),
         }
     }
@@ -240,6 +269,19 @@ fn decode_write(w: &RouteWrite) -> Result<RouteChange, DecodeError> {
     })
 }
 
+/// A [`RecordKind::Rule`] record's write: family, op, table, priority (in `metric`), writer.
+fn decode_rule(w: &RouteWrite) -> Result<RuleChange, DecodeError> {
+    let Some(op @ (WriteOp::Add | WriteOp::Delete)) = WriteOp::from_u8(w.op) else {
+        return Err(DecodeError::Op(w.op));
+    };
+    let family = match w.family {
+        AF_INET => "ipv4",
+        AF_INET6 => "ipv6",
+        other => return Err(DecodeError::Family(other)),
+    };
+    Ok(RuleChange { at_ns: w.ts_ns, family, op: op.label(), table: w.table, priority: w.metric, writer: WriterInfo::from_raw(&w.writer) })
+}
+
 /// Decode one ring-buffer record.
 pub fn decode_record(bytes: &[u8]) -> Result<RouteWatchEvent, DecodeError> {
     let expected = std::mem::size_of::<RouteWatchRecord>();
@@ -252,6 +294,7 @@ pub fn decode_record(bytes: &[u8]) -> Result<RouteWatchEvent, DecodeError> {
     let kind = RecordKind::from_u8(rec.kind).ok_or(DecodeError::Kind(rec.kind))?;
     Ok(match kind {
         RecordKind::LinkDown => RouteWatchEvent::LinkDown { at_ns: rec.write.ts_ns, ifindex: rec.write.oif },
+        RecordKind::Rule => RouteWatchEvent::RuleChange { rule: decode_rule(&rec.write)? },
         RecordKind::Write => RouteWatchEvent::Write { route: decode_write(&rec.write)? },
         RecordKind::Flush => RouteWatchEvent::Flush { route: decode_write(&rec.write)? },
         RecordKind::Conflict => {
@@ -291,6 +334,7 @@ impl fmt::Display for RouteWatchEvent {
                 write!(f, "FLAP     {route} after {previous} ({changes_in_window} changes in window)")
             }
             RouteWatchEvent::LinkDown { ifindex, .. } => write!(f, "linkdown ifindex {ifindex} (IPv4 routes via it flushed)"),
+            RouteWatchEvent::RuleChange { rule } => write!(f, "rule     {rule}"),
         }
     }
 }

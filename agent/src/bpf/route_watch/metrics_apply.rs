@@ -152,6 +152,11 @@ impl RouteWatchMetrics {
             RouteWatchEvent::LinkDown { ifindex, .. } => {
                 tracing::info!(ifindex, "link down: the kernel flushes its IPv4 routes without notifications");
             }
+            RouteWatchEvent::RuleChange { rule } => {
+                // Rules change rarely; every change is logged (the app re-checks the table's
+                // rules on each, `routewarden_route_table_rule`).
+                tracing::info!(family = rule.family, op = rule.op, priority = rule.priority, table = rule.table, writer = %rule.writer, "policy rule change");
+            }
             RouteWatchEvent::Write { .. } | RouteWatchEvent::Flush { .. } => {}
         }
         self.tick(metrics, now);

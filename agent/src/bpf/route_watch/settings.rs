@@ -32,6 +32,15 @@ impl RouteWatchBackend {
     }
 }
 
+impl RouteWatchBackend {
+    /// Whether the backend sees policy rule writes (`RTM_NEWRULE`/`RTM_DELRULE`): the socket
+    /// filter only, joined to the rule groups. fentry and kprobes hook the FIB's route
+    /// functions; `fib_nl_newrule`/`fib_nl_delrule` are not hooked there.
+    pub fn watches_rules(self) -> bool {
+        self == RouteWatchBackend::SocketFilter
+    }
+}
+
 impl std::fmt::Display for RouteWatchBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.label())

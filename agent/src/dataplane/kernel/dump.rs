@@ -23,9 +23,10 @@ use super::netlink::{link_info, LinkInfo, NetlinkError, NetlinkOp};
 use super::nexthop::{nexthop_dump_request, parse_nexthop, NexthopMessage, ObservedNexthop};
 use super::route::{Family, ObservedRoute};
 use super::route_wire::{dump_request, parse_route};
+use super::rule::ObservedRule;
 
 /// What a reader of the kernel asks: links, one table's routes of one family and protocol
-/// (0: every protocol), nexthop objects. Implemented by [`KernelDump`] and by `RtNetlink`
+/// (0: every protocol), nexthop objects, policy rules. Implemented by [`KernelDump`] and by `RtNetlink`
 /// (through its dump socket), so a caller that only reads need not open a writer.
 pub trait ReadKernel: Send {
     /// Every link (`RTM_GETLINK` dump).
@@ -34,6 +35,8 @@ pub trait ReadKernel: Send {
     fn read_routes(&mut self, family: Family, table: u32, protocol: u8) -> impl Future<Output = Result<Vec<ObservedRoute>, NetlinkError>> + Send;
     /// Every nexthop object (`EOPNOTSUPP` before Linux 5.3).
     fn read_nexthops(&mut self) -> impl Future<Output = Result<Vec<ObservedNexthop>, NetlinkError>> + Send;
+    /// Every policy rule of `family` ([`KernelDump::rules`]).
+    fn read_rules(&mut self, family: Family) -> impl Future<Output = Result<Vec<ObservedRule>, NetlinkError>> + Send;
 }
 
 /// Per-request (dumps) and per-batch (writes) timeout (Felix `NetlinkTimeoutSecs` default 10 s).
@@ -78,6 +81,16 @@ impl KernelDump {
         dump_addresses_with(&self.handle, self.timeout).await
     }
 
+    /// The connection's handle (the rule dump and write, `kernel/rule.rs`).
+    pub(super) fn handle(&self) -> &rtnetlink::Handle {
+        &self.handle
+    }
+
+    /// The per-request timeout.
+    pub(super) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Every link.
     ///
     /// # Errors
@@ -110,6 +123,11 @@ impl ReadKernel for KernelDump {
             task.abort();
             out
         }
+    }
+
+    fn read_rules(&mut self, family: Family) -> impl Future<Output = Result<Vec<ObservedRule>, NetlinkError>> + Send {
+        let reader = self.clone();
+        async move { reader.rules(family).await }
     }
 }
 

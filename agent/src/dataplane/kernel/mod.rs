@@ -9,6 +9,8 @@
 //!   [`dump`]: [`KernelDump`], a read-only handle (one socket, no send thread) for readers.
 //! - `batch_writer`, `batch_sender`: the batching writer (ops → batches → per-op results) and
 //!   the thread that sends each batch and reads its answers, off the reconciler task's CPU.
+//! - [`rule`]: policy rules (`ip rule`): their parse, dump and the one rule write
+//!   (`--route-table-rule-priority`, create-exclusive).
 //! - [`watcher`]: the route watcher (route, link, address and nexthop groups →
 //!   [`DataplaneEvent`](watcher::DataplaneEvent)).
 
@@ -20,6 +22,7 @@ pub mod nexthop;
 pub mod route;
 pub mod route_wire;
 pub mod rt_netlink;
+pub mod rule;
 pub mod watcher;
 
 pub use batch_writer::{DEFAULT_WINDOW, MAX_BATCH_BYTES};

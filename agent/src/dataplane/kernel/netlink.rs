@@ -117,6 +117,10 @@ pub enum NetlinkOp {
     DeleteNexthop,
     /// Opening the rtnetlink socket.
     Connect,
+    /// Policy rule dump.
+    DumpRules,
+    /// `RTM_NEWRULE` (create-exclusive).
+    WriteRule,
 }
 
 impl std::fmt::Display for NetlinkOp {
@@ -131,6 +135,8 @@ impl std::fmt::Display for NetlinkOp {
             NetlinkOp::WriteNexthop => "write nexthop",
             NetlinkOp::DeleteNexthop => "delete nexthop",
             NetlinkOp::Connect => "connect",
+            NetlinkOp::DumpRules => "dump rules",
+            NetlinkOp::WriteRule => "write rule",
         })
     }
 }

@@ -184,4 +184,9 @@ impl ReadKernel for RtNetlink {
     fn read_nexthops(&mut self) -> impl Future<Output = Result<Vec<ObservedNexthop>, NetlinkError>> + Send {
         RouteNetlink::dump_nexthops(self)
     }
+
+    fn read_rules(&mut self, family: Family) -> impl Future<Output = Result<Vec<super::rule::ObservedRule>, NetlinkError>> + Send {
+        let reader = self.reader();
+        async move { reader.rules(family).await }
+    }
 }

@@ -8,6 +8,7 @@ use routewarden_common::route_watch::WriterClass;
 use super::datastore::LoadErrorLabels;
 use super::route_watch::{writers_label, FamilyLabels, RouteConflictLabels, RouteWriteLabels, FAMILY_LABELS, OP_LABELS};
 use super::routes::{NetlinkErrorLabels, OperationLabels};
+use super::table_rule::{RuleWriteLabels, RULE_OP_LABELS};
 use super::Metrics;
 use crate::dataplane::ErrorKind;
 use crate::datastore::LoadErrorKind;
@@ -17,7 +18,7 @@ const OPERATIONS: [&str; 4] = ["replace", "delete", "nexthop-replace", "nexthop-
 
 impl Metrics {
     /// Create every series of the counters with fixed label sets, at 0: route writes
-    /// (family × op × writer class), conflicts (family × writer pair), flaps, flushes and
+    /// (family × op × writer class), rule writes (family × add/delete × writer class), conflicts (family × writer pair), flaps, flushes and
     /// unattributed writes (family), route operations (op × result), netlink errors
     /// (`apply` × error kind, `dump` × `other`), datastore load errors (reason).
     pub(super) fn declare_known_series(&self) {
@@ -35,6 +36,11 @@ impl Metrics {
             self.route_flaps.get_or_create(&FamilyLabels { family }).inc_by(0);
             self.route_flushes.get_or_create(&FamilyLabels { family }).inc_by(0);
             self.route_writes_unattributed.get_or_create(&FamilyLabels { family }).inc_by(0);
+            for op in RULE_OP_LABELS.map(routewarden_common::route_watch::WriteOp::label) {
+                for writer in WriterClass::ALL {
+                    self.rule_writes.get_or_create(&RuleWriteLabels { family, op, writer: writer.label() }).inc_by(0);
+                }
+            }
         }
         for op in OPERATIONS {
             for result in ["ok", "error"] {

@@ -10,6 +10,7 @@
 //! | [`bpf`] | [`Metrics::set_program_attached`], [`Metrics::record_tc_count`] | `bpf_program_attached`, `tc_count_*` |
 //! | [`route_watch`] | [`Metrics::set_route_watch_backend`], [`Metrics::record_route_watch`], [`Metrics::set_flapping_prefixes`] | `route_writes`, `route_writes_unattributed`, `route_conflicts`, `route_flaps`, `route_flushes`, `flapping_prefixes`, `route_watch_backend_info`, `route_watch_events_lost` |
 //! | [`node_events`] | [`Metrics::declare_node_events`], [`Metrics::record_node_event`], [`Metrics::record_node_event_failed`] | `node_events_*` |
+//! | [`table_rule`] | [`Metrics::record_table_rules`], [`Metrics::record_route_watch`] (rule counters) | `route_table_rule`, `rule_writes` |
 //! | [`forward`] | [`Metrics::declare_forward_destination`], [`Metrics::forget_forward_pool`], [`Metrics::record_forwarded`], [`Metrics::record_forwarding_flaps`], [`Metrics::record_forwarding_events_lost`] | `forwarded_*`, `wrong_path_packets`, `forwarding_*` |
 //!
 //! Every label value comes from a fixed set (`&'static str` produced by the `label()` methods
@@ -29,6 +30,7 @@ mod known_series;
 pub mod node_events;
 pub mod route_watch;
 pub mod routes;
+pub mod table_rule;
 
 #[cfg(test)]
 mod tests;
@@ -46,6 +48,7 @@ pub use forward::{ForwardPathLabels, PoolLabels, WrongPathLabels};
 pub use node_events::{NodeEventFailureLabels, NodeEventLabels};
 pub use route_watch::{writers_label, BackendLabels, FamilyLabels, RouteConflictLabels, RouteWriteLabels};
 pub use routes::{AuditLabels, CalicoVersionLabels, FindingLabels, HoldLabels, NetlinkErrorLabels, OperationLabels, ProblemLabels, RouteLabels};
+pub use table_rule::{RuleWriteLabels, TableRuleLabels};
 
 /// All metric handles. Cheap to share (`Arc<Metrics>`); updating a handle is lock-free.
 ///
@@ -138,6 +141,14 @@ pub struct Metrics {
     pub node_events_recorded: Family<NodeEventLabels, Counter>,
     /// `routewarden_node_events_failed_total{reason,error}`: Events not recorded.
     pub node_events_failed: Family<NodeEventFailureLabels, Counter>,
+    /// `routewarden_route_table_rule{family,table}`: 1 when an ip rule sends traffic of the
+    /// family to routewarden's table (other than main), 0 when none does.
+    pub route_table_rule: Family<TableRuleLabels, Gauge>,
+    /// The series of `route_table_rule` now set (removed when no longer checked).
+    table_rule_series: std::sync::Mutex<Vec<TableRuleLabels>>,
+    /// `routewarden_rule_writes_total{family,op,writer}`: policy rule writes seen by the
+    /// route watch.
+    pub rule_writes: Family<RuleWriteLabels, Counter>,
 }
 
 /// Histogram wrapper with the reconcile buckets (1 ms .. ~16 s).
@@ -226,6 +237,16 @@ impl Metrics {
             "node_events_failed",
             "Kubernetes Events on this node's Node not recorded, by Event reason and error: api (refused by the API server), unreachable, dropped (queue full or too many subjects)",
             m.node_events_failed.clone(),
+        );
+        r.register(
+            "route_table_rule",
+            "1 when an ip rule sends traffic of the family to routewarden's table (other than main), 0 when none does and its routes there carry no traffic",
+            m.route_table_rule.clone(),
+        );
+        r.register(
+            "rule_writes",
+            "Policy rule writes (ip rule add and delete) seen by the route watch, by family, operation and writer class",
+            m.rule_writes.clone(),
         );
         m.declare_deletions_held();
         m.declare_known_series();

@@ -73,7 +73,8 @@ impl Metrics {
 
     /// Add what the route watch's kernel counters counted between two reads (`before`, then
     /// `now`; both cumulative since the watch started): writes by family, operation and
-    /// writer class, writes not attributed to a process, flushes, records lost. Conflicts and flaps are counted from their events, in
+    /// writer class, writes not attributed to a process, flushes, records lost, and policy rule
+    /// writes (`routewarden_rule_writes_total`). Conflicts and flaps are counted from their events, in
     /// the episode scope ([`Metrics::record_route_conflict`], [`Metrics::record_route_flap`]).
     pub fn record_route_watch(&self, now: &RouteWatchCounters, before: &RouteWatchCounters) {
         let delta = |new: u64, old: u64| new.saturating_sub(old);
@@ -100,6 +101,7 @@ impl Metrics {
         if d > 0 {
             self.route_watch_events_lost.inc_by(d);
         }
+        self.record_rule_writes(now, before);
     }
 
     /// One conflict episode judged (inside the episode scope): `routewarden_route_conflicts_total`

@@ -11,6 +11,7 @@ use routewarden_common::route_watch::{RouteWatchCounters, WriterClass};
 
 use super::*;
 use crate::dataplane::reconciler::report::ClassCount;
+use crate::dataplane::table_rule::RuleCoverage;
 use crate::dataplane::{ApplyReport, ErrorKind, Family};
 use crate::datastore::{FileDatastore, LoadError, LoadErrorKind, Snapshot};
 use crate::ownership::{CalicoVersion, OwnershipConfig, ResolvedVersion, Role, Rules, VersionSource};
@@ -137,6 +138,7 @@ fn exposition_of_one_write_of_each_kind_is_unchanged() {
         c.flushes[0] = 3;
         c.unattributed[0] = 6;
         c.records_lost = 4;
+        c.rule_writes[0][1][WriterClass::Other as usize] = 2;
         c
     };
     let mut second = first;
@@ -149,6 +151,11 @@ fn exposition_of_one_write_of_each_kind_is_unchanged() {
     m.record_route_flap("ipv6");
     m.set_flapping_prefixes(0);
     m.set_flapping_prefixes(2);
+
+    // Table rules: table 48 checked for both families, then IPv6's routes gone.
+    let check = |family, coverage| crate::dataplane::table_rule::TableRuleCheck { family, table: 48, routes: 3, coverage, rules: vec![] };
+    m.record_table_rules(&[check(Family::V4, RuleCoverage::None), check(Family::V6, RuleCoverage::Some)]);
+    m.record_table_rules(&[check(Family::V4, RuleCoverage::All)]);
 
     // Forwarding watch: the plan's destinations declared, a pool that came and went, one
     // read (the NIC's IPIP view of tunnelled packets is left out by the caller).
@@ -235,7 +242,8 @@ fn writers_label_is_ordered() {
 }
 
 /// A fresh registry already has every series of the counters with fixed label sets, at 0:
-/// 42 route-write series (2 families × 3 ops × 7 writer classes), 56 conflict series (2 × the
+/// 42 route-write series (2 families × 3 ops × 7 writer classes), 28 rule-write series (2 × 2
+/// ops × 7), 56 conflict series (2 × the
 /// 28 writer pairs), 2 each of flaps, flushes and unattributed writes, 8 route operations,
 /// 11 netlink errors, 9 datastore load errors; and no pool-labelled forwarding series.
 #[test]
@@ -248,6 +256,7 @@ fn counters_with_known_labels_start_at_zero() {
     assert_eq!(count("routewarden_route_flaps_total{"), 2);
     assert_eq!(count("routewarden_route_flushes_total{"), 2);
     assert_eq!(count("routewarden_route_writes_unattributed_total{"), 2);
+    assert_eq!(count("routewarden_rule_writes_total{"), 28);
     assert_eq!(count("routewarden_route_operations_total{"), 8);
     assert_eq!(count("routewarden_netlink_errors_total{"), 11);
     assert_eq!(count("routewarden_datastore_load_errors_total{"), 9);

@@ -71,6 +71,23 @@ fn decodes_ipv6_flap_and_link_down() {
 }
 
 #[test]
+fn decodes_a_rule_deletion_with_its_writer() {
+    let mut r = record(RecordKind::Rule, AF_INET, &[], 0);
+    r.write.op = WriteOp::Delete as u8;
+    r.write.table = 48;
+    r.write.metric = 100;
+    r.write.gateway = [0; 16];
+    r.write.writer = writer(4321, WriterIdKind::Process, 3, WriterClass::Other, b"ip");
+    let ev = decode_record(&bytes(&r)).unwrap();
+    let RouteWatchEvent::RuleChange { rule } = &ev else { panic!("{ev:?}") };
+    assert_eq!((rule.at_ns, rule.family, rule.op, rule.table, rule.priority), (42, "ipv4", "delete", 48, 100));
+    assert_eq!((rule.writer.pid, rule.writer.comm.as_deref(), rule.writer.class), (Some(4321), Some("ip"), "other"));
+    assert_eq!(ev.to_string(), "rule     delete ipv4 rule priority 100 lookup 48 by other(proto 3, ip[4321])");
+    r.write.op = WriteOp::Replace as u8;
+    assert_eq!(decode_record(&bytes(&r)), Err(DecodeError::Op(1)), "rules have no replace");
+}
+
+#[test]
 fn rejects_bad_records() {
     let good = record(RecordKind::Conflict, AF_INET, &[10, 0, 0, 0], 8);
     assert!(matches!(decode_record(&bytes(&good)[..50]), Err(DecodeError::Size { got: 50, .. })));
