@@ -49,6 +49,10 @@
 //! - **Discovery**: `/api` (`APIVersions`), `/api/v1` and `/apis/<group>/<version>`
 //!   (`APIResourceList`), `/apis` (`APIGroupList`), `/apis/<group>` (`APIGroup`), `/version`.
 //!   Anything else is `404 NotFound`; the stand-in serves reads only (`405` for other methods).
+//! - **Label selectors** ([`labels`]): the equality-based terms, on lists.
+//! - **The pod proxy** ([`proxy`]): `GET .../pods/<name>[:<port>]/proxy/<path>` reaches the
+//!   pod's HTTP server at its `status.podIP`, from the network namespace a test names
+//!   ([`ApiServer::reach_pod_from`]); `503 ServiceUnavailable` when it cannot.
 //!
 //! Every request is logged ([`RequestLog`]): method, path, the parameters that decide how it
 //! is served, the token it carried, the user, the status. Bodies go out in 64 KiB frames, as
@@ -56,8 +60,10 @@
 //! ([`store`]), so a benchmark that loads its lists before its clock starts measures the
 //! client, not the stand-in.
 
+pub mod labels;
 mod list;
 pub mod log;
+pub mod proxy;
 pub mod rbac;
 mod reply;
 pub mod request;
@@ -114,6 +120,8 @@ struct Inner {
     handed_out: Arc<AtomicU64>,
     /// Frames sent into watch bodies.
     sent: Arc<AtomicU64>,
+    /// The network namespace each pod (namespace, name) is reached from by the pod proxy.
+    pod_netns: Mutex<HashMap<(String, String), String>>,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -124,6 +132,11 @@ impl std::fmt::Debug for ApiServer {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The bearer token of a request, if any.
+fn bearer(headers: &http::HeaderMap) -> Option<String> {
+    headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).map(str::to_owned)
 }
 
 impl ApiServer {
@@ -255,6 +268,13 @@ impl ApiServer {
         self.inner.log.clone()
     }
 
+    /// Reach pod `namespace`/`pod` through the pod proxy from the named network namespace
+    /// `netns` (`/run/netns/<netns>`, a lab node's); pods not named here are reached from the
+    /// stand-in's own namespace.
+    pub fn reach_pod_from(&self, namespace: &str, pod: &str, netns: &str) {
+        lock(&self.inner.pod_netns).insert((namespace.to_owned(), pod.to_owned()), netns.to_owned());
+    }
+
     /// The stand-in as a tower service (what [`ApiServer::client`] and the TLS server use).
     pub fn service<B>(
         &self,
@@ -262,12 +282,53 @@ impl ApiServer {
         http::Request<B>,
         Response = http::Response<Body>,
         Error = Infallible,
-        Future = std::future::Ready<Result<http::Response<Body>, Infallible>>,
+        Future = futures::future::BoxFuture<'static, Result<http::Response<Body>, Infallible>>,
     > + Clone
            + Send
            + 'static {
         let api = self.clone();
-        tower::service_fn(move |req: http::Request<B>| std::future::ready(Ok(api.handle(req.method(), req.uri(), req.headers()))))
+        tower::service_fn(move |req: http::Request<B>| {
+            let api = api.clone();
+            let (method, uri, headers) = (req.method().clone(), req.uri().clone(), req.headers().clone());
+            Box::pin(async move { Ok(api.serve(&method, &uri, &headers).await) }) as futures::future::BoxFuture<'static, _>
+        })
+    }
+
+    /// Answer one request (logged): the pod proxy, which waits for the pod, or [`ApiServer::handle`].
+    pub async fn serve(&self, method: &http::Method, uri: &http::Uri, headers: &http::HeaderMap) -> http::Response<Body> {
+        let query = Query::parse(uri.query());
+        let info = RequestInfo::parse(method, uri.path(), &query);
+        let Some(request) = proxy::ProxyRequest::of(&info).filter(|_| *method == http::Method::GET) else {
+            return self.handle(method, uri, headers);
+        };
+        let token = bearer(headers);
+        let mut entry = LoggedRequest::new(method, &info, &query, token.clone());
+        let response = match self.authorize(&info, token.as_deref(), &mut entry) {
+            Err(refused) => refused,
+            Ok(()) => {
+                entry.kind = RequestKind::Get;
+                let pod = {
+                    let store = lock(&self.inner.store);
+                    store
+                        .find("", &info.api_version, "pods")
+                        .and_then(|i| store.collections[i].objects.get(&(request.namespace.clone(), request.pod.clone())).map(|s| s.body.clone()))
+                };
+                match pod.and_then(|b| serde_json::from_slice::<Value>(&b).ok()) {
+                    None => status(404, "NotFound", &format!("pods \"{}\" not found", request.pod), Some(json!({"name": request.pod, "kind": "pods"}))),
+                    Some(pod) => match proxy::target(&request, &pod) {
+                        Err(unavailable) => unavailable,
+                        Ok(addr) => {
+                            let netns = lock(&self.inner.pod_netns).get(&(request.namespace.clone(), request.pod.clone())).cloned();
+                            proxy::forward(request, uri.query().map(str::to_owned), addr, netns).await
+                        }
+                    },
+                }
+            }
+        };
+        entry.status = response.status().as_u16();
+        entry.bytes = usize::try_from(http_body::Body::size_hint(response.body()).exact().unwrap_or(0)).unwrap_or(usize::MAX);
+        self.inner.log.push(entry);
+        response
     }
 
     /// A kube client in namespace `default` whose every request this stand-in answers, in
@@ -281,7 +342,7 @@ impl ApiServer {
     pub fn handle(&self, method: &http::Method, uri: &http::Uri, headers: &http::HeaderMap) -> http::Response<Body> {
         let query = Query::parse(uri.query());
         let info = RequestInfo::parse(method, uri.path(), &query);
-        let token = headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).map(str::to_owned);
+        let token = bearer(headers);
         let mut entry = LoggedRequest::new(method, &info, &query, token.clone());
         let response = self.answer(method, &info, &query, token.as_deref(), &mut entry);
         entry.status = response.status().as_u16();
@@ -289,12 +350,13 @@ impl ApiServer {
         response
     }
 
-    fn answer(&self, method: &http::Method, info: &RequestInfo, query: &Query, token: Option<&str>, entry: &mut LoggedRequest) -> http::Response<Body> {
+    /// Authenticate (401) and authorize (403) a request, noting its user in `entry`.
+    fn authorize(&self, info: &RequestInfo, token: Option<&str>, entry: &mut LoggedRequest) -> Result<(), http::Response<Body>> {
         let user = match &*lock(&self.inner.tokens) {
             None => User::admin(),
             Some(tokens) => match token.and_then(|t| tokens.get(t)) {
                 Some(u) => u.clone(),
-                None => return status(401, "Unauthorized", "Unauthorized", None),
+                None => return Err(status(401, "Unauthorized", "Unauthorized", None)),
             },
         };
         entry.user = Some(user.name.clone());
@@ -302,8 +364,15 @@ impl ApiServer {
             if !rbac.allows(&user, info) {
                 let details =
                     info.resource_request.then(|| json!({"name": info.name.clone().unwrap_or_default(), "group": info.api_group, "kind": info.resource}));
-                return status(403, "Forbidden", &Rbac::forbidden_message(&user, info), details);
+                return Err(status(403, "Forbidden", &Rbac::forbidden_message(&user, info), details));
             }
+        }
+        Ok(())
+    }
+
+    fn answer(&self, method: &http::Method, info: &RequestInfo, query: &Query, token: Option<&str>, entry: &mut LoggedRequest) -> http::Response<Body> {
+        if let Err(refused) = self.authorize(info, token, entry) {
+            return refused;
         }
         if *method != http::Method::GET {
             return status(405, "MethodNotAllowed", &format!("the stand-in serves reads only, not {method}"), None);

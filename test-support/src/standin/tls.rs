@@ -110,7 +110,8 @@ impl TlsServer {
                                 Err(e) => return api.log().tls_failure(format!("{peer}: {e}")),
                             };
                             let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                                std::future::ready(Ok::<_, std::convert::Infallible>(api.handle(req.method(), req.uri(), req.headers())))
+                                let api = api.clone();
+                                async move { Ok::<_, std::convert::Infallible>(api.serve(req.method(), req.uri(), req.headers()).await) }
                             });
                             let _ = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(tls), service).await;
                         });
