@@ -303,32 +303,36 @@ impl ApiServer {
         };
         let token = bearer(headers);
         let mut entry = LoggedRequest::new(method, &info, &query, token.clone());
-        let response = match self.authorize(&info, token.as_deref(), &mut entry) {
-            Err(refused) => refused,
-            Ok(()) => {
-                entry.kind = RequestKind::Get;
-                let pod = {
-                    let store = lock(&self.inner.store);
-                    store
-                        .find("", &info.api_version, "pods")
-                        .and_then(|i| store.collections[i].objects.get(&(request.namespace.clone(), request.pod.clone())).map(|s| s.body.clone()))
-                };
-                match pod.and_then(|b| serde_json::from_slice::<Value>(&b).ok()) {
-                    None => status(404, "NotFound", &format!("pods \"{}\" not found", request.pod), Some(json!({"name": request.pod, "kind": "pods"}))),
-                    Some(pod) => match proxy::target(&request, &pod) {
-                        Err(unavailable) => unavailable,
-                        Ok(addr) => {
-                            let netns = lock(&self.inner.pod_netns).get(&(request.namespace.clone(), request.pod.clone())).cloned();
-                            proxy::forward(request, uri.query().map(str::to_owned), addr, netns).await
-                        }
-                    },
-                }
-            }
+        let response = if let Some(refused) = self.refusal(&info, token.as_deref(), &mut entry) {
+            refused
+        } else {
+            entry.kind = RequestKind::Get;
+            self.proxy(request, &info, uri.query()).await
         };
         entry.status = response.status().as_u16();
         entry.bytes = usize::try_from(http_body::Body::size_hint(response.body()).exact().unwrap_or(0)).unwrap_or(usize::MAX);
         self.inner.log.push(entry);
         response
+    }
+
+    /// The answer of an authorized pod proxy request: 404 for a pod not stored, else the pod's
+    /// answer or the 503 of [`proxy`].
+    async fn proxy(&self, request: proxy::ProxyRequest, info: &RequestInfo, query: Option<&str>) -> http::Response<Body> {
+        let key = (request.namespace.clone(), request.pod.clone());
+        let pod = {
+            let store = lock(&self.inner.store);
+            store.find("", &info.api_version, "pods").and_then(|i| store.collections[i].objects.get(&key).map(|s| s.body.clone()))
+        };
+        let Some(pod) = pod.and_then(|b| serde_json::from_slice::<Value>(&b).ok()) else {
+            return status(404, "NotFound", &format!("pods \"{}\" not found", request.pod), Some(json!({"name": request.pod, "kind": "pods"})));
+        };
+        match proxy::target(&request, &pod) {
+            Err(why) => proxy::unavailable(&why),
+            Ok(addr) => {
+                let netns = lock(&self.inner.pod_netns).get(&key).cloned();
+                proxy::forward(request, query.map(str::to_owned), addr, netns).await
+            }
+        }
     }
 
     /// A kube client in namespace `default` whose every request this stand-in answers, in
@@ -350,13 +354,14 @@ impl ApiServer {
         response
     }
 
-    /// Authenticate (401) and authorize (403) a request, noting its user in `entry`.
-    fn authorize(&self, info: &RequestInfo, token: Option<&str>, entry: &mut LoggedRequest) -> Result<(), http::Response<Body>> {
+    /// Authenticate and authorize a request, noting its user in `entry`: the 401 or 403, if
+    /// refused.
+    fn refusal(&self, info: &RequestInfo, token: Option<&str>, entry: &mut LoggedRequest) -> Option<http::Response<Body>> {
         let user = match &*lock(&self.inner.tokens) {
             None => User::admin(),
             Some(tokens) => match token.and_then(|t| tokens.get(t)) {
                 Some(u) => u.clone(),
-                None => return Err(status(401, "Unauthorized", "Unauthorized", None)),
+                None => return Some(status(401, "Unauthorized", "Unauthorized", None)),
             },
         };
         entry.user = Some(user.name.clone());
@@ -364,14 +369,14 @@ impl ApiServer {
             if !rbac.allows(&user, info) {
                 let details =
                     info.resource_request.then(|| json!({"name": info.name.clone().unwrap_or_default(), "group": info.api_group, "kind": info.resource}));
-                return Err(status(403, "Forbidden", &Rbac::forbidden_message(&user, info), details));
+                return Some(status(403, "Forbidden", &Rbac::forbidden_message(&user, info), details));
             }
         }
-        Ok(())
+        None
     }
 
     fn answer(&self, method: &http::Method, info: &RequestInfo, query: &Query, token: Option<&str>, entry: &mut LoggedRequest) -> http::Response<Body> {
-        if let Err(refused) = self.authorize(info, token, entry) {
+        if let Some(refused) = self.refusal(info, token, entry) {
             return refused;
         }
         if *method != http::Method::GET {

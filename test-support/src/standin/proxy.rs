@@ -70,15 +70,16 @@ impl ProxyRequest {
 
 /// Where to connect for `request`, from the stored pod (JSON): its IP and port.
 ///
-/// Errors: the `503` answer (no IP, a port that is not a number).
-pub(super) fn target(request: &ProxyRequest, pod: &Value) -> Result<SocketAddr, http::Response<Body>> {
+/// Errors: why the pod cannot be reached (no IP, a port that is not a number), for
+/// [`unavailable`].
+pub(super) fn target(request: &ProxyRequest, pod: &Value) -> Result<SocketAddr, String> {
     let ip = pod["status"]["podIP"].as_str().unwrap_or_default();
     let Ok(ip) = ip.parse::<IpAddr>() else {
-        return Err(unavailable(&format!("pod {}/{} has no IP address", request.namespace, request.pod)));
+        return Err(format!("pod {}/{} has no IP address", request.namespace, request.pod));
     };
     let first_port = || pod["spec"]["containers"].as_array()?.iter().find_map(|c| c["ports"].as_array()?.first()?["containerPort"].as_u64());
     let port = match &request.port {
-        Some(p) => p.parse::<u16>().map_err(|_| unavailable(&format!("dial tcp: lookup port {p:?}: invalid port")))?,
+        Some(p) => p.parse::<u16>().map_err(|_| format!("dial tcp: lookup port {p:?}: invalid port"))?,
         None => first_port().and_then(|p| u16::try_from(p).ok()).unwrap_or(80),
     };
     Ok(SocketAddr::new(ip, port))

@@ -13,7 +13,7 @@ fn pods() -> ResourceType {
     ResourceType::new("v1", "Pod", "pods", true)
 }
 
-fn pod(name: &str, labels: Value, port: u16) -> Value {
+fn pod(name: &str, labels: &Value, port: u16) -> Value {
     json!({"metadata": {"name": name, "namespace": "rw", "labels": labels},
            "spec": {"containers": [{"name": "c", "ports": [{"name": "metrics", "containerPort": port}]}]},
            "status": {"podIP": "127.0.0.1"}})
@@ -59,18 +59,18 @@ async fn the_pods_answer_comes_back_as_is_and_a_refusal_is_the_api_servers_503()
     let api = ApiServer::new();
     api.register(&pods());
     let (port, asked) = one_answer("HTTP/1.1 418 I'm a teapot\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nshort");
-    api.create(&pods(), pod("up", json!({}), port)).unwrap();
+    api.create(&pods(), pod("up", &json!({}), port)).unwrap();
     let (status, ct, body) = get(&api, &format!("/api/v1/namespaces/rw/pods/up:{port}/proxy/status/v1?x=1"), None).await;
     assert_eq!((status, ct.as_deref(), body.as_str()), (418, Some("text/plain"), "short"));
     assert!(asked.join().unwrap().starts_with("GET /status/v1?x=1 HTTP/1.0\r\n"));
     // No port in the path: the first container port.
     let (port, asked) = one_answer("HTTP/1.0 200 OK\r\n\r\n{}");
-    api.create(&pods(), pod("first-port", json!({}), port)).unwrap();
+    api.create(&pods(), pod("first-port", &json!({}), port)).unwrap();
     assert_eq!(get(&api, "/api/v1/namespaces/rw/pods/first-port/proxy/", None).await.0, 200);
     assert!(asked.join().unwrap().starts_with("GET / HTTP/1.0\r\n"));
 
     let closed = closed_port();
-    api.create(&pods(), pod("down", json!({}), closed)).unwrap();
+    api.create(&pods(), pod("down", &json!({}), closed)).unwrap();
     let (status, _, body) = get(&api, &format!("/api/v1/namespaces/rw/pods/down:{closed}/proxy/status/v1"), None).await;
     let want = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": 503, "reason": "ServiceUnavailable",
                       "message": format!("error trying to reach service: dial tcp 127.0.0.1:{closed}: connect: connection refused")});
@@ -89,7 +89,7 @@ subjects: [{kind: User, name: bob}]\n";
     let api = ApiServer::new().with_rbac(Rbac::from_manifests(role).unwrap());
     api.set_tokens([("t".to_owned(), User { name: "bob".into(), groups: vec!["system:authenticated".into()] })]);
     api.register(&pods());
-    api.create(&pods(), pod("p", json!({}), closed_port())).unwrap();
+    api.create(&pods(), pod("p", &json!({}), closed_port())).unwrap();
     let (status, _, body) = get(&api, "/api/v1/namespaces/rw/pods/p:1/proxy/status/v1", Some("t")).await;
     assert_eq!(status, 403);
     assert_eq!(
@@ -102,9 +102,9 @@ subjects: [{kind: User, name: bob}]\n";
 async fn lists_select_by_label() {
     let api = ApiServer::new();
     api.register(&pods());
-    api.create(&pods(), pod("agent", json!({"app.kubernetes.io/name": "routewarden", "tier": "node"}), 1)).unwrap();
-    api.create(&pods(), pod("other", json!({"app.kubernetes.io/name": "calico-node"}), 1)).unwrap();
-    api.create(&pods(), pod("bare", json!({}), 1)).unwrap();
+    api.create(&pods(), pod("agent", &json!({"app.kubernetes.io/name": "routewarden", "tier": "node"}), 1)).unwrap();
+    api.create(&pods(), pod("other", &json!({"app.kubernetes.io/name": "calico-node"}), 1)).unwrap();
+    api.create(&pods(), pod("bare", &json!({}), 1)).unwrap();
     let names = |body: &str| -> Vec<String> {
         serde_json::from_str::<Value>(body).unwrap()["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_owned()).collect()
     };
