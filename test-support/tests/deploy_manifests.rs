@@ -104,6 +104,14 @@ fn resource(kind: &str) -> Value {
     found.remove(0)
 }
 
+/// The `kind` named `name` in the kustomization (there are two ClusterRoles: the agent's and
+/// the status reader's).
+fn resource_named(kind: &str, name: &str) -> Value {
+    let mut found: Vec<Value> = resources().into_iter().map(|(_, v)| v).filter(|v| s(v, "kind") == kind && s(&v["metadata"], "name") == name).collect();
+    assert_eq!(found.len(), 1, "expected exactly one {kind} {name} in the kustomization");
+    found.remove(0)
+}
+
 /// Find `tool` on PATH.
 fn which(tool: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(tool)).find(|p| p.is_file())
@@ -201,7 +209,7 @@ fn kustomization_lists_every_manifest_and_each_parses() {
     let account = resource("ServiceAccount");
     assert_eq!((s(sa, "name"), s(sa, "namespace")), (s(&account["metadata"], "name"), s(&account["metadata"], "namespace")));
     let groups = strings(&seq(rule, "resourceRules")[0]["apiGroups"]);
-    let cluster_role = resource("ClusterRole");
+    let cluster_role = resource_named("ClusterRole", "routewarden");
     for r in seq(&cluster_role, "rules") {
         for g in strings(&r["apiGroups"]) {
             assert!(groups.contains(&g), "FlowSchema misses API group {g:?} of the ClusterRole");
@@ -657,7 +665,7 @@ fn collect_sources(dir: &Path) -> String {
 
 #[test]
 fn clusterrole_is_read_only_on_exactly_the_watched_resources() {
-    let role = resource("ClusterRole");
+    let role = resource_named("ClusterRole", "routewarden");
     let calico: BTreeSet<String> =
         ["ippools", "ipamblocks", "blockaffinities", "felixconfigurations", "bgpconfigurations", "clusterinformations"].map(String::from).into();
     // Exactly the verbs the Kubernetes datastore requests (`VERBS` in
@@ -692,6 +700,32 @@ fn clusterrole_is_read_only_on_exactly_the_watched_resources() {
     assert_eq!(s(&binding["roleRef"], "name"), "routewarden");
     let subject = &seq(&binding, "subjects")[0];
     assert_eq!((s(subject, "kind"), s(subject, "name"), s(subject, "namespace")), ("ServiceAccount", "routewarden", "routewarden"));
+}
+
+/// `routewarden status` reads the agent pods and their status through the pod proxy, and lists
+/// Nodes: exactly those reads (agent/src/cli/status.rs), and nothing in `deploy/` binds the role
+/// (a user binds it, deploy/README.md).
+#[test]
+fn status_reader_role_allows_exactly_what_the_status_command_reads_and_is_not_bound() {
+    let role = resource_named("ClusterRole", "routewarden-status-reader");
+    let rules: Vec<(BTreeSet<String>, BTreeSet<String>, BTreeSet<String>)> =
+        seq(&role, "rules").iter().map(|r| (strings(&r["apiGroups"]), strings(&r["resources"]), strings(&r["verbs"]))).collect();
+    let set = |xs: &[&str]| xs.iter().map(|x| (*x).to_string()).collect::<BTreeSet<String>>();
+    assert_eq!(
+        rules,
+        vec![
+            (set(&[""]), set(&["pods"]), set(&["get", "list"])),
+            (set(&[""]), set(&["pods/proxy"]), set(&["get"])),
+            (set(&[""]), set(&["nodes"]), set(&["list"])),
+        ]
+    );
+    for (file, v) in resources() {
+        if s(&v, "kind").ends_with("Binding") {
+            assert_ne!(s(&v["roleRef"], "name"), "routewarden-status-reader", "{file} binds the status reader: users bind it");
+        }
+    }
+    let readme = read(&deploy().join("README.md"));
+    assert!(readme.contains("--clusterrole routewarden-status-reader"), "deploy/README.md shows how to bind the status reader");
 }
 
 /// Sample names the agent exposes, from `agent/src/observe/metrics/mod.rs`: each

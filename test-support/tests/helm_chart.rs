@@ -353,7 +353,7 @@ fn default_values_render_what_kustomize_builds() {
     assert_eq!(first, render(&python, &[]), "two renderings of the chart differ");
     let base = yaml_docs(&run(Command::new(&kubectl).arg("kustomize").arg(deploy())), "kubectl kustomize deploy/");
     let n = assert_same("default", first, base, &[NAMESPACE]);
-    assert_eq!(n, 9, "objects of the default rendering");
+    assert_eq!(n, 10, "objects of the default rendering");
 }
 
 /// The etcd overlay of deploy/README.md, with the endpoints' ConfigMap under a fixed name (the
@@ -367,11 +367,11 @@ const MONITORING_OFF_OVERLAY: &str = "patches:\n  - patch: |-\n      {apiVersion
 fn each_variant_renders_what_its_kustomize_component_adds() {
     let Some((python, kubectl)) = tools("each_variant_renders_what_its_kustomize_component_adds") else { return };
     let variants: [(&str, &str, usize); 5] = [
-        ("etcd", ETCD_OVERLAY, 10),
-        ("large-cluster", "components: [{rel}/large-cluster]\n", 11),
-        ("legacy-kernel", "components: [{rel}/legacy-kernel]\n", 9),
-        ("operator", "components: [{rel}/operator]\n", 11),
-        ("monitoring-off", MONITORING_OFF_OVERLAY, 6),
+        ("etcd", ETCD_OVERLAY, 11),
+        ("large-cluster", "components: [{rel}/large-cluster]\n", 12),
+        ("legacy-kernel", "components: [{rel}/legacy-kernel]\n", 10),
+        ("operator", "components: [{rel}/operator]\n", 12),
+        ("monitoring-off", MONITORING_OFF_OVERLAY, 7),
     ];
     for (name, overlay, count) in variants {
         let chart = render(&python, &[ci_values(name)]);
