@@ -702,6 +702,31 @@ fn clusterrole_is_read_only_on_exactly_the_watched_resources() {
     assert_eq!((s(subject, "kind"), s(subject, "name"), s(subject, "namespace")), ("ServiceAccount", "routewarden", "routewarden"));
 }
 
+/// The krew manifest template (`cargo xtask plugin` fills in `${URI}` and `${SHA256}` from the
+/// archive it builds, xtask/src/plugin.rs): one platform, linux/amd64 (the one target the
+/// release build makes), installing the one file the archive holds, `kubectl-routewarden`, the
+/// name agent/src/main.rs answers to as a kubectl plugin; the version is the crate's.
+#[test]
+fn krew_manifest_installs_the_plugin_binary_the_archive_holds() {
+    let m = yaml_file(&deploy().join("krew/routewarden.yaml"));
+    assert_eq!((s(&m, "apiVersion"), s(&m, "kind"), s(&m["metadata"], "name")), ("krew.googlecontainertools.github.com/v1alpha2", "Plugin", "routewarden"));
+    assert_eq!(s(&m["spec"], "version"), format!("v{}", env!("CARGO_PKG_VERSION")));
+    assert!(!s(&m["spec"], "shortDescription").is_empty());
+    let platforms = seq(&m["spec"], "platforms");
+    assert_eq!(platforms.len(), 1, "linux/amd64 only: {platforms:?}");
+    let p = &platforms[0];
+    assert_eq!(serde_yaml_ng::to_string(&p["selector"]).expect("yaml"), "matchLabels:\n  os: linux\n  arch: amd64\n", "the platform's selector");
+    assert_eq!((s(p, "uri"), s(p, "sha256"), s(p, "bin")), ("${URI}", "${SHA256}", "kubectl-routewarden"));
+    let files = seq(p, "files");
+    assert_eq!(files.len(), 1);
+    assert_eq!((s(&files[0], "from"), s(&files[0], "to")), ("kubectl-routewarden", "."));
+    let xtask = read(&root().join("xtask/src/plugin.rs"));
+    assert!(xtask.contains("pub const ARCHIVE: &str = \"kubectl-routewarden-linux-amd64.tar.gz\";"), "xtask packs the archive the manifest names");
+    assert!(xtask.contains("pub const BIN: &str = \"kubectl-routewarden\";"), "xtask packs the binary the manifest installs");
+    let main = read(&root().join("agent/src/main.rs"));
+    assert!(main.contains("const KUBECTL_PLUGIN: &str = \"kubectl-routewarden\";"), "the agent answers to the plugin's name");
+}
+
 /// `routewarden status` reads the agent pods and their status through the pod proxy, and lists
 /// Nodes: exactly those reads (agent/src/cli/status.rs), and nothing in `deploy/` binds the role
 /// (a user binds it, deploy/README.md).
