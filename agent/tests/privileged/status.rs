@@ -228,6 +228,29 @@ node-d   -       no agent pod on this node
     check_json(&lab, &run(bin, &["status", "-o", "json"], &config, None), node_a.pid());
     check_node_and_watch(bin, &config);
     check_requests(&api);
+    check_timeout(&lab, &api, bin, &config);
+}
+
+/// An agent that takes the connection and never answers (a listener nobody accepts from, in
+/// node-b's namespace, as the pod of a node-e) is a row once `--timeout` has passed.
+fn check_timeout(lab: &Lab, api: &ApiServer, bin: &Path, config: &Path) {
+    let listener = lab.in_netns("node-b", || std::net::TcpListener::bind("10.0.0.12:9696").unwrap()).unwrap();
+    let mut pod = agent_pod("node-e", "10.0.0.12");
+    pod["spec"]["containers"][0]["ports"][0]["containerPort"] = json!(9696);
+    api.create(&ResourceType::new("v1", "Pod", "pods", true), pod).unwrap();
+    api.reach_pod_from(NS, "routewarden-e", &lab.node_ns("node-b"));
+    let started = std::time::Instant::now();
+    let table = run(bin, &["status", "--node", "node-e", "--timeout", "1"], config, None);
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert_eq!(
+        table,
+        "\
+NODE     READY   MODE   ROLE   CALICO   PROGRAMS   FINDINGS   CONFLICTS(1h)   FLAPS(1h)   LAST-FIGHT
+node-e   ?       no answer: no answer within 1s
+0 of 1 nodes answer (no answer: node-e)
+"
+    );
+    drop(listener);
 }
 
 /// The same binary as the kubectl plugin, by its name alone, and through kubectl itself.
