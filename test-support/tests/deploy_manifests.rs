@@ -100,7 +100,8 @@ fn resources() -> Vec<(String, Value)> {
         .collect()
 }
 
-/// The one `kind` named `name` in the kustomization.
+/// The one `kind` named `name` in the kustomization (two ClusterRoles: the agent's and the status
+/// reader's; two Roles: the calico-node env reader and the Node Events writer).
 fn resource_named(kind: &str, name: &str) -> Value {
     let mut found: Vec<Value> = resources().into_iter().map(|(_, v)| v).filter(|v| s(v, "kind") == kind && s(&v["metadata"], "name") == name).collect();
     assert_eq!(found.len(), 1, "expected exactly one {kind} {name} in the kustomization");
@@ -210,7 +211,7 @@ fn kustomization_lists_every_manifest_and_each_parses() {
     let account = resource("ServiceAccount");
     assert_eq!((s(sa, "name"), s(sa, "namespace")), (s(&account["metadata"], "name"), s(&account["metadata"], "namespace")));
     let groups = strings(&seq(rule, "resourceRules")[0]["apiGroups"]);
-    let cluster_role = resource("ClusterRole");
+    let cluster_role = resource_named("ClusterRole", "routewarden");
     for r in seq(&cluster_role, "rules") {
         for g in strings(&r["apiGroups"]) {
             assert!(groups.contains(&g), "FlowSchema misses API group {g:?} of the ClusterRole");
@@ -668,7 +669,7 @@ fn collect_sources(dir: &Path) -> String {
 
 #[test]
 fn clusterrole_is_read_only_on_exactly_the_watched_resources() {
-    let role = resource("ClusterRole");
+    let role = resource_named("ClusterRole", "routewarden");
     let calico: BTreeSet<String> =
         ["ippools", "ipamblocks", "blockaffinities", "felixconfigurations", "bgpconfigurations", "clusterinformations"].map(String::from).into();
     // Exactly the verbs the Kubernetes datastore requests (`VERBS` in
@@ -718,6 +719,57 @@ fn clusterrole_is_read_only_on_exactly_the_watched_resources() {
     assert_eq!(s(&binding["roleRef"], "name"), "routewarden");
     let subject = &seq(&binding, "subjects")[0];
     assert_eq!((s(subject, "kind"), s(subject, "name"), s(subject, "namespace")), ("ServiceAccount", "routewarden", "routewarden"));
+}
+
+/// The krew manifest template (`cargo xtask plugin` fills in `${URI}` and `${SHA256}` from the
+/// archive it builds, xtask/src/plugin.rs): one platform, linux/amd64 (the one target the
+/// release build makes), installing the one file the archive holds, `kubectl-routewarden`, the
+/// name agent/src/main.rs answers to as a kubectl plugin; the version is the crate's.
+#[test]
+fn krew_manifest_installs_the_plugin_binary_the_archive_holds() {
+    let m = yaml_file(&deploy().join("krew/routewarden.yaml"));
+    assert_eq!((s(&m, "apiVersion"), s(&m, "kind"), s(&m["metadata"], "name")), ("krew.googlecontainertools.github.com/v1alpha2", "Plugin", "routewarden"));
+    assert_eq!(s(&m["spec"], "version"), format!("v{}", env!("CARGO_PKG_VERSION")));
+    assert!(!s(&m["spec"], "shortDescription").is_empty());
+    let platforms = seq(&m["spec"], "platforms");
+    assert_eq!(platforms.len(), 1, "linux/amd64 only: {platforms:?}");
+    let p = &platforms[0];
+    assert_eq!(serde_yaml_ng::to_string(&p["selector"]).expect("yaml"), "matchLabels:\n  os: linux\n  arch: amd64\n", "the platform's selector");
+    assert_eq!((s(p, "uri"), s(p, "sha256"), s(p, "bin")), ("${URI}", "${SHA256}", "kubectl-routewarden"));
+    let files = seq(p, "files");
+    assert_eq!(files.len(), 1);
+    assert_eq!((s(&files[0], "from"), s(&files[0], "to")), ("kubectl-routewarden", "."));
+    let xtask = read(&root().join("xtask/src/plugin.rs"));
+    assert!(xtask.contains("pub const ARCHIVE: &str = \"kubectl-routewarden-linux-amd64.tar.gz\";"), "xtask packs the archive the manifest names");
+    assert!(xtask.contains("pub const BIN: &str = \"kubectl-routewarden\";"), "xtask packs the binary the manifest installs");
+    let main = read(&root().join("agent/src/main.rs"));
+    assert!(main.contains("const KUBECTL_PLUGIN: &str = \"kubectl-routewarden\";"), "the agent answers to the plugin's name");
+}
+
+/// `routewarden status` reads the agent pods and their status through the pod proxy, and lists
+/// Nodes: exactly those reads (agent/src/cli/status.rs), and nothing in `deploy/` binds the role
+/// (a user binds it, deploy/README.md).
+#[test]
+fn status_reader_role_allows_exactly_what_the_status_command_reads_and_is_not_bound() {
+    let role = resource_named("ClusterRole", "routewarden-status-reader");
+    let rules: Vec<(BTreeSet<String>, BTreeSet<String>, BTreeSet<String>)> =
+        seq(&role, "rules").iter().map(|r| (strings(&r["apiGroups"]), strings(&r["resources"]), strings(&r["verbs"]))).collect();
+    let set = |xs: &[&str]| xs.iter().map(|x| (*x).to_string()).collect::<BTreeSet<String>>();
+    assert_eq!(
+        rules,
+        vec![
+            (set(&[""]), set(&["pods"]), set(&["get", "list"])),
+            (set(&[""]), set(&["pods/proxy"]), set(&["get"])),
+            (set(&[""]), set(&["nodes"]), set(&["list"])),
+        ]
+    );
+    for (file, v) in resources() {
+        if s(&v, "kind").ends_with("Binding") {
+            assert_ne!(s(&v["roleRef"], "name"), "routewarden-status-reader", "{file} binds the status reader: users bind it");
+        }
+    }
+    let readme = read(&deploy().join("README.md"));
+    assert!(readme.contains("--clusterrole routewarden-status-reader"), "deploy/README.md shows how to bind the status reader");
 }
 
 /// Sample names the agent exposes, from `agent/src/observe/metrics/mod.rs`: each

@@ -353,7 +353,7 @@ fn default_values_render_what_kustomize_builds() {
     assert_eq!(first, render(&python, &[]), "two renderings of the chart differ");
     let base = yaml_docs(&run(Command::new(&kubectl).arg("kustomize").arg(deploy())), "kubectl kustomize deploy/");
     let n = assert_same("default", first, base, &[NAMESPACE]);
-    assert_eq!(n, 11, "objects of the default rendering");
+    assert_eq!(n, 12, "objects of the default rendering");
 }
 
 /// The etcd overlay of deploy/README.md, with the endpoints' ConfigMap under a fixed name (the
@@ -371,12 +371,12 @@ const NODE_EVENTS_OFF_OVERLAY: &str = "patches:\n  - patch: |-\n      {apiVersio
 fn each_variant_renders_what_its_kustomize_component_adds() {
     let Some((python, kubectl)) = tools("each_variant_renders_what_its_kustomize_component_adds") else { return };
     let variants: [(&str, &str, usize); 6] = [
-        ("etcd", ETCD_OVERLAY, 12),
-        ("large-cluster", "components: [{rel}/large-cluster]\n", 13),
-        ("legacy-kernel", "components: [{rel}/legacy-kernel]\n", 11),
-        ("operator", "components: [{rel}/operator]\n", 13),
-        ("monitoring-off", MONITORING_OFF_OVERLAY, 8),
-        ("node-events-off", NODE_EVENTS_OFF_OVERLAY, 9),
+        ("etcd", ETCD_OVERLAY, 13),
+        ("large-cluster", "components: [{rel}/large-cluster]\n", 14),
+        ("legacy-kernel", "components: [{rel}/legacy-kernel]\n", 12),
+        ("operator", "components: [{rel}/operator]\n", 14),
+        ("monitoring-off", MONITORING_OFF_OVERLAY, 9),
+        ("node-events-off", NODE_EVENTS_OFF_OVERLAY, 10),
     ];
     for (name, overlay, count) in variants {
         let chart = render(&python, &[ci_values(name)]);

@@ -8,6 +8,7 @@ mod build;
 mod image;
 mod lab_nodes;
 mod licences;
+mod plugin;
 mod qemu;
 mod run;
 mod setup;
@@ -39,6 +40,10 @@ enum Command {
     /// with podman; write target/image/routewarden-<version>.oci.tar, tag
     /// routewarden:<version>, print the archive, the tag and the size.
     Image,
+    /// `kubectl routewarden` as a krew plugin: the release binary packed as
+    /// target/image/kubectl-routewarden-linux-amd64.tar.gz and deploy/krew/routewarden.yaml
+    /// rendered with its uri and sha256 into target/image/krew-routewarden.yaml.
+    Plugin(plugin::PluginArgs),
     /// Benchmarks (root): build in release mode, run each in network namespaces it creates,
     /// print one `bench <name> ratio=<value> target=<value> <details>` line each.
     Bench(bench::BenchArgs),
@@ -63,6 +68,10 @@ fn main() -> Result<()> {
         Command::Image => {
             setup::ensure()?;
             image::image()
+        }
+        Command::Plugin(args) => {
+            setup::ensure()?;
+            plugin::plugin(&args)
         }
         Command::Bench(args) => {
             setup::ensure()?;

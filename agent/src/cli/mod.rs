@@ -7,6 +7,7 @@ pub mod bird_filter;
 pub mod events;
 pub mod explain;
 pub mod run;
+pub mod status;
 
 use std::collections::BTreeSet;
 
@@ -19,7 +20,7 @@ use routewarden::ownership::OwnershipConfig;
 use routewarden::plan::{self, Plan, PlanConfig};
 use routewarden::routes::RouteDevices;
 
-/// Output format of `explain` and `audit`.
+/// Output format of `explain`, `audit` and `status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
     /// Human-readable table.

@@ -46,7 +46,7 @@ mod tests {
         let nodes = ResourceType::new("v1", "Node", "nodes", false);
         api.register(&nodes);
         let installations = ResourceType::new("operator.tigera.io/v1", "Installation", "installations", false);
-        let get = |path: &str| api.handle(&http::Method::GET, &path.parse().unwrap(), &http::HeaderMap::new()).status().as_u16();
+        let get = |path: &str| api.handle(&http::Method::GET, &path.parse().unwrap(), &http::HeaderMap::new(), &[]).status().as_u16();
         assert_eq!(get("/apis/operator.tigera.io/v1"), 404);
 
         api.register(&installations);
@@ -56,6 +56,7 @@ mod tests {
             &http::Method::GET,
             &format!("/apis/operator.tigera.io/v1/installations?watch=true&resourceVersion={rv}").parse().unwrap(),
             &http::HeaderMap::new(),
+            &[],
         );
         assert_eq!(api.watches(), 1);
 
@@ -71,7 +72,7 @@ mod tests {
 
         api.register(&installations);
         assert_eq!(get("/apis/operator.tigera.io/v1/installations"), 200);
-        let list = api.handle(&http::Method::GET, &"/apis/operator.tigera.io/v1/installations".parse().unwrap(), &http::HeaderMap::new());
+        let list = api.handle(&http::Method::GET, &"/apis/operator.tigera.io/v1/installations".parse().unwrap(), &http::HeaderMap::new(), &[]);
         let body = http_body_util::BodyExt::collect(list.into_body()).await.unwrap().to_bytes();
         let list: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(list["items"], json!([]));

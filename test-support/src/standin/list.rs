@@ -5,6 +5,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 use serde_json::json;
 
+use super::labels::LabelSelector;
 use super::reply::{framed, invalid, ok, respond, status, status_json, stream_body};
 use super::request::{FieldSelector, Query, RequestInfo};
 use super::store::{self, Key, ListBody, ResourceType, Store};
@@ -57,9 +58,11 @@ pub(super) fn list(store: &mut Store, i: usize, info: &RequestInfo, query: &Quer
         Ok(s) => s,
         Err(e) => return status(400, "BadRequest", &e, None),
     };
-    if query.get("labelSelector").is_some() {
-        return status(400, "BadRequest", "the stand-in serves no label selectors", None);
-    }
+    let labels = match LabelSelector::parse(query.get("labelSelector").unwrap_or_default()) {
+        Ok(l) => l,
+        Err(e) => return status(400, "BadRequest", &e, None),
+    };
+    let selector = Selection { fields: selector, labels };
     let rt = store.collections[i].rt.clone();
     let current = store.rv;
     let version = match rv.map(str::parse::<u64>) {
@@ -108,6 +111,18 @@ pub(super) fn list(store: &mut Store, i: usize, info: &RequestInfo, query: &Quer
     page(store, i, &rt, at, after.as_ref(), limit, &selector, info.namespace.as_deref())
 }
 
+/// What a list selects: its field selector and its label selector.
+pub(super) struct Selection {
+    pub fields: FieldSelector,
+    pub labels: LabelSelector,
+}
+
+impl Selection {
+    fn is_empty(&self) -> bool {
+        self.fields.is_empty() && self.labels.is_empty()
+    }
+}
+
 /// One page of collection `i` at version `at`: the objects after `after` that the selector
 /// and namespace select, at most `limit`, with a continue token when more remain.
 #[expect(clippy::too_many_arguments, reason = "the page's version, start, size and selection, each a request parameter")]
@@ -118,7 +133,7 @@ pub(super) fn page(
     at: u64,
     after: Option<&Key>,
     limit: Option<usize>,
-    selector: &FieldSelector,
+    selector: &Selection,
     namespace: Option<&str>,
 ) -> http::Response<Body> {
     let Some(objects) = store.state_at(i, at) else {
@@ -127,7 +142,7 @@ pub(super) fn page(
     let selected: Vec<(&Key, &store::Stored)> = objects
         .iter()
         .filter(|(k, _)| after.is_none_or(|a| *k > a))
-        .filter(|(k, _)| namespace.is_none_or(|ns| ns == k.0) && selector.matches(&k.0, &k.1))
+        .filter(|(k, s)| namespace.is_none_or(|ns| ns == k.0) && selector.fields.matches(&k.0, &k.1) && selector.labels.matches(&s.body))
         .collect();
     let take = limit.unwrap_or(selected.len()).min(selected.len());
     let more = take < selected.len();

@@ -50,6 +50,10 @@
 //!   (`APIResourceList`), `/apis` (`APIGroupList`), `/apis/<group>` (`APIGroup`), `/version`.
 //!   Anything else is `404 NotFound`; the stand-in serves reads only (`405` for other methods),
 //!   but for Event writes ([`events`]).
+//! - **Label selectors** ([`labels`]): the equality-based terms, on lists.
+//! - **The pod proxy** ([`proxy`]): `GET .../pods/<name>[:<port>]/proxy/<path>` reaches the
+//!   pod's HTTP server at its `status.podIP`, from the network namespace a test names
+//!   ([`ApiServer::reach_pod_from`]); `503 ServiceUnavailable` when it cannot.
 //!
 //! Every request is logged ([`RequestLog`]): method, path, the parameters that decide how it
 //! is served, the token it carried, the user, the status. Bodies go out in 64 KiB frames, as
@@ -59,8 +63,10 @@
 
 mod events;
 mod groups;
+pub mod labels;
 mod list;
 pub mod log;
+pub mod proxy;
 pub mod rbac;
 mod reply;
 pub mod request;
@@ -118,6 +124,8 @@ struct Inner {
     /// Frames sent into watch bodies.
     sent: Arc<AtomicU64>,
     event_writes: events::EventWrites,
+    /// The network namespace each pod (namespace, name) is reached from by the pod proxy.
+    pod_netns: Mutex<HashMap<(String, String), String>>,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -128,6 +136,11 @@ impl std::fmt::Debug for ApiServer {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The bearer token of a request, if any.
+fn bearer(headers: &http::HeaderMap) -> Option<String> {
+    headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).map(str::to_owned)
 }
 
 impl ApiServer {
@@ -259,6 +272,13 @@ impl ApiServer {
         self.inner.log.clone()
     }
 
+    /// Reach pod `namespace`/`pod` through the pod proxy from the named network namespace
+    /// `netns` (`/run/netns/<netns>`, a lab node's); pods not named here are reached from the
+    /// stand-in's own namespace.
+    pub fn reach_pod_from(&self, namespace: &str, pod: &str, netns: &str) {
+        lock(&self.inner.pod_netns).insert((namespace.to_owned(), pod.to_owned()), netns.to_owned());
+    }
+
     /// The stand-in as a tower service (what [`ApiServer::client`] and the TLS server use); a
     /// request's body is read whole ([`events::MAX_BODY`] at most) before it is answered.
     pub fn service<B>(
@@ -282,10 +302,51 @@ impl ApiServer {
             let fut: futures::future::BoxFuture<'static, _> = Box::pin(async move {
                 let (parts, body) = req.into_parts();
                 let body = events::read_body(body).await;
-                Ok(api.handle(&parts.method, &parts.uri, &parts.headers, &body))
+                Ok(api.serve(&parts.method, &parts.uri, &parts.headers, &body).await)
             });
             fut
         })
+    }
+
+    /// Answer one request (logged): the pod proxy, which waits for the pod, or [`ApiServer::handle`].
+    pub async fn serve(&self, method: &http::Method, uri: &http::Uri, headers: &http::HeaderMap, body: &[u8]) -> http::Response<Body> {
+        let query = Query::parse(uri.query());
+        let info = RequestInfo::parse(method, uri.path(), &query);
+        let Some(request) = proxy::ProxyRequest::of(&info).filter(|_| *method == http::Method::GET) else {
+            return self.handle(method, uri, headers, body);
+        };
+        let token = bearer(headers);
+        let mut entry = LoggedRequest::new(method, &info, &query, token.clone());
+        let response = if let Some(refused) = self.refusal(&info, token.as_deref(), &mut entry) {
+            refused
+        } else {
+            entry.kind = RequestKind::Get;
+            self.proxy(request, &info, uri.query()).await
+        };
+        entry.status = response.status().as_u16();
+        entry.bytes = usize::try_from(http_body::Body::size_hint(response.body()).exact().unwrap_or(0)).unwrap_or(usize::MAX);
+        self.inner.log.push(entry);
+        response
+    }
+
+    /// The answer of an authorized pod proxy request: 404 for a pod not stored, else the pod's
+    /// answer or the 503 of [`proxy`].
+    async fn proxy(&self, request: proxy::ProxyRequest, info: &RequestInfo, query: Option<&str>) -> http::Response<Body> {
+        let key = (request.namespace.clone(), request.pod.clone());
+        let pod = {
+            let store = lock(&self.inner.store);
+            store.find("", &info.api_version, "pods").and_then(|i| store.collections[i].objects.get(&key).map(|s| s.body.clone()))
+        };
+        let Some(pod) = pod.and_then(|b| serde_json::from_slice::<Value>(&b).ok()) else {
+            return status(404, "NotFound", &format!("pods \"{}\" not found", request.pod), Some(json!({"name": request.pod, "kind": "pods"})));
+        };
+        match proxy::target(&request, &pod) {
+            Err(why) => proxy::unavailable(&why),
+            Ok(addr) => {
+                let netns = lock(&self.inner.pod_netns).get(&key).cloned();
+                proxy::forward(request, query.map(str::to_owned), addr, netns).await
+            }
+        }
     }
 
     /// A kube client in namespace `default` whose every request this stand-in answers, in
@@ -299,12 +360,33 @@ impl ApiServer {
     pub fn handle(&self, method: &http::Method, uri: &http::Uri, headers: &http::HeaderMap, body: &[u8]) -> http::Response<Body> {
         let query = Query::parse(uri.query());
         let info = RequestInfo::parse(method, uri.path(), &query);
-        let token = headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).map(str::to_owned);
+        let token = bearer(headers);
         let mut entry = LoggedRequest::new(method, &info, &query, token.clone());
         let response = self.answer(method, &info, &query, (token.as_deref(), headers, body), &mut entry);
         entry.status = response.status().as_u16();
         self.inner.log.push(entry);
         response
+    }
+
+    /// Authenticate and authorize a request, noting its user in `entry`: the 401 or 403, if
+    /// refused.
+    fn refusal(&self, info: &RequestInfo, token: Option<&str>, entry: &mut LoggedRequest) -> Option<http::Response<Body>> {
+        let user = match &*lock(&self.inner.tokens) {
+            None => User::admin(),
+            Some(tokens) => match token.and_then(|t| tokens.get(t)) {
+                Some(u) => u.clone(),
+                None => return Some(status(401, "Unauthorized", "Unauthorized", None)),
+            },
+        };
+        entry.user = Some(user.name.clone());
+        if let Some(rbac) = &*lock(&self.inner.rbac) {
+            if !rbac.allows(&user, info) {
+                let details =
+                    info.resource_request.then(|| json!({"name": info.name.clone().unwrap_or_default(), "group": info.api_group, "kind": info.resource}));
+                return Some(status(403, "Forbidden", &Rbac::forbidden_message(&user, info), details));
+            }
+        }
+        None
     }
 
     fn answer(
@@ -316,20 +398,8 @@ impl ApiServer {
         entry: &mut LoggedRequest,
     ) -> http::Response<Body> {
         let (token, headers, body) = request;
-        let user = match &*lock(&self.inner.tokens) {
-            None => User::admin(),
-            Some(tokens) => match token.and_then(|t| tokens.get(t)) {
-                Some(u) => u.clone(),
-                None => return status(401, "Unauthorized", "Unauthorized", None),
-            },
-        };
-        entry.user = Some(user.name.clone());
-        if let Some(rbac) = &*lock(&self.inner.rbac) {
-            if !rbac.allows(&user, info) {
-                let details =
-                    info.resource_request.then(|| json!({"name": info.name.clone().unwrap_or_default(), "group": info.api_group, "kind": info.resource}));
-                return status(403, "Forbidden", &Rbac::forbidden_message(&user, info), details);
-            }
+        if let Some(refused) = self.refusal(info, token, entry) {
+            return refused;
         }
         if let Some(r) = self.write_event(info, headers, body, entry) {
             return r;

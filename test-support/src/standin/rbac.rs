@@ -139,9 +139,11 @@ impl Rbac {
             Some(sub) => format!("{}/{sub}", info.resource),
             None => info.resource.clone(),
         };
+        // `errors.NewForbidden` names the resource without its subresource (`pods "p" is
+        // forbidden: ... cannot get resource "pods/proxy"`).
         let what = match &info.name {
-            Some(name) => format!("{resource} \"{name}\""),
-            None => resource.clone(),
+            Some(name) => format!("{} \"{name}\"", info.resource),
+            None => info.resource.clone(),
         };
         let scope = match &info.namespace {
             Some(ns) => format!("in the namespace \"{ns}\""),

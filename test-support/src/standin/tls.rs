@@ -114,7 +114,7 @@ impl TlsServer {
                                 async move {
                                     let (parts, body) = req.into_parts();
                                     let body = super::events::read_body(body).await;
-                                    Ok::<_, std::convert::Infallible>(api.handle(&parts.method, &parts.uri, &parts.headers, &body))
+                                    Ok::<_, std::convert::Infallible>(api.serve(&parts.method, &parts.uri, &parts.headers, &body).await)
                                 }
                             });
                             let _ = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(tls), service).await;
