@@ -23,7 +23,7 @@ use super::netlink::{link_info, LinkInfo, NetlinkError, NetlinkOp};
 use super::nexthop::{nexthop_dump_request, parse_nexthop, NexthopMessage, ObservedNexthop};
 use super::route::{Family, ObservedRoute};
 use super::route_wire::{dump_request, parse_route};
-use super::rule::ObservedRule;
+use super::rule::{parse_rule, rule_dump_request, table_rule_request, ObservedRule};
 
 /// What a reader of the kernel asks: links, one table's routes of one family and protocol
 /// (0: every protocol), nexthop objects, policy rules. Implemented by [`KernelDump`] and by `RtNetlink`
@@ -253,5 +253,35 @@ pub(super) async fn dump_routes_with(
             .collect()),
         Err(NetlinkError::Kernel { errno: nix::errno::Errno::ENOENT, .. }) => Ok(Vec::new()),
         Err(e) => Err(e),
+    }
+}
+
+impl KernelDump {
+    /// Every policy rule of `family` (`RTM_GETRULE` dump), in the kernel's order (ascending
+    /// priority).
+    ///
+    /// # Errors
+    /// [`NetlinkError`] when the dump fails or times out.
+    pub async fn rules(&self, family: Family) -> Result<Vec<ObservedRule>, NetlinkError> {
+        let msgs = request(self.handle(), rule_dump_request(family), NetlinkOp::DumpRules, family.label().into(), self.timeout()).await?;
+        Ok(msgs
+            .iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewRule(r) => parse_rule(r),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Create `from all lookup <table> priority <priority> proto <protocol>` in `family`
+    /// ([`table_rule_request`]). The one write this read-mostly handle makes; the caller
+    /// checks a dump first, so an existing identical rule is never written again.
+    ///
+    /// # Errors
+    /// [`NetlinkError::Kernel`] with `EEXIST` when an identical rule is there already, or
+    /// another errno; a timeout.
+    pub async fn add_table_rule(&self, family: Family, table: u32, priority: u32, protocol: u8) -> Result<(), NetlinkError> {
+        let target = format!("{} lookup {table} priority {priority} proto {protocol}", family.label());
+        request(self.handle(), table_rule_request(family, table, priority, protocol), NetlinkOp::WriteRule, target, self.timeout()).await.map(|_| ())
     }
 }

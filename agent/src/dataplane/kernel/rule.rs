@@ -17,8 +17,6 @@ use rtnetlink::packet_route::rule::{RuleAction, RuleAttribute, RuleFlags, RuleMe
 use rtnetlink::packet_route::RouteNetlinkMessage;
 use serde::Serialize;
 
-use super::dump::{request, KernelDump};
-use super::netlink::{NetlinkError, NetlinkOp};
 use super::route::Family;
 
 /// What a rule does when it matches (`fib_rule_hdr.action`, `FR_ACT_*`).
@@ -146,7 +144,7 @@ pub fn parse_rule(m: &RuleMessage) -> Option<ObservedRule> {
 }
 
 /// The `RTM_GETRULE` dump request of one family.
-fn rule_dump_request(family: Family) -> NetlinkMessage<RouteNetlinkMessage> {
+pub(super) fn rule_dump_request(family: Family) -> NetlinkMessage<RouteNetlinkMessage> {
     let mut msg = RuleMessage::default();
     msg.header.family = family.address_family();
     let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetRule(msg));
@@ -169,36 +167,6 @@ pub fn table_rule_request(family: Family, table: u32, priority: u32, protocol: u
     let mut req = NetlinkMessage::from(RouteNetlinkMessage::NewRule(msg));
     req.header.flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
     req
-}
-
-impl KernelDump {
-    /// Every policy rule of `family` (`RTM_GETRULE` dump), in the kernel's order (ascending
-    /// priority).
-    ///
-    /// # Errors
-    /// [`NetlinkError`] when the dump fails or times out.
-    pub async fn rules(&self, family: Family) -> Result<Vec<ObservedRule>, NetlinkError> {
-        let msgs = request(self.handle(), rule_dump_request(family), NetlinkOp::DumpRules, family.label().into(), self.timeout()).await?;
-        Ok(msgs
-            .iter()
-            .filter_map(|m| match m {
-                RouteNetlinkMessage::NewRule(r) => parse_rule(r),
-                _ => None,
-            })
-            .collect())
-    }
-
-    /// Create `from all lookup <table> priority <priority> proto <protocol>` in `family`
-    /// ([`table_rule_request`]). The one write this read-mostly handle makes; the caller
-    /// checks a dump first, so an existing identical rule is never written again.
-    ///
-    /// # Errors
-    /// [`NetlinkError::Kernel`] with `EEXIST` when an identical rule is there already, or
-    /// another errno; a timeout.
-    pub async fn add_table_rule(&self, family: Family, table: u32, priority: u32, protocol: u8) -> Result<(), NetlinkError> {
-        let target = format!("{} lookup {table} priority {priority} proto {protocol}", family.label());
-        request(self.handle(), table_rule_request(family, table, priority, protocol), NetlinkOp::WriteRule, target, self.timeout()).await.map(|_| ())
-    }
 }
 
 #[cfg(test)]
