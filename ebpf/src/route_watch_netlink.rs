@@ -289,19 +289,8 @@ fn route_message<const TASK: bool>(msg: &[u32; MSG_WORDS + MSG_SLACK_WORDS], wor
     w.family = family;
     w.op = op as u8;
     w.dst_len = dst_len;
-    w.writer.id = port;
-    w.writer.id_kind = WriterIdKind::NetlinkPort as u8;
     w.writer.protocol = protocol;
-    // Port 0: the kernel's own change, maybe from a worker where `current` is unrelated.
-    // Left as the port when the task cannot be read (the detector then infers the class
-    // and counts the write unattributed).
-    if TASK && port != 0 {
-        if let Some((tgid, comm)) = current_process() {
-            w.writer.id = tgid;
-            w.writer.id_kind = WriterIdKind::Process as u8;
-            w.writer.comm = comm;
-        }
-    }
+    name_writer::<TASK>(w, port);
     let mut i: usize = 7;
     for _ in 0..MAX_ATTRS {
         if i >= words {
@@ -332,6 +321,23 @@ fn route_message<const TASK: bool>(msg: &[u32; MSG_WORDS + MSG_SLACK_WORDS], wor
     observe(w);
 }
 
+/// Name the writer of a message from netlink port `port`: the port, or with `TASK` the process
+/// whose request the message answers. Port 0 is the kernel's own change, maybe from a worker
+/// where `current` is unrelated; left as the port when the task cannot be read (the detector
+/// then infers the class and counts the write unattributed).
+#[inline(always)]
+fn name_writer<const TASK: bool>(w: &mut RouteWrite, port: u32) {
+    w.writer.id = port;
+    w.writer.id_kind = WriterIdKind::NetlinkPort as u8;
+    if TASK && port != 0 {
+        if let Some((tgid, comm)) = current_process() {
+            w.writer.id = tgid;
+            w.writer.id_kind = WriterIdKind::Process as u8;
+            w.writer.comm = comm;
+        }
+    }
+}
+
 /// A rule change: family, op, table (`FRA_TABLE` over the header's byte), priority (into
 /// `metric`), the rule's protocol and the writer, named as for routes.
 #[inline(always)]
@@ -349,15 +355,7 @@ fn rule_message<const TASK: bool>(msg: &[u32; MSG_WORDS + MSG_SLACK_WORDS], word
     w.table = u32::from(table);
     w.family = family;
     w.op = if msg_type == RTM_DELRULE { WriteOp::Delete as u8 } else { WriteOp::Add as u8 };
-    w.writer.id = port;
-    w.writer.id_kind = WriterIdKind::NetlinkPort as u8;
-    if TASK && port != 0 {
-        if let Some((tgid, comm)) = current_process() {
-            w.writer.id = tgid;
-            w.writer.id_kind = WriterIdKind::Process as u8;
-            w.writer.comm = comm;
-        }
-    }
+    name_writer::<TASK>(w, port);
     let mut i: usize = 7;
     for _ in 0..MAX_ATTRS {
         if i >= words {
