@@ -10,6 +10,11 @@
 //!    removed when nothing else uses it, so repeated builds do not pile up.
 //! 4. `podman save` it as an OCI archive, `target/image/routewarden-<version>.oci.tar`.
 //!
+//! Beside the archive, the agent's SBOM ([`crate::sbom`]: CycloneDX 1.5 JSON of the crates it
+//! links), `target/image/routewarden-<version>-amd64.cdx.json`; the image names it and its
+//! SHA-256 digest in its labels `io.routewarden.sbom` and `io.routewarden.sbom.digest`. The
+//! agent itself carries the same dependency graph in its `.dep-v0` section (`cargo auditable`).
+//!
 //! `cargo xtask test` builds the image the same way and hands its id to
 //! `agent/tests/privileged/image.rs`. No registry is reachable or needed: nothing is pulled.
 
@@ -53,6 +58,10 @@ pub struct Image {
     pub size: u64,
     /// What the context held, in bytes: the agent, the loader and libraries, the CA bundle.
     pub parts: [(&'static str, u64); 3],
+    /// The SBOM beside the archive.
+    pub sbom: PathBuf,
+    /// How many crates the SBOM lists besides the agent.
+    pub sbom_components: usize,
 }
 
 /// Install podman (and, with `tests`, runc) when missing. Root on Debian/Ubuntu; elsewhere
@@ -89,14 +98,16 @@ pub fn image() -> Result<()> {
     Ok(())
 }
 
-/// The three lines `cargo xtask image` prints.
+/// The four lines `cargo xtask image` prints.
 pub fn summary(image: &Image) -> String {
     let archive_size = std::fs::metadata(&image.archive).map_or(0, |m| m.len());
     let [(agent_what, agent), (libs_what, libs), (ca_what, ca)] = image.parts;
     format!(
-        "archive: {} ({})\ntag:     {} (podman: localhost/{}, id {})\nsize:    {} ({} bytes unpacked: {agent_what} {}, {libs_what} {}, {ca_what} {})\n",
+        "archive: {} ({})\nsbom:    {} ({} crates besides the agent)\ntag:     {} (podman: localhost/{}, id {})\nsize:    {} ({} bytes unpacked: {agent_what} {}, {libs_what} {}, {ca_what} {})\n",
         image.archive.display(),
         mb(archive_size),
+        image.sbom.display(),
+        image.sbom_components,
         image.tag,
         image.tag,
         &image.id[..12.min(image.id.len())],
@@ -141,6 +152,9 @@ pub fn build() -> Result<Image> {
         lib_bytes += copy(lib, &context.join("lib").join(name))?;
     }
     let ca = copy(Path::new(CA_BUNDLE), &context.join("ca-certificates.crt")).context("the CA bundle comes from Debian's ca-certificates")?;
+    let sbom_name = format!("{IMAGE_NAME}-{VERSION}-amd64.cdx.json");
+    let sbom = dir.join(&sbom_name);
+    let (sbom_components, sbom_digest) = crate::sbom::write(&root, "x86_64-unknown-linux-gnu", &sbom)?;
 
     let tag = format!("{IMAGE_NAME}:{VERSION}");
     let before = image_id(&tag);
@@ -149,6 +163,7 @@ pub fn build() -> Result<Image> {
         Command::new("podman")
             .args(["build", "--layers=false", "--pull=never", "--timestamp", &timestamp.to_string()])
             .args(["--build-arg", &format!("VERSION={VERSION}"), "--build-arg", &format!("REVISION={revision}")])
+            .args(["--build-arg", &format!("SBOM={sbom_name}"), "--build-arg", &format!("SBOM_DIGEST=sha256:{sbom_digest}")])
             .arg("-f")
             .arg(root.join("Containerfile"))
             .args(["-t", &tag])
@@ -171,7 +186,7 @@ pub fn build() -> Result<Image> {
         std::fs::remove_file(&archive).with_context(|| format!("remove {}", archive.display()))?;
     }
     run_cmd(Command::new("podman").args(["save", "--format", "oci-archive", "-o"]).arg(&archive).arg(&tag).stdout(std::io::stderr()))?;
-    Ok(Image { tag, id, archive, size, parts: [("agent", agent), ("loader and libraries", lib_bytes), ("CA certificates", ca)] })
+    Ok(Image { tag, id, archive, size, parts: [("agent", agent), ("loader and libraries", lib_bytes), ("CA certificates", ca)], sbom, sbom_components })
 }
 
 /// The shared objects `ldd` resolves for `bin` (see [`parse_ldd`]).

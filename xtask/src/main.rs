@@ -10,6 +10,7 @@ mod lab_nodes;
 mod licences;
 mod qemu;
 mod run;
+mod sbom;
 mod setup;
 mod test;
 

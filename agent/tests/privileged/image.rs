@@ -16,6 +16,9 @@
 //! - the image runs as a container under `podman run` with the DaemonSet's args, environment,
 //!   capabilities, read-only root and volume mounts (deploy/daemonset.yaml), joined to a lab
 //!   node namespace as `hostNetwork` joins the node's.
+//!
+//! Its supply chain: the image's labels name the SBOM beside the archive and its digest, and
+//! the crates the SBOM lists are those `cargo auditable` embedded in the image's agent.
 
 mod lab_support;
 
@@ -206,6 +209,80 @@ fn image_is_tagged_labelled_small_and_archived() {
     assert_eq!(manifest["config"]["digest"], format!("sha256:{id}"), "{manifest}");
     let archive_size = std::fs::metadata(&archive).unwrap().len();
     eprintln!("archive {}: {archive_size} bytes (layer compressed)", archive.display());
+}
+
+/// `(name, version)` of every package of `cargo metadata --filter-platform <target>` whose
+/// library is a proc macro: it runs in the compiler, the agent does not link it.
+fn proc_macros(target: &str) -> BTreeSet<(String, String)> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let text =
+        ok(Command::new(cargo).args(["metadata", "--format-version", "1", "--locked", "--filter-platform", target]).current_dir(env!("CARGO_MANIFEST_DIR")));
+    let metadata: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let kinds = |p: &serde_json::Value| p["targets"].as_array().unwrap().iter().flat_map(|t| t["kind"].as_array().unwrap().clone()).collect::<Vec<_>>();
+    metadata["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| kinds(p).iter().any(|k| k == "proc-macro"))
+        .map(|p| (p["name"].as_str().unwrap().to_owned(), p["version"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+/// The crates the binary at `bin` links by the graph `cargo auditable` embedded in it: from the
+/// root, runtime dependencies, not into proc macros (cargo auditable 0.7 records a proc macro
+/// with test targets as a runtime dependency).
+fn audited(bin: &Path, target: &str) -> BTreeSet<(String, String)> {
+    let info = auditable_info::audit_info_from_file(bin, auditable_info::Limits::default())
+        .unwrap_or_else(|e| panic!("{}: no cargo auditable data: {e}", bin.display()));
+    let skip = proc_macros(target);
+    let roots: Vec<usize> = info.packages.iter().enumerate().filter(|(_, p)| p.root).map(|(i, _)| i).collect();
+    assert_eq!(roots.len(), 1, "one root package");
+    let mut seen = BTreeSet::new();
+    let mut todo = roots;
+    while let Some(i) = todo.pop() {
+        let p = &info.packages[i];
+        let key = (p.name.clone(), p.version.to_string());
+        if p.kind != auditable_serde::DependencyKind::Runtime || skip.contains(&key) || !seen.insert(key) {
+            continue;
+        }
+        todo.extend(&p.dependencies);
+    }
+    seen
+}
+
+/// The SBOM beside the archive that the image's labels name, checked against its digest label;
+/// returns `(name, version)` of the agent and every component, and the components' count.
+fn sbom_named_by(labels: &serde_json::Value, archive: &Path, file: &str) -> (BTreeSet<(String, String)>, usize) {
+    assert_eq!(labels["io.routewarden.sbom"], file);
+    let bytes = std::fs::read(archive.with_file_name(file)).unwrap();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref().iter().fold(String::new(), |hex, b| hex + &format!("{b:02x}"));
+    assert_eq!(labels["io.routewarden.sbom.digest"], format!("sha256:{digest}"));
+    let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!((&doc["bomFormat"], &doc["specVersion"]), (&serde_json::json!("CycloneDX"), &serde_json::json!("1.5")));
+    let components = doc["components"].as_array().unwrap();
+    let mut listed = BTreeSet::new();
+    for c in components.iter().chain([&doc["metadata"]["component"]]) {
+        let (name, version) = (c["name"].as_str().unwrap(), c["version"].as_str().unwrap());
+        assert_eq!(c["purl"], format!("pkg:cargo/{name}@{version}"));
+        let licence = c["licenses"][0]["expression"].as_str().unwrap_or_else(|| panic!("{name} {version}: no licence expression"));
+        assert!(!licence.is_empty());
+        listed.insert((name.to_owned(), version.to_owned()));
+    }
+    assert_eq!(doc["metadata"]["component"]["name"], "routewarden");
+    assert_eq!(listed.len(), components.len() + 1, "each crate listed once");
+    (listed, components.len())
+}
+
+#[test]
+fn image_names_its_sbom_which_lists_what_the_agent_links() {
+    let Some(id) = image("image_names_its_sbom_which_lists_what_the_agent_links") else { return };
+    let version = env!("CARGO_PKG_VERSION");
+    let archive = PathBuf::from(std::env::var("ROUTEWARDEN_IMAGE_ARCHIVE").expect("cargo xtask test sets ROUTEWARDEN_IMAGE_ARCHIVE with ROUTEWARDEN_IMAGE"));
+    let (listed, count) = sbom_named_by(&inspect(&id)["Config"]["Labels"], &archive, &format!("routewarden-{version}-amd64.cdx.json"));
+    let mounted = Mounted::new(&id);
+    let agent = mounted.root.join(AGENT.trim_start_matches('/'));
+    assert_eq!(audited(&agent, "x86_64-unknown-linux-gnu"), listed, "the crates cargo auditable embedded in the image's agent, and the SBOM's");
+    eprintln!("image: the SBOM lists {count} crates besides the agent, as the agent's .dep-v0 section does");
 }
 
 #[test]
