@@ -202,8 +202,14 @@ pub fn build() -> Result<Image> {
     let dir = root.join("target/image");
     let platforms = LAYOUTS.iter().map(|layout| build_platform(&root, &dir, layout)).collect::<Result<Vec<_>>>()?;
     let tag = format!("{IMAGE_NAME}:{VERSION}");
-    // A manifest list is not rebuilt in place: drop the last one (nothing else uses it).
+    // A manifest list is not rebuilt in place: drop the last one (nothing else uses it). An
+    // image that holds the name (an image of this name before there were two architectures)
+    // loses it, and is removed when nothing else uses it.
     let _ = Command::new("podman").args(["manifest", "rm", &tag]).output();
+    if let Some(old) = image_id(&tag) {
+        run_cmd(Command::new("podman").args(["untag", &old, &format!("localhost/{tag}")]))?;
+        let _ = Command::new("podman").args(["rmi", &old]).output();
+    }
     run_cmd(Command::new("podman").args(["manifest", "create", &tag]).stdout(std::io::stderr()))?;
     for p in &platforms {
         run_cmd(Command::new("podman").args(["manifest", "add", &tag, &format!("containers-storage:localhost/{}", p.tag)]).stdout(std::io::stderr()))?;
