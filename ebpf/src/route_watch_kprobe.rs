@@ -1,6 +1,8 @@
 //! kprobe hooks on the kernel's FIB insert/delete functions, for kernels without BPF
 //! trampolines (fentry). Same functions, prototypes and decoding as `route_watch_fentry.rs`;
-//! arguments come from registers (x86-64 SysV: rdi, rsi, rdx, rcx). This host has no kprobes
+//! arguments come from registers (x86-64 SysV: rdi, rsi, rdx, rcx; arm64: x0-x3), the layout
+//! aya-ebpf picks by `bpf_target_arch`, which `cargo xtask` sets per agent architecture
+//! (`AYA_BPF_TARGET_ARCH`: one object per architecture). This host has no kprobes
 //! (`CONFIG_KPROBES` unset); exercised in the QEMU lane.
 //!
 //! Prototypes written against (checked against BTF at load):

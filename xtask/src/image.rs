@@ -1,27 +1,56 @@
-//! `cargo xtask image`: the release agent in an OCI image built `FROM scratch` (`Containerfile`).
+//! `cargo xtask image`: the release agent in OCI images built `FROM scratch` (`Containerfile`),
+//! one for linux/amd64 and one for linux/arm64, and the OCI index of both.
 //!
-//! 1. Build the BPF object and the release agent with it embedded ([`build_all`]); check that
-//!    the agent reports the crate version the image is tagged with.
-//! 2. Fill `target/image/context` with the agent, exactly the shared libraries `ldd` lists
-//!    (the glibc loader, libc, libm, libgcc_s; anything else fails the build, so a new
-//!    dependency is a conscious Containerfile change) and Debian's CA bundle.
-//! 3. `podman build` (one layer, `--timestamp` of the commit: the same tree gives the same
-//!    image id), tagged `routewarden:<crate version>`; the image that held the tag before is
-//!    removed when nothing else uses it, so repeated builds do not pile up.
-//! 4. `podman save` it as an OCI archive, `target/image/routewarden-<version>.oci.tar`.
+//! Per architecture ([`LAYOUTS`]):
+//! 1. Build the BPF object and the release agent with it embedded ([`build_all_for`]: arm64
+//!    cross-built); check that the agent (arm64: under qemu-user) reports the crate version the
+//!    image is tagged with.
+//! 2. Fill `target/image/context-<arch>/rootfs` with the agent, exactly the shared libraries
+//!    the loader lists (the glibc loader, libc, libm, libgcc_s; anything else fails the build,
+//!    so a new dependency is a conscious change of [`LAYOUTS`]) from this machine's Debian
+//!    packages (`libc6`, `libgcc-s1`; `libc6:arm64`, `libgcc-s1:arm64`), and Debian's CA
+//!    bundle.
+//! 3. Write the agent's SBOM ([`crate::sbom`]: CycloneDX 1.5 JSON of the crates it links for
+//!    that target) beside the archive, `target/image/routewarden-<version>-<arch>.cdx.json`;
+//!    the image names it and its SHA-256 digest in its labels `io.routewarden.sbom` and
+//!    `io.routewarden.sbom.digest`. The agent carries the same graph in its `.dep-v0` section
+//!    (`cargo auditable`).
+//! 4. `podman build --platform linux/<arch>` (one layer, no emulation: `FROM scratch` and
+//!    `COPY` run nothing; `--timestamp` of the commit: the same tree gives the same image id),
+//!    tagged `routewarden:<version>-<arch>`; the image that held the tag before is removed when
+//!    nothing else uses it, so repeated builds do not pile up.
 //!
-//! `cargo xtask test` builds the image the same way and hands its id to
+//! Then the manifest list `routewarden:<version>` of both, pushed with `podman manifest push
+//! --all` as an OCI archive: `target/image/routewarden-<version>.oci.tar`, whose one index
+//! names both images with their platforms.
+//!
+//! `cargo xtask test` builds the images the same way and hands their ids to
 //! `agent/tests/privileged/image.rs`. No registry is reachable or needed: nothing is pulled.
 
+use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::{build::build_all, display, run_cmd, workspace_root};
+use crate::build::{build_all_for, Arch};
+use crate::{display, run_cmd, workspace_root};
 
-/// Debian packages `cargo xtask image` needs: podman (build, save) and the CA bundle it copies.
-pub const IMAGE_APT_PACKAGES: &[&str] = &["podman", "ca-certificates"];
+/// Debian packages `cargo xtask image` needs: podman (build, manifest push) and the CA bundle
+/// it copies; for arm64, Debian's aarch64 Rust standard library (for the `debian` toolchain),
+/// the cross linker and C library it links against, qemu-user (the agent's `--version` and
+/// library list at build time), and the arm64 glibc and libgcc the image carries. The `:arm64`
+/// packages need the architecture added to dpkg first ([`ensure_tools`] does).
+pub const IMAGE_APT_PACKAGES: &[&str] = &[
+    "podman",
+    "ca-certificates",
+    "libstd-rust-web-dev:arm64",
+    "gcc-aarch64-linux-gnu",
+    "libc6-dev-arm64-cross",
+    "qemu-user-static",
+    "libc6:arm64",
+    "libgcc-s1:arm64",
+];
 
 /// Debian packages only the image tests need: runc, because podman's default runtime (crun
 /// 1.8) refuses this machine's hybrid cgroup hierarchy ("cgroups in hybrid mode not
@@ -35,27 +64,66 @@ pub const IMAGE_NAME: &str = "routewarden";
 /// The crate version: the agent's (workspace version), checked against its `--version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// What the agent may link, by file name: the names the Containerfile copies.
-const LINKED: &[&str] = &["ld-linux-x86-64.so.2", "libc.so.6", "libgcc_s.so.1", "libm.so.6"];
+/// Where one architecture's image puts the loader and the libraries, and which it carries.
+pub struct Layout {
+    /// The architecture.
+    pub arch: Arch,
+    /// What the agent may link, by file name, sorted: the loader and libraries `ldd` lists.
+    pub linked: &'static [&'static str],
+    /// The glibc loader's path in the image (the agent's ELF interpreter).
+    pub loader: &'static str,
+    /// The libraries' directory in the image (Debian's multiarch directory).
+    pub lib_dir: &'static str,
+}
+
+/// The layout of each architecture's image, as Debian lays out its own root filesystem.
+pub const LAYOUTS: [Layout; 2] = [
+    Layout {
+        arch: Arch::Amd64,
+        linked: &["ld-linux-x86-64.so.2", "libc.so.6", "libgcc_s.so.1", "libm.so.6"],
+        loader: "/lib64/ld-linux-x86-64.so.2",
+        lib_dir: "/lib/x86_64-linux-gnu",
+    },
+    Layout {
+        arch: Arch::Arm64,
+        linked: &["ld-linux-aarch64.so.1", "libc.so.6", "libgcc_s.so.1", "libm.so.6"],
+        loader: "/lib/ld-linux-aarch64.so.1",
+        lib_dir: "/lib/aarch64-linux-gnu",
+    },
+];
 
 /// The CA bundle of Debian's ca-certificates package.
 const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
-/// A built image.
-pub struct Image {
-    /// `routewarden:<version>` (podman stores it as `localhost/routewarden:<version>`).
+/// One architecture's image.
+pub struct PlatformImage {
+    /// Its architecture.
+    pub arch: Arch,
+    /// `routewarden:<version>-<arch>` (podman stores it as `localhost/routewarden:...`).
     pub tag: String,
     /// podman's image id (sha256 of the image config, without the `sha256:` prefix).
     pub id: String,
-    /// The OCI archive (`podman save --format oci-archive`).
-    pub archive: PathBuf,
     /// Unpacked size in bytes, as podman reports it (the sum of the layers).
     pub size: u64,
     /// What the context held, in bytes: the agent, the loader and libraries, the CA bundle.
     pub parts: [(&'static str, u64); 3],
+    /// The agent's SBOM beside the archive.
+    pub sbom: PathBuf,
+    /// How many crates the SBOM lists besides the agent.
+    pub sbom_components: usize,
 }
 
-/// Install podman (and, with `tests`, runc) when missing. Root on Debian/Ubuntu; elsewhere
+/// The built images: one per architecture, and the OCI index of both.
+pub struct Image {
+    /// `routewarden:<version>`: podman's manifest list of the per-architecture images.
+    pub tag: String,
+    /// The OCI archive of the index and both images (`podman manifest push --all`).
+    pub archive: PathBuf,
+    /// The images, in [`LAYOUTS`]' order (amd64 first).
+    pub platforms: Vec<PlatformImage>,
+}
+
+/// Install podman and the arm64 build chain (and, with `tests`, runc) when missing. Root on Debian/Ubuntu; elsewhere
 /// prints the command and fails if podman is missing.
 ///
 /// # Errors
@@ -74,6 +142,10 @@ pub fn ensure_tools(tests: bool) -> Result<()> {
         bail!("podman is needed to build the image; as root run: apt-get install -y --no-install-recommends {}", wanted.join(" "));
     }
     eprintln!("image: installing {}", missing.join(" "));
+    let foreign = output(Command::new("dpkg").arg("--print-foreign-architectures"))?;
+    if missing.iter().any(|p| p.ends_with(":arm64")) && !foreign.lines().any(|a| a.trim() == "arm64") {
+        run_cmd(Command::new("dpkg").args(["--add-architecture", "arm64"]))?;
+    }
     run_cmd(Command::new("apt-get").arg("update"))?;
     run_cmd(Command::new("apt-get").args(["install", "-y", "--no-install-recommends"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))
 }
@@ -89,23 +161,28 @@ pub fn image() -> Result<()> {
     Ok(())
 }
 
-/// The three lines `cargo xtask image` prints.
+/// What `cargo xtask image` prints: the archive, then per architecture the tag, id, size and SBOM.
 pub fn summary(image: &Image) -> String {
     let archive_size = std::fs::metadata(&image.archive).map_or(0, |m| m.len());
-    let [(agent_what, agent), (libs_what, libs), (ca_what, ca)] = image.parts;
-    format!(
-        "archive: {} ({})\ntag:     {} (podman: localhost/{}, id {})\nsize:    {} ({} bytes unpacked: {agent_what} {}, {libs_what} {}, {ca_what} {})\n",
-        image.archive.display(),
-        mb(archive_size),
-        image.tag,
-        image.tag,
-        &image.id[..12.min(image.id.len())],
-        mb(image.size),
-        image.size,
-        mb(agent),
-        mb(libs),
-        mb(ca),
-    )
+    let mut out = format!("archive: {} ({}): OCI index {} of linux/amd64 and linux/arm64\n", image.archive.display(), mb(archive_size), image.tag);
+    for p in &image.platforms {
+        let [(agent_what, agent), (libs_what, libs), (ca_what, ca)] = p.parts;
+        let _ = writeln!(
+            out,
+            "{}:   {} (id {}), {} ({} bytes unpacked: {agent_what} {}, {libs_what} {}, {ca_what} {}); sbom {} ({} crates besides the agent)",
+            p.arch.oci(),
+            p.tag,
+            &p.id[..12.min(p.id.len())],
+            mb(p.size),
+            p.size,
+            mb(agent),
+            mb(libs),
+            mb(ca),
+            p.sbom.display(),
+            p.sbom_components,
+        );
+    }
+    out
 }
 
 /// Bytes as decimal megabytes with one decimal (`25.9 MB`).
@@ -114,41 +191,77 @@ fn mb(bytes: u64) -> String {
     format!("{}.{} MB", tenths / 10, tenths % 10)
 }
 
-/// Build the release agent and the image, save the archive. See the module documentation.
+/// Build the release agent and the image of each architecture, their index, and save the
+/// archive. See the module documentation.
 ///
 /// # Errors
 /// A failing build, an agent whose version or linked libraries are not what the image
 /// expects, or a failing podman command.
 pub fn build() -> Result<Image> {
     let root = workspace_root();
-    let bin = build_all()?;
-    let reported = output(Command::new(&bin).arg("--version"))?;
+    let dir = root.join("target/image");
+    let platforms = LAYOUTS.iter().map(|layout| build_platform(&root, &dir, layout)).collect::<Result<Vec<_>>>()?;
+    let tag = format!("{IMAGE_NAME}:{VERSION}");
+    // A manifest list is not rebuilt in place: drop the last one (nothing else uses it). An
+    // image that holds the name (an image of this name before there were two architectures)
+    // loses it, and is removed when nothing else uses it.
+    let _ = Command::new("podman").args(["manifest", "rm", &tag]).output();
+    if let Some(old) = image_id(&tag) {
+        run_cmd(Command::new("podman").args(["untag", &old, &format!("localhost/{tag}")]))?;
+        let _ = Command::new("podman").args(["rmi", &old]).output();
+    }
+    run_cmd(Command::new("podman").args(["manifest", "create", &tag]).stdout(std::io::stderr()))?;
+    for p in &platforms {
+        run_cmd(Command::new("podman").args(["manifest", "add", &tag, &format!("containers-storage:localhost/{}", p.tag)]).stdout(std::io::stderr()))?;
+    }
+    let archive = dir.join(format!("{IMAGE_NAME}-{VERSION}.oci.tar"));
+    if archive.exists() {
+        std::fs::remove_file(&archive).with_context(|| format!("remove {}", archive.display()))?;
+    }
+    let destination = format!("oci-archive:{}:localhost/{tag}", archive.display());
+    run_cmd(Command::new("podman").args(["manifest", "push", "--all", "--format", "oci", &tag, &destination]).stdout(std::io::stderr()))?;
+    Ok(Image { tag, archive, platforms })
+}
+
+/// Build the agent for `layout.arch`, fill its context, write its SBOM and build its image.
+fn build_platform(root: &Path, dir: &Path, layout: &Layout) -> Result<PlatformImage> {
+    let arch = layout.arch;
+    let bin = build_all_for(arch)?;
+    let reported = output(run_on(arch, &bin).arg("--version"))?;
     if reported.trim() != format!("routewarden {VERSION}") {
         bail!("{} reports {:?}, but the image would be tagged {VERSION}", bin.display(), reported.trim());
     }
-
-    let libs = linked_libraries(&bin)?;
-    let dir = root.join("target/image");
-    let context = dir.join("context");
+    let libs = linked_libraries(&bin, layout)?;
+    let context = dir.join(format!("context-{}", arch.oci()));
     if context.exists() {
         std::fs::remove_dir_all(&context).with_context(|| format!("remove {}", context.display()))?;
     }
-    std::fs::create_dir_all(context.join("lib")).with_context(|| format!("create {}", context.display()))?;
-    let agent = copy(&bin, &context.join("routewarden"))?;
+    let rootfs = context.join("rootfs");
+    let lib_dir = rootfs.join(layout.lib_dir.trim_start_matches('/'));
+    let loader = rootfs.join(layout.loader.trim_start_matches('/'));
+    for d in [&lib_dir, &rootfs.join("usr/local/bin"), &rootfs.join("etc/ssl/certs"), &loader.parent().context("loader in a directory")?.to_path_buf()] {
+        std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
+    }
+    let agent = copy(&bin, &rootfs.join("usr/local/bin/routewarden"))?;
     let mut lib_bytes = 0;
     for lib in &libs {
         let name = lib.file_name().context("library path without a file name")?;
-        lib_bytes += copy(lib, &context.join("lib").join(name))?;
+        let to = if loader.file_name() == Some(name) { loader.clone() } else { lib_dir.join(name) };
+        lib_bytes += copy(lib, &to)?;
     }
-    let ca = copy(Path::new(CA_BUNDLE), &context.join("ca-certificates.crt")).context("the CA bundle comes from Debian's ca-certificates")?;
+    let ca = copy(Path::new(CA_BUNDLE), &rootfs.join("etc/ssl/certs/ca-certificates.crt")).context("the CA bundle comes from Debian's ca-certificates")?;
+    let sbom_name = format!("{IMAGE_NAME}-{VERSION}-{}.cdx.json", arch.oci());
+    let sbom = dir.join(&sbom_name);
+    let (sbom_components, sbom_digest) = crate::sbom::write(root, arch.triple(), &sbom)?;
 
-    let tag = format!("{IMAGE_NAME}:{VERSION}");
+    let tag = format!("{IMAGE_NAME}:{VERSION}-{}", arch.oci());
     let before = image_id(&tag);
-    let (revision, timestamp) = revision(&root);
+    let (revision, timestamp) = revision(root);
     run_cmd(
         Command::new("podman")
-            .args(["build", "--layers=false", "--pull=never", "--timestamp", &timestamp.to_string()])
+            .args(["build", "--layers=false", "--pull=never", "--platform", &format!("linux/{}", arch.oci()), "--timestamp", &timestamp.to_string()])
             .args(["--build-arg", &format!("VERSION={VERSION}"), "--build-arg", &format!("REVISION={revision}")])
+            .args(["--build-arg", &format!("SBOM={sbom_name}"), "--build-arg", &format!("SBOM_DIGEST=sha256:{sbom_digest}")])
             .arg("-f")
             .arg(root.join("Containerfile"))
             .args(["-t", &tag])
@@ -165,23 +278,35 @@ pub fn build() -> Result<Image> {
         }
     }
     let size: u64 = output(Command::new("podman").args(["image", "inspect", "--format", "{{.Size}}", &id]))?.trim().parse().context("podman image size")?;
-
-    let archive = dir.join(format!("{IMAGE_NAME}-{VERSION}.oci.tar"));
-    if archive.exists() {
-        std::fs::remove_file(&archive).with_context(|| format!("remove {}", archive.display()))?;
-    }
-    run_cmd(Command::new("podman").args(["save", "--format", "oci-archive", "-o"]).arg(&archive).arg(&tag).stdout(std::io::stderr()))?;
-    Ok(Image { tag, id, archive, size, parts: [("agent", agent), ("loader and libraries", lib_bytes), ("CA certificates", ca)] })
+    Ok(PlatformImage { arch, tag, id, size, parts: [("agent", agent), ("loader and libraries", lib_bytes), ("CA certificates", ca)], sbom, sbom_components })
 }
 
-/// The shared objects `ldd` resolves for `bin` (see [`parse_ldd`]).
-fn linked_libraries(bin: &Path) -> Result<Vec<PathBuf>> {
-    parse_ldd(&output(Command::new("ldd").arg(bin))?).with_context(|| format!("the libraries {} links", bin.display()))
+/// A command running the agent `bin` built for `arch` here: itself on amd64, under
+/// `qemu-aarch64-static` (with Debian's arm64 libraries, `libc6:arm64`) on arm64.
+pub fn run_on(arch: Arch, bin: &Path) -> Command {
+    match arch {
+        Arch::Amd64 => Command::new(bin),
+        Arch::Arm64 => {
+            let mut cmd = Command::new("qemu-aarch64-static");
+            cmd.arg(bin);
+            cmd
+        }
+    }
+}
+
+/// The shared objects the loader resolves for `bin` (see [`parse_ldd`]): `ldd` on amd64, the
+/// arm64 loader's `--list` under qemu-user on arm64.
+fn linked_libraries(bin: &Path, layout: &Layout) -> Result<Vec<PathBuf>> {
+    let text = match layout.arch {
+        Arch::Amd64 => output(Command::new("ldd").arg(bin))?,
+        Arch::Arm64 => output(Command::new("qemu-aarch64-static").arg(layout.loader).arg("--list").arg(bin))?,
+    };
+    parse_ldd(&text, layout.linked).with_context(|| format!("the libraries {} links", bin.display()))
 }
 
 /// The paths in `ldd` output (the loader included, the vDSO left out), which must be exactly
-/// [`LINKED`] by file name: the Containerfile copies those names and no others.
-fn parse_ldd(text: &str) -> Result<Vec<PathBuf>> {
+/// `linked` by file name: the image carries those names and no others.
+fn parse_ldd(text: &str, linked: &[&str]) -> Result<Vec<PathBuf>> {
     let mut libs = Vec::new();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
         // `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)`, `/lib64/ld-linux-x86-64.so.2 (0x...)`,
@@ -196,8 +321,8 @@ fn parse_ldd(text: &str) -> Result<Vec<PathBuf>> {
     }
     let mut names: Vec<String> = libs.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
     names.sort();
-    if names != LINKED {
-        bail!("the agent links {names:?}, the image carries {LINKED:?}: update LINKED in xtask/src/image.rs and the Containerfile's COPY lines together");
+    if names != linked {
+        bail!("the agent links {names:?}, the image carries {linked:?}: update LAYOUTS in xtask/src/image.rs");
     }
     Ok(libs)
 }
@@ -238,7 +363,7 @@ fn output(cmd: &mut Command) -> Result<String> {
 mod tests {
     use std::path::PathBuf;
 
-    use super::{mb, parse_ldd};
+    use super::{mb, parse_ldd, LAYOUTS};
 
     const LDD: &str = "\tlinux-vdso.so.1 (0x00007ffd0b5f2000)
 \tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f1bd25f3000)
@@ -249,19 +374,35 @@ mod tests {
 
     #[test]
     fn ldd_gives_the_loader_and_the_libraries_but_not_the_vdso() {
-        let libs = parse_ldd(LDD).unwrap();
+        let libs = parse_ldd(LDD, LAYOUTS[0].linked).unwrap();
         let want = ["/lib/x86_64-linux-gnu/libgcc_s.so.1", "/lib/x86_64-linux-gnu/libm.so.6", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"];
         assert_eq!(libs, want.map(PathBuf::from));
+    }
+
+    /// The arm64 loader's `--list` under qemu-user: the vDSO has no name there.
+    #[test]
+    fn the_arm64_loaders_list_gives_the_arm64_libraries() {
+        let list = "\t (0x0000005502850000)
+\tlibgcc_s.so.1 => /lib/aarch64-linux-gnu/libgcc_s.so.1 (0x00000055028a0000)
+\tlibm.so.6 => /lib/aarch64-linux-gnu/libm.so.6 (0x00000055028d0000)
+\tlibc.so.6 => /lib/aarch64-linux-gnu/libc.so.6 (0x00000055029a0000)
+\t/lib/ld-linux-aarch64.so.1 (0x0000005500000000)
+";
+        let libs = parse_ldd(list, LAYOUTS[1].linked).unwrap();
+        let want =
+            ["/lib/aarch64-linux-gnu/libgcc_s.so.1", "/lib/aarch64-linux-gnu/libm.so.6", "/lib/aarch64-linux-gnu/libc.so.6", "/lib/ld-linux-aarch64.so.1"];
+        assert_eq!(libs, want.map(PathBuf::from));
+        assert!(parse_ldd(LDD, LAYOUTS[1].linked).is_err(), "the amd64 loader in an arm64 image");
     }
 
     #[test]
     fn a_library_the_image_does_not_carry_or_cannot_resolve_fails() {
         let extra = format!("{LDD}\tlibssl.so.3 => /lib/x86_64-linux-gnu/libssl.so.3 (0x00007f1bd1000000)\n");
-        assert!(parse_ldd(&extra).unwrap_err().to_string().contains("\"libssl.so.3\""));
+        assert!(parse_ldd(&extra, LAYOUTS[0].linked).unwrap_err().to_string().contains("\"libssl.so.3\""));
         let missing = format!("{LDD}\tlibfoo.so.1 => not found\n");
-        assert!(parse_ldd(&missing).unwrap_err().to_string().contains("cannot resolve"));
+        assert!(parse_ldd(&missing, LAYOUTS[0].linked).unwrap_err().to_string().contains("cannot resolve"));
         let without_libm = LDD.lines().filter(|l| !l.contains("libm")).collect::<Vec<_>>().join("\n");
-        assert!(parse_ldd(&without_libm).is_err());
+        assert!(parse_ldd(&without_libm, LAYOUTS[0].linked).is_err());
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod licences;
 mod plugin;
 mod qemu;
 mod run;
+mod sbom;
 mod setup;
 mod test;
 

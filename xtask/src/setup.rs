@@ -5,8 +5,9 @@
 //!    precompiled `core` for `bpfel-unknown-none`; rustup cannot download `rust-src` here),
 //!    LLVM 22 dev files for bpf-linker, iproute2 for the lab.
 //! 2. `rustup toolchain link debian /usr`, so the BPF crate builds with `rustup run debian`.
-//! 3. `bpf-linker` 0.13.0 built against LLVM 22, installed into `target/tools` (inside the
-//!    repo; nothing cached elsewhere).
+//! 3. `bpf-linker` 0.13.0 built against LLVM 22, and `cargo-auditable` (the release agent's
+//!    embedded dependency list), installed into `target/tools` (inside the repo; nothing cached
+//!    elsewhere).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -166,6 +167,31 @@ fn has_debian_toolchain() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l.split_whitespace().next() == Some("debian")))
 }
 
+/// The cargo-auditable release the release agent is built with ([`crate::build::build_agent`]).
+pub const CARGO_AUDITABLE_VERSION: &str = "0.7.7";
+
+/// Whether `target/tools` holds that release (its `--version` prints cargo's own version, so
+/// ask `cargo install --list`).
+fn has_cargo_auditable() -> bool {
+    let wanted = format!("cargo-auditable v{CARGO_AUDITABLE_VERSION}:");
+    tools_bin().join("cargo-auditable").exists()
+        && Command::new("cargo")
+            .args(["install", "--list", "--root"])
+            .arg(workspace_root().join("target/tools"))
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l == wanted))
+}
+
+/// `cargo install cargo-auditable` into `target/tools` (about 20 s on two cores).
+fn cargo_auditable_install_cmd() -> Command {
+    let mut cmd = Command::new("cargo");
+    cmd.args(["install", "cargo-auditable", "--version", CARGO_AUDITABLE_VERSION, "--locked", "--root"]).arg(workspace_root().join("target/tools"));
+    for v in ["RUSTC", "RUSTC_WORKSPACE_WRAPPER", "RUSTUP_TOOLCHAIN", "CARGO_TARGET_DIR"] {
+        cmd.env_remove(v);
+    }
+    cmd
+}
+
 fn has_bpf_linker() -> bool {
     Command::new(tools_bin().join("bpf-linker")).arg("--version").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(BPF_LINKER_VERSION))
 }
@@ -197,13 +223,15 @@ pub fn ensure() -> Result<()> {
     let missing = missing_packages();
     let toolchain = has_debian_toolchain();
     let linker = has_bpf_linker();
+    let auditable = has_cargo_auditable();
     eprintln!(
-        "setup: apt packages {}; rustup toolchain `debian` {}; bpf-linker {BPF_LINKER_VERSION} {}",
+        "setup: apt packages {}; rustup toolchain `debian` {}; bpf-linker {BPF_LINKER_VERSION} {}; cargo-auditable {CARGO_AUDITABLE_VERSION} {}",
         if missing.is_empty() { "ok".to_string() } else { format!("missing: {}", missing.join(" ")) },
         if toolchain { "ok" } else { "missing" },
-        if linker { "ok" } else { "missing" }
+        if linker { "ok" } else { "missing" },
+        if auditable { "ok" } else { "missing" }
     );
-    if missing.is_empty() && toolchain && linker {
+    if missing.is_empty() && toolchain && linker && auditable {
         return Ok(());
     }
     let root = nix_is_root();
@@ -213,6 +241,7 @@ pub fn ensure() -> Result<()> {
         eprintln!("  rustup toolchain link debian /usr");
         let c = bpf_linker_install_cmd();
         eprintln!("  PATH=/usr/lib/llvm-22/bin:$PATH LLVM_SYS_220_PREFIX=/usr/lib/llvm-22 {}", crate::display(&c));
+        eprintln!("  {}", crate::display(&cargo_auditable_install_cmd()));
         bail!("build toolchain incomplete");
     }
     if !missing.is_empty() {
@@ -227,6 +256,10 @@ pub fn ensure() -> Result<()> {
     if !has_bpf_linker() {
         eprintln!("setup: step 3/3: building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (about a minute)");
         run_cmd(&mut bpf_linker_install_cmd()).context("install bpf-linker")?;
+    }
+    if !has_cargo_auditable() {
+        eprintln!("setup: building cargo-auditable {CARGO_AUDITABLE_VERSION} (about 20 s)");
+        run_cmd(&mut cargo_auditable_install_cmd()).context("install cargo-auditable")?;
     }
     eprintln!("setup: done");
     Ok(())

@@ -5,7 +5,8 @@
 //!    tests, the integration tests that need no root (`agent/tests/*.rs`), and, built only with
 //!    that feature, the privileged ones (`agent/tests/privileged/`: each in namespaces it
 //!    creates; root needed, as in CI). `docs/testing.md` says which runs where.
-//! 3. Before that, the image ([`crate::image`], as `cargo xtask image`): its id and archive go to
+//! 3. Before that, the images ([`crate::image`], as `cargo xtask image`): the amd64 image's id,
+//!    the arm64 image's (`ROUTEWARDEN_IMAGE_ARM64`, for `image.rs`) and the archive go to
 //!    `agent/tests/privileged/image.rs` and `agent/tests/privileged/in_cluster.rs` (the rendered DaemonSet against the
 //!    API-server stand-in; it also needs `kubectl` for kustomize) as `ROUTEWARDEN_IMAGE` /
 //!    `ROUTEWARDEN_IMAGE_ARCHIVE`. Skip with `--no-image` (those tests then print SKIPPED).
@@ -127,7 +128,10 @@ pub fn test(args: &TestArgs) -> Result<()> {
     match &image {
         Ok(Some(image)) => {
             eprint!("{}", crate::image::summary(image));
-            cmd.env("ROUTEWARDEN_IMAGE", &image.id).env("ROUTEWARDEN_IMAGE_ARCHIVE", &image.archive);
+            let id = |arch: crate::build::Arch| image.platforms.iter().find(|p| p.arch == arch).map(|p| p.id.clone()).unwrap_or_default();
+            cmd.env("ROUTEWARDEN_IMAGE", id(crate::build::Arch::Amd64))
+                .env("ROUTEWARDEN_IMAGE_ARM64", id(crate::build::Arch::Arm64))
+                .env("ROUTEWARDEN_IMAGE_ARCHIVE", &image.archive);
         }
         Ok(None) => {}
         Err(e) => eprintln!("image build failed, its tests will print SKIPPED: {e:#}"),

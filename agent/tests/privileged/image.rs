@@ -16,6 +16,14 @@
 //! - the image runs as a container under `podman run` with the DaemonSet's args, environment,
 //!   capabilities, read-only root and volume mounts (deploy/daemonset.yaml), joined to a lab
 //!   node namespace as `hostNetwork` joins the node's.
+//!
+//! Its supply chain: the image's labels name the SBOM beside the archive and its digest, and
+//! the crates the SBOM lists are those `cargo auditable` embedded in the image's agent.
+//!
+//! arm64: the archive is the OCI index of the amd64 and the arm64 image
+//! (`ROUTEWARDEN_IMAGE_ARM64`); the arm64 image holds exactly its agent and what it links at
+//! Debian's arm64 paths, and its agent, run under qemu-user inside that root filesystem, prints
+//! what the amd64 agent prints.
 
 mod lab_support;
 
@@ -31,7 +39,7 @@ use routewarden_lab::skip_unless_root;
 /// Where the image puts the agent (the Containerfile's ENTRYPOINT).
 const AGENT: &str = "/usr/local/bin/routewarden";
 
-/// Every file of the image's root filesystem: the agent and exactly what it needs to run.
+/// Every file of the amd64 image's root filesystem: the agent and exactly what it needs to run.
 const FILES: [&str; 6] = [
     "/etc/ssl/certs/ca-certificates.crt",
     "/lib/x86_64-linux-gnu/libc.so.6",
@@ -40,6 +48,20 @@ const FILES: [&str; 6] = [
     "/lib64/ld-linux-x86-64.so.2",
     AGENT,
 ];
+
+/// Every file of the arm64 image's root filesystem: the same, at Debian's arm64 paths.
+const FILES_ARM64: [&str; 6] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/lib/aarch64-linux-gnu/libc.so.6",
+    "/lib/aarch64-linux-gnu/libgcc_s.so.1",
+    "/lib/aarch64-linux-gnu/libm.so.6",
+    "/lib/ld-linux-aarch64.so.1",
+    AGENT,
+];
+
+/// The user-mode emulator the arm64 agent runs under here (qemu-user-static: a static binary,
+/// so it runs inside the image's root filesystem, which has no library of its own for it).
+const QEMU_ARM64: &str = "/usr/bin/qemu-aarch64-static";
 
 /// Names that would mean a shell or a package manager slipped in (checked on every path
 /// component, although [`FILES`] already pins the whole content).
@@ -63,6 +85,11 @@ fn image(test: &str) -> Option<String> {
             None
         }
     }
+}
+
+/// The arm64 image's id from `cargo xtask test` (which builds both whenever it builds one).
+fn image_arm64() -> String {
+    std::env::var("ROUTEWARDEN_IMAGE_ARM64").ok().filter(|id| !id.is_empty()).expect("cargo xtask test sets ROUTEWARDEN_IMAGE_ARM64 with ROUTEWARDEN_IMAGE")
 }
 
 fn output(cmd: &mut Command) -> Output {
@@ -107,6 +134,8 @@ impl Drop for Mounted {
 /// a bpffs at `/sys/fs/bpf` and the example cluster read-only at `/cluster`, and execs
 /// `chroot <root> <program> <args>`. Runs in a mount namespace of its own (`ip netns exec`
 /// makes one; without a netns, `unshare --mount`), so every mount goes away with the process.
+/// With `QEMU` set (an arm64 image, [`in_arm64_image_root`]) the emulator is copied into the
+/// overlay's root and runs the program: every file the program opens is the image's.
 const CHROOT_SCRIPT: &str = r#"set -e
 lower=$1 scratch=$2 cluster=$3; shift 3
 r=$scratch/root
@@ -118,6 +147,10 @@ mount -t sysfs sysfs "$r/sys"
 mount -t bpf bpf "$r/sys/fs/bpf"
 mount --bind "$cluster" "$r/cluster"
 mount -o remount,bind,ro "$r/cluster"
+if [ -n "${QEMU:-}" ]; then
+  cp "$QEMU" "$r/qemu"
+  exec chroot "$r" /qemu "$@"
+fi
 exec chroot "$r" "$@""#;
 
 /// A command running `program args` chrooted into the image's root filesystem (see
@@ -142,6 +175,13 @@ fn in_image_root(image: &Mounted, scratch: &Path, netns: Option<&str>, program: 
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
         .env("RUST_LOG", "info");
+    cmd
+}
+
+/// [`in_image_root`] for the arm64 image: `program` runs under qemu-user inside the root.
+fn in_arm64_image_root(image: &Mounted, scratch: &Path, program: &str, args: &[&str]) -> Command {
+    let mut cmd = in_image_root(image, scratch, None, program, args);
+    cmd.env("QEMU", QEMU_ARM64);
     cmd
 }
 
@@ -175,7 +215,19 @@ fn image_is_tagged_labelled_small_and_archived() {
     let version = env!("CARGO_PKG_VERSION");
     let info = inspect(&id);
     let tags: Vec<&str> = info["RepoTags"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
-    assert!(tags.contains(&format!("localhost/routewarden:{version}").as_str()), "tagged {tags:?}, not routewarden:{version}");
+    assert!(tags.contains(&format!("localhost/routewarden:{version}-amd64").as_str()), "tagged {tags:?}, not routewarden:{version}-amd64");
+    let arm64 = image_arm64();
+    let info_arm64 = inspect(&arm64);
+    assert_eq!(info_arm64["RepoTags"], serde_json::json!([format!("localhost/routewarden:{version}-arm64")]));
+    assert_eq!((&info["Os"], &info["Architecture"]), (&serde_json::json!("linux"), &serde_json::json!("amd64")));
+    assert_eq!((&info_arm64["Os"], &info_arm64["Architecture"]), (&serde_json::json!("linux"), &serde_json::json!("arm64")));
+    // The two differ only in the agent, the libraries and the SBOM they name.
+    let mut config_arm64 = info_arm64["Config"].clone();
+    assert_eq!(config_arm64["Labels"]["io.routewarden.sbom"], format!("routewarden-{version}-arm64.cdx.json"));
+    for label in ["io.routewarden.sbom", "io.routewarden.sbom.digest"] {
+        config_arm64["Labels"][label] = info["Config"]["Labels"][label].clone();
+    }
+    assert_eq!(config_arm64, info["Config"], "the arm64 image's config but for its SBOM labels");
     let config = &info["Config"];
     // Exec form, no shell: the agent is PID 1.
     assert_eq!(config["Entrypoint"], serde_json::json!([AGENT]));
@@ -188,11 +240,15 @@ fn image_is_tagged_labelled_small_and_archived() {
     let revision = labels["org.opencontainers.image.revision"].as_str().unwrap();
     assert!(revision.len() >= 40 && revision[..40].bytes().all(|b| b.is_ascii_hexdigit()), "revision label {revision:?}");
     assert_eq!(info["RootFS"]["Layers"].as_array().unwrap().len(), 1, "one layer");
-    let size = info["Size"].as_u64().unwrap();
-    eprintln!("image {} routewarden:{version}: {size} bytes unpacked", &id[..12]);
-    assert!(size <= MAX_SIZE, "image is {size} bytes, more than {MAX_SIZE}");
+    assert_eq!(info_arm64["RootFS"]["Layers"].as_array().unwrap().len(), 1, "one layer");
+    for (info, arch) in [(&info, "amd64"), (&info_arm64, "arm64")] {
+        let size = info["Size"].as_u64().unwrap();
+        eprintln!("image {} routewarden:{version}-{arch}: {size} bytes unpacked", &info["Id"].as_str().unwrap()[..12]);
+        assert!(size <= MAX_SIZE, "the {arch} image is {size} bytes, more than {MAX_SIZE}");
+    }
 
-    // The OCI archive is this image: its one manifest names this config (the image id).
+    // The OCI archive is the index of both images: its one manifest is an index whose
+    // manifests name each image's config (its id) with its platform.
     let archive = PathBuf::from(std::env::var("ROUTEWARDEN_IMAGE_ARCHIVE").expect("cargo xtask test sets ROUTEWARDEN_IMAGE_ARCHIVE with ROUTEWARDEN_IMAGE"));
     assert_eq!(archive.file_name().unwrap().to_string_lossy(), format!("routewarden-{version}.oci.tar"));
     let blob = |name: &str| -> serde_json::Value { serde_json::from_str(&ok(Command::new("tar").arg("-xOf").arg(&archive).arg(name))).unwrap() };
@@ -201,11 +257,99 @@ fn image_is_tagged_labelled_small_and_archived() {
     let manifests = index["manifests"].as_array().unwrap();
     assert_eq!(manifests.len(), 1, "{index}");
     assert_eq!(manifests[0]["annotations"]["org.opencontainers.image.ref.name"], format!("localhost/routewarden:{version}"));
-    let digest = manifests[0]["digest"].as_str().unwrap().replace(':', "/");
-    let manifest = blob(&format!("blobs/{digest}"));
-    assert_eq!(manifest["config"]["digest"], format!("sha256:{id}"), "{manifest}");
+    assert_eq!(manifests[0]["mediaType"], "application/vnd.oci.image.index.v1+json");
+    let blob_of = |descriptor: &serde_json::Value| blob(&format!("blobs/{}", descriptor["digest"].as_str().unwrap().replace(':', "/")));
+    let platforms = blob_of(&manifests[0]);
+    let listed: Vec<(String, String)> = platforms["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                format!("{}/{}", m["platform"]["os"].as_str().unwrap(), m["platform"]["architecture"].as_str().unwrap()),
+                blob_of(m)["config"]["digest"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, [("linux/amd64".to_owned(), format!("sha256:{id}")), ("linux/arm64".to_owned(), format!("sha256:{arm64}"))], "{platforms}");
     let archive_size = std::fs::metadata(&archive).unwrap().len();
     eprintln!("archive {}: {archive_size} bytes (layer compressed)", archive.display());
+}
+
+/// `(name, version)` of every package of `cargo metadata --filter-platform <target>` whose
+/// library is a proc macro: it runs in the compiler, the agent does not link it.
+fn proc_macros(target: &str) -> BTreeSet<(String, String)> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let text =
+        ok(Command::new(cargo).args(["metadata", "--format-version", "1", "--locked", "--filter-platform", target]).current_dir(env!("CARGO_MANIFEST_DIR")));
+    let metadata: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let kinds = |p: &serde_json::Value| p["targets"].as_array().unwrap().iter().flat_map(|t| t["kind"].as_array().unwrap().clone()).collect::<Vec<_>>();
+    metadata["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| kinds(p).iter().any(|k| k == "proc-macro"))
+        .map(|p| (p["name"].as_str().unwrap().to_owned(), p["version"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+/// The crates the binary at `bin` links by the graph `cargo auditable` embedded in it: from the
+/// root, runtime dependencies, not into proc macros (cargo auditable 0.7 records a proc macro
+/// with test targets as a runtime dependency).
+fn audited(bin: &Path, target: &str) -> BTreeSet<(String, String)> {
+    let info = auditable_info::audit_info_from_file(bin, auditable_info::Limits::default())
+        .unwrap_or_else(|e| panic!("{}: no cargo auditable data: {e}", bin.display()));
+    let skip = proc_macros(target);
+    let roots: Vec<usize> = info.packages.iter().enumerate().filter(|(_, p)| p.root).map(|(i, _)| i).collect();
+    assert_eq!(roots.len(), 1, "one root package");
+    let mut seen = BTreeSet::new();
+    let mut todo = roots;
+    while let Some(i) = todo.pop() {
+        let p = &info.packages[i];
+        let key = (p.name.clone(), p.version.to_string());
+        if p.kind != auditable_serde::DependencyKind::Runtime || skip.contains(&key) || !seen.insert(key) {
+            continue;
+        }
+        todo.extend(&p.dependencies);
+    }
+    seen
+}
+
+/// The SBOM beside the archive that the image's labels name, checked against its digest label;
+/// returns `(name, version)` of the agent and every component, and the components' count.
+fn sbom_named_by(labels: &serde_json::Value, archive: &Path, file: &str) -> (BTreeSet<(String, String)>, usize) {
+    assert_eq!(labels["io.routewarden.sbom"], file);
+    let bytes = std::fs::read(archive.with_file_name(file)).unwrap();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref().iter().fold(String::new(), |hex, b| hex + &format!("{b:02x}"));
+    assert_eq!(labels["io.routewarden.sbom.digest"], format!("sha256:{digest}"));
+    let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!((&doc["bomFormat"], &doc["specVersion"]), (&serde_json::json!("CycloneDX"), &serde_json::json!("1.5")));
+    let components = doc["components"].as_array().unwrap();
+    let mut listed = BTreeSet::new();
+    for c in components.iter().chain([&doc["metadata"]["component"]]) {
+        let (name, version) = (c["name"].as_str().unwrap(), c["version"].as_str().unwrap());
+        assert_eq!(c["purl"], format!("pkg:cargo/{name}@{version}"));
+        let licence = c["licenses"][0]["expression"].as_str().unwrap_or_else(|| panic!("{name} {version}: no licence expression"));
+        assert!(!licence.is_empty());
+        listed.insert((name.to_owned(), version.to_owned()));
+    }
+    assert_eq!(doc["metadata"]["component"]["name"], "routewarden");
+    assert_eq!(listed.len(), components.len() + 1, "each crate listed once");
+    (listed, components.len())
+}
+
+#[test]
+fn image_names_its_sbom_which_lists_what_the_agent_links() {
+    let Some(id) = image("image_names_its_sbom_which_lists_what_the_agent_links") else { return };
+    let version = env!("CARGO_PKG_VERSION");
+    let archive = PathBuf::from(std::env::var("ROUTEWARDEN_IMAGE_ARCHIVE").expect("cargo xtask test sets ROUTEWARDEN_IMAGE_ARCHIVE with ROUTEWARDEN_IMAGE"));
+    for (id, arch, target) in [(id, "amd64", "x86_64-unknown-linux-gnu"), (image_arm64(), "arm64", "aarch64-unknown-linux-gnu")] {
+        let (listed, count) = sbom_named_by(&inspect(&id)["Config"]["Labels"], &archive, &format!("routewarden-{version}-{arch}.cdx.json"));
+        let mounted = Mounted::new(&id);
+        let agent = mounted.root.join(AGENT.trim_start_matches('/'));
+        assert_eq!(audited(&agent, target), listed, "the crates cargo auditable embedded in the {arch} image's agent, and its SBOM's");
+        eprintln!("image {arch}: the SBOM lists {count} crates besides the agent, as the agent's .dep-v0 section does");
+    }
 }
 
 #[test]
@@ -224,8 +368,26 @@ fn image_rootfs_is_the_agent_and_what_it_links() {
     }
     eprintln!("image rootfs: {} files, no shell, no package manager: {files:?}", files.len());
 
+    // The arm64 image: the same, at Debian's arm64 paths.
+    let mounted_arm64 = Mounted::new(&image_arm64());
+    let all = tree(&mounted_arm64.root);
+    let files: BTreeSet<&str> = all.iter().map(String::as_str).filter(|p| !p.ends_with('/')).collect();
+    assert_eq!(files, FILES_ARM64.into(), "the arm64 image's files");
+    let dirs: BTreeSet<&str> = all.iter().map(String::as_str).filter(|p| p.ends_with('/')).collect();
+    assert_eq!(dirs, ["/etc/", "/etc/ssl/", "/etc/ssl/certs/", "/lib/", "/lib/aarch64-linux-gnu/", "/usr/", "/usr/local/", "/usr/local/bin/"].into());
+    for path in &all {
+        for part in path.trim_end_matches('/').split('/') {
+            assert!(!FORBIDDEN.contains(&part), "{path}: a shell or package manager in the arm64 image");
+        }
+    }
+
     // In the image's root, the loader resolves every library the agent needs inside it.
     let scratch = tempfile::tempdir().unwrap();
+    let listed = ok(&mut in_arm64_image_root(&mounted_arm64, &scratch.path().join("arm64"), "/lib/ld-linux-aarch64.so.1", &["--list", AGENT]));
+    let resolved: BTreeSet<&str> = listed.lines().filter_map(|l| l.split_once("=> ")).map(|(_, t)| t.split_whitespace().next().unwrap()).collect();
+    assert_eq!(resolved, ["/lib/aarch64-linux-gnu/libc.so.6", "/lib/aarch64-linux-gnu/libgcc_s.so.1", "/lib/aarch64-linux-gnu/libm.so.6"].into(), "{listed}");
+    assert!(listed.contains("/lib/ld-linux-aarch64.so.1"), "{listed}");
+    assert!(!listed.contains("not found"), "{listed}");
     let listed = ok(&mut in_image_root(&mounted, scratch.path(), None, "/lib64/ld-linux-x86-64.so.2", &["--list", AGENT]));
     let resolved: BTreeSet<&str> = listed.lines().filter_map(|l| l.split_once("=> ")).map(|(_, t)| t.split_whitespace().next().unwrap()).collect();
     assert_eq!(resolved, ["/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libgcc_s.so.1", "/lib/x86_64-linux-gnu/libm.so.6"].into(), "{listed}");
@@ -252,6 +414,31 @@ fn image_agent_runs_version_and_explain_from_its_rootfs() {
     assert!(text.starts_with("role felix, Calico 3.33 (ClusterInformation default: v3.33.0), node node-a\n"), "{text}");
     assert_eq!(text, String::from_utf8_lossy(&here.stdout), "explain from the image differs from the test build's");
     eprintln!("image: --version and explain run chrooted into the image's rootfs");
+}
+
+/// The arm64 agent, under qemu-user in its image's root filesystem, prints exactly what the
+/// amd64 agent prints in its own: `--version`, `explain` and `bird-filter` on the example
+/// cluster, stdout and exit status.
+#[test]
+fn image_arm64_agent_prints_what_the_amd64_agent_prints() {
+    let Some(id) = image("image_arm64_agent_prints_what_the_amd64_agent_prints") else { return };
+    let (amd64, arm64) = (Mounted::new(&id), Mounted::new(&image_arm64()));
+    let scratch = tempfile::tempdir().unwrap();
+    let runs: [&[&str]; 3] = [
+        &["--version"],
+        &["explain", "--datastore", "file:/cluster", "--node", "node-a"],
+        &["bird-filter", "--datastore", "file:/cluster", "--node", "node-a"],
+    ];
+    for (i, args) in runs.iter().enumerate() {
+        let here = output(&mut in_image_root(&amd64, &scratch.path().join(format!("amd64-{i}")), None, AGENT, args));
+        let emulated = output(&mut in_arm64_image_root(&arm64, &scratch.path().join(format!("arm64-{i}")), AGENT, args));
+        let text = String::from_utf8_lossy(&here.stdout);
+        assert_eq!(here.status.code(), Some(0), "amd64 {args:?}: {text}{}", String::from_utf8_lossy(&here.stderr));
+        assert!(text.lines().count() >= 1, "amd64 {args:?} printed nothing");
+        assert_eq!(emulated.status.code(), here.status.code(), "arm64 {args:?}: {}", String::from_utf8_lossy(&emulated.stderr));
+        assert_eq!(String::from_utf8_lossy(&emulated.stdout), text, "arm64 {args:?} printed otherwise than amd64");
+    }
+    eprintln!("image: the arm64 agent under qemu-user prints what the amd64 agent prints for --version, explain and bird-filter");
 }
 
 #[test]
