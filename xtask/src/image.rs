@@ -5,7 +5,8 @@
 //! 1. Build the BPF object and the release agent with it embedded ([`build_all_for`]: arm64
 //!    cross-built); check that the agent (arm64: under qemu-user) reports the crate version the
 //!    image is tagged with.
-//! 2. Fill `target/image/context-<arch>/rootfs` with the agent, exactly the shared libraries
+//! 2. Fill `target/image/context-<arch>/rootfs` with the agent (its symbol table moved to
+//!    `target/image/routewarden-<version>-<arch>.debug`, [`strip_into`]), exactly the shared libraries
 //!    the loader lists (the glibc loader, libc, libm, libgcc_s; anything else fails the build,
 //!    so a new dependency is a conscious change of [`LAYOUTS`]) from this machine's Debian
 //!    packages (`libc6`, `libgcc-s1`; `libc6:arm64`, `libgcc-s1:arm64`), and Debian's CA
@@ -242,7 +243,7 @@ fn build_platform(root: &Path, dir: &Path, layout: &Layout) -> Result<PlatformIm
     for d in [&lib_dir, &rootfs.join("usr/local/bin"), &rootfs.join("etc/ssl/certs"), &loader.parent().context("loader in a directory")?.to_path_buf()] {
         std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
     }
-    let agent = copy(&bin, &rootfs.join("usr/local/bin/routewarden"))?;
+    let agent = strip_into(&bin, &rootfs.join("usr/local/bin/routewarden"), &dir.join(format!("{IMAGE_NAME}-{VERSION}-{}.debug", arch.oci())), arch)?;
     let mut lib_bytes = 0;
     for lib in &libs {
         let name = lib.file_name().context("library path without a file name")?;
@@ -346,6 +347,21 @@ fn image_id(name: &str) -> Option<String> {
 }
 
 /// Copy `from` (following symlinks) to `to`; returns the bytes copied.
+/// Put the agent `bin` into the image as `to` without its symbol table (7 MB of the 33 MB
+/// binary: the image keeps its size budget), and its symbols beside the archive as `symbols`
+/// (`objcopy --only-keep-debug`), which `to` names in its `.gnu_debuglink`: a backtrace's
+/// addresses are resolved with it (`gdb`, `addr2line -e <symbols>`). The `.dep-v0` section
+/// (`cargo auditable`) stays. Returns `to`'s size in bytes.
+fn strip_into(bin: &Path, to: &Path, symbols: &Path, arch: crate::build::Arch) -> Result<u64> {
+    let objcopy = match arch {
+        crate::build::Arch::Amd64 => "objcopy",
+        crate::build::Arch::Arm64 => "aarch64-linux-gnu-objcopy",
+    };
+    run_cmd(Command::new(objcopy).arg("--only-keep-debug").arg(bin).arg(symbols))?;
+    run_cmd(Command::new(objcopy).arg("--strip-all").arg(format!("--add-gnu-debuglink={}", symbols.display())).arg(bin).arg(to))?;
+    Ok(std::fs::metadata(to).with_context(|| format!("stat {}", to.display()))?.len())
+}
+
 fn copy(from: &Path, to: &Path) -> Result<u64> {
     std::fs::copy(from, to).with_context(|| format!("copy {} to {}", from.display(), to.display()))
 }

@@ -11,8 +11,9 @@
 //!    it (`build::build_agent`: a no-op for cargo in `cargo xtask test`, whose image step has
 //!    built it).
 //! 3. A busybox initramfs (`busybox cpio -o -H newc`, gzip): busybox applets, iproute2's `ip`,
-//!    the test binaries, the release agent at [`GUEST_AGENT`] (unstripped, as shipped), the
-//!    example cluster (`examples/cluster`) at [`GUEST_EXAMPLE_CLUSTER`], every shared library
+//!    the test binaries, the release agent at [`GUEST_AGENT`] (as built: the image ships the
+//!    same code without its symbol table), the example cluster (`examples/cluster`) at
+//!    [`GUEST_EXAMPLE_CLUSTER`], every shared library
 //!    `ldd` lists, the modules, and an `/init` that mounts proc/sys/dev/bpffs/debugfs/tracefs,
 //!    loads the modules and runs each test binary with
 //!    `ROUTEWARDEN_REQUIRE_BACKENDS=fentry,kprobe,socket-filter` (a backend that fails to start
@@ -340,7 +341,7 @@ fn initramfs(tests: &[(String, PathBuf)], agent: &Path, modules_dir: &Path) -> R
         run_cmd(Command::new("strip").arg("--strip-debug").arg("-o").arg(&dest).arg(bin))?;
         libs.extend(shared_libs(bin)?);
     }
-    // The agent as built (not stripped): the binary the image ships.
+    // The agent as built: the code the image ships (there without its symbol table).
     copy_into(&stage, agent, GUEST_AGENT)?;
     run_cmd(Command::new("chmod").arg("755").arg(stage.join(GUEST_AGENT.trim_start_matches('/'))))?;
     libs.extend(shared_libs(agent)?);
