@@ -215,7 +215,7 @@ async fn a_quiet_node_records_nothing() {
     play(&sink, &script, 130).await;
     assert!(api.events().is_empty());
     assert_eq!(event_requests(&api), []);
-    for reason in ["RouteConflict", "RouteFlap", "RouteOwnershipInconsistent", "RouteMassDeletionHeld"] {
+    for reason in ["RouteConflict", "RouteFlap", "RouteOwnershipInconsistent", "RouteMassDeletionHeld", "RouteWriterFailing"] {
         assert_eq!((recorded(&metrics, reason), failed(&metrics, reason, "api"), failed(&metrics, reason, "dropped")), (0, 0, 0), "{reason}");
     }
 }

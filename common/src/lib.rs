@@ -64,6 +64,8 @@ pub const MAP_NAMES: &[&str] = &[
     route_watch::ROUTE_WATCH_SELF_PORTS_MAP,
     route_watch::ROUTE_WATCH_NL_SCRATCH_MAP,
     route_watch::ROUTE_WATCH_NL_NEXTHOP_MAP,
+    route_watch::ROUTE_WATCH_FAILURES_MAP,
+    route_watch::ROUTE_WATCH_PENDING_MAP,
 ];
 
 /// `a == b` in a constant expression (`str`'s `==` is not `const`); used by

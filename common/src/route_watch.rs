@@ -9,8 +9,10 @@
 //! ring buffer only when a prefix crosses into conflict or flap (at most once per prefix per
 //! window), on a link going down, and for every write when write streaming is on.
 
+mod names;
 mod offsets;
 
+pub use names::*;
 pub use offsets::{KernelOffsets, TaskOffsets};
 
 /// `AF_INET`.
@@ -291,6 +293,30 @@ pub struct NexthopNotice {
     pub valid: u32,
 }
 
+/// Failure history of one prefix (LRU map [`ROUTE_WATCH_FAILURES_MAP`], apart from the
+/// detector's [`PrefixState`]: a refused write changes no route, so it must not touch the
+/// detector's idea of the route). 32 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FailureState {
+    /// Start of the current run of failures (ns, CLOCK_MONOTONIC).
+    pub window_start_ns: u64,
+    /// Time of the last [`RecordKind::Failing`] record sent for this prefix (ns, 0 never).
+    pub last_event_ns: u64,
+    /// Failures in the current run: same writer, operation and errno, within the window.
+    pub failures: u32,
+    /// The run's writer ([`WriteOrigin::id`]).
+    pub writer_id: u32,
+    /// The run's positive errno.
+    pub errno: u16,
+    /// The run's [`WriteOp`].
+    pub op: u8,
+    /// The run's [`WriteOrigin::id_kind`].
+    pub id_kind: u8,
+    /// Padding, zero.
+    pub _pad: u32,
+}
+
 /// Detector map key: one per (family, table, destination prefix). 24 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -371,6 +397,16 @@ pub enum RecordKind {
     /// (its protocol is the rule's `FRA_PROTOCOL`); `dst` and `gateway` zeros. Every rule
     /// write is reported (rules change rarely).
     Rule = 5,
+    /// One route write the kernel refused (only when the `STREAM_WRITES` global is set):
+    /// `write` as requested, `errno` the positive error the hooked function returned. fentry
+    /// and kprobe backends only: a socket filter sees the kernel's notifications, which exist
+    /// only for writes that succeeded.
+    WriteFailed = 6,
+    /// A writer's writes to one prefix keep failing: the same process (or netlink port), the
+    /// same operation and the same `errno` at least `ROUTE_WATCH_FAILING_THRESHOLD` times
+    /// within the window (`changes` holds the count). At most one per prefix per window.
+    /// fentry and kprobe backends only.
+    Failing = 7,
 }
 
 impl RecordKind {
@@ -383,6 +419,8 @@ impl RecordKind {
             3 => Some(RecordKind::Flush),
             4 => Some(RecordKind::LinkDown),
             5 => Some(RecordKind::Rule),
+            6 => Some(RecordKind::WriteFailed),
+            7 => Some(RecordKind::Failing),
             _ => None,
         }
     }
@@ -395,7 +433,10 @@ pub struct RouteWatchRecord {
     /// [`RecordKind`] as a byte.
     pub kind: u8,
     /// Padding, zero.
-    pub _pad: [u8; 3],
+    pub _pad: u8,
+    /// [`RecordKind::WriteFailed`], [`RecordKind::Failing`]: the positive `errno` the kernel
+    /// returned to the writer (`EEXIST` 17, `ESRCH` 3, ...); else 0.
+    pub errno: u16,
     /// Changes of the prefix in the current window (flap) / writes in it (conflict).
     pub changes: u32,
     /// The write that triggered the record.
@@ -428,6 +469,11 @@ pub struct RouteWatchCounters {
     pub unattributed: [u64; FAMILIES],
     /// Policy rule writes by `[family_index][add 0, delete 1][WriterClass]` (socket filter).
     pub rule_writes: [[[u64; WRITER_CLASSES]; RULE_OPS]; FAMILIES],
+    /// Route writes the kernel refused, by `[family_index][WriteOp][WriterClass]` (fentry and
+    /// kprobe: the hooked function's return value; never counted in `writes`).
+    pub write_failures: [[[u64; WRITER_CLASSES]; OPS]; FAMILIES],
+    /// Failing-writer episodes ([`RecordKind::Failing`]) by `[family_index][WriterClass]`.
+    pub failing: [[u64; WRITER_CLASSES]; FAMILIES],
 }
 
 impl Default for RouteWatchCounters {
@@ -442,64 +488,11 @@ impl Default for RouteWatchCounters {
             other_netns: 0,
             unattributed: [0; FAMILIES],
             rule_writes: [[[0; WRITER_CLASSES]; RULE_OPS]; FAMILIES],
+            write_failures: [[[0; WRITER_CLASSES]; OPS]; FAMILIES],
+            failing: [[0; WRITER_CLASSES]; FAMILIES],
         }
     }
 }
-
-/// Ring buffer of [`RouteWatchRecord`]s.
-pub const ROUTE_WATCH_EVENTS_MAP: &str = "ROUTE_WATCH_EVENTS";
-/// Per-CPU array holding one [`RouteWatchCounters`] at index 0.
-pub const ROUTE_WATCH_COUNTERS_MAP: &str = "ROUTE_WATCH_COUNTERS";
-/// LRU hash map [`PrefixKey`] -> [`PrefixState`].
-pub const ROUTE_WATCH_STATE_MAP: &str = "ROUTE_WATCH_STATE";
-
-/// Global: conflict/flap window in nanoseconds (u64, default 30 s).
-pub const GLOBAL_WINDOW_NS: &str = "ROUTE_WATCH_WINDOW_NS";
-/// Global: changes within the window that make a flap (u32, default 3).
-pub const GLOBAL_FLAP_THRESHOLD: &str = "ROUTE_WATCH_FLAP_THRESHOLD";
-/// Global: the agent's own route protocol (u8 in a u32, 0 = none). Not part of the class (the
-/// process decides `self`, [`GLOBAL_SELF_TGID`]); set so that the object keeps one shape.
-pub const GLOBAL_SELF_PROTOCOL: &str = "ROUTE_WATCH_SELF_PROTOCOL";
-/// Global: the process whose writes are `self` (its tgid, u32; 0 = none), whatever their
-/// protocol: its tgid (fentry, kprobe, socket filter reading the task) or one of its netlink
-/// ports ([`ROUTE_WATCH_SELF_PORTS_MAP`], socket filter naming writers by port).
-pub const GLOBAL_SELF_TGID: &str = "ROUTE_WATCH_SELF_TGID";
-/// Map: netlink port ids of the self process's `NETLINK_ROUTE` sockets (key port, value 1),
-/// kept by userspace from `/proc/<pid>/fd` and `/proc/<pid>/net/netlink`.
-pub const ROUTE_WATCH_SELF_PORTS_MAP: &str = "ROUTE_WATCH_SELF_PORTS";
-/// Name of the socket filter's per-CPU scratch [`RouteWrite`] (kernel-only; listed in
-/// [`crate::MAP_NAMES`]).
-pub const ROUTE_WATCH_NL_SCRATCH_MAP: &str = "ROUTE_WATCH_NL_SCRATCH";
-/// Name of the socket filter's one-entry array holding the last [`NexthopNotice`]
-/// (kernel-only; listed in [`crate::MAP_NAMES`]).
-pub const ROUTE_WATCH_NL_NEXTHOP_MAP: &str = "ROUTE_WATCH_NL_NEXTHOP";
-/// Most self netlink ports tracked.
-pub const SELF_PORTS_MAX: u32 = 64;
-/// Global: 1 to push a [`RecordKind::Write`] record for every write (u32, default 0).
-pub const GLOBAL_STREAM_WRITES: &str = "ROUTE_WATCH_STREAM_WRITES";
-/// Global: network namespace inode the fentry/kprobe hooks watch (u32, 0 = all).
-pub const GLOBAL_NETNS_INUM: &str = "ROUTE_WATCH_NETNS_INUM";
-/// Global: [`KernelOffsets`].
-pub const GLOBAL_OFFSETS: &str = "ROUTE_WATCH_OFFSETS";
-/// Global: [`TaskOffsets`].
-pub const GLOBAL_TASK_OFFSETS: &str = "ROUTE_WATCH_TASK_OFFSETS";
-
-/// Socket-filter program on a NETLINK_ROUTE socket that names each sender by the task that
-/// sent the request (needs `bpf_get_current_task` and `bpf_probe_read_kernel` in a socket
-/// filter: a loader with `CAP_PERFMON`, and a kernel not in lockdown's confidentiality mode,
-/// which withholds `bpf_probe_read_kernel`).
-pub const PROG_SOCKET_FILTER: &str = "route_watch_netlink";
-/// The same socket filter naming senders by netlink port only (no helper beyond the base
-/// set): the fallback when [`PROG_SOCKET_FILTER`] does not load.
-pub const PROG_SOCKET_FILTER_PORT: &str = "route_watch_netlink_port";
-/// fentry programs: `fib_table_insert`, `fib_table_delete`, `fib6_add`, `fib6_del`.
-pub const PROGS_FENTRY: [&str; 4] =
-    ["route_watch_fentry_fib_table_insert", "route_watch_fentry_fib_table_delete", "route_watch_fentry_fib6_add", "route_watch_fentry_fib6_del"];
-/// kprobe programs, same functions and order as [`PROGS_FENTRY`].
-pub const PROGS_KPROBE: [&str; 4] =
-    ["route_watch_kprobe_fib_table_insert", "route_watch_kprobe_fib_table_delete", "route_watch_kprobe_fib6_add", "route_watch_kprobe_fib6_del"];
-/// Kernel functions hooked by fentry/kprobe, same order as [`PROGS_FENTRY`].
-pub const HOOKED_FUNCTIONS: [&str; 4] = ["fib_table_insert", "fib_table_delete", "fib6_add", "fib6_del"];
 
 #[cfg(feature = "user")]
 mod pod {
@@ -512,6 +505,10 @@ mod pod {
     unsafe impl aya::Pod for super::PrefixKey {}
     // SAFETY: `PrefixState` is `#[repr(C)]` integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::PrefixState {}
+    // SAFETY: `FailureState` is `#[repr(C)]` integers with explicit padding.
+    unsafe impl aya::Pod for super::FailureState {}
+    // SAFETY: `PendingCall` is `#[repr(C)]` integers.
+    unsafe impl aya::Pod for super::PendingCall {}
     // SAFETY: `KernelOffsets` is `#[repr(C)]` integers and byte arrays with explicit padding.
     unsafe impl aya::Pod for super::KernelOffsets {}
     // SAFETY: `TaskOffsets` is `#[repr(C)]` integers and byte arrays with explicit padding.
@@ -524,6 +521,8 @@ const _: () = assert!(core::mem::size_of::<RouteWrite>() == 88);
 const _: () = assert!(core::mem::size_of::<PrefixKey>() == 24);
 const _: () = assert!(core::mem::size_of::<NexthopNotice>() == 16);
 const _: () = assert!(core::mem::size_of::<PrefixState>() == 80);
+const _: () = assert!(core::mem::size_of::<FailureState>() == 32);
+const _: () = assert!(core::mem::size_of::<PendingCall>() == 16);
 const _: () = assert!(core::mem::size_of::<RouteWatchRecord>() == 120);
 const _: () = assert!(core::mem::size_of::<TaskOffsets>() == 16);
 

@@ -28,8 +28,8 @@ use aya_ebpf::{
 use aya_log_ebpf::{macro_support::Level, warn};
 use routewarden_common::assert_bpf_name;
 use routewarden_common::route_watch::{
-    family_index, PrefixKey, PrefixState, RecordKind, RouteWatchCounters, RouteWatchRecord, RouteWrite, TaskOffsets, WriteOp, WriteOrigin, WriterClass,
-    WriterIdKind, ORIGIN_CLASS_INFERRED, SELF_PORTS_MAX, STATE_CONFLICT, STATE_FLAP, STATE_FLUSHED, STATE_REMOVED,
+    family_index, FailureState, PrefixKey, PrefixState, RecordKind, RouteWatchCounters, RouteWatchRecord, RouteWrite, TaskOffsets, WriteOp, WriteOrigin,
+    WriterClass, WriterIdKind, ORIGIN_CLASS_INFERRED, SELF_PORTS_MAX, STATE_CONFLICT, STATE_FLAP, STATE_FLUSHED, STATE_REMOVED,
 };
 
 use crate::bpf_log::{allowed, LogKind};
@@ -43,6 +43,16 @@ static ROUTE_WATCH_STATE: LruHashMap<PrefixKey, PrefixState> = LruHashMap::with_
 /// One [`RouteWatchCounters`] per CPU at index 0.
 #[map]
 static ROUTE_WATCH_COUNTERS: PerCpuArray<RouteWatchCounters> = PerCpuArray::with_max_entries(1, 0);
+
+/// Failure history per prefix ([`FailureState`], fentry and kprobe backends). 4096 entries x
+/// ~120 bytes ≈ 0.5 MB.
+#[map]
+static ROUTE_WATCH_FAILURES: LruHashMap<PrefixKey, FailureState> = LruHashMap::with_max_entries(4096, 0);
+
+/// Refused writes (same writer, operation, errno) of one prefix within the window that make a
+/// failing writer.
+#[unsafe(no_mangle)]
+static ROUTE_WATCH_FAILING_THRESHOLD: u32 = 3;
 
 /// Records for userspace (256 KiB ≈ 2,300 records of 112 + 8 bytes).
 #[map]
@@ -79,6 +89,8 @@ assert_bpf_name!(ROUTE_WATCH_WINDOW_NS, routewarden_common::route_watch::GLOBAL_
 assert_bpf_name!(ROUTE_WATCH_FLAP_THRESHOLD, routewarden_common::route_watch::GLOBAL_FLAP_THRESHOLD);
 assert_bpf_name!(ROUTE_WATCH_SELF_PROTOCOL, routewarden_common::route_watch::GLOBAL_SELF_PROTOCOL);
 assert_bpf_name!(ROUTE_WATCH_SELF_TGID, routewarden_common::route_watch::GLOBAL_SELF_TGID);
+assert_bpf_name!(ROUTE_WATCH_FAILURES, routewarden_common::route_watch::ROUTE_WATCH_FAILURES_MAP);
+assert_bpf_name!(ROUTE_WATCH_FAILING_THRESHOLD, routewarden_common::route_watch::GLOBAL_FAILING_THRESHOLD);
 assert_bpf_name!(ROUTE_WATCH_STREAM_WRITES, routewarden_common::route_watch::GLOBAL_STREAM_WRITES);
 
 /// `task_struct` offsets from BTF ([`TaskOffsets`]); `valid == 0`: [`current_process`] knows
@@ -140,7 +152,7 @@ pub fn count_other_netns() {
 #[inline(always)]
 fn emit(kind: RecordKind, changes: u32, write: &RouteWrite, previous: &WriteOrigin) {
     if let Some(mut entry) = ROUTE_WATCH_EVENTS.reserve::<RouteWatchRecord>(0) {
-        entry.write(RouteWatchRecord { kind: kind as u8, _pad: [0; 3], changes, write: *write, previous: *previous });
+        entry.write(RouteWatchRecord { kind: kind as u8, _pad: 0, errno: 0, changes, write: *write, previous: *previous });
         entry.submit(0);
     } else {
         if let Some(c) = counters() {
@@ -149,6 +161,21 @@ fn emit(kind: RecordKind, changes: u32, write: &RouteWrite, previous: &WriteOrig
         if allowed(LogKind::RouteRingFull, Level::Warn) {
             warn!(&(), "route watch: ring buffer full, record lost (kind {}); userspace is not keeping up", kind as u8);
         }
+    }
+}
+
+/// Push a record of a refused write carrying `errno` ([`RecordKind::WriteFailed`],
+/// [`RecordKind::Failing`]); count it as lost when the ring buffer is full. It logs nothing:
+/// the refused-write path sits beside the detector's in every FIB program, and a second copy
+/// of the log code took the IPv6 programs with logs past the verifier's 1M-instruction limit
+/// on 6.1. A full ring is still logged by the next detector record, and counted either way.
+#[inline(always)]
+fn emit_failure(kind: RecordKind, changes: u32, errno: u16, write: &RouteWrite) {
+    if let Some(mut entry) = ROUTE_WATCH_EVENTS.reserve::<RouteWatchRecord>(0) {
+        entry.write(RouteWatchRecord { kind: kind as u8, _pad: 0, errno, changes, write: *write, previous: WriteOrigin::default() });
+        entry.submit(0);
+    } else if let Some(c) = counters() {
+        c.records_lost += 1;
     }
 }
 
@@ -181,6 +208,72 @@ pub fn observe_rule(w: &mut RouteWrite) {
         }
     }
     emit(RecordKind::Rule, 0, w, &WriteOrigin::default());
+}
+
+/// A route write the kernel refused (fentry/kprobe: the hooked function returned `-errno`).
+/// It changed no route, so the detector's state is left alone: counted by family, operation
+/// and writer class, streamed when write streaming is on, and folded into the prefix's
+/// failure run ([`FailureState`]). A run is one writer's writes of one operation failing with
+/// one errno, each within the window of the run's start; the write that brings it to the
+/// threshold sends a [`RecordKind::Failing`] record (at most one per prefix per window).
+#[inline(always)]
+pub fn observe_failure(w: &mut RouteWrite, errno: u16) {
+    let Some(op) = WriteOp::from_u8(w.op) else {
+        count_decode_error();
+        return;
+    };
+    let (class, inferred) = WriterClass::of_writer(&w.writer, is_self(&w.writer));
+    w.writer.class = class as u8;
+    w.writer.flags = if inferred { ORIGIN_CLASS_INFERRED } else { 0 };
+    let fi = family_index(w.family);
+    let Some(c) = counters() else { return };
+    if let Some(slot) = c.write_failures.get_mut(fi).and_then(|f| f.get_mut(opaque_index(op as usize))).and_then(|o| o.get_mut(class as usize)) {
+        *slot += 1;
+    }
+    if global_u32(&ROUTE_WATCH_STREAM_WRITES) != 0 {
+        emit_failure(RecordKind::WriteFailed, 0, errno, w);
+    }
+    let key = PrefixKey { table: w.table, family: w.family, dst_len: w.dst_len, _pad: [0; 2], dst: w.dst };
+    let now = w.ts_ns;
+    let window = global_u64(&ROUTE_WATCH_WINDOW_NS);
+    let threshold = global_u32(&ROUTE_WATCH_FAILING_THRESHOLD);
+    let Some(st) = ROUTE_WATCH_FAILURES.get_ptr_mut(key) else {
+        let st = FailureState {
+            window_start_ns: now,
+            last_event_ns: 0,
+            failures: 1,
+            writer_id: w.writer.id,
+            errno,
+            op: op as u8,
+            id_kind: w.writer.id_kind,
+            _pad: 0,
+        };
+        // A failed insert (the LRU map cannot fail for want of room) starts no run; not logged,
+        // as `emit_failure`.
+        let _ = ROUTE_WATCH_FAILURES.insert(key, st, 0);
+        // The loader keeps the threshold at 2 or more: one refusal is never an episode.
+        return;
+    };
+    // SAFETY: pointer from the map lookup, valid for this run; a lost increment under a race
+    // of two CPUs on one prefix only delays the episode by one write.
+    let st = unsafe { &mut *st };
+    let same_run = st.writer_id == w.writer.id && st.id_kind == w.writer.id_kind && st.errno == errno && st.op == op as u8;
+    if !same_run || now.wrapping_sub(st.window_start_ns) > window {
+        st.window_start_ns = now;
+        st.failures = 0;
+        st.writer_id = w.writer.id;
+        st.id_kind = w.writer.id_kind;
+        st.errno = errno;
+        st.op = op as u8;
+    }
+    st.failures += 1;
+    if st.failures >= threshold && (st.last_event_ns == 0 || now.wrapping_sub(st.last_event_ns) >= window) {
+        st.last_event_ns = now;
+        if let Some(slot) = c.failing.get_mut(fi).and_then(|f| f.get_mut(class as usize)) {
+            *slot += 1;
+        }
+        emit_failure(RecordKind::Failing, st.failures, errno, w);
+    }
 }
 
 /// FNV-1a over 32-bit words of the attributes that make a route different: protocol,

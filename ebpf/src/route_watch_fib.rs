@@ -15,7 +15,7 @@ use aya_log_ebpf::{macro_support::Level, warn};
 use routewarden_common::route_watch::{KernelOffsets, RouteWrite, WriteOp, WriteOrigin, WriterIdKind, AF_INET, AF_INET6};
 
 use crate::bpf_log::{allowed, LogKind};
-use crate::route_detector::{count_decode_error, count_other_netns, current_process, now_ns, observe};
+use crate::route_detector::{count_decode_error, count_other_netns, current_process, now_ns, observe, observe_failure};
 
 /// Network namespace inode number to watch (`stat -L /proc/<agent>/ns/net`), 0 = all.
 #[unsafe(no_mangle)]
@@ -70,12 +70,26 @@ fn current_writer(protocol: u8) -> WriteOrigin {
     WriteOrigin { id: tgid, id_kind: WriterIdKind::Process as u8, protocol, class: 0, flags: 0, comm }
 }
 
-/// `fib_table_insert(net, tb, cfg, extack)` / `fib_table_delete(net, tb, cfg, extack)`.
+/// Hand a decoded write to the detector when the kernel made it (`ret == 0`), to the failure
+/// runs when it refused it (`ret == -errno`).
 #[inline(always)]
-pub fn fib4(net: u64, cfg: u64, delete: bool) {
+fn outcome(w: &mut RouteWrite, ret: i32) {
+    if ret == 0 {
+        observe(w);
+    } else {
+        #[expect(clippy::cast_sign_loss, reason = "errno values are 1..=4095 (MAX_ERRNO)")]
+        let errno = (ret.wrapping_neg() & 0xfff) as u16;
+        observe_failure(w, errno);
+    }
+}
+
+/// `fib_table_insert(net, tb, cfg, extack)` / `fib_table_delete(net, tb, cfg, extack)`,
+/// which returned `ret` (0, or `-errno` for a write the kernel refused).
+#[inline(always)]
+pub fn fib4(net: u64, cfg: u64, delete: bool, ret: i32) {
     if !offsets_valid() {
         unresolved();
-    } else if fib4_inner(net, cfg, delete).is_err() {
+    } else if fib4_inner(net, cfg, delete, ret).is_err() {
         unreadable("fib_config");
     }
 }
@@ -100,7 +114,7 @@ fn unreadable(what: &'static str) {
 }
 
 #[inline(always)]
-fn fib4_inner(net: u64, cfg: u64, delete: bool) -> Result<(), ()> {
+fn fib4_inner(net: u64, cfg: u64, delete: bool, ret: i32) -> Result<(), ()> {
     if !offsets_valid() {
         return Err(());
     }
@@ -141,22 +155,22 @@ fn fib4_inner(net: u64, cfg: u64, delete: bool) -> Result<(), ()> {
         w.writer.id = 0;
         w.writer.id_kind = WriterIdKind::NetlinkPort as u8;
     }
-    observe(&mut w);
+    outcome(&mut w, ret);
     Ok(())
 }
 
-/// `fib6_add(root, rt, info, extack)` / `fib6_del(rt, info)`.
+/// `fib6_add(root, rt, info, extack)` / `fib6_del(rt, info)`, which returned `ret`.
 #[inline(always)]
-pub fn fib6(rt: u64, info: u64, delete: bool) {
+pub fn fib6(rt: u64, info: u64, delete: bool, ret: i32) {
     if !offsets_valid() {
         unresolved();
-    } else if fib6_inner(rt, info, delete).is_err() {
+    } else if fib6_inner(rt, info, delete, ret).is_err() {
         unreadable("fib6_info");
     }
 }
 
 #[inline(always)]
-fn fib6_inner(rt: u64, info: u64, delete: bool) -> Result<(), ()> {
+fn fib6_inner(rt: u64, info: u64, delete: bool, ret: i32) -> Result<(), ()> {
     if !offsets_valid() {
         return Err(());
     }
@@ -210,6 +224,6 @@ fn fib6_inner(rt: u64, info: u64, delete: bool) -> Result<(), ()> {
         w.writer.id = 0;
         w.writer.id_kind = WriterIdKind::NetlinkPort as u8;
     }
-    observe(&mut w);
+    outcome(&mut w, ret);
     Ok(())
 }

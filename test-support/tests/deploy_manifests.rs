@@ -40,6 +40,7 @@ const ALERTS: &[&str] = &[
     "RouteMassDeletionHeld",
     "RoutewardenInvalidInput",
     "RouteTableNotSelected",
+    "RouteWriterFailing",
 ];
 
 /// Kinds served by the Prometheus Operator's CRDs: the Kubernetes schemas do not cover them,

@@ -293,6 +293,12 @@ pub struct RunArgs {
     /// Changes of one prefix within the window that make a route flap.
     #[arg(long, env = "ROUTEWARDEN_ROUTE_WATCH_FLAP_THRESHOLD", default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..))]
     pub route_watch_flap_threshold: u32,
+    /// Writes of one prefix by one writer that the kernel refuses with the same error within
+    /// the window (`--route-watch-window`) that make a failing writer (a `failing-writer`
+    /// event, `routewarden_failing_writer_episodes_total`). fentry and kprobe backends only:
+    /// a socket filter does not see refused writes.
+    #[arg(long, env = "ROUTEWARDEN_ROUTE_WATCH_FAILING_THRESHOLD", default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..))]
+    pub route_watch_failing_threshold: u32,
     /// Record a Kubernetes Event on this node's Node when a route conflict or flap episode
     /// starts, the ownership decision becomes inconsistent, or the mass-deletion breaker
     /// engages (`RouteConflict`, `RouteFlap`, `RouteOwnershipInconsistent`,

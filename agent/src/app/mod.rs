@@ -275,6 +275,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         backend: args.route_watch_backend,
         window: Duration::from_secs(args.route_watch_window),
         flap_threshold: args.route_watch_flap_threshold,
+        failing_threshold: args.route_watch_failing_threshold,
         self_protocol: dp_config.protocol,
         log_level: args.bpf_log_level,
         ..Default::default()

@@ -70,8 +70,8 @@ impl NodeEventTriggers {
         self.pools = pools;
     }
 
-    /// A `RouteConflict` or `RouteFlap` for a conflict or flap episode inside the scope; `None`
-    /// for anything else.
+    /// A `RouteConflict`, `RouteFlap` or `RouteWriterFailing` for a conflict, flap or
+    /// failing-writer episode inside the scope; `None` for anything else.
     pub fn on_route_watch(&self, event: &RouteWatchEvent) -> Option<NodeEvent> {
         let (reason, route, previous, what) = match event {
             RouteWatchEvent::Conflict { route, previous, .. } => (
@@ -85,6 +85,17 @@ impl NodeEventTriggers {
                 route,
                 previous,
                 format!("{changes_in_window} changes within the {} s window, the last by {} after {previous}", self.window.as_secs(), route.writer),
+            ),
+            RouteWatchEvent::FailingWriter { route, error, failures_in_window } => (
+                NodeEventReason::RouteWriterFailing,
+                route,
+                &route.writer,
+                format!(
+                    "the kernel refused {failures_in_window} {} writes by {} within the {} s window: {error}",
+                    route.op,
+                    route.writer,
+                    self.window.as_secs()
+                ),
             ),
             _ => return None,
         };

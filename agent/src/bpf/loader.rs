@@ -236,6 +236,7 @@ fn load_with(bytes: &[u8], config: &LoadConfig, globals: &Globals<'_>, level: Bp
     let route = config.route_watch.clone().unwrap_or_default();
     let route_window_ns = ns(route.window);
     let route_threshold = route.flap_threshold.max(1);
+    let failing_threshold = route.failing_threshold.max(2);
     let self_protocol = u32::from(route.self_protocol);
     let stream = u32::from(route.stream_writes);
     let self_tgid = route.self_pid.unwrap_or_else(std::process::id);
@@ -249,6 +250,7 @@ fn load_with(bytes: &[u8], config: &LoadConfig, globals: &Globals<'_>, level: Bp
     loader
         .override_global(rw::GLOBAL_WINDOW_NS, &route_window_ns, true)
         .override_global(rw::GLOBAL_FLAP_THRESHOLD, &route_threshold, true)
+        .override_global(rw::GLOBAL_FAILING_THRESHOLD, &failing_threshold, true)
         .override_global(rw::GLOBAL_SELF_PROTOCOL, &self_protocol, true)
         .override_global(rw::GLOBAL_SELF_TGID, &self_tgid, true)
         .override_global(rw::GLOBAL_STREAM_WRITES, &stream, true)

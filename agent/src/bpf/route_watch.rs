@@ -12,9 +12,15 @@
 //!    ([`Senders::Task`]); where the kernel refuses that (lockdown withholding
 //!    `bpf_probe_read_kernel`, no BTF), the netlink port id, resolved to a process through
 //!    `/proc` on a thread of its own ([`attribution`], [`Senders::Port`]). Joined to the rule
-//!    groups too, it alone sees policy rule writes (`RuleChange` events,
-//!    `routewarden_rule_writes_total`); on fentry/kprobe the `/readyz` note says rule writes
-//!    are not watched.
+//!    groups too, it sees policy rule writes (`RuleChange` events,
+//!    `routewarden_rule_writes_total`); beside fentry and kprobe the same filter runs on a
+//!    socket joined to the rule groups alone, so rule writes are watched on every backend.
+//!
+//! fentry attaches at the functions' return (fexit) and kprobe pairs each kprobe with a
+//! kretprobe, so both know whether the kernel made the write: a refused write goes to the
+//! failure runs (`FailingWriter` events, `routewarden_route_write_failures_total`), not to
+//! the conflict and flap detector. A socket filter sees only writes that succeeded; its
+//! `/readyz` note says so.
 //!
 //! fentry/kprobe need struct offsets: resolved from `/sys/kernel/btf/vmlinux` after checking
 //! the hooked prototypes ([`btf`]), passed as the global `ROUTE_WATCH_OFFSETS`, with the
@@ -55,7 +61,7 @@ use tokio::sync::mpsc;
 
 use backends::BackendLink;
 pub use backends::Senders;
-pub use event::{RouteChange, RouteWatchEvent, RuleChange, WriterInfo};
+pub use event::{RouteChange, RouteWatchEvent, RuleChange, WriteError, WriterInfo};
 pub use metrics_apply::{EpisodeScope, RouteWatchMetrics};
 pub use settings::{current_netns_inode, RouteWatchBackend, RouteWatchConfig, UnknownBackend};
 
@@ -73,6 +79,8 @@ pub struct RouteWatch {
     /// The NETLINK_ROUTE socket the filter is attached to (socket-filter backend; closing it
     /// detaches the filter).
     _socket: Option<OwnedFd>,
+    /// The rule watch (the backend itself, or a socket filter beside fentry/kprobe).
+    rules: backends::RuleFilter,
     /// Backends that were tried before this one, with why they failed.
     fallbacks: Vec<(RouteWatchBackend, String)>,
     /// How writers are named.
@@ -118,8 +126,8 @@ impl RouteWatch {
         };
         let mut attempts = Vec::new();
         for backend in order {
-            match backends::start_backend(object, backend).and_then(|(links, socket, senders)| Ok((links, socket, senders, object.take_maps(&MAPS)?))) {
-                Ok((links, socket, senders, maps)) => {
+            match backends::start_backend(object, backend).and_then(|started| Ok((started, object.take_maps(&MAPS)?))) {
+                Ok((backends::Started { links, socket, senders, rules }, maps)) => {
                     tracing::info!(backend = backend.label(), fallbacks = ?attempts, senders = %senders, "route watch running");
                     let mut watch = RouteWatch {
                         object: object.clone(),
@@ -129,6 +137,7 @@ impl RouteWatch {
                         window: config.window,
                         _links: links,
                         _socket: socket,
+                        rules,
                         fallbacks: attempts,
                         senders,
                         attribution: Arc::default(),
@@ -268,11 +277,26 @@ impl Watch for RouteWatch {
         RouteWatch::spawn_reader(self, tx).map(Some)
     }
 
-    /// `<backend>: <how writers are named>`, e.g. `socket-filter: writers named by process in
-    /// the kernel`; a backend that does not see policy rule writes says so.
+    /// `<backend>: <how writers are named>; <what it cannot see>`, e.g. `socket-filter:
+    /// writers named by process in the kernel; route write outcomes not visible: ...`. A rule
+    /// watch that did not start beside fentry/kprobe says so with its reason.
     fn note(&self) -> Option<String> {
-        let rules = if self.backend.watches_rules() { "" } else { "; policy rule writes not watched by this backend (the socket filter watches them)" };
-        Some(format!("{}: {}{rules}", self.backend, self.senders))
+        use std::fmt::Write as _;
+        let mut note = format!("{}: {}", self.backend, self.senders);
+        if !self.backend.sees_outcomes() {
+            note.push_str("; route write outcomes not visible: a socket filter sees the kernel's notifications, sent only for writes that succeeded, so refused writes (a failing writer) are not seen (fentry and kprobe see them)");
+        }
+        match &self.rules {
+            backends::RuleFilter::Backend => {}
+            backends::RuleFilter::Running(_, senders) if *senders == self.senders => {}
+            backends::RuleFilter::Running(_, senders) => {
+                let _ = write!(note, "; policy rule writes watched by a socket filter, {senders}");
+            }
+            backends::RuleFilter::Failed(why) => {
+                let _ = write!(note, "; policy rule writes not watched: the socket filter for them did not start: {why}");
+            }
+        }
+        Some(note)
     }
 
     fn on_started(&mut self, metrics: &Metrics) {
@@ -364,6 +388,18 @@ pub fn sum_counters(a: &RouteWatchCounters, b: &RouteWatchCounters) -> RouteWatc
             }
         }
     }
+    for (f, fb) in out.write_failures.iter_mut().zip(b.write_failures.iter()) {
+        for (o, ob) in f.iter_mut().zip(fb.iter()) {
+            for (c, cb) in o.iter_mut().zip(ob.iter()) {
+                *c += cb;
+            }
+        }
+    }
+    for (f, fb) in out.failing.iter_mut().zip(b.failing.iter()) {
+        for (c, cb) in f.iter_mut().zip(fb.iter()) {
+            *c += cb;
+        }
+    }
     for i in 0..out.flaps.len() {
         out.flaps[i] += b.flaps[i];
         out.flushes[i] += b.flushes[i];
@@ -398,8 +434,12 @@ mod tests {
         b.conflicts[0][3][4] = 5;
         b.rule_writes[1][1][6] = 7;
         b.records_lost = 8;
+        a.write_failures[1][0][2] = 10;
+        b.write_failures[1][0][2] = 11;
+        b.failing[1][2] = 12;
         let sum = sum_counters(&a, &b);
         assert_eq!((sum.writes[0][1][2], sum.rule_writes[1][1][6], sum.flaps[1], sum.conflicts[0][3][4], sum.records_lost), (2, 9, 6, 5, 8));
+        assert_eq!((sum.write_failures[1][0][2], sum.failing[1][2], sum.failing[0][2]), (21, 12, 0));
     }
 
     #[test]

@@ -42,6 +42,10 @@ pub struct EventsArgs {
     /// Changes within the window that make a flap.
     #[arg(long, default_value_t = 3)]
     pub flap_threshold: u32,
+    /// Writes of one prefix by one writer refused with the same error within the window that
+    /// make a failing writer (fentry and kprobe backends).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..))]
+    pub failing_threshold: u32,
     /// Stop after this many events.
     #[arg(long)]
     pub count: Option<usize>,
@@ -63,6 +67,7 @@ impl EventsArgs {
             backend: self.backend,
             window: Duration::from_secs(self.window_seconds),
             flap_threshold: self.flap_threshold,
+            failing_threshold: self.failing_threshold,
             self_protocol: self.cluster.route_protocol,
             max_events: self.count,
             duration: None,

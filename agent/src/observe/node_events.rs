@@ -65,12 +65,20 @@ pub enum NodeEventReason {
     RouteOwnershipInconsistent,
     /// The mass-deletion breaker engaged.
     RouteMassDeletionHeld,
+    /// A failing-writer episode began: the kernel keeps refusing one writer's writes to a
+    /// prefix with the same error (fentry and kprobe backends).
+    RouteWriterFailing,
 }
 
 impl NodeEventReason {
     /// Every reason, in label order.
-    pub const ALL: [NodeEventReason; 4] =
-        [NodeEventReason::RouteConflict, NodeEventReason::RouteFlap, NodeEventReason::RouteOwnershipInconsistent, NodeEventReason::RouteMassDeletionHeld];
+    pub const ALL: [NodeEventReason; 5] = [
+        NodeEventReason::RouteConflict,
+        NodeEventReason::RouteFlap,
+        NodeEventReason::RouteOwnershipInconsistent,
+        NodeEventReason::RouteMassDeletionHeld,
+        NodeEventReason::RouteWriterFailing,
+    ];
 
     /// The Event's `reason` and the metrics' `reason` label.
     pub fn label(self) -> &'static str {
@@ -79,13 +87,14 @@ impl NodeEventReason {
             NodeEventReason::RouteFlap => "RouteFlap",
             NodeEventReason::RouteOwnershipInconsistent => "RouteOwnershipInconsistent",
             NodeEventReason::RouteMassDeletionHeld => "RouteMassDeletionHeld",
+            NodeEventReason::RouteWriterFailing => "RouteWriterFailing",
         }
     }
 
     /// The Event's `action`: what routewarden was doing when it saw it.
     pub fn action(self) -> &'static str {
         match self {
-            NodeEventReason::RouteConflict | NodeEventReason::RouteFlap => "WatchRoutes",
+            NodeEventReason::RouteConflict | NodeEventReason::RouteFlap | NodeEventReason::RouteWriterFailing => "WatchRoutes",
             NodeEventReason::RouteOwnershipInconsistent => "DecideOwnership",
             NodeEventReason::RouteMassDeletionHeld => "HoldDeletes",
         }

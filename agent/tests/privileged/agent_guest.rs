@@ -22,7 +22,11 @@
 //! - a third process, named `rw-deleter`, deletes the agent's route to node-d's IPIP Always
 //!   block: one conflict naming it (pid and comm) on the delete; the agent puts the route back.
 //!   Its writer class is checked last, for the rule that takes the class from the process
-//!   (`other`), not from the deleted route's protocol (80, `felix`).
+//!   (`other`), not from the deleted route's protocol (80, `felix`);
+//! - `bird` then tries three times to create the agent's route to node-b's block
+//!   (create-exclusive, as BIRD looping on "File exists", Calico#10585): the kernel refuses each,
+//!   and the agent and the stream report one failing-writer episode naming `bird` and `EEXIST`,
+//!   the refused adds counted apart from writes.
 //!
 //! Every backend names a writer by its process (the thread group's leader: pid and name), so
 //! the agent's writes, made by its batch sender thread, show as `routewarden`.
@@ -63,6 +67,8 @@ const FOUGHT: &str = "10.245.20.0/26";
 const DELETED: &str = "10.245.40.0/26";
 /// Rounds of the fight: `bird` writes, the agent puts its route back.
 const ROUNDS: u64 = 3;
+/// Times `bird` then tries to create [`FOUGHT`] while the agent holds it (each refused).
+const REFUSALS: u64 = 3;
 /// How long `bird` waits after the agent's repair before it writes again.
 const BIRD_INTERVAL: Duration = Duration::from_secs(1);
 /// A deadline for what takes well under a second on a host and a few under TCG.
@@ -93,8 +99,8 @@ fn helper_bird() {
         let tunl0 = nix::net::if_::if_nametoindex("tunl0").expect("tunl0 in the node namespace");
         let (dst, len) = prefix(FOUGHT);
         let mut lines = BufReader::new(std::io::stdin()).lines();
-        let mut n = 0;
-        while let Some(Ok(_)) = lines.next() {
+        let (mut n, mut refused) = (0, 0);
+        while let Some(Ok(line)) = lines.next() {
             let msg = rtnetlink::RouteMessageBuilder::<Ipv4Addr>::new()
                 .destination_prefix(dst, len)
                 .gateway(Ipv4Addr::new(10, 0, 0, 12))
@@ -103,9 +109,16 @@ fn helper_bird() {
                 .priority(1024)
                 .protocol(12.into())
                 .build();
-            handle.route().add(msg).replace().execute().await.expect("bird: route replace");
-            n += 1;
-            println!("RW-BIRD-WROTE {n}");
+            if line == "create" {
+                // Create-exclusive (no NLM_F_REPLACE), as BIRD retrying after lost messages.
+                let e = handle.route().add(msg).execute().await.expect_err("bird: creating a route the agent holds must be refused");
+                refused += 1;
+                println!("RW-BIRD-REFUSED {refused} {e}");
+            } else {
+                handle.route().add(msg).replace().execute().await.expect("bird: route replace");
+                n += 1;
+                println!("RW-BIRD-WROTE {n}");
+            }
             std::io::stdout().flush().unwrap();
         }
     });
@@ -252,6 +265,8 @@ fn summary(e: &Value) -> String {
     match e["event"].as_str() {
         Some("conflict") => format!("{head} over {} ({} writes in window)", who(&e["previous"]), e["writes_in_window"]),
         Some("flap") => format!("{head} after {} ({} changes in window)", who(&e["previous"]), e["changes_in_window"]),
+        Some("write-failed") => format!("{head}: {}", e["error"].as_str().unwrap_or("?")),
+        Some("failing-writer") => format!("{head}: {} ({} refused in window)", e["error"].as_str().unwrap_or("?"), e["failures_in_window"]),
         _ => head,
     }
 }
@@ -345,7 +360,9 @@ impl Scenario {
     /// The agent's routes on the real tunl0, the backend it runs, and its writes in the stream.
     fn check_start(&self) {
         let ready = wait_ready(&self.lab, "node-a");
-        assert!(ready.contains("bpf route_watch: ready\n"), "{ready}");
+        // The backend sees each write's result and, beside it, the rule filter names rule
+        // writers as it names route writers: the note says nothing is missing.
+        assert!(ready.contains(&format!("bpf route_watch: ready\nbpf route_watch: {}: writers named by process in the kernel\n", self.backend)), "{ready}");
         assert_eq!(routes(&self.lab, "node-a", "80"), NODE_A_IPIP);
         let m = metrics(&self.lab, "node-a");
         let backends = ["fentry", "kprobe", "none", "socket-filter"]
@@ -372,11 +389,11 @@ impl Scenario {
 
     /// `bird` rewrites [`FOUGHT`] [`ROUNDS`] times, each once the agent's route is back.
     /// Returns it (still running) with its stdin and pid.
-    fn fight(&self) -> (Killed, ChildStdin, u32) {
+    fn fight(&self) -> (Killed, ChildStdin, u32, std::sync::mpsc::Receiver<String>) {
         let mut bird = helper_process(&self.lab, "helper_bird", "bird").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start bird");
         let pid = bird.id();
         let mut stdin = bird.stdin.take().unwrap();
-        let said = marked_lines(bird.stdout.take().unwrap(), "RW-BIRD-WROTE ");
+        let said = marked_lines(bird.stdout.take().unwrap(), "RW-BIRD-");
         let bird = Killed(bird);
         for round in 1..=ROUNDS {
             writeln!(stdin, "write").unwrap();
@@ -392,7 +409,50 @@ impl Scenario {
         }
         assert_eq!(routes(&self.lab, "node-a", "80"), NODE_A_IPIP, "the agent's route is back");
         assert_eq!(self.lab.ip("node-a", &["route", "show", FOUGHT]).unwrap().trim(), "10.245.20.0/26 via 10.0.0.12 dev tunl0 proto 80 metric 1024 onlink");
-        (bird, stdin, pid)
+        (bird, stdin, pid, said)
+    }
+
+    /// `bird`, still running, tries [`REFUSALS`] times to create [`FOUGHT`] while the agent
+    /// holds it; the kernel refuses each with `EEXIST` and the agent's route stays.
+    fn refuse(&self, stdin: &mut ChildStdin, said: &std::sync::mpsc::Receiver<String>) {
+        for i in 1..=REFUSALS {
+            writeln!(stdin, "create").unwrap();
+            let line = said.recv_timeout(DEADLINE).unwrap_or_else(|e| panic!("bird did not answer create {i}: {e}"));
+            assert!(line.starts_with(&format!("RW-BIRD-REFUSED {i} ")) && line.contains("File exists"), "{line}");
+        }
+        assert_eq!(self.lab.ip("node-a", &["route", "show", FOUGHT]).unwrap().trim(), "10.245.20.0/26 via 10.0.0.12 dev tunl0 proto 80 metric 1024 onlink");
+    }
+
+    /// The refusals, seen by the agent and the stream as one failing-writer episode naming
+    /// `bird`: in `/metrics` (the episode and the three refused adds, and no write more than
+    /// before), the log, and the stream (three `write-failed`, one `failing-writer`).
+    fn check_failing(&self, bird_pid: u32, checked: usize) {
+        let episode = (r#"routewarden_failing_writer_episodes_total{family="ipv4",writer="bird"}"#.to_string(), 1);
+        let m = wait_for("the agent counts the failing writer", DEADLINE, || {
+            let m = metrics(&self.lab, "node-a");
+            (m.sum("routewarden_failing_writer_episodes_total") == 1 && m.sum("routewarden_route_write_failures_total") == REFUSALS).then_some(m)
+        });
+        assert_eq!(m.counted("routewarden_failing_writer_episodes_total"), sorted(&[episode]), "{m}");
+        let refused = (r#"routewarden_route_write_failures_total{family="ipv4",op="add",writer="bird"}"#.to_string(), REFUSALS);
+        assert_eq!(m.counted("routewarden_route_write_failures_total"), sorted(&[refused]), "{m}");
+        assert_eq!(m.sum("routewarden_route_writes_total"), 7 + 2 * ROUNDS + 2, "a refused write is not a write: {m}");
+        let log = std::fs::read_to_string(&self.log).unwrap();
+        let failing: Vec<&str> = log.lines().filter(|l| l.contains("failing writer")).collect();
+        assert_eq!(failing.len(), 1, "{log}");
+        for want in [FOUGHT, &format!("bird(proto 12, bird[{bird_pid}])"), "EEXIST (File exists)", "failures_in_window=3"] {
+            assert!(failing[0].contains(want), "{want} not in {}", failing[0]);
+        }
+        let b = format!("bird:bird[{bird_pid}] proto 12");
+        let mut want: Vec<String> = (0..REFUSALS).map(|_| format!("write-failed add by {b}: EEXIST (File exists)")).collect();
+        want.insert(3, format!("failing-writer add by {b}: EEXIST (File exists) (3 refused in window)"));
+        let events = wait_for("the stream shows the refusals", DEADLINE, || {
+            let of = self.events.of(FOUGHT);
+            (of.len() >= checked + want.len()).then_some(of)
+        });
+        assert_eq!(events[checked..].iter().map(summary).collect::<Vec<_>>(), want, "events of {FOUGHT} after the fight");
+        for e in events[checked..].iter().filter(|e| e["event"] == "failing-writer") {
+            println!("AGENT-GUEST-EVENT {} {e}", self.backend);
+        }
     }
 
     /// `rw-deleter` deletes [`DELETED`]; the agent puts it back. Returns the deleter's pid.
@@ -497,10 +557,13 @@ impl Scenario {
 
 fn run(name: &str, forced: Option<&'static str>) {
     let Some(scenario) = Scenario::start(name, forced) else { return };
-    let (bird, bird_stdin, bird_pid) = scenario.fight();
+    let (bird, mut bird_stdin, bird_pid, said) = scenario.fight();
     let deleter_pid = scenario.delete();
     let deleter_class = scenario.check_stream(bird_pid, deleter_pid);
     scenario.check_agent(bird_pid, deleter_pid, &deleter_class);
+    let checked = scenario.events.of(FOUGHT).len();
+    scenario.refuse(&mut bird_stdin, &said);
+    scenario.check_failing(bird_pid, checked);
     drop((bird_stdin, bird));
     scenario.stop();
 

@@ -1,7 +1,7 @@
 //! The shipped alerts end to end: a real Prometheus server (Debian package
 //! `prometheus`) scrapes a routewarden agent on each of the lab's four nodes and evaluates the
 //! rules of deploy/prometheusrule.yaml. The test causes the real condition behind every rule
-//! (18 rules, 13 alert names), and asserts through Prometheus's HTTP API that each alert goes
+//! (19 rules, 14 alert names; all but [`NOT_CAUSED_HERE`]), and asserts through Prometheus's HTTP API that each alert goes
 //! to `firing` exactly once, with its exact labels, value and summary, and resolves after its
 //! cause is removed, and that no other alert fires at all.
 //!
@@ -62,6 +62,14 @@ use lab_support::{copy_examples, lab, metrics, routes, wait_for, wait_ready, Age
 use routewarden_lab::{skip_unless_root, Lab};
 use serde_json::Value as Json;
 use serde_yaml_ng::Value;
+
+/// Rules this lab cannot cause, and where each is proved instead. The lab's agents run the
+/// route watch this host kernel allows (the socket filter), which sees only writes that
+/// succeeded.
+const NOT_CAUSED_HERE: [(&str, &str); 1] = [(
+    "RouteWriterFailing",
+    "it needs refused writes, which only fentry and kprobe see (this host kernel loads neither); the QEMU lane's route_watch_fentry and route_watch_kprobe assert the episode, its event and routewarden_failing_writer_episodes_total, and promtool (deploy/tests/route_writer_failing.yaml) the rule",
+)];
 
 const PROMETHEUS: &str = "/usr/bin/prometheus";
 /// Prometheus's port on node-a's loopback.
@@ -221,8 +229,8 @@ fn rule_identities(spec: &Value) -> Vec<(String, Labels)> {
 fn scaled_rules_differ_from_the_shipped_ones_only_in_durations() {
     let (shipped, scaled) = (shipped_rules(), lab_rules());
     let names: BTreeSet<String> = rule_identities(&shipped).into_iter().map(|(a, _)| a).collect();
-    assert_eq!(rule_identities(&shipped).len(), 18, "rules in deploy/prometheusrule.yaml: update the lab test's causes");
-    assert_eq!(names.len(), 13);
+    assert_eq!(rule_identities(&shipped).len(), 19, "rules in deploy/prometheusrule.yaml: update the lab test's causes");
+    assert_eq!(names.len(), 14);
     let (sg, lg) = (shipped["groups"].as_sequence().unwrap(), scaled["groups"].as_sequence().unwrap());
     assert_eq!(sg.len(), lg.len());
     let mut windows_seen = 0;
@@ -1068,6 +1076,10 @@ fn every_alert_fires_and_resolves_through_prometheus() {
     // Every rule of the shipped file fired at least once: (alert, routing labels) of each rule
     // are in some alert that fired.
     for (name, labels) in rule_identities(&shipped_rules()) {
+        if let Some((_, why)) = NOT_CAUSED_HERE.iter().find(|(n, _)| *n == name) {
+            eprintln!("rule {name} not caused in this lab: {why}");
+            continue;
+        }
         assert!(fired.iter().any(|k| k["alertname"] == name && labels.iter().all(|(l, v)| k.get(l) == Some(v))), "rule {name} {labels:?} never fired");
     }
     let values: BTreeMap<&str, f64> = [

@@ -64,3 +64,15 @@ fn kprobe_a_nexthop_replace_is_not_a_route_write() {
 fn kprobe_writers_are_named_and_classed_by_process() {
     route_watch_common::writers_named_by_process("kprobe_writers_are_named_and_classed_by_process", BACKEND, true);
 }
+
+/// A writer whose writes keep being refused (`route_watch_common::failing_writer`).
+#[test]
+fn kprobe_a_writer_that_keeps_failing_is_one_episode_per_prefix() {
+    route_watch_common::failing_writer("kprobe_a_writer_that_keeps_failing_is_one_episode_per_prefix", BACKEND);
+}
+
+/// Rule writes watched and named on this backend (`route_watch_common::rule_writes_named`).
+#[test]
+fn kprobe_rule_writes_are_named_by_process() {
+    route_watch_common::rule_writes_named("kprobe_rule_writes_are_named_by_process", BACKEND);
+}

@@ -128,3 +128,15 @@ fn socket_filter_writers_are_named_and_classed_by_process() {
 fn socket_filter_by_port_counts_unknown_senders_as_unattributed() {
     route_watch_common::writers_named_by_process("socket_filter_by_port_counts_unknown_senders_as_unattributed", BACKEND, false);
 }
+
+/// A writer whose writes keep being refused (`route_watch_common::failing_writer`).
+#[test]
+fn socket_filter_a_writer_that_keeps_failing_is_one_episode_per_prefix() {
+    route_watch_common::failing_writer("socket_filter_a_writer_that_keeps_failing_is_one_episode_per_prefix", BACKEND);
+}
+
+/// Rule writes watched and named on this backend (`route_watch_common::rule_writes_named`).
+#[test]
+fn socket_filter_rule_writes_are_named_by_process() {
+    route_watch_common::rule_writes_named("socket_filter_rule_writes_are_named_by_process", BACKEND);
+}

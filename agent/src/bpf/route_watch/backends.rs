@@ -1,15 +1,20 @@
 //! The three backends of the route watch, loaded and attached on the process's one load:
-//! fentry and kprobe programs on the hooked FIB functions, or a socket filter on a
-//! `NETLINK_ROUTE` socket of its own. A backend that fails leaves nothing loaded behind it, so
-//! the next one can be tried on the same object.
+//! fexit (the fentry backend) or kprobe and kretprobe programs on the hooked FIB functions, or
+//! a socket filter on a `NETLINK_ROUTE` socket of its own. A backend that fails leaves nothing
+//! loaded behind it, so the next one can be tried on the same object.
+//!
+//! Policy rules are written through `fib_nl_newrule`/`fib_nl_delrule`, not the FIB functions:
+//! beside fentry and kprobe programs the same socket-filter program runs on a socket joined to
+//! the rule groups alone ([`RuleFilter`]), so rule writes are watched, with their writer, on
+//! every backend.
 
 use std::os::fd::{AsFd, OwnedFd};
 
-use aya::programs::fentry::FEntryLink;
+use aya::programs::fexit::FExitLink;
 use aya::programs::kprobe::KProbeLink;
-use aya::programs::{FEntry, KProbe, SocketFilter};
+use aya::programs::{FExit, KProbe, SocketFilter};
 use aya::Ebpf;
-use routewarden_common::route_watch::{HOOKED_FUNCTIONS, PROGS_FENTRY, PROGS_KPROBE, PROG_SOCKET_FILTER, PROG_SOCKET_FILTER_PORT};
+use routewarden_common::route_watch::{HOOKED_FUNCTIONS, PROGS_FENTRY, PROGS_KPROBE, PROGS_KRETPROBE, PROG_SOCKET_FILTER, PROG_SOCKET_FILTER_PORT};
 
 use super::btf;
 use super::settings::RouteWatchBackend;
@@ -43,44 +48,76 @@ impl std::fmt::Display for Senders {
 
 /// An owned link of one backend's program; dropping it detaches the program.
 pub(super) enum BackendLink {
-    Fentry(#[expect(dead_code, reason = "held for its Drop (detach)")] FEntryLink),
+    Fexit(#[expect(dead_code, reason = "held for its Drop (detach)")] FExitLink),
     Kprobe(#[expect(dead_code, reason = "held for its Drop (detach)")] KProbeLink),
 }
 
+/// The rule watch beside the fentry and kprobe backends: the socket filter on a socket joined
+/// to the rule groups only, or why it could not start (the route watch runs without it).
+#[derive(Debug)]
+pub(super) enum RuleFilter {
+    /// The route backend is the socket filter, which sees rule writes itself.
+    Backend,
+    /// The filter on its own socket (closing it detaches the filter), and how it names writers.
+    Running(#[expect(dead_code, reason = "held: closing it detaches the filter")] OwnedFd, Senders),
+    /// It did not start: why.
+    Failed(String),
+}
+
+/// What a started backend holds: its programs' links, its socket (socket filter), how it
+/// names writers, and the rule watch beside it.
+pub(super) struct Started {
+    pub links: Vec<BackendLink>,
+    pub socket: Option<OwnedFd>,
+    pub senders: Senders,
+    pub rules: RuleFilter,
+}
+
 /// Load and attach one backend's programs; on failure the ones it loaded are unloaded.
-pub(super) fn start_backend(object: &BpfObject, backend: RouteWatchBackend) -> Result<(Vec<BackendLink>, Option<OwnedFd>, Senders), BpfError> {
-    match backend {
+pub(super) fn start_backend(object: &BpfObject, backend: RouteWatchBackend) -> Result<Started, BpfError> {
+    let (links, socket, senders) = match backend {
         RouteWatchBackend::SocketFilter => {
-            // The filter that reads the sending task first (it needs `task_struct` offsets,
-            // and its helpers, which lockdown's confidentiality mode withholds): then the
-            // one naming senders by port.
-            let task_senders = object.config().route_watch.as_ref().is_none_or(|c| c.task_senders);
-            let first = match object.task_offsets() {
-                Ok(_) if task_senders => start_socket_filter(object, PROG_SOCKET_FILTER).map(|s| (s, Senders::Task)).map_err(|e| e.to_string()),
-                Ok(_) => Err("configured to name writers by netlink port".to_owned()),
-                Err(why) => Err(format!("kernel BTF: {why}")),
-            };
-            let (socket, senders) = match first {
-                Ok(found) => found,
-                Err(why) => {
-                    // The verifier's whole log is for the debug level; `/readyz` gets the
-                    // error itself.
-                    tracing::debug!(error = %why, "route watch: the socket filter reading the sending task did not load");
-                    let why = why.split(". Verifier output").next().unwrap_or_default().to_owned();
-                    tracing::info!(error = %why, "route watch: the socket filter cannot read the sending task; naming writers by netlink port");
-                    (start_socket_filter(object, PROG_SOCKET_FILTER_PORT)?, Senders::Port(why))
-                }
-            };
-            Ok((Vec::new(), Some(socket), senders))
+            let (socket, senders) = start_filter(object, ALL_GROUPS)?;
+            return Ok(Started { links: Vec::new(), socket: Some(socket), senders, rules: RuleFilter::Backend });
         }
-        RouteWatchBackend::Fentry => start_fentry(object).map(|(l, s)| (l, s, Senders::Task)),
-        RouteWatchBackend::Kprobe => start_kprobe(object).map(|(l, s)| (l, s, Senders::Task)),
+        RouteWatchBackend::Fentry => (start_fentry(object)?, None, Senders::Task),
+        RouteWatchBackend::Kprobe => (start_kprobe(object)?, None, Senders::Task),
+    };
+    let rules = match start_filter(object, RULE_GROUPS) {
+        Ok((socket, senders)) => RuleFilter::Running(socket, senders),
+        Err(e) => {
+            tracing::warn!(backend = backend.label(), error = %e, "route watch: the rule watch beside the backend did not start; policy rule writes are not watched");
+            RuleFilter::Failed(e.to_string())
+        }
+    };
+    Ok(Started { links, socket, senders, rules })
+}
+
+/// The socket filter on a new route socket bound to `groups`: the one that reads the sending
+/// task first (it needs `task_struct` offsets, and its helpers, which lockdown's
+/// confidentiality mode withholds), then the one naming senders by port.
+fn start_filter(object: &BpfObject, groups: u32) -> Result<(OwnedFd, Senders), BpfError> {
+    let task_senders = object.config().route_watch.as_ref().is_none_or(|c| c.task_senders);
+    let first = match object.task_offsets() {
+        Ok(_) if task_senders => start_socket_filter(object, PROG_SOCKET_FILTER, groups).map(|s| (s, Senders::Task)).map_err(|e| e.to_string()),
+        Ok(_) => Err("configured to name writers by netlink port".to_owned()),
+        Err(why) => Err(format!("kernel BTF: {why}")),
+    };
+    match first {
+        Ok(found) => Ok(found),
+        Err(why) => {
+            // The verifier's whole log is for the debug level; `/readyz` gets the error itself.
+            tracing::debug!(error = %why, "route watch: the socket filter reading the sending task did not load");
+            let why = why.split(". Verifier output").next().unwrap_or_default().to_owned();
+            tracing::info!(error = %why, "route watch: the socket filter cannot read the sending task; naming writers by netlink port");
+            Ok((start_socket_filter(object, PROG_SOCKET_FILTER_PORT, groups)?, Senders::Port(why)))
+        }
     }
 }
 
-/// Load the socket filter `program` and attach it to a new route socket (closing the
-/// socket detaches it).
-fn start_socket_filter(object: &BpfObject, program: &'static str) -> Result<OwnedFd, BpfError> {
+/// Load the socket filter `program` and attach it to a new route socket bound to `groups`
+/// (closing the socket detaches it).
+fn start_socket_filter(object: &BpfObject, program: &'static str, groups: u32) -> Result<OwnedFd, BpfError> {
     let prog_err = BpfError::program;
     // A socket filter is charged to the socket's option memory: a program larger
     // than `net.core.optmem_max` (20 KiB before Linux 6.9) fails SO_ATTACH_BPF
@@ -89,7 +126,7 @@ fn start_socket_filter(object: &BpfObject, program: &'static str) -> Result<Owne
     // without a route watch. The log level is one global of the whole object:
     // the object is loaded again without logs, for every watch of the process.
     let attach = || -> Result<(OwnedFd, Option<u32>), BpfError> {
-        let socket = route_socket()?;
+        let socket = route_socket(groups)?;
         object.with(|ebpf| {
             let prog: &mut SocketFilter = ebpf.program_mut(program).ok_or(BpfError::Missing(program))?.try_into().map_err(prog_err("type", program))?;
             match prog.load() {
@@ -109,7 +146,9 @@ fn start_socket_filter(object: &BpfObject, program: &'static str) -> Result<Owne
     let requested = object.log_level();
     match attach() {
         Ok((socket, _)) => Ok(socket),
-        Err(e) if requested != BpfLogLevel::Off && e.is_out_of_memory() => {
+        // Beside fentry/kprobe programs already attached the object must not be loaded again
+        // (they would write to the first load's maps): the rule watch goes without.
+        Err(e) if requested != BpfLogLevel::Off && e.is_out_of_memory() && groups == ALL_GROUPS => {
             object.reload_without_logs()?;
             let (socket, size) = attach()?;
             // Global before 6.9 and then not visible from other namespaces.
@@ -128,8 +167,9 @@ fn start_socket_filter(object: &BpfObject, program: &'static str) -> Result<Owne
     }
 }
 
-/// Load and attach the fentry programs; on failure the ones loaded are unloaded.
-fn start_fentry(object: &BpfObject) -> Result<(Vec<BackendLink>, Option<OwnedFd>), BpfError> {
+/// Load and attach the fentry backend's programs (fexit: at the functions' return, with
+/// their arguments and result); on failure the ones loaded are unloaded.
+fn start_fentry(object: &BpfObject) -> Result<Vec<BackendLink>, BpfError> {
     let prog_err = BpfError::program;
     object.kernel_offsets()?;
     let kbtf = aya::Btf::from_sys_fs().map_err(|e| BpfError::Btf(format!("reading {}: {e}", btf::VMLINUX_BTF)))?;
@@ -137,7 +177,7 @@ fn start_fentry(object: &BpfObject) -> Result<(Vec<BackendLink>, Option<OwnedFd>
         let mut links = Vec::new();
         for (name, func) in PROGS_FENTRY.into_iter().zip(HOOKED_FUNCTIONS) {
             let attached = (|| {
-                let prog: &mut FEntry = ebpf.program_mut(name).ok_or(BpfError::Missing(name))?.try_into().map_err(prog_err("type", name))?;
+                let prog: &mut FExit = ebpf.program_mut(name).ok_or(BpfError::Missing(name))?.try_into().map_err(prog_err("type", name))?;
                 match prog.load(func, &kbtf) {
                     Ok(()) | Err(aya::programs::ProgramError::AlreadyLoaded) => {}
                     Err(e) => return Err(prog_err("load", name)(e)),
@@ -146,7 +186,7 @@ fn start_fentry(object: &BpfObject) -> Result<(Vec<BackendLink>, Option<OwnedFd>
                 prog.take_link(id).map_err(prog_err("attach", name))
             })();
             match attached {
-                Ok(link) => links.push(BackendLink::Fentry(link)),
+                Ok(link) => links.push(BackendLink::Fexit(link)),
                 Err(e) => {
                     drop(links);
                     unload_all(ebpf, &PROGS_FENTRY);
@@ -154,17 +194,19 @@ fn start_fentry(object: &BpfObject) -> Result<(Vec<BackendLink>, Option<OwnedFd>
                 }
             }
         }
-        Ok((links, None))
+        Ok(links)
     })
 }
 
-/// Load and attach the kprobe programs; on failure the ones loaded are unloaded.
-fn start_kprobe(object: &BpfObject) -> Result<(Vec<BackendLink>, Option<OwnedFd>), BpfError> {
+/// Load and attach the kprobe programs (entry: keep the arguments) and the kretprobe ones
+/// (return: decode them with the result); on failure the ones loaded are unloaded.
+fn start_kprobe(object: &BpfObject) -> Result<Vec<BackendLink>, BpfError> {
     let prog_err = BpfError::program;
     object.kernel_offsets()?;
     object.with(|ebpf| {
         let mut links = Vec::new();
-        for (name, func) in PROGS_KPROBE.into_iter().zip(HOOKED_FUNCTIONS) {
+        let programs = PROGS_KPROBE.into_iter().zip(HOOKED_FUNCTIONS).chain(PROGS_KRETPROBE.into_iter().zip(HOOKED_FUNCTIONS));
+        for (name, func) in programs {
             let attached = (|| {
                 let prog: &mut KProbe = ebpf.program_mut(name).ok_or(BpfError::Missing(name))?.try_into().map_err(prog_err("type", name))?;
                 match prog.load() {
@@ -179,11 +221,12 @@ fn start_kprobe(object: &BpfObject) -> Result<(Vec<BackendLink>, Option<OwnedFd>
                 Err(e) => {
                     drop(links);
                     unload_all(ebpf, &PROGS_KPROBE);
+                    unload_all(ebpf, &PROGS_KRETPROBE);
                     return Err(e);
                 }
             }
         }
-        Ok((links, None))
+        Ok(links)
     })
 }
 
@@ -192,7 +235,7 @@ fn unload_all(ebpf: &mut Ebpf, names: &[&str]) {
     for name in names {
         if let Some(p) = ebpf.program_mut(name) {
             let _ = match p {
-                aya::programs::Program::FEntry(p) => p.unload(),
+                aya::programs::Program::FExit(p) => p.unload(),
                 aya::programs::Program::KProbe(p) => p.unload(),
                 _ => Ok(()),
             };
@@ -200,31 +243,38 @@ fn unload_all(ebpf: &mut Ebpf, names: &[&str]) {
     }
 }
 
-/// A NETLINK_ROUTE socket in the calling thread's namespace, joined to
-/// `RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE`, the rule groups
-/// (`RTNLGRP_IPV4_RULE` 8, `RTNLGRP_IPV6_RULE` 19: policy rule writes) and `RTNLGRP_NEXTHOP` (so the filter
-/// knows which route notifications a nexthop replace re-sent, see
-/// `routewarden_common::route_watch::NexthopNotice`). Non-blocking; nothing reads it (the
-/// filter returns 0, so no message is ever queued).
-fn route_socket() -> Result<OwnedFd, BpfError> {
+const RTMGRP_LINK: u32 = 0x1;
+const RTMGRP_IPV4_ROUTE: u32 = 0x40;
+const RTMGRP_IPV6_ROUTE: u32 = 0x400;
+/// `RTNLGRP_IPV4_RULE` (8) as a bind mask bit.
+const RTMGRP_IPV4_RULE: u32 = 1 << (8 - 1);
+/// `RTNLGRP_IPV6_RULE` (19) as a bind mask bit.
+const RTMGRP_IPV6_RULE: u32 = 1 << (19 - 1);
+/// The socket-filter backend's groups: links, routes of both families, rules (and, joined
+/// apart, nexthop objects).
+const ALL_GROUPS: u32 = RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE | RTMGRP_IPV4_RULE | RTMGRP_IPV6_RULE;
+/// The rule watch beside fentry and kprobe: the rule groups alone (routes come from the hooks).
+const RULE_GROUPS: u32 = RTMGRP_IPV4_RULE | RTMGRP_IPV6_RULE;
+
+/// A NETLINK_ROUTE socket in the calling thread's namespace, bound to `groups`: some of
+/// `RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE` and the rule groups
+/// (`RTNLGRP_IPV4_RULE` 8, `RTNLGRP_IPV6_RULE` 19: policy rule writes). With the route groups
+/// it also joins `RTNLGRP_NEXTHOP` (so the filter knows which route notifications a nexthop
+/// replace re-sent, see `routewarden_common::route_watch::NexthopNotice`). Non-blocking;
+/// nothing reads it (the filter returns 0, so no message is ever queued).
+fn route_socket(groups: u32) -> Result<OwnedFd, BpfError> {
     use rtnetlink::sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
     use std::os::fd::{FromRawFd, IntoRawFd};
-    const RTMGRP_LINK: u32 = 0x1;
-    const RTMGRP_IPV4_ROUTE: u32 = 0x40;
-    const RTMGRP_IPV6_ROUTE: u32 = 0x400;
-    /// `RTNLGRP_IPV4_RULE` (8) as a bind mask bit.
-    const RTMGRP_IPV4_RULE: u32 = 1 << (8 - 1);
-    /// `RTNLGRP_IPV6_RULE` (19) as a bind mask bit.
-    const RTMGRP_IPV6_RULE: u32 = 1 << (19 - 1);
     /// `RTNLGRP_NEXTHOP` (`include/uapi/linux/rtnetlink.h`; above 31, so joined, not bound).
     const RTNLGRP_NEXTHOP: u32 = 32;
     let mut sock = Socket::new(NETLINK_ROUTE).map_err(|e| BpfError::Socket { op: "socket(AF_NETLINK, NETLINK_ROUTE)", source: e })?;
-    sock.bind(&SocketAddr::new(0, RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE | RTMGRP_IPV4_RULE | RTMGRP_IPV6_RULE))
-        .map_err(|e| BpfError::Socket { op: "bind to route groups", source: e })?;
-    match sock.add_membership(RTNLGRP_NEXTHOP) {
-        // Before 5.3 the group does not exist, and neither do nexthop objects.
-        Err(e) if e.raw_os_error() == Some(nix::libc::EINVAL) => {}
-        other => other.map_err(|e| BpfError::Socket { op: "join the nexthop group", source: e })?,
+    sock.bind(&SocketAddr::new(0, groups)).map_err(|e| BpfError::Socket { op: "bind to route groups", source: e })?;
+    if groups & RTMGRP_IPV4_ROUTE != 0 {
+        match sock.add_membership(RTNLGRP_NEXTHOP) {
+            // Before 5.3 the group does not exist, and neither do nexthop objects.
+            Err(e) if e.raw_os_error() == Some(nix::libc::EINVAL) => {}
+            other => other.map_err(|e| BpfError::Socket { op: "join the nexthop group", source: e })?,
+        }
     }
     sock.set_non_blocking(true).map_err(|e| BpfError::Socket { op: "set non-blocking", source: e })?;
     // SAFETY: the descriptor comes from `into_raw_fd`, which gives up its ownership.

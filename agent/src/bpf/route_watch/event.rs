@@ -211,11 +211,57 @@ pub enum RouteWatchEvent {
         /// Interface index.
         ifindex: u32,
     },
-    /// A policy rule was added or deleted (every one; socket-filter backend).
+    /// A policy rule was added or deleted (every one, on every backend).
     RuleChange {
         /// The change.
         rule: RuleChange,
     },
+    /// A route write the kernel refused; only when write streaming is on, and only on the
+    /// fentry and kprobe backends (a socket filter sees notifications, which exist only for
+    /// writes that succeeded).
+    WriteFailed {
+        /// The write as requested.
+        route: RouteChange,
+        /// The error the kernel returned.
+        #[serde(flatten)]
+        error: WriteError,
+    },
+    /// A writer keeps failing: its writes of one operation to this prefix were refused with
+    /// the same error `failures_in_window` (>= threshold) times within the window (Calico#10585:
+    /// BIRD looping on "File exists"). fentry and kprobe backends only.
+    FailingWriter {
+        /// The refused write that reached the threshold.
+        route: RouteChange,
+        /// The error each of them got.
+        #[serde(flatten)]
+        error: WriteError,
+        /// Refused writes in the current run.
+        failures_in_window: u32,
+    },
+}
+
+/// The error the kernel returned for a refused route write.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WriteError {
+    /// The positive errno (`17`).
+    pub errno: u16,
+    /// Its symbolic name and message (`EEXIST (File exists)`), `errno <n>` when unknown.
+    pub error: String,
+}
+
+impl WriteError {
+    /// The error for the positive `errno`.
+    pub fn new(errno: u16) -> WriteError {
+        let e = nix::errno::Errno::from_raw(i32::from(errno));
+        let error = if e == nix::errno::Errno::UnknownErrno { format!("errno {errno}") } else { format!("{e:?} ({})", e.desc()) };
+        WriteError { errno, error }
+    }
+}
+
+impl fmt::Display for WriteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.error)
+    }
 }
 
 impl RouteWatchEvent {
@@ -225,7 +271,9 @@ impl RouteWatchEvent {
             RouteWatchEvent::Write { route }
             | RouteWatchEvent::Conflict { route, .. }
             | RouteWatchEvent::Flap { route, .. }
-            | RouteWatchEvent::Flush { route } => Some(route),
+            | RouteWatchEvent::Flush { route }
+            | RouteWatchEvent::WriteFailed { route, .. }
+            | RouteWatchEvent::FailingWriter { route, .. } => Some(route),
             RouteWatchEvent::LinkDown { .. } | RouteWatchEvent::RuleChange { .. } => None,
         }
     }
@@ -233,7 +281,10 @@ impl RouteWatchEvent {
     /// Mutable access to every writer in the event (for `/proc` resolution).
     pub fn writers_mut(&mut self) -> Vec<&mut WriterInfo> {
         match self {
-            RouteWatchEvent::Write { route } | RouteWatchEvent::Flush { route } => vec![&mut route.writer],
+            RouteWatchEvent::Write { route }
+            | RouteWatchEvent::Flush { route }
+            | RouteWatchEvent::WriteFailed { route, .. }
+            | RouteWatchEvent::FailingWriter { route, .. } => vec![&mut route.writer],
             RouteWatchEvent::Conflict { route, previous, .. } | RouteWatchEvent::Flap { route, previous, .. } => {
                 vec![&mut route.writer, previous]
             }
@@ -303,6 +354,10 @@ pub fn decode_record(bytes: &[u8]) -> Result<RouteWatchEvent, DecodeError> {
         RecordKind::Flap => {
             RouteWatchEvent::Flap { route: decode_write(&rec.write)?, previous: WriterInfo::from_raw(&rec.previous), changes_in_window: rec.changes }
         }
+        RecordKind::WriteFailed => RouteWatchEvent::WriteFailed { route: decode_write(&rec.write)?, error: WriteError::new(rec.errno) },
+        RecordKind::Failing => {
+            RouteWatchEvent::FailingWriter { route: decode_write(&rec.write)?, error: WriteError::new(rec.errno), failures_in_window: rec.changes }
+        }
     })
 }
 
@@ -335,6 +390,10 @@ impl fmt::Display for RouteWatchEvent {
             }
             RouteWatchEvent::LinkDown { ifindex, .. } => write!(f, "linkdown ifindex {ifindex} (IPv4 routes via it flushed)"),
             RouteWatchEvent::RuleChange { rule } => write!(f, "rule     {rule}"),
+            RouteWatchEvent::WriteFailed { route, error } => write!(f, "refused  {route}: {error}"),
+            RouteWatchEvent::FailingWriter { route, error, failures_in_window } => {
+                write!(f, "FAILING  {route}: {error} ({failures_in_window} refused in window)")
+            }
         }
     }
 }

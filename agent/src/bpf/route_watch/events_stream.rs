@@ -49,6 +49,8 @@ pub struct EventsOptions {
     pub window: Duration,
     /// Flap threshold.
     pub flap_threshold: u32,
+    /// Failing-writer threshold (refused writes of one prefix by one writer, same errno).
+    pub failing_threshold: u32,
     /// The agent's route protocol (the class `self` is decided by `self_pid`, not by it).
     pub self_protocol: u8,
     /// Stop after this many events (`None`: until Ctrl-C / SIGTERM).
@@ -68,14 +70,15 @@ pub struct EventsOptions {
     pub scope: Option<EpisodeScope>,
 }
 
-/// `ev`, or the write it carries when it is a conflict or flap outside `scope`
-/// ([`EpisodeScope::judges`]): another program's churn outside the pools is not an episode
-///, in the stream as in the agent's metrics.
+/// `ev`, or the write it carries when it is a conflict, flap or failing writer outside `scope`
+/// ([`EpisodeScope::judges`]): another program's churn outside the pools is not an episode,
+/// in the stream as in the agent's metrics.
 pub fn in_scope(ev: RouteWatchEvent, scope: Option<&EpisodeScope>) -> RouteWatchEvent {
     match (scope, ev) {
         (Some(s), RouteWatchEvent::Conflict { route, previous, .. } | RouteWatchEvent::Flap { route, previous, .. }) if !s.judges(&route, &previous) => {
             RouteWatchEvent::Write { route }
         }
+        (Some(s), RouteWatchEvent::FailingWriter { route, error, .. }) if !s.judges(&route, &route.writer) => RouteWatchEvent::WriteFailed { route, error },
         (_, ev) => ev,
     }
 }
@@ -87,6 +90,7 @@ impl Default for EventsOptions {
             backend: None,
             window: Duration::from_secs(30),
             flap_threshold: 3,
+            failing_threshold: 3,
             self_protocol: 0,
             max_events: None,
             duration: None,
@@ -132,6 +136,7 @@ fn load_object(object: &'static [u8], opts: &EventsOptions) -> Result<BpfObject,
         backend: opts.backend,
         window: opts.window,
         flap_threshold: opts.flap_threshold,
+        failing_threshold: opts.failing_threshold,
         self_protocol: opts.self_protocol,
         stream_writes: true,
         ring_buffer_bytes: Some(1 << 22),

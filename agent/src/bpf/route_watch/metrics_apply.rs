@@ -124,9 +124,15 @@ impl RouteWatchMetrics {
         self.last = *now;
     }
 
-    /// Apply one event (conflict/flap events mark their prefix as flapping) and log it.
+    /// Apply one event (conflict/flap events mark their prefix as flapping; a failing-writer
+    /// episode is counted, `routewarden_failing_writer_episodes_total`) and log it.
     pub fn apply_event(&mut self, metrics: &Metrics, event: &RouteWatchEvent, now: Instant) {
-        if let RouteWatchEvent::Conflict { route, previous, .. } | RouteWatchEvent::Flap { route, previous, .. } = event {
+        let judged = match event {
+            RouteWatchEvent::Conflict { route, previous, .. } | RouteWatchEvent::Flap { route, previous, .. } => Some((route, previous)),
+            RouteWatchEvent::FailingWriter { route, .. } => Some((route, &route.writer)),
+            _ => None,
+        };
+        if let Some((route, previous)) = judged {
             if self.scope.as_ref().is_some_and(|s| !s.judges(route, previous)) {
                 self.unjudged += 1;
                 return;
@@ -157,7 +163,15 @@ impl RouteWatchMetrics {
                 // rules on each, `routewarden_route_table_rule`).
                 tracing::info!(family = rule.family, op = rule.op, priority = rule.priority, table = rule.table, writer = %rule.writer, "policy rule change");
             }
-            RouteWatchEvent::Write { .. } | RouteWatchEvent::Flush { .. } => {}
+            RouteWatchEvent::FailingWriter { route, error, failures_in_window } => {
+                // Not a flapping prefix: the route is unchanged, one writer cannot get its way.
+                metrics.record_failing_writer(route.family, route.writer.writer_class());
+                if self.may_log(now) {
+                    tracing::warn!(prefix = %route.dst, table = route.table, metric = route.metric, op = route.op,
+                    writer = %route.writer, error = %error, failures_in_window, "failing writer: the kernel keeps refusing one writer's writes to this prefix");
+                }
+            }
+            RouteWatchEvent::Write { .. } | RouteWatchEvent::Flush { .. } | RouteWatchEvent::WriteFailed { .. } => {}
         }
         self.tick(metrics, now);
     }

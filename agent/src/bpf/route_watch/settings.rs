@@ -33,11 +33,12 @@ impl RouteWatchBackend {
 }
 
 impl RouteWatchBackend {
-    /// Whether the backend sees policy rule writes (`RTM_NEWRULE`/`RTM_DELRULE`): the socket
-    /// filter only, joined to the rule groups. fentry and kprobes hook the FIB's route
-    /// functions; `fib_nl_newrule`/`fib_nl_delrule` are not hooked there.
-    pub fn watches_rules(self) -> bool {
-        self == RouteWatchBackend::SocketFilter
+    /// Whether the backend sees the outcome of a route write, so refused writes (failing
+    /// writers) are seen: fentry (fexit) and kprobe (kretprobe) read the hooked function's
+    /// return value; a socket filter sees the kernel's notifications, which exist only for
+    /// writes that succeeded.
+    pub fn sees_outcomes(self) -> bool {
+        self != RouteWatchBackend::SocketFilter
     }
 }
 
@@ -73,6 +74,9 @@ pub struct RouteWatchConfig {
     pub window: Duration,
     /// Changes within the window that make a flap (default 3).
     pub flap_threshold: u32,
+    /// Refused writes of one prefix by one writer (same operation and errno) within the
+    /// window that make a failing writer (default 3; at least 2).
+    pub failing_threshold: u32,
     /// The agent's own route protocol (0: none). The class `self` is the process's
     /// ([`RouteWatchConfig::self_pid`]), not the protocol's.
     pub self_protocol: u8,
@@ -95,6 +99,7 @@ impl Default for RouteWatchConfig {
             backend: None,
             window: Duration::from_secs(30),
             flap_threshold: 3,
+            failing_threshold: 3,
             self_protocol: 0,
             stream_writes: false,
             ring_buffer_bytes: None,

@@ -6,7 +6,7 @@
 use routewarden_common::route_watch::WriterClass;
 
 use super::datastore::LoadErrorLabels;
-use super::route_watch::{writers_label, FamilyLabels, RouteConflictLabels, RouteWriteLabels, FAMILY_LABELS, OP_LABELS};
+use super::route_watch::{writers_label, FailingWriterLabels, FamilyLabels, RouteConflictLabels, RouteWriteLabels, FAMILY_LABELS, OP_LABELS};
 use super::routes::{NetlinkErrorLabels, OperationLabels};
 use super::table_rule::{RuleWriteLabels, RULE_OP_LABELS};
 use super::Metrics;
@@ -18,7 +18,7 @@ const OPERATIONS: [&str; 4] = ["replace", "delete", "nexthop-replace", "nexthop-
 
 impl Metrics {
     /// Create every series of the counters with fixed label sets, at 0: route writes
-    /// (family × op × writer class), rule writes (family × add/delete × writer class), conflicts (family × writer pair), flaps, flushes and
+    /// and refused route writes (family × op × writer class), failing-writer episodes (family × writer class), rule writes (family × add/delete × writer class), conflicts (family × writer pair), flaps, flushes and
     /// unattributed writes (family), route operations (op × result), netlink errors
     /// (`apply` × error kind, `dump` × `other`), datastore load errors (reason).
     pub(super) fn declare_known_series(&self) {
@@ -26,6 +26,7 @@ impl Metrics {
             for op in OP_LABELS.map(routewarden_common::route_watch::WriteOp::label) {
                 for writer in WriterClass::ALL {
                     self.route_writes.get_or_create(&RouteWriteLabels { family, op, writer: writer.label() }).inc_by(0);
+                    self.route_write_failures.get_or_create(&RouteWriteLabels { family, op, writer: writer.label() }).inc_by(0);
                 }
             }
             for (i, a) in WriterClass::ALL.into_iter().enumerate() {
@@ -34,6 +35,9 @@ impl Metrics {
                 }
             }
             self.route_flaps.get_or_create(&FamilyLabels { family }).inc_by(0);
+            for writer in WriterClass::ALL {
+                self.failing_writer_episodes.get_or_create(&FailingWriterLabels { family, writer: writer.label() }).inc_by(0);
+            }
             self.route_flushes.get_or_create(&FamilyLabels { family }).inc_by(0);
             self.route_writes_unattributed.get_or_create(&FamilyLabels { family }).inc_by(0);
             for op in RULE_OP_LABELS.map(routewarden_common::route_watch::WriteOp::label) {

@@ -46,7 +46,7 @@ pub use bpf::ProgramLabels;
 pub use datastore::LoadErrorLabels;
 pub use forward::{ForwardPathLabels, PoolLabels, WrongPathLabels};
 pub use node_events::{NodeEventFailureLabels, NodeEventLabels};
-pub use route_watch::{writers_label, BackendLabels, FamilyLabels, RouteConflictLabels, RouteWriteLabels};
+pub use route_watch::{writers_label, BackendLabels, FailingWriterLabels, FamilyLabels, RouteConflictLabels, RouteWriteLabels};
 pub use routes::{AuditLabels, CalicoVersionLabels, FindingLabels, HoldLabels, NetlinkErrorLabels, OperationLabels, ProblemLabels, RouteLabels};
 pub use table_rule::{RuleWriteLabels, TableRuleLabels};
 
@@ -107,6 +107,13 @@ pub struct Metrics {
     pub route_conflicts: Family<RouteConflictLabels, Counter>,
     /// `routewarden_route_flaps_total{family}`: flap episodes (at most one per prefix per window).
     pub route_flaps: Family<FamilyLabels, Counter>,
+    /// `routewarden_route_write_failures_total{family,op,writer}`: route writes the kernel
+    /// refused (fentry and kprobe backends), by the refused operation and the writer's class.
+    pub route_write_failures: Family<RouteWriteLabels, Counter>,
+    /// `routewarden_failing_writer_episodes_total{family,writer}`: failing-writer episodes in
+    /// the episode scope (one writer's writes to one prefix refused with one errno at least
+    /// threshold times within the window; at most one per prefix per window).
+    pub failing_writer_episodes: Family<FailingWriterLabels, Counter>,
     /// `routewarden_route_flushes_total{family}`: routes removed by the kernel without a writer.
     pub route_flushes: Family<FamilyLabels, Counter>,
     /// `routewarden_route_writes_unattributed_total{family}`: writes by a sender whose process
@@ -213,6 +220,16 @@ impl Metrics {
             m.route_conflicts.clone(),
         );
         r.register("route_flaps", "Flap episodes: a prefix changed at least threshold times within the window", m.route_flaps.clone());
+        r.register(
+            "route_write_failures",
+            "Route writes the kernel refused (fentry and kprobe backends; a socket filter sees only writes that succeeded), by family, operation and writer class",
+            m.route_write_failures.clone(),
+        );
+        r.register(
+            "failing_writer_episodes",
+            "Failing-writer episodes: one writer's writes to a cluster prefix refused with the same errno at least threshold times within the window",
+            m.failing_writer_episodes.clone(),
+        );
         r.register("route_flushes", "Routes removed by the kernel without a writer (link down flush)", m.route_flushes.clone());
         r.register(
             "route_writes_unattributed",

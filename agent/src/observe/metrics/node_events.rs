@@ -9,7 +9,7 @@ use super::Metrics;
 
 /// The Event reasons, the values of the `reason` label (`observe::node_events::NodeEventReason`
 /// labels).
-pub const NODE_EVENT_REASONS: [&str; 4] = ["RouteConflict", "RouteFlap", "RouteOwnershipInconsistent", "RouteMassDeletionHeld"];
+pub const NODE_EVENT_REASONS: [&str; 5] = ["RouteConflict", "RouteFlap", "RouteOwnershipInconsistent", "RouteMassDeletionHeld", "RouteWriterFailing"];
 
 /// Why an Event was not recorded, the values of the `error` label: `api` (the API server
 /// answered with an error status: forbidden, invalid, a server error), `unreachable` (no

@@ -32,6 +32,16 @@ pub struct RouteConflictLabels {
     pub writers: String,
 }
 
+/// Labels `{family, writer}` of `routewarden_failing_writer_episodes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailingWriterLabels {
+    /// `ipv4` or `ipv6`.
+    pub family: &'static str,
+    /// Writer class of the failing writer: `self`, `felix`, `bird`, `kernel`, `boot`,
+    /// `static`, `other`.
+    pub writer: &'static str,
+}
+
 /// Labels `{family}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FamilyLabels {
@@ -73,7 +83,7 @@ impl Metrics {
 
     /// Add what the route watch's kernel counters counted between two reads (`before`, then
     /// `now`; both cumulative since the watch started): writes by family, operation and
-    /// writer class, writes not attributed to a process, flushes, records lost, and policy rule
+    /// writer class, writes the kernel refused (`routewarden_route_write_failures_total`), writes not attributed to a process, flushes, records lost, and policy rule
     /// writes (`routewarden_rule_writes_total`). Conflicts and flaps are counted from their events, in
     /// the episode scope ([`Metrics::record_route_conflict`], [`Metrics::record_route_flap`]).
     pub fn record_route_watch(&self, now: &RouteWatchCounters, before: &RouteWatchCounters) {
@@ -81,10 +91,14 @@ impl Metrics {
         for (fi, family) in FAMILY_LABELS.into_iter().enumerate() {
             for (oi, op) in OP_LABELS.into_iter().enumerate() {
                 for ci in 0..WRITER_CLASSES {
+                    let writer = WriterClass::ALL[ci].label();
                     let d = delta(now.writes[fi][oi][ci], before.writes[fi][oi][ci]);
                     if d > 0 {
-                        let writer = WriterClass::ALL[ci].label();
                         self.route_writes.get_or_create(&RouteWriteLabels { family, op: op.label(), writer }).inc_by(d);
+                    }
+                    let d = delta(now.write_failures[fi][oi][ci], before.write_failures[fi][oi][ci]);
+                    if d > 0 {
+                        self.route_write_failures.get_or_create(&RouteWriteLabels { family, op: op.label(), writer }).inc_by(d);
                     }
                 }
             }
@@ -114,6 +128,11 @@ impl Metrics {
     /// One flap episode judged: `routewarden_route_flaps_total{family}`.
     pub fn record_route_flap(&self, family: &'static str) {
         self.route_flaps.get_or_create(&FamilyLabels { family }).inc();
+    }
+
+    /// One failing-writer episode judged: `routewarden_failing_writer_episodes_total{family,writer}`.
+    pub fn record_failing_writer(&self, family: &'static str, writer: WriterClass) {
+        self.failing_writer_episodes.get_or_create(&FailingWriterLabels { family, writer: writer.label() }).inc();
     }
 
     /// `routewarden_flapping_prefixes`: the prefixes in flap or conflict now.

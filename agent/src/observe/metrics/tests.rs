@@ -139,6 +139,7 @@ fn exposition_of_one_write_of_each_kind_is_unchanged() {
         c.unattributed[0] = 6;
         c.records_lost = 4;
         c.rule_writes[0][1][WriterClass::Other as usize] = 2;
+        c.write_failures[0][0][WriterClass::Bird as usize] = 9;
         c
     };
     let mut second = first;
@@ -149,6 +150,7 @@ fn exposition_of_one_write_of_each_kind_is_unchanged() {
     m.record_route_conflict("ipv4", WriterClass::Bird, WriterClass::SelfAgent);
     m.record_route_flap("ipv6");
     m.record_route_flap("ipv6");
+    m.record_failing_writer("ipv4", WriterClass::Bird);
     m.set_flapping_prefixes(0);
     m.set_flapping_prefixes(2);
 
@@ -242,8 +244,8 @@ fn writers_label_is_ordered() {
 }
 
 /// A fresh registry already has every series of the counters with fixed label sets, at 0:
-/// 42 route-write series (2 families × 3 ops × 7 writer classes), 28 rule-write series (2 × 2
-/// ops × 7), 56 conflict series (2 × the
+/// 42 route-write series (2 families × 3 ops × 7 writer classes) and as many refused-write
+/// series, 14 failing-writer series (2 × 7), 28 rule-write series (2 × 2 ops × 7), 56 conflict series (2 × the
 /// 28 writer pairs), 2 each of flaps, flushes and unattributed writes, 8 route operations,
 /// 11 netlink errors, 9 datastore load errors; and no pool-labelled forwarding series.
 #[test]
@@ -252,6 +254,8 @@ fn counters_with_known_labels_start_at_zero() {
     let text = render(&registry);
     let count = |prefix: &str| text.lines().filter(|l| l.starts_with(prefix) && l.ends_with(" 0")).count();
     assert_eq!(count("routewarden_route_writes_total{"), 42);
+    assert_eq!(count("routewarden_route_write_failures_total{"), 42);
+    assert_eq!(count("routewarden_failing_writer_episodes_total{"), 14);
     assert_eq!(count("routewarden_route_conflicts_total{"), 56);
     assert_eq!(count("routewarden_route_flaps_total{"), 2);
     assert_eq!(count("routewarden_route_flushes_total{"), 2);
@@ -263,6 +267,8 @@ fn counters_with_known_labels_start_at_zero() {
     assert_eq!(count("routewarden_forwarding_flaps_total{"), 0);
     for line in [
         "routewarden_route_flaps_total{family=\"ipv6\"} 0",
+        "routewarden_failing_writer_episodes_total{family=\"ipv4\",writer=\"bird\"} 0",
+        "routewarden_route_write_failures_total{family=\"ipv6\",op=\"delete\",writer=\"felix\"} 0",
         "routewarden_route_writes_total{family=\"ipv4\",op=\"replace\",writer=\"bird\"} 0",
         "routewarden_route_conflicts_total{family=\"ipv4\",writers=\"felix+bird\"} 0",
         "routewarden_netlink_errors_total{op=\"dump\",kind=\"other\"} 0",

@@ -1,4 +1,4 @@
-//! Route-watch episodes for the status document: the conflict and flap events of one prefix
+//! Route-watch episodes for the status document: the conflict, flap and failing-writer events of one prefix
 //! (and kind, and table) folded into one [`Episode`] with its writers, first and last seen,
 //! and count, kept while its last event is younger than
 //! [`EPISODE_WINDOW`](super::limits::EPISODE_WINDOW).
@@ -26,12 +26,13 @@ fn writer(w: &WriterInfo) -> EpisodeWriter {
 }
 
 impl Episodes {
-    /// Fold a conflict or flap seen at `now` (Unix seconds) into its episode; other events are
-    /// ignored. The previous writer is added before the new one, so a fight reads in order.
+    /// Fold a conflict, flap or failing writer seen at `now` (Unix seconds) into its episode;
+    /// other events are ignored. The previous writer is added before the new one, so a fight reads in order.
     pub fn record(&mut self, event: &RouteWatchEvent, now: u64) {
         let (kind, route, previous) = match event {
             RouteWatchEvent::Conflict { route, previous, .. } => ("conflict", route, previous),
             RouteWatchEvent::Flap { route, previous, .. } => ("flap", route, previous),
+            RouteWatchEvent::FailingWriter { route, .. } => ("failing-writer", route, &route.writer),
             _ => return,
         };
         self.expire(now);

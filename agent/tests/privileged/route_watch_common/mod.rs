@@ -133,6 +133,21 @@ impl IpWriter {
 
     /// Run `ip <cmd>` (e.g. `route replace ...`) and wait for the kernel's answer.
     pub fn run(&mut self, cmd: &str) {
+        let (failed, said) = self.exchange(cmd);
+        assert!(!failed, "ip {cmd}: {}", said.join(" / "));
+    }
+
+    /// Run `ip <cmd>`, which the kernel must refuse, and wait for the answer; what `ip` said
+    /// about it (`RTNETLINK answers: File exists`).
+    pub fn run_refused(&mut self, cmd: &str) -> String {
+        let (failed, said) = self.exchange(cmd);
+        assert!(failed, "ip {cmd} was expected to fail: {}", said.join(" / "));
+        said.into_iter().filter(|l| l.starts_with("RTNETLINK answers")).collect::<Vec<_>>().join(" / ")
+    }
+
+    /// Send `cmd` and the sync line; whether `ip` said the command failed, and every line it
+    /// said before the sync line's failure.
+    fn exchange(&mut self, cmd: &str) -> (bool, Vec<String>) {
         let (cmd_line, sync_line) = (self.lines + 1, self.lines + 2);
         self.lines += 2;
         writeln!(self.stdin, "{cmd}\n{}", Self::SYNC).and_then(|()| self.stdin.flush()).unwrap_or_else(|e| panic!("ip -batch: write `{cmd}`: {e}"));
@@ -148,7 +163,7 @@ impl IpWriter {
             }
             said.push(line);
         }
-        assert!(!said.contains(&failed), "ip {cmd}: {}", said.join(" / "));
+        (said.contains(&failed), said)
     }
 }
 
@@ -1138,6 +1153,222 @@ pub fn writers_named_by_process(test: &str, backend: RouteWatchBackend, task_sen
         assert!(expo.lines().any(|l| l == unattributed_line), "{test}: {expo}");
         eprintln!("{test}: {} / {} / {} / {}", felix[0], felix[1], h.writes_of(p_bird)[0], mine[0]);
         drop(w);
+    });
+    drop(ns);
+}
+
+/// The non-zero series of `names` in `expo`, sorted.
+fn nonzero_series(expo: &str, names: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> =
+        expo.lines().filter(|l| names.iter().any(|n| l.starts_with(&format!("{n}{{")) && !l.ends_with(" 0"))).map(str::to_owned).collect();
+    out.sort_unstable();
+    out
+}
+
+/// The series [`failing_writer`] checks.
+const FAILING_SERIES: [&str; 4] = [
+    "routewarden_route_write_failures_total",
+    "routewarden_failing_writer_episodes_total",
+    "routewarden_route_writes_total",
+    "routewarden_route_flushes_total",
+];
+
+/// The failing-writer events received.
+fn failing_events(h: &Harness) -> Vec<RouteWatchEvent> {
+    h.events.iter().map(|(_, e)| e).filter(|e| matches!(e, RouteWatchEvent::FailingWriter { .. })).cloned().collect()
+}
+
+/// A failing-writer event as [`failing_writer`] compares it.
+#[derive(Debug, PartialEq, Eq)]
+struct Failing {
+    dst: String,
+    family: &'static str,
+    op: &'static str,
+    errno: u16,
+    failures: u32,
+    pid: Option<u32>,
+    comm: Option<String>,
+    class: &'static str,
+    protocol: u8,
+}
+
+/// fentry and kprobe: one episode per prefix, the refused writes counted apart.
+async fn refused_writes_seen(test: &str, h: &mut Harness, bird: u32, (held, absent, held6): (&str, &str, &str)) {
+    assert!(h.pump_until(EVENT_DEADLINE, |h| failing_events(h).len() >= 3).await.is_some(), "{test}: 3 failing writers expected: {:?}", h.events);
+    h.pump(Duration::from_millis(500)).await;
+    let got: Vec<Failing> = failing_events(h)
+        .iter()
+        .map(|e| {
+            let RouteWatchEvent::FailingWriter { route, error, failures_in_window } = e else { unreachable!() };
+            Failing {
+                dst: route.dst.to_string(),
+                family: route.family,
+                op: route.op,
+                errno: error.errno,
+                failures: *failures_in_window,
+                pid: route.writer.pid,
+                comm: route.writer.comm.clone(),
+                class: route.writer.class,
+                protocol: route.writer.protocol,
+            }
+        })
+        .collect();
+    let want = |dst: &str, family, op, errno| Failing {
+        dst: dst.to_owned(),
+        family,
+        op,
+        errno,
+        failures: 3,
+        pid: Some(bird),
+        comm: Some("bird".to_owned()),
+        class: "bird",
+        protocol: 12,
+    };
+    assert_eq!(got, [want(held, "ipv4", "add", 17), want(absent, "ipv4", "delete", 3), want(held6, "ipv6", "add", 17)], "{test}: {:?}", h.events);
+    for e in failing_events(h) {
+        eprintln!("{test}: events line: {}", serde_json::to_string(&e).unwrap());
+        eprintln!("{test}: events text: {e}");
+    }
+    assert_eq!(
+        nonzero_series(&h.exposition(), &FAILING_SERIES),
+        [
+            r#"routewarden_failing_writer_episodes_total{family="ipv4",writer="bird"} 2"#,
+            r#"routewarden_failing_writer_episodes_total{family="ipv6",writer="bird"} 1"#,
+            r#"routewarden_route_write_failures_total{family="ipv4",op="add",writer="bird"} 5"#,
+            r#"routewarden_route_write_failures_total{family="ipv4",op="delete",writer="bird"} 4"#,
+            r#"routewarden_route_write_failures_total{family="ipv6",op="add",writer="bird"} 3"#,
+            r#"routewarden_route_writes_total{family="ipv4",op="add",writer="felix"} 1"#,
+            r#"routewarden_route_writes_total{family="ipv6",op="add",writer="felix"} 1"#,
+        ],
+        "{test}"
+    );
+    let note = routewarden::bpf::watch::Watch::note(&h.watch).unwrap_or_default();
+    assert!(!note.contains("outcomes not visible"), "{test}: {note}");
+}
+
+/// The socket filter: the two writes that succeeded, nothing of the refused ones, and a note
+/// that says so.
+async fn refused_writes_unseen(test: &str, h: &mut Harness) {
+    assert!(
+        h.pump_until(EVENT_DEADLINE, |h| h.watch.counters().is_ok_and(|c| c.writes.iter().flatten().flatten().sum::<u64>() >= 2)).await.is_some(),
+        "{test}"
+    );
+    h.pump(Duration::from_millis(500)).await;
+    assert_eq!(failing_events(h).len(), 0, "{test}: {:?}", h.events);
+    assert_eq!(
+        nonzero_series(&h.exposition(), &FAILING_SERIES),
+        [
+            r#"routewarden_route_writes_total{family="ipv4",op="add",writer="felix"} 1"#,
+            r#"routewarden_route_writes_total{family="ipv6",op="add",writer="felix"} 1"#
+        ],
+        "{test}"
+    );
+    let note = routewarden::bpf::watch::Watch::note(&h.watch).unwrap_or_default();
+    assert!(note.contains("route write outcomes not visible"), "{test}: {note}");
+}
+
+/// Scenario (Calico#10585: BIRD looping on "File exists", never converging): a writer that
+/// keeps failing. One `ip -force -batch` process named `bird` retries a create-exclusive of
+/// an IPv4 route that `calico-node` holds 5 times, deletes an absent IPv4 route 4 times, and
+/// retries an IPv6 create-exclusive 3 times, within one window. fentry (fexit) and kprobe
+/// (kretprobe) see each result: exactly one `failing-writer` event per prefix (threshold 3; at
+/// most one per prefix per window) naming the process, its errno and 3 refusals; every refused
+/// write in `routewarden_route_write_failures_total` by family, operation and class, and none of
+/// them counted as a write, a flush, a conflict or a flap (observing at entry counted each
+/// refused add as an add that revealed a flush). The socket filter sees only the two writes
+/// that succeeded, and its note says refused writes are not visible.
+pub fn failing_writer(test: &str, backend: RouteWatchBackend) {
+    if routewarden_lab::skip_unless_root(test) {
+        return;
+    }
+    let ns = lab();
+    // A longer window than the other scenarios': twelve answered writes under TCG.
+    let cfg = RouteWatchConfig { window: Duration::from_secs(10), failing_threshold: 3, ..config() };
+    let Some(watch) = start_or_skip(test, backend, &cfg) else { return };
+    let (held, absent, held6) = ("10.244.50.0/26", "10.244.51.0/26", "fd00:10:244:50::/122");
+    runtime().block_on(async {
+        let mut h = Harness::new(watch);
+        let mut felix = IpWriter::spawn_as("calico-node");
+        let mut bird = IpWriter::spawn_as("bird");
+        felix.run(&format!("route add {held} via 10.0.0.12 dev veth0 proto 80 metric 1024"));
+        felix.run(&format!("route add {held6} via fd00::12 dev veth0 proto 80 metric 1024"));
+        let started = Instant::now();
+        let mut said = Vec::new();
+        for _ in 0..5 {
+            said.push(bird.run_refused(&format!("route add {held} via 10.0.0.12 dev veth0 proto 12 metric 1024")));
+        }
+        for _ in 0..4 {
+            said.push(bird.run_refused(&format!("route del {absent} proto 12 metric 1024")));
+        }
+        for _ in 0..3 {
+            said.push(bird.run_refused(&format!("route add {held6} via fd00::12 dev veth0 proto 12 metric 1024")));
+        }
+        assert!(started.elapsed() < cfg.window, "{test}: the refused writes took {:?}, longer than the window", started.elapsed());
+        let (exists, no_such) = ("RTNETLINK answers: File exists", "RTNETLINK answers: No such process");
+        assert_eq!(said, [[exists; 5].as_slice(), &[no_such; 4], &[exists; 3]].concat(), "{test}: what ip was told");
+        if backend.sees_outcomes() {
+            refused_writes_seen(test, &mut h, bird.pid(), (held, absent, held6)).await;
+        } else {
+            refused_writes_unseen(test, &mut h).await;
+        }
+        let c = h.watch.counters().unwrap();
+        assert_eq!((c.flushes, c.flaps, c.conflicts.iter().flatten().flatten().sum::<u64>(), c.records_lost), ([0, 0], [0, 0], 0, 0), "{test}");
+        drop((felix, bird));
+    });
+    drop(ns);
+}
+
+/// Scenario: policy rule writes on every backend, named by process. `ip` adds
+/// `from all lookup 48 priority 100` and a process named `networkd` deletes it (as
+/// systemd-networkd removes foreign rules, kube-router#1815): two `RuleChange` events with
+/// their writers, and `routewarden_rule_writes_total` counts both. fentry and kprobe hook no rule
+/// function; the socket filter beside them on the rule groups sees them, so the note never says
+/// rule writes are not watched.
+pub fn rule_writes_named(test: &str, backend: RouteWatchBackend) {
+    use routewarden::bpf::watch::Watch as _;
+    if routewarden_lab::skip_unless_root(test) {
+        return;
+    }
+    let ns = lab();
+    let Some(watch) = start_or_skip(test, backend, &config()) else { return };
+    runtime().block_on(async {
+        let mut h = Harness::new(watch);
+        let mut adder = IpWriter::spawn();
+        let mut networkd = IpWriter::spawn_as("networkd");
+        adder.run("rule add from all lookup 48 priority 100");
+        networkd.run("rule del from all lookup 48 priority 100");
+        let rules = |h: &Harness| -> Vec<routewarden::bpf::route_watch::RuleChange> {
+            h.events
+                .iter()
+                .filter_map(|(_, e)| match e {
+                    RouteWatchEvent::RuleChange { rule } => Some(rule.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert!(h.pump_until(EVENT_DEADLINE, |h| rules(h).len() >= 2).await.is_some(), "{test}: 2 rule changes expected: {:?}", h.events);
+        h.pump(Duration::from_millis(300)).await;
+        let got: Vec<_> = rules(&h).iter().map(|r| (r.family, r.op, r.table, r.priority, r.writer.class, r.writer.pid, r.writer.comm.clone())).collect();
+        assert_eq!(
+            got,
+            [
+                ("ipv4", "add", 48, 100, "other", Some(adder.pid()), Some("ip".to_owned())),
+                ("ipv4", "delete", 48, 100, "other", Some(networkd.pid()), Some("networkd".to_owned())),
+            ],
+            "{test}"
+        );
+        assert_eq!(
+            nonzero_series(&h.exposition(), &["routewarden_rule_writes_total"]),
+            [
+                r#"routewarden_rule_writes_total{family="ipv4",op="add",writer="other"} 1"#,
+                r#"routewarden_rule_writes_total{family="ipv4",op="delete",writer="other"} 1"#
+            ],
+            "{test}"
+        );
+        let note = h.watch.note().unwrap_or_default();
+        assert!(!note.contains("not watched"), "{test}: {note}");
+        eprintln!("{test}: {} / {} ({note})", rules(&h)[0], rules(&h)[1]);
+        drop((adder, networkd));
     });
     drop(ns);
 }

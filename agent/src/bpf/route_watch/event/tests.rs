@@ -14,7 +14,8 @@ fn record(kind: RecordKind, family: u8, dst: &[u8], dst_len: u8) -> RouteWatchRe
     gw[..4].copy_from_slice(&[10, 0, 0, 12]);
     RouteWatchRecord {
         kind: kind as u8,
-        _pad: [0; 3],
+        _pad: 0,
+        errno: 0,
         changes: 4,
         write: RouteWrite {
             ts_ns: 42,
@@ -164,4 +165,39 @@ fn decodes_the_nexthop_object_id() {
     let route = ev.route().unwrap();
     assert_eq!((route.nexthop_id, route.gateway, route.oif), (Some(u32::MAX), None, 0));
     assert!(ev.to_string().starts_with("write    replace fd00:10:244:20::/122 table 254 metric 1024 nhid 4294967295 by"), "{ev}");
+}
+
+/// A failing writer: BIRD's create-exclusive refused with EEXIST, as Calico#10585's loop;
+/// the JSON carries the errno and its name beside the route, the text says both.
+#[test]
+fn decodes_a_failing_writer_and_a_refused_write() {
+    let mut r = record(RecordKind::Failing, AF_INET, &[10, 244, 20, 0], 26);
+    r.errno = 17;
+    r.changes = 3;
+    r.write.op = WriteOp::Add as u8;
+    r.write.writer = writer(812, WriterIdKind::Process, 12, WriterClass::Bird, b"bird");
+    let ev = decode_record(&bytes(&r)).unwrap();
+    let RouteWatchEvent::FailingWriter { route, error, failures_in_window } = &ev else { panic!("{ev:?}") };
+    assert_eq!((route.op, route.dst.to_string().as_str(), route.writer.pid, route.writer.comm.as_deref()), ("add", "10.244.20.0/26", Some(812), Some("bird")));
+    assert_eq!((error.errno, error.error.as_str(), *failures_in_window), (17, "EEXIST (File exists)", 3));
+    assert_eq!(
+        ev.to_string(),
+        "FAILING  add 10.244.20.0/26 table 254 metric 1024 via 10.0.0.12 oif 3 by bird(proto 12, bird[812]): EEXIST (File exists) (3 refused in window)"
+    );
+    let json = serde_json::to_value(&ev).unwrap();
+    assert_eq!(
+        (json["event"].as_str(), json["errno"].as_u64(), json["error"].as_str(), json["failures_in_window"].as_u64()),
+        (Some("failing-writer"), Some(17), Some("EEXIST (File exists)"), Some(3)),
+        "{json}"
+    );
+    assert_eq!(json["route"]["writer"]["comm"], "bird");
+
+    let mut r = record(RecordKind::WriteFailed, AF_INET, &[10, 244, 20, 0], 26);
+    r.errno = 3;
+    r.write.op = WriteOp::Delete as u8;
+    let ev = decode_record(&bytes(&r)).unwrap();
+    assert_eq!(serde_json::to_value(&ev).unwrap()["event"], "write-failed");
+    assert!(ev.to_string().starts_with("refused  delete 10.244.20.0/26"), "{ev}");
+    assert!(ev.to_string().ends_with(": ESRCH (No such process)"), "{ev}");
+    assert_eq!(WriteError::new(4095).error, "errno 4095");
 }
