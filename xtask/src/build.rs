@@ -119,8 +119,9 @@ pub fn build_agent(object: &std::path::Path) -> Result<PathBuf> {
 }
 
 /// Build the BPF object and the release agent for `arch`; returns the agent's path. amd64 is
-/// [`build_all`]. arm64 is cross-built (`target/aarch64-unknown-linux-gnu/release/routewarden`)
-/// with Debian's toolchain, the only one here with an aarch64 standard library
+/// [`build_all`]. arm64 is cross-built (`target/arm64/aarch64-unknown-linux-gnu/release/routewarden`:
+/// a target directory of its own, so that it can build while `cargo test` holds `target/`, as
+/// in `cargo xtask test`) with Debian's toolchain, the only one here with an aarch64 standard library
 /// (`libstd-rust-web-dev:arm64`), `aarch64-linux-gnu-gcc` as linker and as the C compiler of
 /// the crates with C code (ring, mimalloc), and `cargo auditable` as for amd64.
 pub fn build_all_for(arch: Arch) -> Result<PathBuf> {
@@ -132,9 +133,10 @@ pub fn build_all_for(arch: Arch) -> Result<PathBuf> {
     let triple = arch.triple();
     let env_triple = triple.replace('-', "_");
     let mut cmd = Command::new("rustup");
+    let target_dir = root.join("target/arm64");
     cmd.args(["run", "debian", "cargo", "auditable", "build", "--locked", "--release", "-p", "routewarden", "--target", triple])
         .current_dir(&root)
-        .env("CARGO_TARGET_DIR", root.join("target"))
+        .env("CARGO_TARGET_DIR", &target_dir)
         .env("ROUTEWARDEN_BPF_OBJECT", &object)
         .env(format!("CARGO_TARGET_{}_LINKER", env_triple.to_uppercase()), "aarch64-linux-gnu-gcc")
         .env(format!("CC_{env_triple}"), "aarch64-linux-gnu-gcc")
@@ -144,7 +146,7 @@ pub fn build_all_for(arch: Arch) -> Result<PathBuf> {
         cmd.env_remove(v);
     }
     run_cmd(&mut cmd)?;
-    let bin = root.join("target").join(triple).join("release/routewarden");
+    let bin = target_dir.join(triple).join("release/routewarden");
     eprintln!("built {} (BPF object {} embedded)", bin.display(), object.display());
     Ok(bin)
 }

@@ -199,9 +199,27 @@ fn mb(bytes: u64) -> String {
 /// A failing build, an agent whose version or linked libraries are not what the image
 /// expects, or a failing podman command.
 pub fn build() -> Result<Image> {
+    let platforms = LAYOUTS.iter().map(|layout| build_arch(layout.arch)).collect::<Result<Vec<_>>>()?;
+    index(platforms)
+}
+
+/// Steps 1–4 for one architecture: its agent, context, SBOM and image.
+///
+/// # Errors
+/// As [`build`].
+pub fn build_arch(arch: Arch) -> Result<PlatformImage> {
     let root = workspace_root();
-    let dir = root.join("target/image");
-    let platforms = LAYOUTS.iter().map(|layout| build_platform(&root, &dir, layout)).collect::<Result<Vec<_>>>()?;
+    let layout = LAYOUTS.iter().find(|l| l.arch == arch).context("no layout for the architecture")?;
+    build_platform(&root, &root.join("target/image"), layout)
+}
+
+/// The manifest list of `platforms` (one image per architecture, in [`LAYOUTS`]' order) and its
+/// OCI archive.
+///
+/// # Errors
+/// A failing podman command.
+pub fn index(platforms: Vec<PlatformImage>) -> Result<Image> {
+    let dir = workspace_root().join("target/image");
     let tag = format!("{IMAGE_NAME}:{VERSION}");
     // A manifest list is not rebuilt in place: drop the last one (nothing else uses it). An
     // image that holds the name (an image of this name before there were two architectures)

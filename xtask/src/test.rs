@@ -5,11 +5,14 @@
 //!    tests, the integration tests that need no root (`agent/tests/*.rs`), and, built only with
 //!    that feature, the privileged ones (`agent/tests/privileged/`: each in namespaces it
 //!    creates; root needed, as in CI). `docs/testing.md` says which runs where.
-//! 3. Before that, the images ([`crate::image`], as `cargo xtask image`): the amd64 image's id,
-//!    the arm64 image's (`ROUTEWARDEN_IMAGE_ARM64`, for `image.rs`) and the archive go to
-//!    `agent/tests/privileged/image.rs` and `agent/tests/privileged/in_cluster.rs` (the rendered DaemonSet against the
-//!    API-server stand-in; it also needs `kubectl` for kustomize) as `ROUTEWARDEN_IMAGE` /
-//!    `ROUTEWARDEN_IMAGE_ARCHIVE`. Skip with `--no-image` (those tests then print SKIPPED).
+//! 3. Before that, the amd64 image ([`crate::image`], as `cargo xtask image`): its id goes to
+//!    `agent/tests/privileged/image.rs` and `agent/tests/privileged/in_cluster.rs` (the
+//!    rendered DaemonSet against the API-server stand-in; it also needs `kubectl` for
+//!    kustomize) as `ROUTEWARDEN_IMAGE`. The arm64 image and the OCI archive of both build on
+//!    a thread of their own at the lowest CPU priority while step 2 and the lane run; the image
+//!    tests that need them ([`SECOND_PASS_TESTS`]) return at once in step 2 (saying so) and run
+//!    in a second pass once they are built, with `ROUTEWARDEN_IMAGE_ARM64` and
+//!    `ROUTEWARDEN_IMAGE_ARCHIVE`. Skip with `--no-image` (the image tests then print SKIPPED).
 //! 4. The QEMU lane ([`crate::qemu`]): the privileged tests that need fentry, kprobes or a real
 //!    `tunl0`, and step 3's release agent itself, under Debian's stock kernel in QEMU. Its
 //!    guest boots once every test binary is built and runs while step 2's tests do (its console
@@ -95,8 +98,12 @@ pub fn test(args: &TestArgs) -> Result<()> {
     if !routewarden_lab::is_root() {
         eprintln!("NOTE: not root: the network-namespace and BPF tests will print SKIPPED; CI runs as root");
     }
-    // A failed image build fails the run, but after the other tests have run.
-    let image = if args.no_image { Ok(None) } else { crate::image::ensure_tools(true).and_then(|()| crate::image::build()).map(Some) };
+    // The amd64 image before the host tests (they run it); a failed build fails the run, but
+    // after the other tests have run. The arm64 image and the archive of both build on a
+    // thread of their own while the host tests and the QEMU lane run ([`Background`]); the
+    // tests that need them wait for the second pass.
+    let amd64 =
+        if args.no_image { Ok(None) } else { crate::image::ensure_tools(true).and_then(|()| crate::image::build_arch(crate::build::Arch::Amd64)).map(Some) };
     let cargo_test = || {
         let mut cmd = Command::new("cargo");
         cmd.args(["test", "--workspace", "--features", PRIVILEGED_TESTS_FEATURE])
@@ -116,6 +123,11 @@ pub fn test(args: &TestArgs) -> Result<()> {
         run_cmd(cargo_test().arg("--no-run"))?;
         Some(crate::qemu::Lane::prepare(&object).map(crate::qemu::Lane::spawn))
     };
+    let (amd64, rest) = match amd64 {
+        Ok(Some(image)) => (Ok(Some(image.id.clone())), Some(Background::spawn(image))),
+        Ok(None) => (Ok(None), None),
+        Err(e) => (Err(e), None),
+    };
     let mut cmd = cargo_test();
     // --no-fail-fast: one failing test binary must not hide the results of the others.
     cmd.arg("--no-fail-fast");
@@ -125,13 +137,9 @@ pub fn test(args: &TestArgs) -> Result<()> {
         _ => {}
     }
     cmd.env(routewarden_lab::SKIP_LOG_ENV, &skip_log);
-    match &image {
-        Ok(Some(image)) => {
-            eprint!("{}", crate::image::summary(image));
-            let id = |arch: crate::build::Arch| image.platforms.iter().find(|p| p.arch == arch).map(|p| p.id.clone()).unwrap_or_default();
-            cmd.env("ROUTEWARDEN_IMAGE", id(crate::build::Arch::Amd64))
-                .env("ROUTEWARDEN_IMAGE_ARM64", id(crate::build::Arch::Arm64))
-                .env("ROUTEWARDEN_IMAGE_ARCHIVE", &image.archive);
+    match &amd64 {
+        Ok(Some(id)) => {
+            cmd.env("ROUTEWARDEN_IMAGE", id).env(SECOND_PASS_ENV, "1");
         }
         Ok(None) => {}
         Err(e) => eprintln!("image build failed, its tests will print SKIPPED: {e:#}"),
@@ -139,7 +147,26 @@ pub fn test(args: &TestArgs) -> Result<()> {
     if !args.cargo_test_args.is_empty() {
         cmd.arg("--").args(&args.cargo_test_args);
     }
-    let host = image.and(run_cmd(&mut cmd));
+    let host = amd64.map(|_| ()).and(run_cmd(&mut cmd));
+    // The second pass: the image tests that need the arm64 image or the archive.
+    let host = match rest {
+        None => host,
+        Some(rest) => host.and(rest.join().and_then(|image| {
+            eprint!("{}", crate::image::summary(&image));
+            let id = |arch: crate::build::Arch| image.platforms.iter().find(|p| p.arch == arch).map(|p| p.id.clone()).unwrap_or_default();
+            let mut second = cargo_test();
+            second
+                .args(["--test", "image"])
+                .env(routewarden_lab::SKIP_LOG_ENV, &skip_log)
+                .env("ROUTEWARDEN_IMAGE", id(crate::build::Arch::Amd64))
+                .env("ROUTEWARDEN_IMAGE_ARM64", id(crate::build::Arch::Arm64))
+                .env("ROUTEWARDEN_IMAGE_ARCHIVE", &image.archive)
+                .arg("--")
+                .args(SECOND_PASS_TESTS)
+                .arg("--exact");
+            run_cmd(&mut second)
+        })),
+    };
     let skips = judge_host_skips(&skip_log, args.no_image);
     let host = host.and(skips);
     let Some(lane) = lane else { return host };
@@ -150,6 +177,48 @@ pub fn test(args: &TestArgs) -> Result<()> {
         lane.report(&lines)
     });
     host.and(lane.map(|_| ()))
+}
+
+/// Set in the first pass of the host tests when the arm64 image and the archive are still being
+/// built: the tests of [`SECOND_PASS_TESTS`] return at once, saying they run in the second.
+pub const SECOND_PASS_ENV: &str = "ROUTEWARDEN_IMAGE_SECOND_PASS";
+
+/// The image tests that need the arm64 image or the OCI archive of both
+/// (`agent/tests/privileged/image.rs`): run, after the first pass, once they are built.
+pub const SECOND_PASS_TESTS: &[&str] = &[
+    "image_is_tagged_labelled_small_and_archived",
+    "image_names_its_sbom_which_lists_what_the_agent_links",
+    "image_arm64_agent_prints_what_the_amd64_agent_prints",
+];
+
+/// The arm64 image and the archive of both, built on a thread whose processes run at the
+/// lowest CPU priority (nice 19): the host tests mostly wait and the lane's guest keeps about
+/// one of two cores busy, so the cross build takes what they leave and slows neither much.
+struct Background(std::thread::JoinHandle<Result<crate::image::Image>>);
+
+impl Background {
+    /// Start building; `amd64` is the amd64 image, which the index names first.
+    fn spawn(amd64: crate::image::PlatformImage) -> Background {
+        Background(std::thread::spawn(move || {
+            lowest_priority();
+            let arm64 = crate::image::build_arch(crate::build::Arch::Arm64)?;
+            crate::image::index(vec![amd64, arm64])
+        }))
+    }
+
+    fn join(self) -> Result<crate::image::Image> {
+        self.0.join().map_err(|_| anyhow::anyhow!("the arm64 image's thread panicked"))?
+    }
+}
+
+/// Lower the calling thread's CPU priority to nice 19; the processes it starts inherit it.
+fn lowest_priority() {
+    // SAFETY: setpriority with `who` 0 changes the calling thread only (Linux: a thread is a
+    // task); no memory is passed.
+    let r = unsafe { nix::libc::setpriority(nix::libc::PRIO_PROCESS, 0, 19) };
+    if r != 0 {
+        eprintln!("arm64 image: could not lower the build's priority: {}", std::io::Error::last_os_error());
+    }
 }
 
 /// A host test that may print `SKIPPED` without failing `cargo xtask test`.
@@ -272,6 +341,17 @@ fn judge_host_skips(log: &Path, no_image: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each test the second pass runs exists in `image.rs` and waits for it there.
+    #[test]
+    fn second_pass_tests_are_the_image_tests_that_wait_for_it() {
+        let source = std::fs::read_to_string(crate::workspace_root().join("agent/tests/privileged/image.rs")).unwrap();
+        for name in SECOND_PASS_TESTS {
+            assert!(source.contains(&format!("fn {name}()")), "{name} is not a test of image.rs");
+            assert!(source.contains(&format!("image_and_arm64(\"{name}\")")), "{name} does not wait for the second pass");
+        }
+        assert_eq!(source.matches("image_and_arm64(\"").count(), SECOND_PASS_TESTS.len(), "a test waits for a second pass that does not run it");
+    }
 
     #[test]
     fn a_host_skip_is_allowed_only_by_its_binary_and_reason() {

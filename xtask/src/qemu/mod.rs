@@ -29,7 +29,6 @@
 //! guest, unless [`ALLOWED_SKIPS`] names it with the reason it may.
 
 use std::collections::BTreeSet;
-use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -38,6 +37,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::{run_cmd, workspace_root};
+
+mod init;
+
+use init::init_script;
 
 /// The Debian kernel package booted in the lane (6.1: fentry, kprobes, BTF, ipip as module).
 /// Override with `ROUTEWARDEN_QEMU_KERNEL_PACKAGE`.
@@ -223,10 +226,15 @@ fn kernel() -> Result<(PathBuf, PathBuf)> {
 fn build_tests(object: &Path) -> Result<Vec<(String, PathBuf)>> {
     let root = workspace_root();
     let mut cmd = Command::new("cargo");
-    cmd.args(["test", "--no-run", "--message-format=json", "-p", "routewarden", "--features", crate::test::PRIVILEGED_TESTS_FEATURE])
+    // `--workspace`, as the host lane's build: features are unified over the same packages, so
+    // this reuses its artifacts (`-p routewarden` resolved other features of rustls, ring and
+    // more, and rebuilt them: two minutes of every CI run).
+    cmd.args(["test", "--workspace", "--no-run", "--message-format=json", "--features", crate::test::PRIVILEGED_TESTS_FEATURE])
         .current_dir(&root)
         .env("CARGO_TARGET_DIR", root.join("target"))
         .env("ROUTEWARDEN_BPF_OBJECT", object)
+        // The host lane's `PATH` too: a build script that reads it must not see a change.
+        .env("PATH", crate::setup::test_path())
         .stderr(Stdio::inherit());
     for t in GUEST_TESTS {
         cmd.args(["--test", t]);
@@ -283,36 +291,6 @@ fn copy_into(stage: &Path, src: &Path, dest_rel: &str) -> Result<()> {
     std::fs::create_dir_all(dest.parent().context("dest parent")?)?;
     std::fs::copy(src, &dest).with_context(|| format!("copy {} -> {}", src.display(), dest.display()))?;
     Ok(())
-}
-
-fn init_script(tests: &[(String, PathBuf)], modules: &[String]) -> String {
-    let mut s = String::from(
-        "#!/bin/sh\n\
-         export PATH=/bin:/sbin:/usr/bin:/usr/sbin\n\
-         mkdir -p /proc /sys /dev /tmp /run\n\
-         mount -t proc proc /proc\n\
-         mount -t sysfs sys /sys\n\
-         mount -t devtmpfs dev /dev\n\
-         mount -t tmpfs tmp /tmp\n\
-         mount -t tmpfs run /run\n\
-         mount -t bpf bpf /sys/fs/bpf\n\
-         mount -t debugfs debugfs /sys/kernel/debug\n\
-         mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null\n",
-    );
-    for m in modules {
-        let _ = writeln!(s, "insmod /lib/modules/{m}.ko || echo RW-LANE-MODULE-FAILED {m}");
-    }
-    s.push_str("ip link set lo up\necho RW-LANE-READY $(uname -r)\n");
-    for (name, _) in tests {
-        let _ = write!(
-            s,
-            "echo RW-LANE-BEGIN {name}\n\
-             {GUEST_ENV}=1 {AGENT_ENV}={GUEST_AGENT} {EXAMPLE_CLUSTER_ENV}={GUEST_EXAMPLE_CLUSTER} ROUTEWARDEN_REQUIRE_BACKENDS=fentry,kprobe,socket-filter RUST_BACKTRACE=0 /tests/{name} --test-threads=1 --nocapture 2>&1\n\
-             echo RW-LANE-EXIT {name} $?\n"
-        );
-    }
-    s.push_str("echo RW-LANE-DONE\npoweroff -f\n");
-    s
 }
 
 /// Whether `modules.builtin` (one `kernel/<path>.ko` a line) lists module `m` (`net/ipv4/ipip`).
