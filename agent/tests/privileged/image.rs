@@ -368,7 +368,7 @@ fn image_names_its_sbom_which_lists_what_the_agent_links() {
 
 #[test]
 fn image_rootfs_is_the_agent_and_what_it_links() {
-    let Some(id) = image("image_rootfs_is_the_agent_and_what_it_links") else { return };
+    let Some(id) = image_and_arm64("image_rootfs_is_the_agent_and_what_it_links") else { return };
     let mounted = Mounted::new(&id);
     let all = tree(&mounted.root);
     let files: BTreeSet<&str> = all.iter().map(String::as_str).filter(|p| !p.ends_with('/')).collect();
