@@ -280,8 +280,8 @@ fn scaled_rules_differ_from_the_shipped_ones_only_in_durations() {
         }
     }
     // RouteFlapping 2 + 1 in its description, RouteProgrammingErrors 2 + 1, WrongPathForwarding,
-    // ForwardingFlap, RouteMassDeletionHeld, RouteWatchDegraded (events-lost).
-    assert_eq!(windows_seen, 10, "range windows rewritten");
+    // ForwardingFlap, RouteWriterFailing, RouteMassDeletionHeld, RouteWatchDegraded (events-lost).
+    assert_eq!(windows_seen, 11, "range windows rewritten");
     // The rendered file as Prometheus reads it.
     let text = serde_yaml_ng::to_string(&scaled).unwrap();
     assert!(text.contains("[40s]") && text.contains("for: 60s") && !text.contains("m]"), "{text}");
