@@ -366,40 +366,17 @@ async fn read_ring(mut fd: AsyncFd<RingBuf<aya::maps::MapData>>, tx: mpsc::Sende
 
 /// `a + b`, field by field.
 pub fn sum_counters(a: &RouteWatchCounters, b: &RouteWatchCounters) -> RouteWatchCounters {
+    fn add(into: &mut [u64], from: &[u64]) {
+        for (x, y) in into.iter_mut().zip(from) {
+            *x += y;
+        }
+    }
     let mut out = *a;
-    for (f, fb) in out.writes.iter_mut().zip(b.writes.iter()) {
-        for (o, ob) in f.iter_mut().zip(fb.iter()) {
-            for (c, cb) in o.iter_mut().zip(ob.iter()) {
-                *c += cb;
-            }
-        }
-    }
-    for (f, fb) in out.conflicts.iter_mut().zip(b.conflicts.iter()) {
-        for (o, ob) in f.iter_mut().zip(fb.iter()) {
-            for (c, cb) in o.iter_mut().zip(ob.iter()) {
-                *c += cb;
-            }
-        }
-    }
-    for (f, fb) in out.rule_writes.iter_mut().zip(b.rule_writes.iter()) {
-        for (o, ob) in f.iter_mut().zip(fb.iter()) {
-            for (c, cb) in o.iter_mut().zip(ob.iter()) {
-                *c += cb;
-            }
-        }
-    }
-    for (f, fb) in out.write_failures.iter_mut().zip(b.write_failures.iter()) {
-        for (o, ob) in f.iter_mut().zip(fb.iter()) {
-            for (c, cb) in o.iter_mut().zip(ob.iter()) {
-                *c += cb;
-            }
-        }
-    }
-    for (f, fb) in out.failing.iter_mut().zip(b.failing.iter()) {
-        for (c, cb) in f.iter_mut().zip(fb.iter()) {
-            *c += cb;
-        }
-    }
+    add(out.writes.as_flattened_mut().as_flattened_mut(), b.writes.as_flattened().as_flattened());
+    add(out.conflicts.as_flattened_mut().as_flattened_mut(), b.conflicts.as_flattened().as_flattened());
+    add(out.rule_writes.as_flattened_mut().as_flattened_mut(), b.rule_writes.as_flattened().as_flattened());
+    add(out.write_failures.as_flattened_mut().as_flattened_mut(), b.write_failures.as_flattened().as_flattened());
+    add(out.failing.as_flattened_mut(), b.failing.as_flattened());
     for i in 0..out.flaps.len() {
         out.flaps[i] += b.flaps[i];
         out.flushes[i] += b.flushes[i];

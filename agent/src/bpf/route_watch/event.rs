@@ -278,6 +278,17 @@ impl RouteWatchEvent {
         }
     }
 
+    /// The route and the writer before it of an episode (conflict, flap, failing writer: its
+    /// own writer stands as the one before it), which [`super::EpisodeScope::judges`] decides
+    /// on; `None` for any other event.
+    pub fn episode(&self) -> Option<(&RouteChange, &WriterInfo)> {
+        match self {
+            RouteWatchEvent::Conflict { route, previous, .. } | RouteWatchEvent::Flap { route, previous, .. } => Some((route, previous)),
+            RouteWatchEvent::FailingWriter { route, .. } => Some((route, &route.writer)),
+            _ => None,
+        }
+    }
+
     /// Mutable access to every writer in the event (for `/proc` resolution).
     pub fn writers_mut(&mut self) -> Vec<&mut WriterInfo> {
         match self {

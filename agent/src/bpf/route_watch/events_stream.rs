@@ -74,12 +74,13 @@ pub struct EventsOptions {
 /// ([`EpisodeScope::judges`]): another program's churn outside the pools is not an episode,
 /// in the stream as in the agent's metrics.
 pub fn in_scope(ev: RouteWatchEvent, scope: Option<&EpisodeScope>) -> RouteWatchEvent {
-    match (scope, ev) {
-        (Some(s), RouteWatchEvent::Conflict { route, previous, .. } | RouteWatchEvent::Flap { route, previous, .. }) if !s.judges(&route, &previous) => {
-            RouteWatchEvent::Write { route }
-        }
-        (Some(s), RouteWatchEvent::FailingWriter { route, error, .. }) if !s.judges(&route, &route.writer) => RouteWatchEvent::WriteFailed { route, error },
-        (_, ev) => ev,
+    if scope.is_none_or(|s| ev.episode().is_none_or(|(route, previous)| s.judges(route, previous))) {
+        return ev;
+    }
+    match ev {
+        RouteWatchEvent::Conflict { route, .. } | RouteWatchEvent::Flap { route, .. } => RouteWatchEvent::Write { route },
+        RouteWatchEvent::FailingWriter { route, error, .. } => RouteWatchEvent::WriteFailed { route, error },
+        other => other,
     }
 }
 

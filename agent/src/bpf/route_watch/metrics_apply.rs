@@ -127,12 +127,7 @@ impl RouteWatchMetrics {
     /// Apply one event (conflict/flap events mark their prefix as flapping; a failing-writer
     /// episode is counted, `routewarden_failing_writer_episodes_total`) and log it.
     pub fn apply_event(&mut self, metrics: &Metrics, event: &RouteWatchEvent, now: Instant) {
-        let judged = match event {
-            RouteWatchEvent::Conflict { route, previous, .. } | RouteWatchEvent::Flap { route, previous, .. } => Some((route, previous)),
-            RouteWatchEvent::FailingWriter { route, .. } => Some((route, &route.writer)),
-            _ => None,
-        };
-        if let Some((route, previous)) = judged {
+        if let Some((route, previous)) = event.episode() {
             if self.scope.as_ref().is_some_and(|s| !s.judges(route, previous)) {
                 self.unjudged += 1;
                 return;
