@@ -56,6 +56,33 @@ fn serialize_unread<S: serde::Serializer>(unread: &BTreeMap<OptionalSource, Stri
 }
 
 impl Cluster {
+    /// Put one good object in place of any object of its kind and name (O(log n): the etcd
+    /// datastore applies a changed key this way). An error item changes nothing and returns
+    /// `false`. No check that needs the whole cluster runs here (duplicates, overlapping pools
+    /// or blocks): the caller runs those on the snapshot it sends, as
+    /// [`ClusterBuilder::finish`] does.
+    pub fn put_parsed(&mut self, item: ParsedObject) -> bool {
+        match item {
+            ParsedObject::IpPool(name, o) => drop(self.ip_pools.insert(name, o)),
+            ParsedObject::IpamBlock(name, o) => drop(self.ipam_blocks.insert(name.into(), Arc::new(o))),
+            ParsedObject::BlockAffinity(name, o) => drop(self.block_affinities.insert(name.into(), Arc::new(o))),
+            ParsedObject::Node(name, o) => drop(self.nodes.insert(name.into(), Arc::new(o))),
+            ParsedObject::FelixConfiguration(name, o) => drop(self.felix_configurations.insert(name, o)),
+            ParsedObject::BgpConfiguration(name, o) => drop(self.bgp_configurations.insert(name, o)),
+            ParsedObject::ClusterInformation(name, o) => drop(self.cluster_informations.insert(name, o)),
+            ParsedObject::Installation(name, o) => drop(self.installations.insert(name, o)),
+            ParsedObject::DaemonSet(name, o) => drop(self.calico_node_daemonsets.insert(name, o)),
+            ParsedObject::Error(_) => return false,
+        }
+        true
+    }
+
+    /// Take the object `kind`/`name` out: the CIDRs it routes or claims (a pool's, a block's,
+    /// an affinity's), or `None` when it is not there.
+    pub fn take_object(&mut self, kind: Kind, name: &str) -> Option<Vec<IpNet>> {
+        take_out(self, kind, name)
+    }
+
     /// Build a cluster from parsed YAML documents. Returns the cluster of every good object and
     /// one error per bad object (or per bad field of it), pool and block overlaps included.
     pub fn from_values<'a>(docs: impl IntoIterator<Item = &'a Value>) -> (Cluster, Vec<ModelError>) {

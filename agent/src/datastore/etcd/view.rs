@@ -1,13 +1,13 @@
 //! The etcd datastore's synchronous core: the last good object of every key, built into
 //! [`Snapshot`]s. No I/O; the runner feeds it the range read and the watch events.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::datastore::error::{LoadError, LoadErrorKind, ObjectError};
 use crate::datastore::event::Snapshot;
-use crate::model::{cidrs_in_text, ClusterBuilder, Kind, ParsedObject, ParsedObjects, Rejected};
+use crate::model::{check_blocks, check_pools, cidrs_in_text, Cluster, Kind, ModelError, ParsedObject, ParsedObjects, Rejected};
 
 use super::layout::{classify, document, to_model, KeyKind};
 
@@ -26,10 +26,25 @@ enum Problem {
     Rejected(Vec<Rejected>),
 }
 
-/// Every key read, by key.
+/// An object's kind and name: what two keys may both define (a duplicate).
+type Identity = (Kind, String);
+
+/// Every key read, by key, and the cluster they make, kept as keys change: one put or delete
+/// costs O(log n) and a snapshot O(chunks of the cluster's maps) plus the whole-cluster checks
+/// (overlapping pools and blocks), not a rebuild from every key (about a second at 100,000
+/// blocks; issue 53).
 #[derive(Debug, Default)]
 pub struct View {
     entries: BTreeMap<String, Entry>,
+    /// Every key's last good object, less the identities more than one key defines.
+    cluster: Cluster,
+    /// The keys whose last good object has each identity (more than one: every definition is
+    /// refused, as `ClusterBuilder::finish` refuses an object defined twice).
+    claims: BTreeMap<Identity, BTreeSet<String>>,
+    /// The identities more than one key claims.
+    contested: BTreeSet<Identity>,
+    /// The keys whose current value is not used (a load error or a rejected object).
+    errored: BTreeSet<String>,
 }
 
 impl View {
@@ -38,7 +53,6 @@ impl View {
     /// anything routewarden reads changed.
     pub fn put(&mut self, key: &str, value: &[u8]) -> bool {
         let Some(kind) = classify(key) else { return false };
-        let entry = self.entries.entry(key.to_owned()).or_default();
         // An affinity stored with no value (Calico releases before affinities had a state)
         // reads as `{}`, as `BlockAffinityKey.parseValue` does
         // (`libcalico-go/lib/backend/model/block_affinity.go`): a confirmed affinity.
@@ -49,8 +63,10 @@ impl View {
                 let text = String::from_utf8_lossy(value);
                 let mut err = LoadError::new(key, LoadErrorKind::Syntax, format!("value is not JSON: {e}"));
                 err.cidrs = cidrs_in_text(&text);
+                let entry = self.entries.entry(key.to_owned()).or_default();
                 err.never_loaded = entry.good.is_none();
                 entry.problem = Some(Problem::Syntax(err));
+                self.errored.insert(key.to_owned());
                 return true;
             }
         };
@@ -63,31 +79,47 @@ impl View {
             })
             .collect();
         if rejected.is_empty() {
-            entry.problem = None;
+            self.errored.remove(key);
+            self.entries.entry(key.to_owned()).or_default().problem = None;
             // Unknown kinds parse to nothing: the key then holds nothing routewarden reads.
-            entry.good = good.into_iter().next();
+            self.set_good(key, good.into_iter().next());
         } else {
-            entry.problem = Some(Problem::Rejected(rejected));
+            self.entries.entry(key.to_owned()).or_default().problem = Some(Problem::Rejected(rejected));
+            self.errored.insert(key.to_owned());
         }
         true
     }
 
     /// Apply a deletion of `key`: positive evidence the object is gone.
     pub fn delete(&mut self, key: &str) -> bool {
-        self.entries.remove(key).is_some()
+        let Some(entry) = self.entries.remove(key) else { return false };
+        self.errored.remove(key);
+        if let Some(id) = identity(entry.good.as_ref()) {
+            self.unclaim(&id, key);
+        }
+        true
     }
 
     /// Replace everything with a complete range read (a re-list): keys absent from it are gone.
     pub fn reset(&mut self, kvs: impl IntoIterator<Item = (String, Vec<u8>)>) {
-        let mut old = std::mem::take(&mut self.entries);
-        for (key, value) in kvs {
-            // Keep the last good version of a key whose new value is broken.
-            if let Some(e) = old.remove(&key) {
-                self.entries.insert(key.clone(), Entry { good: e.good, problem: None });
-            }
-            self.put(&key, &value);
+        let kvs: BTreeMap<String, Vec<u8>> = kvs.into_iter().collect();
+        let gone: Vec<String> = self.entries.keys().filter(|k| !kvs.contains_key(*k)).cloned().collect();
+        for key in gone {
+            self.delete(&key);
         }
-        self.entries.retain(|_, e| e.good.is_some() || e.problem.is_some());
+        for (key, value) in &kvs {
+            // Keep the last good version of a key whose new value is broken; its old problem
+            // is replaced by what the new value has.
+            if let Some(e) = self.entries.get_mut(key) {
+                e.problem = None;
+                self.errored.remove(key);
+            }
+            self.put(key, value);
+        }
+        let empty: Vec<String> = self.entries.iter().filter(|(_, e)| e.good.is_none() && e.problem.is_none()).map(|(k, _)| k.clone()).collect();
+        for key in empty {
+            self.entries.remove(&key);
+        }
     }
 
     /// Keys held (good or broken).
@@ -95,18 +127,65 @@ impl View {
         self.entries.len()
     }
 
-    /// The snapshot of the current state: every key's last good object; errors named by key.
-    pub fn snapshot(&self) -> Snapshot {
-        let mut builder = ClusterBuilder::default();
-        let mut object_errors = Vec::new();
-        let mut load_errors = Vec::new();
-        for (key, e) in &self.entries {
-            let file = PathBuf::from(key);
-            if let Some(good) = &e.good {
-                for r in builder.add_parsed([good.clone()]) {
-                    object_errors.push(ObjectError::from_rejected(file.clone(), r));
+    /// Make `good` the last good object of `key` (an entry exists), moving the key's claim
+    /// from the old object's identity to the new one's.
+    fn set_good(&mut self, key: &str, good: Option<ParsedObject>) {
+        let Some(entry) = self.entries.get_mut(key) else { return };
+        let old = identity(entry.good.as_ref());
+        let new = identity(good.as_ref());
+        entry.good = good;
+        if let Some(id) = old {
+            self.unclaim(&id, key);
+        }
+        if let Some(id) = new {
+            self.claims.entry(id.clone()).or_default().insert(key.to_owned());
+            self.refresh(&id);
+        }
+    }
+
+    /// `key` no longer defines `id`.
+    fn unclaim(&mut self, id: &Identity, key: &str) {
+        if let Some(keys) = self.claims.get_mut(id) {
+            keys.remove(key);
+        }
+        self.refresh(id);
+    }
+
+    /// Put the cluster right for `id` after its claims changed: the object of its one key, or
+    /// nothing when no key or more than one defines it.
+    fn refresh(&mut self, id: &Identity) {
+        let keys = self.claims.get(id).map_or(0, BTreeSet::len);
+        match keys {
+            0 => {
+                self.claims.remove(id);
+                self.contested.remove(id);
+                self.cluster.take_object(id.0, &id.1);
+            }
+            1 => {
+                self.contested.remove(id);
+                let good = self.claims.get(id).and_then(|k| k.first()).and_then(|k| self.entries.get(k)).and_then(|e| e.good.clone());
+                if let Some(good) = good {
+                    self.cluster.put_parsed(good);
                 }
             }
+            _ => {
+                self.contested.insert(id.clone());
+                self.cluster.take_object(id.0, &id.1);
+            }
+        }
+    }
+
+    /// The snapshot of the current state: every key's last good object; errors named by key.
+    /// Costs a clone of the cluster (its large maps share their chunks) and the checks that
+    /// need every object: an object defined at two keys is refused at both (every key but the
+    /// first, then the first), then overlapping pools, then overlapping or wrong-sized blocks
+    /// (`ClusterBuilder::finish`'s checks and order).
+    pub fn snapshot(&self) -> Snapshot {
+        let mut cluster = self.cluster.clone();
+        let mut object_errors = Vec::new();
+        let mut load_errors = Vec::new();
+        for (key, e) in self.errored.iter().filter_map(|k| Some((k, self.entries.get(k)?))) {
+            let file = PathBuf::from(key);
             match &e.problem {
                 Some(Problem::Syntax(err)) => load_errors.push(err.clone()),
                 Some(Problem::Rejected(rs)) => object_errors.extend(rs.iter().map(|r| {
@@ -120,25 +199,28 @@ impl View {
                 None => {}
             }
         }
-        // What `finish` takes out (overlapping pools, overlapping or wrong-sized IPAM blocks,
-        // an object at two keys) is named by the key of its object: looked up only for those
-        // (a pass over the keys when there are any), not kept for every key of every snapshot.
-        let (cluster, taken_out) = builder.finish();
-        let mut keys: BTreeMap<(Kind, &str), Option<&String>> = taken_out.iter().filter_map(|r| r.error.object()).map(|id| (id, None)).collect();
-        if !keys.is_empty() {
-            for (key, e) in &self.entries {
-                if let Some(slot) = e.good.as_ref().and_then(ParsedObject::identity).and_then(|id| keys.get_mut(&id)) {
-                    slot.get_or_insert(key);
-                }
-            }
+        let cidrs_at = |key: &String| self.entries.get(key).and_then(|e| e.good.as_ref()).map(ParsedObject::cidrs).unwrap_or_default();
+        for id in &self.contested {
+            let Some(keys) = self.claims.get(id) else { continue };
+            let duplicate = |key: &String| {
+                ObjectError::from_rejected(PathBuf::from(key), Rejected::new(ModelError::Duplicate { kind: id.0, name: id.1.clone() }, cidrs_at(key)))
+            };
+            object_errors.extend(keys.iter().skip(1).map(duplicate));
+            object_errors.extend(keys.first().map(duplicate));
         }
-        let keys: BTreeMap<(Kind, String), PathBuf> = keys.into_iter().filter_map(|((k, n), key)| Some(((k, n.to_owned()), PathBuf::from(key?)))).collect();
-        for r in taken_out {
-            let file = r.error.object().and_then(|(k, n)| keys.get(&(k, n.to_owned()))).cloned().unwrap_or_default();
-            object_errors.push(ObjectError::from_rejected(file, r));
+        let pools = check_pools(&mut cluster.ip_pools);
+        let blocks = check_blocks(&cluster.ip_pools, &mut cluster.ipam_blocks);
+        for r in pools.into_iter().chain(blocks) {
+            let key = r.error.object().and_then(|(k, n)| self.claims.get(&(k, n.to_owned()))).and_then(|keys| keys.first());
+            object_errors.push(ObjectError::from_rejected(key.map(PathBuf::from).unwrap_or_default(), r));
         }
         Snapshot { cluster: Arc::new(cluster), object_errors, load_errors, inputs: self.entries.len(), settled: true }
     }
+}
+
+/// The identity of a good object (`None` for none).
+fn identity(good: Option<&ParsedObject>) -> Option<Identity> {
+    good.and_then(ParsedObject::identity).map(|(k, n)| (k, n.to_owned()))
 }
 
 #[cfg(test)]

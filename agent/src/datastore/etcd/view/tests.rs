@@ -122,3 +122,138 @@ fn a_never_good_broken_value_is_never_loaded() {
     let s = view.snapshot();
     assert_eq!((s.load_errors.len(), s.load_errors[0].never_loaded, s.cluster.ip_pools.len()), (1, true, 0));
 }
+
+/// The oracle: the snapshot rebuilt from every key's last good object through
+/// `ClusterBuilder`, as the view built every snapshot before it kept its cluster as keys
+/// change (the file datastore's construction: duplicates, then pools, then blocks).
+fn rebuilt(view: &View) -> Snapshot {
+    let mut builder = crate::model::ClusterBuilder::default();
+    let mut object_errors = Vec::new();
+    let mut load_errors = Vec::new();
+    for (key, e) in &view.entries {
+        let file = PathBuf::from(key);
+        if let Some(good) = &e.good {
+            for r in builder.add_parsed([good.clone()]) {
+                object_errors.push(ObjectError::from_rejected(file.clone(), r));
+            }
+        }
+        match &e.problem {
+            Some(Problem::Syntax(err)) => load_errors.push(err.clone()),
+            Some(Problem::Rejected(rs)) => object_errors.extend(rs.iter().map(|r| {
+                let mut r = r.clone();
+                r.last_good = e.good.is_some();
+                if r.last_good {
+                    r.cidrs.clear();
+                }
+                ObjectError::from_rejected(file.clone(), r)
+            })),
+            None => {}
+        }
+    }
+    let (cluster, taken_out) = builder.finish();
+    for r in taken_out {
+        let key = r
+            .error
+            .object()
+            .and_then(|(k, n)| view.entries.iter().find(|(_, e)| e.good.as_ref().and_then(ParsedObject::identity) == Some((k, n))).map(|(key, _)| key));
+        object_errors.push(ObjectError::from_rejected(key.map(PathBuf::from).unwrap_or_default(), r));
+    }
+    Snapshot { cluster: Arc::new(cluster), object_errors, load_errors, inputs: view.entries.len(), settled: true }
+}
+
+/// Object errors in a fixed order (the two constructions list the same errors in different
+/// orders: the view lists broken keys first, the rebuild goes key by key).
+fn sorted(mut errors: Vec<ObjectError>) -> Vec<ObjectError> {
+    errors.sort_by_key(|e| (e.file.clone(), e.to_string(), e.cidrs.clone()));
+    errors
+}
+
+mod kept_as_keys_change {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Few keys and few names, so that sequences define one object at two keys, overlap
+    /// pools and blocks, break and mend values, delete and re-list.
+    const POOL_KEYS: [&str; 3] = ["/calico/resources/v3/projectcalico.org/ippools/p0", "/calico/resources/v3/projectcalico.org/ippools/p1", "/calico/resources/v3/projectcalico.org/ippools/p2"];
+    const NODE_KEYS: [&str; 2] = ["/calico/resources/v3/projectcalico.org/nodes/n0", "/calico/resources/v3/projectcalico.org/nodes/n1"];
+    const BLOCKS: [&str; 4] = ["10.244.0.0/26", "10.244.0.64/26", "10.244.0.32/27", "10.244.1.0/24"];
+
+    fn block_key(cidr: &str) -> String {
+        format!("/calico/ipam/v2/assignment/ipv4/block/{}", cidr.replace('/', "-"))
+    }
+
+    fn affinity_key(node: &str, cidr: &str) -> String {
+        format!("/calico/ipam/v2/host/{node}/ipv4/block/{}", cidr.replace('/', "-"))
+    }
+
+    /// One key and a value for it: good, not JSON, or a bad field.
+    fn put() -> impl Strategy<Value = (String, Vec<u8>)> {
+        let pool = (0..POOL_KEYS.len(), 0..2usize, prop::sample::select(vec!["10.244.0.0/16", "10.0.0.0/8", "10.245.0.0/16", "10.244.0/16"]))
+            .prop_map(|(k, n, cidr)| {
+                let v = format!(r#"{{"apiVersion":"projectcalico.org/v3","kind":"IPPool","metadata":{{"name":"pool-{n}"}},"spec":{{"cidr":"{cidr}","blockSize":26}}}}"#);
+                (POOL_KEYS[k].to_owned(), v.into_bytes())
+            });
+        let node = (0..NODE_KEYS.len(), 0..2usize, 0..3u8).prop_map(|(k, n, a)| {
+            let v = format!(
+                r#"{{"apiVersion":"projectcalico.org/v3","kind":"Node","metadata":{{"name":"node-{n}"}},"spec":{{"bgp":{{"ipv4Address":"192.168.0.{a}/24"}}}}}}"#
+            );
+            (NODE_KEYS[k].to_owned(), v.into_bytes())
+        });
+        let block = (prop::sample::select(BLOCKS.to_vec()), 0..2usize).prop_map(|(cidr, n)| {
+            let v = format!(r#"{{"cidr":"{cidr}","affinity":"host:node-{n}","allocations":[],"attributes":[],"deleted":false}}"#);
+            (block_key(cidr), v.into_bytes())
+        });
+        let affinity = (0..2usize, prop::sample::select(BLOCKS.to_vec()), prop::sample::select(vec!["", r#"{"state":"confirmed"}"#, r#"{"state":"pending"}"#]))
+            .prop_map(|(n, cidr, v)| (affinity_key(&format!("node-{n}"), cidr), v.as_bytes().to_vec()));
+        let broken = (prop::sample::select(vec![POOL_KEYS[0], NODE_KEYS[0]]), prop::sample::select(vec!["nope", "{\"apiVersion\": "]))
+            .prop_map(|(k, v)| (k.to_owned(), v.as_bytes().to_vec()));
+        let broken_block = prop::sample::select(BLOCKS.to_vec()).prop_map(|cidr| (block_key(cidr), b"[1]".to_vec()));
+        prop_oneof![3 => pool, 2 => node, 3 => block, 2 => affinity, 1 => broken, 1 => broken_block]
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Put(String, Vec<u8>),
+        Delete(String),
+        /// A re-list: these puts, every other key gone.
+        Reset(Vec<(String, Vec<u8>)>),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let delete = prop_oneof![
+            prop::sample::select(POOL_KEYS.to_vec()).prop_map(str::to_owned),
+            prop::sample::select(NODE_KEYS.to_vec()).prop_map(str::to_owned),
+            prop::sample::select(BLOCKS.to_vec()).prop_map(block_key),
+        ];
+        prop_oneof![
+            8 => put().prop_map(|(k, v)| Op::Put(k, v)),
+            3 => delete.prop_map(Op::Delete),
+            1 => prop::collection::vec(put(), 0..6).prop_map(Op::Reset),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// After every step of a random sequence of puts, deletions and re-lists, the
+        /// snapshot of the kept cluster is the one rebuilt from every key: the same cluster,
+        /// the same errors (each named by the same key), the same inputs.
+        #[test]
+        fn the_kept_cluster_is_the_rebuilt_one(ops in prop::collection::vec(op(), 1..40)) {
+            let mut view = View::default();
+            for op in ops {
+                match op {
+                    Op::Put(k, v) => { view.put(&k, &v); }
+                    Op::Delete(k) => { view.delete(&k); }
+                    Op::Reset(kvs) => view.reset(kvs),
+                }
+                let (kept, oracle) = (view.snapshot(), rebuilt(&view));
+                prop_assert_eq!(&kept.cluster, &oracle.cluster);
+                prop_assert_eq!(sorted(kept.object_errors), sorted(oracle.object_errors));
+                prop_assert_eq!(kept.load_errors, oracle.load_errors);
+                prop_assert_eq!(kept.inputs, oracle.inputs);
+            }
+        }
+    }
+}
