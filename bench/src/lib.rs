@@ -60,7 +60,7 @@ use anyhow::Result;
 pub use benchmarks::cold_program_vs_bird::BIRD;
 pub use benchmarks::BENCHMARKS;
 pub use options::{ComputeSize, KubeChurn, Options, Shared};
-pub use report::{median, Outcome, Target};
+pub use report::{median, median_f64, Outcome, Target};
 
 /// One benchmark: its name and what runs it.
 #[derive(Clone, Copy, Debug)]

@@ -132,6 +132,18 @@ pub fn median(mut v: Vec<Duration>) -> Duration {
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
+/// The median of `v` (the mean of the middle two for an even count; 0 for none): the
+/// statistic of the round-based benchmarks (the median of the rounds' ratios).
+pub fn median_f64(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => f64::midpoint(v[n / 2 - 1], v[n / 2]),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,7 +37,7 @@ pub const BENCHMARK: Benchmark = Benchmark { name: "cold-program-vs-bird", run }
 
 /// A BIRD 2 configuration: a static protocol with `routes`, exported to the kernel's main
 /// table with metric 1024 (as Calico's BIRD does), device scan, nothing imported.
-fn bird_config(dir: &Path, routes: &[ClusterRoute]) -> String {
+pub(crate) fn bird_config(dir: &Path, routes: &[ClusterRoute]) -> String {
     let mut s = String::with_capacity(routes.len() * 60 + 512);
     let _ = writeln!(s, "log \"{}\" {{ info, remote, warning, error, auth, fatal, bug }};", dir.join("bird.log").display());
     s.push_str(
@@ -63,11 +63,17 @@ fn bird_config(dir: &Path, routes: &[ClusterRoute]) -> String {
 /// `bird` are in the kernel ([`spawn_until_routes`]). Returns the time and whether the
 /// notification socket overran (then a dump loop counted).
 fn bird_once(conf: &Path, dir: &Path, n: usize) -> Result<(Duration, bool)> {
+    bird_once_with(conf, dir, n, false)
+}
+
+/// [`bird_once`], with the churn watch attached in the namespace before BIRD starts when
+/// `watch` (as the agent attaches it: `runs::start_watch`), for benchmark 5.
+pub(crate) fn bird_once_with(conf: &Path, dir: &Path, n: usize, watch: bool) -> Result<(Duration, bool)> {
     let sock = dir.join("bird.ctl");
     let _ = std::fs::remove_file(&sock);
     let mut cmd = Command::new(BIRD);
     cmd.arg("-f").arg("-c").arg(conf).arg("-s").arg(&sock);
-    spawn_until_routes(cmd, 12, "bird", n)
+    spawn_until_routes_with(cmd, 12, "bird", n, watch)
 }
 
 /// Start the release agent on the file datastore `data` for node-0000 (its devices named, as
@@ -81,16 +87,19 @@ fn agent_once(agent: &Path, data: &Path, n: usize) -> Result<(Duration, bool)> {
         .env("RUST_LOG", "warn")
         // As the image runs it (Containerfile: the allocator's start-up option).
         .env("MIMALLOC_ARENA_EAGER_COMMIT", "0");
-    spawn_until_routes(cmd, 80, "80", n)
+    spawn_until_routes_with(cmd, 80, "80", n, false)
 }
 
 /// Spawn `cmd` in a fresh namespace and time from the spawn until `n` routes of `protocol`
 /// are in the kernel, counted from route notifications (a dump loop by `protocol_name` if the
 /// notification socket overruns); then SIGTERM it and check the kernel holds exactly `n`.
-fn spawn_until_routes(mut cmd: Command, protocol: u8, protocol_name: &'static str, n: usize) -> Result<(Duration, bool)> {
+/// With `watch`, the churn watch is attached in the namespace first and held until then.
+fn spawn_until_routes_with(mut cmd: Command, protocol: u8, protocol_name: &'static str, n: usize, watch: bool) -> Result<(Duration, bool)> {
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     in_node_netns(move |rt| {
-        rt.block_on(async {
+        // Held until the writer is done; dropping it detaches the watch.
+        let attached = if watch { Some(crate::runs::start_watch(rt)?) } else { None };
+        let out = rt.block_on(async {
             let (tx, mut rx) = tokio::sync::mpsc::channel(200_000);
             let watcher = spawn_watcher(tx)?;
             let t0 = Instant::now();
@@ -136,7 +145,9 @@ fn spawn_until_routes(mut cmd: Command, protocol: u8, protocol_name: &'static st
             let in_kernel = in_kernel?;
             ensure!(in_kernel == n, "{in_kernel} routes of protocol {protocol} in the kernel, expected {n}");
             Ok((took, overrun))
-        })
+        });
+        drop(attached);
+        out
     })
 }
 

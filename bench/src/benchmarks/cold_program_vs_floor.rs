@@ -39,7 +39,7 @@ use crate::netns::{check_exact_routes, in_node_netns};
 use crate::report::{kv, ms};
 use crate::procfs::process_cpu;
 use crate::runs::rw_program_once_exact;
-use crate::{median, Benchmark, Options, Outcome, Shared, Target};
+use crate::{median, median_f64, Benchmark, Options, Outcome, Shared, Target};
 
 /// This benchmark's registry entry: its name and [`run`].
 pub const BENCHMARK: Benchmark = Benchmark { name: "cold-program-vs-floor", run };
@@ -271,15 +271,4 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
             kv("runs_per_round", opts.runs),
         ],
     })
-}
-
-/// The median of `v` (the mean of the middle two for an even count; 0 when empty).
-fn median_f64(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => f64::midpoint(v[n / 2 - 1], v[n / 2]),
-    }
 }
