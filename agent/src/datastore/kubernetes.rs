@@ -4,8 +4,10 @@
 //! - **API group.** `--calico-api-group auto` reads `crd.projectcalico.org/v1` when served,
 //!   else `projectcalico.org/v3`: the operator's rule (`tigera/operator` `useV3CRDs`). The
 //!   chosen group must serve all six resources, or the datastore stays not synced, naming them.
-//! - **Watches.** One kube-runtime [`watcher`] per resource: a cached list ([`cache_lists`]),
-//!   then a watch with bookmarks. A re-list is gathered aside and replaces the last at
+//! - **Watches.** One [`watcher`] per resource: a streaming list (`sendInitialEvents=true`,
+//!   [`streaming_lists`]: the current state as the watch's first events, one object at a time),
+//!   falling back to a cached list ([`cache_lists`]) then a watch where the API server refuses
+//!   it; bookmarks on. A re-list is gathered aside and replaces the last at
 //!   `InitDone`, so a list that fails half-way changes nothing, and deletions wait
 //!   [`DEFAULT_LIST_SETTLE`] after every list, since a cached list may lag etcd.
 //! - **Errors.** A watch error sends [`DatastoreEvent::Unsynced`] and restarts the watcher after
@@ -67,4 +69,4 @@ pub use resources::{
     OPERATOR_API_VERSION, VERBS,
 };
 pub use run::{user_agent, KubernetesDatastore, KubernetesOptions, DEFAULT_DEBOUNCE, DEFAULT_DISCOVERY_INTERVAL, QUIET_COALESCE};
-pub use watch::{cache_lists, default_backoff, BackoffFactory, DEFAULT_LIST_SETTLE};
+pub use watch::{cache_lists, default_backoff, streaming_lists, BackoffFactory, DEFAULT_LIST_SETTLE};

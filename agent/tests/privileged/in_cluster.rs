@@ -275,10 +275,12 @@ fn shipped_daemonset_audits_in_cluster_with_rbac_and_token_rotation() {
     }
     assert_no_refusal(&api);
     assert!(api.log().tls_failures().is_empty(), "{:?}", api.log().tls_failures());
-    // Every resource listed once from the watch cache, then watched from the list's version.
-    let listed: BTreeSet<String> = log.iter().filter(|r| r.kind == RequestKind::List).map(routewarden_lab::standin::LoggedRequest::target).collect();
-    assert_eq!(listed, watched());
-    assert!(log.iter().filter(|r| r.kind == RequestKind::List).all(routewarden_lab::standin::LoggedRequest::from_cache), "{log:#?}");
+    // Every resource read with a streaming list (one watch with sendInitialEvents from the
+    // watch cache, which then carries the changes), no list request.
+    let streamed: BTreeSet<String> =
+        log.iter().filter(|r| r.watch && r.send_initial_events && r.status == 200).map(routewarden_lab::standin::LoggedRequest::target).collect();
+    assert_eq!(streamed, watched());
+    assert!(log.iter().all(|r| r.kind != RequestKind::List), "{log:#?}");
     // calico-node's DaemonSet is read by its name (the field selector that lets the Role's
     // resourceNames apply).
     assert!(log.iter().filter(|r| r.resource == "daemonsets").all(|r| r.name.as_deref() == Some("calico-node")));

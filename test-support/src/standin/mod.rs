@@ -123,6 +123,11 @@ struct Inner {
     handed_out: Arc<AtomicU64>,
     /// Frames sent into watch bodies.
     sent: Arc<AtomicU64>,
+    /// Bytes the clients have read out of watch bodies.
+    handed_out_bytes: Arc<AtomicU64>,
+    /// Streaming lists refused as an API server without the `WatchList` feature gate refuses
+    /// them ([`ApiServer::refuse_streaming_lists`]).
+    no_watch_list: std::sync::atomic::AtomicBool,
     event_writes: events::EventWrites,
     /// The network namespace each pod (namespace, name) is reached from by the pod proxy.
     pod_netns: Mutex<HashMap<(String, String), String>>,
@@ -260,6 +265,21 @@ impl ApiServer {
     /// Open watches.
     pub fn watches(&self) -> usize {
         lock(&self.inner.store).watchers.len()
+    }
+
+    /// Bytes the clients have read out of watch bodies so far (list bodies are in the log,
+    /// [`LoggedRequest::bytes`](log::LoggedRequest::bytes)).
+    pub fn watch_bytes_handed_out(&self) -> u64 {
+        self.inner.handed_out_bytes.load(Ordering::Relaxed)
+    }
+
+    /// From now on, answer a watch with `sendInitialEvents=true` as an API server without the
+    /// `WatchList` feature gate does (1.27–1.31 by default; before 1.27 `resourceVersionMatch`
+    /// on a watch is refused the same way): `422 Invalid`, `sendInitialEvents is forbidden for
+    /// watch unless the WatchList feature gate is enabled` (k8s.io/apimachinery
+    /// `ValidateListOptions`).
+    pub fn refuse_streaming_lists(&self) {
+        self.inner.no_watch_list.store(true, Ordering::Relaxed);
     }
 
     /// Watch frames sent but not yet read by their client (0: every watch is drained).
@@ -508,6 +528,9 @@ impl ApiServer {
         let rvm = query.get("resourceVersionMatch");
         let initial = query.flag("sendInitialEvents");
         let bookmarks = query.flag("allowWatchBookmarks");
+        if initial && self.inner.no_watch_list.load(Ordering::Relaxed) {
+            return invalid("sendInitialEvents", "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled");
+        }
         if initial {
             if rvm != Some("NotOlderThan") {
                 return invalid("resourceVersionMatch", "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan");
@@ -574,8 +597,10 @@ impl ApiServer {
             }
         }
         let handed_out = self.inner.handed_out.clone();
+        let handed_out_bytes = self.inner.handed_out_bytes.clone();
         let body = rx.map(move |b| {
             handed_out.fetch_add(1, Ordering::Relaxed);
+            handed_out_bytes.fetch_add(b.len() as u64, Ordering::Relaxed);
             Ok::<_, Infallible>(http_body::Frame::data(b))
         });
         let mut r = ok(BodyExt::boxed(http_body_util::StreamBody::new(body)));

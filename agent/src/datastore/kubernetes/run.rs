@@ -24,7 +24,7 @@ use super::probe::{spawn_probe, Probe, DEFAULT_PROBE, PROBE_MISSES_BEFORE_RELIST
 use super::resources::{optional_sources, CalicoGroup, OPERATOR_API_VERSION};
 use super::trimmed::TrimmedObject;
 use super::view::View;
-use super::watch::{cache_lists, default_backoff, trimmed_watch, BackoffFactory, WatchItem, WatchTarget, DEFAULT_LIST_SETTLE, DEFAULT_WATCH_SILENCE};
+use super::watch::{cache_lists, default_backoff, streaming_lists, trimmed_watch, BackoffFactory, WatchItem, WatchTarget, DEFAULT_LIST_SETTLE, DEFAULT_WATCH_SILENCE};
 use crate::datastore::error::DatastoreError;
 use crate::datastore::event::{Datastore, DatastoreEvent, Snapshot};
 use crate::model::{CalicoGroupChange, OptionalSource};
@@ -161,12 +161,23 @@ impl KubernetesDatastore {
         let mut ds =
             KubernetesDatastore::new(client, options.api_group).with_watch_silence(options.watch_silence).with_discovery_interval(options.discovery_interval);
         ds.description = format!("kubernetes:{url} (calico api group: {})", options.api_group);
-        Ok(ds)
+        // A live API server: streaming lists where it serves them; the tests' scripted fakes
+        // (`new`) script cached lists.
+        Ok(ds.with_streaming_lists(true))
     }
 
     /// The client it reads with (shared: the agent's Node Events use it too).
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// Read each resource first with a streaming list (`sendInitialEvents=true`, falling back
+    /// to a cached list where the API server refuses it), as [`KubernetesDatastore::connect`]
+    /// does, or (`false`, the default of [`KubernetesDatastore::new`]) with a cached list.
+    #[must_use]
+    pub fn with_streaming_lists(mut self, on: bool) -> KubernetesDatastore {
+        self.watcher_config = if on { streaming_lists() } else { cache_lists() };
+        self
     }
 
     /// Debounce window (default [`DEFAULT_DEBOUNCE`], 50 ms).
