@@ -263,6 +263,56 @@ async fn a_block_put_and_delete_change_the_snapshot_within_a_second() {
     assert_eq!(s.load_errors, vec![]);
 }
 
+/// More keys than one page of the range read (1,000) and more bytes than gRPC's default
+/// response limit (4 MiB), as a large cluster has (100,000 blocks are 110 MB): every key is
+/// read, at one revision, and the watch goes on from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_larger_than_one_response_is_read_whole_in_pages() {
+    const BLOCKS: u32 = 2_500;
+    let etcd = Etcd::start();
+    let mut client = etcd.client().await;
+    load_example(&mut client).await;
+    let first = EtcdDatastore::new(options(&etcd)).load().await.unwrap();
+    // Full blocks, as a node with 64 pods has them: ~2.5 KB each, 6 MB in all.
+    let full = |cidr: &str| {
+        let mut b = block(cidr, "node-b");
+        b["attributes"] = (0..24)
+            .map(|i| json!({"handle_id": format!("k8s-pod-network.{i:064x}"), "secondary": {"namespace": "default", "node": "node-b", "pod": format!("pod-{i:040}")}}))
+            .collect();
+        b.to_string()
+    };
+    // In the example's pools 10.245/16, 10.246/16 and 10.247/16 (1,024 /26 blocks each).
+    let cidrs: Vec<String> = (0..BLOCKS).map(|i| format!("10.{}.{}.{}/26", 245 + i / 1024, (i % 1024) / 4, (i % 4) * 64)).collect();
+    let mut bytes = 0;
+    for chunk in cidrs.chunks(100) {
+        let ops: Vec<etcd_client::TxnOp> = chunk
+            .iter()
+            .map(|c| {
+                let value = full(c);
+                bytes += value.len();
+                etcd_client::TxnOp::put(block_key(c.parse().unwrap()), value, None)
+            })
+            .collect();
+        client.txn(etcd_client::Txn::new().and_then(ops)).await.unwrap();
+    }
+    assert!(bytes > 4 << 20, "{bytes} bytes of blocks");
+    let (mut rx, _task) = spawn(&etcd);
+    let s = next_snapshot(&mut rx, Duration::from_secs(20)).await;
+    assert_eq!((s.object_errors.len(), s.load_errors.len()), (0, 0), "{:?} {:?}", s.object_errors.first(), s.load_errors.first());
+    // Every block: the example's (five of which these replace) and these.
+    let mut want: std::collections::BTreeSet<String> = first.cluster.ipam_blocks.keys().map(ToString::to_string).collect();
+    want.extend(cidrs.iter().map(|c| c.replace(['.', '/'], "-")));
+    let names: std::collections::BTreeSet<String> = s.cluster.ipam_blocks.keys().map(ToString::to_string).collect();
+    assert_eq!(names, want);
+    assert!(names.len() > 2_500, "{}", names.len());
+    assert_eq!(s.cluster.ipam_blocks["10-246-0-0-26"].affinity, Some(Affinity::Host("node-b".to_owned())), "the values of the later pages");
+    assert_eq!(recv(&mut rx, Duration::from_secs(5)).await, DatastoreEvent::Synced);
+    // The watch from the read's revision: one more block arrives.
+    client.put(block_key("10.244.99.0/26".parse().unwrap()), block("10.244.99.0/26", "node-a").to_string(), None).await.unwrap();
+    let s = next_snapshot(&mut rx, Duration::from_secs(2)).await;
+    assert_eq!(s.cluster.ipam_blocks.len(), want.len() + 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_etcd_unsyncs_and_a_restarted_one_syncs_the_same_cluster() {
     let mut etcd = Etcd::start();
