@@ -125,7 +125,7 @@ async fn a_server_that_refuses_streaming_lists_is_read_with_cached_lists() {
     assert_eq!(refused, lists.iter().map(String::as_str).collect::<Vec<_>>(), "every refused streaming list is followed by one list");
     assert_eq!(refused, plain);
     assert!(refused.contains(&"ipamblocks"), "{refused:?}");
-    assert!(refusing.log().lists().iter().all(|r| r.from_cache()), "every list from the watch cache");
+    assert!(refusing.log().lists().iter().all(routewarden_lab::standin::LoggedRequest::from_cache), "every list from the watch cache");
     // And changes still arrive.
     let block = json!({
         "apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMBlock", "metadata": {"name": "10-244-98-0-26"},

@@ -110,6 +110,7 @@ pub(crate) type WatchItem<K> = Result<Event<K>, WatchFailure>;
 /// sends bookmarks (an old one, an aggregated API server without a watch cache) never arms
 /// it; such a watch is only restarted after `timeoutSeconds` + 5 s of silence, quietly, as kube
 /// does, and a hung server is the `/version` probe's to notice.
+#[expect(clippy::too_many_lines, reason = "one state machine: a list and a streaming list are two ways into the same watch, and each transition is read in one place")]
 pub(crate) fn list_watch<K>(api: Api<K>, config: watcher::Config, silence: Option<Duration>) -> impl futures::Stream<Item = WatchItem<K>> + Send
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
