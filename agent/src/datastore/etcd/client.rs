@@ -35,9 +35,10 @@ fn describe(e: &etcd_client::Error) -> String {
 /// [`EtcdDatastore::load`]: one range read into a fresh view.
 pub(super) async fn load(ds: &EtcdDatastore) -> Result<Snapshot, DatastoreError> {
     let mut client = ds.connect().await.map_err(DatastoreError::Etcd)?;
-    let (_, kvs) = ds.range_read(&mut client).await.map_err(DatastoreError::Etcd)?;
     let mut view = View::default();
-    view.reset(kvs);
+    let mut seen = std::collections::BTreeSet::new();
+    ds.range_read(&mut client, |page| view.relist_page(page, &mut seen)).await.map_err(DatastoreError::Etcd)?;
+    view.end_relist(&seen);
     Ok(view.snapshot())
 }
 
@@ -77,14 +78,15 @@ impl EtcdDatastore {
     /// the first one's revision (one consistent view; a revision compacted meanwhile fails the
     /// read, which is retried). One unpaged read of 100,000 IPAM blocks is a 110 MB response,
     /// past gRPC's 4 MiB default, and refused whole.
-    async fn range_read(&self, client: &mut Client) -> Result<(i64, Vec<(String, Vec<u8>)>), String> {
+    /// Returns the revision; `on_page` takes each page's keys and values.
+    async fn range_read(&self, client: &mut Client, mut on_page: impl FnMut(Vec<(String, Vec<u8>)>)) -> Result<i64, String> {
         let mut kv = client.kv_client().max_decoding_message_size(MAX_RESPONSE);
         let mut end = PREFIX.as_bytes().to_vec();
         if let Some(last) = end.last_mut() {
             *last += 1;
         }
         let mut from = PREFIX.as_bytes().to_vec();
-        let (mut revision, mut out) = (0, Vec::new());
+        let mut revision = 0;
         loop {
             let mut options = GetOptions::new().with_range(end.clone()).with_limit(RANGE_PAGE);
             if revision > 0 {
@@ -100,13 +102,17 @@ impl EtcdDatastore {
             let more = page.more();
             let kvs = page.take_kvs();
             let next = kvs.last().map(|kv| [kv.key(), &[0]].concat());
-            out.extend(kvs.into_iter().map(|kv| {
-                let (key, value) = kv.into_key_value();
-                (String::from_utf8_lossy(&key).into_owned(), value)
-            }));
+            on_page(
+                kvs.into_iter()
+                    .map(|kv| {
+                        let (key, value) = kv.into_key_value();
+                        (String::from_utf8_lossy(&key).into_owned(), value)
+                    })
+                    .collect(),
+            );
             match (more, next) {
                 (true, Some(next)) => from = next,
-                _ => return Ok((revision, out)),
+                _ => return Ok(revision),
             }
         }
     }
@@ -141,8 +147,12 @@ impl EtcdDatastore {
     async fn session(&self, state: &mut State, tx: &mpsc::Sender<DatastoreEvent>) -> Result<(), Stop> {
         let endpoints = self.endpoints();
         let mut client = self.connect().await.map_err(Stop::Failed)?;
-        let (revision, kvs) = self.range_read(&mut client).await.map_err(Stop::Failed)?;
-        state.view.reset(kvs);
+        // Each page goes into the view as it comes (one page's values held at a time); keys
+        // gone are dropped once the read is complete. A read that fails half-way leaves newer
+        // values of some keys and drops none, and nothing is sent before a complete one.
+        let mut seen = std::collections::BTreeSet::new();
+        let revision = self.range_read(&mut client, |page| state.view.relist_page(page, &mut seen)).await.map_err(Stop::Failed)?;
+        state.view.end_relist(&seen);
         tracing::info!(revision, keys = state.view.len(), "etcd: read {PREFIX}");
         // A watch response carries every event of a revision range: the same limit as a page.
         let mut watch_client = client.watch_client().max_decoding_message_size(MAX_RESPONSE);

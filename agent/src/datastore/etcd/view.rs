@@ -7,15 +7,80 @@ use std::sync::Arc;
 
 use crate::datastore::error::{LoadError, LoadErrorKind, ObjectError};
 use crate::datastore::event::Snapshot;
-use crate::model::{check_blocks, check_pools, cidrs_in_text, Cluster, Kind, ModelError, ParsedObject, ParsedObjects, Rejected};
+use crate::model::{
+    check_blocks, check_pools, cidrs_in_text, BlockAffinity, Cluster, IpamBlock, Kind, ModelError, Node, ParsedObject, ParsedObjects, Rejected,
+};
 
 use super::layout::{classify, document, to_model, KeyKind};
+
+/// A key's last good object as the view keeps it: IPAM blocks, affinities and Nodes (all but a
+/// few of 100,000s of keys) shared with the cluster, one copy each, not two; the few others by
+/// value.
+#[derive(Clone, Debug)]
+enum Good {
+    Block(Arc<str>, Arc<IpamBlock>),
+    Affinity(Arc<str>, Arc<BlockAffinity>),
+    Node(Arc<str>, Arc<Node>),
+    Other(ParsedObject),
+}
+
+impl Good {
+    fn new(parsed: ParsedObject) -> Good {
+        match parsed {
+            ParsedObject::IpamBlock(name, o) => Good::Block(name.into(), Arc::new(o)),
+            ParsedObject::BlockAffinity(name, o) => Good::Affinity(name.into(), Arc::new(o)),
+            ParsedObject::Node(name, o) => Good::Node(name.into(), Arc::new(o)),
+            other => Good::Other(other),
+        }
+    }
+
+    fn identity(&self) -> Option<Identity> {
+        match self {
+            Good::Block(n, _) => Some((Kind::IpamBlock, n.to_string())),
+            Good::Affinity(n, _) => Some((Kind::BlockAffinity, n.to_string())),
+            Good::Node(n, _) => Some((Kind::Node, n.to_string())),
+            Good::Other(p) => p.identity().map(|(k, n)| (k, n.to_owned())),
+        }
+    }
+
+    /// The CIDRs it routes or claims (`ParsedObject::cidrs`).
+    fn cidrs(&self) -> Vec<ipnet::IpNet> {
+        match self {
+            Good::Block(_, b) => vec![b.cidr],
+            Good::Affinity(_, a) => vec![a.cidr],
+            Good::Node(..) => Vec::new(),
+            Good::Other(p) => p.cidrs(),
+        }
+    }
+
+    /// Put it in `cluster` in place of the object of its kind and name (a shared one: its
+    /// `Arc`, not a copy).
+    fn put_into(&self, cluster: &mut Cluster) {
+        match self {
+            Good::Block(n, b) => drop(cluster.ipam_blocks.insert(n.clone(), b.clone())),
+            Good::Affinity(n, a) => drop(cluster.block_affinities.insert(n.clone(), a.clone())),
+            Good::Node(n, o) => drop(cluster.nodes.insert(n.clone(), o.clone())),
+            Good::Other(p) => drop(cluster.put_parsed(p.clone())),
+        }
+    }
+
+    /// As the model parser gave it (the tests' rebuild).
+    #[cfg(test)]
+    fn to_parsed(&self) -> ParsedObject {
+        match self {
+            Good::Block(n, b) => ParsedObject::IpamBlock(n.to_string(), (**b).clone()),
+            Good::Affinity(n, a) => ParsedObject::BlockAffinity(n.to_string(), (**a).clone()),
+            Good::Node(n, o) => ParsedObject::Node(n.to_string(), (**o).clone()),
+            Good::Other(p) => p.clone(),
+        }
+    }
+}
 
 /// One key's state.
 #[derive(Debug, Default)]
 struct Entry {
     /// The last good object read at this key.
-    good: Option<ParsedObject>,
+    good: Option<Good>,
     /// Why the current value is not used: not JSON (a load error) or a rejected object.
     problem: Option<Problem>,
 }
@@ -82,7 +147,7 @@ impl View {
             self.errored.remove(key);
             self.entries.entry(key.to_owned()).or_default().problem = None;
             // Unknown kinds parse to nothing: the key then holds nothing routewarden reads.
-            self.set_good(key, good.into_iter().next());
+            self.set_good(key, good.into_iter().next().map(Good::new));
         } else {
             self.entries.entry(key.to_owned()).or_default().problem = Some(Problem::Rejected(rejected));
             self.errored.insert(key.to_owned());
@@ -100,21 +165,35 @@ impl View {
         true
     }
 
-    /// Replace everything with a complete range read (a re-list): keys absent from it are gone.
+    /// Replace everything with a complete range read in one page (a re-list): keys absent from
+    /// it are gone. The runner reads in pages ([`View::relist_page`], [`View::end_relist`]).
+    #[cfg(test)]
     pub fn reset(&mut self, kvs: impl IntoIterator<Item = (String, Vec<u8>)>) {
-        let kvs: BTreeMap<String, Vec<u8>> = kvs.into_iter().collect();
-        let gone: Vec<String> = self.entries.keys().filter(|k| !kvs.contains_key(*k)).cloned().collect();
+        let mut seen = BTreeSet::new();
+        self.relist_page(kvs, &mut seen);
+        self.end_relist(&seen);
+    }
+
+    /// One page of a re-list (`seen` gathers its keys): each key as a put, the last good
+    /// version of a key whose new value is broken kept, its old problem replaced by the new
+    /// value's. Pages are applied as they come, so a re-list holds one page's values at a time,
+    /// not every key's; until [`View::end_relist`] no key is gone.
+    pub fn relist_page(&mut self, kvs: impl IntoIterator<Item = (String, Vec<u8>)>, seen: &mut BTreeSet<String>) {
+        for (key, value) in kvs {
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.problem = None;
+                self.errored.remove(&key);
+            }
+            self.put(&key, &value);
+            seen.insert(key);
+        }
+    }
+
+    /// The re-list is complete: every key it did not hold (`seen`) is gone.
+    pub fn end_relist(&mut self, seen: &BTreeSet<String>) {
+        let gone: Vec<String> = self.entries.keys().filter(|k| !seen.contains(*k)).cloned().collect();
         for key in gone {
             self.delete(&key);
-        }
-        for (key, value) in &kvs {
-            // Keep the last good version of a key whose new value is broken; its old problem
-            // is replaced by what the new value has.
-            if let Some(e) = self.entries.get_mut(key) {
-                e.problem = None;
-                self.errored.remove(key);
-            }
-            self.put(key, value);
         }
         let empty: Vec<String> = self.entries.iter().filter(|(_, e)| e.good.is_none() && e.problem.is_none()).map(|(k, _)| k.clone()).collect();
         for key in empty {
@@ -129,7 +208,7 @@ impl View {
 
     /// Make `good` the last good object of `key` (an entry exists), moving the key's claim
     /// from the old object's identity to the new one's.
-    fn set_good(&mut self, key: &str, good: Option<ParsedObject>) {
+    fn set_good(&mut self, key: &str, good: Option<Good>) {
         let Some(entry) = self.entries.get_mut(key) else { return };
         let old = identity(entry.good.as_ref());
         let new = identity(good.as_ref());
@@ -163,9 +242,8 @@ impl View {
             }
             1 => {
                 self.contested.remove(id);
-                let good = self.claims.get(id).and_then(|k| k.first()).and_then(|k| self.entries.get(k)).and_then(|e| e.good.clone());
-                if let Some(good) = good {
-                    self.cluster.put_parsed(good);
+                if let Some(good) = self.claims.get(id).and_then(|k| k.first()).and_then(|k| self.entries.get(k)).and_then(|e| e.good.as_ref()) {
+                    good.put_into(&mut self.cluster);
                 }
             }
             _ => {
@@ -199,7 +277,7 @@ impl View {
                 None => {}
             }
         }
-        let cidrs_at = |key: &String| self.entries.get(key).and_then(|e| e.good.as_ref()).map(ParsedObject::cidrs).unwrap_or_default();
+        let cidrs_at = |key: &String| self.entries.get(key).and_then(|e| e.good.as_ref()).map(Good::cidrs).unwrap_or_default();
         for id in &self.contested {
             let Some(keys) = self.claims.get(id) else { continue };
             let duplicate = |key: &String| {
@@ -219,8 +297,8 @@ impl View {
 }
 
 /// The identity of a good object (`None` for none).
-fn identity(good: Option<&ParsedObject>) -> Option<Identity> {
-    good.and_then(ParsedObject::identity).map(|(k, n)| (k, n.to_owned()))
+fn identity(good: Option<&Good>) -> Option<Identity> {
+    good.and_then(Good::identity)
 }
 
 #[cfg(test)]
