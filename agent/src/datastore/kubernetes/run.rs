@@ -24,7 +24,9 @@ use super::probe::{spawn_probe, Probe, DEFAULT_PROBE, PROBE_MISSES_BEFORE_RELIST
 use super::resources::{optional_sources, CalicoGroup, OPERATOR_API_VERSION};
 use super::trimmed::TrimmedObject;
 use super::view::View;
-use super::watch::{cache_lists, default_backoff, streaming_lists, trimmed_watch, BackoffFactory, WatchItem, WatchTarget, DEFAULT_LIST_SETTLE, DEFAULT_WATCH_SILENCE};
+use super::watch::{
+    cache_lists, default_backoff, streaming_lists, trimmed_watch, BackoffFactory, WatchItem, WatchTarget, DEFAULT_LIST_SETTLE, DEFAULT_WATCH_SILENCE,
+};
 use crate::datastore::error::DatastoreError;
 use crate::datastore::event::{Datastore, DatastoreEvent, Snapshot};
 use crate::model::{CalicoGroupChange, OptionalSource};

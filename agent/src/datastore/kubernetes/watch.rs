@@ -110,7 +110,10 @@ pub(crate) type WatchItem<K> = Result<Event<K>, WatchFailure>;
 /// sends bookmarks (an old one, an aggregated API server without a watch cache) never arms
 /// it; such a watch is only restarted after `timeoutSeconds` + 5 s of silence, quietly, as kube
 /// does, and a hung server is the `/version` probe's to notice.
-#[expect(clippy::too_many_lines, reason = "one state machine: a list and a streaming list are two ways into the same watch, and each transition is read in one place")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one state machine: a list and a streaming list are two ways into the same watch, and each transition is read in one place"
+)]
 pub(crate) fn list_watch<K>(api: Api<K>, config: watcher::Config, silence: Option<Duration>) -> impl futures::Stream<Item = WatchItem<K>> + Send
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
@@ -156,8 +159,11 @@ where
         bookmarked: bool,
         phase: Phase<K>,
     }
-    let stream_list = (config.initial_list_strategy == InitialListStrategy::StreamingList)
-        .then(|| WatchParams { send_initial_events: true, bookmarks: true, ..request_params(config.clone()).1 });
+    let stream_list = (config.initial_list_strategy == InitialListStrategy::StreamingList).then(|| WatchParams {
+        send_initial_events: true,
+        bookmarks: true,
+        ..request_params(config.clone()).1
+    });
     let (list, watch) = request_params(config);
     let state = State { api, list, watch, stream_list, silence, bookmarked: false, phase: Phase::Start };
     futures::stream::unfold(state, |mut s| async move {
