@@ -58,6 +58,7 @@ pub mod runs;
 use anyhow::Result;
 
 pub use benchmarks::cold_program_vs_bird::BIRD;
+pub use benchmarks::etcd_100k::ETCD;
 pub use benchmarks::BENCHMARKS;
 pub use options::{ComputeSize, KubeChurn, Options, Shared};
 pub use report::{median, median_f64, Outcome, Target};

@@ -26,7 +26,7 @@ pub struct BenchArgs {
     /// Benchmarks to run (default: all): cold-program-10k, cold-program-vs-bird,
     /// cold-program-vs-floor, resync-100k, node-move, compute-100k, watch-overhead, tc-overhead,
     /// detect-latency, agent-footprint, bad-input-worst, all-nodes-5k, kube-heartbeats,
-    /// kube-100k.
+    /// kube-100k, etcd-100k.
     pub names: Vec<String>,
     /// Short idle window for agent-footprint (10 s instead of 60 s).
     #[arg(long)]

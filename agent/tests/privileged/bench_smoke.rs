@@ -23,10 +23,16 @@ const DOCUMENTED_SKIPS: &[(&str, &str, Holds)] = &[
     ("detect-latency", "no BPF object embedded", no_bpf_object),
     // BIRD 2 is a test tool `cargo xtask test` installs.
     ("cold-program-vs-bird", "not installed", no_bird),
+    // So is etcd (Debian etcd-server).
+    ("etcd-100k", "not installed", no_etcd),
 ];
 
 fn no_bpf_object() -> bool {
     routewarden::bpf::embedded_object().is_none()
+}
+
+fn no_etcd() -> bool {
+    !std::path::Path::new(harness::ETCD).exists()
 }
 
 fn no_bird() -> bool {

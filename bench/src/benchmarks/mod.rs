@@ -31,4 +31,5 @@ registry! {
     all_nodes_5k,
     kube_heartbeats,
     kube_100k,
+    etcd_100k,
 }
