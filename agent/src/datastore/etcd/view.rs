@@ -21,7 +21,7 @@ enum Good {
     Block(Arc<str>, Arc<IpamBlock>),
     Affinity(Arc<str>, Arc<BlockAffinity>),
     Node(Arc<str>, Arc<Node>),
-    Other(ParsedObject),
+    Other(Box<ParsedObject>),
 }
 
 impl Good {
@@ -30,7 +30,7 @@ impl Good {
             ParsedObject::IpamBlock(name, o) => Good::Block(name.into(), Arc::new(o)),
             ParsedObject::BlockAffinity(name, o) => Good::Affinity(name.into(), Arc::new(o)),
             ParsedObject::Node(name, o) => Good::Node(name.into(), Arc::new(o)),
-            other => Good::Other(other),
+            other => Good::Other(Box::new(other)),
         }
     }
 
@@ -60,7 +60,7 @@ impl Good {
             Good::Block(n, b) => drop(cluster.ipam_blocks.insert(n.clone(), b.clone())),
             Good::Affinity(n, a) => drop(cluster.block_affinities.insert(n.clone(), a.clone())),
             Good::Node(n, o) => drop(cluster.nodes.insert(n.clone(), o.clone())),
-            Good::Other(p) => drop(cluster.put_parsed(p.clone())),
+            Good::Other(p) => drop(cluster.put_parsed((**p).clone())),
         }
     }
 
@@ -71,7 +71,7 @@ impl Good {
             Good::Block(n, b) => ParsedObject::IpamBlock(n.to_string(), (**b).clone()),
             Good::Affinity(n, a) => ParsedObject::BlockAffinity(n.to_string(), (**a).clone()),
             Good::Node(n, o) => ParsedObject::Node(n.to_string(), (**o).clone()),
-            Good::Other(p) => p.clone(),
+            Good::Other(p) => (**p).clone(),
         }
     }
 }
@@ -81,8 +81,9 @@ impl Good {
 struct Entry {
     /// The last good object read at this key.
     good: Option<Good>,
-    /// Why the current value is not used: not JSON (a load error) or a rejected object.
-    problem: Option<Problem>,
+    /// Why the current value is not used: not JSON (a load error) or a rejected object (boxed:
+    /// rare, and large).
+    problem: Option<Box<Problem>>,
 }
 
 #[derive(Debug)]
@@ -103,9 +104,10 @@ pub struct View {
     entries: BTreeMap<String, Entry>,
     /// Every key's last good object, less the identities more than one key defines.
     cluster: Cluster,
-    /// The keys whose last good object has each identity (more than one: every definition is
-    /// refused, as `ClusterBuilder::finish` refuses an object defined twice).
-    claims: BTreeMap<Identity, BTreeSet<String>>,
+    /// The keys whose last good object has each identity, sorted (more than one: every
+    /// definition is refused, as `ClusterBuilder::finish` refuses an object defined twice).
+    /// A `Vec`: almost always one key, and a set's node would cost ~300 bytes per object.
+    claims: BTreeMap<Identity, Vec<String>>,
     /// The identities more than one key claims.
     contested: BTreeSet<Identity>,
     /// The keys whose current value is not used (a load error or a rejected object).
@@ -130,7 +132,7 @@ impl View {
                 err.cidrs = cidrs_in_text(&text);
                 let entry = self.entries.entry(key.to_owned()).or_default();
                 err.never_loaded = entry.good.is_none();
-                entry.problem = Some(Problem::Syntax(err));
+                entry.problem = Some(Box::new(Problem::Syntax(err)));
                 self.errored.insert(key.to_owned());
                 return true;
             }
@@ -149,7 +151,7 @@ impl View {
             // Unknown kinds parse to nothing: the key then holds nothing routewarden reads.
             self.set_good(key, good.into_iter().next().map(Good::new));
         } else {
-            self.entries.entry(key.to_owned()).or_default().problem = Some(Problem::Rejected(rejected));
+            self.entries.entry(key.to_owned()).or_default().problem = Some(Box::new(Problem::Rejected(rejected)));
             self.errored.insert(key.to_owned());
         }
         true
@@ -217,7 +219,10 @@ impl View {
             self.unclaim(&id, key);
         }
         if let Some(id) = new {
-            self.claims.entry(id.clone()).or_default().insert(key.to_owned());
+            let keys = self.claims.entry(id.clone()).or_default();
+            if let Err(at) = keys.binary_search_by(|k| k.as_str().cmp(key)) {
+                keys.insert(at, key.to_owned());
+            }
             self.refresh(&id);
         }
     }
@@ -225,7 +230,9 @@ impl View {
     /// `key` no longer defines `id`.
     fn unclaim(&mut self, id: &Identity, key: &str) {
         if let Some(keys) = self.claims.get_mut(id) {
-            keys.remove(key);
+            if let Ok(at) = keys.binary_search_by(|k| k.as_str().cmp(key)) {
+                keys.remove(at);
+            }
         }
         self.refresh(id);
     }
@@ -233,7 +240,7 @@ impl View {
     /// Put the cluster right for `id` after its claims changed: the object of its one key, or
     /// nothing when no key or more than one defines it.
     fn refresh(&mut self, id: &Identity) {
-        let keys = self.claims.get(id).map_or(0, BTreeSet::len);
+        let keys = self.claims.get(id).map_or(0, Vec::len);
         match keys {
             0 => {
                 self.claims.remove(id);
@@ -264,7 +271,7 @@ impl View {
         let mut load_errors = Vec::new();
         for (key, e) in self.errored.iter().filter_map(|k| Some((k, self.entries.get(k)?))) {
             let file = PathBuf::from(key);
-            match &e.problem {
+            match e.problem.as_deref() {
                 Some(Problem::Syntax(err)) => load_errors.push(err.clone()),
                 Some(Problem::Rejected(rs)) => object_errors.extend(rs.iter().map(|r| {
                     let mut r = r.clone();

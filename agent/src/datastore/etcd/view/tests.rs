@@ -137,7 +137,7 @@ fn rebuilt(view: &View) -> Snapshot {
                 object_errors.push(ObjectError::from_rejected(file.clone(), r));
             }
         }
-        match &e.problem {
+        match e.problem.as_deref() {
             Some(Problem::Syntax(err)) => load_errors.push(err.clone()),
             Some(Problem::Rejected(rs)) => object_errors.extend(rs.iter().map(|r| {
                 let mut r = r.clone();
