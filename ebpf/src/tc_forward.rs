@@ -199,6 +199,15 @@ fn watch(ctx: &TcContext, host_nic: bool) {
             lookup_and_account_v4(ctx, [h[16], h[17], h[18], h[19]], obs);
         }
     } else if proto == ETH_P_IPV6 {
+        if let Some(ip) = direct_ipv6(ctx) {
+            let mut dst = [0u8; 16];
+            for (i, b) in dst.iter_mut().enumerate() {
+                *b = byte(ip, 24 + i);
+            }
+            let obs = if host_nic { Observation::HostNative } else { Observation::TunnelDevice };
+            lookup_and_account(ctx, dst, obs);
+            return;
+        }
         let Some(h) = load_net::<40>(ctx, 0) else {
             unparsable(ctx, 6);
             return;
@@ -257,6 +266,30 @@ fn direct_ipv4(ctx: &TcContext) -> Option<usize> {
         let total = u32::from(byte(data, 2)) << 8 | u32::from(byte(data, 3));
         if total == len {
             return Some(data);
+        }
+    }
+    None
+}
+
+/// Direct packet access for IPv6, as [`direct_ipv4`] for IPv4: the address of an IPv6 header
+/// (40 bytes) behind an Ethernet header, in the linear data and checked against `data_end`,
+/// or `None` (the caller then reads it through `bpf_skb_load_bytes_relative`). Confirmed from
+/// the packet: the EtherType at 12 is `ETH_P_IPV6`, the version at 14 is 6 and the payload
+/// length plus the two headers equals `skb->len`. Only the Ethernet layout: a packet without
+/// a link-layer header cannot be told from an Ethernet frame by its first byte here (`0x6_`
+/// is a unicast MAC's first byte when even), and no device routewarden watches carries IPv6
+/// without one (`tunl0` is IPv4 in IPv4); those take the helper path. A jumbogram (payload
+/// length 0) takes it too.
+#[inline(always)]
+fn direct_ipv6(ctx: &TcContext) -> Option<usize> {
+    let data = ctx.data();
+    if data + ETH_HLEN + 40 > ctx.data_end() {
+        return None;
+    }
+    if byte(data, 12) == 0x86 && byte(data, 13) == 0xdd && byte(data, ETH_HLEN) >> 4 == 6 {
+        let payload = u32::from(byte(data, ETH_HLEN + 4)) << 8 | u32::from(byte(data, ETH_HLEN + 5));
+        if payload + 40 + ETH_HLEN_U32 == ctx.len() {
+            return Some(data + ETH_HLEN);
         }
     }
     None

@@ -329,6 +329,63 @@ fn ipip_on_the_host_nic_is_tunnel_traffic_of_the_inner_destination() {
     drop(ns);
 }
 
+/// IPv6 cluster destinations leaving the host NIC are counted per pool, exactly, as IPv4 ones
+/// are (the Ethernet frame's IPv6 header read in place, the direct path of the program); an
+/// IPv6 destination outside the cluster is not counted. IPv6 is on in this namespace only,
+/// the address without duplicate detection and the next hop a permanent neighbour, so the
+/// kernel's own IPv6 packets (router and neighbour solicitations, MLD) go to link-local and
+/// multicast destinations, none of them a cluster destination.
+#[test]
+fn ipv6_destinations_are_counted_per_pool() {
+    let Some(obj) = object("ipv6_destinations_are_counted_per_pool") else { return };
+    let ns = NetNsGuard::new().expect("netns");
+    let peer = PeerNs(format!("rwfw{}-v6", std::process::id()));
+    sh(&["ip", "netns", "add", &peer.0]);
+    ns.ip(&["link", "add", "eth0", "type", "veth", "peer", "name", "eth0p"]).unwrap();
+    ns.ip(&["link", "set", "eth0p", "netns", &peer.0]).unwrap();
+    ns.ip(&["link", "set", "eth0", "up"]).unwrap();
+    ns.ip(&["-6", "addr", "add", "fd00:50::1/64", "dev", "eth0", "nodad"]).unwrap();
+    ns.ip(&["-6", "neigh", "replace", "fd00:50::2", "lladdr", "02:00:00:00:00:02", "dev", "eth0", "nud", "permanent"]).unwrap();
+    for dst in ["fd00:10:250::/64", "fd00:60::/64"] {
+        ns.ip(&["-6", "route", "add", dst, "via", "fd00:50::2", "dev", "eth0"]).unwrap();
+    }
+    let cfg = ForwardConfig { sample_interval: Duration::from_secs(1), ..ForwardConfig::for_devices(&[], &["eth0".into()]) };
+    let mut watch = ForwardWatch::start(obj, &cfg).expect("start");
+    let entries = [
+        entry("fd00:10:250::/122", "flat-v6", PoolClass::NoEncap, ForwardPath::Host),
+        entry("fd00:10:250::40/122", "flat-v6", PoolClass::NoEncap, ForwardPath::Host),
+        entry("fd00:10:250::80/122", "other-v6", PoolClass::NoEncap, ForwardPath::Host),
+    ];
+    watch.set_destinations(&entries).unwrap();
+
+    let sock = UdpSocket::bind("[fd00:50::1]:0").unwrap();
+    let send6 = |to: &str, n: usize| {
+        let dst: std::net::Ipv6Addr = to.parse().unwrap();
+        for _ in 0..n {
+            sock.send_to(&[0u8; PAYLOAD], std::net::SocketAddrV6::new(dst, 9, 0, 0)).unwrap();
+        }
+    };
+    send6("fd00:10:250::5", 10);
+    send6("fd00:10:250::45", 5);
+    send6("fd00:10:250::99", 3);
+    send6("fd00:60::1", 7);
+
+    let c = watch.counts().unwrap();
+    // Ethernet 14 + IPv6 40 + UDP 8 + payload.
+    let frame = 14 + 40 + 8 + PAYLOAD as u64;
+    let got = |pool: &str| {
+        let s = c.slot(pool, ForwardPath::Host, Observation::HostNative);
+        (s.packets, s.bytes)
+    };
+    assert_eq!(got("flat-v6"), (15, 15 * frame));
+    assert_eq!(got("other-v6"), (3, 3 * frame));
+    assert_eq!(c.slots.len(), 2, "nothing else counted: {:?}", c.slots);
+    assert_eq!(c.stats.samples, 0, "the expected path: not wrong");
+    drop(watch);
+    drop(ns);
+    drop(peer);
+}
+
 /// A configured device that does not exist yet is attached once it appears.
 #[test]
 fn missing_device_is_attached_when_it_appears() {
