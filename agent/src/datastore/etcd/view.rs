@@ -86,6 +86,26 @@ struct Entry {
     problem: Option<Box<Problem>>,
 }
 
+impl Entry {
+    /// This key's problem as the snapshot reports it, named by `key`: a value that is not JSON
+    /// a load error; rejections object errors, marked last-good (and without the CIDRs they
+    /// would freeze) when a good version stands in.
+    fn errors(&self, key: &str, object_errors: &mut Vec<ObjectError>, load_errors: &mut Vec<LoadError>) {
+        match self.problem.as_deref() {
+            Some(Problem::Syntax(err)) => load_errors.push(err.clone()),
+            Some(Problem::Rejected(rs)) => object_errors.extend(rs.iter().map(|r| {
+                let mut r = r.clone();
+                r.last_good = self.good.is_some();
+                if r.last_good {
+                    r.cidrs.clear();
+                }
+                ObjectError::from_rejected(PathBuf::from(key), r)
+            })),
+            None => {}
+        }
+    }
+}
+
 #[derive(Debug)]
 enum Problem {
     Syntax(LoadError),
@@ -270,19 +290,7 @@ impl View {
         let mut object_errors = Vec::new();
         let mut load_errors = Vec::new();
         for (key, e) in self.errored.iter().filter_map(|k| Some((k, self.entries.get(k)?))) {
-            let file = PathBuf::from(key);
-            match e.problem.as_deref() {
-                Some(Problem::Syntax(err)) => load_errors.push(err.clone()),
-                Some(Problem::Rejected(rs)) => object_errors.extend(rs.iter().map(|r| {
-                    let mut r = r.clone();
-                    r.last_good = e.good.is_some();
-                    if r.last_good {
-                        r.cidrs.clear();
-                    }
-                    ObjectError::from_rejected(file.clone(), r)
-                })),
-                None => {}
-            }
+            e.errors(key, &mut object_errors, &mut load_errors);
         }
         let cidrs_at = |key: &String| self.entries.get(key).and_then(|e| e.good.as_ref()).map(Good::cidrs).unwrap_or_default();
         for id in &self.contested {

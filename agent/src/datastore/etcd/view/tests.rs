@@ -137,18 +137,7 @@ fn rebuilt(view: &View) -> Snapshot {
                 object_errors.push(ObjectError::from_rejected(file.clone(), r));
             }
         }
-        match e.problem.as_deref() {
-            Some(Problem::Syntax(err)) => load_errors.push(err.clone()),
-            Some(Problem::Rejected(rs)) => object_errors.extend(rs.iter().map(|r| {
-                let mut r = r.clone();
-                r.last_good = e.good.is_some();
-                if r.last_good {
-                    r.cidrs.clear();
-                }
-                ObjectError::from_rejected(file.clone(), r)
-            })),
-            None => {}
-        }
+        e.errors(key, &mut object_errors, &mut load_errors);
     }
     let (cluster, taken_out) = builder.finish();
     for r in taken_out {
