@@ -233,7 +233,7 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
     };
     let above = |c: f64| (c - floor).max(0.0);
     let (cluster_target, non_cluster_target) = (50.0, 20.0);
-    // IPv6 against the same targets (issue 53: IPv6 packets take the same fast path).
+    // IPv6 against the same targets: IPv6 packets take the same fast path.
     let v6 = |i: usize, target: f64| cost[i].map_or(0.0, |c| above(c) / target);
     let shown = |i: usize| cost[i].map_or_else(|| "unavailable".into(), |c| format!("{:.1}", above(c)));
     let ratio = (above(cluster) / cluster_target).max(above(non_cluster) / non_cluster_target).max(v6(4, cluster_target)).max(v6(5, non_cluster_target));

@@ -117,8 +117,7 @@ type Identity = (Kind, String);
 
 /// Every key read, by key, and the cluster they make, kept as keys change: one put or delete
 /// costs O(log n) and a snapshot O(chunks of the cluster's maps) plus the whole-cluster checks
-/// (overlapping pools and blocks), not a rebuild from every key (about a second at 100,000
-/// blocks; issue 53).
+/// (overlapping pools and blocks), not a rebuild from every key.
 #[derive(Debug, Default)]
 pub struct View {
     entries: BTreeMap<String, Entry>,
