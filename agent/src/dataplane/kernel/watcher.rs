@@ -179,36 +179,48 @@ impl EventDecoder {
     }
 }
 
+/// A subscription's connection driver (the task that reads its socket), aborted when dropped:
+/// with its reader's task, which the app aborts at shutdown. A driver left running reads
+/// every notification nobody takes, and netlink_proto logs a warning for each one ("ignoring
+/// unsolicited message"), dozens of lines in the pod's last log.
+struct Driver(tokio::task::JoinHandle<()>);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 type Messages = futures::channel::mpsc::UnboundedReceiver<(rtnetlink::packet_core::NetlinkMessage<RouteNetlinkMessage>, rtnetlink::sys::SocketAddr)>;
 
 /// Open a multicast connection for link, IPv4-route and IPv6-route notifications and spawn its
 /// driver. Must run inside a tokio runtime; the socket lives in the calling thread's network
 /// namespace.
-fn subscribe() -> Result<(tokio::task::JoinHandle<()>, Messages), DataplaneError> {
+fn subscribe() -> Result<(Driver, Messages), DataplaneError> {
     let groups = [MulticastGroup::Link, MulticastGroup::Ipv4Route, MulticastGroup::Ipv6Route, MulticastGroup::Ipv4Ifaddr, MulticastGroup::Ipv6Ifaddr];
     let (mut conn, _handle, messages) = rtnetlink::new_multicast_connection(&groups).map_err(|source| DataplaneError::Subscribe { source })?;
     // Bursts (a link flush, a cold start of 10,000 routes) must not overrun the socket.
     let _ = conn.socket_mut().socket_mut().set_rx_buf_sz(8 * 1024 * 1024);
-    Ok((tokio::spawn(conn), messages))
+    Ok((Driver(tokio::spawn(conn)), messages))
 }
 
 type NexthopMessages = futures::channel::mpsc::UnboundedReceiver<(rtnetlink::packet_core::NetlinkMessage<NexthopMessage>, rtnetlink::sys::SocketAddr)>;
 
 /// Open a multicast connection for nexthop object notifications (`RTNLGRP_NEXTHOP`), typed
 /// [`NexthopMessage`] (rtnetlink's connection cannot decode them), and spawn its driver.
-fn subscribe_nexthops() -> Result<(tokio::task::JoinHandle<()>, NexthopMessages), DataplaneError> {
+fn subscribe_nexthops() -> Result<(Driver, NexthopMessages), DataplaneError> {
     let (mut conn, _handle, messages) =
         rtnetlink::proto::new_connection::<NexthopMessage>(NETLINK_ROUTE).map_err(|source| DataplaneError::Subscribe { source })?;
     let sock = conn.socket_mut().socket_mut();
     sock.bind_auto().map_err(|source| DataplaneError::Subscribe { source })?;
     sock.add_membership(RTNLGRP_NEXTHOP).map_err(|source| DataplaneError::Subscribe { source })?;
     let _ = sock.set_rx_buf_sz(1024 * 1024);
-    Ok((tokio::spawn(conn), messages))
+    Ok((Driver(tokio::spawn(conn)), messages))
 }
 
 /// Forward nexthop object changes and deletions to `tx` until `tx` closes; on a broken subscription send
 /// [`DataplaneEvent::Overrun`] and subscribe again after 100 ms.
-async fn forward_nexthops(mut sub: (tokio::task::JoinHandle<()>, NexthopMessages), tx: mpsc::Sender<DataplaneEvent>) {
+async fn forward_nexthops(mut sub: (Driver, NexthopMessages), tx: mpsc::Sender<DataplaneEvent>) {
     loop {
         let (driver, mut messages) = sub;
         while let Some((msg, _addr)) = messages.next().await {
@@ -223,12 +235,12 @@ async fn forward_nexthops(mut sub: (tokio::task::JoinHandle<()>, NexthopMessages
             };
             if let Some(ev) = event {
                 if tx.send(ev).await.is_err() {
-                    driver.abort();
+                    drop(driver);
                     return;
                 }
             }
         }
-        driver.abort();
+        drop(driver);
         let Some(next) = resubscribe(&tx, subscribe_nexthops).await else { return };
         sub = next;
     }
@@ -252,7 +264,7 @@ async fn resubscribe<S>(tx: &mpsc::Sender<DataplaneEvent>, subscribe: impl Fn() 
 
 /// Forward events from a subscription to `tx` until `tx` closes; on a broken subscription send
 /// [`DataplaneEvent::Overrun`] and subscribe again after 100 ms.
-async fn forward(mut sub: (tokio::task::JoinHandle<()>, Messages), tx: mpsc::Sender<DataplaneEvent>) {
+async fn forward(mut sub: (Driver, Messages), tx: mpsc::Sender<DataplaneEvent>) {
     loop {
         let (driver, mut messages) = sub;
         let mut decoder = EventDecoder::default();
@@ -265,12 +277,12 @@ async fn forward(mut sub: (tokio::task::JoinHandle<()>, Messages), tx: mpsc::Sen
             };
             for ev in events {
                 if tx.send(ev).await.is_err() {
-                    driver.abort();
+                    drop(driver);
                     return;
                 }
             }
         }
-        driver.abort();
+        drop(driver);
         let Some(next) = resubscribe(&tx, subscribe).await else { return };
         sub = next;
     }
@@ -293,4 +305,32 @@ pub fn spawn_watcher(tx: mpsc::Sender<DataplaneEvent>) -> Result<tokio::task::Jo
         tokio::spawn(forward_nexthops(nexthops, tx.clone()));
     }
     Ok(tokio::spawn(forward(sub, tx)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Driver;
+
+    /// Dropping a subscription's driver (its reader's task aborted) stops the driver's task.
+    #[tokio::test]
+    async fn a_dropped_driver_stops_its_task() {
+        /// Says when the task holding it is dropped (aborted).
+        struct Gone(Option<tokio::sync::oneshot::Sender<()>>);
+        impl Drop for Gone {
+            fn drop(&mut self) {
+                if let Some(tx) = self.0.take() {
+                    let _ = tx.send(());
+                }
+            }
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let gone = Gone(Some(tx));
+        let driver = Driver(tokio::spawn(async move {
+            let _held = gone;
+            std::future::pending::<()>().await;
+        }));
+        tokio::task::yield_now().await;
+        drop(driver);
+        tokio::time::timeout(std::time::Duration::from_secs(5), rx).await.expect("the task stopped").expect("dropped, not leaked");
+    }
 }
