@@ -60,7 +60,7 @@ impl Good {
             Good::Block(n, b) => drop(cluster.ipam_blocks.insert(n.clone(), b.clone())),
             Good::Affinity(n, a) => drop(cluster.block_affinities.insert(n.clone(), a.clone())),
             Good::Node(n, o) => drop(cluster.nodes.insert(n.clone(), o.clone())),
-            Good::Other(p) => drop(cluster.put_parsed((**p).clone())),
+            Good::Other(p) => cluster.put_parsed((**p).clone()),
         }
     }
 
@@ -195,16 +195,12 @@ impl View {
         self.end_relist(&seen);
     }
 
-    /// One page of a re-list (`seen` gathers its keys): each key as a put, the last good
-    /// version of a key whose new value is broken kept, its old problem replaced by the new
-    /// value's. Pages are applied as they come, so a re-list holds one page's values at a time,
+    /// One page of a re-list (`seen` gathers its keys): each key as a put ([`View::put`]
+    /// keeps the last good version of a key whose new value is broken, and replaces its old
+    /// problem with the new value's). Pages are applied as they come, so a re-list holds one page's values at a time,
     /// not every key's; until [`View::end_relist`] no key is gone.
     pub fn relist_page(&mut self, kvs: impl IntoIterator<Item = (String, Vec<u8>)>, seen: &mut BTreeSet<String>) {
         for (key, value) in kvs {
-            if let Some(e) = self.entries.get_mut(&key) {
-                e.problem = None;
-                self.errored.remove(&key);
-            }
             self.put(&key, &value);
             seen.insert(key);
         }
@@ -234,6 +230,14 @@ impl View {
         let old = identity(entry.good.as_ref());
         let new = identity(good.as_ref());
         entry.good = good;
+        if old == new {
+            // The same object changed (most puts): its claim stands, the cluster takes the
+            // new version.
+            if let Some(id) = new {
+                self.refresh(&id);
+            }
+            return;
+        }
         if let Some(id) = old {
             self.unclaim(&id, key);
         }
