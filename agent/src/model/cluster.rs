@@ -57,11 +57,10 @@ fn serialize_unread<S: serde::Serializer>(unread: &BTreeMap<OptionalSource, Stri
 
 impl Cluster {
     /// Put one good object in place of any object of its kind and name (O(log n): the etcd
-    /// datastore applies a changed key this way). An error item changes nothing and returns
-    /// `false`. No check that needs the whole cluster runs here (duplicates, overlapping pools
+    /// datastore applies a changed key this way). An error item changes nothing. No check that needs the whole cluster runs here (duplicates, overlapping pools
     /// or blocks): the caller runs those on the snapshot it sends, as
     /// [`ClusterBuilder::finish`] does.
-    pub fn put_parsed(&mut self, item: ParsedObject) -> bool {
+    pub fn put_parsed(&mut self, item: ParsedObject) {
         match item {
             ParsedObject::IpPool(name, o) => drop(self.ip_pools.insert(name, o)),
             ParsedObject::IpamBlock(name, o) => drop(self.ipam_blocks.insert(name.into(), Arc::new(o))),
@@ -72,9 +71,8 @@ impl Cluster {
             ParsedObject::ClusterInformation(name, o) => drop(self.cluster_informations.insert(name, o)),
             ParsedObject::Installation(name, o) => drop(self.installations.insert(name, o)),
             ParsedObject::DaemonSet(name, o) => drop(self.calico_node_daemonsets.insert(name, o)),
-            ParsedObject::Error(_) => return false,
+            ParsedObject::Error(_) => {}
         }
-        true
     }
 
     /// Take the object `kind`/`name` out: the CIDRs it routes or claims (a pool's, a block's,

@@ -158,7 +158,7 @@ impl Resource {
                 match outcome {
                     Outcome::Unchanged => {}
                     Outcome::Good(one) => {
-                        remove(cluster, self.watched.kind, &key);
+                        cluster.take_object(self.watched.kind, &key);
                         merge(cluster, *one);
                         *e = Entry { hash, good: true, problem: None, ..e.clone() };
                         self.errored.remove(&name);
@@ -175,7 +175,7 @@ impl Resource {
             Event::Delete(obj) => {
                 let name = obj.name();
                 if self.entries.remove(name).is_some() {
-                    remove(cluster, self.watched.kind, &self.key(name));
+                    cluster.take_object(self.watched.kind, &self.key(name));
                     self.errored.remove(name);
                     out.changed = true;
                 }
@@ -190,7 +190,7 @@ impl Resource {
         let kind = self.watched.kind;
         let changed = !self.entries.is_empty();
         for name in std::mem::take(&mut self.entries).keys() {
-            remove(cluster, kind, &self.key(name));
+            cluster.take_object(kind, &self.key(name));
         }
         self.errored.clear();
         self.listing = None;
@@ -202,7 +202,7 @@ impl Resource {
         let Listing { entries, cluster: listed, mut changed } = self.listing.take().unwrap_or_default();
         let kind = self.watched.kind;
         for name in self.entries.keys().filter(|name| !entries.contains_key(*name)) {
-            remove(cluster, kind, &self.key(name));
+            cluster.take_object(kind, &self.key(name));
             changed = true;
         }
         merge(cluster, listed);
@@ -248,21 +248,6 @@ impl Resource {
             }
         };
         (name, rv, hash, outcome)
-    }
-}
-
-/// Remove object `name` of `kind` from `cluster`.
-fn remove(cluster: &mut Cluster, kind: Kind, name: &str) {
-    match kind {
-        Kind::IpPool => drop(cluster.ip_pools.remove(name)),
-        Kind::IpamBlock => drop(cluster.ipam_blocks.remove(name)),
-        Kind::BlockAffinity => drop(cluster.block_affinities.remove(name)),
-        Kind::Node => drop(cluster.nodes.remove(name)),
-        Kind::FelixConfiguration => drop(cluster.felix_configurations.remove(name)),
-        Kind::BgpConfiguration => drop(cluster.bgp_configurations.remove(name)),
-        Kind::ClusterInformation => drop(cluster.cluster_informations.remove(name)),
-        Kind::Installation => drop(cluster.installations.remove(name)),
-        Kind::DaemonSet => drop(cluster.calico_node_daemonsets.remove(name)),
     }
 }
 
