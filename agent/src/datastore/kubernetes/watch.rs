@@ -159,12 +159,21 @@ where
         bookmarked: bool,
         phase: Phase<K>,
     }
-    let stream_list = (config.initial_list_strategy == InitialListStrategy::StreamingList).then(|| WatchParams {
-        send_initial_events: true,
-        bookmarks: true,
-        ..request_params(config.clone()).1
-    });
+    impl<K> State<K> {
+        /// The silence that fails the watch: armed once the server has sent a bookmark.
+        fn armed(&self) -> Option<Duration> {
+            self.silence.filter(|_| self.bookmarked)
+        }
+
+        /// How long to wait for the watch's next event: the armed silence, else kube's
+        /// dead-connection window (the server's timeout plus 5 s).
+        fn wait_limit(&self) -> Duration {
+            self.armed().unwrap_or_else(|| Duration::from_secs(u64::from(self.watch.timeout.unwrap_or(290)) + 5))
+        }
+    }
+    let streaming = config.initial_list_strategy == InitialListStrategy::StreamingList;
     let (list, watch) = request_params(config);
+    let stream_list = streaming.then(|| WatchParams { send_initial_events: true, bookmarks: true, ..watch.clone() });
     let state = State { api, list, watch, stream_list, silence, bookmarked: false, phase: Phase::Start };
     futures::stream::unfold(state, |mut s| async move {
         loop {
@@ -185,9 +194,8 @@ where
                     }
                 }
                 Phase::Streaming { mut stream, any } => {
-                    let idle = Duration::from_secs(u64::from(s.watch.timeout.unwrap_or(290)) + 5);
-                    let armed = s.silence.filter(|_| s.bookmarked);
-                    match tokio::time::timeout(armed.unwrap_or(idle), stream.next()).await {
+                    let armed = s.armed();
+                    match tokio::time::timeout(s.wait_limit(), stream.next()).await {
                         Err(_) => match armed {
                             Some(silent) => (Some(Err(WatchFailure::Silent { silent })), Phase::Ended),
                             // Closed or idle before the list ended: list again from the start.
@@ -242,10 +250,8 @@ where
                     Err(e) => (Some(Err(watcher::Error::WatchStartFailed(e).into())), Phase::Ended),
                 },
                 Phase::Watching { version, mut stream } => {
-                    // kube's dead-connection window: the server's timeout plus 5 s.
-                    let idle = Duration::from_secs(u64::from(s.watch.timeout.unwrap_or(290)) + 5);
-                    let armed = s.silence.filter(|_| s.bookmarked);
-                    match tokio::time::timeout(armed.unwrap_or(idle), stream.next()).await {
+                    let armed = s.armed();
+                    match tokio::time::timeout(s.wait_limit(), stream.next()).await {
                         Err(_) => match armed {
                             Some(silent) => (Some(Err(WatchFailure::Silent { silent })), Phase::Ended),
                             None => (None, Phase::Watch { version }),
