@@ -132,6 +132,20 @@ pub fn median(mut v: Vec<Duration>) -> Duration {
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
+/// The `q` quantile (0..=1) of `sorted` (nearest rank); zero for none.
+pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// KiB as MiB with one decimal.
+pub fn mb(kib: u64) -> String {
+    format!("{:.1}", kib as f64 / 1024.0)
+}
+
 /// The median of `v` (the mean of the middle two for an even count; 0 for none): the
 /// statistic of the round-based benchmarks (the median of the rounds' ratios).
 pub fn median_f64(v: &[f64]) -> f64 {

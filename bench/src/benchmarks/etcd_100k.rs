@@ -36,7 +36,7 @@ use tokio::sync::mpsc;
 use crate::fixtures::felix_plan_config;
 use crate::fixtures::kube::{etcd_cluster, etcd_new_block, node_name};
 use crate::procfs::{proc_mem_kib, reset_peak_rss};
-use crate::report::{kv, ms};
+use crate::report::{kv, mb, ms, quantile};
 use crate::{median, Benchmark, Options, Outcome, Shared, Target};
 
 /// This benchmark's registry entry: its name and [`run`].
@@ -142,18 +142,6 @@ impl Planner {
     fn routes(&self, dst: ipnet::IpNet) -> bool {
         self.last.as_ref().is_some_and(|p| p.desired.iter().any(|r| r.dst == dst))
     }
-}
-
-fn quantile(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i]
-}
-
-fn mb(kib: u64) -> String {
-    format!("{:.1}", kib as f64 / 1024.0)
 }
 
 /// The benchmark: see the module docs.

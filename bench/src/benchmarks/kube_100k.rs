@@ -61,7 +61,7 @@ use tokio::sync::mpsc;
 use crate::fixtures::felix_plan_config;
 use crate::fixtures::kube::{block_change, kube_cluster, node_name, route_change, shows_change, standin, wait_drained, BlockChange};
 use crate::procfs::{cpu_ticks, proc_mem_kib, reset_peak_rss};
-use crate::report::{kv, ms};
+use crate::report::{kv, mb, ms, quantile};
 use crate::{median, Benchmark, Options, Outcome, Shared, Target};
 
 /// This benchmark's registry entry: its name and [`run`].
@@ -181,20 +181,6 @@ async fn consume(mut rx: mpsc::Receiver<DatastoreEvent>, mut planner: Planner, p
         }
     }
     Consumed { planner, samples, snapshots, unsynced }
-}
-
-/// The `q` quantile (0..=1) of `sorted` (nearest rank).
-fn quantile(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
-
-/// MiB with one decimal.
-fn mb(kib: u64) -> String {
-    format!("{:.1}", kib as f64 / 1024.0)
 }
 
 /// Send `changes` into the IPAM block watch from a thread of its own (the API server is not
