@@ -135,3 +135,39 @@ async fn a_server_that_refuses_streaming_lists_is_read_with_cached_lists() {
     until(&mut rx, |s| s.cluster.ipam_blocks.contains_key("10-244-98-0-26")).await;
     task.abort();
 }
+
+/// Broken objects read through a streaming list cost what they cost through a cached list,
+/// and nothing more: an IP pool with a bad CIDR and an IPAM block that is not JSON-shaped as a
+/// block are each named with their field, the cluster (so every route) is the one a cached
+/// list of the same objects gives, and nothing is unsynced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_objects_streamed_are_named_and_lose_nothing() {
+    let broken = |api: &ApiServer| {
+        let pools = ResourceType::new("crd.projectcalico.org/v1", "IPPool", "ippools", false);
+        api.create(&pools, json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPPool", "metadata": {"name": "bad"}, "spec": {"cidr": "10.0.0/16"}}))
+            .unwrap();
+        api.create(
+            &ipam_blocks(),
+            json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMBlock", "metadata": {"name": "10-244-97-0-26"}, "spec": {"cidr": "not a cidr", "affinity": "host:node-b"}}),
+        )
+        .unwrap();
+    };
+    let api = ApiServer::new();
+    serve_example(&api, &example_cluster_dir());
+    broken(&api);
+    let (cached, _rx, cached_task) = synced(&api, false).await;
+    cached_task.abort();
+    let streaming = ApiServer::new();
+    serve_example(&streaming, &example_cluster_dir());
+    broken(&streaming);
+    let (first, _rx, task) = synced(&streaming, true).await;
+    let errors = |s: &Snapshot| s.object_errors.iter().map(ToString::to_string).collect::<Vec<_>>();
+    assert_eq!(errors(&first), errors(&cached));
+    assert_eq!(first.object_errors.len(), 2, "{:?}", errors(&first));
+    assert!(errors(&first).iter().any(|e| e.contains("\"bad\"") && e.contains("spec.cidr")), "{:?}", errors(&first));
+    assert!(errors(&first).iter().any(|e| e.contains("10-244-97-0-26") && e.contains("spec.cidr")), "{:?}", errors(&first));
+    assert_eq!(first.cluster, cached.cluster);
+    assert!(!first.cluster.ip_pools.contains_key("bad") && !first.cluster.ipam_blocks.contains_key("10-244-97-0-26"));
+    assert_eq!(first.load_errors, vec![]);
+    task.abort();
+}
