@@ -192,12 +192,13 @@ impl<K: Ord + Clone, V: Clone> SharedMap<K, V> {
     }
 }
 
-impl<T: PartialEq> SharedMap<Arc<str>, Arc<T>> {
-    /// Call `f(name, before, after)` for every name whose entry differs between `self` (before)
-    /// and `after` (`None`: absent on that side), in name order. Chunks the two maps share are
-    /// skipped whole; inside the others names and values are compared by pointer first, values
-    /// by value where the pointers differ (two equal copies are no change).
-    pub fn diff<'m>(&'m self, after: &'m SharedMap<Arc<str>, Arc<T>>, mut f: impl FnMut(&'m Arc<str>, Option<&'m Arc<T>>, Option<&'m Arc<T>>)) {
+impl<K: Ord, V: PartialEq> SharedMap<K, V> {
+    /// Call `f(key, before, after)` for every key whose entry differs between `self` (before)
+    /// and `after` (`None`: absent on that side), in key order. Chunks the two maps share are
+    /// skipped whole, so two copies of a large map that differ in a few entries compare in
+    /// O(chunks + changed chunks × [`MAX_CHUNK`]); inside the others values are compared by
+    /// value (an `Arc` of an `Eq` type by pointer first: two equal copies are no change).
+    pub fn diff<'m>(&'m self, after: &'m SharedMap<K, V>, mut f: impl FnMut(&'m K, Option<&'m V>, Option<&'m V>)) {
         use std::cmp::Ordering;
         let mut old = Cursor { chunks: &self.chunks, chunk: 0, entry: 0 };
         let mut new = Cursor { chunks: &after.chunks, chunk: 0, entry: 0 };
@@ -217,7 +218,7 @@ impl<T: PartialEq> SharedMap<Arc<str>, Arc<T>> {
                     f(name, None, Some(now));
                     new.step();
                 }
-                (Some((name, before)), Some((other, now))) => match if Arc::ptr_eq(name, other) { Ordering::Equal } else { name.cmp(other) } {
+                (Some((name, before)), Some((other, now))) => match name.cmp(other) {
                     Ordering::Less => {
                         f(name, Some(before), None);
                         old.step();
@@ -227,7 +228,7 @@ impl<T: PartialEq> SharedMap<Arc<str>, Arc<T>> {
                         new.step();
                     }
                     Ordering::Equal => {
-                        if !Arc::ptr_eq(before, now) && before != now {
+                        if before != now {
                             f(name, Some(before), Some(now));
                         }
                         old.step();

@@ -99,7 +99,7 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
     // One pass over the IPAM blocks for every routable class: the programmed classes' routes
     // are taken from it, and the audit's expectations of every writer.
     let every_class = classed_routes(&snapshot.cluster, &config.node, &routable_classes(), &config.devices);
-    plan_from(snapshot, config, previous, previous_owned, every_class)
+    plan_from(snapshot, config, previous, previous_owned, &every_class)
 }
 
 /// What [`plan_with`] keeps between snapshots: the route pass ([`RouteMemo`]) and what the
@@ -192,11 +192,11 @@ pub fn plan_with(memo: &mut PlanMemo, snapshot: &Snapshot, config: &PlanConfig, 
         return None;
     }
     memo.last = Some(PlanInputs::of(snapshot, config, previous, previous_owned));
-    Some(plan_from(snapshot, config, previous, previous_owned, memo.routes.answer()))
+    Some(plan_from(snapshot, config, previous, previous_owned, &memo.routes.answer()))
 }
 
 /// The plan of `snapshot` given the routes of every routable class (`every_class`).
-fn plan_from(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolClass>, previous_owned: &[IpNet], every_class: ClassedRoutes) -> Plan {
+fn plan_from(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolClass>, previous_owned: &[IpNet], every_class: &ClassedRoutes) -> Plan {
     let cluster = &snapshot.cluster;
     let decision = decide(cluster, &config.ownership);
     // Classes whose owner cannot be known: neither taken up nor handed over, nothing
@@ -270,7 +270,7 @@ fn plan_from(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolC
         }
     }
 
-    let (expected, unowned, wireguard) = audit_expectations(cluster, config, &decision, every_class.into_routes(), &wireguard_peers);
+    let (expected, unowned, wireguard) = audit_expectations(cluster, config, &decision, every_class.routes().values().cloned().collect(), &wireguard_peers);
     let mut cluster_cidrs: Vec<IpNet> = routable_classes().into_iter().flat_map(|c| pool_cidrs(&decision, c)).collect();
     cluster_cidrs.sort();
     let audit_scope = AuditScope { table: config.table, cluster_cidrs, devices: config.devices.clone(), our_protocol: config.protocol, unowned, wireguard };

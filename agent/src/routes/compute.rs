@@ -45,7 +45,7 @@ use super::block_index::{affinity_conflicts, cidr_key, BlockIndex};
 use super::pass_context::Ctx;
 use super::problem::{Problems, RouteProblem};
 use super::tunnel_address::tunnel_address_routes;
-use super::{ClusterRoute, RouteDevices, RouteOrigin};
+use super::{ClusterRoute, RouteDevices, RouteMap, RouteOrigin};
 use crate::model::{Cluster, IpamBlock};
 use crate::vocabulary::{PoolClass, RoutePath};
 
@@ -89,7 +89,7 @@ pub fn desired_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
     // Everything computed for `classes` is of those classes: no selection (nor copy) needed.
     let ClassedRoutes { routes, problems } = classed_routes(cluster, node_name, classes, devices);
     let problems: BTreeSet<RouteProblem> = problems.into_iter().map(|(p, _)| p).collect();
-    NodeRoutes { routes, problems: problems.into_iter().collect() }
+    NodeRoutes { routes: routes.values().cloned().collect(), problems: problems.into_iter().collect() }
 }
 
 /// The routes and problems of several pool classes from one pass over the IPAM blocks, to
@@ -100,26 +100,26 @@ pub fn desired_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
 /// destination, and every problem about it, belongs to one class.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClassedRoutes {
-    /// Sorted by destination, one route per destination.
-    pub(super) routes: Vec<ClusterRoute>,
+    /// One route per destination.
+    pub(super) routes: RouteMap,
     pub(super) problems: Problems,
 }
 
 impl ClassedRoutes {
-    /// Every route computed, sorted by destination.
-    pub fn routes(&self) -> &[ClusterRoute] {
+    /// Every route computed, by destination.
+    pub fn routes(&self) -> &RouteMap {
         &self.routes
     }
 
-    /// Every route computed, sorted by destination, taken out.
-    pub fn into_routes(self) -> Vec<ClusterRoute> {
-        self.routes
+    /// The problems found, each with the class it concerns (`None`: no class).
+    pub fn problems(&self) -> impl Iterator<Item = &(RouteProblem, Option<PoolClass>)> + '_ {
+        self.problems.iter()
     }
 
     /// The routes of `classes` (cloned) and the problems that concern them or no class.
     pub fn select(&self, classes: &BTreeSet<PoolClass>) -> NodeRoutes {
         let mut routes = Vec::with_capacity(self.routes.len());
-        routes.extend(self.routes.iter().filter(|r| classes.contains(&r.class)).cloned());
+        routes.extend(self.routes.values().filter(|r| classes.contains(&r.class)).cloned());
         let problems: BTreeSet<&RouteProblem> = self.problems.iter().filter(|(_, c)| c.is_none_or(|c| classes.contains(&c))).map(|(p, _)| p).collect();
         NodeRoutes { routes, problems: problems.into_iter().cloned().collect() }
     }
@@ -174,7 +174,7 @@ pub fn classed_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
         routes
     };
     problems.extend(affinity_conflicts(&index, cluster).into_iter().map(|p| (p, None)));
-    ClassedRoutes { routes, problems }
+    ClassedRoutes { routes: routes.into_iter().map(|r| (r.dst, r)).collect(), problems }
 }
 
 /// The pass's list of found routes as one block adds to it: each route goes in with the

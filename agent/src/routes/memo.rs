@@ -1,10 +1,11 @@
 //! The route pass kept between snapshots: [`RouteMemo`] answers what
 //! [`classed_routes`](super::classed_routes) answers, from the previous answer and the IPAM
 //! blocks and BlockAffinities that changed since, so that a snapshot in which one block of
-//! many changed costs a walk over the block map (pointer comparisons), the work of that
-//! block and a copy of the routes, not a pass that computes every route again (at a high
-//! rate of block changes the full pass would dominate the agent's CPU and the event → plan
-//! latency).
+//! many changed costs a walk over the block map (chunk pointers), the work of that block and
+//! of the destinations its routes had and have, not a pass that computes every route again
+//! (at a high rate of block changes the full pass would dominate the agent's CPU and the
+//! event → plan latency). The answer's routes are a [`RouteMap`] kept from call to call: a
+//! copy of it is a copy of chunk pointers, and the plan compares two answers chunk by chunk.
 //!
 //! What is kept, all derived from the cluster of the previous call:
 //! - every block by (CIDR, name), the order in which the full pass visits them, with the
@@ -12,7 +13,10 @@
 //! - the blocks' problems, counted (several blocks report the same one);
 //! - the active BlockAffinities by CIDR and the affinity conflicts of each CIDR.
 //!
-//! The answer walks the blocks in that order: their routes come out sorted by destination
+//! The answer at a destination is what a walk of the blocks in that order finds (the first
+//! fill is that walk; afterwards each destination a changed block had or has is computed
+//! again from the blocks that contain it, `State::settle`): their routes come out sorted by
+//! destination
 //! (blocks do not overlap, and a block's borrowed /32s lie inside it and follow its own
 //! route), two routes to one destination keep the first as the full pass does (a
 //! [`RouteProblem::DuplicateDestination`] for each later one), and when blocks overlap the
@@ -37,7 +41,7 @@ use super::compute::block_routes;
 use super::pass_context::Ctx;
 use super::problem::Problems;
 use super::tunnel_address::{tunnel_address_routes, TunnelOverlay};
-use super::{ClassedRoutes, ClusterRoute, RouteDevices, RouteProblem};
+use super::{ClassedRoutes, ClusterRoute, RouteDevices, RouteMap, RouteProblem};
 use crate::model::{BlockAffinity, Cluster, IpamBlock};
 use crate::vocabulary::PoolClass;
 
@@ -112,6 +116,12 @@ struct State {
     /// The tunnel-address rule's answer for `cluster` and the problems it found; `None` until
     /// the first update computes it.
     overlay: Option<(TunnelOverlay, Problems)>,
+    /// The answer's routes, kept as blocks change ([`State::settle`]): per destination, the
+    /// first route in block order, or what the tunnel-address rule puts there. Copies share
+    /// its chunks, so the plan made from it and the next answer differ only where routes did.
+    answer: RouteMap,
+    /// The [`RouteProblem::DuplicateDestination`]s per destination; never an empty list.
+    duplicates: BTreeMap<IpNet, Vec<(RouteProblem, Option<PoolClass>)>>,
 }
 
 impl State {
@@ -128,6 +138,8 @@ impl State {
             conflicts: BTreeMap::new(),
             least: Arc::from(""),
             overlay: None,
+            answer: RouteMap::new(),
+            duplicates: BTreeMap::new(),
         }
     }
 
@@ -154,6 +166,8 @@ impl State {
         let (node, devices) = (self.node.clone(), self.devices.clone());
         let ctx = Ctx::new(cluster, &node, &devices);
         let mut touched: BTreeSet<IpNet> = BTreeSet::new();
+        // Destinations whose answer may differ: every route a changed block had or has.
+        let mut dirty: BTreeSet<IpNet> = BTreeSet::new();
         let (mut routes, mut problems) = (Vec::new(), Vec::new());
         // A first fill is built in one piece from sorted entries (full tree nodes: less memory
         // than inserting one by one in name order).
@@ -165,6 +179,9 @@ impl State {
                 touched.insert(b.cidr);
                 self.remove_block(b)
             });
+            if let Some((_, g)) = &gone {
+                dirty.extend(g.routes.iter().map(|r| r.dst));
+            }
             if let Some(b) = after {
                 block_routes(&ctx, b, &self.classes, &mut routes, &mut problems);
                 let (key, contribution) = self.contribution(b, std::mem::take(&mut routes), std::mem::take(&mut problems));
@@ -174,6 +191,7 @@ impl State {
                 // below).
                 changed |= gone.is_none_or(|(k, g)| k != key || g.routes != contribution.routes || g.problems != contribution.problems);
                 touched.insert(key.0);
+                dirty.extend(contribution.routes.iter().map(|r| r.dst));
                 if fresh_blocks {
                     new_blocks.push((key, contribution));
                 } else {
@@ -209,13 +227,95 @@ impl State {
         // The tunnel-address rule reads the Nodes, the pools and the blocks holding each
         // address (their allocations too), so it runs again when any of them changed, and its
         // answer is compared with the last.
-        if blocks_changed || context_changed || self.overlay.is_none() {
+        let first = self.overlay.is_none();
+        if blocks_changed || context_changed || first {
             let mut found = Problems::new();
             let overlay = tunnel_address_routes(&ctx, &&*self, &self.classes, &mut found);
+            if let Some((was, _)) = &self.overlay {
+                let differs =
+                    |a: &TunnelOverlay, b: &TunnelOverlay| a.routes.iter().filter(|(d, r)| b.routes.get(d) != Some(r)).map(|(d, _)| *d).collect::<Vec<_>>();
+                dirty.extend(differs(was, &overlay));
+                dirty.extend(differs(&overlay, was));
+            }
             changed |= self.overlay.as_ref().is_none_or(|(o, p)| *o != overlay || *p != found);
             self.overlay = Some((overlay, found));
         }
+        if fresh_blocks || first {
+            self.rebuild_answer();
+        } else {
+            for dst in dirty {
+                self.settle(dst);
+            }
+        }
         changed
+    }
+
+    /// The answer's routes and duplicates computed from every block (the first fill): every
+    /// block's routes in block order, sorted by destination (stably: "first" is block order;
+    /// blocks do not overlap, so they come sorted unless a cluster built otherwise has), the
+    /// first of each destination kept, then the tunnel-address rule's replacements merged in.
+    fn rebuild_answer(&mut self) {
+        let mut all: Vec<&ClusterRoute> = self.blocks.values().flat_map(|c| c.routes.iter()).collect();
+        if !all.is_sorted_by(|a, b| a.dst < b.dst) {
+            all.sort_by_key(|r| r.dst);
+        }
+        let mut duplicates: BTreeMap<IpNet, Vec<(RouteProblem, Option<PoolClass>)>> = BTreeMap::new();
+        let mut kept: Vec<&ClusterRoute> = Vec::with_capacity(all.len());
+        for r in all {
+            match kept.last() {
+                Some(k) if k.dst == r.dst => duplicates.entry(r.dst).or_default().push(duplicate(k, r)),
+                _ => kept.push(r),
+            }
+        }
+        let over = self.overlay.as_ref().map(|(o, _)| &o.routes);
+        let mut routes: Vec<(IpNet, ClusterRoute)> =
+            kept.into_iter().filter(|r| over.is_none_or(|o| !o.contains_key(&r.dst))).map(|r| (r.dst, r.clone())).collect();
+        routes.extend(over.into_iter().flatten().filter_map(|(d, r)| r.clone().map(|r| (*d, r))));
+        self.answer = routes.into_iter().collect();
+        self.duplicates = duplicates;
+    }
+
+    /// Compute the answer at `dst` again: the routes to `dst` of the blocks that contain it
+    /// (found through the prefix lengths blocks have), in block order; the first is kept and
+    /// each later one is a duplicate; the tunnel-address rule's entry for `dst` replaces them.
+    fn settle(&mut self, dst: IpNet) {
+        let mut candidates: Vec<(&BlockKey, &Contribution)> = Vec::new();
+        for &(v6, len) in self.lengths.keys() {
+            if v6 != dst.addr().is_ipv6() || len > dst.prefix_len() {
+                continue;
+            }
+            let Ok(cidr) = IpNet::new(dst.addr(), len) else { continue };
+            let cidr = cidr.trunc();
+            candidates.extend(self.blocks.range((cidr, self.least.clone())..).take_while(|(k, _)| k.0 == cidr));
+        }
+        candidates.sort_by(|a, b| a.0.cmp(b.0));
+        let mut first: Option<&ClusterRoute> = None;
+        let mut found = Vec::new();
+        for r in candidates.iter().flat_map(|(_, c)| c.routes.iter()).filter(|r| r.dst == dst) {
+            match first {
+                Some(k) => found.push(duplicate(k, r)),
+                None => first = Some(r),
+            }
+        }
+        let route = match self.overlay.as_ref().and_then(|(o, _)| o.routes.get(&dst)) {
+            Some(replacement) => replacement.clone(),
+            None => first.cloned(),
+        };
+        match route {
+            Some(r) => {
+                if self.answer.get(&dst) != Some(&r) {
+                    self.answer.insert(dst, r);
+                }
+            }
+            None => {
+                self.answer.remove(&dst);
+            }
+        }
+        if found.is_empty() {
+            self.duplicates.remove(&dst);
+        } else {
+            self.duplicates.insert(dst, found);
+        }
     }
 
     /// Take out what block `b` contributed; its key and contribution, when it had one.
@@ -272,47 +372,21 @@ impl State {
         let ctx = Ctx::new(&self.cluster, &self.node, &self.devices);
         let mut problems: Problems = self.problems.keys().cloned().collect();
         problems.extend(ctx.local_problem());
-
-        // Every block's routes in block order; sorted by destination unless blocks overlap.
-        let mut all: Vec<&ClusterRoute> = Vec::with_capacity(self.blocks.len());
-        let mut sorted = true;
-        for c in self.blocks.values() {
-            for r in &*c.routes {
-                sorted &= all.last().is_none_or(|l| l.dst < r.dst);
-                all.push(r);
-            }
-        }
-        if !sorted {
-            all.sort_by_key(|r| r.dst); // stable: the first in block order stays first
-        }
         let Some((overlay, found)) = &self.overlay else { return ClassedRoutes::default() };
+        problems.extend(self.duplicates.values().flatten().cloned());
         problems.extend(found.iter().cloned());
         overlay.clear_held(&mut problems);
         problems.extend(self.conflicts.values().flatten().cloned().map(|p| (p, None)));
-
-        let mut routes: Vec<ClusterRoute> = Vec::with_capacity(all.len() + overlay.routes.len());
-        let mut tunnel = overlay.routes.iter().map(|(dst, r)| (*dst, r.clone())).peekable();
-        let mut kept: Option<&ClusterRoute> = None;
-        for r in all {
-            if let Some(k) = kept.filter(|k| k.dst == r.dst) {
-                problems.insert((
-                    RouteProblem::DuplicateDestination { dst: r.dst, kept: k.origin.block().to_string(), dropped: r.origin.block().to_string() },
-                    Some(r.class),
-                ));
-                continue;
-            }
-            kept = Some(r);
-            while let Some((_, t)) = tunnel.next_if(|(t, _)| *t < r.dst) {
-                routes.extend(t);
-            }
-            match tunnel.next_if(|(t, _)| *t == r.dst) {
-                Some((_, t)) => routes.extend(t),
-                None => routes.push(r.clone()),
-            }
-        }
-        routes.extend(tunnel.filter_map(|(_, t)| t));
-        ClassedRoutes { routes, problems }
+        ClassedRoutes { routes: self.answer.clone(), problems }
     }
+}
+
+/// The problem of `dropped`, a later route to the destination of `kept`.
+fn duplicate(kept: &ClusterRoute, dropped: &ClusterRoute) -> (RouteProblem, Option<PoolClass>) {
+    (
+        RouteProblem::DuplicateDestination { dst: dropped.dst, kept: kept.origin.block().to_string(), dropped: dropped.origin.block().to_string() },
+        Some(dropped.class),
+    )
 }
 
 impl<'a> BlocksByCidr<'a> for &'a State {

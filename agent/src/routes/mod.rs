@@ -30,6 +30,11 @@ pub use compute::{classed_routes, desired_routes, routable_classes, ClassedRoute
 pub use memo::RouteMemo;
 pub use problem::RouteProblem;
 
+/// Cluster routes by destination, one per destination, in a map whose copies share what did
+/// not change ([`crate::model::SharedMap`]): the route pass's answer and the plan's routes,
+/// handed on and compared chunk by chunk ([`crate::model::SharedMap::diff`]).
+pub type RouteMap = crate::model::SharedMap<IpNet, ClusterRoute>;
+
 /// Why a cluster route exists.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
