@@ -681,15 +681,21 @@ proptest! {
         }
     }
 
-    /// The agent's plan (`plan_with`, which answers `None` for "the same as the last plan")
-    /// equals the full plan after every change of the same random sequences (IPAM blocks and
-    /// affinities, and the Nodes and IP pools it must notice as well), in the role that
-    /// programs routes; the classes it programmed are handed to the next call as the app does.
+    /// The agent's plan (`plan_with`, which answers `None` for "the same as the last plan",
+    /// and patches the last plan where only routes changed) equals the full plan after every
+    /// change of the same random sequences (IPAM blocks and affinities, and the Nodes and IP
+    /// pools it must notice as well), in Felix's role or BIRD's (whose expectations differ:
+    /// BIRD's next hops, no tunnel addresses); the classes it programmed are handed to the next
+    /// call as the app does.
     #[test]
-    fn the_agents_plan_equals_the_full_plan_after_every_change((spec, edits, local, share) in memo_case()) {
+    fn the_agents_plan_equals_the_full_plan_after_every_change((spec, edits, local, share) in memo_case(), bird in any::<bool>()) {
         use routewarden::datastore::Snapshot;
+        use routewarden::ownership::Role;
         use routewarden::plan::{plan, plan_with, PlanMemo};
-        let config = felix_config(local);
+        let mut config = felix_config(local);
+        if bird {
+            config.ownership.role = Role::Bird;
+        }
         let mut memo = PlanMemo::default();
         let (mut programmed, mut owned, mut last): (BTreeSet<PoolClass>, Vec<IpNet>, Option<String>) = Default::default();
         for (step, (edit, cluster)) in memo_steps(spec, &edits, share).into_iter().enumerate() {
@@ -742,7 +748,7 @@ fn an_ip_allocated_in_its_own_nodes_block_makes_no_new_plan() {
     let mut memo = PlanMemo::default();
     let mut plan_of = |allocs: Vec<Option<usize>>| {
         plan_with(&mut memo, &snapshot_of(&memo_yaml(&spec(allocs))), &config, &BTreeSet::from([PoolClass::Ipip]), &[])
-            .map(|p| p.desired.iter().map(|r| r.dst.to_string()).collect::<Vec<_>>())
+            .map(|p| p.desired.values().map(|r| r.dst.to_string()).collect::<Vec<_>>())
     };
     assert_eq!(plan_of(vec![Some(1)]), Some(vec!["10.244.0.16/28".to_owned()]));
     assert_eq!(plan_of(vec![Some(1), Some(1)]), None, "node-1's pod in node-1's block");
@@ -770,7 +776,7 @@ fn a_plan_input_besides_ipam_changing_makes_a_new_plan() {
     let mut memo = PlanMemo::default();
     let base = snapshot("");
     let first = plan_with(&mut memo, &base, &config, &ipip, &[]).expect("the first plan");
-    assert_eq!(first.desired.iter().map(|r| r.dst.to_string()).collect::<Vec<_>>(), ["10.244.0.16/28"]);
+    assert_eq!(first.desired.values().map(|r| r.dst.to_string()).collect::<Vec<_>>(), ["10.244.0.16/28"]);
     assert!(plan_with(&mut memo, &base, &config, &ipip, &[]).is_none(), "the same snapshot");
     assert!(plan_with(&mut memo, &snapshot(""), &config, &ipip, &[]).is_none(), "an equal copy");
 
@@ -808,7 +814,7 @@ fn a_tunnel_address_allocated_to_another_node_makes_a_new_plan() {
     let mut memo = PlanMemo::default();
     let mut plan_of = |allocs: Vec<Option<usize>>| {
         plan_with(&mut memo, &snapshot_of(&memo_yaml(&spec(allocs))), &config, &BTreeSet::from([PoolClass::Ipip]), &[])
-            .map(|p| (p.desired.iter().map(|r| r.dst.to_string()).collect::<Vec<_>>(), p.problems.iter().map(RouteProblem::code).collect::<Vec<_>>()))
+            .map(|p| (p.desired.values().map(|r| r.dst.to_string()).collect::<Vec<_>>(), p.problems.iter().map(RouteProblem::code).collect::<Vec<_>>()))
     };
     let routes = vec!["10.244.0.16/28".to_owned(), "10.244.0.21/32".to_owned()];
     assert_eq!(plan_of(vec![Some(1)]), Some((routes.clone(), vec![])));

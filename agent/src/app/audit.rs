@@ -17,7 +17,7 @@ pub(super) struct AuditHandler {
 
 impl AuditHandler {
     pub(super) async fn audit(&mut self, plan: &Plan, metrics: &Metrics, health: &Health, status: &StatusBoard) {
-        match crate::dataplane::audit_kernel(&mut self.nl, &plan.expected, &plan.audit_scope).await {
+        match crate::dataplane::audit_kernel(&mut self.nl, plan.expected.values(), &plan.audit_scope).await {
             Ok(report) => {
                 metrics.record_audit(&report);
                 status.set_audit(&report, crate::observe::status::unix_now());

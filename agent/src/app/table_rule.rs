@@ -72,7 +72,7 @@ impl TableRuleHandler {
 
     /// Check the rules against `plan`'s desired routes (and make ours first, if asked).
     pub(super) async fn check(&mut self, plan: &Plan, metrics: &Metrics, health: &Health) {
-        let routes: Vec<IpNet> = plan.desired.iter().map(|r| r.dst).collect();
+        let routes: Vec<IpNet> = plan.desired.keys().copied().collect();
         let families: BTreeSet<Family> = routes.iter().map(Family::of).collect();
         let mut notes = Vec::new();
         let mut rules = match self.rules().await {

@@ -63,7 +63,7 @@ async fn audit_async(args: &AuditArgs) -> Result<ExitCode> {
     let devices = devices_for(&args.cluster, &snap.cluster, Some(&node)).await;
     let p = plan_once(&snap, &args.cluster, node, ownership, devices);
     let mut nl = KernelDump::connect().context("open the rtnetlink socket")?;
-    let report = audit_kernel(&mut nl, &p.expected, &p.audit_scope).await.context("dump the kernel's routes")?;
+    let report = audit_kernel(&mut nl, p.expected.values(), &p.audit_scope).await.context("dump the kernel's routes")?;
     // What the audit could not look at: objects left out (their routes are not expected, so
     // a route for them may show as stale or missing) and the inputs that did not load.
     let skipped: Vec<SkippedObject> = snap

@@ -189,17 +189,19 @@ fn render_expected(e: &ExpectedRoute, devices: &RouteDevices) -> String {
 /// Compare `kernel` (every route of the table, all protocols) with `expected`.
 /// Pure; see the module documentation for the rules.
 #[expect(clippy::too_many_lines, reason = "one pass over the prefixes, each rule next to the finding it makes; split, the rules would read out of order")]
-pub fn audit(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &AuditScope) -> AuditReport {
+pub fn audit<'e, E: IntoIterator<Item = &'e ExpectedRoute> + Clone>(kernel: &[KernelRoute], expected: E, scope: &AuditScope) -> AuditReport {
     let mut writers: BTreeMap<u8, Writer> = BTreeMap::new();
     writers.insert(RTPROT_FELIX, Writer::Felix);
     writers.insert(RTPROT_BIRD, Writer::Bird);
     writers.insert(scope.our_protocol, Writer::Routewarden);
-    for e in expected {
+    for e in expected.clone() {
         writers.insert(e.protocol, e.owner);
     }
     let mut exp_by_dst: BTreeMap<IpNet, &ExpectedRoute> = BTreeMap::new();
+    let mut exp_count = 0;
     for e in expected {
         exp_by_dst.entry(e.route.dst.trunc()).or_insert(e);
+        exp_count += 1;
     }
     let is_cluster = |dst: &IpNet| exp_by_dst.contains_key(dst) || scope.cluster_cidrs.iter().any(|c| c.contains(dst));
     let local_workload = |r: &KernelRoute| {
@@ -293,14 +295,7 @@ pub fn audit(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &AuditSc
         }
     }
     findings.sort();
-    AuditReport {
-        table: scope.table,
-        expected: expected.len(),
-        kernel_routes: considered,
-        findings,
-        wireguard: scope.wireguard.clone(),
-        table_rules: Vec::new(),
-    }
+    AuditReport { table: scope.table, expected: exp_count, kernel_routes: considered, findings, wireguard: scope.wireguard.clone(), table_rules: Vec::new() }
 }
 
 fn opt_ip(ip: Option<IpAddr>) -> String {
@@ -320,13 +315,13 @@ fn path_label(p: Path<'_>) -> String {
 /// program (Felix's route table and BIRD's kernel protocol without `kernel table`, reference
 /// §1.7); the unowned prefixes are reported once, from main. With `scope.table` main this is
 /// [`audit`]. `kernel` holds the routes of both tables.
-pub fn audit_tables(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &AuditScope) -> AuditReport {
+pub fn audit_tables<'e>(kernel: &[KernelRoute], expected: impl IntoIterator<Item = &'e ExpectedRoute> + Clone, scope: &AuditScope) -> AuditReport {
     if scope.table == RT_TABLE_MAIN {
         return audit(kernel, expected, scope);
     }
-    let (ours, others): (Vec<ExpectedRoute>, Vec<ExpectedRoute>) = expected.iter().cloned().partition(|e| e.owner == Writer::Routewarden);
-    let mut report = audit(kernel, &ours, &AuditScope { unowned: Vec::new(), wireguard: Vec::new(), ..scope.clone() });
-    let main = audit(kernel, &others, &AuditScope { table: RT_TABLE_MAIN, ..scope.clone() });
+    let (ours, others): (Vec<&ExpectedRoute>, Vec<&ExpectedRoute>) = expected.into_iter().partition(|e| e.owner == Writer::Routewarden);
+    let mut report = audit(kernel, ours.iter().copied(), &AuditScope { unowned: Vec::new(), wireguard: Vec::new(), ..scope.clone() });
+    let main = audit(kernel, others.iter().copied(), &AuditScope { table: RT_TABLE_MAIN, ..scope.clone() });
     report.expected += main.expected;
     report.kernel_routes += main.kernel_routes;
     report.findings.extend(main.findings);
@@ -341,7 +336,11 @@ pub fn audit_tables(kernel: &[KernelRoute], expected: &[ExpectedRoute], scope: &
 ///
 /// # Errors
 /// A failed dump ([`NetlinkError`]).
-pub async fn audit_kernel<N: ReadKernel>(nl: &mut N, expected: &[ExpectedRoute], scope: &AuditScope) -> Result<AuditReport, NetlinkError> {
+pub async fn audit_kernel<'e, N: ReadKernel>(
+    nl: &mut N,
+    expected: impl IntoIterator<Item = &'e ExpectedRoute> + Clone,
+    scope: &AuditScope,
+) -> Result<AuditReport, NetlinkError> {
     let links = nl.read_links().await?;
     let names: BTreeMap<u32, std::sync::Arc<str>> = links.into_iter().map(|l| (l.index, l.name.into())).collect();
     // A route through a nexthop object is judged by the object's gateway and device (with
@@ -355,8 +354,8 @@ pub async fn audit_kernel<N: ReadKernel>(nl: &mut N, expected: &[ExpectedRoute],
             routes.extend(observed.into_iter().filter(|r| !r.cloned).map(|r| r.through(&nexthops).named(|i| names.get(&i).cloned())));
         }
     }
-    let mut report = audit_tables(&routes, expected, scope);
-    let ours: Vec<IpNet> = expected.iter().filter(|e| e.owner == Writer::Routewarden).map(|e| e.route.dst).collect();
+    let mut report = audit_tables(&routes, expected.clone(), scope);
+    let ours: Vec<IpNet> = expected.into_iter().filter(|e| e.owner == Writer::Routewarden).map(|e| e.route.dst).collect();
     if scope.table != RT_TABLE_MAIN && !ours.is_empty() {
         let mut rules = nl.read_rules(Family::V4).await?;
         rules.extend(nl.read_rules(Family::V6).await?);

@@ -69,95 +69,159 @@ fn felix_programs(route: &ClusterRoute, cluster: &Cluster, gateway_of: &mut std:
     }
 }
 
-/// The audit's expectations: per routable class, every writer's routes (BIRD's as BIRD learns
-/// them; none to WireGuard peers from whoever stands in BIRD's place, those are returned
-/// apart); for a class nobody programs, its prefixes with the ownership finding's reason.
-pub(super) fn audit_expectations(
-    cluster: &Cluster,
-    config: &PlanConfig,
-    decision: &OwnershipDecision,
-    every_class: Vec<ClusterRoute>,
-    wireguard_peers: &[(String, std::net::IpAddr)],
-) -> (Vec<ExpectedRoute>, Vec<(IpNet, String)>, Vec<WireguardRoute>) {
-    let mut unowned = Vec::new();
-    let mut wireguard: Vec<WireguardRoute> = Vec::new();
-    let me = cluster.nodes.get(config.node.as_str());
-    // The plan's one pass over the blocks for every routable class, split by class: a
-    // destination is in one pool (overlapping pools are rejected), so each class's routes are
-    // those `desired_routes` computes for that class alone. The routes are moved
-    // into the expectations of a class's last writer and copied for the others: at 100,000
-    // blocks a copy of a route is a few cache misses (its shared names' counts).
-    let mut by_class: std::collections::BTreeMap<PoolClass, Vec<ClusterRoute>> = std::collections::BTreeMap::new();
-    for r in every_class {
-        by_class.entry(r.class).or_default().push(r);
-    }
-    // Sized for every route of every class from each of its writers: at 100,000 blocks the
-    // vector would otherwise be copied a dozen times as it grows, and the plan keeps it.
-    let mut expected = Vec::with_capacity(by_class.iter().map(|(c, routes)| routes.len() * decision.writers_of(*c).len()).sum());
-    // BIRD's next hop per node (its BGP address of the family), looked up once per node.
-    let mut bgp_of: std::collections::HashMap<(Arc<str>, bool), Option<std::net::IpAddr>> = std::collections::HashMap::new();
-    // Whether Felix has an IPIP tunnel gateway for a node, looked up once per node.
-    let mut felix_gateway_of: std::collections::HashMap<Arc<str>, bool> = std::collections::HashMap::new();
-    for class in routable_classes() {
-        let routes = by_class.remove(&class).unwrap_or_default();
-        let writers = decision.writers_of(class);
-        if writers.is_empty() {
-            let Some(f) = decision.findings.iter().find(|f| f.code() == "unowned" && f.class == Some(class)) else { continue };
-            unowned.extend(routes.iter().filter(|r| r.path != RoutePath::Blackhole).map(|r| (r.dst, f.message.clone())));
-            continue;
+/// The key of an audit expectation: class, writer, destination. Expectations in key order
+/// are per routable class, each writer's routes in destination order.
+pub type ExpectationKey = (PoolClass, Writer, IpNet);
+
+/// The audit's expectations by [`ExpectationKey`], in a map whose copies share what did not
+/// change (the plan's, patched where routes changed).
+pub type Expectations = crate::model::SharedMap<ExpectationKey, ExpectedRoute>;
+
+/// A class's writers with the protocol each writes (`Err`: nobody writes it, with the
+/// ownership finding's reason when there is one).
+type ClassWriters = Result<Vec<(Writer, u8)>, Option<String>>;
+
+/// What one route adds to the audit's view.
+pub(super) enum Expectation {
+    /// A writer should have it in the kernel.
+    Expected(ExpectationKey, ExpectedRoute),
+    /// Its class has no writer: the ownership finding's reason.
+    Unowned(IpNet, String),
+    /// It leads to a WireGuard peer and whoever stands in BIRD's place leaves it to Felix.
+    Wireguard(WireguardRoute),
+}
+
+/// The audit's rules for one plan, applied route by route ([`ExpectationRules::of_route`]):
+/// per routable class, every writer's route (BIRD's as BIRD learns it; none to WireGuard
+/// peers from whoever stands in BIRD's place, those are listed apart); for a class nobody
+/// programs, its prefixes with the ownership finding's reason. A pure function of the route
+/// and of the cluster's Nodes and configuration, the decision and the settings, so that a plan
+/// can apply it to the routes that changed alone.
+pub(super) struct ExpectationRules<'a> {
+    cluster: &'a Cluster,
+    config: &'a PlanConfig,
+    wireguard_peers: &'a [(String, std::net::IpAddr)],
+    /// Per class, its writers with the protocol each writes; or the reason nobody does.
+    writers: std::collections::BTreeMap<PoolClass, ClassWriters>,
+    /// BIRD's next hop per node (its BGP address of the family), looked up once per node.
+    bgp_of: std::collections::HashMap<(Arc<str>, bool), Option<std::net::IpAddr>>,
+    /// Whether Felix has an IPIP tunnel gateway for a node, looked up once per node.
+    felix_gateway_of: std::collections::HashMap<Arc<str>, bool>,
+}
+
+impl<'a> ExpectationRules<'a> {
+    pub(super) fn new(cluster: &'a Cluster, config: &'a PlanConfig, decision: &OwnershipDecision, wireguard_peers: &'a [(String, std::net::IpAddr)]) -> Self {
+        let writers = routable_classes()
+            .into_iter()
+            .map(|class| {
+                let ws = decision.writers_of(class);
+                let entry = if ws.is_empty() {
+                    Err(decision.findings.iter().find(|f| f.code() == "unowned" && f.class == Some(class)).map(|f| f.message.clone()))
+                } else {
+                    Ok(ws.into_iter().map(|w| (w, writer_protocol(w, cluster, &config.node, config.protocol))).collect())
+                };
+                (class, entry)
+            })
+            .collect();
+        ExpectationRules {
+            cluster,
+            config,
+            wireguard_peers,
+            writers,
+            bgp_of: std::collections::HashMap::default(),
+            felix_gateway_of: std::collections::HashMap::default(),
         }
-        let mut routes = Some(routes);
-        let last = writers.len() - 1;
-        for (i, w) in writers.into_iter().enumerate() {
-            let protocol = writer_protocol(w, cluster, &config.node, config.protocol);
-            // BIRD learns a family's routes only over BGP sessions of that family, which peer
-            // from this node's BGP address of the family (confd's mesh peers are rendered from
-            // `Node.spec.bgp.ipv4Address` / `ipv6Address`): without one, it programs none.
-            let speaks = |r: &ClusterRoute| w != Writer::Bird || me.is_none_or(|n| n.bgp_address(r.dst.addr().is_ipv6()).is_some());
+    }
+
+    /// The writers of `class` and the protocol each writes (none: nobody programs it).
+    pub(super) fn writers(&self, class: PoolClass) -> Vec<(Writer, u8)> {
+        match self.writers.get(&class) {
+            Some(Ok(w)) => w.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// What `route` adds, handed to `out`.
+    pub(super) fn of_route(&mut self, route: &ClusterRoute, out: &mut impl FnMut(Expectation)) {
+        let (cluster, config) = (self.cluster, self.config);
+        let writers = match self.writers.get(&route.class) {
+            None | Some(Err(None)) => return,
+            Some(Err(Some(reason))) => {
+                if route.path != RoutePath::Blackhole {
+                    out(Expectation::Unowned(route.dst, reason.clone()));
+                }
+                return;
+            }
+            Some(Ok(writers)) => writers,
+        };
+        let me = cluster.nodes.get(config.node.as_str());
+        let v6 = route.dst.addr().is_ipv6();
+        for &(w, protocol) in writers {
             // Whoever takes BIRD's place (BIRD, or routewarden in BIRD's role) leaves routes to
             // WireGuard peers to Felix's WireGuard routing: listed, not expected.
             let bird_like = w == Writer::Bird || (w == Writer::Routewarden && config.ownership.role == Role::Bird);
-            let these = if i == last { routes.take().unwrap_or_default() } else { routes.clone().unwrap_or_default() };
-            for mut route in these {
-                if bird_like {
-                    if let Some(wg) = wireguard_peer_of(&route, wireguard_peers) {
-                        wireguard.push(wg);
-                        continue;
-                    }
-                }
-                if !speaks(&route) {
+            if bird_like {
+                if let Some(wg) = wireguard_peer_of(route, self.wireguard_peers) {
+                    out(Expectation::Wireguard(wg));
                     continue;
                 }
-                if w == Writer::Felix && !felix_programs(&route, cluster, &mut felix_gateway_of) {
-                    continue;
-                }
-                if w == Writer::Bird {
-                    // BIRD learns routes from the node that exports them, so a node's tunnel
-                    // address is not among them: it is an address on that node's tunl0, not a
-                    // route BIRD's kernel protocol learns there [inferred from confd's
-                    // bird.cfg.template: kernel routes and IPAM blocks are exported].
-                    if matches!(route.origin, RouteOrigin::TunnelAddress { .. }) {
-                        continue;
-                    }
-                    // Its next hop is the peer's BGP address, bare or not (confd renders mesh
-                    // peers from `spec.bgp.ipv4Address` without its prefix), where Felix's
-                    // tunnel routes use `extractNodeAddress`.
-                    let v6 = route.dst.addr().is_ipv6();
-                    let bgp = match &route.origin {
-                        RouteOrigin::RemoteBlock { node, .. } | RouteOrigin::BorrowedIp { node, .. } | RouteOrigin::TunnelAddress { node, .. } => {
-                            *bgp_of.entry((node.clone(), v6)).or_insert_with(|| cluster.nodes.get(node).and_then(|n| n.bgp_address(v6)).map(|a| a.addr()))
-                        }
-                        RouteOrigin::OwnBlock { .. } => None,
-                    };
-                    if let (Some(bgp), true) = (bgp, route.gateway.is_some()) {
-                        route.gateway = Some(bgp);
-                    }
-                }
-                expected.push(ExpectedRoute { route, owner: w, protocol });
             }
+            // BIRD learns a family's routes only over BGP sessions of that family, which peer
+            // from this node's BGP address of the family (confd's mesh peers are rendered from
+            // `Node.spec.bgp.ipv4Address` / `ipv6Address`): without one, it programs none.
+            if w == Writer::Bird && me.is_some_and(|n| n.bgp_address(v6).is_none()) {
+                continue;
+            }
+            if w == Writer::Felix && !felix_programs(route, cluster, &mut self.felix_gateway_of) {
+                continue;
+            }
+            let mut route = route.clone();
+            if w == Writer::Bird {
+                // BIRD learns routes from the node that exports them, so a node's tunnel
+                // address is not among them: it is an address on that node's tunl0, not a
+                // route BIRD's kernel protocol learns there [inferred from confd's
+                // bird.cfg.template: kernel routes and IPAM blocks are exported].
+                if matches!(route.origin, RouteOrigin::TunnelAddress { .. }) {
+                    continue;
+                }
+                // Its next hop is the peer's BGP address, bare or not (confd renders mesh
+                // peers from `spec.bgp.ipv4Address` without its prefix), where Felix's
+                // tunnel routes use `extractNodeAddress`.
+                let bgp = match &route.origin {
+                    RouteOrigin::RemoteBlock { node, .. } | RouteOrigin::BorrowedIp { node, .. } | RouteOrigin::TunnelAddress { node, .. } => {
+                        *self.bgp_of.entry((node.clone(), v6)).or_insert_with(|| cluster.nodes.get(node).and_then(|n| n.bgp_address(v6)).map(|a| a.addr()))
+                    }
+                    RouteOrigin::OwnBlock { .. } => None,
+                };
+                if let (Some(bgp), true) = (bgp, route.gateway.is_some()) {
+                    route.gateway = Some(bgp);
+                }
+            }
+            out(Expectation::Expected((route.class, w, route.dst), ExpectedRoute { route, owner: w, protocol }));
         }
     }
+}
+
+/// The audit's expectations of every route in `routes` ([`ExpectationRules`]), the unowned
+/// prefixes (per class in [`routable_classes`] order, then by destination) and the WireGuard
+/// routes (sorted, each once).
+pub(super) fn audit_expectations<'r>(
+    mut rules: ExpectationRules<'_>,
+    routes: impl Iterator<Item = &'r ClusterRoute>,
+) -> (Expectations, Vec<(IpNet, String)>, Vec<WireguardRoute>) {
+    let mut expected = Vec::new();
+    let mut unowned: Vec<(PoolClass, IpNet, String)> = Vec::new();
+    let mut wireguard: Vec<WireguardRoute> = Vec::new();
+    for route in routes {
+        rules.of_route(route, &mut |e| match e {
+            Expectation::Expected(k, e) => expected.push((k, e)),
+            Expectation::Unowned(dst, reason) => unowned.push((route.class, dst, reason)),
+            Expectation::Wireguard(w) => wireguard.push(w),
+        });
+    }
+    // Stable: each class's prefixes stay in destination order.
+    unowned.sort_by_key(|(class, _, _)| *class);
     wireguard.sort();
     wireguard.dedup();
-    (expected, unowned, wireguard)
+    (expected.into_iter().collect(), unowned.into_iter().map(|(_, dst, reason)| (dst, reason)).collect(), wireguard)
 }

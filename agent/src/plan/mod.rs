@@ -17,7 +17,7 @@ mod outputs;
 #[cfg(test)]
 mod tests;
 
-pub use expected::writer_protocol;
+pub use expected::{writer_protocol, ExpectationKey, Expectations};
 pub use frozen::{frozen_ground, FrozenPrefix};
 pub use outputs::{AuditScope, ExpectedRoute, Handover, WireguardRoute};
 
@@ -29,9 +29,9 @@ use ipnet::IpNet;
 use crate::datastore::Snapshot;
 use crate::model::Cluster;
 use crate::ownership::{decide, frozen_classes, FrozenClass, OwnershipConfig, OwnershipDecision, OwnershipPolicy, PolicyInputs, Role};
-use crate::routes::{classed_routes, routable_classes, ClassedRoutes, ClusterRoute, RouteDevices, RouteMemo, RouteProblem};
+use crate::routes::{classed_routes, routable_classes, ClassedRoutes, ClusterRoute, RouteDevices, RouteMap, RouteMemo, RouteProblem};
 use crate::vocabulary::{PoolClass, Writer};
-use expected::{audit_expectations, pool_cidrs, wireguard_peer_of};
+use expected::{audit_expectations, pool_cidrs, wireguard_peer_of, Expectation, ExpectationRules};
 use frozen::hold_all;
 
 /// Settings the plan needs from the command line.
@@ -62,16 +62,17 @@ pub struct Plan {
     /// frozen classes it did not program before, plus the frozen ones it did (a frozen class
     /// is neither taken up nor handed over). The next plan's `previous`.
     pub programmed: BTreeSet<PoolClass>,
-    /// Routes routewarden programs (empty in audit mode).
-    pub desired: Vec<ClusterRoute>,
+    /// Routes routewarden programs (empty in audit mode), by destination.
+    pub desired: RouteMap,
     /// What could not be computed.
     pub problems: Vec<RouteProblem>,
     /// Which kernel routes are ours.
     pub policy: OwnershipPolicy,
     /// Classes routewarden stopped programming since the previous plan, and their new owner.
     pub handovers: Vec<Handover>,
-    /// What every writer of every routable class should have in the kernel (for the audit).
-    pub expected: Vec<ExpectedRoute>,
+    /// What every writer of every routable class should have in the kernel (for the audit),
+    /// per class, writer and destination.
+    pub expected: Expectations,
     /// What the audit looks at.
     pub audit_scope: AuditScope,
     /// Frozen ground: prefixes in which nothing is deleted or claimed, each with why (the
@@ -109,6 +110,10 @@ pub fn plan(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolCl
 pub struct PlanMemo {
     routes: RouteMemo,
     last: Option<PlanInputs>,
+    /// The last plan made and the route pass's answer it was made from: a plan whose inputs
+    /// but the IPAM blocks and affinities are the same is this one patched where the answer
+    /// changed ([`patched`]).
+    made: Option<(Plan, RouteMap)>,
 }
 
 /// The arguments of a [`plan_with`] call, but for the cluster's IPAM blocks and affinities.
@@ -191,8 +196,72 @@ pub fn plan_with(memo: &mut PlanMemo, snapshot: &Snapshot, config: &PlanConfig, 
         }
         return None;
     }
+    let answer = memo.routes.answer();
+    let plan = match (&memo.made, same) {
+        (Some((last, was)), true) => patched(last, was, &answer, snapshot, config),
+        _ => None,
+    }
+    .unwrap_or_else(|| plan_from(snapshot, config, previous, previous_owned, &answer));
     memo.last = Some(PlanInputs::of(snapshot, config, previous, previous_owned));
-    Some(plan_from(snapshot, config, previous, previous_owned, &memo.routes.answer()))
+    memo.made = Some((plan.clone(), answer.routes().clone()));
+    Some(plan)
+}
+
+/// The plan of `answer` made from `last`, the plan of `was` and of the same inputs but the
+/// IPAM blocks and affinities: only what depends on the routes can differ (the desired
+/// routes, the expectations, the problems), and only at the destinations whose route
+/// changed, found chunk by chunk ([`crate::model::SharedMap::diff`]); everything else is
+/// `last`'s. `None` when a changed route is of a class nobody programs or leads to a
+/// WireGuard peer whoever stands in BIRD's place leaves alone (lists the full plan sorts):
+/// the caller then makes the full plan. Equal to [`plan`] of the same arguments
+/// (`agent/tests/routes_compute.rs` compares them over random sequences of changes).
+fn patched(last: &Plan, was: &RouteMap, answer: &ClassedRoutes, snapshot: &Snapshot, config: &PlanConfig) -> Option<Plan> {
+    let mut plan = last.clone();
+    let is_frozen = |c: &PoolClass| plan.frozen_classes.iter().any(|f| f.class == *c);
+    let programs_now: BTreeSet<PoolClass> = plan.decision.programmed.iter().filter(|c| !is_frozen(c)).copied().collect();
+    let wireguard_peers = crate::ownership::wireguard_peers(&snapshot.cluster, &config.node);
+    let mut rules = ExpectationRules::new(&snapshot.cluster, config, &plan.decision, &wireguard_peers);
+    let mut listed = false;
+    let mut expected = Vec::new();
+    was.diff(answer.routes(), |dst, before, after| {
+        if let Some(b) = before {
+            rules.of_route(b, &mut |e| listed |= !matches!(e, Expectation::Expected(..)));
+            for (w, _) in rules.writers(b.class) {
+                plan.expected.remove(&(b.class, w, *dst));
+            }
+        }
+        plan.desired.remove(dst);
+        if let Some(a) = after {
+            rules.of_route(a, &mut |e| match e {
+                Expectation::Expected(k, e) => expected.push((k, e)),
+                _ => listed = true,
+            });
+            if desired_in(a, &programs_now, config, &wireguard_peers) {
+                plan.desired.insert(*dst, a.clone());
+            }
+        }
+    });
+    if listed {
+        return None;
+    }
+    for (k, e) in expected {
+        plan.expected.insert(k, e);
+    }
+    plan.problems = answer.select_problems(&programs_now);
+    Some(plan)
+}
+
+/// Whether routewarden programs `route` when it programs `classes`.
+///
+/// WireGuard (reference §1, confd `processWireguardPeerFilter`): BIRD's kernel filter rejects
+/// every route whose next hop is a WireGuard peer of this node ("WireGuard routes handled by
+/// Felix"), so in BIRD's role routewarden does not program them either. Felix's route
+/// managers program their main-table routes whatever WireGuard does
+/// (`felix/dataplane/linux/route_mgr.go` `updateRoutes` has no WireGuard case; WireGuard
+/// steers traffic with its own table and rule, `felix/wireguard/wireguard.go`), and so does
+/// routewarden in Felix's role.
+fn desired_in(route: &ClusterRoute, classes: &BTreeSet<PoolClass>, config: &PlanConfig, wireguard_peers: &[(String, std::net::IpAddr)]) -> bool {
+    classes.contains(&route.class) && (config.ownership.role != Role::Bird || wireguard_peer_of(route, wireguard_peers).is_none())
 }
 
 /// The plan of `snapshot` given the routes of every routable class (`every_class`).
@@ -205,18 +274,9 @@ fn plan_from(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolC
     let is_frozen = |c: &PoolClass| frozen_classes.iter().any(|f| f.class == *c);
     let programs_now: BTreeSet<PoolClass> = decision.programmed.iter().filter(|c| !is_frozen(c)).copied().collect();
     let programmed: BTreeSet<PoolClass> = programs_now.iter().chain(previous.iter().filter(|c| is_frozen(c))).copied().collect();
-    let mut computed = every_class.select(&programs_now);
-    // WireGuard (reference §1, confd `processWireguardPeerFilter`): BIRD's kernel filter rejects
-    // every route whose next hop is a WireGuard peer of this node ("WireGuard routes handled by
-    // Felix"), so in BIRD's role routewarden does not program them either. Felix's route
-    // managers program their main-table routes whatever WireGuard does
-    // (`felix/dataplane/linux/route_mgr.go` `updateRoutes` has no WireGuard case; WireGuard
-    // steers traffic with its own table and rule, `felix/wireguard/wireguard.go`), and so does
-    // routewarden in Felix's role.
     let wireguard_peers = crate::ownership::wireguard_peers(cluster, &config.node);
-    if config.ownership.role == Role::Bird {
-        computed.routes.retain(|r| wireguard_peer_of(r, &wireguard_peers).is_none());
-    }
+    let desired: RouteMap =
+        every_class.routes().iter().filter(|(_, r)| desired_in(r, &programs_now, config, &wireguard_peers)).map(|(d, r)| (*d, r.clone())).collect();
     let mut frozen = frozen_ground(snapshot);
     if !frozen_classes.is_empty() {
         for p in decision.pools.iter().filter(|p| p.class.as_ref().is_some_and(is_frozen)) {
@@ -270,7 +330,7 @@ fn plan_from(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolC
         }
     }
 
-    let (expected, unowned, wireguard) = audit_expectations(cluster, config, &decision, every_class.routes().values().cloned().collect(), &wireguard_peers);
+    let (expected, unowned, wireguard) = audit_expectations(ExpectationRules::new(cluster, config, &decision, &wireguard_peers), every_class.routes().values());
     let mut cluster_cidrs: Vec<IpNet> = routable_classes().into_iter().flat_map(|c| pool_cidrs(&decision, c)).collect();
     cluster_cidrs.sort();
     let audit_scope = AuditScope { table: config.table, cluster_cidrs, devices: config.devices.clone(), our_protocol: config.protocol, unowned, wireguard };
@@ -282,8 +342,8 @@ fn plan_from(snapshot: &Snapshot, config: &PlanConfig, previous: &BTreeSet<PoolC
         hold_all,
         local_node_missing: !cluster.nodes.contains_key(config.node.as_str()),
         retired,
-        desired: computed.routes,
-        problems: computed.problems,
+        desired,
+        problems: every_class.select_problems(&programs_now),
         decision,
         policy,
         handovers,

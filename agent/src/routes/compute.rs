@@ -120,8 +120,13 @@ impl ClassedRoutes {
     pub fn select(&self, classes: &BTreeSet<PoolClass>) -> NodeRoutes {
         let mut routes = Vec::with_capacity(self.routes.len());
         routes.extend(self.routes.values().filter(|r| classes.contains(&r.class)).cloned());
+        NodeRoutes { routes, problems: self.select_problems(classes) }
+    }
+
+    /// The problems that concern `classes` or no class, sorted, each once.
+    pub fn select_problems(&self, classes: &BTreeSet<PoolClass>) -> Vec<RouteProblem> {
         let problems: BTreeSet<&RouteProblem> = self.problems.iter().filter(|(_, c)| c.is_none_or(|c| classes.contains(&c))).map(|(p, _)| p).collect();
-        NodeRoutes { routes, problems: problems.into_iter().cloned().collect() }
+        problems.into_iter().cloned().collect()
     }
 }
 

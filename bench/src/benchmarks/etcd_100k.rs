@@ -140,7 +140,7 @@ impl Planner {
     }
 
     fn routes(&self, dst: ipnet::IpNet) -> bool {
-        self.last.as_ref().is_some_and(|p| p.desired.iter().any(|r| r.dst == dst))
+        self.last.as_ref().is_some_and(|p| p.desired.contains_key(&dst))
     }
 }
 

@@ -218,13 +218,13 @@ impl Agent {
                     // (outside the owned pools, say) would be another writer's to the next
                     // resync: held forever, never ours to remove.
                     let settings = DataplaneConfig::default().route_settings();
-                    for r in &p.desired {
+                    for r in p.desired.values() {
                         let Ok(d) = to_kernel_route(r, &settings) else { continue };
                         let verdict = p.policy.verdict(&d.route);
                         assert!(verdict.is_ours(), "desired {} is {verdict:?} to the plan's policy (owned {:?})", r.dst, p.policy.owned);
                     }
                     self.reconciler.set_policy(p.policy.clone());
-                    self.reconciler.set_desired_with_handover(&p.desired, &p.handovers);
+                    self.reconciler.set_desired_with_handover(&p.desired.values().cloned().collect::<Vec<_>>(), &p.handovers);
                     self.last = Some(p);
                 }
             }

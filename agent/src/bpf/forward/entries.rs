@@ -50,10 +50,14 @@ pub fn class_byte(c: PoolClass) -> u8 {
 /// Entries from routewarden's `desired` routes for the classes in `programmed`, and from the
 /// `expected` routes of every other class. One entry per prefix (the first seen wins; the
 /// expectation of two writers of a class is the same route), sorted by prefix.
-pub fn entries_from_routes(desired: &[ClusterRoute], expected: &[ExpectedRoute], programmed: &BTreeSet<PoolClass>) -> Vec<ForwardEntry> {
+pub fn entries_from_routes<'r>(
+    desired: impl IntoIterator<Item = &'r ClusterRoute>,
+    expected: impl IntoIterator<Item = &'r ExpectedRoute>,
+    programmed: &BTreeSet<PoolClass>,
+) -> Vec<ForwardEntry> {
     let mut out: BTreeMap<IpNet, ForwardEntry> = BTreeMap::new();
-    let ours = desired.iter().filter(|r| programmed.contains(&r.class));
-    let others = expected.iter().map(|e| &e.route).filter(|r| !programmed.contains(&r.class));
+    let ours = desired.into_iter().filter(|r| programmed.contains(&r.class));
+    let others = expected.into_iter().map(|e| &e.route).filter(|r| !programmed.contains(&r.class));
     for r in ours.chain(others) {
         out.entry(r.dst.trunc()).or_insert_with(|| ForwardEntry {
             prefix: r.dst.trunc(),

@@ -136,7 +136,7 @@ impl Metrics {
         // Desired counts by family and class (programmed counts come from apply reports).
         for class in routable_classes() {
             for fam in [Family::V4, Family::V6] {
-                let n = plan.desired.iter().filter(|r| r.class == class && Family::of(&r.dst) == fam).count();
+                let n = plan.desired.values().filter(|r| r.class == class && Family::of(&r.dst) == fam).count();
                 self.set_routes(fam, class, "desired", n);
             }
         }

@@ -117,7 +117,7 @@ fn exposition_of_one_write_of_each_kind_is_unchanged() {
     m.record_apply(&report);
 
     // An audit of an empty kernel, then a failed one.
-    let audit = crate::dataplane::audit(&[], &plan.expected, &plan.audit_scope);
+    let audit = crate::dataplane::audit(&[], plan.expected.values(), &plan.audit_scope);
     assert!(!audit.findings.is_empty());
     m.record_audit(&audit);
     m.record_audit_failed();
@@ -161,7 +161,7 @@ fn exposition_of_one_write_of_each_kind_is_unchanged() {
 
     // Forwarding watch: the plan's destinations declared, a pool that came and went, one
     // read (the NIC's IPIP view of tunnelled packets is left out by the caller).
-    let entries = crate::bpf::forward::entries_from_routes(&plan.desired, &plan.expected, &plan.programmed);
+    let entries = crate::bpf::forward::entries_from_routes(plan.desired.values(), plan.expected.values(), &plan.programmed);
     for e in &entries {
         m.declare_forward_destination(&e.pool, e.expected);
     }

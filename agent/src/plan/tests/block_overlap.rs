@@ -50,7 +50,7 @@ async fn the_existing_route_of_an_overlapped_block_is_frozen_not_deleted() {
     let dir = tempfile::tempdir().unwrap();
     let valid = load(dir.path(), None);
     let p0 = first_plan(&valid);
-    let desired = |p: &Plan| p.desired.iter().map(|r| r.dst.to_string()).collect::<Vec<_>>();
+    let desired = |p: &Plan| p.desired.values().map(|r| r.dst.to_string()).collect::<Vec<_>>();
     assert!(desired(&p0).contains(&"10.244.20.0/26".to_owned()));
 
     let nl = FakeNetlink::with_links(&[(1, "lo"), (2, "eth0"), (3, "tunl0")]);
@@ -59,7 +59,7 @@ async fn the_existing_route_of_an_overlapped_block_is_frozen_not_deleted() {
     let mut r = Reconciler::new(cfg.clone(), cfg.base_policy(), nl.clone(), clock.clone());
     r.set_datastore_synced(true);
     r.set_policy(p0.policy.clone());
-    r.set_desired(&p0.desired);
+    r.set_desired(&p0.desired.values().cloned().collect::<Vec<_>>());
     r.apply().await;
     let kernel = nl.state().routes.clone();
     assert_eq!(kernel.len(), 7);
@@ -87,7 +87,7 @@ async fn the_existing_route_of_an_overlapped_block_is_frozen_not_deleted() {
         p1.frozen[0].reason
     );
     r.set_policy(p1.policy.clone());
-    r.set_desired(&p1.desired);
+    r.set_desired(&p1.desired.values().cloned().collect::<Vec<_>>());
     for _ in 0..4 {
         let rep = r.apply().await;
         assert_eq!(rep.deletes, 0, "{rep:?}");
@@ -100,7 +100,7 @@ async fn the_existing_route_of_an_overlapped_block_is_frozen_not_deleted() {
     let p2 = plan_of(&fixed, &p1);
     assert_eq!((desired(&p2), p2.frozen.len()), (desired(&p0), 0));
     r.set_policy(p2.policy.clone());
-    r.set_desired(&p2.desired);
+    r.set_desired(&p2.desired.values().cloned().collect::<Vec<_>>());
     r.apply().await;
     assert!(nl.state().routes == kernel, "the kernel changed");
     assert_eq!(nl.take_log().into_iter().filter(|l| !l.starts_with("dump")).collect::<Vec<_>>(), Vec::<String>::new());

@@ -34,7 +34,7 @@ fn plan_with_bare_node_d(role: Role, bare: bool) -> Plan {
 fn expected_of(p: &Plan, owner: Writer) -> Vec<String> {
     let mut v: Vec<String> = p
         .expected
-        .iter()
+        .values()
         .filter(|e| e.owner == owner && e.route.path != crate::vocabulary::RoutePath::Blackhole)
         .map(|e| format!("{} via {} dev {}", e.route.dst, e.route.gateway.map_or("-".into(), |g| g.to_string()), e.route.device.as_deref().unwrap_or("-")))
         .collect();
@@ -57,7 +57,7 @@ fn felix_is_expected_to_program_no_tunnel_route_without_a_tunnel_gateway() {
     // The audit of a kernel without any route: every expected route is `missing`, but not
     // Felix's absent routes to node-d.
     let missing = |p: &Plan| -> Vec<String> {
-        let report = crate::dataplane::audit(&[], &p.expected, &p.audit_scope);
+        let report = crate::dataplane::audit(&[], p.expected.values(), &p.audit_scope);
         report.findings.iter().filter(|f| f.code == crate::dataplane::FindingCode::Missing).map(|f| f.prefix.to_string()).collect()
     };
     let (m_normal, m_bare) = (missing(&plan_with_bare_node_d(Role::Audit, false)), missing(&plan_with_bare_node_d(Role::Audit, true)));
@@ -74,7 +74,7 @@ fn routewarden_routes_via_the_bare_address_and_says_so() {
     let ours = expected_of(&p, Writer::Routewarden);
     let to_d: Vec<&String> = ours.iter().filter(|r| r.contains("via 10.0.1.14 ")).collect();
     assert_eq!(to_d, ["10.244.40.0/26 via 10.0.1.14 dev tunl0", "10.245.40.0/26 via 10.0.1.14 dev tunl0"]);
-    let desired: Vec<String> = p.desired.iter().filter(|r| r.gateway == Some("10.0.1.14".parse().unwrap())).map(|r| r.dst.to_string()).collect();
+    let desired: Vec<String> = p.desired.values().filter(|r| r.gateway == Some("10.0.1.14".parse().unwrap())).map(|r| r.dst.to_string()).collect();
     assert_eq!(desired, ["10.244.40.0/26", "10.245.40.0/26"]);
     let codes: Vec<&str> = p.problems.iter().map(crate::routes::RouteProblem::code).collect();
     assert!(codes.contains(&"next-hop-sources-disagree"), "{codes:?}");

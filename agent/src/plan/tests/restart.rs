@@ -30,7 +30,7 @@ fn plan_of(snapshot: &Snapshot, previous: &[PoolClass]) -> Plan {
 }
 
 fn desired(p: &Plan) -> Vec<String> {
-    p.desired.iter().map(|r| r.dst.to_string()).collect()
+    p.desired.values().map(|r| r.dst.to_string()).collect()
 }
 
 fn frozen(p: &Plan) -> Vec<String> {
@@ -167,7 +167,7 @@ fn a_node_defined_twice_freezes_its_blocks() {
     assert_eq!(files, ["nodes.yaml", "00-extra.yaml"]);
     let p = plan_of(&s, &[]);
     assert_eq!(frozen(&p), ["10.244.20.0/26", "10.244.20.0/32", "10.245.20.0/26", "10.247.20.0/26", "fd00:10:244:0:20::/122"]);
-    assert!(p.desired.iter().all(|r| r.gateway != Some("10.0.0.99".parse().unwrap())));
+    assert!(p.desired.values().all(|r| r.gateway != Some("10.0.0.99".parse().unwrap())));
 }
 
 /// A file that is there but cannot be read keeps its last good content (the datastore) and
