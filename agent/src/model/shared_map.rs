@@ -330,8 +330,39 @@ impl<K: Serialize, V: Serialize> Serialize for SharedMap<K, V> {
 
 impl<K: Ord + Clone, V: Clone> FromIterator<(K, V)> for SharedMap<K, V> {
     /// As `BTreeMap`'s: the last value given for a key wins.
+    ///
+    /// Entries given in ascending key order, each key once (a route pass's or a plan's) go
+    /// straight into chunks, without a list of them all first: at 100,000 routes that list and
+    /// its sorted copy were tens of MB at once. Any other order is collected and sorted.
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> SharedMap<K, V> {
-        let mut entries: Vec<(K, V)> = iter.into_iter().collect();
+        let mut iter = iter.into_iter();
+        let mut chunks: Vec<Chunk<K, V>> = Vec::new();
+        let (mut chunk, mut len) = (Vec::with_capacity(CHUNK), 0);
+        while let Some((k, v)) = iter.next() {
+            let last = chunk.last().or_else(|| chunks.last().and_then(|c| c.last())).map(|(l, _)| l);
+            if last.is_some_and(|l| *l >= k) {
+                let mut entries: Vec<(K, V)> = chunks.into_iter().flat_map(Arc::unwrap_or_clone).collect();
+                entries.extend(chunk);
+                entries.push((k, v));
+                entries.extend(iter);
+                return SharedMap::from_unsorted(entries);
+            }
+            chunk.push((k, v));
+            len += 1;
+            if chunk.len() == CHUNK {
+                chunks.push(Arc::new(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK))));
+            }
+        }
+        if !chunk.is_empty() {
+            chunks.push(Arc::new(chunk));
+        }
+        SharedMap { chunks, len }
+    }
+}
+
+impl<K: Ord + Clone, V: Clone> SharedMap<K, V> {
+    /// The map of `entries` in any order; of equal keys the last given wins.
+    fn from_unsorted(mut entries: Vec<(K, V)>) -> SharedMap<K, V> {
         // Stable, so that of equal keys the last given is the last here.
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         let mut distinct: Vec<(K, V)> = Vec::with_capacity(entries.len());
