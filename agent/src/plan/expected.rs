@@ -209,12 +209,14 @@ pub(super) fn audit_expectations<'r>(
     mut rules: ExpectationRules<'_>,
     routes: impl Iterator<Item = &'r ClusterRoute>,
 ) -> (Expectations, Vec<(IpNet, String)>, Vec<WireguardRoute>) {
-    let mut expected = Vec::new();
+    // Per (class, writer), in destination order: chained in key order, the expectations reach
+    // the map already sorted (built chunk by chunk, no sort of them all).
+    let mut expected: std::collections::BTreeMap<(PoolClass, Writer), Vec<(ExpectationKey, ExpectedRoute)>> = std::collections::BTreeMap::new();
     let mut unowned: Vec<(PoolClass, IpNet, String)> = Vec::new();
     let mut wireguard: Vec<WireguardRoute> = Vec::new();
     for route in routes {
         rules.of_route(route, &mut |e| match e {
-            Expectation::Expected(k, e) => expected.push((k, e)),
+            Expectation::Expected(k, e) => expected.entry((k.0, k.1)).or_default().push((k, e)),
             Expectation::Unowned(dst, reason) => unowned.push((route.class, dst, reason)),
             Expectation::Wireguard(w) => wireguard.push(w),
         });
@@ -223,5 +225,5 @@ pub(super) fn audit_expectations<'r>(
     unowned.sort_by_key(|(class, _, _)| *class);
     wireguard.sort();
     wireguard.dedup();
-    (expected.into_iter().collect(), unowned.into_iter().map(|(_, dst, reason)| (dst, reason)).collect(), wireguard)
+    (expected.into_values().flatten().collect(), unowned.into_iter().map(|(_, dst, reason)| (dst, reason)).collect(), wireguard)
 }
