@@ -136,6 +136,26 @@ impl<K: Ord, V> SharedMap<K, V> {
 }
 
 impl<K: Ord + Clone, V: Clone> SharedMap<K, V> {
+    /// Set `key`, above every key of the map, to `value`, in O(1): onto the last chunk while it
+    /// holds fewer than [`CHUNK`] entries, else into a new one (what a build from entries in
+    /// ascending order does, one at a time). A key not above the last is set as
+    /// [`SharedMap::insert`] sets it.
+    pub fn push_last(&mut self, key: K, value: V) {
+        if self.chunks.last().and_then(|c| c.last()).is_some_and(|(last, _)| *last >= key) {
+            self.insert(key, value);
+            return;
+        }
+        match self.chunks.last_mut() {
+            Some(c) if c.len() < CHUNK => Arc::make_mut(c).push((key, value)),
+            _ => {
+                let mut chunk = Vec::with_capacity(CHUNK);
+                chunk.push((key, value));
+                self.chunks.push(Arc::new(chunk));
+            }
+        }
+        self.len += 1;
+    }
+
     /// Set `key` to `value`; the value it had. Copies the chunk it lands in when another map
     /// shares it.
     pub fn insert(&mut self, key: K, value: V) -> Option<V> {
@@ -336,27 +356,17 @@ impl<K: Ord + Clone, V: Clone> FromIterator<(K, V)> for SharedMap<K, V> {
     /// its sorted copy were tens of MB at once. Any other order is collected and sorted.
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> SharedMap<K, V> {
         let mut iter = iter.into_iter();
-        let mut chunks: Vec<Chunk<K, V>> = Vec::new();
-        let (mut chunk, mut len) = (Vec::with_capacity(CHUNK), 0);
+        let mut map = SharedMap::new();
         while let Some((k, v)) = iter.next() {
-            let last = chunk.last().or_else(|| chunks.last().and_then(|c| c.last())).map(|(l, _)| l);
-            if last.is_some_and(|l| *l >= k) {
-                let mut entries: Vec<(K, V)> = chunks.into_iter().flat_map(Arc::unwrap_or_clone).collect();
-                entries.extend(chunk);
+            if map.chunks.last().and_then(|c| c.last()).is_some_and(|(last, _)| *last >= k) {
+                let mut entries: Vec<(K, V)> = map.into_iter().collect();
                 entries.push((k, v));
                 entries.extend(iter);
                 return SharedMap::from_unsorted(entries);
             }
-            chunk.push((k, v));
-            len += 1;
-            if chunk.len() == CHUNK {
-                chunks.push(Arc::new(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK))));
-            }
+            map.push_last(k, v);
         }
-        if !chunk.is_empty() {
-            chunks.push(Arc::new(chunk));
-        }
-        SharedMap { chunks, len }
+        map
     }
 }
 

@@ -141,8 +141,8 @@ impl<'a> ExpectationRules<'a> {
         }
     }
 
-    /// What `route` adds, handed to `out`.
-    pub(super) fn of_route(&mut self, route: &ClusterRoute, out: &mut impl FnMut(Expectation)) {
+    /// What `route` adds (of writer `only`'s expectations, when given), handed to `out`.
+    pub(super) fn of_route(&mut self, route: &ClusterRoute, only: Option<Writer>, out: &mut impl FnMut(Expectation)) {
         let (cluster, config) = (self.cluster, self.config);
         let writers = match self.writers.get(&route.class) {
             None | Some(Err(None)) => return,
@@ -156,7 +156,7 @@ impl<'a> ExpectationRules<'a> {
         };
         let me = cluster.nodes.get(config.node.as_str());
         let v6 = route.dst.addr().is_ipv6();
-        for &(w, protocol) in writers {
+        for &(w, protocol) in writers.iter().filter(|(w, _)| only.is_none_or(|o| o == *w)) {
             // Whoever takes BIRD's place (BIRD, or routewarden in BIRD's role) leaves routes to
             // WireGuard peers to Felix's WireGuard routing: listed, not expected.
             let bird_like = w == Writer::Bird || (w == Writer::Routewarden && config.ownership.role == Role::Bird);
@@ -209,21 +209,28 @@ pub(super) fn audit_expectations<'r>(
     mut rules: ExpectationRules<'_>,
     routes: impl Iterator<Item = &'r ClusterRoute>,
 ) -> (Expectations, Vec<(IpNet, String)>, Vec<WireguardRoute>) {
-    // Per (class, writer), in destination order: chained in key order, the expectations reach
-    // the map already sorted (built chunk by chunk, no sort of them all).
-    let mut expected: std::collections::BTreeMap<(PoolClass, Writer), Vec<(ExpectationKey, ExpectedRoute)>> = std::collections::BTreeMap::new();
-    let mut unowned: Vec<(PoolClass, IpNet, String)> = Vec::new();
+    // Per class, per writer, every route of the class in destination order: the expectations
+    // reach the map in key order, each straight into its chunks (no list of them all).
+    let routes: Vec<&ClusterRoute> = routes.collect();
+    let mut expected = Expectations::new();
+    let mut unowned: Vec<(IpNet, String)> = Vec::new();
     let mut wireguard: Vec<WireguardRoute> = Vec::new();
-    for route in routes {
-        rules.of_route(route, &mut |e| match e {
-            Expectation::Expected(k, e) => expected.entry((k.0, k.1)).or_default().push((k, e)),
-            Expectation::Unowned(dst, reason) => unowned.push((route.class, dst, reason)),
-            Expectation::Wireguard(w) => wireguard.push(w),
-        });
+    for class in routable_classes() {
+        let writers: Vec<Option<Writer>> = match rules.writers(class) {
+            w if w.is_empty() => vec![None],
+            w => w.into_iter().map(|(w, _)| Some(w)).collect(),
+        };
+        for only in writers {
+            for route in routes.iter().filter(|r| r.class == class) {
+                rules.of_route(route, only, &mut |e| match e {
+                    Expectation::Expected(k, e) => expected.push_last(k, e),
+                    Expectation::Unowned(dst, reason) => unowned.push((dst, reason)),
+                    Expectation::Wireguard(w) => wireguard.push(w),
+                });
+            }
+        }
     }
-    // Stable: each class's prefixes stay in destination order.
-    unowned.sort_by_key(|(class, _, _)| *class);
     wireguard.sort();
     wireguard.dedup();
-    (expected.into_values().flatten().collect(), unowned.into_iter().map(|(_, dst, reason)| (dst, reason)).collect(), wireguard)
+    (expected, unowned, wireguard)
 }

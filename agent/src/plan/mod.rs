@@ -225,14 +225,14 @@ fn patched(last: &Plan, was: &RouteMap, answer: &ClassedRoutes, snapshot: &Snaps
     let mut expected = Vec::new();
     was.diff(answer.routes(), |dst, before, after| {
         if let Some(b) = before {
-            rules.of_route(b, &mut |e| listed |= !matches!(e, Expectation::Expected(..)));
+            rules.of_route(b, None, &mut |e| listed |= !matches!(e, Expectation::Expected(..)));
             for (w, _) in rules.writers(b.class) {
                 plan.expected.remove(&(b.class, w, *dst));
             }
         }
         plan.desired.remove(dst);
         if let Some(a) = after {
-            rules.of_route(a, &mut |e| match e {
+            rules.of_route(a, None, &mut |e| match e {
                 Expectation::Expected(k, e) => expected.push((k, e)),
                 _ => listed = true,
             });

@@ -179,7 +179,7 @@ impl State {
                 touched.insert(b.cidr);
                 self.remove_block(b)
             });
-            if let Some((_, g)) = &gone {
+            if let Some((_, g)) = gone.as_ref().filter(|_| !fresh_blocks) {
                 dirty.extend(g.routes.iter().map(|r| r.dst));
             }
             if let Some(b) = after {
@@ -191,10 +191,10 @@ impl State {
                 // below).
                 changed |= gone.is_none_or(|(k, g)| k != key || g.routes != contribution.routes || g.problems != contribution.problems);
                 touched.insert(key.0);
-                dirty.extend(contribution.routes.iter().map(|r| r.dst));
                 if fresh_blocks {
                     new_blocks.push((key, contribution));
                 } else {
+                    dirty.extend(contribution.routes.iter().map(|r| r.dst));
                     self.blocks.insert(key, contribution);
                 }
             } else {
@@ -267,11 +267,31 @@ impl State {
                 _ => kept.push(r),
             }
         }
-        let over = self.overlay.as_ref().map(|(o, _)| &o.routes);
-        let mut routes: Vec<(IpNet, ClusterRoute)> =
-            kept.into_iter().filter(|r| over.is_none_or(|o| !o.contains_key(&r.dst))).map(|r| (r.dst, r.clone())).collect();
-        routes.extend(over.into_iter().flatten().filter_map(|(d, r)| r.clone().map(|r| (*d, r))));
-        self.answer = routes.into_iter().collect();
+        // Merged with the overlay's destinations in order, each route straight into the map's
+        // chunks (no list of them all beside it).
+        let mut answer = RouteMap::new();
+        let mut over = self.overlay.iter().flat_map(|(o, _)| o.routes.iter()).peekable();
+        for r in kept {
+            while let Some((dst, replacement)) = over.next_if(|(dst, _)| **dst < r.dst) {
+                if let Some(t) = replacement {
+                    answer.push_last(*dst, t.clone());
+                }
+            }
+            match over.next_if(|(dst, _)| **dst == r.dst) {
+                Some((_, replacement)) => {
+                    if let Some(t) = replacement {
+                        answer.push_last(r.dst, t.clone());
+                    }
+                }
+                None => answer.push_last(r.dst, r.clone()),
+            }
+        }
+        for (dst, replacement) in over {
+            if let Some(t) = replacement {
+                answer.push_last(*dst, t.clone());
+            }
+        }
+        self.answer = answer;
         self.duplicates = duplicates;
     }
 
