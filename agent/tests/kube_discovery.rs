@@ -31,7 +31,7 @@ fn config() -> PlanConfig {
 fn planned(snap: &Snapshot) -> (Vec<ClusterRoute>, Vec<(&'static str, String)>) {
     let p = plan(snap, &config(), &BTreeSet::new(), &[]);
     let findings = p.decision.findings.iter().filter(|f| f.class.is_none()).map(|f| (f.code(), f.message.clone())).collect();
-    (p.desired.values().cloned().collect(), findings)
+    (p.desired.values().map(|r| (**r).clone()).collect(), findings)
 }
 
 /// Snapshots until one that `done` accepts; `Synced` is not sent again and `Unsynced` never.

@@ -57,7 +57,7 @@ const COUNTER_POLL: Duration = Duration::from_secs(1);
 /// ([`crate::bpf::forward::entries_from_routes`]). Built here, in the app, so that the plan
 /// knows nothing of the BPF side and the BPF side nothing of the plan.
 pub fn forward_entries(plan: &Plan) -> Vec<crate::bpf::forward::ForwardEntry> {
-    crate::bpf::forward::entries_from_routes(plan.desired.values(), plan.expected.values(), &plan.programmed)
+    crate::bpf::forward::entries_from_routes(plan.desired.values().map(|r| &**r), plan.expected.values(), &plan.programmed)
 }
 
 /// Where the route watch judges conflicts and flaps under `plan`: inside the cluster's valid

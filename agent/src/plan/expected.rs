@@ -142,7 +142,7 @@ impl<'a> ExpectationRules<'a> {
     }
 
     /// What `route` adds (of writer `only`'s expectations, when given), handed to `out`.
-    pub(super) fn of_route(&mut self, route: &ClusterRoute, only: Option<Writer>, out: &mut impl FnMut(Expectation)) {
+    pub(super) fn of_route(&mut self, route: &Arc<ClusterRoute>, only: Option<Writer>, out: &mut impl FnMut(Expectation)) {
         let (cluster, config) = (self.cluster, self.config);
         let writers = match self.writers.get(&route.class) {
             None | Some(Err(None)) => return,
@@ -175,7 +175,7 @@ impl<'a> ExpectationRules<'a> {
             if w == Writer::Felix && !felix_programs(route, cluster, &mut self.felix_gateway_of) {
                 continue;
             }
-            let mut route = route.clone();
+            let mut route = Arc::clone(route);
             if w == Writer::Bird {
                 // BIRD learns routes from the node that exports them, so a node's tunnel
                 // address is not among them: it is an address on that node's tunl0, not a
@@ -193,8 +193,9 @@ impl<'a> ExpectationRules<'a> {
                     }
                     RouteOrigin::OwnBlock { .. } => None,
                 };
-                if let (Some(bgp), true) = (bgp, route.gateway.is_some()) {
-                    route.gateway = Some(bgp);
+                // A copy only where the next hop differs; else the route is shared.
+                if let (Some(bgp), true) = (bgp, route.gateway.is_some_and(|g| Some(g) != bgp)) {
+                    Arc::make_mut(&mut route).gateway = Some(bgp);
                 }
             }
             out(Expectation::Expected((route.class, w, route.dst), ExpectedRoute { route, owner: w, protocol }));
@@ -207,11 +208,11 @@ impl<'a> ExpectationRules<'a> {
 /// routes (sorted, each once).
 pub(super) fn audit_expectations<'r>(
     mut rules: ExpectationRules<'_>,
-    routes: impl Iterator<Item = &'r ClusterRoute>,
+    routes: impl Iterator<Item = &'r Arc<ClusterRoute>>,
 ) -> (Expectations, Vec<(IpNet, String)>, Vec<WireguardRoute>) {
     // Per class, per writer, every route of the class in destination order: the expectations
     // reach the map in key order, each straight into its chunks (no list of them all).
-    let routes: Vec<&ClusterRoute> = routes.collect();
+    let routes: Vec<&Arc<ClusterRoute>> = routes.collect();
     let mut expected = Expectations::new();
     let mut unowned: Vec<(IpNet, String)> = Vec::new();
     let mut wireguard: Vec<WireguardRoute> = Vec::new();

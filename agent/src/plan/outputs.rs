@@ -32,8 +32,8 @@ pub struct Handover {
 /// What one owner should have programmed for one prefix.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ExpectedRoute {
-    /// The route.
-    pub route: ClusterRoute,
+    /// The route (shared with the plan's routes where the owner's is the same).
+    pub route: std::sync::Arc<ClusterRoute>,
     /// Who should program it.
     pub owner: Writer,
     /// The protocol that owner writes (Felix 80, BIRD 12, routewarden's configured one).

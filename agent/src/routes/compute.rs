@@ -89,7 +89,7 @@ pub fn desired_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
     // Everything computed for `classes` is of those classes: no selection (nor copy) needed.
     let ClassedRoutes { routes, problems } = classed_routes(cluster, node_name, classes, devices);
     let problems: BTreeSet<RouteProblem> = problems.into_iter().map(|(p, _)| p).collect();
-    NodeRoutes { routes: routes.values().cloned().collect(), problems: problems.into_iter().collect() }
+    NodeRoutes { routes: routes.values().map(|r| (**r).clone()).collect(), problems: problems.into_iter().collect() }
 }
 
 /// The routes and problems of several pool classes from one pass over the IPAM blocks, to
@@ -119,7 +119,7 @@ impl ClassedRoutes {
     /// The routes of `classes` (cloned) and the problems that concern them or no class.
     pub fn select(&self, classes: &BTreeSet<PoolClass>) -> NodeRoutes {
         let mut routes = Vec::with_capacity(self.routes.len());
-        routes.extend(self.routes.values().filter(|r| classes.contains(&r.class)).cloned());
+        routes.extend(self.routes.values().filter(|r| classes.contains(&r.class)).map(|r| (**r).clone()));
         NodeRoutes { routes, problems: self.select_problems(classes) }
     }
 
@@ -179,7 +179,7 @@ pub fn classed_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
         routes
     };
     problems.extend(affinity_conflicts(&index, cluster).into_iter().map(|p| (p, None)));
-    ClassedRoutes { routes: routes.into_iter().map(|r| (r.dst, r)).collect(), problems }
+    ClassedRoutes { routes: routes.into_iter().map(|r| (r.dst, std::sync::Arc::new(r))).collect(), problems }
 }
 
 /// The pass's list of found routes as one block adds to it: each route goes in with the

@@ -89,8 +89,8 @@ impl RouteMemo {
 #[derive(Debug)]
 struct Contribution {
     block: Arc<IpamBlock>,
-    /// In the order the full pass adds them.
-    routes: Box<[ClusterRoute]>,
+    /// In the order the full pass adds them (each shared with the answer where it is kept).
+    routes: Box<[Arc<ClusterRoute>]>,
     problems: Box<[(RouteProblem, Option<PoolClass>)]>,
 }
 
@@ -255,12 +255,12 @@ impl State {
     /// blocks do not overlap, so they come sorted unless a cluster built otherwise has), the
     /// first of each destination kept, then the tunnel-address rule's replacements merged in.
     fn rebuild_answer(&mut self) {
-        let mut all: Vec<&ClusterRoute> = self.blocks.values().flat_map(|c| c.routes.iter()).collect();
+        let mut all: Vec<&Arc<ClusterRoute>> = self.blocks.values().flat_map(|c| c.routes.iter()).collect();
         if !all.is_sorted_by(|a, b| a.dst < b.dst) {
             all.sort_by_key(|r| r.dst);
         }
         let mut duplicates: BTreeMap<IpNet, Vec<(RouteProblem, Option<PoolClass>)>> = BTreeMap::new();
-        let mut kept: Vec<&ClusterRoute> = Vec::with_capacity(all.len());
+        let mut kept: Vec<&Arc<ClusterRoute>> = Vec::with_capacity(all.len());
         for r in all {
             match kept.last() {
                 Some(k) if k.dst == r.dst => duplicates.entry(r.dst).or_default().push(duplicate(k, r)),
@@ -274,13 +274,13 @@ impl State {
         for r in kept {
             while let Some((dst, replacement)) = over.next_if(|(dst, _)| **dst < r.dst) {
                 if let Some(t) = replacement {
-                    answer.push_last(*dst, t.clone());
+                    answer.push_last(*dst, Arc::new(t.clone()));
                 }
             }
             match over.next_if(|(dst, _)| **dst == r.dst) {
                 Some((_, replacement)) => {
                     if let Some(t) = replacement {
-                        answer.push_last(r.dst, t.clone());
+                        answer.push_last(r.dst, Arc::new(t.clone()));
                     }
                 }
                 None => answer.push_last(r.dst, r.clone()),
@@ -288,7 +288,7 @@ impl State {
         }
         for (dst, replacement) in over {
             if let Some(t) = replacement {
-                answer.push_last(*dst, t.clone());
+                answer.push_last(*dst, Arc::new(t.clone()));
             }
         }
         self.answer = answer;
@@ -309,7 +309,7 @@ impl State {
             candidates.extend(self.blocks.range((cidr, self.least.clone())..).take_while(|(k, _)| k.0 == cidr));
         }
         candidates.sort_by(|a, b| a.0.cmp(b.0));
-        let mut first: Option<&ClusterRoute> = None;
+        let mut first: Option<&Arc<ClusterRoute>> = None;
         let mut found = Vec::new();
         for r in candidates.iter().flat_map(|(_, c)| c.routes.iter()).filter(|r| r.dst == dst) {
             match first {
@@ -318,12 +318,15 @@ impl State {
             }
         }
         let route = match self.overlay.as_ref().and_then(|(o, _)| o.routes.get(&dst)) {
-            Some(replacement) => replacement.clone(),
+            Some(replacement) => replacement.as_ref().map(|t| match self.answer.get(&dst) {
+                Some(now) if **now == *t => now.clone(),
+                _ => Arc::new(t.clone()),
+            }),
             None => first.cloned(),
         };
         match route {
             Some(r) => {
-                if self.answer.get(&dst) != Some(&r) {
+                if self.answer.get(&dst).is_none_or(|now| !Arc::ptr_eq(now, &r)) {
                     self.answer.insert(dst, r);
                 }
             }
@@ -369,7 +372,7 @@ impl State {
         for p in &problems {
             *self.problems.entry(p.clone()).or_default() += 1;
         }
-        ((b.cidr, b.name.clone()), Contribution { block: b.clone(), routes: routes.into_boxed_slice(), problems: problems.into_boxed_slice() })
+        ((b.cidr, b.name.clone()), Contribution { block: b.clone(), routes: routes.into_iter().map(Arc::new).collect(), problems: problems.into_boxed_slice() })
     }
 
     /// The entries of `map` at `cidr`, by name.

@@ -32,8 +32,10 @@ pub use problem::RouteProblem;
 
 /// Cluster routes by destination, one per destination, in a map whose copies share what did
 /// not change ([`crate::model::SharedMap`]): the route pass's answer and the plan's routes,
-/// handed on and compared chunk by chunk ([`crate::model::SharedMap::diff`]).
-pub type RouteMap = crate::model::SharedMap<IpNet, ClusterRoute>;
+/// handed on and compared chunk by chunk ([`crate::model::SharedMap::diff`]). Each route is
+/// held once (`Arc`) by the route pass, its answer, the plan's desired routes and the
+/// audit's expectations: at 100,000 routes a copy in each is tens of MB.
+pub type RouteMap = crate::model::SharedMap<IpNet, Arc<ClusterRoute>>;
 
 /// Why a cluster route exists.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]

@@ -384,7 +384,7 @@ fn bird_leftovers_claimed_only_when_policy_says_so() {
         // The audit names the static writer on the cluster prefix.
         let mut nl = RtNetlink::connect().unwrap();
         let expected: Vec<ExpectedRoute> =
-            example_cluster().into_iter().map(|route| ExpectedRoute { route, owner: Writer::Routewarden, protocol: 80 }).collect();
+            example_cluster().into_iter().map(|route| ExpectedRoute { route: route.into(), owner: Writer::Routewarden, protocol: 80 }).collect();
         let scope = AuditScope {
             table: 254,
             cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap(), "fd00:10:244::/48".parse().unwrap()],

@@ -155,7 +155,8 @@ fn nexthop_mode_programs_the_same_reachability_and_switches_both_ways_in_place()
         r.request_resync();
         let rep = r.apply().await;
         assert_eq!((rep.writes, rep.deletes, rep.nexthop_writes, rep.error_count()), (0, 0, 0, 0), "{rep:#?}");
-        let expected: Vec<ExpectedRoute> = c.iter().cloned().map(|route| ExpectedRoute { route, owner: Writer::Routewarden, protocol: 80 }).collect();
+        let expected: Vec<ExpectedRoute> =
+            c.iter().cloned().map(|route| ExpectedRoute { route: route.into(), owner: Writer::Routewarden, protocol: 80 }).collect();
         let scope = AuditScope {
             table: 254,
             cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap(), "fd00:10:244::/48".parse().unwrap()],

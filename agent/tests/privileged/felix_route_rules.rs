@@ -641,13 +641,13 @@ items:
 
     // routewarden in Felix's role with Felix programming both: it programs node-b's routes.
     let p = plan_for(Role::Felix, "Enabled", "Disabled");
-    let desired: Vec<String> = p.desired.values().filter(|r| r.dst.to_string().contains(".20.0/26")).map(line).collect();
+    let desired: Vec<String> = p.desired.values().filter(|r| r.dst.to_string().contains(".20.0/26")).map(|r| line(r)).collect();
     assert_eq!(desired, ["10.244.20.0/26 via 10.0.0.12 dev tunl0 [ipip]", "10.246.20.0/26 via 10.0.0.12 dev eth0 [flat]"]);
     assert!(wg(&p).is_empty(), "nobody in BIRD's place: {:?}", wg(&p));
 
     // routewarden in BIRD's role (no-encap): node-b's no-encap route is WireGuard's, node-c's is ours.
     let p = plan_for(Role::Bird, "EnabledIPIPOnly", "EnabledNoEncapOnly");
-    let desired: Vec<String> = p.desired.values().filter(|r| r.path != RoutePath::Blackhole).map(line).collect();
+    let desired: Vec<String> = p.desired.values().filter(|r| r.path != RoutePath::Blackhole).map(|r| line(r)).collect();
     assert_eq!(desired, ["10.246.30.0/26 via 10.0.1.13 dev eth0 [flat]"]);
     assert_eq!(wg(&p), ["10.246.20.0/26 node-b 10.0.0.12"]);
 

@@ -165,7 +165,7 @@ fn same_routes_cluster(dir: &Path, nodes: usize, routes: usize) -> Result<Vec<Cl
         protocol: 80,
         table: 254,
     };
-    Ok(plan(&snapshot, &config, &std::collections::BTreeSet::new(), &[]).desired.values().cloned().collect())
+    Ok(plan(&snapshot, &config, &std::collections::BTreeSet::new(), &[]).desired.values().map(|r| (**r).clone()).collect())
 }
 
 /// Benchmark 2: BIRD's time from start until all its routes are in the kernel / the agent's,

@@ -224,7 +224,7 @@ impl Agent {
                         assert!(verdict.is_ours(), "desired {} is {verdict:?} to the plan's policy (owned {:?})", r.dst, p.policy.owned);
                     }
                     self.reconciler.set_policy(p.policy.clone());
-                    self.reconciler.set_desired_with_handover(&p.desired.values().cloned().collect::<Vec<_>>(), &p.handovers);
+                    self.reconciler.set_desired_with_handover(&p.desired.values().map(|r| (**r).clone()).collect::<Vec<_>>(), &p.handovers);
                     self.last = Some(p);
                 }
             }

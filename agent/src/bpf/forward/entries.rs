@@ -57,7 +57,7 @@ pub fn entries_from_routes<'r>(
 ) -> Vec<ForwardEntry> {
     let mut out: BTreeMap<IpNet, ForwardEntry> = BTreeMap::new();
     let ours = desired.into_iter().filter(|r| programmed.contains(&r.class));
-    let others = expected.into_iter().map(|e| &e.route).filter(|r| !programmed.contains(&r.class));
+    let others = expected.into_iter().map(|e| &*e.route).filter(|r| !programmed.contains(&r.class));
     for r in ours.chain(others) {
         out.entry(r.dst.trunc()).or_insert_with(|| ForwardEntry {
             prefix: r.dst.trunc(),
@@ -120,11 +120,11 @@ mod tests {
             route("10.250.0.0/26", RoutePath::HostNic, PoolClass::NoEncap, "flat"),
         ];
         let expected = vec![
-            ExpectedRoute { route: route("10.250.0.0/26", RoutePath::Tunnel, PoolClass::NoEncap, "flat"), owner: Writer::Bird, protocol: 12 },
-            ExpectedRoute { route: route("10.250.0.0/26", RoutePath::Tunnel, PoolClass::NoEncap, "flat"), owner: Writer::Felix, protocol: 80 },
-            ExpectedRoute { route: route("10.244.1.0/26", RoutePath::HostNic, PoolClass::Ipip, "ipip-pool"), owner: Writer::Bird, protocol: 12 },
-            ExpectedRoute { route: route("fd00:10::/122", RoutePath::HostNic, PoolClass::NoEncap, "v6"), owner: Writer::Bird, protocol: 12 },
-            ExpectedRoute { route: route("10.244.0.0/26", RoutePath::Blackhole, PoolClass::Ipip, "ipip-pool"), owner: Writer::Bird, protocol: 12 },
+            ExpectedRoute { route: route("10.250.0.0/26", RoutePath::Tunnel, PoolClass::NoEncap, "flat").into(), owner: Writer::Bird, protocol: 12 },
+            ExpectedRoute { route: route("10.250.0.0/26", RoutePath::Tunnel, PoolClass::NoEncap, "flat").into(), owner: Writer::Felix, protocol: 80 },
+            ExpectedRoute { route: route("10.244.1.0/26", RoutePath::HostNic, PoolClass::Ipip, "ipip-pool").into(), owner: Writer::Bird, protocol: 12 },
+            ExpectedRoute { route: route("fd00:10::/122", RoutePath::HostNic, PoolClass::NoEncap, "v6").into(), owner: Writer::Bird, protocol: 12 },
+            ExpectedRoute { route: route("10.244.0.0/26", RoutePath::Blackhole, PoolClass::Ipip, "ipip-pool").into(), owner: Writer::Bird, protocol: 12 },
         ];
         let got = entries_from_routes(&desired, &expected, &BTreeSet::from([PoolClass::Ipip]));
         let want = vec![

@@ -29,7 +29,8 @@ fn e(dst: &str, path: RoutePath, gw: Option<&str>, owner: Writer, protocol: u8) 
             class: PoolClass::Ipip,
             pool: "default".into(),
             origin: RouteOrigin::RemoteBlock { block: dst.into(), node: "node-b".into() },
-        },
+        }
+        .into(),
         owner,
         protocol,
     }

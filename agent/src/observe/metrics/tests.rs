@@ -161,7 +161,7 @@ fn exposition_of_one_write_of_each_kind_is_unchanged() {
 
     // Forwarding watch: the plan's destinations declared, a pool that came and went, one
     // read (the NIC's IPIP view of tunnelled packets is left out by the caller).
-    let entries = crate::bpf::forward::entries_from_routes(plan.desired.values(), plan.expected.values(), &plan.programmed);
+    let entries = crate::bpf::forward::entries_from_routes(plan.desired.values().map(|r| &**r), plan.expected.values(), &plan.programmed);
     for e in &entries {
         m.declare_forward_destination(&e.pool, e.expected);
     }

@@ -59,7 +59,7 @@ async fn the_existing_route_of_an_overlapped_block_is_frozen_not_deleted() {
     let mut r = Reconciler::new(cfg.clone(), cfg.base_policy(), nl.clone(), clock.clone());
     r.set_datastore_synced(true);
     r.set_policy(p0.policy.clone());
-    r.set_desired(&p0.desired.values().cloned().collect::<Vec<_>>());
+    r.set_desired(&p0.desired.values().map(|r| (**r).clone()).collect::<Vec<_>>());
     r.apply().await;
     let kernel = nl.state().routes.clone();
     assert_eq!(kernel.len(), 7);
@@ -87,7 +87,7 @@ async fn the_existing_route_of_an_overlapped_block_is_frozen_not_deleted() {
         p1.frozen[0].reason
     );
     r.set_policy(p1.policy.clone());
-    r.set_desired(&p1.desired.values().cloned().collect::<Vec<_>>());
+    r.set_desired(&p1.desired.values().map(|r| (**r).clone()).collect::<Vec<_>>());
     for _ in 0..4 {
         let rep = r.apply().await;
         assert_eq!(rep.deletes, 0, "{rep:?}");
@@ -100,7 +100,7 @@ async fn the_existing_route_of_an_overlapped_block_is_frozen_not_deleted() {
     let p2 = plan_of(&fixed, &p1);
     assert_eq!((desired(&p2), p2.frozen.len()), (desired(&p0), 0));
     r.set_policy(p2.policy.clone());
-    r.set_desired(&p2.desired.values().cloned().collect::<Vec<_>>());
+    r.set_desired(&p2.desired.values().map(|r| (**r).clone()).collect::<Vec<_>>());
     r.apply().await;
     assert!(nl.state().routes == kernel, "the kernel changed");
     assert_eq!(nl.take_log().into_iter().filter(|l| !l.starts_with("dump")).collect::<Vec<_>>(), Vec::<String>::new());

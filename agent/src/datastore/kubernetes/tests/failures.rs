@@ -173,7 +173,7 @@ async fn empty_relist_is_held_by_the_breaker_and_a_restored_list_costs_nothing()
                 let owned = self.last.as_ref().map(|p| p.policy.owned.clone()).unwrap_or_default();
                 let p = plan(s, &self.config, &previous, &owned);
                 self.r.set_policy(p.policy.clone());
-                self.r.set_desired_with_handover(&p.desired.values().cloned().collect::<Vec<_>>(), &p.handovers);
+                self.r.set_desired_with_handover(&p.desired.values().map(|r| (**r).clone()).collect::<Vec<_>>(), &p.handovers);
                 self.last = Some(p);
             }
             self.r.set_datastore_synced(self.view.deletions_allowed(self.last.as_ref()));
