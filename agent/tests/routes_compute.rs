@@ -686,7 +686,8 @@ proptest! {
     /// change of the same random sequences (IPAM blocks and affinities, and the Nodes and IP
     /// pools it must notice as well), in Felix's role or BIRD's (whose expectations differ:
     /// BIRD's next hops, no tunnel addresses); the classes it programmed are handed to the next
-    /// call as the app does.
+    /// call as the app does. The forwarding watch's entries, kept from the agent's plans as the
+    /// app keeps them (`EntriesMemo`), equal those of the full plan.
     #[test]
     fn the_agents_plan_equals_the_full_plan_after_every_change((spec, edits, local, share) in memo_case(), bird in any::<bool>()) {
         use routewarden::datastore::Snapshot;
@@ -697,6 +698,8 @@ proptest! {
             config.ownership.role = Role::Bird;
         }
         let mut memo = PlanMemo::default();
+        let mut entries = routewarden::bpf::forward::EntriesMemo::default();
+        let mut agents = None;
         let (mut programmed, mut owned, mut last): (BTreeSet<PoolClass>, Vec<IpNet>, Option<String>) = Default::default();
         for (step, (edit, cluster)) in memo_steps(spec, &edits, share).into_iter().enumerate() {
             let snapshot = Snapshot { cluster: Arc::new(cluster), object_errors: vec![], load_errors: vec![], inputs: 1, settled: true };
@@ -704,9 +707,14 @@ proptest! {
             let full_text = format!("{full:?}");
             if let Some(p) = plan_with(&mut memo, &snapshot, &config, &programmed, &owned) {
                 prop_assert_eq!(&format!("{p:?}"), &full_text, "step {} ({:?})", step, edit);
+                agents = Some(p);
             } else {
                 prop_assert_eq!(last.as_ref(), Some(&full_text), "step {} ({:?}) kept the last plan", step, edit);
             }
+            let p = agents.as_ref().expect("the first call plans");
+            let kept: Vec<_> = entries.entries(&p.desired, &p.expected, &p.programmed).into_iter().map(|(_, e)| e).collect();
+            let want = routewarden::bpf::forward::entries_from_routes(full.desired.values().map(|r| &**r), full.expected.values(), &full.programmed);
+            prop_assert_eq!(kept, want, "step {} ({:?}): forwarding entries", step, edit);
             programmed.clone_from(&full.decision.programmed);
             owned.clone_from(&full.policy.owned);
             last = Some(full_text);

@@ -323,6 +323,9 @@ pub async fn run(args: RunArgs) -> Result<()> {
     // heap is released at the next counter tick, so a burst of events costs one trim.
     let mut trim_pending = false;
     let mut report_log = ReportLog::default();
+    // The forwarding entries of the last plan, to give the watch the next plan's from what
+    // changed (a pass over every route per plan would cost tens of ms at 100,000 blocks).
+    let mut forward_kept = crate::bpf::forward::EntriesMemo::default();
 
     let mut counters = tokio::time::interval(COUNTER_POLL);
     let mut heartbeat = tokio::time::interval(Duration::from_secs(5));
@@ -340,7 +343,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                         let replanned = cluster.on_datastore(ev).await;
                         if replanned {
                             if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
-                                w.update_destinations(&forward_entries(plan), &metrics);
+                                w.update_destinations(&forward_kept.entries(&plan.desired, &plan.expected, &plan.programmed), &metrics);
                             }
                             if let (Some(plan), Some(w)) = (cluster.last.as_ref(), route_watch.watch_mut()) {
                                 w.set_episode_scope(episode_scope(plan));
@@ -378,7 +381,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 // new plan (most churn) no longer brings the entries again.
                 if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
                     if w.destinations_pending() {
-                        w.update_destinations(&forward_entries(plan), &metrics);
+                        w.update_destinations(&forward_kept.entries(&plan.desired, &plan.expected, &plan.programmed), &metrics);
                     }
                 }
                 route_watch.poll(&metrics, &health);
@@ -410,7 +413,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
             let devices = forward_config_for(&nic).devices;
             forward.follow(&metrics, &health, |w| w.set_devices(&devices).map(|_| ()), || start_forward(&nic));
             if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
-                w.update_destinations(&forward_entries(plan), &metrics);
+                w.update_destinations(&forward_kept.entries(&plan.desired, &plan.expected, &plan.programmed), &metrics);
             }
             if let Some(t) = tc_count.as_mut() {
                 let devices = tc_devices_for(&nic);

@@ -37,7 +37,7 @@ pub mod pools;
 mod reader;
 pub(crate) mod settings;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
 use aya::programs::tc::SchedClassifierLink;
@@ -56,7 +56,7 @@ use crate::observe::Metrics;
 use attach::Attachments;
 pub use counts::{ForwardCounts, ForwardMetrics};
 pub use destinations::DestinationsUpdate;
-pub use entries::{entries_from_routes, ForwardEntry};
+pub use entries::{entries_from_routes, EntriesMemo, ForwardEntries, ForwardEntry};
 pub use event::{ForwardEvent, ForwardEventKind};
 pub use reader::log_event;
 pub use settings::{DeviceRole, ForwardConfig};
@@ -131,12 +131,15 @@ pub struct ForwardWatch {
     /// The metrics' view of the counters (deltas since the previous poll).
     metrics_state: ForwardMetrics,
     /// The entries of the last update that was written whole.
-    last_entries: Vec<ForwardEntry>,
+    last_entries: Option<ForwardEntries>,
     /// The last update failed in part or whole: retried on the app's counter tick, since a
     /// snapshot that makes no new plan brings no update.
     destinations_failed: bool,
-    /// Pools whose series are declared: a pool that leaves the plan has its series removed.
-    declared: BTreeSet<String>,
+    /// Pools whose series are declared, with how many entries each has: a pool that leaves
+    /// the plan has its series removed.
+    declared: BTreeMap<String, usize>,
+    /// The entries the series were last declared for.
+    declared_from: ForwardEntries,
 }
 
 impl std::fmt::Debug for ForwardWatch {
@@ -198,9 +201,10 @@ impl ForwardWatch {
             links: attached.links,
             missing: attached.missing,
             metrics_state: ForwardMetrics::new(tunnel_watched),
-            last_entries: Vec::new(),
+            last_entries: None,
             destinations_failed: false,
-            declared: BTreeSet::new(),
+            declared: BTreeMap::new(),
+            declared_from: ForwardEntries::new(),
         })
     }
 

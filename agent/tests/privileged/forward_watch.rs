@@ -511,12 +511,55 @@ fn a_destination_not_written_is_pending_until_an_update_writes_every_entry() {
         .map(|i| entry(&format!("10.{}.{}.0/26", 100 + i / 256, i % 256), &format!("pool-{i}"), PoolClass::NoEncap, ForwardPath::Host))
         .collect();
     assert!(!watch.destinations_pending());
-    watch.update_destinations(&entries, &metrics);
+    watch.update_destinations(&by_prefix(&entries), &metrics);
     assert!(watch.destinations_pending(), "the 257th pool's destination was not written");
-    watch.update_destinations(&entries, &metrics);
+    watch.update_destinations(&by_prefix(&entries), &metrics);
     assert!(watch.destinations_pending(), "still not written");
     let fit = &entries[..routewarden_common::forward::MAX_POOLS];
-    watch.update_destinations(fit, &metrics);
+    watch.update_destinations(&by_prefix(fit), &metrics);
     assert!(!watch.destinations_pending(), "every entry written");
     assert_eq!(watch.set_destinations(fit).unwrap().total, fit.len());
+}
+
+/// `entries` as the app hands them to the watch: by prefix.
+fn by_prefix(entries: &[ForwardEntry]) -> routewarden::bpf::forward::ForwardEntries {
+    entries.iter().map(|e| (e.prefix, e.clone())).collect()
+}
+
+/// The app's updates are diffs against the last map written whole: after a change of one
+/// entry's path, one removal and one addition among 1,000, the kernel's destinations are
+/// exactly the new entries (every prefix, its pool and path), and the series of a pool whose
+/// last entry left are removed while the others stay.
+#[test]
+fn an_update_writes_what_changed_and_leaves_the_kernel_holding_exactly_the_new_entries() {
+    let Some(obj) = object("an_update_writes_what_changed_and_leaves_the_kernel_holding_exactly_the_new_entries") else { return };
+    let ns = NetNsGuard::new().expect("netns");
+    let _peer = build(&ns, "diffs");
+    let mut watch = ForwardWatch::start(obj, &config(Duration::from_secs(1))).expect("start the forwarding watch");
+    let (registry, metrics) = Metrics::new_registry();
+    let mut entries: Vec<ForwardEntry> =
+        (0..1000u32).map(|i| entry(&format!("10.244.{}.{}/26", i / 4, (i % 4) * 64), "ipip-pool", PoolClass::Ipip, ForwardPath::Tunnel)).collect();
+    entries.push(entry("10.250.0.0/26", "flat", PoolClass::NoEncap, ForwardPath::Host));
+    watch.update_destinations(&by_prefix(&entries), &metrics);
+    assert!(!watch.destinations_pending());
+    assert_eq!(watch.destinations().len(), 1001);
+    let series = |pool: &str| {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode the metrics");
+        text.lines().filter(|l| !l.starts_with('#') && l.contains(&format!("pool=\"{pool}\""))).count()
+    };
+    assert!(series("flat") > 0, "the flat pool's series are declared");
+
+    entries[7].expected = ForwardPath::Host;
+    entries.remove(500);
+    entries.pop();
+    entries.push(entry("10.244.250.5/32", "ipip-pool", PoolClass::Ipip, ForwardPath::Tunnel));
+    watch.update_destinations(&by_prefix(&entries), &metrics);
+    assert!(!watch.destinations_pending());
+    let got: Vec<(String, u8)> = watch.destinations().iter().map(|(p, t)| (p.to_string(), t.expected)).collect();
+    let mut want: Vec<(String, u8)> = entries.iter().map(|e| (e.prefix.to_string(), e.expected as u8)).collect();
+    want.sort_by_key(|(p, _)| p.parse::<ipnet::IpNet>().unwrap());
+    assert_eq!(got, want);
+    assert_eq!(series("flat"), 0, "the flat pool left with its last entry");
+    assert!(series("ipip-pool") > 0);
 }

@@ -11,18 +11,20 @@ use routewarden_common::forward::{
     ForwardTarget, PoolFilter, FORWARD_POOLS_ACTIVE_MAP, FORWARD_POOLS_MAP, FORWARD_TARGETS_V4_MAP, FORWARD_TARGETS_V6_MAP, LAST_PATH_UNKNOWN, MAX_POOLS,
 };
 
-use super::{entries, map_err, pools, ForwardEntry, ForwardMetrics, ForwardWatch};
+use super::{entries, map_err, pools, ForwardEntries, ForwardEntry, ForwardMetrics, ForwardWatch};
 use crate::bpf::BpfError;
 use crate::observe::Metrics;
 
-/// Bring one family's hash map toward `want` (`key_of` picks the family's prefixes): with
-/// `phase` [`SyncPhase::Write`], insert new prefixes and overwrite changed ones in place; with
-/// [`SyncPhase::Remove`], delete the prefixes `want` no longer has. `installed` and `update`
-/// follow. Per-entry failures go to `update.failed` (retried next time).
+/// Bring one family's hash map toward `want` at the prefixes in `touched` (`key_of` picks the
+/// family's prefixes; `want` holds the wanted ones of `touched`): with `phase`
+/// [`SyncPhase::Write`], insert new prefixes and overwrite changed ones in place; with
+/// [`SyncPhase::Remove`], delete the prefixes of `touched` `want` does not have. `installed`
+/// and `update` follow. Per-entry failures go to `update.failed` (retried next time).
 fn sync_targets<K: aya::Pod>(
     map: &mut BpfHashMap<&mut MapData, K, ForwardTarget>,
     key_of: impl Fn(&IpNet) -> Option<K>,
     phase: SyncPhase,
+    touched: &[IpNet],
     want: &BTreeMap<IpNet, ForwardTarget>,
     installed: &mut BTreeMap<IpNet, ForwardTarget>,
     update: &mut DestinationsUpdate,
@@ -48,7 +50,7 @@ fn sync_targets<K: aya::Pod>(
         }
         return;
     }
-    let gone: Vec<IpNet> = installed.keys().filter(|p| !want.contains_key(p) && key_of(p).is_some()).copied().collect();
+    let gone: Vec<IpNet> = touched.iter().filter(|p| installed.contains_key(p) && !want.contains_key(p) && key_of(p).is_some()).copied().collect();
     for prefix in gone {
         let Some(key) = key_of(&prefix) else { continue };
         match map.remove(&key) {
@@ -115,45 +117,77 @@ impl ForwardWatch {
     /// [`BpfError::Map`] if a map cannot be opened or the filter cannot be written;
     /// destination write failures are per entry.
     pub fn set_destinations(&mut self, entries: &[ForwardEntry]) -> Result<DestinationsUpdate, BpfError> {
+        let entries: ForwardEntries = entries.iter().map(|e| (e.prefix.trunc(), e.clone())).collect();
+        self.sync_destinations(&entries, None)
+    }
+
+    /// [`ForwardWatch::set_destinations`] of `entries`, looking only at the prefixes whose
+    /// entry differs from `last`'s when `last` is what the maps hold (the last update written
+    /// whole), else at every prefix wanted or installed. The pool filter is computed again
+    /// when the set of prefixes may have changed; a prefix it cannot hold sends the update
+    /// back over every prefix.
+    fn sync_destinations(&mut self, entries: &ForwardEntries, last: Option<&ForwardEntries>) -> Result<DestinationsUpdate, BpfError> {
         let mut update = DestinationsUpdate::default();
+        let (touched, keys_changed): (Vec<IpNet>, bool) = match last {
+            Some(last) => {
+                let (mut touched, mut keys_changed) = (Vec::new(), false);
+                last.diff(entries, |prefix, before, after| {
+                    keys_changed |= before.is_some() != after.is_some();
+                    touched.push(*prefix);
+                });
+                (touched, keys_changed)
+            }
+            None => (entries.keys().chain(self.installed.keys()).copied().collect::<BTreeSet<IpNet>>().into_iter().collect(), true),
+        };
         let mut want: BTreeMap<IpNet, ForwardTarget> = BTreeMap::new();
+        let mut no_pool: BTreeSet<IpNet> = BTreeSet::new();
         {
             let mut pools = self.pools.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-            for e in entries {
+            for prefix in &touched {
+                let Some(e) = entries.get(prefix) else { continue };
                 let Some(pool) = pools.id(&e.pool) else {
-                    update.failed.push((e.prefix, format!("more than {MAX_POOLS} pools; pool {} is not watched", e.pool)));
+                    update.failed.push((*prefix, format!("more than {MAX_POOLS} pools; pool {} is not watched", e.pool)));
+                    no_pool.insert(*prefix);
                     continue;
                 };
-                let (prefix_len, block) = entries::trie_key(&e.prefix);
-                want.insert(
-                    e.prefix.trunc(),
-                    ForwardTarget {
-                        block,
-                        prefix_len,
-                        pool,
-                        class: entries::class_byte(e.class),
-                        expected: e.expected as u8,
-                        last_path: LAST_PATH_UNKNOWN,
-                        _pad: [0; 3],
-                    },
-                );
+                let (prefix_len, block) = entries::trie_key(prefix);
+                let target = ForwardTarget {
+                    block,
+                    prefix_len,
+                    pool,
+                    class: entries::class_byte(e.class),
+                    expected: e.expected as u8,
+                    last_path: LAST_PATH_UNKNOWN,
+                    _pad: [0; 3],
+                };
+                want.insert(*prefix, target);
             }
         }
-        let (filter, left_out) = pools::pool_filter(want.keys().copied());
-        for prefix in left_out {
-            want.remove(&prefix);
-            update.failed.push((prefix, format!("the pool filter holds at most {} prefix lengths in one place", routewarden_common::forward::RANGE_LENGTHS)));
-        }
+        let filter = if keys_changed {
+            let (filter, left_out) = pools::pool_filter(entries.keys().filter(|p| !no_pool.contains(p)).copied());
+            if !left_out.is_empty() && last.is_some() {
+                return self.sync_destinations(entries, None);
+            }
+            for prefix in left_out {
+                want.remove(&prefix);
+                update
+                    .failed
+                    .push((prefix, format!("the pool filter holds at most {} prefix lengths in one place", routewarden_common::forward::RANGE_LENGTHS)));
+            }
+            filter
+        } else {
+            self.filter
+        };
         for phase in [SyncPhase::Write, SyncPhase::Remove] {
             if phase == SyncPhase::Remove && filter != self.filter {
                 self.switch_filter(&filter)?;
             }
             let map = self.maps.map_mut(FORWARD_TARGETS_V4_MAP)?;
             let mut v4 = BpfHashMap::try_from(map).map_err(map_err(FORWARD_TARGETS_V4_MAP, "open"))?;
-            sync_targets(&mut v4, key_v4, phase, &want, &mut self.installed, &mut update);
+            sync_targets(&mut v4, key_v4, phase, &touched, &want, &mut self.installed, &mut update);
             let map = self.maps.map_mut(FORWARD_TARGETS_V6_MAP)?;
             let mut v6 = BpfHashMap::try_from(map).map_err(map_err(FORWARD_TARGETS_V6_MAP, "open"))?;
-            sync_targets(&mut v6, key_v6, phase, &want, &mut self.installed, &mut update);
+            sync_targets(&mut v6, key_v6, phase, &touched, &want, &mut self.installed, &mut update);
         }
         update.total = self.installed.len();
         Ok(update)
@@ -184,12 +218,15 @@ impl ForwardWatch {
     /// A new set of destinations (the plan's, [`super::entries_from_routes`]): bring the maps
     /// in step (diffed; nothing written when the entries did not change), declare the new
     /// series at 0 and remove those of pools that left.
-    pub fn update_destinations(&mut self, entries: &[ForwardEntry], metrics: &Metrics) {
-        if !self.destinations_failed && entries == self.last_entries.as_slice() {
+    pub fn update_destinations(&mut self, entries: &ForwardEntries, metrics: &Metrics) {
+        // What the maps hold, when the last update was written whole: only what differs from
+        // it is looked at (chunk by chunk), so a plan that moved one route writes one entry.
+        let last = if self.destinations_failed { None } else { self.last_entries.clone() };
+        if last.as_ref() == Some(entries) {
             return;
         }
         self.destinations_failed = true;
-        match self.set_destinations(entries) {
+        match self.sync_destinations(entries, last.as_ref()) {
             Ok(up) => {
                 if up.inserted + up.updated + up.removed > 0 {
                     tracing::info!(
@@ -204,17 +241,36 @@ impl ForwardWatch {
                     tracing::warn!(%prefix, error = %why, "forwarding watch: destination not written; retried on the next counter poll");
                 }
                 if up.failed.is_empty() {
-                    self.last_entries = entries.to_vec();
+                    self.last_entries = Some(entries.clone());
                     self.destinations_failed = false;
                 }
             }
             Err(e) => tracing::warn!(error = %e, "forwarding watch: updating destinations failed; retried on the next counter poll"),
         }
-        ForwardMetrics::declare(metrics, entries);
-        let pools: BTreeSet<String> = entries.iter().map(|e| e.pool.clone()).collect();
-        for gone in self.declared.difference(&pools) {
-            ForwardMetrics::forget(metrics, gone);
+        // The series: declared for each entry new or changed since the last update, and a
+        // pool's removed when its last entry goes.
+        let (from, counts) = (&self.declared_from, &mut self.declared);
+        let mut gone: Vec<String> = Vec::new();
+        from.diff(entries, |_, before, after| {
+            if let Some(b) = before {
+                if let Some(n) = counts.get_mut(&b.pool) {
+                    *n -= 1;
+                }
+            }
+            if let Some(a) = after {
+                ForwardMetrics::declare(metrics, std::slice::from_ref(a));
+                *counts.entry(a.pool.clone()).or_default() += 1;
+            }
+        });
+        counts.retain(|pool, n| {
+            if *n == 0 {
+                gone.push(pool.clone());
+            }
+            *n > 0
+        });
+        for pool in gone {
+            ForwardMetrics::forget(metrics, &pool);
         }
-        self.declared = pools;
+        self.declared_from = entries.clone();
     }
 }

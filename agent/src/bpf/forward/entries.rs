@@ -12,9 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use ipnet::IpNet;
 use routewarden_common::forward::{ForwardPath, V4_MAPPED_PREFIX_LEN};
 
-use crate::plan::ExpectedRoute;
-use crate::routes::ClusterRoute;
-use crate::vocabulary::{PoolClass, RoutePath};
+use crate::plan::{Expectations, ExpectedRoute};
+use crate::routes::{ClusterRoute, RouteMap};
+use crate::vocabulary::{PoolClass, RoutePath, Writer};
 
 /// One cluster destination as the kernel watch sees it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -67,6 +67,110 @@ pub fn entries_from_routes<'r>(
         });
     }
     out.into_values().collect()
+}
+
+/// The forwarding watch's destinations by prefix, in a map whose copies share what did not
+/// change ([`crate::model::SharedMap`]): handed to the watch, which writes what differs from
+/// the last map it wrote, found chunk by chunk.
+pub type ForwardEntries = crate::model::SharedMap<IpNet, ForwardEntry>;
+
+/// [`entries_from_routes`] kept from one plan to the next: a plan whose programmed classes are
+/// the last one's costs the destinations whose desired route or expectation changed (found
+/// chunk by chunk in the plan's maps), not a pass over every route. Starts empty; the first
+/// call, and any whose programmed classes differ, computes every entry.
+#[derive(Debug, Default)]
+pub struct EntriesMemo {
+    last: Option<(RouteMap, Expectations, BTreeSet<PoolClass>, ForwardEntries)>,
+}
+
+impl EntriesMemo {
+    /// The entries of a plan's desired routes, expectations and programmed classes; equal to
+    /// [`entries_from_routes`] of the same (`agent/tests/routes_compute.rs` compares them over
+    /// random sequences of changes).
+    pub fn entries(&mut self, desired: &RouteMap, expected: &Expectations, programmed: &BTreeSet<PoolClass>) -> ForwardEntries {
+        let out = match &self.last {
+            Some((was_desired, was_expected, was_programmed, was)) if was_programmed == programmed => {
+                patched(was_desired, was_expected, was, desired, expected, programmed)
+            }
+            _ => None,
+        }
+        .unwrap_or_else(|| entries_from_routes(desired.values().map(|r| &**r), expected.values(), programmed).into_iter().map(|e| (e.prefix, e)).collect());
+        self.last = Some((desired.clone(), expected.clone(), programmed.clone(), out.clone()));
+        out
+    }
+}
+
+/// `was` brought to the new desired routes and expectations at the destinations that changed;
+/// `None` when one is not in network form (keys would not meet).
+fn patched(
+    was_desired: &RouteMap,
+    was_expected: &Expectations,
+    was: &ForwardEntries,
+    desired: &RouteMap,
+    expected: &Expectations,
+    programmed: &BTreeSet<PoolClass>,
+) -> Option<ForwardEntries> {
+    let mut changed: BTreeSet<IpNet> = BTreeSet::new();
+    was_desired.diff(desired, |dst, _, _| {
+        changed.insert(*dst);
+    });
+    was_expected.diff(expected, |(_, _, dst), _, _| {
+        changed.insert(*dst);
+    });
+    if changed.iter().any(|d| *d != d.trunc()) {
+        return None;
+    }
+    let mut out = was.clone();
+    for prefix in changed {
+        match entry_at(prefix, desired, expected, programmed) {
+            Some(e) => {
+                if out.get(&prefix) != Some(&e) {
+                    out.insert(prefix, e);
+                }
+            }
+            None => {
+                out.remove(&prefix);
+            }
+        }
+    }
+    Some(out)
+}
+
+/// The entry of `prefix` as [`entries_from_routes`] picks it: the desired route of a
+/// programmed class, else the first expectation of another class in the expectations' order
+/// (class, then writer).
+fn entry_at(prefix: IpNet, desired: &RouteMap, expected: &Expectations, programmed: &BTreeSet<PoolClass>) -> Option<ForwardEntry> {
+    let ours = desired.get(&prefix).filter(|r| programmed.contains(&r.class)).map(|r| &**r);
+    let route = ours.or_else(|| {
+        every_class()
+            .into_iter()
+            .filter(|c| !programmed.contains(c))
+            .flat_map(|c| every_writer().map(|w| (c, w)))
+            .find_map(|(c, w)| expected.get(&(c, w, prefix)).map(|e| &*e.route))
+    })?;
+    Some(ForwardEntry { prefix, pool: route.pool.to_string(), class: route.class, expected: forward_path(route.path) })
+}
+
+/// Every pool class, in order (the match fails to compile when one is added).
+fn every_class() -> [PoolClass; 3] {
+    let all = [PoolClass::Ipip, PoolClass::NoEncap, PoolClass::Vxlan];
+    for c in all {
+        match c {
+            PoolClass::Ipip | PoolClass::NoEncap | PoolClass::Vxlan => {}
+        }
+    }
+    all
+}
+
+/// Every writer, in order (the match fails to compile when one is added).
+fn every_writer() -> [Writer; 3] {
+    let all = [Writer::Felix, Writer::Bird, Writer::Routewarden];
+    for w in all {
+        match w {
+            Writer::Felix | Writer::Bird | Writer::Routewarden => {}
+        }
+    }
+    all
 }
 
 /// `prefix` in trie form: (prefix length, 16 address bytes), IPv4 as `::ffff:a.b.c.d` with
