@@ -133,12 +133,17 @@ impl Metrics {
         for f in &d.findings {
             self.ownership_findings.get_or_create(&FindingLabels { code: f.code(), class: f.class_label() }).inc();
         }
-        // Desired counts by family and class (programmed counts come from apply reports).
-        for class in routable_classes() {
-            for fam in [Family::V4, Family::V6] {
-                let n = plan.desired.values().filter(|r| r.class == class && Family::of(&r.dst) == fam).count();
-                self.set_routes(fam, class, "desired", n);
+        // Desired counts by family and class (programmed counts come from apply reports), in
+        // one pass over the desired routes.
+        let mut desired: std::collections::BTreeMap<(PoolClass, Family), usize> =
+            routable_classes().into_iter().flat_map(|c| [Family::V4, Family::V6].map(|f| ((c, f), 0))).collect();
+        for r in plan.desired.values() {
+            if let Some(n) = desired.get_mut(&(r.class, Family::of(&r.dst))) {
+                *n += 1;
             }
+        }
+        for ((class, fam), n) in desired {
+            self.set_routes(fam, class, "desired", n);
         }
     }
 
