@@ -32,4 +32,5 @@ registry! {
     kube_heartbeats,
     kube_100k,
     etcd_100k,
+    route_change_100k,
 }
