@@ -220,9 +220,7 @@ impl ClusterHandler {
         let classes = plan.programmed.clone();
         if let Some(tx) = &self.commands {
             let _ = tx.send(DataplaneCommand::SetPolicy(plan.policy.clone())).await;
-            let _ = tx
-                .send(DataplaneCommand::SetDesired { routes: plan.desired.values().map(|r| (**r).clone()).collect(), handovers: plan.handovers.clone() })
-                .await;
+            let _ = tx.send(DataplaneCommand::SetDesired { routes: plan.desired.clone(), handovers: plan.handovers.clone() }).await;
         }
         if self.mode == Mode::Program {
             self.programmed = classes;

@@ -9,7 +9,7 @@ mod dataplane_support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use dataplane_support::{example_cluster, reconciler, with_proto, Driver, Monitor, Netns};
+use dataplane_support::{example_cluster, reconciler, route_map, with_proto, Driver, Monitor, Netns};
 use routewarden::dataplane::{self, DataplaneCommand, DataplaneConfig, DataplaneEvent};
 use routewarden::vocabulary::{PoolClass, Writer};
 use routewarden_lab::bird::Bird;
@@ -58,7 +58,7 @@ fn handover_to_bird_at_same_metric_steps_aside() {
         let no_encap: Vec<_> = cluster.iter().filter(|c| c.class == PoolClass::NoEncap).cloned().collect();
         let handover = dataplane::Handover { class: PoolClass::Ipip, to: Writer::Bird, protocol: 12, table: 254, metric: Some(1024) };
         let started = Instant::now();
-        cmd_tx.send(DataplaneCommand::SetDesired { routes: no_encap, handovers: vec![handover] }).await.unwrap();
+        cmd_tx.send(DataplaneCommand::SetDesired { routes: route_map(&no_encap), handovers: vec![handover] }).await.unwrap();
         // In this thread's namespace (the test's).
         let _bird = Bird::start(None, &dir, "bird", conf).expect("start bird");
         let mut outcomes = Vec::new();

@@ -7,7 +7,7 @@ mod dataplane_support;
 use std::time::{Duration, Instant};
 
 use dataplane_support::{
-    example_cluster, example_lines, ip, lines_stay, reconciler, route, routes, wait_for_lines, with_proto, Driver, Monitor, Netns, DEADLINE,
+    example_cluster, example_lines, ip, lines_stay, reconciler, route, route_map, routes, wait_for_lines, with_proto, Driver, Monitor, Netns, DEADLINE,
 };
 use routewarden::dataplane::{
     self, audit_kernel, AuditScope, DataplaneCommand, DataplaneConfig, ErrorKind, ExpectedRoute, FindingCode, OwnershipPolicy, RtNetlink,
@@ -593,7 +593,7 @@ fn handover_to_bird_keeps_routes_until_bird_route_seen() {
             metric: Some(0),
         };
         let started = Instant::now();
-        cmd_tx.send(DataplaneCommand::SetDesired { routes: no_encap, handovers: vec![handover] }).await.unwrap();
+        cmd_tx.send(DataplaneCommand::SetDesired { routes: route_map(&no_encap), handovers: vec![handover] }).await.unwrap();
         lines_stay("nothing removed before BIRD's routes exist", 254, "80", &example_lines(), Duration::from_millis(500)).await;
         // BIRD installs its routes (metric 0 here, so both keys coexist for a moment).
         for cmd in [

@@ -10,8 +10,8 @@
 //!
 //! - `plan_with` (the plan, patched where routes changed);
 //! - the forwarding watch's entries (`EntriesMemo`: patched where routes changed);
-//! - the dataplane hand-off: the desired routes as `SetDesired` carries them and
-//!   `set_desired_with_handover`;
+//! - the dataplane hand-off: the plan's route map as `SetDesired` carries it, and
+//!   `set_desired_routes`;
 //! - one `apply`: the one route write, and the report over every desired route.
 //!
 //! Not timed: building the snapshot (the datastore's part: etcd-100k's `snapshot_p50_ms`,
@@ -100,7 +100,7 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
             let (programmed, owned) = (first.programmed.clone(), first.policy.owned.clone());
             let mut entries = EntriesMemo::default();
             entries.entries(&first.desired, &first.expected, &first.programmed);
-            r.set_desired_with_handover(&first.desired.values().map(|r| (**r).clone()).collect::<Vec<_>>(), &first.handovers);
+            r.set_desired_routes(&first.desired, &first.handovers);
             let cold = r.apply().await;
             ensure!(cold.writes == first.desired.len() as u64 && cold.error_count() == 0, "cold programming: {} of {} routes: {:?}", cold.writes, first.desired.len(), cold.error_messages);
             let mut last = first;
@@ -111,13 +111,12 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
                 let t1 = Instant::now();
                 let e = entries.entries(&plan.desired, &plan.expected, &plan.programmed);
                 let t2 = Instant::now();
-                let desired: Vec<ClusterRoute> = plan.desired.values().map(|r| (**r).clone()).collect();
-                r.set_desired_with_handover(&desired, &plan.handovers);
+                r.set_desired_routes(&plan.desired, &plan.handovers);
                 let t3 = Instant::now();
                 let rep = r.apply().await;
                 let t4 = Instant::now();
                 ensure!(rep.writes == 1 && rep.error_count() == 0, "change {k}: {} writes, {:?}", rep.writes, rep.error_messages);
-                drop((e, desired));
+                drop(e);
                 times.push((t4 - t0, [t1 - t0, t2 - t1, t3 - t2, t4 - t3]));
                 last = plan;
             }

@@ -1,10 +1,12 @@
-//! The desired route set as one sorted vector: replaced whole by every `set_desired`, looked
+//! The desired route set as one sorted vector: replaced whole by every `set_desired` (or rebuilt
+//! in one pass from the last with what changed, `patched`), looked
 //! up by key (binary search) and walked in key order, never edited in place; so it needs no
 //! tree, and building it from the converted routes (already sorted) costs no allocation per
 //! route (a cold start of 10,000 routes). Each route's key is the one in it
 //! (`route.key`), not stored again beside it: 112 bytes a route instead of 144.
 
 use crate::dataplane::kernel::route::{DesiredRoute, RouteKey};
+use crate::vocabulary::PoolClass;
 
 /// Desired routes in ascending key (`route.key`) order, one per key.
 #[derive(Debug, Default)]
@@ -18,6 +20,41 @@ impl DesiredSet {
     pub(super) fn from_sorted(routes: Vec<DesiredRoute>) -> Self {
         debug_assert!(routes.is_sorted_by(|a, b| a.route.key < b.route.key), "desired routes not in strict key order");
         DesiredSet { routes }
+    }
+
+    /// This set with `gone` keys taken out and `adds` put in (both ascending, each key once;
+    /// an added key that is also gone is replaced): the new set, the keys that left it with
+    /// their class, and the keys added or changed (ascending). One pass that moves every route
+    /// (none converted or compared but the added ones).
+    pub(super) fn patched(self, adds: Vec<DesiredRoute>, gone: &[RouteKey]) -> (DesiredSet, Vec<(RouteKey, PoolClass)>, Vec<RouteKey>) {
+        let mut out = Vec::with_capacity(self.routes.len() + adds.len());
+        let (mut removed, mut changed) = (Vec::new(), Vec::new());
+        let mut adds = adds.into_iter().peekable();
+        let mut gone = gone.iter().peekable();
+        for old in self.routes {
+            let key = old.route.key;
+            while let Some(a) = adds.next_if(|a| a.route.key < key) {
+                changed.push(a.route.key);
+                out.push(a);
+            }
+            while gone.next_if(|g| **g < key).is_some() {}
+            let was_gone = gone.next_if(|g| **g == key).is_some();
+            if let Some(a) = adds.next_if(|a| a.route.key == key) {
+                if a != old {
+                    changed.push(key);
+                }
+                out.push(a);
+            } else if was_gone {
+                removed.push((key, old.class));
+            } else {
+                out.push(old);
+            }
+        }
+        for a in adds {
+            changed.push(a.route.key);
+            out.push(a);
+        }
+        (DesiredSet { routes: out }, removed, changed)
     }
 
     /// How many routes are desired.

@@ -58,12 +58,13 @@ use crate::dataplane::reconciler::report::{ApplyReport, ErrorKind};
 use crate::dataplane::reconciler::retry::{ResyncTimer, Retries};
 use crate::dataplane::settings::DataplaneConfig;
 use crate::ownership::{OwnershipPolicy, Verdict};
-use crate::routes::ClusterRoute;
+use crate::routes::{ClusterRoute, RouteMap};
 use crate::vocabulary::PoolClass;
 use dirty::DirtyKeys;
 
 mod apply;
 pub(super) mod breaker;
+mod delta;
 mod desired;
 mod dirty;
 pub mod handover;
@@ -129,6 +130,10 @@ pub struct Reconciler<N, C> {
     breaker: MassDeletionBreaker,
     /// Nexthop objects (`--nexthop-objects`; without it, only ours left over are removed).
     nexthops: Nexthops,
+    /// The plan's routes the desired set was last made from by
+    /// [`set_desired_routes`](Self::set_desired_routes), with whether nexthop objects were on:
+    /// the next map is compared with it chunk by chunk (`delta.rs`).
+    last_routes: Option<(RouteMap, bool)>,
 }
 
 impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
@@ -142,6 +147,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             breaker: MassDeletionBreaker::new(config.mass_deletion_percent, config.settle),
             handovers: Handovers::new(config.handover_grace),
             nexthops: Nexthops::new(config.nexthop_objects, config.protocol),
+            last_routes: None,
             config,
             policy,
             nl,
@@ -208,8 +214,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// Duplicate destinations: the first route in [`ClusterRoute`] order wins (Felix resolves a
     /// key to one target too); conversion failures are reported by the next apply.
     pub fn set_desired_with_handover(&mut self, routes: &[ClusterRoute], handovers: &[Handover]) {
-        let now = self.clock.now();
         let nexthops = self.nexthops.enabled();
+        self.last_routes = None;
         self.bad_desired.clear();
         // Converted in the order given. Keys strictly ascending and no failure (the plan's
         // routes: sorted, one per destination) is the set as it is; otherwise the order
@@ -233,9 +239,6 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             converted.dedup_by(|later, first| later.route.key == first.route.key);
         }
         let next = DesiredSet::from_sorted(converted);
-        if nexthops {
-            self.nexthops.set_wanted(next.values());
-        }
         // The old and the new set walked together in key order (no search per key): removed
         // keys with their class, and added or changed keys (sorted; all of them on a cold
         // start).
@@ -256,6 +259,18 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             }
             changed
         };
+        self.take_desired(next, removed, changed, handovers, cold);
+    }
+
+    /// Make `next` the desired set: `removed` (keys that left it, with their class) are
+    /// marked, or handed over when their class is in `handovers`; `changed` (keys added or
+    /// changed, ascending) are marked for the next apply. Nothing desired before (a cold start)
+    /// marks every key (`cold`).
+    fn take_desired(&mut self, next: DesiredSet, removed: Vec<(RouteKey, PoolClass)>, changed: Vec<RouteKey>, handovers: &[Handover], cold: bool) {
+        let now = self.clock.now();
+        if self.nexthops.enabled() {
+            self.nexthops.set_wanted(next.values());
+        }
         for (key, class) in removed {
             self.dirty.insert(key);
             let Some(h) = handovers.iter().find(|h| h.class == class) else {
@@ -555,11 +570,8 @@ fn convert_routes<'r>(
     let mut converted: Vec<DesiredRoute> = Vec::with_capacity(routes.len());
     let mut ascending = true;
     for r in routes {
-        match to_kernel_route(r, settings) {
-            Ok(mut d) => {
-                if nexthops && d.route.target.kind == RouteKind::Unicast {
-                    d.nexthop = r.origin.node_shared().map(|node| NexthopKey { node: node.clone(), pool: r.pool.clone() });
-                }
+        match convert_route(r, settings, nexthops) {
+            Ok(d) => {
                 if let Some(last) = converted.last() {
                     ascending &= last.route.key < d.route.key;
                 }
@@ -569,4 +581,14 @@ fn convert_routes<'r>(
         }
     }
     (converted, ascending)
+}
+
+/// `route` converted to the route to program; with nexthop objects, a unicast route to a node
+/// also names its object (node, IP pool).
+fn convert_route(route: &ClusterRoute, settings: &RouteSettings, nexthops: bool) -> Result<DesiredRoute, ConversionError> {
+    let mut d = to_kernel_route(route, settings)?;
+    if nexthops && d.route.target.kind == RouteKind::Unicast {
+        d.nexthop = route.origin.node_shared().map(|node| NexthopKey { node: node.clone(), pool: route.pool.clone() });
+    }
+    Ok(d)
 }

@@ -3,6 +3,7 @@
 
 mod chunks;
 mod deletions;
+mod delta;
 mod fault_matrix;
 mod faults;
 mod handover;

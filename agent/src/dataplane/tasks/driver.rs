@@ -11,15 +11,17 @@ use crate::dataplane::reconciler::handover::Handover;
 use crate::dataplane::reconciler::report::ApplyReport;
 use crate::dataplane::reconciler::Reconciler;
 use crate::ownership::OwnershipPolicy;
-use crate::routes::ClusterRoute;
+use crate::routes::RouteMap;
 
 /// Instructions for [`run`].
 #[derive(Clone, Debug)]
 pub enum DataplaneCommand {
     /// The complete desired route set, and the classes being handed to another writer.
     SetDesired {
-        /// Every cluster route routewarden should program.
-        routes: Vec<ClusterRoute>,
+        /// Every cluster route routewarden should program, by destination (the plan's map:
+        /// a copy shares its chunks, and the reconciler converts only what changed since the
+        /// last one, [`Reconciler::set_desired_routes`]).
+        routes: RouteMap,
         /// Classes routewarden just stopped programming.
         handovers: Vec<Handover>,
     },
@@ -63,7 +65,7 @@ pub async fn run<N: RouteNetlink, C: Clock>(
                 match cmd {
                     DataplaneCommand::SetDesired { routes, handovers } => {
                         desired_sets += 1;
-                        reconciler.set_desired_with_handover(&routes, &handovers);
+                        reconciler.set_desired_routes(&routes, &handovers);
                     }
                     DataplaneCommand::SetPolicy(p) => reconciler.set_policy(p),
                     DataplaneCommand::SetDatastoreSynced(s) => reconciler.set_datastore_synced(s),

@@ -171,7 +171,7 @@ impl Driver {
         spawn_watcher(ev_tx).expect("route and link watcher");
         let task = tokio::spawn(dataplane::run(r, cmd_rx, ev_rx, rep_tx, dataplane::DEFAULT_DEBOUNCE));
         commands.send(DataplaneCommand::SetDatastoreSynced(true)).await.expect("driver running");
-        commands.send(DataplaneCommand::SetDesired { routes, handovers: vec![] }).await.expect("driver running");
+        commands.send(DataplaneCommand::SetDesired { routes: route_map(&routes), handovers: vec![] }).await.expect("driver running");
         Driver { commands, reports, task }
     }
 }
@@ -218,4 +218,16 @@ impl Monitor {
             })
             .collect()
     }
+}
+
+/// `routes` as the app hands them to the dataplane task: by destination, the first of a
+/// destination kept (the plan has one route per destination).
+pub fn route_map(routes: &[ClusterRoute]) -> routewarden::routes::RouteMap {
+    let mut map = routewarden::routes::RouteMap::new();
+    for r in routes {
+        if !map.contains_key(&r.dst) {
+            map.insert(r.dst, std::sync::Arc::new(r.clone()));
+        }
+    }
+    map
 }
