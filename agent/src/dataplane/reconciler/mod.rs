@@ -48,8 +48,7 @@ use ipnet::IpNet;
 use itertools::{EitherOrBoth, Itertools};
 
 use crate::dataplane::kernel::netlink::{Clock, NetlinkError, RouteNetlink};
-use crate::dataplane::kernel::nexthop::NexthopKey;
-use crate::dataplane::kernel::route::{to_kernel_route, ConversionError, DesiredRoute, KernelRoute, RouteKey, RouteKind, RouteSettings};
+use crate::dataplane::kernel::route::{ConversionError, KernelRoute, RouteKey, RouteSettings};
 use crate::dataplane::kernel::watcher::DataplaneEvent;
 use crate::dataplane::reconciler::breaker::MassDeletionBreaker;
 use crate::dataplane::reconciler::handover::{Handover, Handovers};
@@ -64,6 +63,7 @@ use dirty::DirtyKeys;
 
 mod apply;
 pub(super) mod breaker;
+mod convert;
 mod delta;
 mod desired;
 mod dirty;
@@ -76,6 +76,7 @@ pub(super) mod retry;
 #[cfg(test)]
 mod tests;
 
+use convert::{convert_route, convert_routes};
 use desired::DesiredSet;
 use nexthops::Nexthops;
 
@@ -555,40 +556,4 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             self.dirty.extend(self.handovers.checked(family, table, protocol, &dsts));
         }
     }
-}
-
-/// Each of `routes` converted to the route to program, in the order given; with nexthop
-/// objects, a unicast route to a node also names its object (node, IP pool). Failures go to
-/// `bad`, in the same order. Also returns whether the converted routes' keys are strictly
-/// ascending (checked as each is added: a cold start's 10,000 routes are not read again).
-fn convert_routes<'r>(
-    routes: impl ExactSizeIterator<Item = &'r ClusterRoute>,
-    settings: &RouteSettings,
-    nexthops: bool,
-    bad: &mut Vec<ConversionError>,
-) -> (Vec<DesiredRoute>, bool) {
-    let mut converted: Vec<DesiredRoute> = Vec::with_capacity(routes.len());
-    let mut ascending = true;
-    for r in routes {
-        match convert_route(r, settings, nexthops) {
-            Ok(d) => {
-                if let Some(last) = converted.last() {
-                    ascending &= last.route.key < d.route.key;
-                }
-                converted.push(d);
-            }
-            Err(e) => bad.push(e),
-        }
-    }
-    (converted, ascending)
-}
-
-/// `route` converted to the route to program; with nexthop objects, a unicast route to a node
-/// also names its object (node, IP pool).
-fn convert_route(route: &ClusterRoute, settings: &RouteSettings, nexthops: bool) -> Result<DesiredRoute, ConversionError> {
-    let mut d = to_kernel_route(route, settings)?;
-    if nexthops && d.route.target.kind == RouteKind::Unicast {
-        d.nexthop = route.origin.node_shared().map(|node| NexthopKey { node: node.clone(), pool: route.pool.clone() });
-    }
-    Ok(d)
 }
