@@ -111,11 +111,6 @@ impl ClassedRoutes {
         &self.routes
     }
 
-    /// The problems found, each with the class it concerns (`None`: no class).
-    pub fn problems(&self) -> impl Iterator<Item = &(RouteProblem, Option<PoolClass>)> + '_ {
-        self.problems.iter()
-    }
-
     /// The routes of `classes` (cloned) and the problems that concern them or no class.
     pub fn select(&self, classes: &BTreeSet<PoolClass>) -> NodeRoutes {
         let mut routes = Vec::with_capacity(self.routes.len());
@@ -161,21 +156,7 @@ pub fn classed_routes(cluster: &Cluster, node_name: &str, classes: &BTreeSet<Poo
         // The overlay's destinations replace the blocks' routes there (or remove them): a
         // merge of two lists sorted by destination.
         let mut routes = Vec::with_capacity(all.len() + overlay.routes.len());
-        let mut over = overlay.routes.into_iter().peekable();
-        for (route, _) in all {
-            let mut replaced = false;
-            while let Some((dst, replacement)) = over.next_if(|(dst, _)| *dst <= route.dst) {
-                routes.extend(replacement);
-                if dst == route.dst {
-                    replaced = true;
-                    break;
-                }
-            }
-            if !replaced {
-                routes.push(route);
-            }
-        }
-        routes.extend(over.filter_map(|(_, r)| r));
+        overlay.apply(all.into_iter().map(|(route, _)| route), |r| r.dst, Clone::clone, |r| routes.push(r));
         routes
     };
     problems.extend(affinity_conflicts(&index, cluster).into_iter().map(|p| (p, None)));

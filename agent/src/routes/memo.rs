@@ -270,26 +270,10 @@ impl State {
         // Merged with the overlay's destinations in order, each route straight into the map's
         // chunks (no list of them all beside it).
         let mut answer = RouteMap::new();
-        let mut over = self.overlay.iter().flat_map(|(o, _)| o.routes.iter()).peekable();
-        for r in kept {
-            while let Some((dst, replacement)) = over.next_if(|(dst, _)| **dst < r.dst) {
-                if let Some(t) = replacement {
-                    answer.push_last(*dst, Arc::new(t.clone()));
-                }
-            }
-            match over.next_if(|(dst, _)| **dst == r.dst) {
-                Some((_, replacement)) => {
-                    if let Some(t) = replacement {
-                        answer.push_last(r.dst, Arc::new(t.clone()));
-                    }
-                }
-                None => answer.push_last(r.dst, r.clone()),
-            }
-        }
-        for (dst, replacement) in over {
-            if let Some(t) = replacement {
-                answer.push_last(*dst, Arc::new(t.clone()));
-            }
+        let kept = kept.into_iter().cloned();
+        match &self.overlay {
+            Some((overlay, _)) => overlay.apply(kept, |r| r.dst, |t| Arc::new(t.clone()), |r| answer.push_last(r.dst, r)),
+            None => kept.for_each(|r| answer.push_last(r.dst, r)),
         }
         self.answer = answer;
         self.duplicates = duplicates;

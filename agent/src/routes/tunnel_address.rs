@@ -26,6 +26,29 @@ pub(super) struct TunnelOverlay {
 impl TunnelOverlay {
     /// Drop the [`RouteProblem::AllocationWithoutNode`] of addresses a Node holds: the Node
     /// records who holds them.
+    /// `routes` (ascending by destination, one per destination) with this overlay applied, in
+    /// destination order, each handed to `out`: a destination the overlay names takes its
+    /// route (`wrap`ped) or none, and the overlay's other destinations are added in order.
+    /// The full pass and the kept pass ([`super::RouteMemo`]) both merge through this.
+    pub(super) fn apply<R>(&self, routes: impl IntoIterator<Item = R>, dst: impl Fn(&R) -> IpNet, wrap: impl Fn(&ClusterRoute) -> R, mut out: impl FnMut(R)) {
+        let mut over = self.routes.iter().peekable();
+        for r in routes {
+            let d = dst(&r);
+            while let Some((_, replacement)) = over.next_if(|(o, _)| **o < d) {
+                if let Some(t) = replacement {
+                    out(wrap(t));
+                }
+            }
+            match over.next_if(|(o, _)| **o == d) {
+                Some((_, replacement)) => replacement.iter().for_each(|t| out(wrap(t))),
+                None => out(r),
+            }
+        }
+        for t in over.filter_map(|(_, replacement)| replacement.as_ref()) {
+            out(wrap(t));
+        }
+    }
+
     pub(super) fn clear_held(&self, problems: &mut Problems) {
         if !self.held.is_empty() {
             problems.retain(|(p, _)| !matches!(p, RouteProblem::AllocationWithoutNode { ip, .. } if self.held.contains(ip)));
