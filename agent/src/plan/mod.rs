@@ -197,8 +197,8 @@ pub fn plan_with(memo: &mut PlanMemo, snapshot: &Snapshot, config: &PlanConfig, 
         return None;
     }
     let answer = memo.routes.answer();
-    let plan = match (&memo.made, same) {
-        (Some((last, was)), true) => patched(last, was, &answer, snapshot, config),
+    let plan = match (memo.made.take(), same) {
+        (Some((last, was)), true) => patched(last, &was, &answer, snapshot, config),
         _ => None,
     }
     .unwrap_or_else(|| plan_from(snapshot, config, previous, previous_owned, &answer));
@@ -207,16 +207,15 @@ pub fn plan_with(memo: &mut PlanMemo, snapshot: &Snapshot, config: &PlanConfig, 
     Some(plan)
 }
 
-/// The plan of `answer` made from `last`, the plan of `was` and of the same inputs but the
-/// IPAM blocks and affinities: only what depends on the routes can differ (the desired
+/// The plan of `answer` made from `plan`, the last one (made from `was` and the same inputs but
+/// the IPAM blocks and affinities): only what depends on the routes can differ (the desired
 /// routes, the expectations, the problems), and only at the destinations whose route
 /// changed, found chunk by chunk ([`crate::model::SharedMap::diff`]); everything else is
-/// `last`'s. `None` when a changed route is of a class nobody programs or leads to a
+/// `plan`'s. `None` when a changed route is of a class nobody programs or leads to a
 /// WireGuard peer whoever stands in BIRD's place leaves alone (lists the full plan sorts):
 /// the caller then makes the full plan. Equal to [`plan`] of the same arguments
 /// (`agent/tests/routes_compute.rs` compares them over random sequences of changes).
-fn patched(last: &Plan, was: &RouteMap, answer: &ClassedRoutes, snapshot: &Snapshot, config: &PlanConfig) -> Option<Plan> {
-    let mut plan = last.clone();
+fn patched(mut plan: Plan, was: &RouteMap, answer: &ClassedRoutes, snapshot: &Snapshot, config: &PlanConfig) -> Option<Plan> {
     let is_frozen = |c: &PoolClass| plan.frozen_classes.iter().any(|f| f.class == *c);
     let programs_now: BTreeSet<PoolClass> = plan.decision.programmed.iter().filter(|c| !is_frozen(c)).copied().collect();
     let wireguard_peers = crate::ownership::wireguard_peers(&snapshot.cluster, &config.node);
