@@ -158,12 +158,23 @@ impl<K: Ord + Clone, V: Clone> SharedMap<K, V> {
 
     /// Set `key` to `value`; the value it had. Copies the chunk it lands in when another map
     /// shares it.
+    ///
+    /// Memory: a key above every other goes where [`SharedMap::push_last`] puts it (chunks of
+    /// [`CHUNK`], full), and a split gives the first half back the capacity it no longer
+    /// uses. Without both, a map built one insert at a time in key order (a datastore's
+    /// first list) kept chunks of 64 entries in vectors grown to 256: four times the memory.
     pub fn insert(&mut self, key: K, value: V) -> Option<V> {
         let Some((i, at)) = self.find(&key) else {
-            self.chunks.push(Arc::new(vec![(key, value)]));
+            let mut chunk = Vec::with_capacity(CHUNK);
+            chunk.push((key, value));
+            self.chunks.push(Arc::new(chunk));
             self.len = 1;
             return None;
         };
+        if at == Err(self.chunks[i].len()) && i + 1 == self.chunks.len() {
+            self.push_last(key, value);
+            return None;
+        }
         let chunk = Arc::make_mut(&mut self.chunks[i]);
         match at {
             Ok(j) => Some(std::mem::replace(&mut chunk[j].1, value)),
@@ -172,6 +183,7 @@ impl<K: Ord + Clone, V: Clone> SharedMap<K, V> {
                 self.len += 1;
                 if chunk.len() > MAX_CHUNK {
                     let tail = chunk.split_off(chunk.len() / 2);
+                    chunk.shrink_to_fit();
                     self.chunks.insert(i + 1, Arc::new(tail));
                 }
                 None

@@ -109,3 +109,34 @@ fn a_change_copies_one_chunk() {
     assert_eq!(map.shared_chunks(&before), map.chunk_count() - 1);
     assert_eq!((before.get(&5_001), map.get(&5_001), before.len() + 1), (None, Some(&7), map.len()));
 }
+
+/// A map built one insert at a time (a datastore's first list) holds what a bulk build holds:
+/// in key order, full chunks of [`CHUNK`] with no spare capacity; in reverse order (every
+/// insert splits the first chunk in time), no chunk keeps more than twice the room its
+/// entries need.
+#[test]
+fn a_map_built_by_inserts_keeps_no_spare_capacity() {
+    let mut ascending = SharedMap::default();
+    for k in 0..10_000u32 {
+        assert_eq!(ascending.insert(k, k), None);
+    }
+    assert_eq!(ascending.chunks.len(), 10_000usize.div_ceil(CHUNK));
+    for c in &ascending.chunks[..ascending.chunks.len() - 1] {
+        assert_eq!((c.len(), c.capacity()), (CHUNK, CHUNK));
+    }
+    let mut descending = SharedMap::default();
+    for k in (0..10_000u32).rev() {
+        descending.insert(k, k);
+    }
+    assert_eq!(descending.iter().map(|(k, _)| *k).collect::<Vec<_>>(), (0..10_000).collect::<Vec<_>>());
+    for c in &descending.chunks {
+        assert!(c.capacity() <= 2 * c.len().max(CHUNK / 2), "a chunk of {} entries keeps room for {}", c.len(), c.capacity());
+    }
+    // Ascending inserts into a map that also holds smaller keys append too.
+    let mut mixed: SharedMap<u32, u32> = (0..1_000).map(|k| (k * 2, k)).collect();
+    for k in 2_000..3_000 {
+        mixed.insert(k, k);
+    }
+    assert_eq!(mixed.len(), 2_000);
+    assert!(mixed.chunks.iter().all(|c| c.capacity() <= MAX_CHUNK), "{:?}", mixed.chunks.iter().map(|c| c.capacity()).collect::<Vec<_>>());
+}
