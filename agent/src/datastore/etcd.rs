@@ -1,5 +1,6 @@
-//! Calico's etcdv3 datastore (`--datastore etcd`): one range read of `/calico/` at a
-//! revision, then a watch from the next revision.
+//! Calico's etcdv3 datastore (`--datastore etcd`): one range read at a revision of the parts
+//! of `/calico/` it reads (`layout::read_prefixes`), then a watch of `/calico/` from the next
+//! revision.
 //!
 //! The keys read and how their values become model objects are in `etcd/layout.rs` (each
 //! key's Calico source cited there); the last good object of every key and the snapshots in
@@ -130,7 +131,7 @@ impl EtcdDatastore {
         tokio::spawn(self.run(tx))
     }
 
-    /// Read the cluster once (one range read of [`PREFIX`]); no retries. Keys whose value is
+    /// Read the cluster once (one range read of the read prefixes of [`PREFIX`]); no retries. Keys whose value is
     /// broken are left out and reported in the snapshot.
     ///
     /// Errors: [`EtcdOptions::check`]'s, then a connection or read failure naming the

@@ -9,6 +9,7 @@ use backon::{BackoffBuilder as _, ExponentialBackoff};
 use etcd_client::{Certificate, Client, ConnectOptions, EventType, GetOptions, Identity, TlsOptions, WatchOptions};
 use tokio::sync::mpsc;
 
+use super::layout::read_prefixes;
 use super::{EtcdDatastore, View, PREFIX};
 use crate::datastore::error::DatastoreError;
 use crate::datastore::event::{DatastoreEvent, Snapshot};
@@ -73,48 +74,57 @@ impl EtcdDatastore {
             .map_err(|e| format!("etcd {}: cannot connect: {}{}", self.endpoints(), describe(&e), self.options.tls_note()))
     }
 
-    /// Every key under [`PREFIX`] and the revision they were read at: pages of [`RANGE_PAGE`]
-    /// keys, each after the last key of the one before, every page after the first read at
-    /// the first one's revision (one consistent view; a revision compacted meanwhile fails the
-    /// read, which is retried). One unpaged read of 100,000 IPAM blocks is a 110 MB response,
-    /// past gRPC's 4 MiB default, and refused whole.
+    /// Every key under the read prefixes ([`read_prefixes`]: what the view reads of
+    /// [`PREFIX`], not the workload endpoints, IPAM handles and policies that are most of a live
+    /// cluster's keys) and the revision they were read at. Each prefix is read in pages of
+    /// [`RANGE_PAGE`] keys, each after the last key of the one before; every page after the
+    /// first is read at the first one's revision (one consistent view; a revision compacted
+    /// meanwhile fails the read, which is retried). One unpaged read of 100,000 IPAM blocks is
+    /// a 110 MB response, past gRPC's 4 MiB default, and refused whole.
+    ///
+    /// A page's range ends at its prefix's end, not at the end of `/calico/`: etcd before 3.5
+    /// walks the whole rest of a paged range for every page (`treeIndex.Revisions` takes no
+    /// limit there), so narrower ranges cost it less.
     /// Returns the revision; `on_page` takes each page's keys and values.
     async fn range_read(&self, client: &mut Client, mut on_page: impl FnMut(Vec<(String, Vec<u8>)>)) -> Result<i64, String> {
         let mut kv = client.kv_client().max_decoding_message_size(MAX_RESPONSE);
-        let mut end = PREFIX.as_bytes().to_vec();
-        if let Some(last) = end.last_mut() {
-            *last += 1;
-        }
-        let mut from = PREFIX.as_bytes().to_vec();
         let mut revision = 0;
-        loop {
-            let mut options = GetOptions::new().with_range(end.clone()).with_limit(RANGE_PAGE);
-            if revision > 0 {
-                options = options.with_revision(revision);
+        for prefix in read_prefixes() {
+            let mut end = prefix.as_bytes().to_vec();
+            if let Some(last) = end.last_mut() {
+                *last += 1;
             }
-            let mut page = kv
-                .get(from.clone(), Some(options))
-                .await
-                .map_err(|e| format!("etcd {}: range read of {PREFIX}: {}{}", self.endpoints(), describe(&e), self.options.tls_note()))?;
-            if revision == 0 {
-                revision = page.header().map_or(0, etcd_client::ResponseHeader::revision);
-            }
-            let more = page.more();
-            let kvs = page.take_kvs();
-            let next = kvs.last().map(|kv| [kv.key(), &[0]].concat());
-            on_page(
-                kvs.into_iter()
-                    .map(|kv| {
-                        let (key, value) = kv.into_key_value();
-                        (String::from_utf8_lossy(&key).into_owned(), value)
-                    })
-                    .collect(),
-            );
-            match (more, next) {
-                (true, Some(next)) => from = next,
-                _ => return Ok(revision),
+            let mut from = prefix.as_bytes().to_vec();
+            loop {
+                let mut options = GetOptions::new().with_range(end.clone()).with_limit(RANGE_PAGE);
+                if revision > 0 {
+                    options = options.with_revision(revision);
+                }
+                let mut page = kv
+                    .get(from.clone(), Some(options))
+                    .await
+                    .map_err(|e| format!("etcd {}: range read of {PREFIX}: {}{}", self.endpoints(), describe(&e), self.options.tls_note()))?;
+                if revision == 0 {
+                    revision = page.header().map_or(0, etcd_client::ResponseHeader::revision);
+                }
+                let more = page.more();
+                let kvs = page.take_kvs();
+                let next = kvs.last().map(|kv| [kv.key(), &[0]].concat());
+                on_page(
+                    kvs.into_iter()
+                        .map(|kv| {
+                            let (key, value) = kv.into_key_value();
+                            (String::from_utf8_lossy(&key).into_owned(), value)
+                        })
+                        .collect(),
+                );
+                match (more, next) {
+                    (true, Some(next)) => from = next,
+                    _ => break,
+                }
             }
         }
+        Ok(revision)
     }
 
     fn endpoints(&self) -> String {
@@ -199,11 +209,14 @@ impl EtcdDatastore {
     }
 }
 
-/// Keys per page of the range read.
-const RANGE_PAGE: i64 = 1_000;
+/// Keys per page of the range read. etcd before 3.5 (Debian's 3.4) walks the rest of the
+/// range for every page, so the page count decides its cost: at 100,000 blocks and their
+/// affinities, pages of 1,000 made the first sync 7.1 s, pages of 5,000 4.8 s (etcd-100k,
+/// BENCHMARKS.md).
+const RANGE_PAGE: i64 = 5_000;
 
 /// The largest response taken: a page of [`RANGE_PAGE`] full IPAM blocks (64 allocations with
-/// their attributes, ~10 KB each) is ~10 MB.
+/// their attributes, ~10 KB each) is ~50 MB.
 const MAX_RESPONSE: usize = 64 << 20;
 
 /// Why a session stopped.

@@ -55,6 +55,18 @@ const BLOCKS: &str = "/calico/ipam/v2/assignment/";
 /// Where affinities live: `/calico/ipam/v2/<type>/...` (`block_affinity.go`).
 const AFFINITIES: &str = "/calico/ipam/v2/";
 
+/// The key prefixes the range read covers: every key [`classify`] accepts is under one of them,
+/// and none of the keys it ignores that are most of a live cluster's `/calico/` (workload
+/// endpoints, IPAM handles, policies, status): a resource plural's directory, the IPAM blocks',
+/// and each affinity type's. Sorted and disjoint.
+pub fn read_prefixes() -> Vec<String> {
+    let mut prefixes: Vec<String> = RESOURCE_PLURALS.iter().map(|p| format!("{RESOURCES}{p}/")).collect();
+    prefixes.push(BLOCKS.to_owned());
+    prefixes.extend(AFFINITY_TYPES.iter().map(|t| format!("{AFFINITIES}{t}/")));
+    prefixes.sort();
+    prefixes
+}
+
 /// The affinity types of `block_affinity.go` (`IPAMAffinityTypeHost`, `IPAMAffinityTypeVirtual`
 /// in `block.go`), as key segments and as the model's `spec.type`.
 pub const AFFINITY_TYPES: [&str; 2] = ["host", "virtual"];

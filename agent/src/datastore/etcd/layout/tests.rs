@@ -137,3 +137,55 @@ fn a_block_without_affinity_or_with_a_virtual_one_parses() {
         assert_eq!(nodes, [("10.0.0.0".to_owned(), Some("compute-1".to_owned())), ("10.0.0.1".to_owned(), Some("compute-2".to_owned()))]);
     }
 }
+
+/// The range read covers every key `classify` accepts and skips what a live cluster's
+/// `/calico/` mostly holds: keys of Calico's shapes, each slot filled with Calico's segments,
+/// are either under a read prefix or ignored.
+#[test]
+fn the_read_prefixes_cover_every_key_read_and_skip_the_rest() {
+    let prefixes = read_prefixes();
+    assert!(prefixes.windows(2).all(|w| w[0] < w[1] && !w[1].starts_with(&w[0])), "{prefixes:?}");
+    let under = |key: &str| prefixes.iter().any(|p| key.starts_with(p.as_str()));
+    for skipped in [
+        "/calico/resources/v3/projectcalico.org/workloadendpoints/ns/node--k8s-pod-eth0",
+        "/calico/resources/v3/projectcalico.org/networkpolicies/default/p",
+        "/calico/resources/v3/projectcalico.org/profiles/kns.default",
+        "/calico/ipam/v2/handle/k8s-pod-network.abc",
+        "/calico/ipam/v2/config",
+        "/calico/felix/v2/no-region/host/node-a/status",
+    ] {
+        assert!(!under(skipped), "{skipped} is read");
+        assert_eq!(classify(skipped), None);
+    }
+    let segments = [
+        "resources", "v3", "projectcalico.org", "ippools", "nodes", "felixconfigurations", "bgpconfigurations", "clusterinformations",
+        "workloadendpoints", "ipam", "v2", "assignment", "host", "virtual", "handle", "ipv4", "ipv6", "block", "10.0.0.0-26", "fd00::-122", "node-a", "",
+    ];
+    let mut keys: Vec<String> = Vec::new();
+    for a in segments {
+        for b in segments {
+            keys.push(format!("/calico/resources/v3/projectcalico.org/{a}/{b}"));
+            keys.push(format!("/calico/{a}/{b}"));
+            for c in segments {
+                keys.push(format!("/calico/ipam/v2/{a}/{b}/{c}"));
+            }
+        }
+        for node in ["node-a", "", "host"] {
+            for family in ["ipv4", "ipv6", "block"] {
+                for block in ["block", "ipv4"] {
+                    for cidr in ["10.0.0.0-26", "fd00::-122", ""] {
+                        keys.push(format!("/calico/ipam/v2/{a}/{node}/{family}/{block}/{cidr}"));
+                    }
+                }
+            }
+        }
+    }
+    let mut checked = 0;
+    for k in &keys {
+        if classify(k).is_some() {
+            assert!(under(k), "{k} is read by classify but not by the range read");
+            checked += 1;
+        }
+    }
+    assert!(checked > 20, "only {checked} keys read");
+}
