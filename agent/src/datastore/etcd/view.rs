@@ -34,12 +34,13 @@ impl Good {
         }
     }
 
+    /// Its kind and name; the name shared with the object's where the object keeps one.
     fn identity(&self) -> Option<Identity> {
         match self {
-            Good::Block(n, _) => Some((Kind::IpamBlock, n.to_string())),
-            Good::Affinity(n, _) => Some((Kind::BlockAffinity, n.to_string())),
-            Good::Node(n, _) => Some((Kind::Node, n.to_string())),
-            Good::Other(p) => p.identity().map(|(k, n)| (k, n.to_owned())),
+            Good::Block(n, _) => Some((Kind::IpamBlock, n.clone())),
+            Good::Affinity(n, _) => Some((Kind::BlockAffinity, n.clone())),
+            Good::Node(n, _) => Some((Kind::Node, n.clone())),
+            Good::Other(p) => p.identity().map(|(k, n)| (k, Arc::from(n))),
         }
     }
 
@@ -113,24 +114,33 @@ enum Problem {
 }
 
 /// An object's kind and name: what two keys may both define (a duplicate).
-type Identity = (Kind, String);
+type Identity = (Kind, Arc<str>);
+
+/// A key as the view holds it: one allocation shared by its entry, its claim and the set of
+/// keys with a problem.
+type Key = Arc<str>;
 
 /// Every key read, by key, and the cluster they make, kept as keys change: one put or delete
 /// costs O(log n) and a snapshot O(chunks of the cluster's maps) plus the whole-cluster checks
 /// (overlapping pools and blocks), not a rebuild from every key.
+///
+/// Memory, at 205,000 keys (100,000 blocks and their affinities): each key and each object name
+/// is held once ([`Key`], the [`Identity`]'s name shared with the object), and the two maps are
+/// rebuilt with full tree nodes after a re-list (a first list inserts in key order, which
+/// leaves every node half empty).
 #[derive(Debug, Default)]
 pub struct View {
-    entries: BTreeMap<String, Entry>,
+    entries: BTreeMap<Key, Entry>,
     /// Every key's last good object, less the identities more than one key defines.
     cluster: Cluster,
     /// The keys whose last good object has each identity, sorted (more than one: every
     /// definition is refused, as `ClusterBuilder::finish` refuses an object defined twice).
     /// A `Vec`: almost always one key, and a set's node would cost ~300 bytes per object.
-    claims: BTreeMap<Identity, Vec<String>>,
+    claims: BTreeMap<Identity, Vec<Key>>,
     /// The identities more than one key claims.
     contested: BTreeSet<Identity>,
     /// The keys whose current value is not used (a load error or a rejected object).
-    errored: BTreeSet<String>,
+    errored: BTreeSet<Key>,
 }
 
 impl View {
@@ -149,10 +159,10 @@ impl View {
                 let text = String::from_utf8_lossy(value);
                 let mut err = LoadError::new(key, LoadErrorKind::Syntax, format!("value is not JSON: {e}"));
                 err.cidrs = cidrs_in_text(&text);
-                let entry = self.entries.entry(key.to_owned()).or_default();
+                let (key, entry) = self.entry(key);
                 err.never_loaded = entry.good.is_none();
                 entry.problem = Some(Box::new(Problem::Syntax(err)));
-                self.errored.insert(key.to_owned());
+                self.errored.insert(key);
                 return true;
             }
         };
@@ -166,14 +176,26 @@ impl View {
             .collect();
         if rejected.is_empty() {
             self.errored.remove(key);
-            self.entries.entry(key.to_owned()).or_default().problem = None;
+            let (key, entry) = self.entry(key);
+            entry.problem = None;
             // Unknown kinds parse to nothing: the key then holds nothing routewarden reads.
-            self.set_good(key, good.into_iter().next().map(Good::new));
+            self.set_good(&key, good.into_iter().next().map(Good::new));
         } else {
-            self.entries.entry(key.to_owned()).or_default().problem = Some(Box::new(Problem::Rejected(rejected)));
-            self.errored.insert(key.to_owned());
+            let (key, entry) = self.entry(key);
+            entry.problem = Some(Box::new(Problem::Rejected(rejected)));
+            self.errored.insert(key);
         }
         true
+    }
+
+    /// The entry of `key`, made empty if there is none, and the key as the view holds it.
+    fn entry(&mut self, key: &str) -> (Key, &mut Entry) {
+        let held = match self.entries.get_key_value(key) {
+            Some((held, _)) => held.clone(),
+            None => Key::from(key),
+        };
+        let entry = self.entries.entry(held.clone()).or_default();
+        (held, entry)
     }
 
     /// Apply a deletion of `key`: positive evidence the object is gone.
@@ -206,16 +228,15 @@ impl View {
         }
     }
 
-    /// The re-list is complete: every key it did not hold (`seen`) is gone.
+    /// The re-list is complete: every key it did not hold (`seen`) is gone. Then the key and
+    /// claim maps are built again from their sorted entries, with full tree nodes.
     pub fn end_relist(&mut self, seen: &BTreeSet<String>) {
-        let gone: Vec<String> = self.entries.keys().filter(|k| !seen.contains(*k)).cloned().collect();
+        let gone: Vec<Key> = self.entries.keys().filter(|k| !seen.contains(&***k)).cloned().collect();
         for key in gone {
             self.delete(&key);
         }
-        let empty: Vec<String> = self.entries.iter().filter(|(_, e)| e.good.is_none() && e.problem.is_none()).map(|(k, _)| k.clone()).collect();
-        for key in empty {
-            self.entries.remove(&key);
-        }
+        self.entries = std::mem::take(&mut self.entries).into_iter().filter(|(_, e)| e.good.is_some() || e.problem.is_some()).collect();
+        self.claims = std::mem::take(&mut self.claims).into_iter().collect();
     }
 
     /// Keys held (good or broken).
@@ -225,7 +246,7 @@ impl View {
 
     /// Make `good` the last good object of `key` (an entry exists), moving the key's claim
     /// from the old object's identity to the new one's.
-    fn set_good(&mut self, key: &str, good: Option<Good>) {
+    fn set_good(&mut self, key: &Key, good: Option<Good>) {
         let Some(entry) = self.entries.get_mut(key) else { return };
         let old = identity(entry.good.as_ref());
         let new = identity(good.as_ref());
@@ -243,8 +264,8 @@ impl View {
         }
         if let Some(id) = new {
             let keys = self.claims.entry(id.clone()).or_default();
-            if let Err(at) = keys.binary_search_by(|k| k.as_str().cmp(key)) {
-                keys.insert(at, key.to_owned());
+            if let Err(at) = keys.binary_search(key) {
+                keys.insert(at, key.clone());
             }
             self.refresh(&id);
         }
@@ -253,7 +274,7 @@ impl View {
     /// `key` no longer defines `id`.
     fn unclaim(&mut self, id: &Identity, key: &str) {
         if let Some(keys) = self.claims.get_mut(id) {
-            if let Ok(at) = keys.binary_search_by(|k| k.as_str().cmp(key)) {
+            if let Ok(at) = keys.binary_search_by(|k| (**k).cmp(key)) {
                 keys.remove(at);
             }
         }
@@ -295,11 +316,11 @@ impl View {
         for (key, e) in self.errored.iter().filter_map(|k| Some((k, self.entries.get(k)?))) {
             e.errors(key, &mut object_errors, &mut load_errors);
         }
-        let cidrs_at = |key: &String| self.entries.get(key).and_then(|e| e.good.as_ref()).map(Good::cidrs).unwrap_or_default();
+        let cidrs_at = |key: &Key| self.entries.get(key).and_then(|e| e.good.as_ref()).map(Good::cidrs).unwrap_or_default();
         for id in &self.contested {
             let Some(keys) = self.claims.get(id) else { continue };
-            let duplicate = |key: &String| {
-                ObjectError::from_rejected(PathBuf::from(key), Rejected::new(ModelError::Duplicate { kind: id.0, name: id.1.clone() }, cidrs_at(key)))
+            let duplicate = |key: &Key| {
+                ObjectError::from_rejected(PathBuf::from(&**key), Rejected::new(ModelError::Duplicate { kind: id.0, name: id.1.to_string() }, cidrs_at(key)))
             };
             object_errors.extend(keys.iter().skip(1).map(duplicate));
             object_errors.extend(keys.first().map(duplicate));
@@ -307,8 +328,8 @@ impl View {
         let pools = check_pools(&mut cluster.ip_pools);
         let blocks = check_blocks(&cluster.ip_pools, &mut cluster.ipam_blocks);
         for r in pools.into_iter().chain(blocks) {
-            let key = r.error.object().and_then(|(k, n)| self.claims.get(&(k, n.to_owned()))).and_then(|keys| keys.first());
-            object_errors.push(ObjectError::from_rejected(key.map(PathBuf::from).unwrap_or_default(), r));
+            let key = r.error.object().and_then(|(k, n)| self.claims.get(&(k, Arc::from(n)))).and_then(|keys| keys.first());
+            object_errors.push(ObjectError::from_rejected(key.map(|k| PathBuf::from(&**k)).unwrap_or_default(), r));
         }
         Snapshot { cluster: Arc::new(cluster), object_errors, load_errors, inputs: self.entries.len(), settled: true }
     }

@@ -131,7 +131,7 @@ fn rebuilt(view: &View) -> Snapshot {
     let mut object_errors = Vec::new();
     let mut load_errors = Vec::new();
     for (key, e) in &view.entries {
-        let file = PathBuf::from(key);
+        let file = PathBuf::from(&**key);
         if let Some(good) = &e.good {
             for r in builder.add_parsed([good.to_parsed()]) {
                 object_errors.push(ObjectError::from_rejected(file.clone(), r));
@@ -144,8 +144,8 @@ fn rebuilt(view: &View) -> Snapshot {
         let key = r
             .error
             .object()
-            .and_then(|(k, n)| view.entries.iter().find(|(_, e)| e.good.as_ref().and_then(Good::identity) == Some((k, n.to_owned()))).map(|(key, _)| key));
-        object_errors.push(ObjectError::from_rejected(key.map(PathBuf::from).unwrap_or_default(), r));
+            .and_then(|(k, n)| view.entries.iter().find(|(_, e)| e.good.as_ref().and_then(Good::identity) == Some((k, Arc::from(n)))).map(|(key, _)| key));
+        object_errors.push(ObjectError::from_rejected(key.map(|k| PathBuf::from(&**k)).unwrap_or_default(), r));
     }
     Snapshot { cluster: Arc::new(cluster), object_errors, load_errors, inputs: view.entries.len(), settled: true }
 }
