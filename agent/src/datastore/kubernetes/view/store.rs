@@ -207,7 +207,10 @@ impl Resource {
         }
         merge(cluster, listed);
         self.errored = entries.iter().filter(|(_, e)| e.problem.is_some()).map(|(name, _)| name.clone()).collect();
-        self.entries = entries;
+        // Built again from its sorted entries: full tree nodes. A list arrives in name order,
+        // and inserting in order leaves every node about half empty (at 100,000 blocks and
+        // their affinities, ~11 MB of the datastore's steady memory).
+        self.entries = entries.into_iter().collect();
         changed
     }
 
