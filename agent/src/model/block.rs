@@ -271,7 +271,7 @@ pub enum AffinityState {
 /// IPAM block's `affinity` instead.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct BlockAffinity {
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     pub node: String,
     pub cidr: IpNet,
     /// `spec.state`; absent means confirmed (older objects carry none).
@@ -309,6 +309,6 @@ impl BlockAffinity {
         let affinity_type = f.string(&["spec", "type"]).filter(|s| !s.is_empty()).unwrap_or("host").to_owned();
         let deleted = f.bool_lenient(&["spec", "deleted"]).unwrap_or(false);
         let (Some(node), Some(cidr)) = (node, cidr) else { return Err(f.take_errors()) };
-        f.take_result(BlockAffinity { name: name.to_owned(), node: node.to_owned(), cidr: cidr.trunc(), state, affinity_type, deleted })
+        f.take_result(BlockAffinity { name: name.into(), node: node.to_owned(), cidr: cidr.trunc(), state, affinity_type, deleted })
     }
 }

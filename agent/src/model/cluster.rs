@@ -63,8 +63,8 @@ impl Cluster {
     pub fn put_parsed(&mut self, item: ParsedObject) {
         match item {
             ParsedObject::IpPool(name, o) => drop(self.ip_pools.insert(name, o)),
-            ParsedObject::IpamBlock(name, o) => drop(self.ipam_blocks.insert(name.into(), Arc::new(o))),
-            ParsedObject::BlockAffinity(name, o) => drop(self.block_affinities.insert(name.into(), Arc::new(o))),
+            ParsedObject::IpamBlock(name, o) => drop(self.ipam_blocks.insert(shared_name(name, &o.name), Arc::new(o))),
+            ParsedObject::BlockAffinity(name, o) => drop(self.block_affinities.insert(shared_name(name, &o.name), Arc::new(o))),
             ParsedObject::Node(name, o) => drop(self.nodes.insert(name.into(), Arc::new(o))),
             ParsedObject::FelixConfiguration(name, o) => drop(self.felix_configurations.insert(name, o)),
             ParsedObject::BgpConfiguration(name, o) => drop(self.bgp_configurations.insert(name, o)),
@@ -266,5 +266,16 @@ fn insert<K: Ord + std::ops::Deref<Target = str>, T>(map: &mut BTreeMap<K, T>, k
             e.insert(obj);
             None
         }
+    }
+}
+
+/// The map key for an object named `name` whose own name field is `own`: `own` itself (one
+/// allocation per object, not two: 100,000 blocks and as many affinities hold ~8 MB of names)
+/// when they are the same, as they are for every object parsed from its document.
+fn shared_name(name: String, own: &Arc<str>) -> Arc<str> {
+    if **own == *name {
+        own.clone()
+    } else {
+        name.into()
     }
 }

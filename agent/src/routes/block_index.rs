@@ -55,7 +55,7 @@ pub(super) fn affinity_conflict(block: &IpamBlock, aff: &BlockAffinity) -> Optio
         block: block.name.to_string(),
         cidr: block.cidr,
         ipam_node: block.affinity.as_ref().map_or_else(|| "no node".to_owned(), |a| format!("{:?}", a.name())),
-        affinity: aff.name.clone(),
+        affinity: aff.name.to_string(),
         claimant: aff.node.clone(),
     })
 }

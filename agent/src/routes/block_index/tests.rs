@@ -15,7 +15,7 @@ fn block(name: &str, cidr: &str, host: Option<&str>) -> IpamBlock {
 }
 
 fn affinity(name: &str, node: &str, cidr: &str, state: AffinityState) -> BlockAffinity {
-    BlockAffinity { name: name.to_owned(), node: node.to_owned(), cidr: cidr.parse().unwrap(), state, affinity_type: "host".to_owned(), deleted: false }
+    BlockAffinity { name: name.into(), node: node.to_owned(), cidr: cidr.parse().unwrap(), state, affinity_type: "host".to_owned(), deleted: false }
 }
 
 /// The walk of sorted affinities alongside the block index finds what a lookup per
@@ -43,7 +43,7 @@ fn affinity_conflicts_walk_equals_a_lookup_per_affinity() {
         affinity("a6", "node-f", "fd00::/122", AffinityState::Confirmed),
         affinity("a7", "node-g", "10.0.0.0/26", AffinityState::PendingDeletion),
     ] {
-        c.block_affinities.insert(a.name.as_str().into(), Arc::new(a));
+        c.block_affinities.insert(a.name.clone(), Arc::new(a));
     }
     let index = BlockIndex::new(&c);
     let mut walked = affinity_conflicts(&index, &c);

@@ -72,7 +72,7 @@ fn a_virtual_affinity_keeps_its_type_and_a_name_of_its_own() {
     let value = json!({"state": "pending", "deleted": false, "type": "host"});
     let a = parsed_affinity(key, &value).unwrap();
     assert_eq!(
-        (a.name.as_str(), a.node.as_str(), a.affinity_type.as_str(), a.state),
+        (&*a.name, a.node.as_str(), a.affinity_type.as_str(), a.state),
         ("virtual.vm-1-10-0-0-0-26", "vm-1", "virtual", crate::model::AffinityState::Pending)
     );
     // The key's type wins over one in the value; the round trip writes the virtual key.
@@ -89,7 +89,7 @@ fn a_virtual_affinity_keeps_its_type_and_a_name_of_its_own() {
 fn affinity_node_names_are_taken_verbatim_from_the_key() {
     // A dotted FQDN (OpenStack compute hosts) is an ordinary node name.
     let a = parsed_affinity("/calico/ipam/v2/host/compute-1.openstack.example.org/ipv4/block/10.0.0.0-26", &json!({"state": "confirmed"})).unwrap();
-    assert_eq!((a.name.as_str(), a.node.as_str()), ("compute-1.openstack.example.org-10-0-0-0-26", "compute-1.openstack.example.org"));
+    assert_eq!((&*a.name, a.node.as_str()), ("compute-1.openstack.example.org-10-0-0-0-26", "compute-1.openstack.example.org"));
     // Calico writes the name unescaped, so a name Kubernetes would refuse reaches the key;
     // the model refuses it as spec.node (and the name made of it), naming the object (the
     // view adds the key).
@@ -107,10 +107,10 @@ fn affinity_node_names_are_taken_verbatim_from_the_key() {
     let a = parsed_affinity(&format!("/calico/ipam/v2/host/{long}/ipv4/block/10.0.0.0-26"), &json!({})).unwrap();
     assert_eq!(a.node, long);
     assert_eq!(a.name.len(), 252);
-    assert_eq!(a.name, affinity_name(&long, "10.0.0.0/26".parse().unwrap()));
+    assert_eq!(&*a.name, affinity_name(&long, "10.0.0.0/26".parse().unwrap()));
     // 252 - len("10-0-0-0-26") - 13 = 228 characters kept; the hash is SHA-256 of
     // "<node>+10-0-0-0-26" (checked with Python's hashlib).
-    assert_eq!(a.name, format!("{}-10-0-0-0-26-cfc927d101a", "n".repeat(228)));
+    assert_eq!(&*a.name, format!("{}-10-0-0-0-26-cfc927d101a", "n".repeat(228)));
     // Percent signs, colons and spaces stay as written (no unescaping), and are refused.
     assert!(parsed_affinity("/calico/ipam/v2/host/node%2Da/ipv4/block/10.0.0.0-26", &json!({})).is_err());
     assert_eq!(
@@ -158,8 +158,28 @@ fn the_read_prefixes_cover_every_key_read_and_skip_the_rest() {
         assert_eq!(classify(skipped), None);
     }
     let segments = [
-        "resources", "v3", "projectcalico.org", "ippools", "nodes", "felixconfigurations", "bgpconfigurations", "clusterinformations",
-        "workloadendpoints", "ipam", "v2", "assignment", "host", "virtual", "handle", "ipv4", "ipv6", "block", "10.0.0.0-26", "fd00::-122", "node-a", "",
+        "resources",
+        "v3",
+        "projectcalico.org",
+        "ippools",
+        "nodes",
+        "felixconfigurations",
+        "bgpconfigurations",
+        "clusterinformations",
+        "workloadendpoints",
+        "ipam",
+        "v2",
+        "assignment",
+        "host",
+        "virtual",
+        "handle",
+        "ipv4",
+        "ipv6",
+        "block",
+        "10.0.0.0-26",
+        "fd00::-122",
+        "node-a",
+        "",
     ];
     let mut keys: Vec<String> = Vec::new();
     for a in segments {

@@ -50,7 +50,7 @@ fn block_v(name: &str, cidr: &str, host: &str, allocations: &[Option<usize>], at
 fn affinity_v(node: &str, block: &str, cidr: &str) -> (String, BlockAffinity) {
     let name = format!("{node}-{block}");
     let affinity = BlockAffinity {
-        name: name.clone(),
+        name: name.as_str().into(),
         node: node.to_owned(),
         cidr: net(cidr),
         state: AffinityState::Confirmed,
