@@ -11,25 +11,26 @@ use crate::model::{
     check_blocks, check_pools, cidrs_in_text, BlockAffinity, Cluster, IpamBlock, Kind, ModelError, Node, ParsedObject, ParsedObjects, Rejected,
 };
 
+use self::claims::Claims;
 use super::layout::{classify, document, to_model, KeyKind};
 
 /// A key's last good object as the view keeps it: IPAM blocks, affinities and Nodes (all but a
-/// few of 100,000s of keys) shared with the cluster, one copy each, not two; the few others by
-/// value.
+/// few of 100,000s of keys) shared with the cluster, one copy each, not two, and named by
+/// their own `name` (a pointer: 16 bytes a key, not 32); the few others by value.
 #[derive(Clone, Debug)]
 enum Good {
-    Block(Arc<str>, Arc<IpamBlock>),
-    Affinity(Arc<str>, Arc<BlockAffinity>),
-    Node(Arc<str>, Arc<Node>),
+    Block(Arc<IpamBlock>),
+    Affinity(Arc<BlockAffinity>),
+    Node(Arc<Node>),
     Other(Box<ParsedObject>),
 }
 
 impl Good {
     fn new(parsed: ParsedObject) -> Good {
         match parsed {
-            ParsedObject::IpamBlock(name, o) => Good::Block(name.into(), Arc::new(o)),
-            ParsedObject::BlockAffinity(name, o) => Good::Affinity(name.into(), Arc::new(o)),
-            ParsedObject::Node(name, o) => Good::Node(name.into(), Arc::new(o)),
+            ParsedObject::IpamBlock(name, o) if *o.name == *name => Good::Block(Arc::new(o)),
+            ParsedObject::BlockAffinity(name, o) if *o.name == *name => Good::Affinity(Arc::new(o)),
+            ParsedObject::Node(name, o) if *o.name == *name => Good::Node(Arc::new(o)),
             other => Good::Other(Box::new(other)),
         }
     }
@@ -37,9 +38,9 @@ impl Good {
     /// Its kind and name; the name shared with the object's where the object keeps one.
     fn identity(&self) -> Option<Identity> {
         match self {
-            Good::Block(n, _) => Some((Kind::IpamBlock, n.clone())),
-            Good::Affinity(n, _) => Some((Kind::BlockAffinity, n.clone())),
-            Good::Node(n, _) => Some((Kind::Node, n.clone())),
+            Good::Block(b) => Some((Kind::IpamBlock, b.name.clone())),
+            Good::Affinity(a) => Some((Kind::BlockAffinity, a.name.clone())),
+            Good::Node(n) => Some((Kind::Node, n.name.clone())),
             Good::Other(p) => p.identity().map(|(k, n)| (k, Arc::from(n))),
         }
     }
@@ -47,8 +48,8 @@ impl Good {
     /// The CIDRs it routes or claims (`ParsedObject::cidrs`).
     fn cidrs(&self) -> Vec<ipnet::IpNet> {
         match self {
-            Good::Block(_, b) => vec![b.cidr],
-            Good::Affinity(_, a) => vec![a.cidr],
+            Good::Block(b) => vec![b.cidr],
+            Good::Affinity(a) => vec![a.cidr],
             Good::Node(..) => Vec::new(),
             Good::Other(p) => p.cidrs(),
         }
@@ -58,9 +59,9 @@ impl Good {
     /// `Arc`, not a copy).
     fn put_into(&self, cluster: &mut Cluster) {
         match self {
-            Good::Block(n, b) => drop(cluster.ipam_blocks.insert(n.clone(), b.clone())),
-            Good::Affinity(n, a) => drop(cluster.block_affinities.insert(n.clone(), a.clone())),
-            Good::Node(n, o) => drop(cluster.nodes.insert(n.clone(), o.clone())),
+            Good::Block(b) => drop(cluster.ipam_blocks.insert(b.name.clone(), b.clone())),
+            Good::Affinity(a) => drop(cluster.block_affinities.insert(a.name.clone(), a.clone())),
+            Good::Node(n) => drop(cluster.nodes.insert(n.name.clone(), n.clone())),
             Good::Other(p) => cluster.put_parsed((**p).clone()),
         }
     }
@@ -69,9 +70,9 @@ impl Good {
     #[cfg(test)]
     fn to_parsed(&self) -> ParsedObject {
         match self {
-            Good::Block(n, b) => ParsedObject::IpamBlock(n.to_string(), (**b).clone()),
-            Good::Affinity(n, a) => ParsedObject::BlockAffinity(n.to_string(), (**a).clone()),
-            Good::Node(n, o) => ParsedObject::Node(n.to_string(), (**o).clone()),
+            Good::Block(b) => ParsedObject::IpamBlock(b.name.to_string(), (**b).clone()),
+            Good::Affinity(a) => ParsedObject::BlockAffinity(a.name.to_string(), (**a).clone()),
+            Good::Node(n) => ParsedObject::Node(n.name.to_string(), (**n).clone()),
             Good::Other(p) => (**p).clone(),
         }
     }
@@ -133,10 +134,8 @@ pub struct View {
     entries: BTreeMap<Key, Entry>,
     /// Every key's last good object, less the identities more than one key defines.
     cluster: Cluster,
-    /// The keys whose last good object has each identity, sorted (more than one: every
-    /// definition is refused, as `ClusterBuilder::finish` refuses an object defined twice).
-    /// A `Vec`: almost always one key, and a set's node would cost ~300 bytes per object.
-    claims: BTreeMap<Identity, Vec<Key>>,
+    /// The keys whose last good object has each identity.
+    claims: Claims,
     /// The identities more than one key claims.
     contested: BTreeSet<Identity>,
     /// The keys whose current value is not used (a load error or a rejected object).
@@ -236,7 +235,7 @@ impl View {
             self.delete(&key);
         }
         self.entries = std::mem::take(&mut self.entries).into_iter().filter(|(_, e)| e.good.is_some() || e.problem.is_some()).collect();
-        self.claims = std::mem::take(&mut self.claims).into_iter().collect();
+        self.claims.compact();
     }
 
     /// Keys held (good or broken).
@@ -263,37 +262,28 @@ impl View {
             self.unclaim(&id, key);
         }
         if let Some(id) = new {
-            let keys = self.claims.entry(id.clone()).or_default();
-            if let Err(at) = keys.binary_search(key) {
-                keys.insert(at, key.clone());
-            }
+            self.claims.add(&id, key);
             self.refresh(&id);
         }
     }
 
     /// `key` no longer defines `id`.
     fn unclaim(&mut self, id: &Identity, key: &str) {
-        if let Some(keys) = self.claims.get_mut(id) {
-            if let Ok(at) = keys.binary_search_by(|k| (**k).cmp(key)) {
-                keys.remove(at);
-            }
-        }
+        self.claims.remove(id, key);
         self.refresh(id);
     }
 
     /// Put the cluster right for `id` after its claims changed: the object of its one key, or
     /// nothing when no key or more than one defines it.
     fn refresh(&mut self, id: &Identity) {
-        let keys = self.claims.get(id).map_or(0, Vec::len);
-        match keys {
+        match self.claims.count(id) {
             0 => {
-                self.claims.remove(id);
                 self.contested.remove(id);
                 self.cluster.take_object(id.0, &id.1);
             }
             1 => {
                 self.contested.remove(id);
-                if let Some(good) = self.claims.get(id).and_then(|k| k.first()).and_then(|k| self.entries.get(k)).and_then(|e| e.good.as_ref()) {
+                if let Some(good) = self.claims.first(id).and_then(|k| self.entries.get(k)).and_then(|e| e.good.as_ref()) {
                     good.put_into(&mut self.cluster);
                 }
             }
@@ -318,17 +308,16 @@ impl View {
         }
         let cidrs_at = |key: &Key| self.entries.get(key).and_then(|e| e.good.as_ref()).map(Good::cidrs).unwrap_or_default();
         for id in &self.contested {
-            let Some(keys) = self.claims.get(id) else { continue };
             let duplicate = |key: &Key| {
                 ObjectError::from_rejected(PathBuf::from(&**key), Rejected::new(ModelError::Duplicate { kind: id.0, name: id.1.to_string() }, cidrs_at(key)))
             };
-            object_errors.extend(keys.iter().skip(1).map(duplicate));
-            object_errors.extend(keys.first().map(duplicate));
+            object_errors.extend(self.claims.keys(id).skip(1).map(duplicate));
+            object_errors.extend(self.claims.first(id).map(duplicate));
         }
         let pools = check_pools(&mut cluster.ip_pools);
         let blocks = check_blocks(&cluster.ip_pools, &mut cluster.ipam_blocks);
         for r in pools.into_iter().chain(blocks) {
-            let key = r.error.object().and_then(|(k, n)| self.claims.get(&(k, Arc::from(n)))).and_then(|keys| keys.first());
+            let key = r.error.object().and_then(|(k, n)| self.claims.first(&(k, Arc::from(n))));
             object_errors.push(ObjectError::from_rejected(key.map(|k| PathBuf::from(&**k)).unwrap_or_default(), r));
         }
         Snapshot { cluster: Arc::new(cluster), object_errors, load_errors, inputs: self.entries.len(), settled: true }
@@ -340,5 +329,6 @@ fn identity(good: Option<&Good>) -> Option<Identity> {
     good.and_then(Good::identity)
 }
 
+mod claims;
 #[cfg(test)]
 mod tests;
