@@ -42,11 +42,12 @@ use super::pass_context::Ctx;
 use super::problem::Problems;
 use super::tunnel_address::{tunnel_address_routes, TunnelOverlay};
 use super::{ClassedRoutes, ClusterRoute, RouteDevices, RouteMap, RouteProblem};
-use crate::model::{BlockAffinity, Cluster, IpamBlock};
+use crate::model::{Cluster, IpamBlock};
 use crate::vocabulary::PoolClass;
 
-/// A block's (or an affinity's) place in the pass: its CIDR, then its name.
-type BlockKey = (IpNet, Arc<str>);
+mod pass_order;
+
+use self::pass_order::{at_cidr, ordered_by_pass, At, ByCidr, PassOrder};
 
 /// The route pass kept between snapshots (see the module documentation). Starts empty; the
 /// first call is a full pass.
@@ -85,7 +86,7 @@ impl RouteMemo {
     }
 }
 
-/// What one IPAM block contributes.
+/// What one IPAM block contributes; in the pass's order by the block's CIDR and name.
 #[derive(Debug)]
 struct Contribution {
     block: Arc<IpamBlock>,
@@ -93,6 +94,14 @@ struct Contribution {
     routes: Box<[Arc<ClusterRoute>]>,
     problems: Box<[(RouteProblem, Option<PoolClass>)]>,
 }
+
+impl PassOrder for Contribution {
+    fn pass_key(&self) -> (IpNet, &str) {
+        (self.block.cidr, &self.block.name)
+    }
+}
+
+ordered_by_pass!(Contribution);
 
 #[derive(Debug)]
 struct State {
@@ -102,17 +111,16 @@ struct State {
     /// The cluster everything here describes.
     cluster: Arc<Cluster>,
     /// Every IPAM block, deleted ones included.
-    blocks: BTreeMap<BlockKey, Contribution>,
+    blocks: BTreeSet<Contribution>,
     /// (IPv6, prefix length) of blocks not deleted, with how many.
     lengths: BTreeMap<(bool, u8), usize>,
     /// The blocks' problems, each with how many blocks report it.
     problems: BTreeMap<(RouteProblem, Option<PoolClass>), usize>,
-    /// Active BlockAffinities by (CIDR, name).
-    affinities: BTreeMap<BlockKey, Arc<BlockAffinity>>,
+    /// Active BlockAffinities by their (CIDR, name). An affinity is found by its own name:
+    /// that of its map entry for every affinity a datastore parses.
+    affinities: BTreeSet<ByCidr>,
     /// Affinity conflicts per CIDR; never an empty list.
     conflicts: BTreeMap<IpNet, Vec<RouteProblem>>,
-    /// The least name, to start a range at a CIDR.
-    least: Arc<str>,
     /// The tunnel-address rule's answer for `cluster` and the problems it found; `None` until
     /// the first update computes it.
     overlay: Option<(TunnelOverlay, Problems)>,
@@ -131,12 +139,11 @@ impl State {
             classes: classes.clone(),
             devices: devices.clone(),
             cluster: Arc::new(Cluster::default()),
-            blocks: BTreeMap::new(),
+            blocks: BTreeSet::new(),
             lengths: BTreeMap::new(),
             problems: BTreeMap::new(),
-            affinities: BTreeMap::new(),
+            affinities: BTreeSet::new(),
             conflicts: BTreeMap::new(),
-            least: Arc::from(""),
             overlay: None,
             answer: RouteMap::new(),
             duplicates: BTreeMap::new(),
@@ -179,39 +186,38 @@ impl State {
                 touched.insert(b.cidr);
                 self.remove_block(b)
             });
-            if let Some((_, g)) = gone.as_ref().filter(|_| !fresh_blocks) {
+            if let Some(g) = gone.as_ref().filter(|_| !fresh_blocks) {
                 dirty.extend(g.routes.iter().map(|r| r.dst));
             }
             if let Some(b) = after {
                 block_routes(&ctx, b, &self.classes, &mut routes, &mut problems);
-                let (key, contribution) = self.contribution(b, std::mem::take(&mut routes), std::mem::take(&mut problems));
+                let contribution = self.contribution(b, std::mem::take(&mut routes), std::mem::take(&mut problems));
                 // The same routes and problems at the same place in the pass: the answer's
                 // part from this block is as it was (the block's other fields reach the answer
                 // only through the tunnel-address rule and the affinity conflicts, compared
                 // below).
-                changed |= gone.is_none_or(|(k, g)| k != key || g.routes != contribution.routes || g.problems != contribution.problems);
-                touched.insert(key.0);
+                changed |= gone.is_none_or(|g| g != contribution || g.routes != contribution.routes || g.problems != contribution.problems);
+                touched.insert(b.cidr);
                 if fresh_blocks {
-                    new_blocks.push((key, contribution));
+                    new_blocks.push(contribution);
                 } else {
                     dirty.extend(contribution.routes.iter().map(|r| r.dst));
-                    self.blocks.insert(key, contribution);
+                    self.blocks.replace(contribution);
                 }
             } else {
-                changed |= gone.is_some_and(|(_, g)| !g.routes.is_empty() || !g.problems.is_empty());
+                changed |= gone.is_some_and(|g| !g.routes.is_empty() || !g.problems.is_empty());
             }
         });
-        old.block_affinities.diff(&cluster.block_affinities, |name, before, after| {
+        old.block_affinities.diff(&cluster.block_affinities, |_, before, after| {
             for (a, add) in [(before, false), (after, true)] {
                 let Some(a) = a.filter(|a| a.is_active()) else { continue };
-                let key = (a.cidr, name.clone());
                 touched.insert(a.cidr);
                 if !add {
-                    self.affinities.remove(&key);
+                    self.affinities.remove(&At(a.cidr, &a.name) as &dyn PassOrder);
                 } else if fresh_affinities {
-                    new_affinities.push((key, a.clone()));
+                    new_affinities.push(ByCidr(a.clone()));
                 } else {
-                    self.affinities.insert(key, a.clone());
+                    self.affinities.replace(ByCidr(a.clone()));
                 }
             }
         });
@@ -255,7 +261,7 @@ impl State {
     /// blocks do not overlap, so they come sorted unless a cluster built otherwise has), the
     /// first of each destination kept, then the tunnel-address rule's replacements merged in.
     fn rebuild_answer(&mut self) {
-        let mut all: Vec<&Arc<ClusterRoute>> = self.blocks.values().flat_map(|c| c.routes.iter()).collect();
+        let mut all: Vec<&Arc<ClusterRoute>> = self.blocks.iter().flat_map(|c| c.routes.iter()).collect();
         if !all.is_sorted_by(|a, b| a.dst < b.dst) {
             all.sort_by_key(|r| r.dst);
         }
@@ -283,19 +289,19 @@ impl State {
     /// (found through the prefix lengths blocks have), in block order; the first is kept and
     /// each later one is a duplicate; the tunnel-address rule's entry for `dst` replaces them.
     fn settle(&mut self, dst: IpNet) {
-        let mut candidates: Vec<(&BlockKey, &Contribution)> = Vec::new();
+        let mut candidates: Vec<&Contribution> = Vec::new();
         for &(v6, len) in self.lengths.keys() {
             if v6 != dst.addr().is_ipv6() || len > dst.prefix_len() {
                 continue;
             }
             let Ok(cidr) = IpNet::new(dst.addr(), len) else { continue };
             let cidr = cidr.trunc();
-            candidates.extend(self.blocks.range((cidr, self.least.clone())..).take_while(|(k, _)| k.0 == cidr));
+            candidates.extend(at_cidr(&self.blocks, cidr));
         }
-        candidates.sort_by(|a, b| a.0.cmp(b.0));
+        candidates.sort();
         let mut first: Option<&Arc<ClusterRoute>> = None;
         let mut found = Vec::new();
-        for r in candidates.iter().flat_map(|(_, c)| c.routes.iter()).filter(|r| r.dst == dst) {
+        for r in candidates.iter().flat_map(|c| c.routes.iter()).filter(|r| r.dst == dst) {
             match first {
                 Some(k) => found.push(duplicate(k, r)),
                 None => first = Some(r),
@@ -325,10 +331,9 @@ impl State {
         }
     }
 
-    /// Take out what block `b` contributed; its key and contribution, when it had one.
-    fn remove_block(&mut self, b: &IpamBlock) -> Option<(BlockKey, Contribution)> {
-        let key = (b.cidr, b.name.clone());
-        let gone = self.blocks.remove(&key)?;
+    /// Take out what block `b` contributed, when it had a contribution.
+    fn remove_block(&mut self, b: &IpamBlock) -> Option<Contribution> {
+        let gone = self.blocks.take(&At(b.cidr, &b.name) as &dyn PassOrder)?;
         if !gone.block.deleted {
             if let Entry::Occupied(mut e) = self.lengths.entry((b.cidr.addr().is_ipv6(), b.cidr.prefix_len())) {
                 *e.get_mut() -= 1;
@@ -345,29 +350,24 @@ impl State {
                 }
             }
         }
-        Some((key, gone))
+        Some(gone)
     }
 
     /// Count in what block `b` contributes (`routes`, `problems`); its entry, to insert.
-    fn contribution(&mut self, b: &Arc<IpamBlock>, routes: Vec<ClusterRoute>, problems: Vec<(RouteProblem, Option<PoolClass>)>) -> (BlockKey, Contribution) {
+    fn contribution(&mut self, b: &Arc<IpamBlock>, routes: Vec<ClusterRoute>, problems: Vec<(RouteProblem, Option<PoolClass>)>) -> Contribution {
         if !b.deleted {
             *self.lengths.entry((b.cidr.addr().is_ipv6(), b.cidr.prefix_len())).or_default() += 1;
         }
         for p in &problems {
             *self.problems.entry(p.clone()).or_default() += 1;
         }
-        ((b.cidr, b.name.clone()), Contribution { block: b.clone(), routes: routes.into_iter().map(Arc::new).collect(), problems: problems.into_boxed_slice() })
-    }
-
-    /// The entries of `map` at `cidr`, by name.
-    fn at_cidr<'m, V>(&self, map: &'m BTreeMap<BlockKey, V>, cidr: IpNet) -> impl Iterator<Item = &'m V> {
-        map.range((cidr, self.least.clone())..).take_while(move |(k, _)| k.0 == cidr).map(|(_, v)| v)
+        Contribution { block: b.clone(), routes: routes.into_iter().map(Arc::new).collect(), problems: problems.into_boxed_slice() }
     }
 
     /// Compute the affinity conflicts of `cidr` again; whether they changed.
     fn recheck_affinities(&mut self, cidr: IpNet) -> bool {
-        let found: Vec<RouteProblem> = match self.at_cidr(&self.blocks, cidr).last() {
-            Some(c) => self.at_cidr(&self.affinities, cidr).filter_map(|a| affinity_conflict(&c.block, a)).collect(),
+        let found: Vec<RouteProblem> = match at_cidr(&self.blocks, cidr).last() {
+            Some(c) => at_cidr(&self.affinities, cidr).filter_map(|a| affinity_conflict(&c.block, &a.0)).collect(),
             None => Vec::new(),
         };
         let before = if found.is_empty() { self.conflicts.remove(&cidr) } else { self.conflicts.insert(cidr, found.clone()) };
@@ -402,6 +402,6 @@ impl<'a> BlocksByCidr<'a> for &'a State {
     }
 
     fn first_live(&self, cidr: IpNet) -> Option<&'a IpamBlock> {
-        self.at_cidr(&self.blocks, cidr).map(|c| &*c.block).find(|b| !b.deleted)
+        at_cidr(&self.blocks, cidr).map(|c| &*c.block).find(|b| !b.deleted)
     }
 }
