@@ -13,7 +13,10 @@
 //!   the baseline measured after building the fixtures and before starting the datastore
 //!   (`baseline_rss_mb`: the stand-in's encoded lists and events, the runtime), with `VmHWM`
 //!   reset at the baseline; the free heap is given back first, as the agent does after a
-//!   snapshot (`app::memory::release_free_heap`) [steady ≤ 150 MB];
+//!   snapshot (`app::memory::release_free_heap`) [steady ≤ 150 MB]; `first_sync_peak_rss_mb`:
+//!   `VmHWM` less the baseline at `Synced`, the first lists and the first plan (the issue's
+//!   "peak RSS at 100,000 blocks" of the first list) [≤ 150 MB]. `peak_rss_mb` adds the stream
+//!   of 1,000 changes a second (no target);
 //! - `cpu_ms_per_1000`: utime + stime of this process from the first change until every change
 //!   has been seen in a plan and the process has been idle for [`DRAIN_QUIET`], per 1,000
 //!   changes: the datastore's decoding and snapshots, the plans, and the stand-in's (small)
@@ -43,8 +46,8 @@
 //!   `first_sync_mb`: the bytes the stand-in sent this agent until `Synced` (list bodies and
 //!   watch bodies read).
 //!
-//! ratio = the worst of first plan ÷ 5 s, steady RSS ÷ 150 MB and p99 ÷ 100 ms (`worst` names
-//! it), so `met` says every numeric target holds; side conditions (`met=no` whatever the
+//! ratio = the worst of first plan ÷ 5 s, steady RSS and first-sync peak RSS ÷ 150 MB and p99
+//! ÷ 100 ms (`worst` names it), so `met` says every numeric target holds; side conditions (`met=no` whatever the
 //! ratio): every list from the cache, every change seen in a plan, the datastore never
 //! unsynced.
 
@@ -70,8 +73,8 @@ pub const BENCHMARK: Benchmark = Benchmark { name: "kube-100k", run };
 /// Target: the first plan within 5 s of starting.
 const FIRST_PLAN_TARGET: Duration = Duration::from_secs(5);
 
-/// Target: steady RSS at most 150 MB.
-const STEADY_RSS_TARGET_MB: f64 = 150.0;
+/// Target: steady RSS, and the peak until the first sync, at most 150 MB.
+const RSS_TARGET_MB: f64 = 150.0;
 
 /// Target: p99 event → plan at most 100 ms.
 const P99_TARGET: Duration = Duration::from_millis(100);
@@ -269,6 +272,8 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
             }
         }
         let synced = started.elapsed();
+        // The "memory at the first list": the peak up to the first plan and `Synced`.
+        let first_sync_peak_kib = proc_mem_kib("self")?.0.saturating_sub(baseline_kib);
         let first_sync_bytes = api.watch_bytes_handed_out() + log.lists().iter().map(|r| r.bytes as u64).sum::<u64>();
         let first_plan = first_plan.context("no plan before Synced")?;
         let routes = planner.last.as_ref().map_or(0, |p| p.desired.len());
@@ -330,7 +335,8 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
         let steady_kib = rss_kib.saturating_sub(baseline_kib);
         let parts = [
             ("first_plan", first_plan.as_secs_f64() / FIRST_PLAN_TARGET.as_secs_f64()),
-            ("steady_rss", steady_kib as f64 / 1024.0 / STEADY_RSS_TARGET_MB),
+            ("steady_rss", steady_kib as f64 / 1024.0 / RSS_TARGET_MB),
+            ("first_sync_peak_rss", first_sync_peak_kib as f64 / 1024.0 / RSS_TARGET_MB),
             ("p99", p99.as_secs_f64() / P99_TARGET.as_secs_f64()),
         ];
         let (worst, ratio) = parts.iter().copied().fold(("none", 0.0), |w, p| if p.1 > w.1 { p } else { w });
@@ -355,6 +361,7 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
                 kv("synced_ms", ms(synced)),
                 kv("routes", routes),
                 kv("peak_rss_mb", mb(peak_kib)),
+                kv("first_sync_peak_rss_mb", mb(first_sync_peak_kib)),
                 kv("steady_rss_mb", mb(steady_kib)),
                 kv("baseline_rss_mb", mb(baseline_kib)),
                 kv("peak_reset", if peak_reset { "yes" } else { "no" }),
