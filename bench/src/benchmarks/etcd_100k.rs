@@ -19,8 +19,10 @@
 //!   write to the datastore's snapshot alone (etcd's watch, the view's put and its snapshot),
 //!   and `plan_ms`: the median plan.
 //!
-//! ratio = the worst of first plan ÷ 5 s, steady RSS ÷ 150 MB and change p99 ÷ 100 ms (`worst`
-//! names it). Skipped when etcd is not installed.
+//! Each of `--runs` runs (default 5) starts a fresh datastore and planner against the same
+//! etcd and writes its own new blocks. ratio = the worst of the runs' median first plan ÷ 5 s,
+//! median steady RSS ÷ 150 MB (`steady_rss_runs_mb` lists each run's) and the p99 of every
+//! run's changes together ÷ 100 ms (`worst` names it). Skipped when etcd is not installed.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -145,8 +147,104 @@ impl Planner {
     }
 }
 
+/// What one run (a fresh datastore and planner against the loaded etcd) measured.
+struct RunFigures {
+    first_plan: Duration,
+    routes: usize,
+    peak_kib: u64,
+    steady_kib: u64,
+    baseline_kib: u64,
+    peak_reset: bool,
+    to_plan: Vec<Duration>,
+    to_snapshot: Vec<Duration>,
+    plans: Vec<Duration>,
+}
+
+/// One run: start the datastore, plan its first snapshot, then write [`CHANGES`] new blocks
+/// (numbered from `first_change`, so that no run writes another's) one at a time, each timed
+/// to the plan that routes it; memory read with the datastore still running.
+async fn one_run(etcd: &Etcd, client: &mut Client, size: crate::options::ComputeSize, first_change: usize) -> Result<RunFigures> {
+    let mut planner =
+        Planner { config: felix_plan_config(&node_name(0)), programmed: BTreeSet::new(), last: None, memo: plan::PlanMemo::default(), times: Vec::new() };
+    routewarden::app::memory::release_free_heap();
+    let peak_reset = reset_peak_rss().is_ok();
+    let (_, baseline_kib) = proc_mem_kib("self")?;
+
+    // The first sync and its plan.
+    let started = Instant::now();
+    let (tx, mut rx) = mpsc::channel(16);
+    let task = EtcdDatastore::new(EtcdOptions { endpoints: vec![etcd.url.clone()], ..EtcdOptions::default() }).spawn(tx);
+    let mut first_plan = None;
+    loop {
+        match tokio::time::timeout(LIMIT, rx.recv()).await {
+            Ok(Some(DatastoreEvent::Snapshot(s))) => {
+                // The cluster and the blocks earlier runs added.
+                ensure!(
+                    s.cluster.ipam_blocks.len() == size.blocks + first_change && s.cluster.nodes.len() == size.nodes,
+                    "the first snapshot is not the whole cluster"
+                );
+                ensure!(s.object_errors.is_empty() && s.load_errors.is_empty(), "the cluster does not load cleanly: {:?}", s.object_errors.first());
+                planner.plan(&s);
+                first_plan.get_or_insert(started.elapsed());
+            }
+            Ok(Some(DatastoreEvent::Synced)) if first_plan.is_some() => break,
+            Ok(Some(DatastoreEvent::Unsynced { reason })) => bail!("the datastore is not synced: {reason}"),
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => bail!("the datastore did not sync"),
+        }
+    }
+    let first_plan = first_plan.context("no plan before Synced")?;
+    let routes = planner.last.as_ref().map_or(0, |p| p.desired.len());
+    ensure!(routes > 0, "the first plan has no routes");
+
+    // New blocks, one at a time: write → snapshot → the plan that routes it.
+    let (mut to_snapshot, mut to_plan) = (Vec::new(), Vec::new());
+    for k in first_change..first_change + CHANGES {
+        let (kvs, cidr) = etcd_new_block(k, size);
+        let dst = ipnet::IpNet::V4(cidr);
+        put_all(client, &kvs[..1]).await?;
+        let sent = Instant::now();
+        put_all(client, &kvs[1..]).await?;
+        let mut snapshot_at = None;
+        while !planner.routes(dst) {
+            match tokio::time::timeout(LIMIT, rx.recv()).await {
+                Ok(Some(DatastoreEvent::Snapshot(s))) => {
+                    if s.cluster.ipam_blocks.values().any(|b| b.cidr == dst) {
+                        snapshot_at.get_or_insert(sent.elapsed());
+                    }
+                    planner.plan(&s);
+                }
+                Ok(Some(DatastoreEvent::Unsynced { reason })) => bail!("the datastore is not synced: {reason}"),
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => bail!("no plan routed the new block {dst}"),
+            }
+        }
+        to_plan.push(sent.elapsed());
+        to_snapshot.push(snapshot_at.unwrap_or_default());
+    }
+    // Steady memory with the datastore still running, as the agent keeps it: its view of
+    // every key, the planner's memo and last plan.
+    routewarden::app::memory::release_free_heap();
+    let (hwm_kib, rss_kib) = proc_mem_kib("self")?;
+    task.abort();
+    let _ = task.await;
+    drop((planner.last.take(), rx));
+    let plans = std::mem::take(&mut planner.times);
+    drop(planner);
+    Ok(RunFigures {
+        first_plan,
+        routes,
+        peak_kib: hwm_kib.saturating_sub(baseline_kib),
+        steady_kib: rss_kib.saturating_sub(baseline_kib),
+        baseline_kib,
+        peak_reset,
+        to_plan,
+        to_snapshot,
+        plans,
+    })
+}
+
 /// The benchmark: see the module docs.
-#[expect(clippy::too_many_lines, reason = "set-up, the two phases and the report in one place, as kube-100k")]
 pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
     if !Path::new(ETCD).exists() {
         return Ok(Outcome::Skipped { name: BENCHMARK.name.into(), reason: format!("{ETCD} not installed (Debian etcd-server; `cargo xtask test` installs it)") });
@@ -155,6 +253,7 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
     ensure!(size.nodes > 1 && size.blocks > 0, "etcd-100k needs nodes and blocks");
     let dir = tempfile::tempdir()?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let runs = opts.runs.max(1);
     rt.block_on(async move {
         let etcd = Etcd::start(dir.path())?;
         let mut client = etcd.client(dir.path()).await?;
@@ -164,69 +263,24 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
         put_all(&mut client, &cluster).await?;
         let load_s = load.elapsed().as_secs_f64();
         drop(cluster);
-        let mut planner =
-            Planner { config: felix_plan_config(&node_name(0)), programmed: BTreeSet::new(), last: None, memo: plan::PlanMemo::default(), times: Vec::new() };
 
-        routewarden::app::memory::release_free_heap();
-        let peak_reset = reset_peak_rss().is_ok();
-        let (_, baseline_kib) = proc_mem_kib("self")?;
-
-        // The first sync and its plan.
-        let started = Instant::now();
-        let (tx, mut rx) = mpsc::channel(16);
-        let task = EtcdDatastore::new(EtcdOptions { endpoints: vec![etcd.url.clone()], ..EtcdOptions::default() }).spawn(tx);
-        let mut first_plan = None;
-        loop {
-            match tokio::time::timeout(LIMIT, rx.recv()).await {
-                Ok(Some(DatastoreEvent::Snapshot(s))) => {
-                    ensure!(s.cluster.ipam_blocks.len() == size.blocks && s.cluster.nodes.len() == size.nodes, "the first snapshot is not the whole cluster");
-                    ensure!(s.object_errors.is_empty() && s.load_errors.is_empty(), "the cluster does not load cleanly: {:?}", s.object_errors.first());
-                    planner.plan(&s);
-                    first_plan.get_or_insert(started.elapsed());
-                }
-                Ok(Some(DatastoreEvent::Synced)) if first_plan.is_some() => break,
-                Ok(Some(DatastoreEvent::Unsynced { reason })) => bail!("the datastore is not synced: {reason}"),
-                Ok(Some(_)) => {}
-                Ok(None) | Err(_) => bail!("the datastore did not sync"),
-            }
+        let mut figures = Vec::with_capacity(runs);
+        for r in 0..runs {
+            figures.push(one_run(&etcd, &mut client, size, r * CHANGES).await?);
         }
-        let first_plan = first_plan.context("no plan before Synced")?;
-        let routes = planner.last.as_ref().map_or(0, |p| p.desired.len());
-        ensure!(routes > 0, "the first plan has no routes");
-
-        // New blocks, one at a time: write → snapshot → the plan that routes it.
-        let (mut to_snapshot, mut to_plan) = (Vec::new(), Vec::new());
-        for k in 0..CHANGES {
-            let (kvs, cidr) = etcd_new_block(k, size);
-            let dst = ipnet::IpNet::V4(cidr);
-            put_all(&mut client, &kvs[..1]).await?;
-            let sent = Instant::now();
-            put_all(&mut client, &kvs[1..]).await?;
-            let mut snapshot_at = None;
-            while !planner.routes(dst) {
-                match tokio::time::timeout(LIMIT, rx.recv()).await {
-                    Ok(Some(DatastoreEvent::Snapshot(s))) => {
-                        if s.cluster.ipam_blocks.values().any(|b| b.cidr == dst) {
-                            snapshot_at.get_or_insert(sent.elapsed());
-                        }
-                        planner.plan(&s);
-                    }
-                    Ok(Some(DatastoreEvent::Unsynced { reason })) => bail!("the datastore is not synced: {reason}"),
-                    Ok(Some(_)) => {}
-                    Ok(None) | Err(_) => bail!("no plan routed the new block {dst}"),
-                }
-            }
-            to_plan.push(sent.elapsed());
-            to_snapshot.push(snapshot_at.unwrap_or_default());
-        }
-        // Steady memory with the datastore still running, as the agent keeps it: its view of
-        // every key, the planner's memo and last plan.
-        routewarden::app::memory::release_free_heap();
-        let (hwm_kib, rss_kib) = proc_mem_kib("self")?;
-        task.abort();
+        // Medians of the runs' first plans and memory; the latencies of every run's changes
+        // pooled (runs × CHANGES samples for the p99).
+        let median_kib = |f: fn(&RunFigures) -> u64| {
+            let mut v: Vec<u64> = figures.iter().map(f).collect();
+            v.sort_unstable();
+            v[v.len() / 2]
+        };
+        let (peak_kib, steady_kib, baseline_kib) = (median_kib(|f| f.peak_kib), median_kib(|f| f.steady_kib), median_kib(|f| f.baseline_kib));
+        let first_plan = median(figures.iter().map(|f| f.first_plan).collect());
+        let mut to_plan: Vec<Duration> = figures.iter().flat_map(|f| f.to_plan.iter().copied()).collect();
+        let mut to_snapshot: Vec<Duration> = figures.iter().flat_map(|f| f.to_snapshot.iter().copied()).collect();
         to_plan.sort();
         to_snapshot.sort();
-        let (peak_kib, steady_kib) = (hwm_kib.saturating_sub(baseline_kib), rss_kib.saturating_sub(baseline_kib));
         let p99 = quantile(&to_plan, 0.99);
         let parts = [
             ("first_plan", first_plan.as_secs_f64() / FIRST_PLAN_TARGET.as_secs_f64()),
@@ -234,6 +288,7 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
             ("change_p99", p99.as_secs_f64() / P99_TARGET.as_secs_f64()),
         ];
         let (worst, ratio) = parts.iter().copied().fold(("none", 0.0), |w, p| if p.1 > w.1 { p } else { w });
+        let steady_runs: Vec<String> = figures.iter().map(|f| mb(f.steady_kib)).collect();
         Ok(Outcome::Measured {
             name: BENCHMARK.name.into(),
             ratio,
@@ -245,17 +300,19 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
                 kv("keys", keys),
                 kv("load_s", format!("{load_s:.1}")),
                 kv("first_plan_ms", ms(first_plan)),
-                kv("routes", routes),
+                kv("routes", figures.first().map_or(0, |f| f.routes)),
                 kv("peak_rss_mb", mb(peak_kib)),
                 kv("steady_rss_mb", mb(steady_kib)),
+                kv("steady_rss_runs_mb", steady_runs.join("/")),
                 kv("baseline_rss_mb", mb(baseline_kib)),
-                kv("peak_reset", if peak_reset { "yes" } else { "no" }),
-                kv("changes", CHANGES),
+                kv("peak_reset", if figures.iter().all(|f| f.peak_reset) { "yes" } else { "no" }),
+                kv("runs", runs),
+                kv("changes", to_plan.len()),
                 kv("change_p50_ms", ms(quantile(&to_plan, 0.5))),
                 kv("change_p99_ms", ms(p99)),
                 kv("change_max_ms", ms(to_plan.last().copied().unwrap_or_default())),
                 kv("snapshot_p50_ms", ms(quantile(&to_snapshot, 0.5))),
-                kv("plan_ms", ms(median(planner.times.clone()))),
+                kv("plan_ms", ms(median(figures.iter().flat_map(|f| f.plans.iter().copied()).collect()))),
                 kv("worst", worst),
             ],
         })
