@@ -65,7 +65,7 @@ impl Cluster {
             ParsedObject::IpPool(name, o) => drop(self.ip_pools.insert(name, o)),
             ParsedObject::IpamBlock(name, o) => drop(self.ipam_blocks.insert(shared_name(name, &o.name), Arc::new(o))),
             ParsedObject::BlockAffinity(name, o) => drop(self.block_affinities.insert(shared_name(name, &o.name), Arc::new(o))),
-            ParsedObject::Node(name, o) => drop(self.nodes.insert(name.into(), Arc::new(o))),
+            ParsedObject::Node(name, o) => drop(self.nodes.insert(shared_name(name, &o.name), Arc::new(o))),
             ParsedObject::FelixConfiguration(name, o) => drop(self.felix_configurations.insert(name, o)),
             ParsedObject::BgpConfiguration(name, o) => drop(self.bgp_configurations.insert(name, o)),
             ParsedObject::ClusterInformation(name, o) => drop(self.cluster_informations.insert(name, o)),
