@@ -37,7 +37,7 @@ use routewarden::vocabulary::PoolClass;
 use tokio::sync::mpsc;
 
 use crate::fixtures::felix_plan_config;
-use crate::fixtures::kube::{etcd_cluster, etcd_new_block, node_name};
+use crate::fixtures::kube::{etcd_cluster, etcd_new_block, first_sync, node_name};
 use crate::procfs::{proc_mem_kib, reset_peak_rss};
 use crate::report::{kv, mb, ms, quantile};
 use crate::{median, Benchmark, Options, Outcome, Shared, Target};
@@ -174,26 +174,13 @@ async fn one_run(etcd: &Etcd, client: &mut Client, size: crate::options::Compute
     let started = Instant::now();
     let (tx, mut rx) = mpsc::channel(16);
     let task = EtcdDatastore::new(EtcdOptions { endpoints: vec![etcd.url.clone()], ..EtcdOptions::default() }).spawn(tx);
-    let mut first_plan = None;
-    loop {
-        match tokio::time::timeout(LIMIT, rx.recv()).await {
-            Ok(Some(DatastoreEvent::Snapshot(s))) => {
-                // The cluster and the blocks earlier runs added.
-                ensure!(
-                    s.cluster.ipam_blocks.len() == size.blocks + first_change && s.cluster.nodes.len() == size.nodes,
-                    "the first snapshot is not the whole cluster"
-                );
-                ensure!(s.object_errors.is_empty() && s.load_errors.is_empty(), "the cluster does not load cleanly: {:?}", s.object_errors.first());
-                planner.plan(&s);
-                first_plan.get_or_insert(started.elapsed());
-            }
-            Ok(Some(DatastoreEvent::Synced)) if first_plan.is_some() => break,
-            Ok(Some(DatastoreEvent::Unsynced { reason })) => bail!("the datastore is not synced: {reason}"),
-            Ok(Some(_)) => {}
-            Ok(None) | Err(_) => bail!("the datastore did not sync"),
-        }
-    }
-    let first_plan = first_plan.context("no plan before Synced")?;
+    // The cluster and the blocks earlier runs added.
+    let first_plan = first_sync(&mut rx, started, (size.blocks + first_change, size.nodes), LIMIT, |s| {
+        ensure!(s.object_errors.is_empty() && s.load_errors.is_empty(), "the cluster does not load cleanly: {:?}", s.object_errors.first());
+        planner.plan(s);
+        Ok(())
+    })
+    .await?;
     let routes = planner.last.as_ref().map_or(0, |p| p.desired.len());
     ensure!(routes > 0, "the first plan has no routes");
 

@@ -62,7 +62,7 @@ use routewarden::vocabulary::PoolClass;
 use tokio::sync::mpsc;
 
 use crate::fixtures::felix_plan_config;
-use crate::fixtures::kube::{block_change, kube_cluster, node_name, route_change, shows_change, standin, wait_drained, BlockChange};
+use crate::fixtures::kube::{block_change, first_sync, kube_cluster, node_name, route_change, shows_change, standin, wait_drained, BlockChange};
 use crate::procfs::{cpu_ticks, proc_mem_kib, reset_peak_rss};
 use crate::report::{kv, mb, ms, quantile};
 use crate::{median, Benchmark, Options, Outcome, Shared, Target};
@@ -257,25 +257,15 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
         let (tx, mut rx) = mpsc::channel(16);
         // As the agent reads a live API server (`KubernetesDatastore::connect`).
         let task = KubernetesDatastore::new(client, ApiGroupChoice::Auto).with_streaming_lists(true).spawn(tx);
-        let mut first_plan = None;
-        loop {
-            match tokio::time::timeout(LIMIT, rx.recv()).await {
-                Ok(Some(DatastoreEvent::Snapshot(s))) => {
-                    ensure!(s.cluster.ipam_blocks.len() == size.blocks && s.cluster.nodes.len() == size.nodes, "the first snapshot is not the whole cluster");
-                    planner.plan(&s);
-                    first_plan.get_or_insert(started.elapsed());
-                }
-                Ok(Some(DatastoreEvent::Synced)) if first_plan.is_some() => break,
-                Ok(Some(DatastoreEvent::Unsynced { reason })) => bail!("the datastore is not synced: {reason}"),
-                Ok(Some(_)) => {}
-                Ok(None) | Err(_) => bail!("the datastore did not sync"),
-            }
-        }
+        let first_plan = first_sync(&mut rx, started, (size.blocks, size.nodes), LIMIT, |s| {
+            planner.plan(s);
+            Ok(())
+        })
+        .await?;
         let synced = started.elapsed();
         // The "memory at the first list": the peak up to the first plan and `Synced`.
         let first_sync_peak_kib = proc_mem_kib("self")?.0.saturating_sub(baseline_kib);
         let first_sync_bytes = api.watch_bytes_handed_out() + log.lists().iter().map(|r| r.bytes as u64).sum::<u64>();
-        let first_plan = first_plan.context("no plan before Synced")?;
         let routes = planner.last.as_ref().map_or(0, |p| p.desired.len());
         ensure!(routes > 0, "the first plan has no routes");
 
