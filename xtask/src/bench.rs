@@ -49,7 +49,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     let agent = build_all()?;
     let root = workspace_root();
     // The same environment as build_all, so the agent library is not rebuilt differently.
-    let object = root.join("target/bpf/bpfel-unknown-none/release/routewarden-ebpf");
+    let object = root.join("target/bpf/bpfel-unknown-none/release/routewarden-ebpf.o");
     run_cmd(
         Command::new("cargo")
             .args(["build", "--release", "-p", "routewarden-bench", "--bin", "bench"])

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::{run_cmd, setup::tools_bin, workspace_root};
 
@@ -55,8 +55,9 @@ impl Arch {
 }
 
 /// Build the kernel-side crate for `bpfel-unknown-none` with Debian's toolchain and BTF, for
-/// an agent running on this machine's architecture (x86-64). Returns the object's path
-/// (`target/bpf/bpfel-unknown-none/release/routewarden-ebpf`).
+/// an agent running on this machine's architecture (x86-64). Returns the path of the object
+/// the agent embeds (`target/bpf/bpfel-unknown-none/release/routewarden-ebpf.o`, see
+/// [`build_bpf_for`]).
 pub fn build_bpf() -> Result<PathBuf> {
     build_bpf_for(Arch::Amd64)
 }
@@ -68,6 +69,9 @@ pub fn build_bpf() -> Result<PathBuf> {
 /// The recipe (toolchain.md): `RUSTC_BOOTSTRAP=aya_ebpf` scoped to the one crate that uses
 /// `asm_experimental_arch`; `-Cdebuginfo=2 -Clink-arg=--btf` for BTF; the xtask's own cargo
 /// variables removed so `rustup run debian cargo` picks Debian's rustc.
+///
+/// The object returned is cargo's output without its DWARF ([`strip_dwarf`]): BTF, which the
+/// loader and the kernel read, stays.
 pub fn build_bpf_for(arch: Arch) -> Result<PathBuf> {
     let root = workspace_root();
     let target_dir = arch.bpf_target_dir();
@@ -83,7 +87,31 @@ pub fn build_bpf_for(arch: Arch) -> Result<PathBuf> {
         cmd.env_remove(v);
     }
     run_cmd(&mut cmd)?;
-    Ok(target_dir.join("bpfel-unknown-none/release/routewarden-ebpf"))
+    let built = target_dir.join("bpfel-unknown-none/release/routewarden-ebpf");
+    let object = built.with_extension("o");
+    strip_dwarf(&built, &object)?;
+    Ok(object)
+}
+
+/// LLVM's tools, from Debian's `llvm-22` (a dependency of `llvm-22-dev`, [`crate::setup::APT_PACKAGES`]).
+pub const LLVM_BIN: &str = "/usr/lib/llvm-22/bin";
+
+/// Write `built` without its DWARF sections to `object` (`llvm-strip -g`, as libbpf-bootstrap
+/// and cilium/ebpf's bpf2go strip their objects). The `-Cdebuginfo=2` that BTF needs leaves
+/// about 2.2 MB of DWARF beside 0.6 MB of code, BTF and maps; nothing reads it (aya and the
+/// kernel read `.BTF` and `.BTF.ext`), and embedded it was resident in every agent (read
+/// whole at the load) and parsed at each start. `object` is rewritten only when its bytes
+/// change, so an unchanged BPF crate rebuilds no agent (`agent/build.rs` watches the file).
+pub fn strip_dwarf(built: &std::path::Path, object: &std::path::Path) -> Result<()> {
+    let tmp = object.with_extension("o.tmp");
+    run_cmd(Command::new(std::path::Path::new(LLVM_BIN).join("llvm-strip")).arg("-g").arg("-o").arg(&tmp).arg(built))?;
+    let stripped = std::fs::read(&tmp).with_context(|| format!("read {}", tmp.display()))?;
+    if std::fs::read(object).ok().as_deref() == Some(&stripped[..]) {
+        std::fs::remove_file(&tmp)?;
+    } else {
+        std::fs::rename(&tmp, object).with_context(|| format!("write {}", object.display()))?;
+    }
+    Ok(())
 }
 
 /// `PATH` with the tools of `target/tools/bin` (bpf-linker, cargo-auditable) first.

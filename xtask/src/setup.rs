@@ -205,7 +205,7 @@ fn bpf_linker_install_cmd() -> Command {
     let mut cmd = Command::new("cargo");
     cmd.args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--locked", "--no-default-features", "--features", "llvm-22", "--root"])
         .arg(workspace_root().join("target/tools"));
-    let path = format!("/usr/lib/llvm-22/bin:{}", std::env::var("PATH").unwrap_or_default());
+    let path = format!("{}:{}", crate::build::LLVM_BIN, std::env::var("PATH").unwrap_or_default());
     // Without llvm-config-22 first on PATH the link fails with `unable to find library -lLLVM`.
     cmd.env("PATH", path).env("LLVM_SYS_220_PREFIX", "/usr/lib/llvm-22");
     // Never inherit the xtask's own cargo/rustc selection.
