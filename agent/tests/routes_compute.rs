@@ -627,7 +627,7 @@ fn memo_steps(mut spec: MemoSpec, edits: &[MemoEdit], share: bool) -> Vec<(Optio
         for item in ParsedObjects::from_yaml_str(&text, &YamlLimits::default()).unwrap().into_items() {
             if let ParsedObject::IpamBlock(name, b) = item {
                 if !cluster.ipam_blocks.contains_key(name.as_str()) {
-                    cluster.ipam_blocks.insert(name.into(), Arc::new(b));
+                    cluster.ipam_blocks.insert(name.into(), b);
                 }
             }
         }

@@ -3,6 +3,8 @@
 //! ([`ParsedObjects`]). `List`s are unpacked, unknown kinds ignored, names and `apiVersion`s
 //! checked here; each kind's fields are parsed by its own module.
 
+use std::sync::Arc;
+
 use ipnet::IpNet;
 use serde_yaml_ng::Value;
 
@@ -26,9 +28,12 @@ pub const MAX_REJECTED_PER_INPUT: usize = 1000;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ParsedObject {
     IpPool(String, IpPool),
-    IpamBlock(String, IpamBlock),
-    BlockAffinity(String, BlockAffinity),
-    Node(String, Node),
+    /// Shared (`Arc`) with the [`Cluster`](super::Cluster) it goes into, as an affinity and a
+    /// node are: a file datastore keeps its files' parsed objects, and each snapshot's model
+    /// takes them without a copy.
+    IpamBlock(String, Arc<IpamBlock>),
+    BlockAffinity(String, Arc<BlockAffinity>),
+    Node(String, Arc<Node>),
     FelixConfiguration(String, FelixConfiguration),
     BgpConfiguration(String, BgpConfiguration),
     ClusterInformation(String, ClusterInformation),
@@ -304,10 +309,10 @@ impl ParsedObjects {
         }
         let result = match kind {
             Kind::IpPool => IpPool::parse(&mut f, name).map(|o| ParsedObject::IpPool(n, o)),
-            Kind::IpamBlock => IpamBlock::parse(&mut f, name).map(|o| ParsedObject::IpamBlock(n, o)),
-            Kind::BlockAffinity => BlockAffinity::parse(&mut f, name).map(|o| ParsedObject::BlockAffinity(n, o)),
-            Kind::Node if core_node => Node::parse_kubernetes(&mut f, name).map(|o| ParsedObject::Node(n, o)),
-            Kind::Node => Node::parse_calico(&mut f, name).map(|o| ParsedObject::Node(n, o)),
+            Kind::IpamBlock => IpamBlock::parse(&mut f, name).map(|o| ParsedObject::IpamBlock(n, Arc::new(o))),
+            Kind::BlockAffinity => BlockAffinity::parse(&mut f, name).map(|o| ParsedObject::BlockAffinity(n, Arc::new(o))),
+            Kind::Node if core_node => Node::parse_kubernetes(&mut f, name).map(|o| ParsedObject::Node(n, Arc::new(o))),
+            Kind::Node => Node::parse_calico(&mut f, name).map(|o| ParsedObject::Node(n, Arc::new(o))),
             Kind::FelixConfiguration => FelixConfiguration::parse(&mut f, name).map(|o| ParsedObject::FelixConfiguration(n, o)),
             Kind::BgpConfiguration => BgpConfiguration::parse(&mut f, name).map(|o| ParsedObject::BgpConfiguration(n, o)),
             Kind::ClusterInformation => ClusterInformation::parse(&mut f, name).map(|o| ParsedObject::ClusterInformation(n, o)),

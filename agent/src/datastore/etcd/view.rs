@@ -28,9 +28,9 @@ enum Good {
 impl Good {
     fn new(parsed: ParsedObject) -> Good {
         match parsed {
-            ParsedObject::IpamBlock(name, o) if *o.name == *name => Good::Block(Arc::new(o)),
-            ParsedObject::BlockAffinity(name, o) if *o.name == *name => Good::Affinity(Arc::new(o)),
-            ParsedObject::Node(name, o) if *o.name == *name => Good::Node(Arc::new(o)),
+            ParsedObject::IpamBlock(name, o) if *o.name == *name => Good::Block(o),
+            ParsedObject::BlockAffinity(name, o) if *o.name == *name => Good::Affinity(o),
+            ParsedObject::Node(name, o) if *o.name == *name => Good::Node(o),
             other => Good::Other(Box::new(other)),
         }
     }
@@ -70,9 +70,9 @@ impl Good {
     #[cfg(test)]
     fn to_parsed(&self) -> ParsedObject {
         match self {
-            Good::Block(b) => ParsedObject::IpamBlock(b.name.to_string(), (**b).clone()),
-            Good::Affinity(a) => ParsedObject::BlockAffinity(a.name.to_string(), (**a).clone()),
-            Good::Node(n) => ParsedObject::Node(n.name.to_string(), (**n).clone()),
+            Good::Block(b) => ParsedObject::IpamBlock(b.name.to_string(), b.clone()),
+            Good::Affinity(a) => ParsedObject::BlockAffinity(a.name.to_string(), a.clone()),
+            Good::Node(n) => ParsedObject::Node(n.name.to_string(), n.clone()),
             Good::Other(p) => (**p).clone(),
         }
     }
