@@ -2,7 +2,6 @@
 //! plus step-aside copies), then the delete pass (past the datastore, frozen-ground, handover
 //! and mass-deletion holds, and never for a prefix whose new route failed), then the report.
 
-use std::collections::btree_map::Entry;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::ops::Bound;
 use std::time::Instant;
@@ -350,9 +349,12 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         report: &mut ApplyReport,
     ) -> BTreeSet<(u32, IpNet)> {
         let mut failed_dsts = BTreeSet::new();
-        // Into an empty kernel view (a cold start) every written route is new: collected in
-        // key order and built into the map in one pass instead of a search per route.
-        let mut fresh: Option<Vec<(RouteKey, KernelEntry)>> = self.kernel.is_empty().then(|| Vec::with_capacity(writes.len()));
+        // As many writes as the view holds routes (a cold start: the view holds the link
+        // routes) and no step-aside (which moves entries as it goes): collected in key order
+        // and the map built again in one pass, with full nodes, instead of a search and a
+        // half-empty node per route.
+        let bulk = stepping.is_empty() && writes.len() >= self.kernel.len();
+        let mut fresh: Option<Vec<(RouteKey, KernelEntry)>> = bulk.then(|| Vec::with_capacity(writes.len()));
         let mut done: Vec<RouteKey> = Vec::with_capacity(writes.len());
         for (op, res) in writes.into_iter().zip(results) {
             let RouteOp::Write { route, oif, nexthop, exclusive } = op else {
@@ -373,20 +375,12 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     done.push(key);
                     self.retries.clear(&key);
                     self.blocked.remove(&key);
-                    if let Some(fresh) = fresh.as_mut() {
-                        fresh.push((key, entry));
-                        continue;
+                    if let Some(prev) = self.kernel.get(&key).filter(|p| p.route.target.protocol != protocol) {
+                        report.overwrote.push(Overwrite { previous: prev.route.to_string(), verdict: prev.verdict });
                     }
-                    match self.kernel.entry(key) {
-                        Entry::Occupied(mut prev) => {
-                            if prev.get().route.target.protocol != protocol {
-                                report.overwrote.push(Overwrite { previous: prev.get().route.to_string(), verdict: prev.get().verdict });
-                            }
-                            prev.insert(entry);
-                        }
-                        Entry::Vacant(slot) => {
-                            slot.insert(entry);
-                        }
+                    match fresh.as_mut() {
+                        Some(fresh) => fresh.push((key, entry)),
+                        None => drop(self.kernel.insert(key, entry)),
                     }
                 }
                 Err(e) => {
@@ -430,10 +424,13 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             }
         }
         if let Some(fresh) = fresh {
-            // Keys are unique (one write per dirty key), so collecting keeps every entry; what
-            // the view holds meanwhile came from step-asides (none without a route of ours).
-            let stepped = std::mem::replace(&mut self.kernel, fresh.into_iter().collect());
-            self.kernel.extend(stepped);
+            // Keys are unique (one write per dirty key); a written route replaces what the
+            // view held at its key.
+            let mut kept = std::mem::take(&mut self.kernel);
+            for (key, _) in &fresh {
+                kept.remove(key);
+            }
+            self.kernel = kept.into_iter().chain(fresh).collect();
         }
         self.dirty.remove_all(done);
         failed_dsts

@@ -195,6 +195,41 @@ async fn bird_leftover_claimed_only_with_policy() {
     assert_eq!(rep.deletes, 1);
 }
 
+/// A cold start that writes most of the view builds it in one pass: what it overwrote (BIRD's
+/// route at a claimed key, in the first chunk of writes) is reported and replaced in the view
+/// by ours, foreign routes stay, and the next apply finds everything in sync (no write, no
+/// delete).
+#[tokio::test]
+async fn a_cold_start_over_claimed_routes_leaves_the_view_in_sync() {
+    let bird = ObservedRoute { gateway: Some("10.0.1.99".parse().unwrap()), onlink: true, ..foreign("10.244.10.7/32", 12, Some(TUNL0), RouteKind::Unicast) };
+    let stale_bird =
+        ObservedRoute { gateway: Some("10.0.1.14".parse().unwrap()), onlink: true, ..foreign("10.244.40.0/26", 12, Some(TUNL0), RouteKind::Unicast) };
+    let outside = foreign("10.99.0.0/26", 12, None, RouteKind::Blackhole);
+    let (mut r, nl, _c) = setup(None);
+    for route in [&bird, &stale_bird, &outside] {
+        nl.insert(route.clone());
+    }
+    r.set_policy(OwnershipPolicy { claim_bird_on_tunnel: vec![block("10.244.0.0/16")], ..DataplaneConfig::default().policy_owning(POOLS) });
+    r.set_desired(&cluster());
+    let rep = r.apply().await;
+    assert!(rep.writes >= 3, "{rep:?}");
+    assert_eq!(rep.overwrote.iter().map(|o| o.previous.contains("proto 12")).collect::<Vec<_>>(), [true], "{rep:?}");
+    assert_eq!(nl.state().routes[&bird.key].protocol, 80);
+    assert!(!nl.state().routes.contains_key(&stale_bird.key));
+    assert_eq!(nl.state().routes[&outside.key], outside);
+    nl.take_log();
+    let rep = r.apply().await;
+    assert_eq!((rep.writes, rep.deletes, rep.overwrote.len()), (0, 0, 0), "{rep:?}");
+    assert_eq!(nl.take_log(), Vec::<String>::new(), "no change, no write");
+    // The view holds our route at BIRD's old key: its removal by another writer is seen and
+    // the route put back.
+    let gone = nl.state().routes.remove(&bird.key).unwrap();
+    r.handle_event(&DataplaneEvent::RouteRemoved { route: gone, writer_port: 4242 });
+    let rep = r.apply().await;
+    assert_eq!(rep.writes, 1, "{rep:?}");
+    assert_eq!(nl.state().routes[&bird.key].protocol, 80);
+}
+
 #[tokio::test]
 async fn custom_table_and_protocol() {
     let nl = FakeNetlink::with_links(&[(ETH0, "eth0"), (TUNL0, "tunl0")]);
