@@ -82,6 +82,15 @@ impl DirtyKeys {
         self.front().len() + self.tree.len()
     }
 
+    /// Whether `key` is dirty (O(log n)).
+    pub(super) fn contains(&self, key: &RouteKey) -> bool {
+        if self.tree.is_empty() {
+            self.front().binary_search(key).is_ok()
+        } else {
+            self.tree.contains(key)
+        }
+    }
+
     /// Every dirty key, ascending.
     pub(super) fn iter(&self) -> impl Iterator<Item = &RouteKey> + '_ {
         if self.tree.is_empty() {

@@ -448,10 +448,16 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// the earliest retry, or the earliest handover deadline.
     pub fn next_wakeup(&self) -> Instant {
         let mut t = self.resync.due();
-        for k in self.dirty.iter() {
-            if let Some(at) = self.retries.not_before(k) {
-                t = t.min(at);
-            }
+        // The earliest retry of a dirty key, walking the smaller of the two sets: the driver
+        // asks after every event, and a cold start's own route notifications make each of its
+        // routes dirty in turn (a walk of the dirty keys per event was O(routes²) there).
+        let retry = if self.retries.len() <= self.dirty.len() {
+            self.retries.earliest_where(|k| self.dirty.contains(k))
+        } else {
+            self.retries.earliest_of(self.dirty.iter())
+        };
+        if let Some(at) = retry {
+            t = t.min(at);
         }
         if let Some(deadline) = self.handovers.next_deadline() {
             t = t.min(deadline);

@@ -70,6 +70,24 @@ impl Retries {
         }
     }
 
+    /// How many keys wait for a retry.
+    pub(super) fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// The earliest retry of the keys `keys` yields (`None`: none of them failed).
+    pub(super) fn earliest_of<'a>(&self, keys: impl Iterator<Item = &'a RouteKey>) -> Option<Instant> {
+        if self.by_key.is_empty() {
+            return None;
+        }
+        keys.filter_map(|k| self.not_before(k)).min()
+    }
+
+    /// The earliest retry of the failed keys `dirty` accepts (`None`: none).
+    pub(super) fn earliest_where(&self, dirty: impl Fn(&RouteKey) -> bool) -> Option<Instant> {
+        self.by_key.iter().filter(|(k, _)| dirty(k)).map(|(_, r)| r.not_before).min()
+    }
+
     /// Whether `key` must still wait at `now`.
     pub(super) fn waiting(&self, key: &RouteKey, now: Instant) -> bool {
         !self.by_key.is_empty() && self.by_key.get(key).is_some_and(|r| r.not_before > now)
@@ -170,6 +188,28 @@ mod tests {
         assert_eq!(r.not_before(&k), Some(now + Duration::from_millis(1600)), "fail_until counts as a failure");
         r.clear(&k);
         assert_eq!(r.not_before(&k), None);
+    }
+
+    /// The earliest retry of the dirty keys is the same whichever set is walked: the failed
+    /// keys filtered by the dirty ones, or the dirty keys looked up in the failed ones.
+    #[test]
+    fn earliest_retry_of_a_set_either_way() {
+        let now = Instant::now();
+        let k = |i: u32| RouteKey::new(254, ipnet::IpNet::V4(ipnet::Ipv4Net::new(std::net::Ipv4Addr::from(0x0af4_0000 + (i << 6)), 26).unwrap()), 0, 1024);
+        let mut r = Retries::default();
+        let dirty: std::collections::BTreeSet<RouteKey> = (0..50).map(k).collect();
+        assert_eq!((r.earliest_of(dirty.iter()), r.earliest_where(|key| dirty.contains(key))), (None, None));
+        // Failed: 40..60 (20 of them dirty), the earliest dirty one 45 (3 s), an earlier one
+        // (55, 1 s) not dirty.
+        for i in 40..60 {
+            r.fail_until(k(i), now + Duration::from_secs(10 + u64::from(i)));
+        }
+        r.fail_until(k(45), now + Duration::from_secs(3));
+        r.fail_until(k(55), now + Duration::from_secs(1));
+        let want = Some(now + Duration::from_secs(3));
+        assert_eq!(r.earliest_of(dirty.iter()), want);
+        assert_eq!(r.earliest_where(|key| dirty.contains(key)), want);
+        assert_eq!(r.len(), 20);
     }
 
     #[test]

@@ -71,6 +71,9 @@ proptest! {
             }
             prop_assert_eq!(dirty.len(), model.len());
             prop_assert!(dirty.iter().eq(model.iter()));
+            for i in (0u16..300).step_by(7) {
+                prop_assert_eq!(dirty.contains(&key(i)), model.contains(&key(i)), "key {}", i);
+            }
             // A key that left shows in the removal count.
             if !model_before.is_subset(&model) {
                 prop_assert_ne!(dirty.removals(), removals);
