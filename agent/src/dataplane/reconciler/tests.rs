@@ -4,6 +4,7 @@
 mod chunks;
 mod deletions;
 mod delta;
+mod driver;
 mod fault_matrix;
 mod faults;
 mod handover;

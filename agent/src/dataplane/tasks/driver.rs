@@ -38,9 +38,9 @@ pub enum DataplaneCommand {
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(50);
 
 /// Drive `reconciler`: apply after each burst of commands or events (coalesced for
-/// `debounce`, measured from the burst's first message so latency stays bounded), on the
-/// resync timer, on retry and handover deadlines. Every apply's report goes to `reports`
-/// (dropped if the channel is full). Returns when `commands` closes.
+/// `debounce`, measured from the burst's first message so latency stays bounded; the first
+/// desired set with the datastore synced at once), on the resync timer, on retry and handover deadlines. Every apply's
+/// report goes to `reports` (dropped if the channel is full). Returns when `commands` closes.
 pub async fn run<N: RouteNetlink, C: Clock>(
     mut reconciler: Reconciler<N, C>,
     mut commands: mpsc::Receiver<DataplaneCommand>,
@@ -51,6 +51,10 @@ pub async fn run<N: RouteNetlink, C: Clock>(
     let mut burst_deadline: Option<tokio::time::Instant> = None;
     let mut events_open = true;
     let mut desired_sets = 0u64;
+    // Until the first apply with a desired set and the datastore synced: that apply goes at
+    // once (nothing came before it to coalesce, and a node that just started waits for its
+    // routes); every later burst is debounced.
+    let (mut first_pending, mut synced) = (true, false);
     loop {
         let timer_at = {
             let wake = reconciler.next_wakeup();
@@ -68,8 +72,15 @@ pub async fn run<N: RouteNetlink, C: Clock>(
                         reconciler.set_desired_routes(&routes, &handovers);
                     }
                     DataplaneCommand::SetPolicy(p) => reconciler.set_policy(p),
-                    DataplaneCommand::SetDatastoreSynced(s) => reconciler.set_datastore_synced(s),
+                    DataplaneCommand::SetDatastoreSynced(s) => {
+                        synced = s;
+                        reconciler.set_datastore_synced(s);
+                    }
                     DataplaneCommand::Resync => reconciler.request_resync(),
+                }
+                if first_pending && synced && desired_sets > 0 {
+                    first_pending = false;
+                    burst_deadline = Some(tokio::time::Instant::now());
                 }
                 burst_deadline.get_or_insert_with(|| tokio::time::Instant::now() + debounce);
             }
