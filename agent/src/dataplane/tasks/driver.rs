@@ -39,8 +39,9 @@ pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(50);
 
 /// Drive `reconciler`: apply after each burst of commands or events (coalesced for
 /// `debounce`, measured from the burst's first message so latency stays bounded; the first
-/// desired set with the datastore synced at once), on the resync timer, on retry and handover deadlines. Every apply's
-/// report goes to `reports` (dropped if the channel is full). Returns when `commands` closes.
+/// desired set with the datastore synced at once), on the resync timer, on retry and
+/// handover deadlines. Every apply's report goes to `reports` (dropped if the channel is
+/// full). Returns when `commands` closes.
 pub async fn run<N: RouteNetlink, C: Clock>(
     mut reconciler: Reconciler<N, C>,
     mut commands: mpsc::Receiver<DataplaneCommand>,
