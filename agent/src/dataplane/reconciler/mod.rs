@@ -190,6 +190,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         }
     }
 
+    /// Whether the datastore view is complete (the last [`set_datastore_synced`](Self::set_datastore_synced)).
+    pub fn datastore_synced(&self) -> bool {
+        self.datastore_synced
+    }
+
     /// Whether the datastore view is complete. While false, nothing is deleted.
     pub fn set_datastore_synced(&mut self, synced: bool) {
         if synced && !self.datastore_synced {

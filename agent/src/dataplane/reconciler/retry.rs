@@ -77,9 +77,6 @@ impl Retries {
 
     /// The earliest retry of the keys `keys` yields (`None`: none of them failed).
     pub(super) fn earliest_of<'a>(&self, keys: impl Iterator<Item = &'a RouteKey>) -> Option<Instant> {
-        if self.by_key.is_empty() {
-            return None;
-        }
         keys.filter_map(|k| self.not_before(k)).min()
     }
 

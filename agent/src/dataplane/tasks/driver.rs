@@ -55,7 +55,7 @@ pub async fn run<N: RouteNetlink, C: Clock>(
     // Until the first apply with a desired set and the datastore synced: that apply goes at
     // once (nothing came before it to coalesce, and a node that just started waits for its
     // routes); every later burst is debounced.
-    let (mut first_pending, mut synced) = (true, false);
+    let mut first_pending = true;
     loop {
         let timer_at = {
             let wake = reconciler.next_wakeup();
@@ -73,13 +73,10 @@ pub async fn run<N: RouteNetlink, C: Clock>(
                         reconciler.set_desired_routes(&routes, &handovers);
                     }
                     DataplaneCommand::SetPolicy(p) => reconciler.set_policy(p),
-                    DataplaneCommand::SetDatastoreSynced(s) => {
-                        synced = s;
-                        reconciler.set_datastore_synced(s);
-                    }
+                    DataplaneCommand::SetDatastoreSynced(s) => reconciler.set_datastore_synced(s),
                     DataplaneCommand::Resync => reconciler.request_resync(),
                 }
-                if first_pending && synced && desired_sets > 0 {
+                if first_pending && desired_sets > 0 && reconciler.datastore_synced() {
                     first_pending = false;
                     burst_deadline = Some(tokio::time::Instant::now());
                 }
