@@ -183,9 +183,9 @@ impl ClusterBuilder {
             let identity = item.identity().map(|(k, n)| (k, n.to_owned()));
             let dup = match item {
                 ParsedObject::IpPool(name, o) => insert(&mut c.ip_pools, Kind::IpPool, name, o),
-                ParsedObject::IpamBlock(name, o) => insert_shared(&mut c.ipam_blocks, Kind::IpamBlock, name, o, |b| &b.name),
-                ParsedObject::BlockAffinity(name, o) => insert_shared(&mut c.block_affinities, Kind::BlockAffinity, name, o, |a| &a.name),
-                ParsedObject::Node(name, o) => insert_shared(&mut c.nodes, Kind::Node, name, o, |n| &n.name),
+                ParsedObject::IpamBlock(name, o) => insert_shared(&mut c.ipam_blocks, Kind::IpamBlock, shared_name(name, &o.name), o),
+                ParsedObject::BlockAffinity(name, o) => insert_shared(&mut c.block_affinities, Kind::BlockAffinity, shared_name(name, &o.name), o),
+                ParsedObject::Node(name, o) => insert_shared(&mut c.nodes, Kind::Node, shared_name(name, &o.name), o),
                 ParsedObject::FelixConfiguration(name, o) => insert(&mut c.felix_configurations, Kind::FelixConfiguration, name, o),
                 ParsedObject::BgpConfiguration(name, o) => insert(&mut c.bgp_configurations, Kind::BgpConfiguration, name, o),
                 ParsedObject::ClusterInformation(name, o) => insert(&mut c.cluster_informations, Kind::ClusterInformation, name, o),
@@ -250,11 +250,11 @@ fn take_out(cluster: &mut Cluster, kind: Kind, name: &str) -> Option<Vec<IpNet>>
 }
 
 /// [`insert`] for the shared maps.
-fn insert_shared<T>(map: &mut SharedMap<Arc<str>, Arc<T>>, kind: Kind, name: String, obj: Arc<T>, own: impl Fn(&T) -> &Arc<str>) -> Option<ModelError> {
-    if map.contains_key(name.as_str()) {
-        return Some(ModelError::Duplicate { kind, name });
+fn insert_shared<T>(map: &mut SharedMap<Arc<str>, Arc<T>>, kind: Kind, name: Arc<str>, obj: Arc<T>) -> Option<ModelError> {
+    if map.contains_key(&*name) {
+        return Some(ModelError::Duplicate { kind, name: name.to_string() });
     }
-    map.insert(shared_name(name, own(&obj)), obj);
+    map.insert(name, obj);
     None
 }
 

@@ -28,9 +28,9 @@ pub const MAX_REJECTED_PER_INPUT: usize = 1000;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ParsedObject {
     IpPool(String, IpPool),
-    /// Shared (`Arc`) with the [`Cluster`](super::Cluster) it goes into, as an affinity and a
-    /// node are: a file datastore keeps its files' parsed objects, and each snapshot's model
-    /// takes them without a copy.
+    /// This and the next two are shared (`Arc`) with the [`Cluster`](super::Cluster) they go
+    /// into: a file datastore keeps its files' parsed objects, and each snapshot's model takes
+    /// them without a copy.
     IpamBlock(String, Arc<IpamBlock>),
     BlockAffinity(String, Arc<BlockAffinity>),
     Node(String, Arc<Node>),
