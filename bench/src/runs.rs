@@ -46,7 +46,7 @@ pub fn nexthop_objects(routes: &[ClusterRoute]) -> usize {
 /// set the desired set, one apply (its first resync included), in a task spawned on a
 /// runtime shaped like the agent's. Returns the wall time.
 pub fn rw_program_once(routes: Arc<Vec<ClusterRoute>>) -> Result<Duration> {
-    rw_program_once_with(routes, false).map(|(d, _)| d)
+    rw_program_once_with(routes, Listener::Nothing).map(|(d, _)| d)
 }
 
 /// [`rw_program_once`] in nexthop mode ([`Mode::Nexthops`]): the apply must write every route
@@ -54,7 +54,7 @@ pub fn rw_program_once(routes: Arc<Vec<ClusterRoute>>) -> Result<Duration> {
 /// route of our protocol must go through a nexthop object (`nhid`, counted), and exactly that
 /// many objects of our protocol must exist. Returns the wall time.
 pub fn rw_program_once_nh(routes: Arc<Vec<ClusterRoute>>) -> Result<Duration> {
-    rw_program_checked(routes, false, Mode::Nexthops, |routes| {
+    rw_program_checked(routes, Listener::Nothing, Mode::Nexthops, |routes| {
         let (all, via_nh, objects) = (count_routes(PROTO_OURS)?, count_nhid_routes(PROTO_OURS)?, count_nexthops(PROTO_OURS)?);
         ensure!(all == routes.len(), "{all} routes of protocol {PROTO_OURS} in the kernel, expected {}", routes.len());
         ensure!(via_nh == routes.len(), "{via_nh} of {all} routes of protocol {PROTO_OURS} go through a nexthop object, expected all");
@@ -71,7 +71,7 @@ pub fn rw_program_once_nh(routes: Arc<Vec<ClusterRoute>>) -> Result<Duration> {
 /// Returns the wall time and the CPU time the process spent meanwhile (user and system, every
 /// thread: the kernel's route inserts are system time of the thread that sends them).
 pub fn rw_program_once_exact(routes: Arc<Vec<ClusterRoute>>) -> Result<(Duration, Duration)> {
-    rw_program_checked(routes, false, Mode::Classic, check_exact_routes).map(|t| (t.wall, t.cpu))
+    rw_program_checked(routes, Listener::Nothing, Mode::Classic, check_exact_routes).map(|t| (t.wall, t.cpu))
 }
 
 /// One timed programming: wall time, the process's CPU time meanwhile, the watch's backend.
@@ -81,10 +81,10 @@ struct Timed {
     backend: String,
 }
 
-/// [`rw_program_once`], with the churn watch attached first when `watch` is set (its events
-/// drained by a task, as the agent does). Returns the time and the watch's backend.
-pub fn rw_program_once_with(routes: Arc<Vec<ClusterRoute>>, watch: bool) -> Result<(Duration, String)> {
-    rw_program_checked(routes, watch, Mode::Classic, |routes| {
+/// [`rw_program_once`], with `listener` attached first ([`attach`]). Returns the time and the
+/// watch's backend (empty without the watch).
+pub fn rw_program_once_with(routes: Arc<Vec<ClusterRoute>>, listener: Listener) -> Result<(Duration, String)> {
+    rw_program_checked(routes, listener, Mode::Classic, |routes| {
         let got = count_routes(PROTO_OURS)?;
         ensure!(got == routes.len(), "{got} routes of protocol {PROTO_OURS} in the kernel, expected {}", routes.len());
         Ok(())
@@ -94,12 +94,12 @@ pub fn rw_program_once_with(routes: Arc<Vec<ClusterRoute>>, watch: bool) -> Resu
 
 /// [`rw_program_once_with`] in `mode`, with `check` run on the routes in the namespace once
 /// they are programmed (untimed).
-fn rw_program_checked(routes: Arc<Vec<ClusterRoute>>, watch: bool, mode: Mode, check: fn(&[ClusterRoute]) -> Result<()>) -> Result<Timed> {
+fn rw_program_checked(routes: Arc<Vec<ClusterRoute>>, listener: Listener, mode: Mode, check: fn(&[ClusterRoute]) -> Result<()>) -> Result<Timed> {
     in_node_netns(move |rt| {
         let checked = Arc::clone(&routes);
-        // Held until the programming is done; dropping it detaches the watch.
-        let attached = if watch { Some(start_watch(rt)?) } else { None };
-        let backend = attached.as_ref().map(|(w, _)| w.backend().to_string()).unwrap_or_default();
+        // Held until the programming is done; dropping it detaches the listener.
+        let attached = attach(listener, rt)?;
+        let backend = attached.backend();
         let work = async move {
             let cfg = mode.config();
             let objects = if mode == Mode::Nexthops { nexthop_objects(&routes) as u64 } else { 0 };
@@ -124,6 +124,54 @@ fn rw_program_checked(routes: Arc<Vec<ClusterRoute>>, watch: bool, mode: Mode, c
         check(&checked)?;
         drop(attached);
         Ok(Timed { wall, cpu, backend })
+    })
+}
+
+/// What listens to the namespace's route notifications while a writer runs (`watch-overhead`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listener {
+    /// Nothing: the writer alone.
+    Nothing,
+    /// The listener floor ([`routewarden::bpf::route_watch::listener_floor`]): the
+    /// socket-filter backend's socket with a classic filter that drops every message, the
+    /// price of any one more listener of route notifications.
+    Floor,
+    /// The churn watch, started as the agent starts it ([`start_watch`]).
+    Watch,
+}
+
+/// A [`Listener`] attached in the calling thread's namespace; dropping it detaches it.
+pub enum Attached {
+    /// [`Listener::Nothing`].
+    Nothing,
+    /// [`Listener::Floor`]: the socket, closed on drop.
+    Floor(std::os::fd::OwnedFd),
+    /// [`Listener::Watch`]: the watch and its events (drained by nobody: the channel holds
+    /// 100,000), boxed (the watch is large beside a descriptor).
+    Watch(Box<(RouteWatch, tokio::sync::mpsc::Receiver<RouteWatchEvent>)>),
+}
+
+impl Attached {
+    /// The watch's backend (`socket-filter`, `fentry`, `kprobe`); `floor` for the floor, empty
+    /// for nothing.
+    pub fn backend(&self) -> String {
+        match self {
+            Attached::Nothing => String::new(),
+            Attached::Floor(_) => "floor".into(),
+            Attached::Watch(w) => w.0.backend().to_string(),
+        }
+    }
+}
+
+/// Attach `listener` in the calling thread's namespace.
+///
+/// # Errors
+/// The floor's socket or the watch could not be started.
+pub fn attach(listener: Listener, rt: &tokio::runtime::Runtime) -> Result<Attached> {
+    Ok(match listener {
+        Listener::Nothing => Attached::Nothing,
+        Listener::Floor => Attached::Floor(routewarden::bpf::route_watch::listener_floor().map_err(|e| anyhow!("the listener floor: {e}"))?),
+        Listener::Watch => Attached::Watch(Box::new(start_watch(rt)?)),
     })
 }
 

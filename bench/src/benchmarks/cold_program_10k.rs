@@ -18,7 +18,7 @@ use routewarden::vocabulary::RoutePath;
 use crate::fixtures::{cluster_routes, PROTO_OURS};
 use crate::netns::{count_routes, in_node_netns};
 use crate::report::{fmt_ratio, kv, ms};
-use crate::runs::{nexthop_objects, rw_program_once, rw_program_once_nh, start_watch};
+use crate::runs::{attach, nexthop_objects, rw_program_once, rw_program_once_nh, Listener};
 use crate::{median, Benchmark, Options, Outcome, Shared, Target};
 
 /// This benchmark's registry entry: its name and [`run`].
@@ -46,17 +46,16 @@ pub(crate) fn write_ip_batch(dir: &Path, routes: &[ClusterRoute]) -> Result<Path
 /// `ip -batch` adds the same routes into a fresh namespace. Returns the wall time of the
 /// `ip` process.
 fn ip_batch_once(batch: PathBuf, n: usize) -> Result<Duration> {
-    ip_batch_once_with(batch, n, false).map(|(d, _)| d)
+    ip_batch_once_with(batch, n, Listener::Nothing).map(|(d, _)| d)
 }
 
-/// [`ip_batch_once`] with the churn watch attached in the namespace first when `watch` (as the
-/// agent attaches it: [`start_watch`]). Returns the wall time of the `ip` process and the
-/// watch's backend (empty without it).
-pub(crate) fn ip_batch_once_with(batch: PathBuf, n: usize, watch: bool) -> Result<(Duration, String)> {
+/// [`ip_batch_once`] with `listener` attached in the namespace first ([`attach`]). Returns the
+/// wall time of the `ip` process and the watch's backend (empty without the watch).
+pub(crate) fn ip_batch_once_with(batch: PathBuf, n: usize, listener: Listener) -> Result<(Duration, String)> {
     in_node_netns(move |rt| {
-        // Held until `ip` is done; dropping it detaches the watch.
-        let attached = if watch { Some(start_watch(rt)?) } else { None };
-        let backend = attached.as_ref().map(|(w, _)| w.backend().to_string()).unwrap_or_default();
+        // Held until `ip` is done; dropping it detaches the listener.
+        let attached = attach(listener, rt)?;
+        let backend = attached.backend();
         let t = Instant::now();
         let status = Command::new("ip").arg("-batch").arg(&batch).stdout(Stdio::null()).status()?;
         let took = t.elapsed();

@@ -26,7 +26,7 @@ use routewarden::vocabulary::RoutePath;
 use crate::fixtures::write_footprint_cluster;
 use crate::netns::{count_routes, in_node_netns};
 use crate::report::{fmt_ratio, kv, ms};
-use crate::runs::{rw_program_median, rw_program_median_nh};
+use crate::runs::{rw_program_median, rw_program_median_nh, Listener};
 use crate::{median, Benchmark, Options, Outcome, Shared, Target};
 
 /// BIRD 2 (Debian `bird2`).
@@ -63,17 +63,17 @@ pub(crate) fn bird_config(dir: &Path, routes: &[ClusterRoute]) -> String {
 /// `bird` are in the kernel ([`spawn_until_routes`]). Returns the time and whether the
 /// notification socket overran (then a dump loop counted).
 fn bird_once(conf: &Path, dir: &Path, n: usize) -> Result<(Duration, bool)> {
-    bird_once_with(conf, dir, n, false)
+    bird_once_with(conf, dir, n, Listener::Nothing)
 }
 
-/// [`bird_once`], with the churn watch attached in the namespace before BIRD starts when
-/// `watch` (as the agent attaches it: `runs::start_watch`), for benchmark 5.
-pub(crate) fn bird_once_with(conf: &Path, dir: &Path, n: usize, watch: bool) -> Result<(Duration, bool)> {
+/// [`bird_once`], with `listener` attached in the namespace before BIRD starts
+/// ([`crate::runs::attach`]), for benchmark 5.
+pub(crate) fn bird_once_with(conf: &Path, dir: &Path, n: usize, listener: Listener) -> Result<(Duration, bool)> {
     let sock = dir.join("bird.ctl");
     let _ = std::fs::remove_file(&sock);
     let mut cmd = Command::new(BIRD);
     cmd.arg("-f").arg("-c").arg(conf).arg("-s").arg(&sock);
-    spawn_until_routes_with(cmd, 12, "bird", n, watch)
+    spawn_until_routes_with(cmd, 12, "bird", n, listener)
 }
 
 /// Start the release agent on the file datastore `data` for node-0000 (its devices named, as
@@ -87,18 +87,18 @@ fn agent_once(agent: &Path, data: &Path, n: usize) -> Result<(Duration, bool)> {
         .env("RUST_LOG", "warn")
         // As the image runs it (Containerfile: the allocator's start-up option).
         .env("MIMALLOC_ARENA_EAGER_COMMIT", "0");
-    spawn_until_routes_with(cmd, 80, "80", n, false)
+    spawn_until_routes_with(cmd, 80, "80", n, Listener::Nothing)
 }
 
 /// Spawn `cmd` in a fresh namespace and time from the spawn until `n` routes of `protocol`
 /// are in the kernel, counted from route notifications (a dump loop by `protocol_name` if the
 /// notification socket overruns); then SIGTERM it and check the kernel holds exactly `n`.
-/// With `watch`, the churn watch is attached in the namespace first and held until then.
-fn spawn_until_routes_with(mut cmd: Command, protocol: u8, protocol_name: &'static str, n: usize, watch: bool) -> Result<(Duration, bool)> {
+/// `listener` is attached in the namespace first and held until then.
+fn spawn_until_routes_with(mut cmd: Command, protocol: u8, protocol_name: &'static str, n: usize, listener: Listener) -> Result<(Duration, bool)> {
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     in_node_netns(move |rt| {
-        // Held until the writer is done; dropping it detaches the watch.
-        let attached = if watch { Some(crate::runs::start_watch(rt)?) } else { None };
+        // Held until the writer is done; dropping it detaches the listener.
+        let attached = crate::runs::attach(listener, rt)?;
         let out = rt.block_on(async {
             let (tx, mut rx) = tokio::sync::mpsc::channel(200_000);
             let watcher = spawn_watcher(tx)?;

@@ -1,6 +1,7 @@
 //! `watch-overhead` (benchmark 5): what the churn watch, attached as the agent attaches it (the
 //! best backend the kernel allows), adds to the writers it watches. Three writers of the same
-//! 10,000 routes into an empty table, each with the watch and without:
+//! 10,000 routes into an empty table, each with the watch, with the listener floor, and with
+//! nothing:
 //!
 //! - `rw`: routewarden's own cold programming (benchmark 1);
 //! - `ip_batch`: a foreign writer, `ip -batch` of the same routes (one process, one write per
@@ -18,7 +19,13 @@
 //!
 //! The line also gives what the watch adds to each route write (`*_added_us_per_write`, µs,
 //! from the overall medians): the backend runs in the writer's own call, so a ratio grows as
-//! its writer gets faster and this figure does not. This host allows only the socket filter;
+//! its writer gets faster and this figure does not. Beside them, the listener floor
+//! (`routewarden::bpf::route_watch::listener_floor`: the socket-filter backend's socket with a
+//! classic filter that drops every message, as any listener of route notifications costs the
+//! writer): `*_floor_ratio` (floor ÷ nothing) and `*_above_floor_ratio`,
+//! `*_above_floor_us_per_write` (watch ÷ floor: what the watch's own program adds), each the
+//! median of the rounds' ratios like the statistic. They say which part a cheaper watch could
+//! remove; they are context, not the target. This host allows only the socket filter;
 //! the fentry and kprobe backends are measured by the QEMU lane's route-watch tests
 //! (DESIGN.md), not here.
 
@@ -32,7 +39,7 @@ use super::cold_program_10k::{ip_batch_once_with, write_ip_batch};
 use super::cold_program_vs_bird::{bird_config, bird_once_with, BIRD};
 use crate::fixtures::cluster_routes;
 use crate::report::{fmt_ratio, kv, ms};
-use crate::runs::rw_program_once_with;
+use crate::runs::{rw_program_once_with, Listener};
 use crate::{median, median_f64, Benchmark, Options, Outcome, Shared, Target};
 
 /// This benchmark's registry entry: its name and [`run`].
@@ -41,48 +48,66 @@ pub const BENCHMARK: Benchmark = Benchmark { name: "watch-overhead", run };
 /// Rounds of the statistic: each writer's ratio is the median of this many rounds' ratios.
 pub const ROUNDS: usize = 7;
 
-/// One writer's runs: every run with the watch and without, and each round's ratio.
+/// One writer's runs: every run of each variant, and each round's ratios.
 #[derive(Default)]
 struct Writer {
     with: Vec<Duration>,
+    floor: Vec<Duration>,
     without: Vec<Duration>,
+    /// Per round: with the watch ÷ with nothing (the statistic).
     round_ratios: Vec<f64>,
+    /// Per round: with the listener floor ÷ with nothing (context: any listener's price).
+    round_floor: Vec<f64>,
+    /// Per round: with the watch ÷ with the listener floor (context: the watch's own part).
+    round_above_floor: Vec<f64>,
 }
 
 impl Writer {
-    /// Time `runs` alternating runs of each variant (`once(watch)`), then record the round's
-    /// ratio of medians.
-    fn round(&mut self, runs: usize, mut once: impl FnMut(bool) -> Result<Duration>) -> Result<()> {
-        let (mut with, mut without) = (Vec::new(), Vec::new());
+    /// Time `runs` alternating runs of each variant (`once(listener)`), then record the
+    /// round's ratios of medians.
+    fn round(&mut self, runs: usize, mut once: impl FnMut(Listener) -> Result<Duration>) -> Result<()> {
+        let (mut with, mut floor, mut without) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..runs {
-            without.push(once(false)?);
-            with.push(once(true)?);
+            without.push(once(Listener::Nothing)?);
+            floor.push(once(Listener::Floor)?);
+            with.push(once(Listener::Watch)?);
         }
         self.with.extend_from_slice(&with);
+        self.floor.extend_from_slice(&floor);
         self.without.extend_from_slice(&without);
-        self.round_ratios.push(median(with).as_secs_f64() / median(without).as_secs_f64());
+        let (with, floor, without) = (median(with).as_secs_f64(), median(floor).as_secs_f64(), median(without).as_secs_f64());
+        self.round_ratios.push(with / without);
+        self.round_floor.push(floor / without);
+        self.round_above_floor.push(with / floor);
         Ok(())
     }
 
-    /// The writer's ratio: the median of its rounds' ratios.
+    /// The writer's ratio: the median of its rounds' ratios (watch ÷ nothing).
     fn ratio(&self) -> f64 {
         median_f64(&self.round_ratios)
     }
 
-    /// `<name>_ratio`, `<name>_round_ratios`, the overall medians and µs added per write.
+    /// `<name>_ratio` and its rounds; the same statistic for the floor alone and for the
+    /// watch above the floor; the overall medians; the µs the watch adds to each write (above
+    /// nothing, and above the floor).
     fn details(&self, name: &str, routes: usize, out: &mut Vec<(String, String)>) {
-        let (with, without) = (median(self.with.clone()), median(self.without.clone()));
-        let added_us = (with.as_secs_f64() - without.as_secs_f64()) * 1e6 / routes as f64;
+        let (with, floor, without) = (median(self.with.clone()), median(self.floor.clone()), median(self.without.clone()));
+        let per_write = |a: Duration, b: Duration| format!("{:.3}", (a.as_secs_f64() - b.as_secs_f64()) * 1e6 / routes as f64);
         let rounds: Vec<String> = self.round_ratios.iter().map(|r| format!("{r:.3}")).collect();
         out.push(kv(&format!("{name}_ratio"), fmt_ratio(self.ratio())));
         out.push(kv(&format!("{name}_round_ratios"), rounds.join("/")));
+        out.push(kv(&format!("{name}_floor_ratio"), fmt_ratio(median_f64(&self.round_floor))));
+        out.push(kv(&format!("{name}_above_floor_ratio"), fmt_ratio(median_f64(&self.round_above_floor))));
         out.push(kv(&format!("{name}_with_watch_ms"), ms(with)));
+        out.push(kv(&format!("{name}_with_floor_ms"), ms(floor)));
         out.push(kv(&format!("{name}_without_ms"), ms(without)));
-        out.push(kv(&format!("{name}_added_us_per_write"), format!("{added_us:.3}")));
+        out.push(kv(&format!("{name}_added_us_per_write"), per_write(with, without)));
+        out.push(kv(&format!("{name}_above_floor_us_per_write"), per_write(with, floor)));
     }
 }
 
-/// Benchmark 5: each writer with the churn watch attached / without it; the largest ratio.
+/// Benchmark 5: each writer with the churn watch attached / without it (the listener floor
+/// beside them); the largest ratio.
 pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
     let name = BENCHMARK.name;
     if routewarden::bpf::embedded_object().is_none() {
@@ -101,16 +126,16 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
     let mut backend = String::new();
     // Alternate writers and variants, so slow phases of a noisy machine hit every side.
     for _ in 0..ROUNDS {
-        rw.round(opts.runs, |watch| {
-            let (d, b) = rw_program_once_with(routes.clone(), watch)?;
-            if watch {
+        rw.round(opts.runs, |listener| {
+            let (d, b) = rw_program_once_with(routes.clone(), listener)?;
+            if listener == Listener::Watch {
                 backend = b;
             }
             Ok(d)
         })?;
-        ip.round(opts.runs, |watch| ip_batch_once_with(batch.clone(), n, watch).map(|(d, _)| d))?;
+        ip.round(opts.runs, |listener| ip_batch_once_with(batch.clone(), n, listener).map(|(d, _)| d))?;
         if with_bird {
-            bird.round(opts.runs, |watch| bird_once_with(&bird_conf, dir.path(), n, watch).map(|(d, _)| d))?;
+            bird.round(opts.runs, |listener| bird_once_with(&bird_conf, dir.path(), n, listener).map(|(d, _)| d))?;
         }
     }
     let mut ratio = rw.ratio().max(ip.ratio());

@@ -256,6 +256,30 @@ const ALL_GROUPS: u32 = RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE | RT
 /// The rule watch beside fentry and kprobe: the rule groups alone (routes come from the hooks).
 const RULE_GROUPS: u32 = RTMGRP_IPV4_RULE | RTMGRP_IPV6_RULE;
 
+/// The socket-filter backend's route socket (same groups, nexthop group joined) with a
+/// classic filter that drops every message (`ret #0`) instead of the backend's program: the
+/// price the kernel charges each route write for one more listener of its notifications,
+/// whatever the listener does with them (the notification cloned for it, its filter run, the
+/// clone freed). `watch-overhead` measures the backend against it. Held open until dropped.
+///
+/// # Errors
+/// [`BpfError::Socket`] when the socket cannot be made, bound or given the filter.
+pub fn listener_floor() -> Result<OwnedFd, BpfError> {
+    use std::os::fd::AsRawFd;
+    let socket = route_socket(ALL_GROUPS)?;
+    // `BPF_RET | BPF_K` with k = 0: keep no byte of any message.
+    let mut ret_zero = [nix::libc::sock_filter { code: 0x06, jt: 0, jf: 0, k: 0 }];
+    let program = nix::libc::sock_fprog { len: 1, filter: ret_zero.as_mut_ptr() };
+    let len = nix::libc::socklen_t::try_from(std::mem::size_of::<nix::libc::sock_fprog>()).unwrap_or(nix::libc::socklen_t::MAX);
+    // SAFETY: `program` points at `ret_zero`, both alive for the call; the kernel copies the
+    // filter and keeps no pointer into them.
+    let rc = unsafe { nix::libc::setsockopt(socket.as_raw_fd(), nix::libc::SOL_SOCKET, nix::libc::SO_ATTACH_FILTER, (&raw const program).cast(), len) };
+    if rc != 0 {
+        return Err(BpfError::Socket { op: "attach the classic drop-all filter", source: std::io::Error::last_os_error() });
+    }
+    Ok(socket)
+}
+
 /// A NETLINK_ROUTE socket in the calling thread's namespace, bound to `groups`: some of
 /// `RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE` and the rule groups
 /// (`RTNLGRP_IPV4_RULE` 8, `RTNLGRP_IPV6_RULE` 19: policy rule writes). With the route groups
