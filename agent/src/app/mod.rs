@@ -52,6 +52,10 @@ use flags::{DatastoreSpec, Mode, RunArgs};
 /// How often the BPF watches' counters are read into metrics.
 const COUNTER_POLL: Duration = Duration::from_secs(1);
 
+/// The latest the forwarding watch starts in program mode when no apply has been reported
+/// (a datastore that does not sync); normally it starts with the first apply's report.
+const FORWARD_START_LATEST: Duration = Duration::from_secs(5);
+
 /// The forwarding watch's destinations for a plan: routewarden's desired routes for the
 /// classes it programs, the expectation for the others
 /// ([`crate::bpf::forward::entries_from_routes`]). Built here, in the app, so that the plan
@@ -292,9 +296,15 @@ pub async fn run(args: RunArgs) -> Result<()> {
     // The route watch first: its socket-filter fallback without kernel logs loads the object
     // again, which only works before another watch holds maps of it.
     let mut route_watch = WatchHandler::start(from_object(&object).and_then(|o| RouteWatch::start_in(&o)), &metrics, &health);
-    // Forwarding watch (`bpf::forward`): TC egress on the tunnel device and host NIC.
+    // Forwarding watch (`bpf::forward`): TC egress on the tunnel device and host NIC. In
+    // program mode it starts once the first apply with a plan's routes is reported (or
+    // FORWARD_START_LATEST after the loop starts, if none is): its program's verification and the fill of its
+    // destinations are then not on the way of a cold node's first routes into the kernel. It
+    // counts packets, which nothing before the first apply routes anyway.
     let start_forward = |nic: &str| from_object(&object).and_then(|o| ForwardWatch::start_in(&o, &forward_config_for(nic)));
-    let mut forward = WatchHandler::start(start_forward(&devices.host_nic), &metrics, &health);
+    let mut forward_deferred = args.mode == Mode::Program;
+    let mut forward = if forward_deferred { WatchHandler::not_started() } else { WatchHandler::start(start_forward(&devices.host_nic), &metrics, &health) };
+    let forward_start_latest = tokio::time::Instant::now() + FORWARD_START_LATEST;
     // The build-chain demo probe, only with --tc-count.
     let start_tc_count = |nic: &str| from_object(&object).and_then(|o| TcCounter::attach_in(&o, &tc_devices_for(nic), Direction::Egress));
     let mut tc_count = args.tc_count.then(|| WatchHandler::start(start_tc_count(&devices.host_nic), &metrics, &health));
@@ -369,6 +379,13 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 table_rule::recheck(table_rules.as_mut(), cluster.last.as_ref(), &metrics, &health).await;
             }
             Some(report) = report_rx.recv() => {
+                if forward_deferred && report.desired_sets > 0 {
+                    forward_deferred = false;
+                    forward = WatchHandler::start(start_forward(&cluster.config.devices.host_nic), &metrics, &health);
+                    if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
+                        w.update_destinations(&forward_kept.entries(&plan.desired, &plan.expected, &plan.programmed), &metrics);
+                    }
+                }
                 record_report(&metrics, &health, &status, &report, &mut report_log, dp_config.mass_deletion_percent, dp_config.settle);
                 node_events.on_report(&report, dp_config.mass_deletion_percent, dp_config.settle);
                 trim_pending = true;
@@ -399,6 +416,14 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 }
             }
             Some(ev) = forward.next_event() => forward.on_event(&metrics, &ev),
+            () = tokio::time::sleep_until(forward_start_latest), if forward_deferred => {
+                forward_deferred = false;
+                info!(after_s = FORWARD_START_LATEST.as_secs(), "no apply yet; starting the forwarding watch");
+                forward = WatchHandler::start(start_forward(&cluster.config.devices.host_nic), &metrics, &health);
+                if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
+                    w.update_destinations(&forward_kept.entries(&plan.desired, &plan.expected, &plan.programmed), &metrics);
+                }
+            },
             _ = heartbeat.tick() => {
                 // `--host-device auto`: links and addresses change (a NIC renamed, an address
                 // moved); look again every heartbeat.
@@ -411,6 +436,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
             // The TC watches follow the host NIC: moved when running (counters and
             // destinations carry on), started when they could not start before.
             let devices = forward_config_for(&nic).devices;
+            // Started here if it was not (a deferred start included).
+            forward_deferred = false;
             forward.follow(&metrics, &health, |w| w.set_devices(&devices).map(|_| ()), || start_forward(&nic));
             if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
                 w.update_destinations(&forward_kept.entries(&plan.desired, &plan.expected, &plan.programmed), &metrics);

@@ -124,6 +124,12 @@ impl<W: Watch> WatchHandler<W> {
         }
     }
 
+    /// A handler whose watch is not started yet: nothing published (no gauge, no `/readyz`
+    /// line) until [`WatchHandler::start`] replaces it or [`WatchHandler::follow`] starts it.
+    pub fn not_started() -> WatchHandler<W> {
+        WatchHandler { watch: None, events: None, reader: None, published: None }
+    }
+
     fn degraded(metrics: &Metrics, health: &Health, why: &str) {
         metrics.set_program_attached(W::NAME, false);
         health.set_watcher(W::NAME, WatcherState::Degraded(why.to_owned()));

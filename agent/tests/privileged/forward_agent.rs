@@ -108,3 +108,37 @@ fn a_recreated_tunnel_device_is_watched_again() {
     assert_eq!(counted % 20, 0, "whole batches of 20: {counted}");
     assert_eq!(metrics().value(r#"routewarden_bpf_program_attached{program="tc_forward"}"#), 1);
 }
+
+/// The forwarding watch starts with the first apply; with none (here: a node name the
+/// datastore does not have, so `--host-device auto` finds no NIC and nothing is planned) it
+/// still starts, at the latest 5 s after the agent's loop started, on the tunnel device alone.
+#[test]
+fn the_forwarding_watch_starts_without_an_apply() {
+    if skip_unless_root("the_forwarding_watch_starts_without_an_apply") {
+        return;
+    }
+    if routewarden::bpf::embedded_object().is_none() {
+        routewarden_lab::skip("the_forwarding_watch_starts_without_an_apply", format_args!("built without the BPF object; `cargo xtask test` embeds it"));
+        return;
+    }
+    let lab = lab();
+    let addr = format!("127.0.0.1:{}", lab_support::PORT);
+    let mut cmd = lab.command("node-a", env!("CARGO_BIN_EXE_routewarden"));
+    cmd.args(["run", "--node", "node-unknown", "--metrics-addr", &addr, "--log-format", "text", "--datastore"])
+        .arg(format!("file:{}", example_dir().display()))
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null());
+    let _agent = Agent::from_child(cmd.spawn().unwrap());
+    let attached = r#"routewarden_bpf_program_attached{program="tc_forward"} 1"#;
+    // Polled raw: the agent may not be listening yet.
+    let body =
+        wait_for("the forwarding watch attached without an apply", Duration::from_secs(20), || match lab.http_get("node-a", lab_support::PORT, "/metrics") {
+            Ok((200, body)) if body.lines().any(|l| l == attached) => Some(body),
+            _ => None,
+        });
+    // Nothing was planned: no route written, no apply made.
+    assert_eq!(lab_support::routes(&lab, "node-a", "80"), Vec::<String>::new(), "{body}");
+    let (status, ready) = lab.http_get("node-a", lab_support::PORT, "/readyz").unwrap();
+    assert_eq!(status, 503, "{ready}");
+    assert!(ready.lines().any(|l| l == "bpf tc_forward: ready"), "{ready}");
+}
