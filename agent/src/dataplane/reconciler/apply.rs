@@ -2,40 +2,24 @@
 //! plus step-aside copies), then the delete pass (past the datastore, frozen-ground, handover
 //! and mass-deletion holds, and never for a prefix whose new route failed), then the report.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::ops::Bound;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
 use ipnet::IpNet;
-use itertools::{EitherOrBoth, Itertools};
 use nix::errno::Errno;
 
 use super::{KernelEntry, Reconciler};
 use crate::dataplane::kernel::netlink::{ChunkPlace, Clock, NetlinkError, RouteNetlink, RouteOp};
 use crate::dataplane::kernel::nexthop::NexthopOp;
-use crate::dataplane::kernel::route::{Family, KernelRoute, RouteKey, RouteKind};
+use crate::dataplane::kernel::route::{KernelRoute, RouteKey, RouteKind};
 use crate::dataplane::reconciler::handover::DeleteGate;
-use crate::dataplane::reconciler::report::{ApplyReport, ClassCount, Conflict, ErrorKind, Overwrite};
+use crate::dataplane::reconciler::report::{ApplyReport, Conflict, ErrorKind, Overwrite};
 use crate::dataplane::reconciler::retry::backoff;
 use crate::ownership::Verdict;
-use crate::vocabulary::{PoolClass, RoutePath};
 
 /// Writes in the first chunk of a write pass ([`Reconciler::write_pass`]); later chunks double
 /// up to [`RouteNetlink::write_chunk`], and the last ones halve down to it again.
 const FIRST_CHUNK: usize = 128;
-
-/// The report's counts per (family, pool class, path), tallied over the desired routes in key
-/// order a stretch at a time ([`Reconciler::tally`]): the write pass tallies the routes behind
-/// its recorded chunks while the kernel inserts the next, and the report what is left once the
-/// last answer is in, so a cold start's walk over every route is not on its clock after the
-/// kernel's last insert.
-#[derive(Debug, Default)]
-struct ClassTally {
-    /// Each class and path once, in the order first met (a few between all routes).
-    counts: Vec<((Family, PoolClass, RoutePath), ClassCount)>,
-    /// Index of the first desired route not tallied yet.
-    next: usize,
-}
 
 impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// Whether kernel entry `k` is desired route `d` written through `oif`, or through
@@ -43,7 +27,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// none), and (unless a blackhole or through an object, which carries them) same gateway,
     /// onlink flag and device; re-verified since its link went down or up, and with no
     /// attribute we never write.
-    fn in_sync(d: &KernelRoute, oif: Option<u32>, nexthop: Option<u32>, k: &KernelEntry) -> bool {
+    pub(super) fn in_sync(d: &KernelRoute, oif: Option<u32>, nexthop: Option<u32>, k: &KernelEntry) -> bool {
         let (dt, kt) = (&d.target, &k.route.target);
         k.verified
             && !k.extra
@@ -77,7 +61,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     self.resync.failed(self.clock.now());
                     report.resync_failed = true;
                     report.error(ErrorKind::of(&e), || e.to_string());
-                    self.finish_report(&mut report, ClassTally::default(), started);
+                    self.finish_report(&mut report, started);
                     return report;
                 }
             }
@@ -95,14 +79,14 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         // Deletes the breaker held come back for another look.
         self.dirty.extend(self.breaker.held().copied());
         // Pass 1: writes. Pass 2: deletes, after the new routes are in.
-        let (failed_dsts, delete_candidates, tally) = self.write_pass(now, &mut report).await;
+        let (failed_dsts, delete_candidates) = self.write_pass(now, &mut report).await;
         let deletes = self.plan_deletes(delete_candidates, &failed_dsts, now, &mut report);
         let results = if deletes.is_empty() { Vec::new() } else { self.nl.execute(&deletes).await };
         self.record_deletes(&deletes, results, &mut report);
         self.delete_unused_nexthops(&mut report).await;
         let kernel = &self.kernel;
         self.handovers.finish(self.clock.now(), |k| kernel.contains_key(k), &mut report.handovers);
-        self.finish_report(&mut report, tally, started);
+        self.finish_report(&mut report, started);
         report
     }
 
@@ -160,11 +144,9 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
     /// before the next is planned; the step-aside copies for the delete candidates go with the
     /// last chunk. A collaborator that pipelines hands a chunk's results back with the next
     /// call, so recording one chunk and planning the next run while the kernel inserts this
-    /// one. No write, no call. Returns the (table, dst) pairs whose write failed,
-    /// the delete candidates, and the report's counts of the desired routes this pass is done
-    /// with (tallied between chunks; nothing after the pass changes what they count: the
-    /// delete pass and the nexthop objects it frees touch no desired key).
-    async fn write_pass(&mut self, now: Instant, report: &mut ApplyReport) -> (BTreeSet<(u32, IpNet)>, Vec<RouteKey>, ClassTally) {
+    /// one. No write, no call. Returns the (table, dst) pairs whose write failed and the
+    /// delete candidates.
+    async fn write_pass(&mut self, now: Instant, report: &mut ApplyReport) -> (BTreeSet<(u32, IpNet)>, Vec<RouteKey>) {
         let dirty = self.dirty.snapshot();
         let full = self.nl.write_chunk().max(1);
         // The first chunks are small and double up to the collaborator's size: the kernel
@@ -176,9 +158,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         let mut candidates = Vec::new();
         // Step-aside copy's key → the key it stands in for (planned with the last chunk).
         let mut stepping: HashMap<RouteKey, RouteKey> = HashMap::new();
-        let mut tally = ClassTally::default();
-        // The first key of each chunk handed in and not back yet, oldest first.
-        let mut out: VecDeque<RouteKey> = VecDeque::new();
+
         // The dirty keys come in ascending order: the desired set is walked along with them.
         let (mut at, mut cursor, mut first) = (0, 0, true);
         loop {
@@ -199,18 +179,13 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             if !writes.is_empty() || (last && !first) {
                 let place = ChunkPlace { first, last };
                 first = false;
-                out.extend(writes.first().map(|op| *op.key()));
                 for done in self.nl.execute_chunk(writes, place).await {
-                    out.pop_front();
                     failed_dsts.extend(self.record_writes(done.ops, done.results, &stepping, now, report));
                 }
             }
             if last {
-                return (failed_dsts, candidates, tally);
+                return (failed_dsts, candidates);
             }
-            // Below the oldest chunk still out (or, none out, the next key to plan) every
-            // desired route is as this apply leaves it: tallied while the kernel inserts.
-            self.tally(&mut tally, out.front().or_else(|| dirty.get(at)));
         }
     }
 
@@ -395,7 +370,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                     if held {
                         // Reported once per hold (until the holder's route goes or becomes
                         // ours); the held count says it meanwhile.
-                        let reported = self.blocked.entry(key).or_insert(false);
+                        let reported = self.blocked.get_or_insert(key, false);
                         counted = !*reported;
                         if !*reported {
                             *reported = true;
@@ -426,11 +401,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         if let Some(fresh) = fresh {
             // Keys are unique (one write per dirty key); a written route replaces what the
             // view held at its key.
-            let mut kept = std::mem::take(&mut self.kernel);
+            let mut kept = self.kernel.take_all();
             for (key, _) in &fresh {
                 kept.remove(key);
             }
-            self.kernel = kept.into_iter().chain(fresh).collect();
+            self.kernel.replace_all(kept.into_iter().chain(fresh).collect());
         }
         self.dirty.remove_all(done);
         failed_dsts
@@ -536,60 +511,16 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         }
     }
 
-    /// The per-class counts and totals after this apply, and its wall time since `started`;
-    /// `tally` holds the counts of the routes the write pass was done with.
-    fn finish_report(&self, report: &mut ApplyReport, mut tally: ClassTally, started: Instant) {
-        self.tally(&mut tally, None);
-        // Debug builds (every test) hold the write pass to its claim: a walk over all routes
-        // now counts the same.
-        debug_assert_eq!(
-            tally.counts,
-            {
-                let mut whole = ClassTally::default();
-                self.tally(&mut whole, None);
-                whole.counts
-            },
-            "counts tallied during the write pass changed after it"
-        );
-        // Each class and path is in the list once, and nothing else fills the report's map.
-        report.by_class.extend(tally.counts);
+    /// The per-class counts (kept between applies: `tally.rs`) and totals after this apply,
+    /// and its wall time since `started`.
+    fn finish_report(&mut self, report: &mut ApplyReport, started: Instant) {
+        let counts = self.settle_tally();
+        // Debug builds (every test) hold the kept counts to their claim: a walk over every
+        // desired route now counts the same.
+        debug_assert_eq!(counts, self.count_all(), "the kept per-class counts differ from a count of every desired route");
+        report.by_class = counts;
         report.kernel_routes = self.kernel.len();
         report.pending = self.dirty.len();
         report.duration = self.clock.now().saturating_duration_since(started);
-    }
-
-    /// Count the desired routes from `tally.next` up to the first at `bound` or above (to the
-    /// end for `None`) into `tally`: each is desired, and programmed (in the kernel as
-    /// desired) or held (another writer's route refused our create-exclusive write).
-    fn tally(&self, tally: &mut ClassTally, bound: Option<&RouteKey>) {
-        let routes = self.desired.stretch(tally.next, bound);
-        let Some(lowest) = routes.first() else { return };
-        tally.next += routes.len();
-        // Desired routes and the kernel view walked together in key order (no search per
-        // route). The counts are kept in a short list (a few classes and paths between all
-        // routes, in any order) and each route's device is resolved through a memo.
-        let mut links = self.links.memo();
-        let kernel = self.kernel.range((Bound::Included(lowest.route.key), bound.map_or(Bound::Unbounded, |b| Bound::Excluded(*b))));
-        for pair in routes.iter().merge_join_by(kernel, |d, (k, _)| d.route.key.cmp(k)) {
-            let (d, k) = match pair {
-                EitherOrBoth::Left(d) => (d, None),
-                EitherOrBoth::Both(d, (_, k)) => (d, Some(k)),
-                EitherOrBoth::Right(_) => continue,
-            };
-            let class = (Family::of(&d.route.key.dst), d.class, d.path);
-            let at = tally.counts.iter().position(|(c, _)| *c == class).unwrap_or_else(|| {
-                tally.counts.push((class, ClassCount::default()));
-                tally.counts.len() - 1
-            });
-            let c = &mut tally.counts[at].1;
-            c.desired += 1;
-            let oif = links.resolve(d.route.target.device.as_deref()).ok().flatten();
-            let nexthop = self.nexthops.ready(d, oif);
-            if k.is_some_and(|k| Self::in_sync(&d.route, oif, nexthop, k)) {
-                c.programmed += 1;
-            } else if self.blocked.contains_key(&d.route.key) {
-                c.held += 1;
-            }
-        }
     }
 }

@@ -125,13 +125,6 @@ impl DesiredSet {
         self.routes.get(*from).filter(|d| d.route.key == *key)
     }
 
-    /// The routes from index `from` up to the first whose key is `bound` or above (to the end
-    /// for `None`); empty when `from` is past them.
-    pub(super) fn stretch(&self, from: usize, bound: Option<&RouteKey>) -> &[DesiredRoute] {
-        let rest = self.routes.get(from..).unwrap_or_default();
-        bound.map_or(rest, |b| &rest[..rest.partition_point(|d| d.route.key < *b)])
-    }
-
     /// Whether a route is desired at `key`.
     pub(super) fn contains_key(&self, key: &RouteKey) -> bool {
         self.get(key).is_some()

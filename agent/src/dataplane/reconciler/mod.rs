@@ -26,8 +26,9 @@
 //! The reconciler owns the change tracking (`desired`, `kernel`, `dirty`) and the keys another
 //! writer holds; the rest are parts with their own rules: the handover and step-aside state
 //! (`Handovers`, `handover.rs`), the link cache (`Links`, `links.rs`), per-key retries and the
-//! resync schedule (`Retries`, `ResyncTimer`, `retry.rs`) and the mass-deletion breaker
-//! (`MassDeletionBreaker`, `breaker.rs`), each a file in this folder. The write and delete
+//! resync schedule (`Retries`, `ResyncTimer`, `retry.rs`), the mass-deletion breaker
+//! (`MassDeletionBreaker`, `breaker.rs`) and the report's per-class counts kept between
+//! applies (`Tally`, `tally.rs`), each a file in this folder. The write and delete
 //! passes of one apply are in `apply.rs`; what an apply did is an [`ApplyReport`]
 //! (`report.rs`). Its unit tests are in `tests.rs` and `tests/`.
 //!
@@ -72,6 +73,7 @@ pub(super) mod links;
 mod nexthops;
 pub mod report;
 pub(super) mod retry;
+mod tally;
 
 #[cfg(test)]
 mod tests;
@@ -79,6 +81,7 @@ mod tests;
 use convert::{convert_route, convert_routes};
 use desired::DesiredSet;
 use nexthops::Nexthops;
+use tally::{Recorded, Tally};
 
 /// Attempts of a dump that the kernel marked interrupted (Felix `routeListFilterAttempts`).
 const DUMP_ATTEMPTS: u32 = 5;
@@ -112,7 +115,7 @@ pub struct Reconciler<N, C> {
     /// What we want in the kernel (the last desired set).
     desired: DesiredSet,
     /// What we believe is in the kernel: routes the policy calls ours only.
-    kernel: BTreeMap<RouteKey, KernelEntry>,
+    kernel: Recorded<KernelEntry>,
     /// Keys the next apply looks at (desired and kernel state may differ there).
     dirty: DirtyKeys,
     /// [`DirtyKeys::removals`] when `set_desired` had just marked every desired key (nothing
@@ -120,7 +123,9 @@ pub struct Reconciler<N, C> {
     every_desired_dirty: Option<u64>,
     retries: Retries,
     /// Keys a route we may not overwrite holds, each with whether the hold was reported.
-    blocked: BTreeMap<RouteKey, bool>,
+    blocked: Recorded<bool>,
+    /// The report's per-class counts, kept between applies (`tally.rs`).
+    tally: Tally,
     handovers: Handovers,
     /// Desired routes that could not be converted (reported by every apply).
     bad_desired: Vec<ConversionError>,
@@ -154,10 +159,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             nl,
             clock,
             desired: DesiredSet::default(),
-            kernel: BTreeMap::new(),
+            kernel: Recorded::default(),
             dirty: DirtyKeys::default(),
             retries: Retries::default(),
-            blocked: BTreeMap::new(),
+            blocked: Recorded::default(),
+            tally: Tally::default(),
             every_desired_dirty: None,
             bad_desired: Vec::new(),
             links: Links::default(),
@@ -277,6 +283,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         if self.nexthops.enabled() {
             self.nexthops.set_wanted(next.values());
         }
+        self.tally.desired_changed(removed.iter().map(|(key, _)| *key));
         for (key, class) in removed {
             self.dirty.insert(key);
             let Some(h) = handovers.iter().find(|h| h.class == class) else {
@@ -312,6 +319,11 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 self.retries.clear(key);
             }
         }
+        if cold {
+            self.tally.desired_replaced();
+        } else {
+            self.tally.desired_changed(changed.iter().copied());
+        }
         self.dirty.add_sorted(changed);
         self.every_desired_dirty = cold.then(|| self.dirty.removals());
         self.desired = next;
@@ -337,7 +349,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 } else if key.table == self.policy.table && (self.kernel.contains_key(&key) || self.desired.contains_key(&key)) {
                     // Another writer took the key: never fight it, report it.
                     self.kernel.remove(&key);
-                    self.blocked.entry(key).or_insert(false);
+                    self.blocked.get_or_insert(key, false);
                     self.dirty.insert(key);
                 }
             }
@@ -424,13 +436,16 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         }
         // Routes through this link: renamed device, or possibly flushed without notification
         // (IPv4 on down); re-verify them with a replace.
-        for (k, e) in &mut self.kernel {
-            if e.oif == Some(index) {
-                e.route.target.device = Some(name.into());
-                e.verified &= !change.maybe_flushed;
-                self.dirty.insert(*k);
+        let dirty = &mut self.dirty;
+        self.kernel.change_each(|k, e| {
+            if e.oif != Some(index) {
+                return false;
             }
-        }
+            e.route.target.device = Some(name.into());
+            e.verified &= !change.maybe_flushed;
+            dirty.insert(*k);
+            true
+        });
         self.mark_device_dirty(name);
     }
 
@@ -534,7 +549,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         let missing: Vec<RouteKey> =
             marked.map(|keys| keys.merge_join_by(self.dirty.iter(), Ord::cmp).filter_map(|pair| pair.just_left().copied()).collect()).unwrap_or_default();
         self.dirty.add_sorted(missing);
-        self.kernel = fresh;
+        self.kernel.replace_all(fresh);
         self.adopt_stepped_aside();
         report.resynced = true;
         report.resync_duration = Some(self.clock.now().saturating_duration_since(started));
@@ -549,7 +564,7 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
             return;
         };
         let now = self.clock.now();
-        for (key, e) in &self.kernel {
+        for (key, e) in self.kernel.iter() {
             if key.metric == metric && e.route.target.protocol == self.policy.protocol && !self.desired.contains_key(key) {
                 self.handovers.adopt_step_aside_copy(*key, now);
             }

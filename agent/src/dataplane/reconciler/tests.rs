@@ -9,6 +9,7 @@ mod fault_matrix;
 mod faults;
 mod handover;
 mod nexthops;
+mod tally;
 mod writes;
 
 use std::collections::BTreeMap;
