@@ -29,7 +29,7 @@ const DESTINATIONS: &[&str] = &[
 
 /// Variant `v` of a route to `dst`: a blackhole, through the tunnel or the host NIC to one of
 /// two next hops, or broken (no next hop; a next hop of the other family).
-fn variant(dst: &str, v: u8) -> ClusterRoute {
+pub(super) fn variant(dst: &str, v: u8) -> ClusterRoute {
     let v6 = dst.contains(':');
     let gw = |a: &'static str, b: &'static str| Some(if v6 { b } else { a });
     match v % 7 {

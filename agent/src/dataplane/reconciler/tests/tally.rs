@@ -11,32 +11,20 @@ use std::time::Duration;
 use nix::errno::Errno;
 use proptest::prelude::*;
 
-use super::{block, cr, setup, ETH0};
+use super::delta::variant;
+use super::{block, setup, ETH0};
 use crate::dataplane::fake::observed;
 use crate::dataplane::kernel::route::{Family, RouteKey, RouteKind};
 use crate::dataplane::kernel::watcher::DataplaneEvent;
-use crate::routes::{ClusterRoute, RouteMap};
-use crate::vocabulary::RoutePath;
+use crate::routes::RouteMap;
 
 /// The destinations a step may touch (IPv4 blocks and a /32, an IPv6 block).
 const DESTINATIONS: &[&str] = &["10.244.0.0/26", "10.244.0.64/26", "10.244.1.0/26", "10.244.1.7/32", "10.244.2.0/26", "fd00:10:244:1::/122"];
 
-/// Variant `v` of a route to `dst`: a blackhole, through the tunnel, or through the host NIC
-/// to one of two next hops.
-fn variant(dst: &str, v: u8) -> ClusterRoute {
-    let v6 = dst.contains(':');
-    let gw = |a: &'static str, b: &'static str| Some(if v6 { b } else { a });
-    match v % 4 {
-        0 => cr(dst, RoutePath::Blackhole, None),
-        1 => cr(dst, RoutePath::Tunnel, gw("10.0.1.13", "fd00::13")),
-        2 => cr(dst, RoutePath::HostNic, gw("10.0.0.12", "fd00::12")),
-        _ => cr(dst, RoutePath::HostNic, gw("10.0.0.15", "fd00::15")),
-    }
-}
-
 #[derive(Clone, Debug)]
 enum Step {
-    /// A new desired set: per destination, absent or a variant.
+    /// A new desired set: per destination, absent or a variant (`delta::variant`: broken
+    /// ones among them, which are not desired).
     Desired(Vec<Option<u8>>),
     /// BIRD (protocol 12) writes its own route at a destination.
     Foreign(usize),
@@ -56,7 +44,7 @@ enum Step {
 fn step() -> impl Strategy<Value = Step> {
     let dst = 0..DESTINATIONS.len();
     prop_oneof![
-        3 => prop::collection::vec(prop::option::of(0u8..4), DESTINATIONS.len()).prop_map(Step::Desired),
+        3 => prop::collection::vec(prop::option::of(0u8..7), DESTINATIONS.len()).prop_map(Step::Desired),
         1 => dst.clone().prop_map(Step::Foreign),
         1 => dst.clone().prop_map(Step::Removed),
         1 => any::<bool>().prop_map(Step::HostNic),
