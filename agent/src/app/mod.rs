@@ -298,9 +298,9 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let mut route_watch = WatchHandler::start(from_object(&object).and_then(|o| RouteWatch::start_in(&o)), &metrics, &health);
     // Forwarding watch (`bpf::forward`): TC egress on the tunnel device and host NIC. In
     // program mode it starts once the first apply with a plan's routes is reported (or
-    // FORWARD_START_LATEST after the loop starts, if none is): its program's verification and the fill of its
-    // destinations are then not on the way of a cold node's first routes into the kernel. It
-    // counts packets, which nothing before the first apply routes anyway.
+    // FORWARD_START_LATEST after the loop starts, if none is): its program's verification
+    // and the fill of its destinations are then not on the way of a cold node's first routes
+    // into the kernel. It counts packets, which nothing before the first apply routes anyway.
     let start_forward = |nic: &str| from_object(&object).and_then(|o| ForwardWatch::start_in(&o, &forward_config_for(nic)));
     let mut forward_deferred = args.mode == Mode::Program;
     let mut forward = if forward_deferred { WatchHandler::not_started() } else { WatchHandler::start(start_forward(&devices.host_nic), &metrics, &health) };
