@@ -49,6 +49,14 @@ use audit::AuditHandler;
 use cluster::{ClusterHandler, HostNicAuto};
 use flags::{DatastoreSpec, Mode, RunArgs};
 
+/// Hand the forwarding watch, when it runs, the destinations of `plan` (the last plan), from
+/// what changed since the ones it was last given (`kept`).
+fn update_forward_destinations(forward: &mut WatchHandler<ForwardWatch>, plan: Option<&Plan>, kept: &mut crate::bpf::forward::EntriesMemo, metrics: &Metrics) {
+    if let (Some(plan), Some(w)) = (plan, forward.watch_mut()) {
+        w.update_destinations(&kept.entries(&plan.desired, &plan.expected, &plan.programmed), metrics);
+    }
+}
+
 /// How often the BPF watches' counters are read into metrics.
 const COUNTER_POLL: Duration = Duration::from_secs(1);
 
@@ -352,9 +360,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                         // every route each.
                         let replanned = cluster.on_datastore(ev).await;
                         if replanned {
-                            if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
-                                w.update_destinations(&forward_kept.entries(&plan.desired, &plan.expected, &plan.programmed), &metrics);
-                            }
+                            update_forward_destinations(&mut forward, cluster.last.as_ref(), &mut forward_kept, &metrics);
                             if let (Some(plan), Some(w)) = (cluster.last.as_ref(), route_watch.watch_mut()) {
                                 w.set_episode_scope(episode_scope(plan));
                             }
@@ -382,9 +388,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 if forward_deferred && report.desired_sets > 0 {
                     forward_deferred = false;
                     forward = WatchHandler::start(start_forward(&cluster.config.devices.host_nic), &metrics, &health);
-                    if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
-                        w.update_destinations(&forward_kept.entries(&plan.desired, &plan.expected, &plan.programmed), &metrics);
-                    }
+                    update_forward_destinations(&mut forward, cluster.last.as_ref(), &mut forward_kept, &metrics);
                 }
                 record_report(&metrics, &health, &status, &report, &mut report_log, dp_config.mass_deletion_percent, dp_config.settle);
                 node_events.on_report(&report, dp_config.mass_deletion_percent, dp_config.settle);
@@ -396,10 +400,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 }
                 // A destination write that failed is retried here: a snapshot that makes no
                 // new plan (most churn) no longer brings the entries again.
-                if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
-                    if w.destinations_pending() {
-                        w.update_destinations(&forward_kept.entries(&plan.desired, &plan.expected, &plan.programmed), &metrics);
-                    }
+                if forward.watch_mut().is_some_and(|w| w.destinations_pending()) {
+                    update_forward_destinations(&mut forward, cluster.last.as_ref(), &mut forward_kept, &metrics);
                 }
                 route_watch.poll(&metrics, &health);
                 forward.poll(&metrics, &health);
@@ -420,9 +422,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 forward_deferred = false;
                 info!(after_s = FORWARD_START_LATEST.as_secs(), "no apply yet; starting the forwarding watch");
                 forward = WatchHandler::start(start_forward(&cluster.config.devices.host_nic), &metrics, &health);
-                if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
-                    w.update_destinations(&forward_kept.entries(&plan.desired, &plan.expected, &plan.programmed), &metrics);
-                }
+                update_forward_destinations(&mut forward, cluster.last.as_ref(), &mut forward_kept, &metrics);
             },
             _ = heartbeat.tick() => {
                 // `--host-device auto`: links and addresses change (a NIC renamed, an address
@@ -439,9 +439,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
             // Started here if it was not (a deferred start included).
             forward_deferred = false;
             forward.follow(&metrics, &health, |w| w.set_devices(&devices).map(|_| ()), || start_forward(&nic));
-            if let (Some(plan), Some(w)) = (cluster.last.as_ref(), forward.watch_mut()) {
-                w.update_destinations(&forward_kept.entries(&plan.desired, &plan.expected, &plan.programmed), &metrics);
-            }
+            update_forward_destinations(&mut forward, cluster.last.as_ref(), &mut forward_kept, &metrics);
             if let Some(t) = tc_count.as_mut() {
                 let devices = tc_devices_for(&nic);
                 t.follow(&metrics, &health, |w| w.set_devices(&devices), || start_tc_count(&nic));
