@@ -18,7 +18,7 @@ use std::ops::Deref;
 
 use itertools::{EitherOrBoth, Itertools};
 
-use super::links::ResolveMemo;
+use super::links::{Links, ResolveMemo};
 use super::{KernelEntry, Reconciler};
 use crate::dataplane::kernel::netlink::{Clock, RouteNetlink};
 use crate::dataplane::kernel::route::{DesiredRoute, Family, RouteKey};
@@ -178,6 +178,15 @@ impl Tally {
         self.touched = Vec::new();
     }
 
+    /// Remember the device `d` names, with what it resolves to now, if it is not yet known.
+    fn note_device(&mut self, d: &DesiredRoute, links: &Links) {
+        if let Some(name) = d.route.target.device.as_deref() {
+            if !self.devices.iter().any(|(n, _)| &**n == name) {
+                self.devices.push((name.into(), links.resolve(Some(name)).ok().flatten()));
+            }
+        }
+    }
+
     fn add(&mut self, (class, state): (ClassKey, Counted)) {
         let c = self.counts.entry(class).or_default();
         c.desired += 1;
@@ -249,20 +258,14 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
         all |= t.devices.iter().any(|(name, oif)| self.links.resolve(Some(name)).ok().flatten() != *oif);
         if all {
             let mut fresh = Tally { all: false, ..Tally::default() };
-            let mut devices: Vec<&str> = Vec::new();
             let mut counted = Vec::with_capacity(self.desired.len());
             self.count_every(|d, s| {
                 fresh.add(s);
+                fresh.note_device(d, &self.links);
                 counted.push((d.route.key, s));
-                if let Some(name) = d.route.target.device.as_deref() {
-                    if !devices.contains(&name) {
-                        devices.push(name);
-                    }
-                }
             });
             // Ascending keys: built in one pass.
             fresh.counted = counted.into_iter().collect();
-            fresh.devices = devices.into_iter().map(|n| (n.into(), self.links.resolve(Some(n)).ok().flatten())).collect();
             t = fresh;
         } else if !touched.is_empty() {
             touched.sort_unstable();
@@ -275,12 +278,8 @@ impl<N: RouteNetlink, C: Clock> Reconciler<N, C> {
                 let Some(d) = self.desired.get(&key) else { continue };
                 let now = self.count_one(d, self.kernel.get(&key), &mut links);
                 t.add(now);
+                t.note_device(d, &self.links);
                 t.counted.insert(key, now);
-                if let Some(name) = d.route.target.device.as_deref() {
-                    if !t.devices.iter().any(|(n, _)| &**n == name) {
-                        t.devices.push((name.into(), self.links.resolve(Some(name)).ok().flatten()));
-                    }
-                }
             }
             t.counts.retain(|_, c| c.desired > 0);
         }
