@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use super::read::{hash, list_inputs, read_settled_all, Listed, ReadError};
 use crate::datastore::error::{LoadError, LoadErrorKind, ObjectError};
 use crate::datastore::event::{DatastoreEvent, Snapshot};
-use crate::model::{cidrs_in_text, ClusterBuilder, Kind, ParsedObject, ParsedObjects, YamlLimits};
+use crate::model::{cidrs_in_text, ClusterBuilder, Kind, ParsedObject, ParsedObjects, YamlError, YamlLimits};
 
 /// Default settle period: how long the tree must stay unchanged before a vanished file's
 /// objects are dropped (`--settle-period`); an unreadable file keeps its last good content.
@@ -200,8 +200,20 @@ impl Loader {
         // Every regular file read at once, settled together (one pause a round for the tree).
         let regular: Vec<(PathBuf, Option<u64>)> =
             listed.iter().filter(|(_, k)| matches!(k, Listed::Regular)).map(|(p, _)| (p.clone(), self.files.get(p).and_then(|f| f.seen))).collect();
-        let mut reads: HashMap<PathBuf, Result<String, ReadError>> =
-            read_settled_all(regular, self.read_settle, self.options.max_file_size).0.into_iter().collect();
+        // A file never loaded is parsed while its read settles (a cold start's pause is then
+        // the parse, not a sleep); its parse is kept if the settled text is the one parsed.
+        // Files with good content wait as before, so a change of many files never holds two
+        // parsed copies of each.
+        let mut early: HashMap<PathBuf, (u64, Parsed)> = HashMap::new();
+        let (files, yaml) = (&self.files, &self.options.yaml);
+        let mut reads: HashMap<PathBuf, Result<String, ReadError>> = read_settled_all(regular, self.read_settle, self.options.max_file_size, |path, text| {
+            if files.get(path).is_none_or(|f| f.good.is_none()) {
+                early.insert(path.to_path_buf(), (hash(text), parse(text, yaml)));
+            }
+        })
+        .0
+        .into_iter()
+        .collect();
         for (path, kind) in listed {
             let state = self.files.entry(path.clone()).or_default();
             match kind {
@@ -234,7 +246,7 @@ impl Loader {
                             continue;
                         }
                         state.seen = Some(h);
-                        let parsed = if has_document(&text) { Some(ParsedObjects::from_yaml_str(&text, &self.options.yaml)) } else { None };
+                        let parsed = settled_parse(early.remove(&path), h, &text, &self.options.yaml);
                         match parsed {
                             None => {
                                 let mut e = LoadError::new(
@@ -360,6 +372,23 @@ fn mark_unusable(path: &Path, state: &mut FileState, now: Instant, kind: LoadErr
 /// Whether `text` holds anything but whitespace, comments and document markers (`---`,
 /// `...`): a file without is empty, whatever the YAML parser would make of it (a tab is a
 /// syntax error to it).
+/// A file's text parsed: `None` when it holds no document, else the parse.
+pub(super) type Parsed = Option<Result<ParsedObjects, YamlError>>;
+
+/// The parse of a settled `text` (hash `h`): the one made while its read settled (`early`,
+/// with the hash of the text it parsed) if that was the same text, else parsed now.
+pub(super) fn settled_parse(early: Option<(u64, Parsed)>, h: u64, text: &str, limits: &YamlLimits) -> Parsed {
+    match early {
+        Some((parsed_hash, parsed)) if parsed_hash == h => parsed,
+        _ => parse(text, limits),
+    }
+}
+
+/// Parse `text` within `limits` ([`Parsed`]).
+pub(super) fn parse(text: &str, limits: &YamlLimits) -> Parsed {
+    has_document(text).then(|| ParsedObjects::from_yaml_str(text, limits))
+}
+
 fn has_document(text: &str) -> bool {
     text.lines().any(|l| {
         let t = l.trim();

@@ -7,7 +7,7 @@ use std::hash::{Hash, Hasher};
 use std::io::Read as _;
 use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What the root's listing shows for one input path.
 pub(super) enum Listed {
@@ -35,7 +35,18 @@ pub(super) type FileRead = (PathBuf, Result<String, ReadError>);
 /// two reads of each agree (at most 10 rounds), so a file caught mid-write is not used. One
 /// pause a round for the whole tree, not one a file (5,000 new files would otherwise take
 /// 5,000 pauses at start). Returns the reads in `paths`' order and the number of pauses.
-pub(super) fn read_settled_all(paths: Vec<(PathBuf, Option<u64>)>, settle: Duration, max: u64) -> (Vec<FileRead>, usize) {
+///
+/// `meanwhile` is called once, before the first pause, with each read that has to wait for
+/// it (path and text): work on that text (the loader parses it) fills the pause, which then
+/// only sleeps what is left of `settle`. The second read still comes at least `settle` after
+/// the first; a caller keeps what `meanwhile` made only for a final text equal to the one it
+/// saw (compare [`hash`]es).
+pub(super) fn read_settled_all(
+    paths: Vec<(PathBuf, Option<u64>)>,
+    settle: Duration,
+    max: u64,
+    mut meanwhile: impl FnMut(&Path, &str),
+) -> (Vec<FileRead>, usize) {
     let mut out: Vec<FileRead> = Vec::with_capacity(paths.len());
     // Indexes into `out` of the reads that still have to agree with a second one.
     let mut unsettled: Vec<usize> = Vec::new();
@@ -46,12 +57,20 @@ pub(super) fn read_settled_all(paths: Vec<(PathBuf, Option<u64>)>, settle: Durat
         }
         out.push((path, text));
     }
+    let read_at = Instant::now();
+    for &i in &unsettled {
+        if let (path, Ok(text)) = &out[i] {
+            meanwhile(path, text);
+        }
+    }
     let mut pauses = 0;
     for _ in 0..10 {
         if unsettled.is_empty() {
             break;
         }
-        std::thread::sleep(settle);
+        // The first pause counts from the first reads: `meanwhile`'s work is part of it.
+        let wait = if pauses == 0 { settle.saturating_sub(read_at.elapsed()) } else { settle };
+        std::thread::sleep(wait);
         pauses += 1;
         unsettled.retain(|&i| {
             let again = read_bounded(&out[i].0, max);
@@ -158,12 +177,36 @@ mod tests {
                 p
             })
             .collect();
-        let (reads, pauses) = read_settled_all(paths.iter().map(|p| (p.clone(), None)).collect(), Duration::from_millis(50), 1 << 20);
+        let (reads, pauses) = read_settled_all(paths.iter().map(|p| (p.clone(), None)).collect(), Duration::from_millis(50), 1 << 20, |_, _| {});
         assert_eq!((reads.len(), pauses), (5_000, 1));
         assert!(reads.iter().all(|(_, r)| r.is_ok()));
         // Read again with what was seen: unchanged files need no pause.
         let seen: Vec<_> = reads.into_iter().map(|(p, r)| (p, r.ok().map(|t| hash(&t)))).collect();
-        let (_, pauses) = read_settled_all(seen, Duration::from_millis(50), 1 << 20);
+        let (_, pauses) = read_settled_all(seen, Duration::from_millis(50), 1 << 20, |_, _| {});
         assert_eq!(pauses, 0);
+    }
+
+    /// The work done on a first read during its pause never stands in for the settled read:
+    /// a file rewritten while `meanwhile` runs (longer than the pause itself) is read again,
+    /// another round is taken, and the final text is the rewritten one; `meanwhile` saw only
+    /// the reads that had to wait (not an unchanged file), once each.
+    #[test]
+    fn a_file_written_during_the_work_in_the_pause_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (changing, steady) = (dir.path().join("a.yaml"), dir.path().join("b.yaml"));
+        std::fs::write(&changing, "kind: List\nitems: []\n").unwrap();
+        std::fs::write(&steady, "kind: NodeList\nitems: []\n").unwrap();
+        let steady_seen = Some(hash("kind: NodeList\nitems: []\n"));
+        let mut seen_meanwhile = Vec::new();
+        let (reads, pauses) =
+            read_settled_all(vec![(changing.clone(), None), (steady.clone(), steady_seen)], Duration::from_millis(20), 1 << 20, |path, text| {
+                seen_meanwhile.push((path.to_path_buf(), text.to_owned()));
+                std::fs::write(&changing, "kind: List\nitems: [] # rewritten\n").unwrap();
+                std::thread::sleep(Duration::from_millis(40));
+            });
+        assert_eq!(seen_meanwhile, vec![(changing.clone(), "kind: List\nitems: []\n".to_owned())]);
+        assert_eq!(pauses, 2, "the rewrite must cost one more round");
+        let texts: Vec<_> = reads.into_iter().map(|(p, r)| (p, r.ok())).collect();
+        assert_eq!(texts, vec![(changing, Some("kind: List\nitems: [] # rewritten\n".to_owned())), (steady, Some("kind: NodeList\nitems: []\n".to_owned()))]);
     }
 }

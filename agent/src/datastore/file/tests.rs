@@ -504,3 +504,50 @@ async fn the_running_datastore_does_not_rescan_on_its_own_reads() {
     assert!(scans.load(Ordering::Relaxed) > settled, "the write was scanned");
     handle.abort();
 }
+
+/// A cold load parses each new file while its read settles. What it loads must be what a
+/// load that parses after the pause gives: the same snapshot (objects, object errors, a
+/// broken file's load error with its line) and the same events. A file changed after it was
+/// loaded takes the old path (no early parse) and still loads its new content.
+#[test]
+fn a_cold_load_parsed_during_the_read_pause_loads_what_a_load_after_it_does() {
+    let dir = TempDir::new("early-parse");
+    dir.write("pools.yaml", POOL);
+    dir.write("nodes.yaml", NODE);
+    dir.write("broken.yaml", "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: p2\nspec: {cidr: 10.9.0.0/16}\n");
+    dir.write("bad-object.yaml", "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: pool-a}\nspec: {cidr: 10.0.0/8}\n");
+    let options = FileOptions { settle: SETTLE, ..FileOptions::default() };
+    let mut early = Loader::new(dir.0.clone(), options, Duration::from_millis(20));
+    let mut after = Loader::new(dir.0.clone(), options, Duration::ZERO);
+    let now = Instant::now();
+    let (early_events, after_events) = (early.rescan_at(now), after.rescan_at(now));
+    assert_eq!(kinds(&early_events), kinds(&after_events));
+    assert_eq!(early.snapshot(), after.snapshot());
+    let s = early.snapshot();
+    assert_eq!(pools(&s), ["p1 10.244.0.0/16"]);
+    assert_eq!(s.load_errors.len(), 1);
+    assert_eq!((s.load_errors[0].code(), s.load_errors[0].file.file_name().and_then(|n| n.to_str())), ("syntax", Some("broken.yaml")));
+    assert_eq!(s.object_errors.len(), 1);
+    // Loaded files change: parsed after their pause, as before.
+    dir.write("broken.yaml", "apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: p2}\nspec: {cidr: 10.9.0.0/16}\n");
+    dir.write("pools.yaml", &POOL.replace("10.244.0.0/16", "10.245.0.0/16"));
+    let later = now + Duration::from_secs(1);
+    assert_eq!(kinds(&early.rescan_at(later)), kinds(&after.rescan_at(later)));
+    assert_eq!(early.snapshot(), after.snapshot());
+    assert_eq!(pools(&early.snapshot()), ["p1 10.245.0.0/16", "p2 10.9.0.0/16"]);
+}
+
+/// The parse made during the pause is kept only for the text it parsed: a settled text that
+/// differs (the file was rewritten between the reads) is parsed again.
+#[test]
+fn a_parse_made_during_the_pause_is_dropped_for_a_different_settled_text() {
+    let limits = crate::model::YamlLimits::default();
+    let first = POOL;
+    let settled = POOL.replace("10.244.0.0/16", "10.245.0.0/16");
+    let early = Some((super::read::hash(first), super::loader::parse(first, &limits)));
+    let got = super::loader::settled_parse(early.clone(), super::read::hash(&settled), &settled, &limits);
+    assert_eq!(got, super::loader::parse(&settled, &limits));
+    assert_ne!(got, early.clone().and_then(|e| e.1));
+    let same = super::loader::settled_parse(early.clone(), super::read::hash(first), first, &limits);
+    assert_eq!(same, early.and_then(|e| e.1));
+}
