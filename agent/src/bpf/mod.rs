@@ -94,6 +94,17 @@ pub enum BpfError {
     /// None of the configured devices exists.
     #[error("none of the watched devices exists: {0:?}")]
     NoDevice(Vec<String>),
+    /// The kernel refuses a kind of program outright, found by a probe load before the real
+    /// one: `what` names the kind, `source` is the errno (EPERM/EACCES). The fentry backend on
+    /// kernels that withhold tracing programs.
+    #[error("{what}: this kernel refuses them (a probe load returned {source})")]
+    Refused {
+        /// The kind of program.
+        what: &'static str,
+        /// The probe's errno.
+        #[source]
+        source: std::io::Error,
+    },
     /// Kernel BTF is missing or does not match the hooks (route watch, fentry/kprobe only).
     #[error("kernel BTF: {0}")]
     Btf(String),

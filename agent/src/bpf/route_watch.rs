@@ -60,7 +60,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
 use backends::BackendLink;
-pub use backends::{listener_floor, Senders};
+pub use backends::{listener_floor, tracing_programs_allowed, Senders};
 pub use event::{RouteChange, RouteWatchEvent, RuleChange, WriteError, WriterInfo};
 pub use metrics_apply::{EpisodeScope, RouteWatchMetrics};
 pub use settings::{current_netns_inode, RouteWatchBackend, RouteWatchConfig, UnknownBackend};

@@ -5,7 +5,7 @@
 
 mod route_watch_common;
 
-use routewarden::bpf::route_watch::RouteWatchBackend;
+use routewarden::bpf::route_watch::{RouteWatchBackend, RouteWatchConfig};
 
 const BACKEND: RouteWatchBackend = RouteWatchBackend::Fentry;
 
@@ -75,4 +75,44 @@ fn fentry_a_writer_that_keeps_failing_is_one_episode_per_prefix() {
 #[test]
 fn fentry_rule_writes_are_named_by_process() {
     route_watch_common::rule_writes_named("fentry_rule_writes_are_named_by_process", BACKEND);
+}
+
+/// The probe that passes the fentry backend over before aya reads the kernel's BTF must
+/// refuse only what the real load refuses. Where it refuses (this host: EPERM), aya's load of
+/// the backend's first fexit program on its hooked function, with the kernel's BTF, must fail
+/// with the same errno. Where it allows (the QEMU lane's stock kernel), the forced backend
+/// must start, which `ROUTEWARDEN_REQUIRE_BACKENDS` makes every test of this binary demand.
+#[test]
+fn the_tracing_probe_refuses_only_what_the_real_load_refuses() {
+    use routewarden::bpf::BpfError;
+    use routewarden_common::route_watch::{HOOKED_FUNCTIONS, PROGS_FENTRY};
+    let test = "the_tracing_probe_refuses_only_what_the_real_load_refuses";
+    if routewarden_lab::skip_unless_root(test) {
+        return;
+    }
+    let Some(object) = routewarden::bpf::embedded_object() else {
+        routewarden_lab::skip(test, format_args!("this test binary was built without the BPF object; `cargo xtask test` embeds it"));
+        return;
+    };
+    match routewarden::bpf::route_watch::tracing_programs_allowed() {
+        Ok(()) => {
+            let _ns = routewarden_lab::NetNsGuard::new().expect("netns (root needed)");
+            let started =
+                routewarden::bpf::route_watch::RouteWatch::start(object, &RouteWatchConfig { backend: Some(BACKEND), ..route_watch_common::config() });
+            assert!(started.is_ok(), "the probe allowed tracing programs, but the fentry backend failed: {:?}", started.err());
+        }
+        Err(BpfError::Refused { source, .. }) => {
+            let probe_errno = source.raw_os_error();
+            let btf = aya::Btf::from_sys_fs().expect("kernel BTF (the route watch needs it on every backend but the port-naming filter)");
+            let mut ebpf = aya::EbpfLoader::new().load(object).expect("the object loads (maps and BTF)");
+            let prog: &mut aya::programs::FExit = ebpf.program_mut(PROGS_FENTRY[0]).expect("fexit program").try_into().expect("fexit type");
+            let err = prog.load(HOOKED_FUNCTIONS[0], &btf).expect_err("the probe refused tracing programs, but the real fexit load succeeded");
+            let errno = match &err {
+                aya::programs::ProgramError::LoadError { io_error, .. } => io_error.raw_os_error(),
+                other => panic!("the real load failed otherwise than the probe ({probe_errno:?}): {other}"),
+            };
+            assert_eq!(errno, probe_errno, "the probe and the real load disagree: {err}");
+        }
+        Err(other) => panic!("the probe can only refuse: {other}"),
+    }
 }

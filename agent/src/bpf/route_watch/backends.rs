@@ -172,6 +172,7 @@ fn start_socket_filter(object: &BpfObject, program: &'static str, groups: u32) -
 fn start_fentry(object: &BpfObject) -> Result<Vec<BackendLink>, BpfError> {
     let prog_err = BpfError::program;
     object.kernel_offsets()?;
+    tracing_programs_allowed()?;
     let kbtf = aya::Btf::from_sys_fs().map_err(|e| BpfError::Btf(format!("reading {}: {e}", btf::VMLINUX_BTF)))?;
     object.with(|ebpf| {
         let mut links = Vec::new();
@@ -196,6 +197,54 @@ fn start_fentry(object: &BpfObject) -> Result<Vec<BackendLink>, BpfError> {
         }
         Ok(links)
     })
+}
+
+/// Whether this kernel loads tracing programs at all, asked before the fentry backend reads
+/// the kernel's BTF for its real load (aya parses all of it again, ~35 ms and tens of MB on
+/// 6.x kernels) only to be refused. The probe is the smallest fexit program (`r0 = 0; exit`)
+/// with no target: a kernel that takes tracing programs reaches the verifier and rejects it
+/// for the missing target (EINVAL, "Tracing programs must provide btf_id",
+/// `bpf_check_attach_target` in `kernel/bpf/verifier.c`), while EPERM or EACCES come before
+/// the verifier: a missing `CAP_PERFMON`/`CAP_SYS_ADMIN` (`bpf_prog_load` in
+/// `kernel/bpf/syscall.c`) or a security module's `bpf_prog_load` hook, which refuse the real
+/// load the same way. Only those two answers stop the backend; any other (an older kernel's
+/// different complaint, a load that succeeds) goes on to the real load, so the probe can
+/// never keep a working fentry from starting.
+///
+/// # Errors
+/// [`BpfError::Refused`] with the errno.
+pub fn tracing_programs_allowed() -> Result<(), BpfError> {
+    use aya_obj::generated::{bpf_attach_type, bpf_attr, bpf_cmd, bpf_prog_type};
+    use std::os::fd::FromRawFd;
+    // `BPF_ALU64 | BPF_MOV | BPF_K` r0 = 0, then `BPF_JMP | BPF_EXIT`: one opcode byte each,
+    // registers, offset and immediate zero.
+    let insns: [[u8; 8]; 2] = [[0xb7, 0, 0, 0, 0, 0, 0, 0], [0x95, 0, 0, 0, 0, 0, 0, 0]];
+    let license = c"GPL";
+    // SAFETY: `bpf_attr` is a union of plain integer structs; all zeros is its empty value.
+    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: writing the fields of the `BPF_PROG_LOAD` member of the zeroed union.
+    let load = unsafe { &mut attr.__bindgen_anon_3 };
+    load.prog_type = bpf_prog_type::BPF_PROG_TYPE_TRACING as u32;
+    load.expected_attach_type = bpf_attach_type::BPF_TRACE_FEXIT as u32;
+    load.insn_cnt = 2;
+    load.insns = insns.as_ptr() as u64;
+    load.license = license.as_ptr() as u64;
+    let size = u32::try_from(std::mem::size_of::<bpf_attr>()).unwrap_or(u32::MAX);
+    // SAFETY: `attr` and the buffers it points at (`insns`, `license`) live across the call;
+    // the kernel reads `size` bytes of `attr` (the tail past what it knows is zero) and keeps
+    // no pointer into them.
+    let rc = unsafe { nix::libc::syscall(nix::libc::SYS_bpf, bpf_cmd::BPF_PROG_LOAD as nix::libc::c_long, &raw const attr, size) };
+    if rc >= 0 {
+        // Not expected without a target; a program is a program: close it.
+        // SAFETY: a new descriptor the kernel just returned, owned by nothing else.
+        drop(unsafe { OwnedFd::from_raw_fd(i32::try_from(rc).unwrap_or(-1)) });
+        return Ok(());
+    }
+    let error = std::io::Error::last_os_error();
+    match error.raw_os_error() {
+        Some(nix::libc::EPERM | nix::libc::EACCES) => Err(BpfError::Refused { what: "tracing programs (fentry/fexit)", source: error }),
+        _ => Ok(()),
+    }
 }
 
 /// Load and attach the kprobe programs (entry: keep the arguments) and the kretprobe ones
