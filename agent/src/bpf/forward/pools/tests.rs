@@ -76,6 +76,90 @@ fn too_many_lengths_in_one_place_are_left_out_not_mismatched() {
     assert_eq!(pool_filter(Vec::new()), (PoolFilter::default(), Vec::new()));
 }
 
+/// The grouping as first written (sets and lists copied at every step): the oracle the
+/// allocation-free [`cover`] must agree with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ReferenceRange {
+    net: Prefix,
+    lengths: BTreeSet<u8>,
+    destinations: Vec<Prefix>,
+}
+
+/// Disjoint ranges covering `prefixes` (family lengths, `width` = 32 or 128), at most
+/// `max_ranges` of at most [`RANGE_LENGTHS`] lengths each. Returns the ranges, sorted by
+/// address, and the prefixes no range could take (more distinct lengths than a range holds
+/// in one place: never for Calico's shape).
+fn reference_cover(prefixes: &[Prefix], max_ranges: usize) -> (Vec<ReferenceRange>, Vec<Prefix>) {
+    let mut sorted = prefixes.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    // Maximal prefixes: sorted by (address, length), a prefix's container comes first.
+    let mut ranges: Vec<ReferenceRange> = Vec::new();
+    for p in sorted {
+        match ranges.last_mut() {
+            Some(r) if r.net.contains(p) => {
+                r.lengths.insert(p.len);
+                r.destinations.push(p);
+            }
+            _ => ranges.push(ReferenceRange { net: p, lengths: BTreeSet::from([p.len]), destinations: vec![p] }),
+        }
+    }
+    let fits = |rs: &[ReferenceRange]| rs.iter().all(|r| r.lengths.len() <= RANGE_LENGTHS);
+    if !fits(&ranges) {
+        // Only a single destination's nesting can do this; split those out.
+        let mut left = Vec::new();
+        for r in &mut ranges {
+            while r.lengths.len() > RANGE_LENGTHS {
+                let shortest = *r.lengths.iter().next().unwrap_or(&0);
+                r.lengths.remove(&shortest);
+                left.extend(r.destinations.iter().filter(|d| d.len == shortest));
+                r.destinations.retain(|d| d.len != shortest);
+            }
+        }
+        let (rs, more) = reference_cover(&ranges.iter().flat_map(|r| r.destinations.clone()).collect::<Vec<_>>(), max_ranges);
+        left.extend(more);
+        return (rs, left);
+    }
+    let mut best = ranges;
+    for len in (0..=128u8).rev() {
+        if best.len() <= max_ranges.min(PREFERRED_RANGES) {
+            break;
+        }
+        let mut grouped: Vec<ReferenceRange> = Vec::new();
+        for r in &best {
+            let key = r.net.truncate(len);
+            match grouped.last_mut() {
+                Some(g) if g.net == key => {
+                    g.lengths.extend(r.lengths.iter().copied());
+                    g.destinations.extend(r.destinations.iter().copied());
+                }
+                _ => grouped.push(ReferenceRange { net: key, lengths: r.lengths.clone(), destinations: r.destinations.clone() }),
+            }
+        }
+        if !fits(&grouped) {
+            break;
+        }
+        best = grouped;
+    }
+    if best.len() <= max_ranges {
+        return (best, Vec::new());
+    }
+    // Still too many (the lengths stopped the grouping): keep the ranges with most destinations.
+    let mut order: Vec<usize> = (0..best.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(best[i].destinations.len()));
+    let keep: BTreeSet<usize> = order.into_iter().take(max_ranges).collect();
+    let mut kept = Vec::new();
+    let mut left = Vec::new();
+    for (i, r) in best.into_iter().enumerate() {
+        if keep.contains(&i) {
+            kept.push(r);
+        } else {
+            left.extend(r.destinations);
+        }
+    }
+    (kept, left)
+}
+
 fn arb_v4_net() -> impl Strategy<Value = IpNet> {
     // A narrow space (10.0.0.0/14) so destinations nest and collide.
     (0u32..(1 << 18), prop::sample::select(vec![14u8, 20, 24, 26, 26, 26, 32, 32]))
@@ -107,6 +191,35 @@ proptest! {
         for d in &kept {
             let dst = d.network();
             prop_assert_eq!(kernel_lookup(&filter, &installed, dst), longest_match(&kept, dst));
+        }
+    }
+
+    /// The allocation-free grouping gives what the first one gave: the same ranges (prefix
+    /// and lengths), the same destinations left out, in both families, for destinations that
+    /// nest and collide, and for the "too many lengths in one place" split.
+    #[test]
+    fn cover_equals_the_reference_grouping(
+        dests in prop::collection::vec(prop_oneof![3 => arb_v4_net(), 1 => arb_v6_net()], 0..80),
+        max_ranges in prop::sample::select(vec![1usize, 2, 4, 8]),
+    ) {
+        for family_v4 in [true, false] {
+            let prefixes: Vec<Prefix> = dests
+                .iter()
+                .filter_map(|d| match d {
+                    IpNet::V4(n) if family_v4 => Some(v4_prefix(n.trunc())),
+                    IpNet::V6(n) if !family_v4 => Some(v6_prefix(&n.trunc())),
+                    _ => None,
+                })
+                .collect();
+            let (ranges, left) = cover(&prefixes, max_ranges);
+            let (want, want_left) = reference_cover(&prefixes, max_ranges);
+            let got: Vec<(Prefix, Vec<u8>)> = ranges.iter().map(|r| (r.net, r.lengths.ascending().collect())).collect();
+            let want: Vec<(Prefix, Vec<u8>)> = want.iter().map(|r| (r.net, r.lengths.iter().copied().collect())).collect();
+            prop_assert_eq!(got, want);
+            let (mut left, mut want_left) = (left, want_left);
+            left.sort_unstable();
+            want_left.sort_unstable();
+            prop_assert_eq!(left, want_left);
         }
     }
 }
