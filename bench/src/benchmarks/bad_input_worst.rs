@@ -204,11 +204,16 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
             wait("the file's removal", Duration::from_secs(90), &|| invalid() == Some(0.0))?;
         }
         // 5,000 one-object files (each re-read after its own 50-ms pause took 252 s
-        // to sync): the time from the first write to the agent reporting all 5,000.
+        // to sync): the time from the first write to the agent reporting all 5,000. The
+        // writing alone is reported beside it (`many-files-write_s`): on a filesystem this
+        // benchmark has just filled and emptied, ext4's inode allocation skips recently
+        // deleted inodes (`recently_deleted`, `find_inode_bit`) and the writer's own creates
+        // took 0.2-4 s of CPU, the agent running or not.
         let t = Instant::now();
         for i in 0..many {
             std::fs::write(data.join(format!("many-{i}.yaml")), format!("apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {{name: many-{i}}}\nspec: {{cidr: x}}\n"))?;
         }
+        out.push(("many-files-write", t.elapsed()));
         wait("the many files", Duration::from_mins(5), &|| invalid().is_some_and(|n| n >= many as f64))?;
         out.push(("many-files", t.elapsed()));
         for i in 0..many {
@@ -228,7 +233,7 @@ pub fn run(opts: &Options, _shared: &mut Shared) -> Result<Outcome> {
     })?;
     drop(lab);
     let peak_mb = hwm_kib as f64 / 1024.0;
-    let worst_parse = detect.iter().filter(|(s, _)| *s != "many-files").map(|(_, d)| d.as_secs_f64()).fold(0.0, f64::max);
+    let worst_parse = detect.iter().filter(|(s, _)| !s.starts_with("many-files")).map(|(_, d)| d.as_secs_f64()).fold(0.0, f64::max);
     let many_files = detect.iter().find(|(s, _)| *s == "many-files").map_or(0.0, |(_, d)| d.as_secs_f64());
     let worst_linear = linear.iter().map(|l| l.3).fold(0.0, f64::max);
     let ratio = (peak_mb / 200.0).max(worst_parse / 2.0).max(worst_linear / 1.5).max(many_files / MANY_FILES_S);
