@@ -369,9 +369,6 @@ fn mark_unusable(path: &Path, state: &mut FileState, now: Instant, kind: LoadErr
     }
 }
 
-/// Whether `text` holds anything but whitespace, comments and document markers (`---`,
-/// `...`): a file without is empty, whatever the YAML parser would make of it (a tab is a
-/// syntax error to it).
 /// A file's text parsed: `None` when it holds no document, else the parse.
 pub(super) type Parsed = Option<Result<ParsedObjects, YamlError>>;
 
@@ -389,6 +386,9 @@ pub(super) fn parse(text: &str, limits: &YamlLimits) -> Parsed {
     has_document(text).then(|| ParsedObjects::from_yaml_str(text, limits))
 }
 
+/// Whether `text` holds anything but whitespace, comments and document markers (`---`,
+/// `...`): a file without is empty, whatever the YAML parser would make of it (a tab is a
+/// syntax error to it).
 fn has_document(text: &str) -> bool {
     text.lines().any(|l| {
         let t = l.trim();
