@@ -206,14 +206,15 @@ impl Loader {
         // parsed copies of each.
         let mut early: HashMap<PathBuf, (u64, Parsed)> = HashMap::new();
         let (files, yaml) = (&self.files, &self.options.yaml);
-        let mut reads: HashMap<PathBuf, Result<String, ReadError>> = read_settled_all(regular, self.read_settle, self.options.max_file_size, |path, text| {
-            if files.get(path).is_none_or(|f| f.good.is_none()) {
-                early.insert(path.to_path_buf(), (hash(text), parse(text, yaml)));
-            }
-        })
-        .0
-        .into_iter()
-        .collect();
+        let mut reads: HashMap<PathBuf, Result<String, ReadError>> =
+            read_settled_all(regular, self.read_settle, self.options.max_file_size, |path, text, h| {
+                if files.get(path).is_none_or(|f| f.good.is_none()) {
+                    early.insert(path.to_path_buf(), (h, parse(text, yaml)));
+                }
+            })
+            .0
+            .into_iter()
+            .collect();
         for (path, kind) in listed {
             let state = self.files.entry(path.clone()).or_default();
             match kind {

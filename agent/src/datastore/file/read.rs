@@ -37,30 +37,36 @@ pub(super) type FileRead = (PathBuf, Result<String, ReadError>);
 /// 5,000 pauses at start). Returns the reads in `paths`' order and the number of pauses.
 ///
 /// `meanwhile` is called once, before the first pause, with each read that has to wait for
-/// it (path and text): work on that text (the loader parses it) fills the pause, which then
-/// only sleeps what is left of `settle`. The second read still comes at least `settle` after
-/// the first; a caller keeps what `meanwhile` made only for a final text equal to the one it
-/// saw (compare [`hash`]es).
+/// it (path, text and the text's [`hash`]): work on that text (the loader parses it) fills
+/// the pause, which then only sleeps what is left of `settle`. The second read still comes at
+/// least `settle` after the first; a caller keeps what `meanwhile` made only for a final text
+/// equal to the one it saw (compare [`hash`]es).
 pub(super) fn read_settled_all(
     paths: Vec<(PathBuf, Option<u64>)>,
     settle: Duration,
     max: u64,
-    mut meanwhile: impl FnMut(&Path, &str),
+    mut meanwhile: impl FnMut(&Path, &str, u64),
 ) -> (Vec<FileRead>, usize) {
     let mut out: Vec<FileRead> = Vec::with_capacity(paths.len());
-    // Indexes into `out` of the reads that still have to agree with a second one.
+    // Indexes into `out` of the reads that still have to agree with a second one, with the
+    // hash of their first read.
     let mut unsettled: Vec<usize> = Vec::new();
+    let mut first_hashes: Vec<u64> = Vec::new();
     for (path, seen) in paths {
         let text = read_bounded(&path, max);
-        if !settle.is_zero() && text.as_ref().is_ok_and(|t| seen != Some(hash(t))) {
-            unsettled.push(out.len());
+        if let (false, Ok(t)) = (settle.is_zero(), &text) {
+            let h = hash(t);
+            if seen != Some(h) {
+                unsettled.push(out.len());
+                first_hashes.push(h);
+            }
         }
         out.push((path, text));
     }
     let read_at = Instant::now();
-    for &i in &unsettled {
+    for (&i, &h) in unsettled.iter().zip(&first_hashes) {
         if let (path, Ok(text)) = &out[i] {
-            meanwhile(path, text);
+            meanwhile(path, text, h);
         }
     }
     let mut pauses = 0;
@@ -177,12 +183,12 @@ mod tests {
                 p
             })
             .collect();
-        let (reads, pauses) = read_settled_all(paths.iter().map(|p| (p.clone(), None)).collect(), Duration::from_millis(50), 1 << 20, |_, _| {});
+        let (reads, pauses) = read_settled_all(paths.iter().map(|p| (p.clone(), None)).collect(), Duration::from_millis(50), 1 << 20, |_, _, _| {});
         assert_eq!((reads.len(), pauses), (5_000, 1));
         assert!(reads.iter().all(|(_, r)| r.is_ok()));
         // Read again with what was seen: unchanged files need no pause.
         let seen: Vec<_> = reads.into_iter().map(|(p, r)| (p, r.ok().map(|t| hash(&t)))).collect();
-        let (_, pauses) = read_settled_all(seen, Duration::from_millis(50), 1 << 20, |_, _| {});
+        let (_, pauses) = read_settled_all(seen, Duration::from_millis(50), 1 << 20, |_, _, _| {});
         assert_eq!(pauses, 0);
     }
 
@@ -199,7 +205,7 @@ mod tests {
         let steady_seen = Some(hash("kind: NodeList\nitems: []\n"));
         let mut seen_meanwhile = Vec::new();
         let (reads, pauses) =
-            read_settled_all(vec![(changing.clone(), None), (steady.clone(), steady_seen)], Duration::from_millis(20), 1 << 20, |path, text| {
+            read_settled_all(vec![(changing.clone(), None), (steady.clone(), steady_seen)], Duration::from_millis(20), 1 << 20, |path, text, _| {
                 seen_meanwhile.push((path.to_path_buf(), text.to_owned()));
                 std::fs::write(&changing, "kind: List\nitems: [] # rewritten\n").unwrap();
                 std::thread::sleep(Duration::from_millis(40));
