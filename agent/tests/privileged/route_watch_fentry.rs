@@ -94,9 +94,10 @@ fn the_tracing_probe_refuses_only_what_the_real_load_refuses() {
         routewarden_lab::skip(test, format_args!("this test binary was built without the BPF object; `cargo xtask test` embeds it"));
         return;
     };
+    // Both branches load BPF objects: inside a namespace of the test's own.
+    let _ns = routewarden_lab::NetNsGuard::new().expect("netns (root needed)");
     match routewarden::bpf::route_watch::tracing_programs_allowed() {
         Ok(()) => {
-            let _ns = routewarden_lab::NetNsGuard::new().expect("netns (root needed)");
             let started =
                 routewarden::bpf::route_watch::RouteWatch::start(object, &RouteWatchConfig { backend: Some(BACKEND), ..route_watch_common::config() });
             assert!(started.is_ok(), "the probe allowed tracing programs, but the fentry backend failed: {:?}", started.err());
